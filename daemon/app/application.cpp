@@ -1,0 +1,179 @@
+#include "app/application.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "db/errors.hpp"
+#include "util/log.hpp"
+#include "util/notify.hpp"
+
+namespace slotted {
+
+namespace net = boost::asio;
+using clock = std::chrono::steady_clock;
+
+db::connect_options connect_options_for(const config::mysql_config& m) {
+  db::connect_options o;
+  o.host = m.host;
+  o.port = m.port;
+  o.socket = m.socket;
+  o.user = m.user;
+  o.password = m.password;
+  o.database = m.database;
+  o.connect_timeout = m.connect_timeout;
+  return o;
+}
+
+namespace {
+flush::settings flush_settings_for(const config::daemon_config& c) {
+  flush::settings s;
+  s.instance_id = c.instance_id;
+  s.table = c.mysql.table;
+  s.interval = c.flush.interval;
+  s.max_rows_per_statement = c.flush.max_rows_per_statement;
+  s.slots = c.flush.slots;
+  s.max_retry_backoff = c.flush.max_retry_backoff;
+  return s;
+}
+
+unsigned http_threads(const config::daemon_config& c) {
+  if (c.http.threads > 0) return c.http.threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : hw;
+}
+}  // namespace
+
+application::application(config::daemon_config cfg)
+    : cfg_(std::move(cfg)),
+      store_(cfg_.shards),
+      pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
+      flusher_(flush_settings_for(cfg_), store_, pool_, metrics_),
+      router_(cfg_, *this, metrics_),
+      ioc_(static_cast<int>(http_threads(cfg_))),
+      db_workers_(cfg_.mysql.pool_size) {
+  const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address), cfg_.listen_port);
+  http::session_limits limits;
+  limits.max_body_bytes = cfg_.http.max_body_bytes;
+  limits.idle_timeout = cfg_.http.idle_timeout;
+  listener_ = std::make_shared<http::listener>(ioc_, endpoint, router_, limits);
+}
+
+application::~application() {
+  if (!io_threads_.empty()) {
+    ioc_.stop();
+    for (auto& t : io_threads_) t.join();
+  }
+  db_workers_.join();
+}
+
+void application::start() {
+  flusher_.start();
+  listener_->run();
+  start_watchdog();
+  const unsigned n = http_threads(cfg_);
+  for (unsigned i = 0; i < n; ++i) io_threads_.emplace_back([this] { ioc_.run(); });
+  log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
+            cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
+  notify::ready();
+}
+
+void application::start_watchdog() {
+  const auto interval = notify::watchdog_interval();
+  if (!interval) return;
+  watchdog_timer_ = std::make_unique<net::steady_timer>(ioc_);
+  watchdog_tick(std::chrono::duration_cast<clock::duration>(*interval / 2));
+}
+
+// Pinged from the event loop, so a wedged loop stops the pings.
+void application::watchdog_tick(clock::duration period) {
+  if (draining_) return;
+  notify::watchdog();
+  watchdog_timer_->expires_after(period);
+  watchdog_timer_->async_wait([this, period](const boost::system::error_code& ec) {
+    if (!ec) watchdog_tick(period);
+  });
+}
+
+void application::request_stop() {
+  {
+    std::lock_guard lock(stop_mutex_);
+    stop_requested_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
+void application::install_signal_handlers() {
+  signals_.emplace(ioc_, SIGINT, SIGTERM);
+  signals_->async_wait([this](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    log::info("signal ", signo, " received; shutting down");
+    request_stop();
+  });
+}
+
+int application::run_until_stopped() {
+  {
+    std::unique_lock lock(stop_mutex_);
+    stop_cv_.wait(lock, [&] { return stop_requested_; });
+  }
+  const auto started = clock::now();
+  const auto deadline = started + cfg_.shutdown_timeout;
+  notify::stopping();
+  draining_ = true;
+  if (signals_) {
+    net::post(ioc_, [this] {
+      boost::system::error_code ignored;
+      signals_->cancel(ignored);
+    });
+  }
+  listener_->stop();
+  // In-flight requests get up to half the shutdown budget; the final flush the rest.
+  const auto requests_deadline = started + cfg_.shutdown_timeout / 2;
+  while (listener_->sessions() > 0 && clock::now() < requests_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (listener_->sessions() > 0) {
+    log::warn(listener_->sessions(), " connections still busy at the shutdown deadline; closing them");
+  }
+  ioc_.stop();
+  for (auto& t : io_threads_) t.join();
+  io_threads_.clear();
+
+  const std::size_t unwritten = flusher_.stop(deadline);
+  db_workers_.join();
+  if (unwritten > 0) {
+    log::error("shutdown: ", unwritten, " counters could not be written to the database and are lost");
+    return 1;
+  }
+  log::info("shutdown complete; everything acknowledged was written");
+  return 0;
+}
+
+store::add_result application::add(std::span<const ingest::increment> increments) {
+  return store_.add(increments, cfg_.flush.max_pending_keys);
+}
+
+void application::read_counter(store::counter_key key,
+                               std::function<void(std::optional<flush::counter_reading>, std::string)> done) {
+  net::post(db_workers_, [this, key, done = std::move(done)] {
+    try {
+      done(flusher_.read_total(key), {});
+    } catch (const db::db_error& e) {
+      done(std::nullopt, e.what());
+    }
+  });
+}
+
+void application::flush_now(std::function<void(const flush::flush_result&)> done) {
+  flusher_.request_flush(std::move(done));
+}
+
+void application::rollup_now(std::function<void(const http::rollup_result&)> done) {
+  done(http::rollup_result{true, 0, {}});
+}
+
+std::string application::metrics_text() { return metrics_.serialize(); }
+
+}  // namespace slotted

@@ -1,0 +1,433 @@
+#include "config/config.hpp"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace slotted::config {
+namespace {
+
+std::string join_problems(const std::vector<std::string>& problems) {
+  std::string out;
+  for (const auto& p : problems) {
+    if (!out.empty()) out += '\n';
+    out += p;
+  }
+  return out;
+}
+
+std::string trim(std::string s) {
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  return s;
+}
+
+bool read_whole_file(const std::string& path, std::string& out, std::string& why) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    why = std::strerror(errno);
+    return false;
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  out = buf.str();
+  return true;
+}
+
+bool is_valid_instance_id(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string default_instance_id() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "slotted-counterd";
+  std::string id;
+  for (char c : std::string_view(host)) {
+    if (id.size() == 64) break;
+    id.push_back(is_valid_instance_id(std::string_view(&c, 1)) ? c : '_');
+  }
+  return id.empty() ? "slotted-counterd" : id;
+}
+
+// Walks the YAML tree, recording every problem with its line instead of stopping at
+// the first one, so --check-config can list them all.
+class checker {
+ public:
+  explicit checker(std::string origin) : origin_(std::move(origin)) {}
+
+  void fail(const YAML::Node& at, const std::string& key, const std::string& msg) {
+    std::string where = origin_;
+    if (at.IsDefined() && at.Mark().line >= 0) where += ":" + std::to_string(at.Mark().line + 1);
+    problems_.push_back(where + ": " + key + ": " + msg);
+  }
+  void fail_plain(const std::string& key, const std::string& msg) {
+    problems_.push_back(origin_ + ": " + key + ": " + msg);
+  }
+
+  using handler = std::function<void(const YAML::Node& value, const std::string& path)>;
+
+  // Calls the handler of each known key; unknown keys and duplicates are problems.
+  void mapping(const YAML::Node& node, const std::string& path,
+               const std::map<std::string, handler>& handlers) {
+    if (node.IsNull()) return;
+    if (!node.IsMap()) {
+      fail(node, path.empty() ? "(top level)" : path, "expected a mapping");
+      return;
+    }
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node& key_node = it->first;
+      const std::string key = key_node.IsScalar() ? key_node.Scalar() : std::string("?");
+      const std::string full = path.empty() ? key : path + "." + key;
+      if (!seen.insert(key).second) {
+        fail(key_node, full, "duplicate key");
+        continue;
+      }
+      const auto h = handlers.find(key);
+      if (h == handlers.end()) {
+        fail(key_node, full, "unknown key");
+        continue;
+      }
+      h->second(it->second, full);
+    }
+  }
+
+  bool scalar(const YAML::Node& v, const std::string& path, std::string& out) {
+    if (v.IsNull()) {
+      out.clear();
+      return true;
+    }
+    if (!v.IsScalar()) {
+      fail(v, path, "expected a single value");
+      return false;
+    }
+    out = v.Scalar();
+    return true;
+  }
+
+  template <typename Int>
+  void integer(const YAML::Node& v, const std::string& path, Int lo, Int hi, Int& out) {
+    std::string text;
+    if (!scalar(v, path, text)) return;
+    unsigned long long value = 0;
+    const char* end = text.data() + text.size();
+    const auto r = std::from_chars(text.data(), end, value);
+    if (text.empty() || r.ec != std::errc() || r.ptr != end ||
+        value < static_cast<unsigned long long>(lo) || value > static_cast<unsigned long long>(hi)) {
+      fail(v, path,
+           "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
+               text + "'");
+      return;
+    }
+    out = static_cast<Int>(value);
+  }
+
+  void boolean(const YAML::Node& v, const std::string& path, bool& out) {
+    std::string text;
+    if (!scalar(v, path, text)) return;
+    if (text == "true") out = true;
+    else if (text == "false") out = false;
+    else fail(v, path, "expected true or false, got '" + text + "'");
+  }
+
+  void string(const YAML::Node& v, const std::string& path, std::string& out) {
+    std::string text;
+    if (scalar(v, path, text)) out = std::move(text);
+  }
+
+  void identifier(const YAML::Node& v, const std::string& path, std::string& out) {
+    std::string text;
+    if (!scalar(v, path, text)) return;
+    if (!is_valid_identifier(text)) {
+      fail(v, path, "'" + text + "' is not a valid identifier (^[A-Za-z_][A-Za-z0-9_]{0,63}$)");
+      return;
+    }
+    out = std::move(text);
+  }
+
+  void time_span(const YAML::Node& v, const std::string& path, duration lo, duration hi,
+                 duration& out) {
+    std::string text;
+    if (!scalar(v, path, text)) return;
+    const auto d = parse_duration(text);
+    if (!d) {
+      fail(v, path, "expected a duration like 250ms, 1s, 5m or 1h, got '" + text + "'");
+      return;
+    }
+    if (*d < lo || *d > hi) {
+      fail(v, path,
+           "expected a duration in [" + format_duration(lo) + ", " + format_duration(hi) +
+               "], got '" + text + "'");
+      return;
+    }
+    out = *d;
+  }
+
+  template <typename Enum>
+  void choice(const YAML::Node& v, const std::string& path,
+              const std::vector<std::pair<std::string, Enum>>& options, Enum& out) {
+    std::string text;
+    if (!scalar(v, path, text)) return;
+    std::string names;
+    for (const auto& [name, value] : options) {
+      if (name == text) {
+        out = value;
+        return;
+      }
+      names += names.empty() ? name : " | " + name;
+    }
+    fail(v, path, "expected one of " + names + ", got '" + text + "'");
+  }
+
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::string origin_;
+  std::vector<std::string> problems_;
+};
+
+using namespace std::chrono_literals;
+
+void resolve_secrets(daemon_config& cfg, checker& c) {
+  auto& m = cfg.mysql;
+  if (!m.password_file.empty() && !m.password_env.empty()) {
+    c.fail_plain("mysql.password_file", "set password_file or password_env, not both");
+  } else if (!m.password_file.empty()) {
+    std::string content, why;
+    if (!read_whole_file(m.password_file, content, why)) {
+      c.fail_plain("mysql.password_file", "cannot read '" + m.password_file + "': " + why);
+    } else {
+      // One trailing newline is an artefact of editors, not part of the password.
+      if (!content.empty() && content.back() == '\n') content.pop_back();
+      if (!content.empty() && content.back() == '\r') content.pop_back();
+      m.password = std::move(content);
+    }
+  } else if (!m.password_env.empty()) {
+    const char* value = std::getenv(m.password_env.c_str());
+    if (value == nullptr) {
+      c.fail_plain("mysql.password_env", "environment variable '" + m.password_env + "' is not set");
+    } else {
+      m.password = value;
+    }
+  }
+
+  auto& h = cfg.http;
+  if (!h.auth_token_file.empty()) {
+    std::string content, why;
+    if (!read_whole_file(h.auth_token_file, content, why)) {
+      c.fail_plain("http.auth_token_file", "cannot read '" + h.auth_token_file + "': " + why);
+    } else {
+      h.auth_token = trim(std::move(content));
+      if (h.auth_token.empty()) c.fail_plain("http.auth_token_file", "the token file is empty");
+    }
+  }
+}
+
+}  // namespace
+
+config_error::config_error(std::vector<std::string> problems)
+    : std::runtime_error(join_problems(problems)), problems_(std::move(problems)) {}
+
+bool is_valid_identifier(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  const auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!head(name[0])) return false;
+  for (char c : name.substr(1)) {
+    if (!head(c) && !(c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+daemon_config parse_config(const std::string& yaml_text, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw config_error({origin + ":" + std::to_string(e.mark.line + 1) +
+                        ": invalid YAML: " + e.msg});
+  }
+
+  daemon_config cfg;
+  checker c(origin);
+
+  c.mapping(root, "", {
+    {"instance_id", [&](const YAML::Node& v, const std::string& p) {
+       std::string id;
+       c.string(v, p, id);
+       if (!is_valid_instance_id(id)) {
+         c.fail(v, p, "expected 1 to 64 characters from [A-Za-z0-9._-], got '" + id + "'");
+       } else {
+         cfg.instance_id = id;
+       }
+     }},
+    {"listen", [&](const YAML::Node& v, const std::string& p) {
+       c.mapping(v, p, {
+         {"address", [&](const YAML::Node& a, const std::string& ap) {
+            std::string addr;
+            c.string(a, ap, addr);
+            unsigned char buf[sizeof(in6_addr)];
+            if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
+                inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
+              c.fail(a, ap, "expected an IPv4 or IPv6 address, got '" + addr + "'");
+            } else {
+              cfg.listen_address = addr;
+            }
+          }},
+         {"port", [&](const YAML::Node& a, const std::string& ap) {
+            c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
+          }},
+       });
+     }},
+    {"http", [&](const YAML::Node& v, const std::string& p) {
+       auto& h = cfg.http;
+       c.mapping(v, p, {
+         {"threads", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 0, 256, h.threads); }},
+         {"max_body_bytes", [&](auto& a, auto& ap) {
+            c.integer<std::size_t>(a, ap, 64, 1ull << 30, h.max_body_bytes);
+          }},
+         {"max_items_per_request", [&](auto& a, auto& ap) {
+            c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_items_per_request);
+          }},
+         {"idle_timeout", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
+         {"auth_token_file", [&](auto& a, auto& ap) { c.string(a, ap, h.auth_token_file); }},
+       });
+     }},
+    {"mysql", [&](const YAML::Node& v, const std::string& p) {
+       auto& m = cfg.mysql;
+       c.mapping(v, p, {
+         {"host", [&](auto& a, auto& ap) { c.string(a, ap, m.host); }},
+         {"port", [&](auto& a, auto& ap) { c.integer<std::uint16_t>(a, ap, 1, 65535, m.port); }},
+         {"socket", [&](auto& a, auto& ap) { c.string(a, ap, m.socket); }},
+         {"user", [&](auto& a, auto& ap) { c.string(a, ap, m.user); }},
+         {"password", [&](auto& a, auto& ap) {
+            c.fail(a, ap, "passwords do not belong in the config file: use password_file or password_env");
+          }},
+         {"password_file", [&](auto& a, auto& ap) { c.string(a, ap, m.password_file); }},
+         {"password_env", [&](auto& a, auto& ap) { c.string(a, ap, m.password_env); }},
+         {"database", [&](auto& a, auto& ap) { c.identifier(a, ap, m.database); }},
+         {"table", [&](auto& a, auto& ap) { c.identifier(a, ap, m.table); }},
+         {"connect_timeout", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 5min, m.connect_timeout); }},
+         {"pool_size", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 64, m.pool_size); }},
+       });
+     }},
+    {"counters", [&](const YAML::Node& v, const std::string& p) {
+       if (v.IsNull()) return;
+       if (!v.IsSequence()) {
+         c.fail(v, p, "expected a list of counters");
+         return;
+       }
+       std::map<std::string, int> names;
+       std::map<std::uint32_t, int> types;
+       for (std::size_t i = 0; i < v.size(); ++i) {
+         const YAML::Node item = v[i];
+         const std::string ip = p + "[" + std::to_string(i) + "]";
+         counter_decl d;
+         bool has_name = false, has_type = false;
+         c.mapping(item, ip, {
+           {"name", [&](auto& a, auto& ap) { c.identifier(a, ap, d.name); has_name = true; }},
+           {"record_type", [&](auto& a, auto& ap) {
+              c.integer<std::uint32_t>(a, ap, 0, 2147483647u, d.record_type);
+              has_type = true;
+            }},
+           {"rollup", [&](const YAML::Node& a, const std::string& ap) {
+              rollup_target t;
+              c.mapping(a, ap, {
+                {"table", [&](auto& b, auto& bp) { c.identifier(b, bp, t.table); }},
+                {"id_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.id_column); }},
+                {"count_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.count_column); }},
+              });
+              if (t.table.empty() || t.id_column.empty() || t.count_column.empty()) {
+                c.fail(a, ap, "needs table, id_column and count_column");
+              }
+              d.rollup = t;
+            }},
+         });
+         if (!item.IsMap()) continue;
+         if (!has_name) c.fail(item, ip + ".name", "missing");
+         if (!has_type) c.fail(item, ip + ".record_type", "missing");
+         if (has_name && !d.name.empty() && !names.emplace(d.name, 0).second) {
+           c.fail(item, ip + ".name", "'" + d.name + "' is declared twice");
+         }
+         if (has_type && !types.emplace(d.record_type, 0).second) {
+           c.fail(item, ip + ".record_type", std::to_string(d.record_type) + " is declared twice");
+         }
+         cfg.counters.push_back(std::move(d));
+       }
+     }},
+    {"accept_undeclared_types", [&](auto& v, auto& p) { c.boolean(v, p, cfg.accept_undeclared_types); }},
+    {"shards", [&](auto& v, auto& p) { c.integer<unsigned>(v, p, 1, 4096, cfg.shards); }},
+    {"flush", [&](const YAML::Node& v, const std::string& p) {
+       auto& f = cfg.flush;
+       c.mapping(v, p, {
+         {"interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.interval); }},
+         {"max_rows_per_statement", [&](auto& a, auto& ap) {
+            c.integer<std::size_t>(a, ap, 1, 100000, f.max_rows_per_statement);
+          }},
+         {"slots", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 65535, f.slots); }},
+         {"max_pending_keys", [&](auto& a, auto& ap) {
+            c.integer<std::size_t>(a, ap, 1, 1'000'000'000, f.max_pending_keys);
+          }},
+         {"max_retry_backoff", [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.max_retry_backoff); }},
+       });
+     }},
+    {"rollup", [&](const YAML::Node& v, const std::string& p) {
+       auto& r = cfg.rollup;
+       c.mapping(v, p, {
+         {"interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 24h, r.interval); }},
+         {"batch_size", [&](auto& a, auto& ap) { c.integer<std::size_t>(a, ap, 1, 100000, r.batch_size); }},
+       });
+     }},
+    {"wal", [&](const YAML::Node& v, const std::string& p) {
+       auto& w = cfg.wal;
+       c.mapping(v, p, {
+         {"dir", [&](auto& a, auto& ap) { c.string(a, ap, w.dir); }},
+         {"fsync", [&](auto& a, auto& ap) {
+            c.choice<fsync_mode>(a, ap, {{"always", fsync_mode::always}, {"interval", fsync_mode::interval},
+                                         {"never", fsync_mode::never}}, w.fsync);
+          }},
+         {"fsync_interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 1ms, 10s, w.fsync_interval); }},
+       });
+     }},
+    {"shutdown_timeout", [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
+    {"log", [&](const YAML::Node& v, const std::string& p) {
+       c.mapping(v, p, {
+         {"level", [&](auto& a, auto& ap) {
+            c.choice<log_level>(a, ap, {{"debug", log_level::debug}, {"info", log_level::info},
+                                        {"warn", log_level::warn}, {"error", log_level::error}}, cfg.log);
+          }},
+       });
+     }},
+  });
+
+  if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
+  if (c.problems().empty()) resolve_secrets(cfg, c);
+  if (!c.problems().empty()) throw config_error(c.problems());
+  return cfg;
+}
+
+daemon_config load_config(const std::string& path) {
+  std::string text, why;
+  if (!read_whole_file(path, text, why)) {
+    throw config_error({path + ": cannot read config: " + why});
+  }
+  return parse_config(text, path);
+}
+
+}  // namespace slotted::config

@@ -1,0 +1,111 @@
+#pragma once
+// The daemon's configuration (SPEC §6), loaded from YAML and validated whole.
+//
+// load_config() either returns a fully valid config or throws config_error listing
+// every problem found, each naming the key and its line ("line 12: flush.slots: ...").
+// The password is resolved from password_file or password_env and is never part of
+// any message.
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/duration.hpp"
+
+namespace slotted::config {
+
+struct rollup_target {
+  std::string table;
+  std::string id_column;
+  std::string count_column;
+};
+
+struct counter_decl {
+  std::string name;
+  std::uint32_t record_type = 0;
+  std::optional<rollup_target> rollup;
+};
+
+enum class fsync_mode { always, interval, never };
+enum class log_level { debug, info, warn, error };
+
+struct http_config {
+  unsigned threads = 0;  // 0: hardware threads
+  std::size_t max_body_bytes = 1048576;
+  std::size_t max_items_per_request = 100000;
+  duration idle_timeout = std::chrono::seconds(30);
+  std::string auth_token_file;
+  std::string auth_token;  // resolved from auth_token_file
+};
+
+struct mysql_config {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 3306;
+  std::string socket;
+  std::string user = "counterd";
+  std::string password_file;
+  std::string password_env;
+  std::string password;  // resolved; never logged
+  std::string database = "app";
+  std::string table = "slotted_counters";
+  duration connect_timeout = std::chrono::seconds(5);
+  unsigned pool_size = 2;
+};
+
+struct flush_config {
+  duration interval = std::chrono::seconds(1);
+  std::size_t max_rows_per_statement = 1000;
+  unsigned slots = 100;
+  std::size_t max_pending_keys = 5000000;
+  duration max_retry_backoff = std::chrono::seconds(30);
+};
+
+struct rollup_config {
+  duration interval = std::chrono::seconds(60);
+  std::size_t batch_size = 500;
+};
+
+struct wal_config {
+  std::string dir;
+  fsync_mode fsync = fsync_mode::always;
+  duration fsync_interval = std::chrono::milliseconds(10);
+};
+
+struct daemon_config {
+  std::string instance_id;  // default: hostname
+  std::string listen_address = "127.0.0.1";
+  std::uint16_t listen_port = 8080;  // 0: any free port (tests)
+  http_config http;
+  mysql_config mysql;
+  std::vector<counter_decl> counters;
+  bool accept_undeclared_types = false;
+  unsigned shards = 64;
+  flush_config flush;
+  rollup_config rollup;
+  wal_config wal;
+  duration shutdown_timeout = std::chrono::seconds(30);
+  log_level log = log_level::info;
+};
+
+class config_error : public std::runtime_error {
+ public:
+  explicit config_error(std::vector<std::string> problems);
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+// Reads and validates FILE. Throws config_error on any problem (including an
+// unreadable file, a missing password file or an unset password variable).
+daemon_config load_config(const std::string& path);
+
+// Same, from YAML text; `origin` names the source in messages.
+daemon_config parse_config(const std::string& yaml_text, const std::string& origin = "config");
+
+// SPEC §3: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
+bool is_valid_identifier(std::string_view name);
+
+}  // namespace slotted::config

@@ -1,0 +1,62 @@
+#include "db/errors.hpp"
+
+#include <errmsg.h>
+#include <mysqld_error.h>
+
+namespace slotted::db {
+
+const char* kind_name(error_kind kind) {
+  switch (kind) {
+    case error_kind::deadlock: return "deadlock";
+    case error_kind::lock_wait_timeout: return "lock_wait_timeout";
+    case error_kind::connection: return "connection";
+    case error_kind::other: return "other";
+  }
+  return "other";
+}
+
+error_kind kind_of(unsigned code) {
+  switch (code) {
+    case ER_LOCK_DEADLOCK:  // 1213
+      return error_kind::deadlock;
+    case ER_LOCK_WAIT_TIMEOUT:  // 1205
+      return error_kind::lock_wait_timeout;
+    case CR_CONNECTION_ERROR:       // 2002
+    case CR_CONN_HOST_ERROR:        // 2003
+    case CR_SERVER_GONE_ERROR:      // 2006
+    case CR_SERVER_LOST:            // 2013
+    case CR_SERVER_LOST_EXTENDED:   // 2055
+    case CR_COMMANDS_OUT_OF_SYNC:   // 2014: the protocol state is unknown
+    case ER_CON_COUNT_ERROR:        // 1040 too many connections
+    case ER_SERVER_SHUTDOWN:        // 1053
+    case ER_CONNECTION_KILLED:      // 1927
+    case ER_QUERY_INTERRUPTED:      // 1317
+    case 1152:                      // ER_ABORTING_CONNECTION
+    case 4031:                      // client disconnected for inactivity
+      return error_kind::connection;
+    default:
+      return error_kind::other;
+  }
+}
+
+bool is_fatal(unsigned code) {
+  switch (code) {
+    case ER_ACCESS_DENIED_ERROR:        // 1045
+    case ER_DBACCESS_DENIED_ERROR:      // 1044
+    case ER_TABLEACCESS_DENIED_ERROR:   // 1142
+    case ER_COLUMNACCESS_DENIED_ERROR:  // 1143
+    case ER_BAD_DB_ERROR:               // 1049
+    case ER_NO_SUCH_TABLE:              // 1146
+    case ER_BAD_FIELD_ERROR:            // 1054
+    case ER_PARSE_ERROR:                // 1064
+    case ER_WRONG_VALUE_COUNT_ON_ROW:   // 1136
+      return true;
+    default:
+      return false;
+  }
+}
+
+db_error::db_error(unsigned code, const std::string& message, bool fatal_override)
+    : std::runtime_error(message), code_(code), fatal_(fatal_override || is_fatal(code)) {}
+
+}  // namespace slotted::db

@@ -1,0 +1,36 @@
+#pragma once
+// Database error classification, in one place (SPEC §7 `kind` label, issue: retry policy).
+//
+// Retryable: the connection was lost or refused, a deadlock, a lock wait timeout, too
+// many connections, or anything unknown (retried with backoff). Fatal: errors that the
+// same statement will meet again until an operator acts (access denied, unknown
+// database/table/column, bad schema).
+
+#include <stdexcept>
+#include <string>
+
+namespace slotted::db {
+
+enum class error_kind { deadlock, lock_wait_timeout, connection, other };
+
+const char* kind_name(error_kind kind);
+error_kind kind_of(unsigned code);
+bool is_fatal(unsigned code);
+
+class db_error : public std::runtime_error {
+ public:
+  // `code` is the server or client error number; 0 for errors of our own (schema checks).
+  db_error(unsigned code, const std::string& message, bool fatal_override = false);
+
+  unsigned code() const { return code_; }
+  error_kind kind() const { return kind_of(code_); }
+  bool fatal() const { return fatal_; }
+  // The connection is unusable after this error and must be discarded.
+  bool connection_lost() const { return kind() == error_kind::connection; }
+
+ private:
+  unsigned code_;
+  bool fatal_;
+};
+
+}  // namespace slotted::db

@@ -1,0 +1,116 @@
+#include "db/sql.hpp"
+
+#include <charconv>
+
+namespace slotted::db {
+
+namespace {
+template <typename Int>
+void append_int(std::string& out, Int value) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, r.ptr);
+}
+}  // namespace
+
+std::string quote_identifier(std::string_view name) {
+  std::string out;
+  out.reserve(name.size() + 2);
+  out.push_back('`');
+  for (char c : name) {
+    if (c == '`') out.push_back('`');  // unreachable for valid identifiers; defence in depth
+    out.push_back(c);
+  }
+  out.push_back('`');
+  return out;
+}
+
+std::string upsert_statement(std::string_view table, std::span<const counter_row> rows) {
+  std::string sql;
+  sql.reserve(128 + rows.size() * 40);
+  sql += "INSERT INTO ";
+  sql += quote_identifier(table);
+  sql += " (`record_type`, `record_id`, `slot`, `count`) VALUES ";
+  bool first = true;
+  for (const auto& r : rows) {
+    if (!first) sql.push_back(',');
+    first = false;
+    sql.push_back('(');
+    append_int(sql, r.record_type);
+    sql.push_back(',');
+    append_int(sql, r.record_id);
+    sql.push_back(',');
+    append_int(sql, r.slot);
+    sql.push_back(',');
+    append_int(sql, r.delta);
+    sql.push_back(')');
+  }
+  sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+  return sql;
+}
+
+std::string create_counters_table(std::string_view table) {
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(table) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+         "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
+         "  `count` BIGINT NOT NULL,\n"
+         "  PRIMARY KEY (`record_type`, `record_id`, `slot`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string create_ledger_table() {
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(ledger_table) +
+         " (\n"
+         "  `instance_id` VARCHAR(64) NOT NULL,\n"
+         "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
+         "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
+         "  `row_count` INT UNSIGNED NOT NULL,\n"
+         "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
+         "  PRIMARY KEY (`instance_id`, `run_id`, `batch_seq`),\n"
+         "  KEY `by_age` (`instance_id`, `committed_at`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id,
+                          std::uint64_t batch_seq, std::size_t rows) {
+  std::string sql = "INSERT INTO " + quote_identifier(ledger_table) +
+                    " (`instance_id`, `run_id`, `batch_seq`, `row_count`) VALUES (";
+  sql += quoted_instance;
+  sql.push_back(',');
+  append_int(sql, run_id);
+  sql.push_back(',');
+  append_int(sql, batch_seq);
+  sql.push_back(',');
+  append_int(sql, rows);
+  sql.push_back(')');
+  return sql;
+}
+
+std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
+                         std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
+                         std::size_t limit) {
+  std::string sql = "DELETE FROM " + quote_identifier(ledger_table) + " WHERE `instance_id` = ";
+  sql += quoted_instance;
+  sql += " AND `committed_at` < NOW(3) - INTERVAL ";
+  append_int(sql, max_age_seconds);
+  sql += " SECOND AND NOT (`run_id` = ";
+  append_int(sql, run_id);
+  sql += " AND `batch_seq` >= ";
+  append_int(sql, keep_from_seq);
+  sql += ") LIMIT ";
+  append_int(sql, limit);
+  return sql;
+}
+
+std::string select_count(std::string_view table, std::uint32_t record_type, std::uint64_t record_id) {
+  std::string sql = "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM " + quote_identifier(table) +
+                    " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `record_id` = ";
+  append_int(sql, record_id);
+  return sql;
+}
+
+}  // namespace slotted::db

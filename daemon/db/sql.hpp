@@ -1,0 +1,46 @@
+#pragma once
+// All SQL text the daemon sends, built here. Pure functions, no I/O, thread-safe.
+// Identifiers come from the validated config and are always backquoted; values are
+// numbers formatted here, never text taken from a request.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace slotted::db {
+
+// The bookkeeping table of committed flush batches (exactly-once, SPEC G1).
+inline constexpr std::string_view ledger_table = "slotted_counterd_ledger";
+
+struct counter_row {
+  std::uint32_t record_type = 0;
+  std::uint64_t record_id = 0;
+  std::uint16_t slot = 0;
+  std::int64_t delta = 0;
+};
+
+// `name` backquoted. Precondition: config::is_valid_identifier(name).
+std::string quote_identifier(std::string_view name);
+
+// One multi-row upsert for `rows` (in the order given):
+// INSERT INTO `t` (`record_type`, `record_id`, `slot`, `count`) VALUES (...),...
+// ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)
+std::string upsert_statement(std::string_view table, std::span<const counter_row> rows);
+
+std::string create_counters_table(std::string_view table);
+std::string create_ledger_table();
+
+// `instance` must already be a quoted literal (connection::quote).
+std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id,
+                          std::uint64_t batch_seq, std::size_t rows);
+
+// Deletes this instance's ledger rows older than `max_age_seconds`, except those of the
+// current run from `keep_from_seq` on (batches whose outcome may still be checked).
+std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
+                         std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
+                         std::size_t limit);
+
+std::string select_count(std::string_view table, std::uint32_t record_type, std::uint64_t record_id);
+
+}  // namespace slotted::db

@@ -1,0 +1,326 @@
+#include "flush/flusher.hpp"
+
+#include <algorithm>
+
+#include "db/errors.hpp"
+#include "util/log.hpp"
+
+namespace slotted::flush {
+
+namespace {
+using clock = std::chrono::steady_clock;
+
+// Ledger rows older than this are pruned; a batch's outcome is only ever looked up by
+// the run that formed it, while it is still queued.
+constexpr std::uint64_t ledger_max_age_seconds = 3600;
+constexpr auto prune_every = std::chrono::minutes(1);
+// Deadlocks and lock wait timeouts are retried within the cycle this many times.
+constexpr int lock_retries = 3;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, std::size_t max_rows,
+                                      unsigned slots, std::uint64_t first_seq, std::mt19937_64& rng,
+                                      clock::time_point oldest_arrival) {
+  std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
+  std::sort(deltas.begin(), deltas.end(),
+            [](const auto& a, const auto& b) { return a.key < b.key; });
+  std::vector<flush_batch> batches;
+  batches.reserve((deltas.size() + max_rows - 1) / max_rows);
+  for (std::size_t i = 0; i < deltas.size(); i += max_rows) {
+    flush_batch b;
+    b.seq = first_seq + batches.size();
+    b.oldest_arrival = oldest_arrival;
+    const std::size_t end = std::min(deltas.size(), i + max_rows);
+    b.rows.reserve(end - i);
+    for (std::size_t j = i; j < end; ++j) {
+      const auto& d = deltas[j];
+      b.rows.push_back({d.key.record_type, d.key.record_id, static_cast<std::uint16_t>(rng() % slots), d.delta});
+    }
+    batches.push_back(std::move(b));
+  }
+  return batches;
+}
+
+flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics)
+    : settings_(std::move(s)), store_(store), pool_(pool), metrics_(metrics) {
+  std::random_device rd;
+  // A fresh random run id per process: batch ids of different runs never collide,
+  // whatever the clock does.
+  run_id_ = ((static_cast<std::uint64_t>(rd()) << 32) | rd()) & 0x7fffffffffffffffull;
+  rng_.seed((static_cast<std::uint64_t>(rd()) << 32) | rd());
+}
+
+flusher::~flusher() {
+  if (thread_.joinable()) stop(clock::now());
+}
+
+void flusher::start() { thread_ = std::thread([this] { run(); }); }
+
+void flusher::request_flush(std::function<void(const flush_result&)> done) {
+  {
+    std::lock_guard lock(control_mutex_);
+    if (!stopping_) {
+      waiters_.push_back(std::move(done));
+      wake_.notify_one();
+      return;
+    }
+  }
+  done(flush_result{false, 0, "shutting down"});
+}
+
+void flusher::run() {
+  auto next = clock::now() + settings_.interval;
+  std::unique_lock lock(control_mutex_);
+  while (true) {
+    wake_.wait_until(lock, next, [&] { return stopping_ || !waiters_.empty(); });
+    if (stopping_) break;
+    auto waiters = std::move(waiters_);
+    waiters_.clear();
+    lock.unlock();
+    const flush_result result = cycle();
+    for (auto& w : waiters) w(result);
+    lock.lock();
+    next = clock::now() + (result.ok ? settings_.interval : next_backoff());
+  }
+  // Anyone still waiting is answered by the final flush in stop().
+}
+
+std::size_t flusher::stop(clock::time_point deadline) {
+  std::vector<std::function<void(const flush_result&)>> waiters;
+  {
+    std::lock_guard lock(control_mutex_);
+    stopping_ = true;
+    waiters.swap(waiters_);
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+
+  flush_result result = cycle();
+  while (!result.ok && !fatal_ && clock::now() < deadline) {
+    const auto pause = std::min<clock::duration>(next_backoff(), deadline - clock::now());
+    std::this_thread::sleep_for(std::max<clock::duration>(pause, clock::duration::zero()));
+    result = cycle();
+  }
+  for (auto& w : waiters) w(result);
+  std::lock_guard lock(queue_mutex_);
+  return queued_rows_ + store_.keys();
+}
+
+std::chrono::milliseconds flusher::next_backoff() {
+  if (consecutive_failures_ == 0) return settings_.interval;
+  const auto cap = settings_.max_retry_backoff;
+  auto base = std::chrono::milliseconds(100);
+  for (unsigned i = 1; i < consecutive_failures_ && base < cap; ++i) base *= 2;
+  base = std::min(base, cap);
+  // Full jitter in [base/2, base]: instances that lost the database together do not
+  // come back in step.
+  std::uniform_int_distribution<long> jitter(base.count() / 2, base.count());
+  return std::chrono::milliseconds(jitter(rng_));
+}
+
+void flusher::take_from_store() {
+  std::vector<store::pending_delta> deltas;
+  std::lock_guard lock(queue_mutex_);
+  // Under queue_mutex_, so read_total() sees each delta either in the store or queued.
+  const auto oldest = store_.take_all(deltas);
+  if (deltas.empty()) return;
+  auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement, settings_.slots,
+                              next_seq_, rng_, oldest.value_or(clock::now()));
+  next_seq_ += batches.size();
+  for (auto& b : batches) {
+    queued_rows_ += b.rows.size();
+    queued_.push_back(std::move(b));
+  }
+  store_.set_unwritten_rows(queued_rows_);
+}
+
+std::size_t flusher::write_queued(db::connection& conn) {
+  std::size_t written = 0;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (queued_.empty()) return 0;
+    ++generation_;  // odd: commits in progress
+  }
+  const auto end_commits = [&] {
+    {
+      std::lock_guard lock(queue_mutex_);
+      ++generation_;
+    }
+    generation_changed_.notify_all();
+  };
+  try {
+    while (true) {
+      const flush_batch* batch = nullptr;
+      {
+        std::lock_guard lock(queue_mutex_);
+        if (queued_.empty()) break;
+        batch = &queued_.front();  // only this thread pops, so it stays valid
+      }
+      const db::batch_identity id{settings_.instance_id, run_id_, batch->seq};
+      db::commit_outcome outcome{};
+      for (int attempt = 0;; ++attempt) {
+        try {
+          outcome = db::commit_batch(conn, settings_.table, id, batch->rows);
+          break;
+        } catch (const db::db_error& e) {
+          const auto kind = e.kind();
+          if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
+              attempt + 1 >= lock_retries) {
+            throw;
+          }
+          metrics_.db_error(kind);
+          std::uniform_int_distribution<int> pause_ms(5, 20 << attempt);
+          std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng_)));
+        }
+      }
+      if (outcome == db::commit_outcome::applied) {
+        written += batch->rows.size();
+        metrics_.flush_rows.Increment(static_cast<double>(batch->rows.size()));
+        metrics_.flush_statements.Increment();
+      } else {
+        log::info("batch ", batch->seq, " of run ", run_id_,
+                  " was already committed (found in the ledger); not applied again");
+      }
+      std::lock_guard lock(queue_mutex_);
+      queued_rows_ -= queued_.front().rows.size();
+      queued_.pop_front();
+      store_.set_unwritten_rows(queued_rows_);
+    }
+  } catch (...) {
+    end_commits();
+    throw;
+  }
+  end_commits();
+  return written;
+}
+
+flush_result flusher::cycle() {
+  const auto started = clock::now();
+  flush_result result;
+  std::optional<db::pool::lease> lease;
+  try {
+    lease.emplace(pool_.acquire());
+    if (!schema_verified_ || fatal_) {
+      db::verify_schema(**lease, settings_.table);
+      schema_verified_ = true;
+      if (fatal_) log::info("database schema is valid now; flushing resumes");
+      fatal_ = false;
+    }
+    // The backlog first, oldest first; only then anything new from the store.
+    result.rows = write_queued(**lease);
+    take_from_store();
+    result.rows += write_queued(**lease);
+    if (result.rows == 0) (*lease)->execute("DO 1");  // proves the connection is alive
+    if (clock::now() - last_prune_ > prune_every) {
+      std::uint64_t keep_from = next_seq_;
+      {
+        std::lock_guard lock(queue_mutex_);
+        if (!queued_.empty()) keep_from = queued_.front().seq;
+      }
+      db::prune_ledger(**lease, {settings_.instance_id, run_id_, keep_from}, ledger_max_age_seconds);
+      last_prune_ = clock::now();
+    }
+    result.ok = true;
+  } catch (const db::db_error& e) {
+    if (lease && e.connection_lost()) lease->discard();
+    note_failure(e);
+    result.error = e.what();
+  }
+  lease.reset();
+
+  if (result.ok) {
+    if (consecutive_failures_ > 0 || !ready_.load()) log::info("database reachable; flushing");
+    consecutive_failures_ = 0;
+    last_error_.clear();
+    ready_.store(true);
+    metrics_.flushes_ok.Increment();
+    metrics_.last_flush_success_timestamp_seconds.Set(unix_now());
+    if (result.rows > 0) {
+      metrics_.flush_duration_seconds.Observe(
+          std::chrono::duration<double>(clock::now() - started).count());
+      log::debug("flushed ", result.rows, " rows");
+    }
+  } else {
+    metrics_.flushes_error.Increment();
+  }
+  update_gauges();
+  return result;
+}
+
+void flusher::note_failure(const db::db_error& e) {
+  ++consecutive_failures_;
+  ready_.store(false);
+  metrics_.db_error(e.kind());
+  if (e.fatal()) fatal_ = true;
+  // Logged once per distinct problem, not once per cycle.
+  if (e.what() != last_error_) {
+    last_error_ = e.what();
+    if (e.fatal()) {
+      log::error("flush stopped: ", e.what(), " (fatal: fix it and the flusher resumes; ",
+                 "increments are kept in memory up to flush.max_pending_keys)");
+    } else {
+      log::warn("flush failed, retrying with backoff: ", e.what(), " (error ", e.code(), ", ",
+                db::kind_name(e.kind()), ")");
+    }
+  }
+}
+
+void flusher::update_gauges() {
+  std::optional<clock::time_point> oldest = store_.oldest();
+  std::size_t queued_rows = 0;
+  {
+    std::lock_guard lock(queue_mutex_);
+    queued_rows = queued_rows_;
+    if (!queued_.empty() && (!oldest || queued_.front().oldest_arrival < *oldest)) {
+      oldest = queued_.front().oldest_arrival;
+    }
+  }
+  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows));
+  metrics_.pending_oldest_age_seconds.Set(
+      oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
+}
+
+counter_reading flusher::read_total(const store::counter_key& key) {
+  const auto queued_delta = [&] {
+    std::int64_t sum = store_.pending(key);
+    for (const auto& b : queued_) {
+      const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key, [](const db::counter_row& r, const store::counter_key& k) {
+        return store::counter_key{r.record_type, r.record_id} < k;
+      });
+      if (it != b.rows.end() && it->record_type == key.record_type && it->record_id == key.record_id) {
+        sum += it->delta;
+      }
+    }
+    return sum;
+  };
+  auto lease = pool_.acquire();
+  counter_reading reading;
+  try {
+    // Retry until no commit started or ended during the database read; give up on
+    // exactness after a few tries rather than wait forever under constant flushing.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::uint64_t before = 0;
+      {
+        std::unique_lock lock(queue_mutex_);
+        generation_changed_.wait_for(lock, std::chrono::milliseconds(200),
+                                     [&] { return generation_ % 2 == 0; });
+        before = generation_;
+      }
+      reading.persisted = db::read_count(*lease, settings_.table, key.record_type, key.record_id);
+      std::lock_guard lock(queue_mutex_);
+      reading.pending = queued_delta();
+      if (generation_ == before && before % 2 == 0) break;
+    }
+  } catch (const db::db_error& e) {
+    if (e.connection_lost()) lease.discard();
+    metrics_.db_error(e.kind());
+    throw;
+  }
+  return reading;
+}
+
+}  // namespace slotted::flush

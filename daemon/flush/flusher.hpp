@@ -1,0 +1,136 @@
+#pragma once
+// Moves pending deltas from the store into the database, exactly once (SPEC G1).
+//
+// Every flush interval the flusher takes everything out of the store, drops zero net
+// deltas, sorts the rest by key (one lock order for every writer), gives each row a
+// random slot in [0, slots) and cuts them into batches of at most
+// max_rows_per_statement rows. A batch's content and id (instance, run, seq) are
+// fixed once formed. Each batch commits in one transaction with its ledger row, so a
+// retry after an unknown COMMIT outcome finds the ledger row and applies nothing.
+// Batches that fail stay queued, oldest first, and are retried with capped
+// exponential backoff and jitter before anything new is taken from the store, so
+// hot keys keep aggregating in memory during an outage.
+//
+// Thread-safety: one background thread does all writes. request_flush(), read_total(),
+// ready() and the accessors may be called from any thread.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "db/pool.hpp"
+#include "db/repository.hpp"
+#include "metrics/metrics.hpp"
+#include "store/pending_store.hpp"
+
+namespace slotted::flush {
+
+struct settings {
+  std::string instance_id;
+  std::string table;
+  std::chrono::milliseconds interval{1000};
+  std::size_t max_rows_per_statement = 1000;
+  unsigned slots = 100;
+  std::chrono::milliseconds max_retry_backoff{30000};
+};
+
+struct flush_batch {
+  std::uint64_t seq = 0;
+  std::vector<db::counter_row> rows;  // sorted by (record_type, record_id)
+  std::chrono::steady_clock::time_point oldest_arrival;
+};
+
+struct flush_result {
+  bool ok = false;
+  std::size_t rows = 0;     // rows committed by this cycle
+  std::string error;        // why not, when !ok
+};
+
+struct counter_reading {
+  std::int64_t persisted = 0;
+  std::int64_t pending = 0;
+};
+
+// Cuts sorted deltas into batches; pure, exposed for tests.
+std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
+                                      std::size_t max_rows, unsigned slots, std::uint64_t first_seq,
+                                      std::mt19937_64& rng,
+                                      std::chrono::steady_clock::time_point oldest_arrival);
+
+class flusher {
+ public:
+  flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics);
+  ~flusher();
+  flusher(const flusher&) = delete;
+  flusher& operator=(const flusher&) = delete;
+
+  void start();
+
+  // Stops the periodic cycles, then keeps flushing until everything is written or
+  // `deadline` passes. Returns the number of rows that could not be written.
+  std::size_t stop(std::chrono::steady_clock::time_point deadline);
+
+  // Runs a cycle as soon as the flusher is free; `done` is called on the flusher
+  // thread with its result. The cycle takes everything added before this call.
+  void request_flush(std::function<void(const flush_result&)> done);
+
+  // Persisted SUM(count) plus what is still pending, never counting a batch twice or
+  // not at all while it commits. Blocking: call from a database worker thread.
+  // Throws db_error.
+  counter_reading read_total(const store::counter_key& key);
+
+  // The database was reachable and the schema valid at the last attempt.
+  bool ready() const { return ready_.load(); }
+  std::uint64_t run_id() const { return run_id_; }
+
+ private:
+  void run();
+  flush_result cycle();
+  // Commits queued batches oldest first; returns rows committed; throws db_error.
+  std::size_t write_queued(db::connection& conn);
+  void take_from_store();
+  void note_failure(const db::db_error& e);
+  void update_gauges();
+  std::chrono::milliseconds next_backoff();
+
+  settings settings_;
+  store::pending_store& store_;
+  db::pool& pool_;
+  metrics::registry& metrics_;
+  std::uint64_t run_id_;
+  std::uint64_t next_seq_ = 1;
+  std::mt19937_64 rng_;
+
+  // Guards queued_ and generation_. The flusher thread alone changes them.
+  mutable std::mutex queue_mutex_;
+  std::condition_variable generation_changed_;
+  std::deque<flush_batch> queued_;
+  std::size_t queued_rows_ = 0;
+  // Odd while batches are being committed: a concurrent read of the database may or
+  // may not include them (see read_total).
+  std::uint64_t generation_ = 0;
+
+  std::mutex control_mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::vector<std::function<void(const flush_result&)>> waiters_;
+
+  std::atomic<bool> ready_{false};
+  bool schema_verified_ = false;
+  bool fatal_ = false;
+  std::string last_error_;
+  unsigned consecutive_failures_ = 0;
+  std::chrono::steady_clock::time_point last_prune_{};
+  std::thread thread_;
+};
+
+}  // namespace slotted::flush

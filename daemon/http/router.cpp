@@ -1,0 +1,260 @@
+#include "http/router.hpp"
+
+#include <charconv>
+
+#include "util/log.hpp"
+
+namespace slotted::http {
+
+namespace {
+using beast_http::field;
+using beast_http::status;
+using clock = std::chrono::steady_clock;
+
+void append_json_string(std::string& out, std::string_view s) {
+  out.push_back('"');
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+response json_response(unsigned version, status s, std::string body) {
+  response res{s, version};
+  res.set(field::content_type, "application/json");
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+response retry_later(unsigned version, std::string_view message, std::string_view seconds = "1") {
+  auto res = router::error_response(version, status::service_unavailable, message);
+  res.set(field::retry_after, seconds);
+  return res;
+}
+
+// Compares without an early exit, so response time does not reveal a token prefix.
+bool constant_time_equals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+metrics::reject_reason reason_for(status s) {
+  if (s == status::unauthorized) return metrics::reject_reason::unauthorized;
+  if (s == status::unsupported_media_type) return metrics::reject_reason::unsupported_media_type;
+  return metrics::reject_reason::invalid;
+}
+
+template <typename Int>
+bool parse_decimal(std::string_view s, Int& out) {
+  if (s.empty() || s.size() > 20) return false;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+}  // namespace
+
+struct router::route_match {
+  metrics::route route = metrics::route::not_found;
+  const char* allow = "";           // methods allowed on the path
+  beast_http::verb method = beast_http::verb::unknown;
+  bool needs_auth = false;
+  std::string_view counter_type;  // for GET /v1/counters/{t}/{id}
+  std::string_view counter_id;
+};
+
+router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m)
+    : max_items_(cfg.http.max_items_per_request), auth_token_(cfg.http.auth_token), backend_(b), metrics_(m) {
+  std::vector<std::pair<std::string, std::uint32_t>> declared;
+  for (const auto& c : cfg.counters) declared.emplace_back(c.name, c.record_type);
+  types_ = ingest::type_registry(std::move(declared), cfg.accept_undeclared_types);
+}
+
+response router::error_response(unsigned version, status s, std::string_view message,
+                                std::optional<std::size_t> index) {
+  std::string body = "{\"error\": ";
+  append_json_string(body, message);
+  if (index) body += ", \"index\": " + std::to_string(*index);
+  body += "}";
+  return json_response(version, s, std::move(body));
+}
+
+router::route_match router::match(const request_header& req) const {
+  std::string_view target = req.target();
+  target = target.substr(0, target.find('?'));
+  route_match m;
+  if (target == "/v1/increments") {
+    m = {metrics::route::increments, "POST", beast_http::verb::post, true};
+  } else if (target == "/v1/flush") {
+    m = {metrics::route::flush, "POST", beast_http::verb::post, true};
+  } else if (target == "/v1/rollup") {
+    m = {metrics::route::rollup, "POST", beast_http::verb::post, true};
+  } else if (target == "/metrics") {
+    m = {metrics::route::metrics, "GET", beast_http::verb::get, false};
+  } else if (target == "/healthz") {
+    m = {metrics::route::healthz, "GET", beast_http::verb::get, false};
+  } else if (target == "/readyz") {
+    m = {metrics::route::readyz, "GET", beast_http::verb::get, false};
+  } else if (target.starts_with("/v1/counters/")) {
+    const std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
+    const auto slash = rest.find('/');
+    if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
+        rest.find('/', slash + 1) == std::string_view::npos) {
+      m = {metrics::route::counters, "GET", beast_http::verb::get, true};
+      m.counter_type = rest.substr(0, slash);
+      m.counter_id = rest.substr(slash + 1);
+    }
+  }
+  return m;
+}
+
+std::optional<response> router::refuse(const request_header& req, const route_match& m) {
+  const unsigned v = req.version();
+  if (m.route == metrics::route::not_found) {
+    return error_response(v, status::not_found, "no such path");
+  }
+  if (req.method() != m.method) {
+    auto res = error_response(v, status::method_not_allowed,
+                              std::string("method not allowed; use ") + m.allow);
+    res.set(field::allow, m.allow);
+    return res;
+  }
+  if (m.needs_auth && !auth_token_.empty()) {
+    const std::string_view header = req[field::authorization];
+    constexpr std::string_view prefix = "Bearer ";
+    if (!header.starts_with(prefix) || !constant_time_equals(header.substr(prefix.size()), auth_token_)) {
+      auto res = error_response(v, status::unauthorized, "missing or wrong bearer token");
+      res.set(field::www_authenticate, "Bearer");
+      return res;
+    }
+  }
+  if (m.route == metrics::route::increments && !ingest::format_for(req[field::content_type])) {
+    return error_response(v, status::unsupported_media_type,
+                          "Content-Type must be application/json or application/x-ndjson");
+  }
+  return std::nullopt;
+}
+
+std::optional<response> router::check_header(const request_header& req) {
+  const auto m = match(req);
+  auto refused = refuse(req, m);
+  if (refused) {
+    metrics_.observe_request(m.route, refused->result_int(), 0.0);
+    if (m.route == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
+  }
+  return refused;
+}
+
+void router::handle(request&& req, respond_fn respond) {
+  const auto started = clock::now();
+  const auto m = match(req);
+  // Every answer is counted once, with the time it took, whichever thread gives it.
+  respond_fn timed = [this, route = m.route, started, respond = std::move(respond)](response&& res) {
+    metrics_.observe_request(route, res.result_int(),
+                             std::chrono::duration<double>(clock::now() - started).count());
+    respond(std::move(res));
+  };
+  if (auto refused = refuse(req, m)) {
+    if (m.route == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
+    return timed(std::move(*refused));
+  }
+  const unsigned v = req.version();
+  switch (m.route) {
+    case metrics::route::increments:
+      return handle_increments(req, timed);
+    case metrics::route::counters:
+      return handle_counter(req, m, timed);
+    case metrics::route::flush:
+      return backend_.flush_now([v, timed](const flush::flush_result& r) {
+        if (!r.ok) return timed(retry_later(v, "flush failed: " + r.error, "5"));
+        timed(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.rows) + "}"));
+      });
+    case metrics::route::rollup:
+      return backend_.rollup_now([v, timed](const rollup_result& r) {
+        if (!r.ok) return timed(retry_later(v, "rollup failed: " + r.error, "5"));
+        timed(json_response(v, status::ok, "{\"records\": " + std::to_string(r.records) + "}"));
+      });
+    case metrics::route::metrics: {
+      response res{status::ok, v};
+      res.set(field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      res.body() = backend_.metrics_text();
+      res.prepare_payload();
+      return timed(std::move(res));
+    }
+    case metrics::route::healthz:
+      return timed(json_response(v, status::ok, "{\"status\": \"ok\"}"));
+    case metrics::route::readyz:
+      if (backend_.draining()) return timed(retry_later(v, "draining"));
+      if (!backend_.ready()) return timed(retry_later(v, "database not reachable", "5"));
+      return timed(json_response(v, status::ok, "{\"status\": \"ready\"}"));
+    default:
+      return timed(error_response(v, status::not_found, "no such path"));
+  }
+}
+
+void router::handle_increments(const request& req, const respond_fn& respond) {
+  const unsigned v = req.version();
+  thread_local std::vector<ingest::increment> increments;
+  const auto format = *ingest::format_for(req[field::content_type]);
+  if (auto err = ingest::parse_increments(req.body(), format, types_, max_items_, increments)) {
+    const bool too_many = err->status == 413;
+    metrics_.reject(too_many ? metrics::reject_reason::too_large : metrics::reject_reason::invalid,
+                    increments.empty() ? 1 : increments.size());
+    return respond(error_response(v, too_many ? status::payload_too_large : status::bad_request,
+                                  err->message, err->index));
+  }
+  if (backend_.draining()) {
+    metrics_.reject(metrics::reject_reason::draining, increments.size());
+    return respond(retry_later(v, "shutting down"));
+  }
+  if (backend_.add(increments) == store::add_result::over_limit) {
+    metrics_.reject(metrics::reject_reason::pending_limit, increments.size());
+    return respond(retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
+  }
+  metrics_.increments_accepted.Increment(static_cast<double>(increments.size()));
+  respond(json_response(v, status::accepted, "{\"accepted\": " + std::to_string(increments.size()) + "}"));
+}
+
+void router::handle_counter(const request& req, const route_match& m, const respond_fn& respond) {
+  const unsigned v = req.version();
+  std::uint32_t type = 0;
+  std::uint64_t id = 0;
+  if (!parse_decimal(m.counter_type, type) || type > 2147483647u) {
+    const auto named = types_.by_name(m.counter_type);
+    if (!named) {
+      return respond(error_response(v, status::bad_request,
+                                    "record_type must be an integer in [0, 2147483647] or a declared counter name"));
+    }
+    type = *named;
+  }
+  if (!types_.allows(type)) {
+    return respond(error_response(v, status::bad_request,
+                                  "record_type " + std::to_string(type) + " is not declared under counters"));
+  }
+  if (!parse_decimal(m.counter_id, id)) {
+    return respond(error_response(v, status::bad_request,
+                                  "record_id must be an integer in [0, 18446744073709551615]"));
+  }
+  backend_.read_counter({type, id}, [v, type, id, respond](std::optional<flush::counter_reading> r,
+                                                            std::string error) {
+    if (!r) return respond(retry_later(v, "database not reachable: " + error, "5"));
+    respond(json_response(v, status::ok,
+                          "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
+                              std::to_string(id) + "\", \"count\": " + std::to_string(r->persisted + r->pending) +
+                              ", \"persisted\": " + std::to_string(r->persisted) +
+                              ", \"pending\": " + std::to_string(r->pending) + "}"));
+  });
+}
+
+}  // namespace slotted::http

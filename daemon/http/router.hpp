@@ -1,0 +1,80 @@
+#pragma once
+// Request in, response out (SPEC §4). The router does no I/O itself: increments go to
+// the backend synchronously (memory only); database-bound routes are handed to the
+// backend, which answers later from another thread through the same `respond`.
+//
+// Thread-safety: handle() and check_header() may run on any number of threads at once.
+
+#include <boost/beast/http.hpp>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "config/config.hpp"
+#include "flush/flusher.hpp"
+#include "ingest/parser.hpp"
+#include "metrics/metrics.hpp"
+#include "store/pending_store.hpp"
+
+namespace slotted::http {
+
+namespace beast_http = boost::beast::http;
+using request = beast_http::request<beast_http::string_body>;
+using request_header = beast_http::request_header<>;
+using response = beast_http::response<beast_http::string_body>;
+// Called exactly once per request, from any thread.
+using respond_fn = std::function<void(response&&)>;
+
+struct rollup_result {
+  bool ok = false;
+  std::size_t records = 0;
+  std::string error;
+};
+
+// What the router needs from the rest of the daemon.
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual bool draining() const = 0;
+  virtual bool ready() const = 0;
+  virtual store::add_result add(std::span<const ingest::increment> increments) = 0;
+  // Each `done` may be called from any thread.
+  virtual void read_counter(store::counter_key key,
+                            std::function<void(std::optional<flush::counter_reading>, std::string)> done) = 0;
+  virtual void flush_now(std::function<void(const flush::flush_result&)> done) = 0;
+  virtual void rollup_now(std::function<void(const rollup_result&)> done) = 0;
+  virtual std::string metrics_text() = 0;
+};
+
+class router {
+ public:
+  router(const config::daemon_config& cfg, backend& b, metrics::registry& m);
+
+  void handle(request&& req, respond_fn respond);
+
+  // Refuses a request on its header alone (unknown path, wrong method, missing
+  // token, wrong content type), before a client is told to send its body.
+  std::optional<response> check_header(const request_header& req);
+
+  // A JSON error response; `index` names the item to blame.
+  static response error_response(unsigned version, beast_http::status status, std::string_view message,
+                                 std::optional<std::size_t> index = std::nullopt);
+
+ private:
+  struct route_match;
+  route_match match(const request_header& req) const;
+  std::optional<response> refuse(const request_header& req, const route_match& m);
+  void handle_increments(const request& req, const respond_fn& respond);
+  void handle_counter(const request& req, const route_match& m, const respond_fn& respond);
+
+  ingest::type_registry types_;
+  std::size_t max_items_;
+  std::string auth_token_;
+  backend& backend_;
+  metrics::registry& metrics_;
+};
+
+}  // namespace slotted::http

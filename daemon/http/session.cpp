@@ -1,0 +1,150 @@
+#include "http/session.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/beast/http/empty_body.hpp>
+
+#include "util/log.hpp"
+
+namespace slotted::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using beast_http::status;
+
+session::session(net::ip::tcp::socket&& socket, router& r, const session_limits& limits)
+    : stream_(std::move(socket)), router_(r), limits_(limits) {}
+
+session::~session() = default;
+
+void session::start() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+}
+
+void session::drain() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    self->draining_ = true;
+    // Nothing of a next request has arrived: nobody is waiting for an answer here.
+    if (self->between_requests_ && self->buffer_.size() == 0 && !self->parser_->got_some() &&
+        !self->closed_) {
+      // The pending header read completes with an error and ends the session.
+      self->closed_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+      self->stream_.socket().close(ignored);
+    }
+  });
+}
+
+void session::do_read() {
+  if (draining_ && buffer_.size() == 0) return do_close();
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
+  parser_->body_limit(limits_.max_body_bytes);
+  // One deadline for the whole header, however slowly it trickles in.
+  stream_.expires_after(limits_.idle_timeout);
+  between_requests_ = true;
+  beast_http::async_read_header(stream_, buffer_, *parser_,
+                                beast::bind_front_handler(&session::on_header, shared_from_this()));
+}
+
+void session::on_header(beast::error_code ec, std::size_t) {
+  between_requests_ = false;
+  if (ec) return fail_request(ec);
+  const auto& header = parser_->get();
+  request_keep_alive_ = header.keep_alive();
+  if (auto refused = router_.check_header(header.base())) {
+    // The body was not read, so the connection cannot carry another request.
+    refused->keep_alive(false);
+    return send(std::move(*refused));
+  }
+  if (beast::iequals(header[beast_http::field::expect], "100-continue")) {
+    auto cont = std::make_shared<beast_http::response<beast_http::empty_body>>(status::continue_,
+                                                                               header.version());
+    in_flight_ = cont;
+    return beast_http::async_write(stream_, *cont,
+                                   [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                                     self->in_flight_.reset();
+                                     if (ec) return self->do_close();
+                                     self->read_body();
+                                   });
+  }
+  read_body();
+}
+
+void session::read_body() {
+  stream_.expires_after(limits_.idle_timeout);
+  beast_http::async_read(stream_, buffer_, *parser_,
+                         beast::bind_front_handler(&session::on_read, shared_from_this()));
+}
+
+void session::on_read(beast::error_code ec, std::size_t) {
+  if (ec) return fail_request(ec);
+  stream_.expires_never();
+  router_.handle(parser_->release(), [self = shared_from_this()](response&& res) {
+    auto shared = std::make_shared<response>(std::move(res));
+    net::dispatch(self->stream_.get_executor(), [self, shared] { self->send(std::move(*shared)); });
+  });
+}
+
+void session::fail_request(beast::error_code ec) {
+  request_keep_alive_ = false;
+  const unsigned version = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
+  if (ec == beast_http::error::end_of_stream || ec == net::error::eof ||
+      ec == beast::error::timeout || ec == net::error::operation_aborted ||
+      ec == net::error::connection_reset || ec == beast_http::error::partial_message) {
+    return do_close();
+  }
+  response res;
+  if (ec == beast_http::error::body_limit) {
+    res = router::error_response(version, status::payload_too_large,
+                                 "body larger than http.max_body_bytes (" +
+                                     std::to_string(limits_.max_body_bytes) + ")");
+  } else if (ec == beast_http::error::header_limit) {
+    res = router::error_response(version, status::request_header_fields_too_large, "header too large");
+  } else if (ec.category() == beast_http::make_error_code(beast_http::error::body_limit).category() ||
+             ec == beast_http::error::bad_version) {
+    res = router::error_response(version, status::bad_request, "malformed HTTP request: " + ec.message());
+  } else {
+    log::debug("http read: ", ec.message());
+    return do_close();
+  }
+  res.keep_alive(false);
+  send(std::move(res));
+}
+
+void session::send(response&& res) {
+  const bool keep_alive = !draining_ && res.keep_alive() && request_keep_alive_;
+  res.keep_alive(keep_alive);
+  auto shared = std::make_shared<response>(std::move(res));
+  in_flight_ = shared;
+  stream_.expires_after(limits_.idle_timeout);
+  beast_http::async_write(stream_, *shared,
+                          beast::bind_front_handler(&session::on_write, shared_from_this(), keep_alive));
+}
+
+void session::on_write(bool keep_alive, beast::error_code ec, std::size_t) {
+  in_flight_.reset();
+  if (ec || !keep_alive) return do_close();
+  do_read();
+}
+
+void session::do_close() {
+  if (closed_) return;
+  closed_ = true;
+  beast::error_code ignored;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+  // Read what the client still sends (an unread body) until it closes, briefly: closing
+  // with unread input would reset the connection and could destroy our last response.
+  stream_.expires_after(std::chrono::seconds(1));
+  discard_input();
+}
+
+void session::discard_input() {
+  stream_.async_read_some(net::buffer(discard_buffer_),
+                          [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                            if (!ec) return self->discard_input();
+                            beast::error_code ignored;
+                            self->stream_.socket().close(ignored);
+                          });
+}
+}  // namespace slotted::http

@@ -1,0 +1,64 @@
+#pragma once
+// One HTTP/1.1 connection: read a request (header first, then body), hand it to the
+// router, write the answer, repeat while keep-alive. Limits are enforced where the read
+// happens: header size, body size (Content-Length or chunked), and a deadline of
+// idle_timeout for each request to arrive in full, so a client trickling a header byte
+// a second is cut off. I/O errors are error_codes, never exceptions.
+//
+// Thread-safety: all work runs on the session's strand; drain() may be called from any
+// thread.
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "http/router.hpp"
+
+namespace slotted::http {
+
+struct session_limits {
+  std::size_t max_body_bytes = 1048576;
+  std::size_t max_header_bytes = 16384;
+  std::chrono::milliseconds idle_timeout{30000};
+};
+
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(boost::asio::ip::tcp::socket&& socket, router& r, const session_limits& limits);
+  ~session();
+
+  void start();
+  // Closes the connection now if it is between requests, otherwise right after the
+  // response to the request in progress.
+  void drain();
+
+ private:
+  void do_read();
+  void on_header(boost::beast::error_code ec, std::size_t);
+  void read_body();
+  void on_read(boost::beast::error_code ec, std::size_t);
+  void send(response&& res);
+  void on_write(bool keep_alive, boost::beast::error_code ec, std::size_t);
+  void fail_request(boost::beast::error_code ec);
+  void do_close();
+  void discard_input();
+
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
+  std::shared_ptr<void> in_flight_;  // the message being written
+  std::array<char, 4096> discard_buffer_;
+  router& router_;
+  session_limits limits_;
+  bool request_keep_alive_ = false;
+  bool between_requests_ = false;
+  bool draining_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace slotted::http

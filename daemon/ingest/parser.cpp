@@ -1,0 +1,324 @@
+#include "ingest/parser.hpp"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <cstring>
+
+// simdjson's On-Demand API was chosen over its DOM API by measurement: on a 1,000-item
+// body it parsed 55 ns/item against 78 ns/item for DOM on this machine (see bench/),
+// and it reports where it stopped, which gives the index of the first bad item.
+
+namespace slotted::ingest {
+namespace {
+
+using namespace simdjson;
+
+constexpr std::int64_t max_record_type = 2147483647;
+
+std::string quoted(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s.substr(0, 64)) {
+    const auto u = static_cast<unsigned char>(c);
+    out.push_back(u < 0x20 || u == 0x7f || u == '"' || u == '\\' ? '?' : c);
+  }
+  if (s.size() > 64) out += "...";
+  return out + "\"";
+}
+
+std::string malformed(error_code e) { return std::string("malformed JSON: ") + error_message(e); }
+
+enum class int_status { ok, not_integer, out_of_range, malformed };
+
+int_status read_signed(ondemand::value& v, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
+  ondemand::number_type nt;
+  if (v.get_number_type().get(nt)) return int_status::malformed;
+  if (nt == ondemand::number_type::floating_point_number) return int_status::not_integer;
+  if (nt == ondemand::number_type::unsigned_integer) return int_status::out_of_range;
+  const auto e = v.get_int64().get(out);
+  if (e == NUMBER_ERROR) return int_status::malformed;
+  if (e || out < lo || out > hi) return int_status::out_of_range;
+  return int_status::ok;
+}
+
+int_status read_unsigned(ondemand::value& v, std::uint64_t& out) {
+  ondemand::number_type nt;
+  if (v.get_number_type().get(nt)) return int_status::malformed;
+  if (nt == ondemand::number_type::floating_point_number) return int_status::not_integer;
+  if (nt == ondemand::number_type::signed_integer) {
+    std::int64_t i = 0;
+    const auto e = v.get_int64().get(i);
+    if (e == NUMBER_ERROR) return int_status::malformed;
+    if (e || i < 0) return int_status::out_of_range;
+    out = static_cast<std::uint64_t>(i);
+    return int_status::ok;
+  }
+  const auto e = v.get_uint64().get(out);
+  if (e == NUMBER_ERROR) return int_status::malformed;
+  return e ? int_status::out_of_range : int_status::ok;
+}
+
+std::string int_problem(int_status s, std::string_view field, std::string_view range) {
+  switch (s) {
+    case int_status::not_integer:
+      return "\"" + std::string(field) + "\" must be an integer";
+    case int_status::out_of_range:
+      return "\"" + std::string(field) + "\" is out of range " + std::string(range);
+    default:
+      return "malformed JSON: bad number in \"" + std::string(field) + "\"";
+  }
+}
+
+class object_reader {
+ public:
+  explicit object_reader(const type_registry& types) : types_(types) {}
+
+  // Fills `out` from one JSON object; returns an empty string on success.
+  std::string read(ondemand::object obj, increment& out) {
+    bool have_type = false, have_id = false, have_delta = false;
+    out = increment{};
+    for (auto field_result : obj) {
+      ondemand::field field;
+      if (const auto e = std::move(field_result).get(field)) return malformed(e);
+      std::string_view key;
+      if (const auto e = field.unescaped_key().get(key)) return malformed(e);
+      ondemand::value value = field.value();
+      std::string problem;
+      if (key == "record_type") {
+        if (have_type) return "duplicate field \"record_type\"";
+        have_type = true;
+        problem = read_type(value, out.record_type);
+      } else if (key == "record_id") {
+        if (have_id) return "duplicate field \"record_id\"";
+        have_id = true;
+        problem = read_id(value, out.record_id);
+      } else if (key == "delta") {
+        if (have_delta) return "duplicate field \"delta\"";
+        have_delta = true;
+        problem = read_delta(value, out.delta);
+      } else {
+        return "unknown field " + quoted(key);
+      }
+      if (!problem.empty()) return problem;
+    }
+    if (!have_type) return "missing field \"record_type\"";
+    if (!have_id) return "missing field \"record_id\"";
+    if (!types_.allows(out.record_type)) {
+      return "record_type " + std::to_string(out.record_type) +
+             " is not declared under counters (accept_undeclared_types is false)";
+    }
+    return {};
+  }
+
+ private:
+  std::string read_type(ondemand::value& v, std::uint32_t& out) {
+    ondemand::json_type t;
+    if (const auto e = v.type().get(t)) return malformed(e);
+    if (t == ondemand::json_type::string) {
+      std::string_view name;
+      if (const auto e = v.get_string().get(name)) return malformed(e);
+      const auto found = types_.by_name(name);
+      if (!found) return "unknown counter name " + quoted(name) + " in \"record_type\"";
+      out = *found;
+      return {};
+    }
+    if (t != ondemand::json_type::number) {
+      return "\"record_type\" must be an integer or a declared counter name";
+    }
+    std::int64_t value = 0;
+    const auto s = read_signed(v, 0, max_record_type, value);
+    if (s != int_status::ok) return int_problem(s, "record_type", "[0, 2147483647]");
+    out = static_cast<std::uint32_t>(value);
+    return {};
+  }
+
+  std::string read_id(ondemand::value& v, std::uint64_t& out) {
+    ondemand::json_type t;
+    if (const auto e = v.type().get(t)) return malformed(e);
+    if (t == ondemand::json_type::string) {
+      std::string_view text;
+      if (const auto e = v.get_string().get(text)) return malformed(e);
+      const char* end = text.data() + text.size();
+      const bool digits_only =
+          !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits_only) return "\"record_id\" string must hold a decimal integer, got " + quoted(text);
+      const auto r = std::from_chars(text.data(), end, out);
+      if (r.ec != std::errc() || r.ptr != end) {
+        return "\"record_id\" is out of range [0, 18446744073709551615]";
+      }
+      return {};
+    }
+    if (t != ondemand::json_type::number) {
+      return "\"record_id\" must be an integer or a decimal string";
+    }
+    const auto s = read_unsigned(v, out);
+    if (s != int_status::ok) return int_problem(s, "record_id", "[0, 18446744073709551615]");
+    return {};
+  }
+
+  std::string read_delta(ondemand::value& v, std::int32_t& out) {
+    ondemand::json_type t;
+    if (const auto e = v.type().get(t)) return malformed(e);
+    if (t != ondemand::json_type::number) return "\"delta\" must be an integer";
+    std::int64_t value = 0;
+    const auto s = read_signed(v, -2147483648LL, 2147483647LL, value);
+    if (s != int_status::ok) return int_problem(s, "delta", "[-2147483648, 2147483647]");
+    out = static_cast<std::int32_t>(value);
+    return {};
+  }
+
+  const type_registry& types_;
+};
+
+// True when nothing but whitespace follows the value just read.
+bool at_document_end(ondemand::document& doc) {
+  const char* where = nullptr;
+  return doc.current_location().get(where) == OUT_OF_BOUNDS;
+}
+
+struct parser_state {
+  ondemand::parser parser;
+  std::vector<char> buffer;
+
+  padded_string_view pad(std::string_view body) {
+    if (buffer.size() < body.size() + SIMDJSON_PADDING) buffer.resize(body.size() + SIMDJSON_PADDING);
+    std::memcpy(buffer.data(), body.data(), body.size());
+    std::memset(buffer.data() + body.size(), 0, SIMDJSON_PADDING);
+    return padded_string_view(buffer.data(), body.size(), buffer.size());
+  }
+};
+
+parser_state& thread_state() {
+  thread_local parser_state state;
+  return state;
+}
+
+std::optional<parse_error> too_many(std::size_t max_items) {
+  return parse_error{413, "more than " + std::to_string(max_items) + " items in one request",
+                     max_items};
+}
+
+std::optional<parse_error> parse_json(std::string_view body, const type_registry& types,
+                                      std::size_t max_items, std::vector<increment>& out) {
+  auto& state = thread_state();
+  object_reader reader(types);
+  ondemand::document doc;
+  if (const auto e = state.parser.iterate(state.pad(body)).get(doc)) {
+    return parse_error{400, e == EMPTY ? "empty body" : malformed(e), std::nullopt};
+  }
+  ondemand::json_type t;
+  if (const auto e = doc.type().get(t)) return parse_error{400, malformed(e), 0};
+  if (t == ondemand::json_type::object) {
+    ondemand::object obj;
+    if (const auto e = doc.get_object().get(obj)) return parse_error{400, malformed(e), 0};
+    increment inc;
+    if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, 0};
+    if (!at_document_end(doc)) return parse_error{400, "malformed JSON: content after the object", 0};
+    out.push_back(inc);
+    return std::nullopt;
+  }
+  if (t != ondemand::json_type::array) {
+    return parse_error{400, "body must be a JSON object or an array of objects", std::nullopt};
+  }
+  ondemand::array arr;
+  if (const auto e = doc.get_array().get(arr)) return parse_error{400, malformed(e), 0};
+  for (auto element : arr) {
+    const std::size_t index = out.size();
+    ondemand::value value;
+    if (const auto e = std::move(element).get(value)) return parse_error{400, malformed(e), index};
+    if (index >= max_items) return too_many(max_items);
+    ondemand::object obj;
+    if (const auto e = value.get_object().get(obj)) {
+      return parse_error{400, e == INCORRECT_TYPE ? "item must be a JSON object" : malformed(e), index};
+    }
+    increment inc;
+    if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, index};
+    out.push_back(inc);
+  }
+  if (!at_document_end(doc)) {
+    return parse_error{400, "malformed JSON: content after the array", out.size()};
+  }
+  return std::nullopt;
+}
+
+std::optional<parse_error> parse_ndjson(std::string_view body, const type_registry& types,
+                                        std::size_t max_items, std::vector<increment>& out) {
+  auto& state = thread_state();
+  object_reader reader(types);
+  // One padded copy of the whole body; every line is parsed in place inside it.
+  const padded_string_view all = state.pad(body);
+  const char* base = all.data();
+  std::size_t pos = 0;
+  while (pos < body.size()) {
+    std::size_t end = body.find('\n', pos);
+    if (end == std::string_view::npos) end = body.size();
+    std::string_view line = body.substr(pos, end - pos);
+    const std::size_t line_start = pos;
+    pos = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::size_t index = out.size();
+    if (index >= max_items) return too_many(max_items);
+    padded_string_view padded(base + line_start, line.size(), all.capacity() - line_start);
+    ondemand::document doc;
+    if (const auto e = state.parser.iterate(padded).get(doc)) return parse_error{400, malformed(e), index};
+    ondemand::object obj;
+    if (const auto e = doc.get_object().get(obj)) {
+      return parse_error{400, e == INCORRECT_TYPE ? "each line must be one JSON object" : malformed(e),
+                         index};
+    }
+    increment inc;
+    if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, index};
+    if (!at_document_end(doc)) {
+      return parse_error{400, "malformed NDJSON: content after the object on its line", index};
+    }
+    out.push_back(inc);
+  }
+  if (out.empty()) return parse_error{400, "empty body", std::nullopt};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<body_format> format_for(std::string_view content_type) {
+  const auto semi = content_type.find(';');
+  std::string_view media = content_type.substr(0, semi);
+  while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
+  while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
+  const auto iequals = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == y;
+           });
+  };
+  if (iequals(media, "application/json")) return body_format::json;
+  if (iequals(media, "application/x-ndjson")) return body_format::ndjson;
+  return std::nullopt;
+}
+
+type_registry::type_registry(std::vector<std::pair<std::string, std::uint32_t>> declared,
+                             bool accept_undeclared)
+    : accept_undeclared_(accept_undeclared) {
+  for (auto& [name, type] : declared) {
+    declared_.insert(type);
+    by_name_.emplace(std::move(name), type);
+  }
+}
+
+std::optional<std::uint32_t> type_registry::by_name(std::string_view name) const {
+  const auto it = by_name_.find(std::string(name));
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool type_registry::allows(std::uint32_t record_type) const {
+  return accept_undeclared_ || declared_.contains(record_type);
+}
+
+std::optional<parse_error> parse_increments(std::string_view body, body_format format,
+                                            const type_registry& types, std::size_t max_items,
+                                            std::vector<increment>& out) {
+  out.clear();
+  return format == body_format::json ? parse_json(body, types, max_items, out)
+                                     : parse_ndjson(body, types, max_items, out);
+}
+
+}  // namespace slotted::ingest

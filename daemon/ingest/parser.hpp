@@ -1,0 +1,54 @@
+#pragma once
+// Parses and validates an increments body (SPEC §4) completely before anything is
+// applied, so a request either yields every increment or an error and nothing (G2).
+//
+// Thread-safety: parse_increments() may be called from any number of threads at once;
+// each thread keeps its own parser state.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "ingest/increment.hpp"
+
+namespace slotted::ingest {
+
+enum class body_format { json, ndjson };
+
+// "application/json" or "application/x-ndjson", parameters (";charset=utf-8") and case
+// ignored; nullopt for anything else.
+std::optional<body_format> format_for(std::string_view content_type);
+
+// Which record types a request may name: declared counters by number or name, and any
+// number when undeclared types are accepted. Immutable after construction.
+class type_registry {
+ public:
+  type_registry() = default;
+  type_registry(std::vector<std::pair<std::string, std::uint32_t>> declared, bool accept_undeclared);
+
+  std::optional<std::uint32_t> by_name(std::string_view name) const;
+  bool allows(std::uint32_t record_type) const;
+
+ private:
+  std::unordered_map<std::string, std::uint32_t> by_name_;
+  std::unordered_set<std::uint32_t> declared_;
+  bool accept_undeclared_ = false;
+};
+
+struct parse_error {
+  unsigned status = 400;  // 400, or 413 for too many items
+  std::string message;
+  std::optional<std::size_t> index;  // 0-based item to blame, when there is one
+};
+
+// Appends the body's increments to `out` (cleared first). On error returns it, and
+// `out` must be ignored.
+std::optional<parse_error> parse_increments(std::string_view body, body_format format,
+                                            const type_registry& types, std::size_t max_items,
+                                            std::vector<increment>& out);
+
+}  // namespace slotted::ingest

@@ -1,0 +1,111 @@
+// slotted-counterd: flags in, application out. Startup errors are reported here once.
+
+#include <sys/resource.h>
+
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "app/application.hpp"
+#include "config/config.hpp"
+#include "db/connection.hpp"
+#include "db/errors.hpp"
+#include "db/repository.hpp"
+#include "util/log.hpp"
+#include "version.hpp"
+
+namespace {
+
+constexpr const char* usage =
+    "usage:\n"
+    "  slotted-counterd --config FILE                 run the daemon\n"
+    "  slotted-counterd --config FILE --check-config  validate the config, exit 0 or 2\n"
+    "  slotted-counterd --config FILE --migrate       create the tables, exit\n"
+    "  slotted-counterd --version | --help\n";
+
+// Thousands of idle keep-alive connections are normal for this daemon.
+void raise_open_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+slotted::log::level to_log_level(slotted::config::log_level l) {
+  using slotted::config::log_level;
+  switch (l) {
+    case log_level::debug: return slotted::log::level::debug;
+    case log_level::info: return slotted::log::level::info;
+    case log_level::warn: return slotted::log::level::warn;
+    case log_level::error: return slotted::log::level::error;
+  }
+  return slotted::log::level::info;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  bool check_only = false, migrate = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << usage;
+      return 0;
+    } else if (arg == "--version") {
+      std::cout << "slotted-counterd " << slotted::version << "\n";
+      return 0;
+    } else if (arg == "--config" && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (arg.starts_with("--config=")) {
+      config_path = arg.substr(9);
+    } else if (arg == "--check-config") {
+      check_only = true;
+    } else if (arg == "--migrate") {
+      migrate = true;
+    } else {
+      std::cerr << "slotted-counterd: unknown argument '" << arg << "'\n" << usage;
+      return 2;
+    }
+  }
+  if (config_path.empty() || (check_only && migrate)) {
+    std::cerr << usage;
+    return 2;
+  }
+
+  slotted::config::daemon_config cfg;
+  try {
+    cfg = slotted::config::load_config(config_path);
+  } catch (const slotted::config::config_error& e) {
+    for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
+    return 2;
+  }
+  if (check_only) {
+    std::cout << config_path << ": OK\n";
+    return 0;
+  }
+  slotted::log::set_level(to_log_level(cfg.log));
+  if (!slotted::db::initialize_client_library()) {
+    slotted::log::error("cannot initialise the MySQL client library");
+    return 1;
+  }
+
+  try {
+    if (migrate) {
+      slotted::db::connection conn(slotted::connect_options_for(cfg.mysql));
+      slotted::db::migrate(conn, cfg.mysql.table);
+      slotted::db::verify_schema(conn, cfg.mysql.table);
+      slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");
+      return 0;
+    }
+    raise_open_file_limit();
+    slotted::application app(std::move(cfg));
+    app.install_signal_handlers();
+    app.start();
+    return app.run_until_stopped();
+  } catch (const std::exception& e) {
+    slotted::log::error("fatal: ", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,132 @@
+#include "metrics/metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+#include "version.hpp"
+
+namespace slotted::metrics {
+
+namespace {
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// HTTP handling is sub-millisecond when healthy; flush and rollup statements take from
+// about a millisecond to seconds.
+const prometheus::Histogram::BucketBoundaries http_buckets{
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+const prometheus::Histogram::BucketBoundaries db_buckets{
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const prometheus::Histogram::BucketBoundaries fsync_buckets{
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1};
+
+template <typename Builder>
+auto& family(Builder b, prometheus::Registry& r, const char* name, const char* help) {
+  return b.Name(name).Help(help).Register(r);
+}
+}  // namespace
+
+const char* route_name(route r) {
+  static constexpr const char* names[] = {"increments", "counters", "flush", "rollup", "metrics",
+                                          "healthz", "readyz", "not_found"};
+  return names[static_cast<int>(r)];
+}
+
+const char* reason_name(reject_reason r) {
+  static constexpr const char* names[] = {"invalid", "unauthorized", "too_large",
+                                          "unsupported_media_type", "pending_limit", "draining"};
+  return names[static_cast<int>(r)];
+}
+
+registry::registry()
+    : increments_accepted(family(BuildCounter(), *registry_,
+                                 "slotted_counterd_increments_accepted_total",
+                                 "Increments answered 202 and queued for the database").Add({})),
+      pending_keys(family(BuildGauge(), *registry_, "slotted_counterd_pending_keys",
+                          "Distinct counters held in memory and not yet written").Add({})),
+      pending_oldest_age_seconds(family(BuildGauge(), *registry_,
+                                        "slotted_counterd_pending_oldest_age_seconds",
+                                        "Age of the oldest increment not yet written").Add({})),
+      flushes_ok(family(BuildCounter(), *registry_, "slotted_counterd_flushes_total",
+                        "Flush cycles by result").Add({{"result", "ok"}})),
+      flushes_error(family(BuildCounter(), *registry_, "slotted_counterd_flushes_total",
+                           "Flush cycles by result").Add({{"result", "error"}})),
+      flush_duration_seconds(family(BuildHistogram(), *registry_,
+                                    "slotted_counterd_flush_duration_seconds",
+                                    "Duration of flush cycles that wrote rows").Add({}, db_buckets)),
+      flush_rows(family(BuildCounter(), *registry_, "slotted_counterd_flush_rows_total",
+                        "Counter rows written to the database").Add({})),
+      flush_statements(family(BuildCounter(), *registry_, "slotted_counterd_flush_statements_total",
+                              "Upsert statements committed").Add({})),
+      last_flush_success_timestamp_seconds(
+          family(BuildGauge(), *registry_, "slotted_counterd_last_flush_success_timestamp_seconds",
+                 "Unix time of the last successful flush cycle").Add({})),
+      rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
+                        "Rollup runs by result").Add({{"result", "ok"}})),
+      rollups_error(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
+                           "Rollup runs by result").Add({{"result", "error"}})),
+      rollup_duration_seconds(family(BuildHistogram(), *registry_,
+                                     "slotted_counterd_rollup_duration_seconds",
+                                     "Duration of rollup runs").Add({}, db_buckets)),
+      rollup_records(family(BuildCounter(), *registry_, "slotted_counterd_rollup_records_total",
+                            "Owning rows updated by rollups").Add({})),
+      last_rollup_success_timestamp_seconds(
+          family(BuildGauge(), *registry_, "slotted_counterd_last_rollup_success_timestamp_seconds",
+                 "Unix time of the last successful rollup").Add({})),
+      wal_bytes(family(BuildGauge(), *registry_, "slotted_counterd_wal_bytes",
+                       "Bytes in write-ahead log segments").Add({})),
+      wal_fsync_duration_seconds(family(BuildHistogram(), *registry_,
+                                        "slotted_counterd_wal_fsync_duration_seconds",
+                                        "Duration of write-ahead log syncs").Add({}, fsync_buckets)),
+      requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
+                       "HTTP requests by route and status code")),
+      request_duration_(family(BuildHistogram(), *registry_,
+                               "slotted_counterd_http_request_duration_seconds",
+                               "Time from a complete request to its response")),
+      rejected_(family(BuildCounter(), *registry_, "slotted_counterd_increments_rejected_total",
+                       "Increments refused, by reason (a body that could not be parsed counts 1)")),
+      db_errors_family_(family(BuildCounter(), *registry_, "slotted_counterd_db_errors_total",
+                               "Database errors by kind")) {
+  for (int r = 0; r < static_cast<int>(route::count_); ++r) {
+    const char* name = route_name(static_cast<route>(r));
+    durations_[r] = &request_duration_.Add({{"route", name}}, http_buckets);
+    for (std::size_t c = 0; c < known_codes.size(); ++c) {
+      requests_by_code_[r][c] = &requests_.Add({{"route", name}, {"code", std::to_string(known_codes[c])}});
+    }
+  }
+  for (int r = 0; r < static_cast<int>(reject_reason::count_); ++r) {
+    rejected_by_reason_[r] = &rejected_.Add({{"reason", reason_name(static_cast<reject_reason>(r))}});
+  }
+  for (int k = 0; k < 4; ++k) {
+    db_errors_[k] = &db_errors_family_.Add({{"kind", db::kind_name(static_cast<db::error_kind>(k))}});
+  }
+  family(BuildGauge(), *registry_, "slotted_counterd_build_info", "Build information, value 1")
+      .Add({{"version", slotted::version}})
+      .Set(1);
+}
+
+void registry::observe_request(route r, unsigned status, double seconds) {
+  const int ri = static_cast<int>(r);
+  durations_[ri]->Observe(seconds);
+  for (std::size_t c = 0; c < known_codes.size(); ++c) {
+    if (known_codes[c] == status) {
+      requests_by_code_[ri][c]->Increment();
+      return;
+    }
+  }
+  requests_.Add({{"route", route_name(r)}, {"code", std::to_string(status)}}).Increment();
+}
+
+void registry::reject(reject_reason reason, std::size_t increments) {
+  rejected_by_reason_[static_cast<int>(reason)]->Increment(static_cast<double>(increments));
+}
+
+std::string registry::serialize() const {
+  auto families = registry_->Collect();
+  auto process = collect_process_metrics();
+  families.insert(families.end(), std::make_move_iterator(process.begin()),
+                  std::make_move_iterator(process.end()));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace slotted::metrics

@@ -1,0 +1,80 @@
+#pragma once
+// Every metric the daemon exports (SPEC §7), registered once at start. Labels take
+// values from fixed sets only, never from request content, so cardinality is bounded.
+//
+// Thread-safety: all members may be updated from any thread; serialize() may run
+// concurrently with updates.
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "db/errors.hpp"
+
+namespace slotted::metrics {
+
+enum class route { increments, counters, flush, rollup, metrics, healthz, readyz, not_found, count_ };
+const char* route_name(route r);
+
+// Why increments were refused (increments_rejected_total{reason}).
+enum class reject_reason { invalid, unauthorized, too_large, unsupported_media_type, pending_limit,
+                           draining, count_ };
+const char* reason_name(reject_reason r);
+
+class registry {
+  // Declared first: every reference member below is initialised from it.
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+
+ public:
+  registry();
+
+  void observe_request(route r, unsigned status, double seconds);
+  void reject(reject_reason reason, std::size_t increments);
+  void db_error(db::error_kind kind) { db_errors_[static_cast<int>(kind)]->Increment(); }
+
+  prometheus::Counter& increments_accepted;
+  prometheus::Gauge& pending_keys;
+  prometheus::Gauge& pending_oldest_age_seconds;
+  prometheus::Counter& flushes_ok;
+  prometheus::Counter& flushes_error;
+  prometheus::Histogram& flush_duration_seconds;
+  prometheus::Counter& flush_rows;
+  prometheus::Counter& flush_statements;
+  prometheus::Gauge& last_flush_success_timestamp_seconds;
+  prometheus::Counter& rollups_ok;
+  prometheus::Counter& rollups_error;
+  prometheus::Histogram& rollup_duration_seconds;
+  prometheus::Counter& rollup_records;
+  prometheus::Gauge& last_rollup_success_timestamp_seconds;
+  prometheus::Gauge& wal_bytes;
+  prometheus::Histogram& wal_fsync_duration_seconds;
+
+  // Text exposition format 0.0.4, including the process_* metrics read from /proc.
+  std::string serialize() const;
+
+ private:
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Counter>& db_errors_family_;
+  std::array<prometheus::Histogram*, static_cast<int>(route::count_)> durations_{};
+  std::array<prometheus::Counter*, static_cast<int>(reject_reason::count_)> rejected_by_reason_{};
+  std::array<prometheus::Counter*, 4> db_errors_{};
+  // requests_total children for the status codes the daemon answers with.
+  static constexpr std::array<unsigned, 13> known_codes{200, 202, 400, 401, 404, 405, 413,
+                                                         415, 431, 500, 501, 503, 408};
+  std::array<std::array<prometheus::Counter*, known_codes.size()>, static_cast<int>(route::count_)>
+      requests_by_code_{};
+};
+
+// process_resident_memory_bytes, process_cpu_seconds_total, process_open_fds,
+// process_start_time_seconds, process_virtual_memory_bytes, process_max_fds.
+std::vector<prometheus::MetricFamily> collect_process_metrics();
+
+}  // namespace slotted::metrics

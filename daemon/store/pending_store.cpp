@@ -1,0 +1,94 @@
+#include "store/pending_store.hpp"
+
+#include <boost/unordered/unordered_flat_map.hpp>
+
+// boost::unordered_flat_map (open addressing, SIMD-probed metadata) over
+// std::unordered_map: one allocation per table instead of one per key, which keeps the
+// bytes per pending key low and the probes cache friendly. See bench/RESULTS.md.
+
+namespace slotted::store {
+
+namespace {
+struct key_hash {
+  using is_avalanching = std::true_type;  // hash_of mixes fully; no second mix needed
+  std::size_t operator()(const counter_key& k) const { return hash_of(k); }
+};
+using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash>;
+}  // namespace
+
+struct pending_store::shard {
+  mutable std::mutex mutex;
+  delta_map deltas;
+  std::optional<clock::time_point> first_arrival;
+};
+
+pending_store::pending_store(unsigned shards)
+    : shard_count_(shards == 0 ? 1 : shards), shards_(std::make_unique<shard[]>(shard_count_)) {}
+
+pending_store::~pending_store() = default;
+
+add_result pending_store::add(std::span<const ingest::increment> increments,
+                              std::size_t max_pending_keys) {
+  if (keys() + unwritten_rows_.load(std::memory_order_relaxed) >= max_pending_keys) {
+    return add_result::over_limit;
+  }
+  const auto now = clock::now();
+  std::size_t added = 0;
+  // Consecutive increments for the same shard share one lock acquisition.
+  const auto shard_for = [&](const ingest::increment& inc) -> shard& {
+    return shards_[shard_of(hash_of(counter_key{inc.record_type, inc.record_id}))];
+  };
+  std::size_t i = 0;
+  while (i < increments.size()) {
+    shard& s = shard_for(increments[i]);
+    std::lock_guard lock(s.mutex);
+    if (!s.first_arrival) s.first_arrival = now;
+    do {
+      const auto& inc = increments[i];
+      auto [it, inserted] = s.deltas.try_emplace(counter_key{inc.record_type, inc.record_id}, 0);
+      it->second += inc.delta;
+      added += inserted ? 1 : 0;
+      ++i;
+    } while (i < increments.size() && &shard_for(increments[i]) == &s);
+  }
+  keys_.fetch_add(added, std::memory_order_relaxed);
+  return add_result::applied;
+}
+
+std::optional<pending_store::clock::time_point> pending_store::take_all(
+    std::vector<pending_delta>& out) {
+  std::optional<clock::time_point> oldest;
+  for (std::size_t i = 0; i < shard_count_; ++i) {
+    delta_map taken;
+    std::optional<clock::time_point> arrival;
+    {
+      std::lock_guard lock(shards_[i].mutex);
+      taken.swap(shards_[i].deltas);
+      arrival = std::exchange(shards_[i].first_arrival, std::nullopt);
+    }
+    keys_.fetch_sub(taken.size(), std::memory_order_relaxed);
+    if (arrival && (!oldest || *arrival < *oldest)) oldest = arrival;
+    out.reserve(out.size() + taken.size());
+    for (const auto& [key, delta] : taken) out.push_back({key, delta});
+  }
+  return oldest;
+}
+
+std::int64_t pending_store::pending(const counter_key& key) const {
+  const shard& s = shards_[shard_of(hash_of(key))];
+  std::lock_guard lock(s.mutex);
+  const auto it = s.deltas.find(key);
+  return it == s.deltas.end() ? 0 : it->second;
+}
+
+std::optional<pending_store::clock::time_point> pending_store::oldest() const {
+  std::optional<clock::time_point> oldest;
+  for (std::size_t i = 0; i < shard_count_; ++i) {
+    std::lock_guard lock(shards_[i].mutex);
+    const auto& a = shards_[i].first_arrival;
+    if (a && (!oldest || *a < *oldest)) oldest = a;
+  }
+  return oldest;
+}
+
+}  // namespace slotted::store

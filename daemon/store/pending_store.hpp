@@ -1,0 +1,71 @@
+#pragma once
+// Sharded in-memory accumulation of not-yet-flushed deltas, keyed by counter.
+//
+// Thread-safety: every member function is safe to call concurrently. Ingest threads
+// lock only the shards their keys hash to; the flusher swaps a shard's map out under
+// that shard's lock and does its I/O with no lock held.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "ingest/increment.hpp"
+#include "store/counter_key.hpp"
+
+namespace slotted::store {
+
+struct pending_delta {
+  counter_key key;
+  std::int64_t delta = 0;
+};
+
+enum class add_result { applied, over_limit };
+
+class pending_store {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit pending_store(unsigned shards);
+  ~pending_store();
+  pending_store(const pending_store&) = delete;
+  pending_store& operator=(const pending_store&) = delete;
+
+  // Applies every increment, or none of them when the store already holds
+  // `max_pending_keys` or more keys (counting rows handed to the flusher but not yet
+  // written, see set_unwritten_rows). The limit is checked once per call, so a single
+  // call may go past it by at most its own number of keys.
+  add_result add(std::span<const ingest::increment> increments, std::size_t max_pending_keys);
+
+  // Moves every shard's content out, leaving the shards empty; `out` is appended to.
+  // Returns the time the oldest of the moved deltas arrived (nullopt when none).
+  std::optional<clock::time_point> take_all(std::vector<pending_delta>& out);
+
+  // The delta accumulated for one key, 0 when none.
+  std::int64_t pending(const counter_key& key) const;
+
+  // Keys held in the shards now.
+  std::size_t keys() const { return keys_.load(std::memory_order_relaxed); }
+
+  // The flusher reports how many rows it holds that are not yet written; they count
+  // against the pending limit so that memory stays bounded during an outage.
+  void set_unwritten_rows(std::size_t rows) { unwritten_rows_.store(rows, std::memory_order_relaxed); }
+
+  // When the oldest delta still in the shards arrived; nullopt when they are empty.
+  std::optional<clock::time_point> oldest() const;
+
+ private:
+  struct shard;
+  std::size_t shard_of(std::uint64_t hash) const { return hash % shard_count_; }
+
+  std::size_t shard_count_;
+  std::unique_ptr<shard[]> shards_;
+  std::atomic<std::size_t> keys_{0};
+  std::atomic<std::size_t> unwritten_rows_{0};
+};
+
+}  // namespace slotted::store

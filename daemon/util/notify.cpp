@@ -1,0 +1,20 @@
+#include "util/notify.hpp"
+
+#include <systemd/sd-daemon.h>
+
+#include <string>
+
+namespace slotted::notify {
+
+void ready() { sd_notify(0, "READY=1"); }
+void stopping() { sd_notify(0, "STOPPING=1"); }
+void watchdog() { sd_notify(0, "WATCHDOG=1"); }
+void status(std::string_view text) { sd_notify(0, ("STATUS=" + std::string(text)).c_str()); }
+
+std::optional<std::chrono::microseconds> watchdog_interval() {
+  std::uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) return std::chrono::microseconds(usec);
+  return std::nullopt;
+}
+
+}  // namespace slotted::notify

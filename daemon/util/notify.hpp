@@ -1,0 +1,18 @@
+#pragma once
+// systemd service notifications (sd_notify). Each call is a no-op when the daemon
+// does not run under a notify-type unit (NOTIFY_SOCKET unset).
+
+#include <chrono>
+#include <optional>
+#include <string_view>
+
+namespace slotted::notify {
+
+void ready();
+void stopping();
+void watchdog();
+void status(std::string_view text);
+// The watchdog interval systemd expects pings within, when it is enabled.
+std::optional<std::chrono::microseconds> watchdog_interval();
+
+}  // namespace slotted::notify
