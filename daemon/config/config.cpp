@@ -93,7 +93,9 @@ class checker {
     }
     std::set<std::string> seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key_node = it->first;
+      // Copies: the iterator hands out a temporary pair.
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
       const std::string key = key_node.IsScalar() ? key_node.Scalar() : std::string("?");
       const std::string full = path.empty() ? key : path + "." + key;
       if (!seen.insert(key).second) {
@@ -105,7 +107,7 @@ class checker {
         fail(key_node, full, "unknown key");
         continue;
       }
-      h->second(it->second, full);
+      h->second(value, full);
     }
   }
 
@@ -348,14 +350,13 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
             }},
            {"rollup", [&](const YAML::Node& a, const std::string& ap) {
               rollup_target t;
+              int present = 0;
               c.mapping(a, ap, {
-                {"table", [&](auto& b, auto& bp) { c.identifier(b, bp, t.table); }},
-                {"id_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.id_column); }},
-                {"count_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.count_column); }},
+                {"table", [&](auto& b, auto& bp) { c.identifier(b, bp, t.table); ++present; }},
+                {"id_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.id_column); ++present; }},
+                {"count_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.count_column); ++present; }},
               });
-              if (t.table.empty() || t.id_column.empty() || t.count_column.empty()) {
-                c.fail(a, ap, "needs table, id_column and count_column");
-              }
+              if (present != 3) c.fail(a, ap, "needs table, id_column and count_column");
               d.rollup = t;
             }},
          });

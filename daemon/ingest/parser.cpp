@@ -227,10 +227,13 @@ std::optional<parse_error> parse_json(std::string_view body, const type_registry
     ondemand::value value;
     if (const auto e = std::move(element).get(value)) return parse_error{400, malformed(e), index};
     if (index >= max_items) return too_many(max_items);
-    ondemand::object obj;
-    if (const auto e = value.get_object().get(obj)) {
-      return parse_error{400, e == INCORRECT_TYPE ? "item must be a JSON object" : malformed(e), index};
+    ondemand::json_type item_type;
+    if (const auto e = value.type().get(item_type)) return parse_error{400, malformed(e), index};
+    if (item_type != ondemand::json_type::object) {
+      return parse_error{400, "item must be a JSON object", index};
     }
+    ondemand::object obj;
+    if (const auto e = value.get_object().get(obj)) return parse_error{400, malformed(e), index};
     increment inc;
     if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, index};
     out.push_back(inc);

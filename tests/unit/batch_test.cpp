@@ -1,1 +1,44 @@
 #include <gtest/gtest.h>
+
+#include "flush/flusher.hpp"
+
+namespace slotted::flush {
+namespace {
+
+TEST(FormBatches, SortsChunksDropsZerosAndKeepsSlotsInRange) {
+  std::vector<store::pending_delta> deltas;
+  for (std::uint64_t i = 0; i < 2500; ++i) {
+    deltas.push_back({{static_cast<std::uint32_t>(i % 3), 10000 - i}, static_cast<std::int64_t>(i % 5)});
+  }
+  std::mt19937_64 rng(1);
+  const auto batches = form_batches(deltas, 1000, 7, 40, rng, std::chrono::steady_clock::now());
+  // 2500 deltas, every fifth is zero: 2000 rows in batches of at most 1000.
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].seq, 40u);
+  EXPECT_EQ(batches[1].seq, 41u);
+  std::size_t rows = 0;
+  const db::counter_row* prev = nullptr;
+  for (const auto& b : batches) {
+    EXPECT_LE(b.rows.size(), 1000u);
+    for (const auto& r : b.rows) {
+      ++rows;
+      EXPECT_NE(r.delta, 0);
+      EXPECT_LT(r.slot, 7);
+      if (prev) {
+        EXPECT_LT((store::counter_key{prev->record_type, prev->record_id}),
+                  (store::counter_key{r.record_type, r.record_id}));
+      }
+      prev = &r;
+    }
+  }
+  EXPECT_EQ(rows, 2000u);
+}
+
+TEST(FormBatches, NothingToWriteMakesNoBatch) {
+  std::mt19937_64 rng(1);
+  EXPECT_TRUE(form_batches({{{1, 1}, 0}}, 10, 5, 1, rng, {}).empty());
+  EXPECT_TRUE(form_batches({}, 10, 5, 1, rng, {}).empty());
+}
+
+}  // namespace
+}  // namespace slotted::flush

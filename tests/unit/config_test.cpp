@@ -1,1 +1,161 @@
+#include "config/config.hpp"
+
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace slotted::config {
+namespace {
+
+std::vector<std::string> problems_of(const std::string& yaml) {
+  try {
+    parse_config(yaml, "test.yaml");
+  } catch (const config_error& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+std::string only_problem(const std::string& yaml) {
+  const auto p = problems_of(yaml);
+  EXPECT_EQ(p.size(), 1u) << (p.empty() ? "no problem reported" : p[0]);
+  return p.empty() ? "" : p[0];
+}
+
+TEST(Config, EmptyFileGivesTheDocumentedDefaults) {
+  const auto c = parse_config("", "test.yaml");
+  EXPECT_EQ(c.listen_address, "127.0.0.1");
+  EXPECT_EQ(c.listen_port, 8080);
+  EXPECT_EQ(c.http.max_body_bytes, 1048576u);
+  EXPECT_EQ(c.http.max_items_per_request, 100000u);
+  EXPECT_EQ(c.http.idle_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(c.mysql.table, "slotted_counters");
+  EXPECT_EQ(c.mysql.pool_size, 2u);
+  EXPECT_EQ(c.shards, 64u);
+  EXPECT_EQ(c.flush.interval, std::chrono::seconds(1));
+  EXPECT_EQ(c.flush.slots, 100u);
+  EXPECT_EQ(c.flush.max_pending_keys, 5000000u);
+  EXPECT_EQ(c.rollup.interval, std::chrono::seconds(60));
+  EXPECT_EQ(c.wal.fsync, fsync_mode::always);
+  EXPECT_EQ(c.shutdown_timeout, std::chrono::seconds(30));
+  EXPECT_FALSE(c.instance_id.empty());  // the hostname
+}
+
+TEST(Config, TheShippedExampleIsValid) {
+  const auto c = load_config(std::string(SLOTTED_SOURCE_DIR) + "/config/slotted-counterd.yaml");
+  ASSERT_EQ(c.counters.size(), 1u);
+  EXPECT_EQ(c.counters[0].name, "repo_downloads");
+  EXPECT_EQ(c.counters[0].record_type, 123u);
+  ASSERT_TRUE(c.counters[0].rollup);
+  EXPECT_EQ(c.counters[0].rollup->count_column, "download_count");
+}
+
+TEST(Config, FullConfigParses) {
+  const auto c = parse_config(R"(
+instance_id: web-01
+listen: {address: "::1", port: 9000}
+http: {threads: 4, max_body_bytes: 2048, max_items_per_request: 10, idle_timeout: 250ms}
+mysql: {host: db, port: 3307, socket: /run/mysqld.sock, user: u, database: d, table: t, connect_timeout: 2s, pool_size: 3}
+counters:
+  - name: a
+    record_type: 1
+  - {name: b, record_type: 2, rollup: {table: repos, id_column: id, count_column: n}}
+accept_undeclared_types: true
+shards: 8
+flush: {interval: 5m, max_rows_per_statement: 10, slots: 7, max_pending_keys: 99, max_retry_backoff: 1h}
+rollup: {interval: 2m, batch_size: 5}
+wal: {dir: /var/lib/x, fsync: interval, fsync_interval: 20ms}
+shutdown_timeout: 10s
+log: {level: debug}
+)");
+  EXPECT_EQ(c.instance_id, "web-01");
+  EXPECT_EQ(c.listen_address, "::1");
+  EXPECT_EQ(c.http.idle_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(c.mysql.port, 3307);
+  EXPECT_EQ(c.counters.size(), 2u);
+  EXPECT_EQ(c.counters[1].rollup->table, "repos");
+  EXPECT_EQ(c.flush.interval, std::chrono::minutes(5));
+  EXPECT_EQ(c.flush.max_retry_backoff, std::chrono::hours(1));
+  EXPECT_EQ(c.wal.fsync, fsync_mode::interval);
+  EXPECT_EQ(c.log, log_level::debug);
+}
+
+TEST(Config, UnknownKeyIsNamedWithItsLine) {
+  EXPECT_EQ(only_problem("shards: 4\nflush:\n  intervall: 1s\n"), "test.yaml:3: flush.intervall: unknown key");
+}
+
+TEST(Config, WrongTypesAndRangesAreNamed) {
+  EXPECT_EQ(only_problem("shards: many\n"), "test.yaml:1: shards: expected an integer in [1, 4096], got 'many'");
+  EXPECT_EQ(only_problem("\nflush: {slots: 0}\n"), "test.yaml:2: flush.slots: expected an integer in [1, 65535], got '0'");
+  EXPECT_EQ(only_problem("flush: {slots: 65536}\n"), "test.yaml:1: flush.slots: expected an integer in [1, 65535], got '65536'");
+  EXPECT_NE(only_problem("flush: {interval: 1 s}\n").find("flush.interval: expected a duration"), std::string::npos);
+  EXPECT_NE(only_problem("flush: {interval: 1ms}\n").find("expected a duration in [10ms"), std::string::npos);
+  EXPECT_NE(only_problem("http: {threads: -1}\n").find("http.threads"), std::string::npos);
+  EXPECT_NE(only_problem("accept_undeclared_types: maybe\n").find("expected true or false"), std::string::npos);
+  EXPECT_NE(only_problem("wal: {fsync: sometimes}\n").find("expected one of always | interval | never"), std::string::npos);
+  EXPECT_NE(only_problem("listen: {address: localhost}\n").find("listen.address"), std::string::npos);
+  EXPECT_NE(only_problem("listen: [1, 2]\n").find("listen: expected a mapping"), std::string::npos);
+  EXPECT_NE(only_problem("instance_id: \"web 01\"\n").find("instance_id"), std::string::npos);
+}
+
+TEST(Config, BadIdentifiersAreRefused) {
+  EXPECT_NE(only_problem("mysql: {table: \"x; DROP TABLE y\"}\n").find("mysql.table: 'x; DROP TABLE y' is not a valid identifier"),
+            std::string::npos);
+  EXPECT_NE(only_problem("mysql: {database: 1abc}\n").find("mysql.database"), std::string::npos);
+  EXPECT_NE(only_problem("counters:\n  - name: a\n    record_type: 1\n    rollup: {table: t, id_column: \"i`d\", count_column: c}\n")
+                .find("test.yaml:4: counters[0].rollup.id_column"),
+            std::string::npos);
+  EXPECT_TRUE(is_valid_identifier("_a1"));
+  EXPECT_TRUE(is_valid_identifier(std::string(64, 'a')));
+  EXPECT_FALSE(is_valid_identifier(std::string(65, 'a')));
+  EXPECT_FALSE(is_valid_identifier(""));
+  EXPECT_FALSE(is_valid_identifier("a-b"));
+}
+
+TEST(Config, CountersAreChecked) {
+  EXPECT_NE(only_problem("counters:\n  - name: a\n").find("counters[0].record_type: missing"), std::string::npos);
+  EXPECT_NE(only_problem("counters:\n  - {name: a, record_type: 1}\n  - {name: a, record_type: 2}\n").find("declared twice"),
+            std::string::npos);
+  EXPECT_NE(only_problem("counters:\n  - {name: a, record_type: 2147483648}\n").find("counters[0].record_type"),
+            std::string::npos);
+}
+
+TEST(Config, EveryProblemIsReported) {
+  EXPECT_EQ(problems_of("shards: 0\nflush: {slots: x}\nbogus: 1\n").size(), 3u);
+}
+
+TEST(Config, PasswordComesFromFileOrEnvAndNeverFromTheConfig) {
+  EXPECT_NE(only_problem("mysql: {password: hunter2}\n").find("password_file or password_env"), std::string::npos);
+  EXPECT_EQ(only_problem("mysql: {password: hunter2}\n").find("hunter2"), std::string::npos);
+
+  const auto file = std::filesystem::temp_directory_path() / "slotted-config-test-password";
+  std::ofstream(file) << "pa55word\n";
+  EXPECT_EQ(parse_config("mysql: {password_file: " + file.string() + "}\n").mysql.password, "pa55word");
+  std::filesystem::remove(file);
+  EXPECT_NE(only_problem("mysql: {password_file: " + file.string() + "}\n").find("cannot read"), std::string::npos);
+
+  setenv("SLOTTED_TEST_PASSWORD", "from-env", 1);
+  EXPECT_EQ(parse_config("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").mysql.password, "from-env");
+  unsetenv("SLOTTED_TEST_PASSWORD");
+  EXPECT_NE(only_problem("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").find("is not set"), std::string::npos);
+  EXPECT_NE(only_problem("mysql: {password_env: A, password_file: /x}\n").find("not both"), std::string::npos);
+}
+
+TEST(Config, InvalidYamlIsAnError) {
+  EXPECT_NE(only_problem("flush: {interval: 1s\n").find("invalid YAML"), std::string::npos);
+}
+
+TEST(Duration, ParsesUnitsStrictly) {
+  EXPECT_EQ(parse_duration("250ms"), std::chrono::milliseconds(250));
+  EXPECT_EQ(parse_duration("1s"), std::chrono::seconds(1));
+  EXPECT_EQ(parse_duration("5m"), std::chrono::minutes(5));
+  EXPECT_EQ(parse_duration("2h"), std::chrono::hours(2));
+  for (const char* bad : {"", "s", "1", "1.5s", "-1s", " 1s", "1S", "1sec", "10000000000000s"}) {
+    EXPECT_FALSE(parse_duration(bad)) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace slotted::config

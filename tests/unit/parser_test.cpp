@@ -1,1 +1,146 @@
+#include "ingest/parser.hpp"
+
 #include <gtest/gtest.h>
+
+namespace slotted::ingest {
+namespace {
+
+const type_registry strict({{"repo_downloads", 123}, {"page_views", 7}}, false);
+const type_registry open_types({{"repo_downloads", 123}}, true);
+
+struct parsed {
+  std::vector<increment> items;
+  std::optional<parse_error> error;
+};
+
+parsed parse(std::string_view body, body_format f = body_format::json, const type_registry& t = strict,
+             std::size_t max_items = 100) {
+  parsed p;
+  p.error = parse_increments(body, f, t, max_items, p.items);
+  return p;
+}
+
+void expect_error(std::string_view body, std::string_view message_part, std::optional<std::size_t> index,
+                  body_format f = body_format::json, unsigned status = 400) {
+  const auto p = parse(body, f);
+  ASSERT_TRUE(p.error) << body;
+  EXPECT_EQ(p.error->status, status) << body;
+  EXPECT_NE(p.error->message.find(message_part), std::string::npos) << body << " -> " << p.error->message;
+  EXPECT_EQ(p.error->index, index) << body << " -> " << p.error->message;
+}
+
+TEST(Parser, SingleObject) {
+  const auto p = parse(R"({"record_type": 123, "record_id": 42, "delta": -3})");
+  ASSERT_FALSE(p.error) << p.error->message;
+  ASSERT_EQ(p.items.size(), 1u);
+  EXPECT_EQ(p.items[0].record_type, 123u);
+  EXPECT_EQ(p.items[0].record_id, 42u);
+  EXPECT_EQ(p.items[0].delta, -3);
+}
+
+TEST(Parser, ArrayNamesStringIdsAndDefaultDelta) {
+  const auto p = parse(R"([{"record_id": "18446744073709551615", "record_type": "repo_downloads"},
+                           {"delta": 2147483647, "record_type": 7, "record_id": 0},
+                           {"record_type": 7, "record_id": 5, "delta": -2147483648}])");
+  ASSERT_FALSE(p.error) << p.error->message;
+  ASSERT_EQ(p.items.size(), 3u);
+  EXPECT_EQ(p.items[0].record_type, 123u);
+  EXPECT_EQ(p.items[0].record_id, 18446744073709551615ull);
+  EXPECT_EQ(p.items[0].delta, 1);
+  EXPECT_EQ(p.items[1].delta, 2147483647);
+  EXPECT_EQ(p.items[2].delta, -2147483648);
+}
+
+TEST(Parser, EmptyArrayAcceptsNothing) {
+  const auto p = parse("[]");
+  EXPECT_FALSE(p.error);
+  EXPECT_TRUE(p.items.empty());
+}
+
+TEST(Parser, NdjsonSkipsBlankLinesAndCountsItems) {
+  const auto p = parse("{\"record_type\": 7, \"record_id\": 1}\r\n\n   \n{\"record_type\": 7, \"record_id\": 2, \"delta\": 5}",
+                       body_format::ndjson);
+  ASSERT_FALSE(p.error) << p.error->message;
+  ASSERT_EQ(p.items.size(), 2u);
+  EXPECT_EQ(p.items[1].record_id, 2u);
+  EXPECT_EQ(p.items[1].delta, 5);
+  expect_error("{\"record_type\": 7, \"record_id\": 1}\n\n{\"record_type\": 7, \"bad\": 1}\n", "unknown field \"bad\"", 1,
+               body_format::ndjson);
+  expect_error("{\"record_type\": 7, \"record_id\": 1}\n[{\"record_type\": 7, \"record_id\": 1}]\n", "one JSON object", 1,
+               body_format::ndjson);
+  expect_error("{\"record_type\": 7, \"record_id\": 1} {\"record_type\": 7, \"record_id\": 1}\n", "content after", 0,
+               body_format::ndjson);
+  expect_error("\n\n", "empty body", std::nullopt, body_format::ndjson);
+}
+
+TEST(Parser, MalformedJson) {
+  expect_error("", "empty body", std::nullopt);
+  expect_error("{", "malformed JSON", 0);
+  expect_error(R"([{"record_type": 7, "record_id": 1}, {"record_type": 7, "record_id": ]])", "malformed", 1);
+  expect_error(R"([{"record_type": 7, "record_id": 1},])", "malformed", 1);
+  expect_error(R"({"record_type": 7, "record_id": 1} x)", "malformed", 0);
+  expect_error(R"([{"record_type": 7, "record_id": 1}]])", "content after", 1);
+  expect_error(R"({"record_type": 7, "record_id": 01})", "malformed", 0);
+  expect_error("\"text\"", "object or an array", std::nullopt);
+}
+
+TEST(Parser, WrongTypes) {
+  expect_error(R"({"record_type": 7, "record_id": 1.5})", "must be an integer", 0);
+  expect_error(R"({"record_type": 7, "record_id": 1e3})", "must be an integer", 0);
+  expect_error(R"({"record_type": 7, "record_id": true})", "record_id", 0);
+  expect_error(R"({"record_type": 7, "record_id": null})", "record_id", 0);
+  expect_error(R"({"record_type": [7], "record_id": 1})", "record_type", 0);
+  expect_error(R"({"record_type": 7, "record_id": 1, "delta": "3"})", "\"delta\" must be an integer", 0);
+  expect_error(R"({"record_type": 7, "record_id": "-1"})", "decimal integer", 0);
+  expect_error(R"({"record_type": 7, "record_id": ""})", "decimal integer", 0);
+  expect_error(R"({"record_type": 7, "record_id": " 1"})", "decimal integer", 0);
+  expect_error(R"([{"record_type": 7, "record_id": 1}, 5])", "must be a JSON object", 1);
+}
+
+TEST(Parser, OutOfRange) {
+  expect_error(R"({"record_type": -1, "record_id": 1})", "out of range", 0);
+  expect_error(R"({"record_type": 2147483648, "record_id": 1})", "out of range", 0);
+  expect_error(R"({"record_type": 7, "record_id": -1})", "out of range", 0);
+  expect_error(R"({"record_type": 7, "record_id": 18446744073709551616})", "out of range", 0);
+  expect_error(R"({"record_type": 7, "record_id": "18446744073709551616"})", "out of range", 0);
+  expect_error(R"({"record_type": 7, "record_id": 1, "delta": 2147483648})", "out of range", 0);
+  expect_error(R"({"record_type": 7, "record_id": 1, "delta": -2147483649})", "out of range", 0);
+}
+
+TEST(Parser, UnknownDuplicateAndMissingFields) {
+  expect_error(R"({"record_type": 7, "record_id": 1, "detla": 1})", "unknown field \"detla\"", 0);
+  expect_error(R"({"record_type": 7, "record_id": 1, "record_id": 2})", "duplicate field", 0);
+  expect_error(R"({"record_id": 1})", "missing field \"record_type\"", 0);
+  expect_error(R"({"record_type": 7})", "missing field \"record_id\"", 0);
+}
+
+TEST(Parser, UndeclaredTypes) {
+  expect_error(R"({"record_type": 8, "record_id": 1})", "not declared", 0);
+  expect_error(R"({"record_type": "nope", "record_id": 1})", "unknown counter name", 0);
+  const auto p = parse(R"({"record_type": 8, "record_id": 1})", body_format::json, open_types);
+  EXPECT_FALSE(p.error);
+}
+
+TEST(Parser, ItemLimitIs413) {
+  std::string body = "[";
+  for (int i = 0; i < 4; ++i) body += std::string(i ? "," : "") + R"({"record_type": 7, "record_id": 1})";
+  body += "]";
+  auto p = parse(body, body_format::json, strict, 3);
+  ASSERT_TRUE(p.error);
+  EXPECT_EQ(p.error->status, 413u);
+  EXPECT_EQ(p.error->index, 3u);
+  p = parse(body, body_format::json, strict, 4);
+  EXPECT_FALSE(p.error);
+}
+
+TEST(Parser, ContentTypes) {
+  EXPECT_EQ(format_for("application/json"), body_format::json);
+  EXPECT_EQ(format_for("Application/JSON; charset=utf-8"), body_format::json);
+  EXPECT_EQ(format_for("application/x-ndjson"), body_format::ndjson);
+  EXPECT_FALSE(format_for("text/plain"));
+  EXPECT_FALSE(format_for(""));
+  EXPECT_FALSE(format_for("application/jsonx"));
+}
+
+}  // namespace
+}  // namespace slotted::ingest

@@ -1,1 +1,40 @@
+#include "db/sql.hpp"
+
 #include <gtest/gtest.h>
+
+namespace slotted::db {
+namespace {
+
+TEST(Sql, UpsertIsOneMultiRowStatementWithBackquotedIdentifiers) {
+  const std::vector<counter_row> rows{{1, 2, 3, 4}, {2147483647, 18446744073709551615ull, 65535, -9}};
+  EXPECT_EQ(upsert_statement("slotted_counters", rows),
+            "INSERT INTO `slotted_counters` (`record_type`, `record_id`, `slot`, `count`) VALUES "
+            "(1,2,3,4),(2147483647,18446744073709551615,65535,-9) "
+            "ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)");
+}
+
+TEST(Sql, IdentifiersAreQuoted) {
+  EXPECT_EQ(quote_identifier("t"), "`t`");
+  EXPECT_EQ(quote_identifier("a`b"), "`a``b`");
+}
+
+TEST(Sql, SchemaStatementsAreIdempotent) {
+  EXPECT_NE(create_counters_table("c").find("CREATE TABLE IF NOT EXISTS `c`"), std::string::npos);
+  EXPECT_NE(create_counters_table("c").find("PRIMARY KEY (`record_type`, `record_id`, `slot`)"), std::string::npos);
+  EXPECT_NE(create_ledger_table().find("CREATE TABLE IF NOT EXISTS `slotted_counterd_ledger`"), std::string::npos);
+}
+
+TEST(Sql, LedgerStatements) {
+  EXPECT_EQ(ledger_insert("'web-01'", 7, 9, 1000),
+            "INSERT INTO `slotted_counterd_ledger` (`instance_id`, `run_id`, `batch_seq`, `row_count`) VALUES "
+            "('web-01',7,9,1000)");
+  const auto prune = ledger_prune("'w'", 7, 100, 3600, 10000);
+  EXPECT_NE(prune.find("`instance_id` = 'w'"), std::string::npos);
+  EXPECT_NE(prune.find("NOT (`run_id` = 7 AND `batch_seq` >= 100)"), std::string::npos);
+  EXPECT_NE(prune.find("LIMIT 10000"), std::string::npos);
+  EXPECT_EQ(select_count("t", 1, 2),
+            "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM `t` WHERE `record_type` = 1 AND `record_id` = 2");
+}
+
+}  // namespace
+}  // namespace slotted::db

@@ -1,0 +1,110 @@
+// End to end: concurrent HTTP clients -> daemon -> real MariaDB; the database must hold
+// exactly what was acknowledged.
+
+#include <gtest/gtest.h>
+
+#include "integration/load.hpp"
+#include "support/daemon_process.hpp"
+#include "support/http_client.hpp"
+
+namespace slotted::test {
+namespace {
+
+void expect_exact(const load_outcome& load, const table_state& st, unsigned slots) {
+  EXPECT_EQ(load.failed_requests, 0u);
+  const sums expected = without_zeros(load.acknowledged);
+  ASSERT_EQ(st.totals.size(), expected.size());
+  std::size_t mismatches = 0;
+  for (const auto& [k, v] : expected) {
+    const auto it = st.totals.find(k);
+    if (it == st.totals.end() || it->second != v) ++mismatches;
+  }
+  EXPECT_EQ(mismatches, 0u) << "counters whose SUM(count) differs from the acknowledged sum";
+  EXPECT_GE(st.min_slot, 0);
+  EXPECT_LT(st.max_slot, static_cast<std::int64_t>(slots));
+}
+
+TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.slots = 16;
+  cfg.flush.max_rows_per_statement = 100;  // many statements per flush
+  in_process_daemon daemon(cfg);
+
+  load_options o;
+  o.keys = random_keys(1000, UINT64_MAX, 7);
+  const auto load = run_load(daemon.port(), o);
+  EXPECT_EQ(load.accepted_increments, 8u * 20000u);
+
+  http_client client(daemon.port());
+  const auto flushed = client.request("POST", "/v1/flush");
+  ASSERT_EQ(flushed.status, 200u) << flushed.body;
+
+  expect_exact(load, read_table(server, database), cfg.flush.slots);
+
+  // The read API agrees with the database and has nothing pending.
+  const sums nonzero = without_zeros(load.acknowledged);
+  const auto& [k, v] = *nonzero.begin();
+  const auto reply = client.get("/v1/counters/" + std::to_string(k.first) + "/" + std::to_string(k.second));
+  ASSERT_EQ(reply.status, 200u);
+  EXPECT_EQ(json_int(reply.body, "count"), v);
+  EXPECT_EQ(json_int(reply.body, "pending"), 0);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+TEST(Pipeline, SeedStyleTableWorksUnchanged) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  // The seed's table: AUTO_INCREMENT id + UNIQUE key, INT columns.
+  auto conn = server.connect(database);
+  conn.execute(
+      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
+      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))");
+  migrate(server, database);  // adds the ledger, leaves the table as it is
+  auto cfg = test_config(server, database);
+  in_process_daemon daemon(cfg);
+
+  load_options o;
+  o.keys = random_keys(1000, 2147483647, 11);
+  const auto load = run_load(daemon.port(), o);
+
+  http_client client(daemon.port());
+  ASSERT_EQ(client.request("POST", "/v1/flush").status, 200u);
+  expect_exact(load, read_table(server, database), cfg.flush.slots);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);  // only explicit flushes
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+
+  ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 5, "record_id": "18446744073709551615", "delta": 7})").status, 202u);
+  auto reply = client.get("/v1/counters/5/18446744073709551615");
+  ASSERT_EQ(reply.status, 200u);
+  EXPECT_EQ(json_int(reply.body, "pending"), 7);
+  EXPECT_EQ(json_int(reply.body, "persisted"), 0);
+
+  const auto flushed = client.request("POST", "/v1/flush");
+  ASSERT_EQ(flushed.status, 200u);
+  EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 1);
+  reply = client.get("/v1/counters/5/18446744073709551615");
+  EXPECT_EQ(json_int(reply.body, "persisted"), 7);
+  EXPECT_EQ(json_int(reply.body, "pending"), 0);
+  EXPECT_EQ(json_int(reply.body, "count"), 7);
+
+  // A zero net delta writes nothing.
+  ASSERT_EQ(client.post_json("/v1/increments", R"([{"record_type": 5, "record_id": 1, "delta": 3},
+                                                   {"record_type": 5, "record_id": 1, "delta": -3}])").status, 202u);
+  EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 0);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters WHERE record_id = 1"), 0);
+}
+
+}  // namespace
+}  // namespace slotted::test

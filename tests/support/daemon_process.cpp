@@ -1,0 +1,122 @@
+#include "support/daemon_process.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+#include "db/repository.hpp"
+
+namespace slotted::test {
+
+config::daemon_config test_config(const mariadb_server& server, const std::string& database) {
+  config::daemon_config cfg;
+  cfg.instance_id = "test";
+  cfg.listen_address = "127.0.0.1";
+  cfg.listen_port = 0;
+  cfg.http.threads = 2;
+  cfg.mysql.socket = server.socket();
+  cfg.mysql.user = "root";
+  cfg.mysql.database = database;
+  cfg.mysql.connect_timeout = std::chrono::seconds(2);
+  cfg.accept_undeclared_types = true;
+  cfg.shards = 16;
+  cfg.flush.interval = std::chrono::milliseconds(200);
+  cfg.flush.max_retry_backoff = std::chrono::milliseconds(500);
+  cfg.shutdown_timeout = std::chrono::seconds(20);
+  return cfg;
+}
+
+void migrate(const mariadb_server& server, const std::string& database, const std::string& table) {
+  auto conn = server.connect(database);
+  db::migrate(conn, table);
+}
+
+in_process_daemon::in_process_daemon(config::daemon_config cfg)
+    : app_(std::make_unique<application>(std::move(cfg))) {
+  app_->start();
+  runner_ = std::thread([this] { exit_code_ = app_->run_until_stopped(); });
+}
+
+in_process_daemon::~in_process_daemon() { stop(); }
+
+int in_process_daemon::stop() {
+  if (runner_.joinable()) {
+    app_->request_stop();
+    runner_.join();
+  }
+  return exit_code_;
+}
+
+daemon_process::daemon_process(const std::string& yaml) {
+  char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  std::ofstream(dir_ + "/config.yaml") << yaml;
+  const std::string log_path = dir_ + "/daemon.log";
+  pid_ = fork();
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (FILE* f = std::freopen(log_path.c_str(), "w", stderr)) (void)f;
+    const std::string config = dir_ + "/config.yaml";
+    execl(SLOTTED_DAEMON_BINARY, SLOTTED_DAEMON_BINARY, "--config", config.c_str(), nullptr);
+    _exit(127);
+  }
+  const std::regex listening("listening on [0-9.]+:([0-9]+)");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::smatch m;
+    const std::string text = log();
+    if (std::regex_search(text, m, listening)) {
+      port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
+      return;
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("daemon exited at start with status " + std::to_string(status) + ": " + log());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  throw std::runtime_error("daemon did not start listening: " + log());
+}
+
+daemon_process::~daemon_process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+void daemon_process::signal(int signo) { ::kill(pid_, signo); }
+
+int daemon_process::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return -WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1000;
+}
+
+std::string daemon_process::log() const {
+  std::ifstream in(dir_ + "/daemon.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace slotted::test

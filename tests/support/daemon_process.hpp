@@ -1,0 +1,61 @@
+#pragma once
+// Runs the daemon for integration tests: in-process (an application object on its own
+// thread) or as the real binary in a child process.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "app/application.hpp"
+#include "config/config.hpp"
+#include "support/mariadb_server.hpp"
+
+namespace slotted::test {
+
+// A config for tests: loopback port 0, the shared server's socket, the given database,
+// every type accepted, a short flush interval.
+config::daemon_config test_config(const mariadb_server& server, const std::string& database);
+
+// Creates the schema in `database` with the daemon's own migration.
+void migrate(const mariadb_server& server, const std::string& database, const std::string& table = "slotted_counters");
+
+class in_process_daemon {
+ public:
+  explicit in_process_daemon(config::daemon_config cfg);
+  ~in_process_daemon();  // stops if still running
+
+  std::uint16_t port() const { return app_->port(); }
+  application& app() { return *app_; }
+  // Graceful stop; returns run_until_stopped()'s exit code.
+  int stop();
+
+ private:
+  std::unique_ptr<application> app_;
+  std::thread runner_;
+  int exit_code_ = -1;
+};
+
+class daemon_process {
+ public:
+  // Writes `yaml` to a temp file and starts the built binary on it; waits for its
+  // "listening on" log line and reads the port from it.
+  explicit daemon_process(const std::string& yaml);
+  ~daemon_process();
+
+  std::uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  void signal(int signo);
+  // Waits for exit; returns the exit code, or -signal when killed, or -1000 on timeout.
+  int wait(std::chrono::milliseconds timeout);
+  std::string log() const;
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace slotted::test

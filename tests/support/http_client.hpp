@@ -1,0 +1,43 @@
+#pragma once
+// A small blocking HTTP/1.1 client over one keep-alive connection, for tests.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace slotted::test {
+
+struct http_reply {
+  unsigned status = 0;  // 0: the connection failed or closed before a reply
+  std::string body;
+  std::map<std::string, std::string> headers;  // lower-case names
+  bool keep_alive = false;
+};
+
+class http_client {
+ public:
+  explicit http_client(std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  ~http_client();
+
+  http_reply request(const std::string& method, const std::string& target, const std::string& body = "",
+                     const std::string& content_type = "", const std::map<std::string, std::string>& headers = {});
+  http_reply post_json(const std::string& target, const std::string& body) {
+    return request("POST", target, body, "application/json");
+  }
+  http_reply get(const std::string& target) { return request("GET", target); }
+
+ private:
+  struct impl;
+  impl* impl_;
+};
+
+// Sends raw bytes on a fresh connection, then reads until the server closes or
+// `timeout` passes. Returns everything read.
+std::string raw_exchange(std::uint16_t port, const std::string& bytes,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// Extracts an integer field from a flat JSON object ("count": 12 or "record_id": "12").
+std::int64_t json_int(const std::string& body, const std::string& field);
+
+}  // namespace slotted::test

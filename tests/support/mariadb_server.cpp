@@ -1,0 +1,143 @@
+#include "support/mariadb_server.hpp"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "db/errors.hpp"
+
+namespace slotted::test {
+
+namespace {
+pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (FILE* f = std::freopen(log_path.c_str(), "a", stdout)) (void)f;
+    dup2(STDOUT_FILENO, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+}  // namespace
+
+std::uint16_t free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+mariadb_server::mariadb_server() {
+  db::initialize_client_library();
+  char tmpl[] = "/tmp/slotted-mariadb-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  socket_ = dir_ + "/mysqld.sock";
+  port_ = free_loopback_port();
+  const pid_t install = spawn({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
+                               "--auth-root-authentication-method=normal", "--skip-test-db",
+                               "--user=root"},
+                              dir_ + "/install.log");
+  const int status = wait_exit(install);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error("mariadb-install-db failed; see " + dir_ + "/install.log");
+  }
+  start();
+}
+
+mariadb_server::~mariadb_server() {
+  stop();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+void mariadb_server::start() {
+  pid_ = spawn({"mariadbd", "--no-defaults", "--datadir=" + dir_ + "/data", "--socket=" + socket_,
+                "--port=" + std::to_string(port_), "--bind-address=127.0.0.1", "--user=root",
+                "--pid-file=" + dir_ + "/mysqld.pid", "--innodb-buffer-pool-size=128M",
+                "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=2",
+                "--skip-name-resolve", "--max-connections=500", "--log-error=" + dir_ + "/error.log"},
+               dir_ + "/mariadbd.out");
+  // Wait until it accepts connections (a condition, polled), or give up.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("mariadbd exited at start; see " + dir_ + "/error.log");
+    }
+    try {
+      connect();
+      return;
+    } catch (const db::db_error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  throw std::runtime_error("mariadbd did not accept connections within 60s");
+}
+
+void mariadb_server::stop(bool hard) {
+  if (pid_ <= 0) return;
+  ::kill(pid_, hard ? SIGKILL : SIGTERM);
+  wait_exit(pid_);
+  pid_ = -1;
+}
+
+db::connection mariadb_server::connect(const std::string& database) const {
+  db::connect_options o;
+  o.socket = socket_;
+  o.user = "root";
+  o.database = database;
+  o.connect_timeout = std::chrono::seconds(2);
+  return db::connection(o);
+}
+
+std::string mariadb_server::create_database() {
+  const std::string name = "test_" + std::to_string(++databases_);
+  auto conn = connect();
+  conn.execute("CREATE DATABASE `" + name + "`");
+  return name;
+}
+
+std::int64_t mariadb_server::query_int(const std::string& database, const std::string& sql) const {
+  auto conn = connect(database);
+  const auto rows = conn.query(sql);
+  if (rows.empty() || rows[0].empty() || !rows[0][0]) return 0;
+  return std::stoll(*rows[0][0]);
+}
+
+mariadb_server& shared_mariadb() {
+  static mariadb_server server;
+  return server;
+}
+
+}  // namespace slotted::test

@@ -1,0 +1,47 @@
+#pragma once
+// A throwaway MariaDB for integration tests: mariadb-install-db into a temp dir,
+// mariadbd on a unix socket and a free loopback port, stopped by pid. Dies with the
+// test process (PR_SET_PDEATHSIG).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "db/connection.hpp"
+
+namespace slotted::test {
+
+class mariadb_server {
+ public:
+  mariadb_server();  // installs and starts; throws std::runtime_error on failure
+  ~mariadb_server();
+
+  const std::string& socket() const { return socket_; }
+  std::uint16_t port() const { return port_; }
+
+  // A new, empty database; returns its name.
+  std::string create_database();
+  db::connection connect(const std::string& database = "") const;
+  std::int64_t query_int(const std::string& database, const std::string& sql) const;
+
+  // Stops (SIGTERM, or SIGKILL when `hard`) and waits for the process to exit.
+  void stop(bool hard = false);
+  // Starts again on the same data dir, socket and port; waits until it accepts.
+  void start();
+  bool running() const { return pid_ > 0; }
+
+ private:
+  std::string dir_;
+  std::string socket_;
+  std::uint16_t port_ = 0;
+  pid_t pid_ = -1;
+  int databases_ = 0;
+};
+
+// One server per test executable, started on first use.
+mariadb_server& shared_mariadb();
+
+std::uint16_t free_loopback_port();
+
+}  // namespace slotted::test
