@@ -71,12 +71,12 @@ application::~application() {
 void application::start() {
   flusher_.start();
   listener_->run();
-  start_watchdog();
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) io_threads_.emplace_back([this] { ioc_.run(); });
   log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
             cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
   notify::ready();
+  start_watchdog();
 }
 
 void application::start_watchdog() {
@@ -86,10 +86,12 @@ void application::start_watchdog() {
   watchdog_tick(std::chrono::duration_cast<clock::duration>(*interval / 2));
 }
 
-// Pinged from the event loop, so a wedged loop stops the pings.
+// Pinged from the event loop, so a wedged loop stops the pings, and only while no
+// flush cycle is stuck: a cycle is bounded by the connect and I/O timeouts of the
+// statements it runs, so one running for two minutes is wedged.
 void application::watchdog_tick(clock::duration period) {
   if (draining_) return;
-  notify::watchdog();
+  if (flusher_.healthy(std::chrono::minutes(2))) notify::watchdog();
   watchdog_timer_->expires_after(period);
   watchdog_timer_->async_wait([this, period](const boost::system::error_code& ec) {
     if (!ec) watchdog_tick(period);

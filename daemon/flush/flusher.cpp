@@ -182,6 +182,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
         metrics_.flush_rows.Increment(static_cast<double>(batch->rows.size()));
         metrics_.flush_statements.Increment();
       } else {
+        metrics_.batches_already_applied.Increment();
         log::info("batch ", batch->seq, " of run ", run_id_,
                   " was already committed (found in the ledger); not applied again");
       }
@@ -198,8 +199,14 @@ std::size_t flusher::write_queued(db::connection& conn) {
   return written;
 }
 
+bool flusher::healthy(clock::duration limit) const {
+  const auto started = cycle_started_.load();
+  return started == 0 || clock::now() - clock::time_point(clock::duration(started)) < limit;
+}
+
 flush_result flusher::cycle() {
   const auto started = clock::now();
+  cycle_started_.store(started.time_since_epoch().count());
   flush_result result;
   std::optional<db::pool::lease> lease;
   try {
@@ -231,12 +238,14 @@ flush_result flusher::cycle() {
     result.error = e.what();
   }
   lease.reset();
+  cycle_started_.store(0);
 
   if (result.ok) {
     if (consecutive_failures_ > 0 || !ready_.load()) log::info("database reachable; flushing");
     consecutive_failures_ = 0;
     last_error_.clear();
     ready_.store(true);
+    metrics_.ready.Set(1);
     metrics_.flushes_ok.Increment();
     metrics_.last_flush_success_timestamp_seconds.Set(unix_now());
     if (result.rows > 0) {
@@ -254,6 +263,7 @@ flush_result flusher::cycle() {
 void flusher::note_failure(const db::db_error& e) {
   ++consecutive_failures_;
   ready_.store(false);
+  metrics_.ready.Set(0);
   metrics_.db_error(e.kind());
   if (e.fatal()) fatal_ = true;
   // Logged once per distinct problem, not once per cycle.

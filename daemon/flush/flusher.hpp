@@ -90,6 +90,10 @@ class flusher {
 
   // The database was reachable and the schema valid at the last attempt.
   bool ready() const { return ready_.load(); }
+  // False when a cycle has been running for longer than `limit`: the flusher is
+  // wedged (the watchdog stops pinging). Waiting between cycles, even in a long
+  // backoff, is healthy.
+  bool healthy(std::chrono::steady_clock::duration limit) const;
   std::uint64_t run_id() const { return run_id_; }
 
  private:
@@ -125,6 +129,8 @@ class flusher {
   std::vector<std::function<void(const flush_result&)>> waiters_;
 
   std::atomic<bool> ready_{false};
+  // steady_clock ticks when the running cycle started; 0 between cycles.
+  std::atomic<std::chrono::steady_clock::rep> cycle_started_{0};
   bool schema_verified_ = false;
   bool fatal_ = false;
   std::string last_error_;

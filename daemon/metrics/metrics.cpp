@@ -61,6 +61,11 @@ registry::registry()
       last_flush_success_timestamp_seconds(
           family(BuildGauge(), *registry_, "slotted_counterd_last_flush_success_timestamp_seconds",
                  "Unix time of the last successful flush cycle").Add({})),
+      batches_already_applied(
+          family(BuildCounter(), *registry_, "slotted_counterd_flush_batches_already_applied_total",
+                 "Retried batches found committed in the ledger and not applied again").Add({})),
+      ready(family(BuildGauge(), *registry_, "slotted_counterd_ready",
+                   "1 when the database was reachable and the schema valid at the last flush").Add({})),
       rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
                         "Rollup runs by result").Add({{"result", "ok"}})),
       rollups_error(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",

@@ -47,6 +47,8 @@ class registry {
   prometheus::Counter& flush_rows;
   prometheus::Counter& flush_statements;
   prometheus::Gauge& last_flush_success_timestamp_seconds;
+  prometheus::Counter& batches_already_applied;
+  prometheus::Gauge& ready;
   prometheus::Counter& rollups_ok;
   prometheus::Counter& rollups_error;
   prometheus::Histogram& rollup_duration_seconds;

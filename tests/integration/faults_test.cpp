@@ -1,0 +1,224 @@
+// Exactly once through database faults (SPEC G1, G3): connection cuts at every point of
+// a batch's transaction, mariadbd killed under load, a full outage with backpressure,
+// and two instances on the same hot keys.
+
+#include <gtest/gtest.h>
+
+#include "integration/load.hpp"
+#include "support/daemon_process.hpp"
+#include "support/fault_proxy.hpp"
+#include "support/http_client.hpp"
+
+namespace slotted::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+double metric(const std::string& text, const std::string& series) {
+  const auto pos = text.find("\n" + series + " ");
+  return pos == std::string::npos ? -1 : std::stod(text.substr(pos + series.size() + 2));
+}
+
+// POST /v1/flush until it succeeds (the database may still be recovering).
+void flush_until_ok(http_client& c, std::chrono::seconds limit = 60s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (c.request("POST", "/v1/flush").status == 200) return;
+  }
+  FAIL() << "flush did not succeed within " << limit.count() << "s";
+}
+
+struct ProxyCase {
+  const char* name;
+  const char* statement;
+  fault_proxy::cut where;
+  int found_in_ledger;  // retries that must find their batch already committed
+};
+
+void PrintTo(const ProxyCase& c, std::ostream* os) { *os << c.name; }
+
+class ConnectionCut : public ::testing::TestWithParam<ProxyCase> {};
+
+TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  fault_proxy proxy(server.port());
+  auto cfg = test_config(server, database);
+  cfg.mysql.socket.clear();
+  cfg.mysql.host = "127.0.0.1";
+  cfg.mysql.port = proxy.port();
+  cfg.flush.interval = 1h;  // only explicit flushes
+  cfg.flush.max_rows_per_statement = 50;
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  flush_until_ok(client);  // connected, schema verified
+
+  load_options o;
+  o.clients = 4;
+  o.increments_per_client = 2000;
+  o.keys = random_keys(300, UINT64_MAX, 5);
+  const auto load = run_load(daemon.port(), o);
+  ASSERT_EQ(load.failed_requests, 0u);
+
+  proxy.arm(GetParam().statement, GetParam().where, 2);
+  const auto first = client.request("POST", "/v1/flush");
+  EXPECT_EQ(first.status, 503u) << "the cut must make this flush fail: " << first.body;
+  flush_until_ok(client);
+  EXPECT_EQ(proxy.cuts(), 2) << "both armed cuts happened (the retry was cut again)";
+  flush_until_ok(client);
+
+  EXPECT_EQ(read_table(server, database).totals, without_zeros(load.acknowledged));
+  EXPECT_EQ(metric(client.get("/metrics").body, "slotted_counterd_flush_batches_already_applied_total"),
+            GetParam().found_in_ledger);
+  // One ledger row per batch: 300 keys in batches of 50.
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 6);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AtEveryPoint, ConnectionCut,
+    ::testing::Values(
+        ProxyCase{"BeforeTheUpsert", "INSERT INTO `slotted_counters`", fault_proxy::cut::before_statement, 0},
+        ProxyCase{"AfterTheUpsert", "INSERT INTO `slotted_counters`", fault_proxy::cut::after_statement, 0},
+        ProxyCase{"BeforeCommit", "COMMIT", fault_proxy::cut::before_statement, 0},
+        ProxyCase{"AfterCommitBeforeItsReply", "COMMIT", fault_proxy::cut::after_statement, 2}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = 100ms;
+  in_process_daemon daemon(cfg);
+
+  std::atomic<bool> stop{false};
+  load_options o;
+  o.clients = 4;
+  o.increments_per_client = 100'000'000;
+  o.keys = random_keys(500, UINT64_MAX, 9);
+  o.stop = &stop;
+  load_outcome load;
+  std::thread clients([&] { load = run_load(daemon.port(), o); });
+
+  http_client probe(daemon.port());
+  for (int round = 0; round < 4; ++round) {
+    // Let some flushes land, then kill the server in the middle of the next ones.
+    const double before = metric(probe.get("/metrics").body, "slotted_counterd_flush_rows_total");
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (metric(probe.get("/metrics").body, "slotted_counterd_flush_rows_total") < before + 500 &&
+           std::chrono::steady_clock::now() < deadline) {
+    }
+    server.stop(/*hard=*/true);
+    server.start();
+  }
+  stop = true;
+  clients.join();
+  http_client client(daemon.port());
+  flush_until_ok(client);
+
+  EXPECT_EQ(load.failed_requests, 0u) << "ingest answers 202 while the database is down";
+  EXPECT_GT(load.accepted_increments, 10000u);
+  EXPECT_EQ(read_table(server, database).totals, without_zeros(load.acknowledged));
+  const auto m = client.get("/metrics").body;
+  EXPECT_GT(metric(m, "slotted_counterd_db_errors_total{kind=\"connection\"}"), 0);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = 100ms;
+  cfg.flush.max_pending_keys = 3000;
+  cfg.flush.max_rows_per_statement = 200;
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  flush_until_ok(client);
+
+  server.stop();
+  // Wait until the daemon has noticed (a condition, not a sleep).
+  while (client.get("/readyz").status != 503) {
+  }
+
+  // Distinct keys until the limit answers 503.
+  sums acknowledged;
+  std::uint64_t id = 0;
+  unsigned refused = 0;
+  while (refused < 20 && id < 100000) {
+    std::string body = "[";
+    std::vector<key> keys;
+    for (int i = 0; i < 10; ++i, ++id) {
+      keys.push_back({4, id});
+      body += std::string(i ? "," : "") + R"({"record_type": 4, "record_id": )" + std::to_string(id) + "}";
+    }
+    const auto r = client.post_json("/v1/increments", body + "]");
+    if (r.status == 202) {
+      for (const auto& k : keys) acknowledged[k] += 1;
+    } else {
+      ASSERT_EQ(r.status, 503u) << r.body;
+      EXPECT_TRUE(r.headers.count("retry-after"));
+      ++refused;
+    }
+  }
+  ASSERT_EQ(refused, 20u) << "the pending limit never answered 503";
+  const auto m = client.get("/metrics").body;
+  // Bounded: the limit, passed by at most one request's keys.
+  EXPECT_LE(metric(m, "slotted_counterd_pending_keys"), 3000 + 10);
+  EXPECT_GE(acknowledged.size(), 3000u);
+  EXPECT_EQ(client.get("/readyz").status, 503u);
+
+  server.start();
+  flush_until_ok(client);
+  // Drained: accepting again, and everything acknowledged is in the database.
+  EXPECT_EQ(client.post_json("/v1/increments", R"({"record_type": 4, "record_id": 0})").status, 202u);
+  acknowledged[{4, 0}] += 1;
+  flush_until_ok(client);
+  EXPECT_EQ(client.get("/readyz").status, 200u);
+  EXPECT_EQ(read_table(server, database).totals, acknowledged);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+TEST(TwoInstances, SameHotKeysTotalsExact) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  auto cfg_a = test_config(server, database);
+  cfg_a.instance_id = "a";
+  cfg_a.flush.interval = 20ms;
+  cfg_a.flush.slots = 2;  // few slots: the instances collide on rows
+  auto cfg_b = cfg_a;
+  cfg_b.instance_id = "b";
+  in_process_daemon a(cfg_a), b(cfg_b);
+
+  load_options o;
+  o.clients = 3;
+  o.increments_per_client = 6000;
+  o.keys = random_keys(10, 1000, 13);
+  o.min_delta = 1;
+  o.max_delta = 3;
+  load_outcome load_a, load_b;
+  std::thread ta([&] { load_a = run_load(a.port(), o); });
+  std::thread tb([&] { load_b = run_load(b.port(), o); });
+  ta.join();
+  tb.join();
+  http_client ca(a.port()), cb(b.port());
+  flush_until_ok(ca);
+  flush_until_ok(cb);
+
+  sums expected = load_a.acknowledged;
+  for (const auto& [k, v] : load_b.acknowledged) expected[k] += v;
+  EXPECT_EQ(load_a.failed_requests + load_b.failed_requests, 0u);
+  EXPECT_EQ(read_table(server, database).totals, without_zeros(expected));
+  const double deadlocks = metric(ca.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}") +
+                           metric(cb.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}");
+  std::printf("deadlocks retried across both instances: %.0f\n", deadlocks);
+  EXPECT_GE(deadlocks, 0);
+  EXPECT_EQ(a.stop(), 0);
+  EXPECT_EQ(b.stop(), 0);
+}
+
+}  // namespace
+}  // namespace slotted::test

@@ -1,0 +1,52 @@
+#pragma once
+// A loopback TCP proxy between the daemon and MariaDB that understands just enough of
+// the MySQL protocol (packet framing, COM_QUERY) to cut a connection at a chosen
+// point: before a statement reaches the server, or after the server executed it but
+// before its reply reaches the client (for COMMIT: the outcome is unknown to the
+// client). Each rule fires a given number of times.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace slotted::test {
+
+class fault_proxy {
+ public:
+  enum class cut { before_statement, after_statement };
+
+  fault_proxy(std::uint16_t upstream_port);
+  ~fault_proxy();
+
+  std::uint16_t port() const { return port_; }
+
+  // Cuts the next `times` statements whose text starts with `prefix`.
+  void arm(const std::string& prefix, cut where, int times = 1);
+  // How many cuts happened so far.
+  int cuts() const { return cuts_.load(); }
+
+ private:
+  struct connection;
+  void accept_loop();
+  void pump_client(std::shared_ptr<connection> c);
+  void pump_server(std::shared_ptr<connection> c);
+
+  std::uint16_t upstream_port_;
+  std::uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> cuts_{0};
+  std::mutex mutex_;
+  std::string prefix_;
+  cut where_ = cut::before_statement;
+  int remaining_ = 0;
+  std::vector<std::thread> threads_;
+  std::vector<std::shared_ptr<connection>> connections_;
+  std::thread acceptor_;
+};
+
+}  // namespace slotted::test
