@@ -81,23 +81,38 @@ int main(int argc, char** argv) {
     for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
     return 2;
   }
-  if (check_only) {
-    std::cout << config_path << ": OK\n";
-    return 0;
-  }
   slotted::log::set_level(to_log_level(cfg.log));
   if (!slotted::db::initialize_client_library()) {
     slotted::log::error("cannot initialise the MySQL client library");
     return 1;
+  }
+  if (check_only) {
+    // The database too, when it can be reached: schema and rollup targets.
+    try {
+      if (slotted::verify_database(cfg)) {
+        std::cout << config_path << ": OK (database schema and rollup targets verified)\n";
+      } else {
+        std::cout << config_path << ": OK (database not reachable; schema and rollup targets not checked)\n";
+      }
+      return 0;
+    } catch (const slotted::db::db_error& e) {
+      std::cerr << "config error: " << config_path << ": " << e.what() << "\n";
+      return 2;
+    }
   }
 
   try {
     if (migrate) {
       slotted::db::connection conn(slotted::connect_options_for(cfg.mysql));
       slotted::db::migrate(conn, cfg.mysql.table);
-      slotted::db::verify_schema(conn, cfg.mysql.table);
+      slotted::db::verify_schema(conn, cfg.mysql.table, true);
       slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");
       return 0;
+    }
+    // A reachable database with a missing table or rollup target is a startup error;
+    // an unreachable one is not (G3): the flusher verifies at its first connection.
+    if (!slotted::verify_database(cfg)) {
+      slotted::log::warn("database not reachable at start; accepting into memory until it is");
     }
     raise_open_file_limit();
     slotted::application app(std::move(cfg));

@@ -27,6 +27,21 @@ db::connect_options connect_options_for(const config::mysql_config& m) {
 }
 
 namespace {
+std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c) {
+  std::vector<db::rollup_target> targets;
+  for (const auto& counter : c.counters) {
+    if (counter.rollup) {
+      targets.push_back({counter.record_type, counter.rollup->table, counter.rollup->id_column,
+                         counter.rollup->count_column});
+    }
+  }
+  return targets;
+}
+
+rollup::settings rollup_settings_for(const config::daemon_config& c) {
+  return {c.mysql.table, rollup_targets_for(c), c.rollup.interval, c.rollup.batch_size};
+}
+
 flush::settings flush_settings_for(const config::daemon_config& c) {
   flush::settings s;
   s.instance_id = c.instance_id;
@@ -35,6 +50,7 @@ flush::settings flush_settings_for(const config::daemon_config& c) {
   s.max_rows_per_statement = c.flush.max_rows_per_statement;
   s.slots = c.flush.slots;
   s.max_retry_backoff = c.flush.max_retry_backoff;
+  s.rollups = rollup_targets_for(c);
   return s;
 }
 
@@ -50,6 +66,7 @@ application::application(config::daemon_config cfg)
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
       flusher_(flush_settings_for(cfg_), store_, pool_, metrics_),
+      roller_(rollup_settings_for(cfg_), pool_, metrics_),
       router_(cfg_, *this, metrics_),
       ioc_(static_cast<int>(http_threads(cfg_))),
       db_workers_(cfg_.mysql.pool_size) {
@@ -68,8 +85,23 @@ application::~application() {
   db_workers_.join();
 }
 
+bool verify_database(const config::daemon_config& cfg) {
+  std::optional<db::connection> conn;
+  try {
+    conn.emplace(connect_options_for(cfg.mysql));
+  } catch (const db::db_error& e) {
+    if (e.fatal()) throw;
+    return false;
+  }
+  const auto targets = rollup_targets_for(cfg);
+  db::verify_schema(*conn, cfg.mysql.table, !targets.empty());
+  for (const auto& t : targets) db::verify_rollup_target(*conn, t);
+  return true;
+}
+
 void application::start() {
   flusher_.start();
+  roller_.start();
   listener_->run();
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) io_threads_.emplace_back([this] { ioc_.run(); });
@@ -143,6 +175,7 @@ int application::run_until_stopped() {
   for (auto& t : io_threads_) t.join();
   io_threads_.clear();
 
+  roller_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
   db_workers_.join();
   if (unwritten > 0) {
@@ -172,8 +205,8 @@ void application::flush_now(std::function<void(const flush::flush_result&)> done
   flusher_.request_flush(std::move(done));
 }
 
-void application::rollup_now(std::function<void(const http::rollup_result&)> done) {
-  done(http::rollup_result{true, 0, {}});
+void application::rollup_now(std::function<void(const rollup::rollup_result&)> done) {
+  roller_.request(std::move(done));
 }
 
 std::string application::metrics_text() { return metrics_.serialize(); }

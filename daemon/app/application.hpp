@@ -23,11 +23,17 @@
 #include "http/listener.hpp"
 #include "http/router.hpp"
 #include "metrics/metrics.hpp"
+#include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
 
 namespace slotted {
 
 db::connect_options connect_options_for(const config::mysql_config& m);
+
+// Connects once and verifies the schema and every rollup target. Returns false when
+// the database cannot be reached (the daemon then verifies at its first connection).
+// Throws db_error (fatal) when something is missing.
+bool verify_database(const config::daemon_config& cfg);
 
 class application final : public http::backend {
  public:
@@ -55,7 +61,7 @@ class application final : public http::backend {
   void read_counter(store::counter_key key,
                     std::function<void(std::optional<flush::counter_reading>, std::string)> done) override;
   void flush_now(std::function<void(const flush::flush_result&)> done) override;
-  void rollup_now(std::function<void(const http::rollup_result&)> done) override;
+  void rollup_now(std::function<void(const rollup::rollup_result&)> done) override;
   std::string metrics_text() override;
 
  private:
@@ -67,6 +73,7 @@ class application final : public http::backend {
   store::pending_store store_;
   db::pool pool_;
   flush::flusher flusher_;
+  rollup::roller roller_;
   http::router router_;
   boost::asio::io_context ioc_;
   std::shared_ptr<http::listener> listener_;

@@ -13,9 +13,17 @@ namespace slotted::db {
 void migrate(connection& conn, const std::string& table) {
   conn.execute(create_counters_table(table));
   conn.execute(create_ledger_table());
+  conn.execute(create_dirty_table());
 }
 
-void verify_schema(connection& conn, const std::string& table) {
+namespace {
+bool table_exists(connection& conn, std::string_view name) {
+  return !conn.query("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+                     conn.quote(name)).empty();
+}
+}  // namespace
+
+void verify_schema(connection& conn, const std::string& table, bool with_rollups) {
   const std::string quoted = conn.quote(table);
   const auto columns = conn.query(
       "SELECT LOWER(COLUMN_NAME) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
@@ -44,17 +52,53 @@ void verify_schema(connection& conn, const std::string& table) {
     throw db_error(0, "table `" + table + "` needs a PRIMARY or UNIQUE key on exactly "
                       "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE", true);
   }
-  const auto ledger = conn.query(
-      "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '" +
-      std::string(ledger_table) + "'");
-  if (ledger.empty()) {
-    throw db_error(0, "table `" + std::string(ledger_table) +
-                      "` does not exist; run slotted-counterd --migrate", true);
+  for (const auto needed : {ledger_table, dirty_table}) {
+    if (needed == dirty_table && !with_rollups) continue;
+    if (!table_exists(conn, needed)) {
+      throw db_error(0, "table `" + std::string(needed) + "` does not exist; run slotted-counterd --migrate", true);
+    }
   }
 }
 
+void verify_rollup_target(connection& conn, const rollup_target& t) {
+  const std::string where = "rollup target of record_type " + std::to_string(t.record_type) + ": ";
+  if (!table_exists(conn, t.table)) {
+    throw db_error(0, where + "table `" + t.table + "` does not exist", true);
+  }
+  for (const auto& column : {t.id_column, t.count_column}) {
+    const auto found = conn.query(
+        "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+        conn.quote(t.table) + " AND COLUMN_NAME = " + conn.quote(column));
+    if (found.empty()) {
+      throw db_error(0, where + "table `" + t.table + "` has no column `" + column + "`", true);
+    }
+  }
+}
+
+rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
+                                 const rollup_target& t, std::size_t batch_size) {
+  rollup_chunk_result r;
+  std::vector<dirty_mark> marks;
+  for (const auto& row : conn.query(dirty_select(t.record_type, batch_size))) {
+    marks.push_back({std::stoull(row[0].value_or("0")), conn.quote(row[1].value_or("")),
+                     std::stoull(row[2].value_or("0"))});
+  }
+  r.marks = marks.size();
+  if (marks.empty()) return r;
+  std::vector<std::uint64_t> ids;
+  for (const auto& m : marks) {
+    if (ids.empty() || ids.back() != m.record_id) ids.push_back(m.record_id);  // marks come sorted
+  }
+  const std::size_t owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
+  conn.execute(rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
+  conn.execute(dirty_delete(t.record_type, marks));
+  r.records = owners;
+  r.missing_owners = ids.size() - std::min(owners, ids.size());
+  return r;
+}
+
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
-                            std::span<const counter_row> rows) {
+                            std::span<const counter_row> rows, std::span<const counter_row> dirty) {
   conn.execute("START TRANSACTION");
   try {
     try {
@@ -65,6 +109,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       return commit_outcome::already_applied;
     }
     conn.execute(upsert_statement(table, rows));
+    if (!dirty.empty()) conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty));
     conn.execute("COMMIT");
     return commit_outcome::applied;
   } catch (const db_error& e) {

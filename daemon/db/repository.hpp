@@ -16,9 +16,33 @@ namespace slotted::db {
 void migrate(connection& conn, const std::string& table);
 
 // Checks that `table` has record_type, record_id, slot and count and a unique key on
-// exactly (record_type, record_id, slot), and that the ledger exists. Throws a fatal
-// db_error naming what is wrong and how to fix it.
-void verify_schema(connection& conn, const std::string& table);
+// exactly (record_type, record_id, slot), and that the ledger (and, with rollups, the
+// dirty-mark table) exists. Throws a fatal db_error naming what is wrong and how to
+// fix it.
+void verify_schema(connection& conn, const std::string& table, bool with_rollups);
+
+struct rollup_target {
+  std::uint32_t record_type = 0;
+  std::string table;
+  std::string id_column;
+  std::string count_column;
+};
+
+// Checks that the owning table and both columns exist. Throws a fatal db_error naming
+// the missing one.
+void verify_rollup_target(connection& conn, const rollup_target& target);
+
+struct rollup_chunk_result {
+  std::size_t marks = 0;           // dirty marks processed (0: nothing left)
+  std::size_t records = 0;         // owning rows set to SUM(count)
+  std::size_t missing_owners = 0;  // dirty records without an owning row (skipped)
+};
+
+// Rolls up at most `batch_size` dirty marks of `target.record_type`: one set-based
+// UPDATE for their records, then deletes exactly the marks read (a mark flushed again
+// meanwhile stays). Each statement commits on its own, so no lock outlives it.
+rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
+                                 const rollup_target& target, std::size_t batch_size);
 
 enum class commit_outcome { applied, already_applied };
 
@@ -28,12 +52,13 @@ struct batch_identity {
   std::uint64_t seq = 0;
 };
 
-// Applies `rows` and records the batch in the ledger, in one transaction. If the
+// Applies `rows` and records the batch in the ledger, in one transaction, together with
+// dirty marks for `dirty` (the rows whose counters are rolled up; may be empty). If the
 // ledger already holds the batch (an earlier attempt committed but its reply was
 // lost), nothing is applied and already_applied is returned. On error the transaction
 // is rolled back (when the connection still allows it) and db_error is thrown.
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
-                            std::span<const counter_row> rows);
+                            std::span<const counter_row> rows, std::span<const counter_row> dirty = {});
 
 // Deletes old ledger rows of this instance (see sql.hpp ledger_prune). Returns rows deleted.
 std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,

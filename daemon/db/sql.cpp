@@ -104,6 +104,99 @@ std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
   return sql;
 }
 
+std::string create_dirty_table() {
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(dirty_table) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+         "  `instance_id` VARCHAR(64) NOT NULL,\n"
+         "  `gen` BIGINT UNSIGNED NOT NULL,\n"
+         "  PRIMARY KEY (`record_type`, `record_id`, `instance_id`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows) {
+  std::string sql = "INSERT INTO " + quote_identifier(dirty_table) +
+                    " (`record_type`, `record_id`, `instance_id`, `gen`) VALUES ";
+  sql.reserve(sql.size() + rows.size() * (32 + quoted_instance.size()));
+  bool first = true;
+  for (const auto& r : rows) {
+    if (!first) sql.push_back(',');
+    first = false;
+    sql.push_back('(');
+    append_int(sql, r.record_type);
+    sql.push_back(',');
+    append_int(sql, r.record_id);
+    sql.push_back(',');
+    sql += quoted_instance;
+    sql += ",1)";
+  }
+  sql += " ON DUPLICATE KEY UPDATE `gen` = `gen` + 1";
+  return sql;
+}
+
+std::string dirty_select(std::uint32_t record_type, std::size_t limit) {
+  std::string sql = "SELECT `record_id`, `instance_id`, `gen` FROM " + quote_identifier(dirty_table) +
+                    " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " ORDER BY `record_id` LIMIT ";
+  append_int(sql, limit);
+  return sql;
+}
+
+std::string dirty_delete(std::uint32_t record_type, std::span<const dirty_mark> marks) {
+  std::string sql = "DELETE FROM " + quote_identifier(dirty_table) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND (`record_id`, `instance_id`, `gen`) IN (";
+  bool first = true;
+  for (const auto& m : marks) {
+    if (!first) sql.push_back(',');
+    first = false;
+    sql.push_back('(');
+    append_int(sql, m.record_id);
+    sql.push_back(',');
+    sql += m.quoted_instance;
+    sql.push_back(',');
+    append_int(sql, m.gen);
+    sql.push_back(')');
+  }
+  sql.push_back(')');
+  return sql;
+}
+
+namespace {
+void append_id_list(std::string& sql, std::span<const std::uint64_t> ids) {
+  bool first = true;
+  for (const auto id : ids) {
+    if (!first) sql.push_back(',');
+    first = false;
+    append_int(sql, id);
+  }
+}
+}  // namespace
+
+std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
+                          std::string_view owner_table, std::string_view id_column,
+                          std::string_view count_column, std::span<const std::uint64_t> ids) {
+  std::string sql = "UPDATE " + quote_identifier(owner_table) + " AS o JOIN (SELECT `record_id`, SUM(`count`) AS total FROM " +
+                    quote_identifier(counters_table) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `record_id` IN (";
+  append_id_list(sql, ids);
+  sql += ") GROUP BY `record_id`) AS s ON o." + quote_identifier(id_column) + " = s.`record_id` SET o." +
+         quote_identifier(count_column) + " = s.total";
+  return sql;
+}
+
+std::string owner_ids_select(std::string_view owner_table, std::string_view id_column,
+                             std::span<const std::uint64_t> ids) {
+  std::string sql = "SELECT " + quote_identifier(id_column) + " FROM " + quote_identifier(owner_table) + " WHERE " +
+                    quote_identifier(id_column) + " IN (";
+  append_id_list(sql, ids);
+  sql.push_back(')');
+  return sql;
+}
+
 std::string select_count(std::string_view table, std::uint32_t record_type, std::uint64_t record_id) {
   std::string sql = "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM " + quote_identifier(table) +
                     " WHERE `record_type` = ";

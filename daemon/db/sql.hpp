@@ -13,6 +13,9 @@ namespace slotted::db {
 // The bookkeeping table of committed flush batches (exactly-once, SPEC G1).
 inline constexpr std::string_view ledger_table = "slotted_counterd_ledger";
 
+// Durable "needs rollup" marks, written in the flush transaction (see rollup/).
+inline constexpr std::string_view dirty_table = "slotted_counterd_dirty";
+
 struct counter_row {
   std::uint32_t record_type = 0;
   std::uint64_t record_id = 0;
@@ -40,6 +43,34 @@ std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id
 std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
                          std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
                          std::size_t limit);
+
+std::string create_dirty_table();
+
+// Marks each row's counter dirty for this instance, bumping `gen` when it already is.
+std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows);
+
+// Up to `limit` dirty marks of one record type, in record_id order.
+std::string dirty_select(std::uint32_t record_type, std::size_t limit);
+
+struct dirty_mark {
+  std::uint64_t record_id = 0;
+  std::string quoted_instance;  // a quoted literal
+  std::uint64_t gen = 0;
+};
+
+// Deletes exactly these marks; a mark whose gen moved on (flushed again since it was
+// read) stays for the next rollup.
+std::string dirty_delete(std::uint32_t record_type, std::span<const dirty_mark> marks);
+
+// Sets owner.count_column = SUM(count) over the slots, for the given ids, in one
+// set-based statement.
+std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
+                          std::string_view owner_table, std::string_view id_column,
+                          std::string_view count_column, std::span<const std::uint64_t> ids);
+
+// The ids among `ids` that have an owning row.
+std::string owner_ids_select(std::string_view owner_table, std::string_view id_column,
+                             std::span<const std::uint64_t> ids);
 
 std::string select_count(std::string_view table, std::uint32_t record_type, std::uint64_t record_id);
 

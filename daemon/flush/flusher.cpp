@@ -46,7 +46,13 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, 
 }
 
 flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics)
-    : settings_(std::move(s)), store_(store), pool_(pool), metrics_(metrics) {
+    : settings_(std::move(s)),
+      store_(store),
+      pool_(pool),
+      metrics_(metrics),
+      worker_([this] { return cycle(); },
+              [this](const flush_result& r) { return r.ok ? settings_.interval : next_backoff(); },
+              settings_.interval) {
   std::random_device rd;
   // A fresh random run id per process: batch ids of different runs never collide,
   // whatever the clock does.
@@ -54,51 +60,16 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metric
   rng_.seed((static_cast<std::uint64_t>(rd()) << 32) | rd());
 }
 
-flusher::~flusher() {
-  if (thread_.joinable()) stop(clock::now());
-}
+flusher::~flusher() = default;
 
-void flusher::start() { thread_ = std::thread([this] { run(); }); }
+void flusher::start() { worker_.start(); }
 
 void flusher::request_flush(std::function<void(const flush_result&)> done) {
-  {
-    std::lock_guard lock(control_mutex_);
-    if (!stopping_) {
-      waiters_.push_back(std::move(done));
-      wake_.notify_one();
-      return;
-    }
-  }
-  done(flush_result{false, 0, "shutting down"});
-}
-
-void flusher::run() {
-  auto next = clock::now() + settings_.interval;
-  std::unique_lock lock(control_mutex_);
-  while (true) {
-    wake_.wait_until(lock, next, [&] { return stopping_ || !waiters_.empty(); });
-    if (stopping_) break;
-    auto waiters = std::move(waiters_);
-    waiters_.clear();
-    lock.unlock();
-    const flush_result result = cycle();
-    for (auto& w : waiters) w(result);
-    lock.lock();
-    next = clock::now() + (result.ok ? settings_.interval : next_backoff());
-  }
-  // Anyone still waiting is answered by the final flush in stop().
+  if (!worker_.request(done)) done(flush_result{false, 0, "shutting down"});
 }
 
 std::size_t flusher::stop(clock::time_point deadline) {
-  std::vector<std::function<void(const flush_result&)>> waiters;
-  {
-    std::lock_guard lock(control_mutex_);
-    stopping_ = true;
-    waiters.swap(waiters_);
-  }
-  wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
-
+  auto waiters = worker_.stop();
   flush_result result = cycle();
   while (!result.ok && !fatal_ && clock::now() < deadline) {
     const auto pause = std::min<clock::duration>(next_backoff(), deadline - clock::now());
@@ -138,6 +109,17 @@ void flusher::take_from_store() {
   store_.set_unwritten_rows(queued_rows_);
 }
 
+std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows) {
+  dirty_rows_.clear();
+  if (settings_.rollups.empty()) return {};
+  for (const auto& r : rows) {
+    const bool rolled_up = std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
+                                       [&](const db::rollup_target& t) { return t.record_type == r.record_type; });
+    if (rolled_up) dirty_rows_.push_back(r);
+  }
+  return dirty_rows_;
+}
+
 std::size_t flusher::write_queued(db::connection& conn) {
   std::size_t written = 0;
   {
@@ -164,7 +146,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
       db::commit_outcome outcome{};
       for (int attempt = 0;; ++attempt) {
         try {
-          outcome = db::commit_batch(conn, settings_.table, id, batch->rows);
+          outcome = db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
           break;
         } catch (const db::db_error& e) {
           const auto kind = e.kind();
@@ -212,7 +194,8 @@ flush_result flusher::cycle() {
   try {
     lease.emplace(pool_.acquire());
     if (!schema_verified_ || fatal_) {
-      db::verify_schema(**lease, settings_.table);
+      db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
+      for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
       schema_verified_ = true;
       if (fatal_) log::info("database schema is valid now; flushing resumes");
       fatal_ = false;

@@ -31,6 +31,7 @@
 #include "db/repository.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
+#include "util/worker.hpp"
 
 namespace slotted::flush {
 
@@ -41,6 +42,9 @@ struct settings {
   std::size_t max_rows_per_statement = 1000;
   unsigned slots = 100;
   std::chrono::milliseconds max_retry_backoff{30000};
+  // Counters rolled up into an owning table: their rows get dirty marks in the flush
+  // transaction, and the targets are verified with the schema.
+  std::vector<db::rollup_target> rollups;
 };
 
 struct flush_batch {
@@ -97,11 +101,12 @@ class flusher {
   std::uint64_t run_id() const { return run_id_; }
 
  private:
-  void run();
   flush_result cycle();
   // Commits queued batches oldest first; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
   void take_from_store();
+  // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
+  std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows);
   void note_failure(const db::db_error& e);
   void update_gauges();
   std::chrono::milliseconds next_backoff();
@@ -113,6 +118,7 @@ class flusher {
   std::uint64_t run_id_;
   std::uint64_t next_seq_ = 1;
   std::mt19937_64 rng_;
+  std::vector<db::counter_row> dirty_rows_;
 
   // Guards queued_ and generation_. The flusher thread alone changes them.
   mutable std::mutex queue_mutex_;
@@ -123,11 +129,6 @@ class flusher {
   // may not include them (see read_total).
   std::uint64_t generation_ = 0;
 
-  std::mutex control_mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::vector<std::function<void(const flush_result&)>> waiters_;
-
   std::atomic<bool> ready_{false};
   // steady_clock ticks when the running cycle started; 0 between cycles.
   std::atomic<std::chrono::steady_clock::rep> cycle_started_{0};
@@ -136,7 +137,8 @@ class flusher {
   std::string last_error_;
   unsigned consecutive_failures_ = 0;
   std::chrono::steady_clock::time_point last_prune_{};
-  std::thread thread_;
+  // Last member: its thread must stop before anything it uses is destroyed.
+  util::worker<flush_result> worker_;
 };
 
 }  // namespace slotted::flush

@@ -181,7 +181,7 @@ void router::handle(request&& req, respond_fn respond) {
         timed(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.rows) + "}"));
       });
     case metrics::route::rollup:
-      return backend_.rollup_now([v, timed](const rollup_result& r) {
+      return backend_.rollup_now([v, timed](const rollup::rollup_result& r) {
         if (!r.ok) return timed(retry_later(v, "rollup failed: " + r.error, "5"));
         timed(json_response(v, status::ok, "{\"records\": " + std::to_string(r.records) + "}"));
       });

@@ -16,6 +16,7 @@
 #include "config/config.hpp"
 #include "flush/flusher.hpp"
 #include "ingest/parser.hpp"
+#include "rollup/rollup.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
 
@@ -28,12 +29,6 @@ using response = beast_http::response<beast_http::string_body>;
 // Called exactly once per request, from any thread.
 using respond_fn = std::function<void(response&&)>;
 
-struct rollup_result {
-  bool ok = false;
-  std::size_t records = 0;
-  std::string error;
-};
-
 // What the router needs from the rest of the daemon.
 class backend {
  public:
@@ -45,7 +40,7 @@ class backend {
   virtual void read_counter(store::counter_key key,
                             std::function<void(std::optional<flush::counter_reading>, std::string)> done) = 0;
   virtual void flush_now(std::function<void(const flush::flush_result&)> done) = 0;
-  virtual void rollup_now(std::function<void(const rollup_result&)> done) = 0;
+  virtual void rollup_now(std::function<void(const rollup::rollup_result&)> done) = 0;
   virtual std::string metrics_text() = 0;
 };
 

@@ -75,6 +75,8 @@ registry::registry()
                                      "Duration of rollup runs").Add({}, db_buckets)),
       rollup_records(family(BuildCounter(), *registry_, "slotted_counterd_rollup_records_total",
                             "Owning rows updated by rollups").Add({})),
+      rollup_missing_owners(family(BuildCounter(), *registry_, "slotted_counterd_rollup_missing_owners_total",
+                                   "Rolled-up counters whose owning row does not exist (skipped)").Add({})),
       last_rollup_success_timestamp_seconds(
           family(BuildGauge(), *registry_, "slotted_counterd_last_rollup_success_timestamp_seconds",
                  "Unix time of the last successful rollup").Add({})),

@@ -1,0 +1,73 @@
+#include "rollup/rollup.hpp"
+
+#include "db/errors.hpp"
+#include "util/log.hpp"
+
+namespace slotted::rollup {
+
+roller::roller(settings s, db::pool& pool, metrics::registry& metrics)
+    : settings_(std::move(s)),
+      pool_(pool),
+      metrics_(metrics),
+      worker_([this] { return run_once(); }, [this](const rollup_result&) { return settings_.interval; },
+              settings_.interval) {}
+
+void roller::start() {
+  if (!settings_.targets.empty()) worker_.start();
+}
+
+void roller::stop() {
+  for (auto& w : worker_.stop()) w(rollup_result{false, 0, "shutting down"});
+}
+
+void roller::request(std::function<void(const rollup_result&)> done) {
+  if (settings_.targets.empty()) return done(rollup_result{true, 0, {}});
+  if (!worker_.request(done)) done(rollup_result{false, 0, "shutting down"});
+}
+
+rollup_result roller::run_once() {
+  const auto started = std::chrono::steady_clock::now();
+  rollup_result result;
+  std::size_t missing = 0;
+  try {
+    auto lease = pool_.acquire();
+    try {
+      for (const auto& target : settings_.targets) {
+        while (true) {
+          const auto chunk = db::rollup_chunk(*lease, settings_.counters_table, target, settings_.batch_size);
+          result.records += chunk.records;
+          missing += chunk.missing_owners;
+          // A short chunk means no marks are left; new ones wait for the next run.
+          if (chunk.marks < settings_.batch_size) break;
+        }
+      }
+    } catch (const db::db_error& e) {
+      if (e.connection_lost()) lease.discard();
+      throw;
+    }
+    result.ok = true;
+  } catch (const db::db_error& e) {
+    metrics_.db_error(e.kind());
+    result.error = e.what();
+  }
+
+  metrics_.rollup_records.Increment(static_cast<double>(result.records));
+  metrics_.rollup_missing_owners.Increment(static_cast<double>(missing));
+  metrics_.rollup_duration_seconds.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (missing > 0) log::warn("rollup: ", missing, " counters have no owning row; skipped");
+  if (result.ok) {
+    metrics_.rollups_ok.Increment();
+    metrics_.last_rollup_success_timestamp_seconds.Set(
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+    if (!last_error_.empty()) log::info("rollup works again");
+    last_error_.clear();
+  } else {
+    metrics_.rollups_error.Increment();
+    if (result.error != last_error_) log::warn("rollup failed: ", result.error);
+    last_error_ = result.error;
+  }
+  return result;
+}
+
+}  // namespace slotted::rollup

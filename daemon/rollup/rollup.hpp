@@ -1,0 +1,58 @@
+#pragma once
+// Writes SUM(count) totals back into the owning rows (SPEC G4).
+//
+// The flusher marks each rolled-up counter dirty in the same transaction that writes
+// its delta, so the marks are exactly as durable as the counts: whatever was flushed
+// before a restart or a SIGKILL is still marked afterwards and gets rolled up. Every
+// rollup.interval (or on request) the roller takes up to rollup.batch_size marks per
+// declared counter, sets the owning rows to SUM(count) in one set-based UPDATE, and
+// deletes exactly the marks it read (a counter flushed again meanwhile keeps its
+// mark). Owning rows that do not exist are skipped and counted, never created.
+//
+// Thread-safety: its own thread does the work; request() from any thread.
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "db/pool.hpp"
+#include "db/repository.hpp"
+#include "metrics/metrics.hpp"
+#include "util/worker.hpp"
+
+namespace slotted::rollup {
+
+struct rollup_result {
+  bool ok = false;
+  std::size_t records = 0;  // owning rows set by this run
+  std::string error;
+};
+
+struct settings {
+  std::string counters_table;
+  std::vector<db::rollup_target> targets;
+  std::chrono::milliseconds interval{60000};
+  std::size_t batch_size = 500;
+};
+
+class roller {
+ public:
+  roller(settings s, db::pool& pool, metrics::registry& metrics);
+
+  void start();
+  void stop();
+  // Runs a rollup as soon as the roller is free; `done` gets its result.
+  void request(std::function<void(const rollup_result&)> done);
+
+ private:
+  rollup_result run_once();
+
+  settings settings_;
+  db::pool& pool_;
+  metrics::registry& metrics_;
+  std::string last_error_;
+  util::worker<rollup_result> worker_;
+};
+
+}  // namespace slotted::rollup

@@ -1,0 +1,211 @@
+// Rollup (SPEC G4): owning rows get SUM(count) of their slots, only for counters that
+// were touched, and converge after a SIGKILL between flush and rollup.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "integration/load.hpp"
+#include "support/daemon_process.hpp"
+#include "support/http_client.hpp"
+
+namespace slotted::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int owners = 5000;
+
+// repositories(id, download_count) with `owners` rows at -1 ("never rolled up").
+void create_owners(const mariadb_server& server, const std::string& database) {
+  auto conn = server.connect(database);
+  conn.execute("CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, name VARCHAR(32), download_count BIGINT NOT NULL)");
+  std::string sql = "INSERT INTO repositories VALUES ";
+  for (int i = 1; i <= owners; ++i) sql += std::string(i > 1 ? "," : "") + "(" + std::to_string(i) + ",'r',-1)";
+  conn.execute(sql);
+}
+
+config::counter_decl downloads() {
+  return {"repo_downloads", 123, config::rollup_target{"repositories", "id", "download_count"}};
+}
+
+// Every owning row equals SUM(count) of its slots, or -1 when it was never touched.
+void expect_converged(const mariadb_server& server, const std::string& database, const sums& touched) {
+  auto conn = server.connect(database);
+  std::map<std::uint64_t, std::int64_t> sums_by_id;
+  for (const auto& r : conn.query("SELECT record_id, CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE record_type = 123 GROUP BY record_id")) {
+    sums_by_id[std::stoull(*r[0])] = std::stoll(*r[1]);
+  }
+  std::size_t wrong = 0, untouched_changed = 0;
+  for (const auto& r : conn.query("SELECT id, download_count FROM repositories")) {
+    const auto id = std::stoull(*r[0]);
+    const auto count = std::stoll(*r[1]);
+    const auto it = sums_by_id.find(id);
+    if (it != sums_by_id.end()) {
+      wrong += count != it->second;
+    } else if (!touched.count({123, id})) {
+      untouched_changed += count != -1;
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "owning rows that differ from SUM(count)";
+  EXPECT_EQ(untouched_changed, 0u) << "rows never touched were changed";
+  EXPECT_GT(sums_by_id.size(), 1000u);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty"), 0);
+}
+
+std::vector<key> owner_keys() {
+  std::vector<key> keys;
+  for (std::uint64_t id = 1; id <= owners; id += 2) keys.push_back({123, id});  // half of them
+  return keys;
+}
+
+TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  create_owners(server, database);
+  auto cfg = test_config(server, database);
+  cfg.counters = {downloads()};
+  cfg.rollup.interval = 1h;  // explicit rollups only
+  cfg.rollup.batch_size = 300;
+  in_process_daemon daemon(cfg);
+
+  load_options o;
+  o.clients = 4;
+  o.increments_per_client = 10000;
+  o.keys = owner_keys();
+  o.min_delta = 1;
+  const auto load = run_load(daemon.port(), o);
+  ASSERT_EQ(load.failed_requests, 0u);
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  const auto rolled = c.request("POST", "/v1/rollup");
+  ASSERT_EQ(rolled.status, 200u) << rolled.body;
+  EXPECT_EQ(static_cast<std::size_t>(json_int(rolled.body, "records")), load.acknowledged.size());
+  expect_converged(server, database, load.acknowledged);
+
+  // Nothing new: the next rollup touches nothing.
+  EXPECT_EQ(json_int(c.request("POST", "/v1/rollup").body, "records"), 0);
+  const auto m = c.get("/metrics").body;
+  EXPECT_NE(m.find("slotted_counterd_rollups_total{result=\"ok\"} 2"), std::string::npos);
+}
+
+TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  create_owners(server, database);
+  auto cfg = test_config(server, database);
+  cfg.counters = {downloads()};
+  cfg.flush.interval = 100ms;
+  cfg.rollup.interval = 300ms;
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": "repo_downloads", "record_id": 7, "delta": 5},
+                                              {"record_type": 123, "record_id": 8}])").status, 202u);
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (server.query_int(database, "SELECT download_count FROM repositories WHERE id = 7") != 5 &&
+         std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 7"), 5);
+  EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 8"), 1);
+  EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 9"), -1);
+}
+
+TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  create_owners(server, database);
+  auto cfg = test_config(server, database);
+  cfg.counters = {downloads()};
+  cfg.rollup.interval = 1h;
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": 123, "record_id": 3, "delta": 2},
+                                              {"record_type": 123, "record_id": 999999, "delta": 4}])").status, 202u);
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  const auto rolled = c.request("POST", "/v1/rollup");
+  ASSERT_EQ(rolled.status, 200u);
+  EXPECT_EQ(json_int(rolled.body, "records"), 1);
+  EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 3"), 2);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE id = 999999"), 0) << "not created";
+  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_missing_owners_total 1"), std::string::npos);
+}
+
+std::string daemon_yaml(const mariadb_server& server, const std::string& database, const std::string& table = "repositories",
+                        const std::string& count_column = "download_count") {
+  return "instance_id: rollup-test\n"
+         "listen: {address: 127.0.0.1, port: 0}\n"
+         "mysql: {socket: " + server.socket() + ", user: root, database: " + database + "}\n"
+         "counters:\n"
+         "  - name: repo_downloads\n"
+         "    record_type: 123\n"
+         "    rollup: {table: " + table + ", id_column: id, count_column: " + count_column + "}\n"
+         "flush: {interval: 1h}\n"
+         "rollup: {interval: 1h}\n";
+}
+
+TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  create_owners(server, database);
+  sums acknowledged;
+  {
+    daemon_process first(daemon_yaml(server, database));
+    load_options o;
+    o.clients = 4;
+    o.increments_per_client = 5000;
+    o.keys = owner_keys();
+    o.min_delta = 1;
+    acknowledged = run_load(first.port(), o).acknowledged;
+    http_client c(first.port());
+    ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+    first.signal(SIGKILL);
+    EXPECT_EQ(first.wait(10s), -SIGKILL);
+  }
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE download_count <> -1"), 0)
+      << "nothing was rolled up before the kill";
+  daemon_process second(daemon_yaml(server, database));
+  http_client c(second.port());
+  ASSERT_EQ(c.request("POST", "/v1/rollup").status, 200u);
+  expect_converged(server, database, acknowledged);
+}
+
+// --check-config with a reachable database and the real binary at start.
+int run_binary(const std::string& yaml, const std::string& flag, std::string& output) {
+  char dir[] = "/tmp/slotted-check-XXXXXX";
+  mkdtemp(dir);
+  const std::string cfg = std::string(dir) + "/c.yaml", out = std::string(dir) + "/out";
+  std::ofstream(cfg) << yaml;
+  const int status = std::system((std::string(SLOTTED_DAEMON_BINARY) + " --config " + cfg + " " + flag + " >" + out + " 2>&1").c_str());
+  std::ifstream in(out);
+  output.assign(std::istreambuf_iterator<char>(in), {});
+  std::filesystem::remove_all(dir);
+  return WEXITSTATUS(status);
+}
+
+TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  migrate(server, database);
+  create_owners(server, database);
+  std::string out;
+  EXPECT_EQ(run_binary(daemon_yaml(server, database), "--check-config", out), 0) << out;
+  EXPECT_NE(out.find("rollup targets verified"), std::string::npos) << out;
+
+  EXPECT_EQ(run_binary(daemon_yaml(server, database, "repos"), "--check-config", out), 2) << out;
+  EXPECT_NE(out.find("table `repos` does not exist"), std::string::npos) << out;
+  EXPECT_EQ(run_binary(daemon_yaml(server, database, "repositories", "downloads"), "--check-config", out), 2) << out;
+  EXPECT_NE(out.find("has no column `downloads`"), std::string::npos) << out;
+  // At start: exits 1 naming the problem.
+  EXPECT_EQ(run_binary(daemon_yaml(server, database, "repos"), "", out), 1) << out;
+  EXPECT_NE(out.find("table `repos` does not exist"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace slotted::test
