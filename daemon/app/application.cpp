@@ -5,6 +5,8 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include <csignal>
+
 #include "db/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
@@ -65,17 +67,14 @@ application::application(config::daemon_config cfg)
     : cfg_(std::move(cfg)),
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
+      wal_(cfg_.wal.dir.empty() ? nullptr
+                                : std::make_unique<wal::write_ahead_log>(cfg_.wal, store_, metrics_,
+                                                                         cfg_.flush.max_pending_keys)),
       flusher_(flush_settings_for(cfg_), store_, pool_, metrics_),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
       router_(cfg_, *this, metrics_),
       ioc_(static_cast<int>(http_threads(cfg_))),
-      db_workers_(cfg_.mysql.pool_size) {
-  const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address), cfg_.listen_port);
-  http::session_limits limits;
-  limits.max_body_bytes = cfg_.http.max_body_bytes;
-  limits.idle_timeout = cfg_.http.idle_timeout;
-  listener_ = std::make_shared<http::listener>(ioc_, endpoint, router_, limits);
-}
+      db_workers_(cfg_.mysql.pool_size) {}
 
 application::~application() {
   if (!io_threads_.empty()) {
@@ -100,6 +99,24 @@ bool verify_database(const config::daemon_config& cfg) {
 }
 
 void application::start() {
+  if (wal_) {
+    // Before the listener opens: what the log holds is pending again.
+    ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
+    const auto recovered = wal_->open();
+    store_.add_deltas(recovered.deltas);
+    flusher_.enqueue(recovered.batches);
+    flusher_.attach_wal(wal_.get());
+    wal_->start(flusher_);
+    if (recovered.segments > 0) {
+      log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
+                " pending counters and ", recovered.batches.size(), " logged batches");
+    }
+  }
+  const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address), cfg_.listen_port);
+  http::session_limits limits;
+  limits.max_body_bytes = cfg_.http.max_body_bytes;
+  limits.idle_timeout = cfg_.http.idle_timeout;
+  listener_ = std::make_shared<http::listener>(ioc_, endpoint, router_, limits);
   flusher_.start();
   roller_.start();
   listener_->run();
@@ -177,8 +194,14 @@ int application::run_until_stopped() {
 
   roller_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
+  if (wal_) wal_->stop();
   db_workers_.join();
   if (unwritten > 0) {
+    if (wal_) {
+      log::warn("shutdown: ", unwritten, " counters could not be written to the database; they stay in the WAL "
+                "and are flushed at the next start");
+      return 0;
+    }
     log::error("shutdown: ", unwritten, " counters could not be written to the database and are lost");
     return 1;
   }
@@ -188,6 +211,11 @@ int application::run_until_stopped() {
 
 store::add_result application::add(std::span<const ingest::increment> increments) {
   return store_.add(increments, cfg_.flush.max_pending_keys);
+}
+
+void application::add_durable(std::vector<ingest::increment>&& increments,
+                              std::function<void(store::add_result)> done) {
+  wal_->submit(std::move(increments), std::move(done));
 }
 
 void application::read_counter(store::counter_key key,

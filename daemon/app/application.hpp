@@ -24,6 +24,7 @@
 #include "http/router.hpp"
 #include "metrics/metrics.hpp"
 #include "rollup/rollup.hpp"
+#include "wal/wal.hpp"
 #include "store/pending_store.hpp"
 
 namespace slotted {
@@ -40,6 +41,8 @@ class application final : public http::backend {
   explicit application(config::daemon_config cfg);
   ~application() override;
 
+  // Replays the WAL (when configured), then binds and starts serving. Throws on
+  // startup errors: bind, WAL damage or an unusable WAL directory.
   void start();
   std::uint16_t port() const { return listener_->port(); }
 
@@ -58,6 +61,8 @@ class application final : public http::backend {
   bool draining() const override { return draining_.load(); }
   bool ready() const override { return flusher_.ready(); }
   store::add_result add(std::span<const ingest::increment> increments) override;
+  bool durable() const override { return wal_ != nullptr; }
+  void add_durable(std::vector<ingest::increment>&& increments, std::function<void(store::add_result)> done) override;
   void read_counter(store::counter_key key,
                     std::function<void(std::optional<flush::counter_reading>, std::string)> done) override;
   void flush_now(std::function<void(const flush::flush_result&)> done) override;
@@ -72,6 +77,7 @@ class application final : public http::backend {
   metrics::registry metrics_;
   store::pending_store store_;
   db::pool pool_;
+  std::unique_ptr<wal::write_ahead_log> wal_;
   flush::flusher flusher_;
   rollup::roller roller_;
   http::router router_;

@@ -23,7 +23,8 @@ double unix_now() {
 }  // namespace
 
 std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, std::size_t max_rows,
-                                      unsigned slots, std::uint64_t first_seq, std::mt19937_64& rng,
+                                      unsigned slots, std::uint64_t run_id, std::uint64_t first_seq,
+                                      std::mt19937_64& rng,
                                       clock::time_point oldest_arrival) {
   std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
   std::sort(deltas.begin(), deltas.end(),
@@ -32,6 +33,7 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, 
   batches.reserve((deltas.size() + max_rows - 1) / max_rows);
   for (std::size_t i = 0; i < deltas.size(); i += max_rows) {
     flush_batch b;
+    b.run_id = run_id;
     b.seq = first_seq + batches.size();
     b.oldest_arrival = oldest_arrival;
     const std::size_t end = std::min(deltas.size(), i + max_rows);
@@ -94,19 +96,58 @@ std::chrono::milliseconds flusher::next_backoff() {
 }
 
 void flusher::take_from_store() {
-  std::vector<store::pending_delta> deltas;
+  // Odd while deltas move from the store into batches: read_total() waits it out
+  // instead of missing them in between.
+  {
+    std::lock_guard lock(queue_mutex_);
+    ++generation_;
+  }
+  const auto form = [this](std::vector<store::pending_delta>&& deltas, clock::time_point oldest) {
+    auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement, settings_.slots, run_id_,
+                                next_seq_, rng_, oldest);
+    next_seq_ += batches.size();
+    return batches;
+  };
+  if (wal_ != nullptr) {
+    // The log forms and logs them between two groups, then hands them over here.
+    wal_->swap(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
+  } else {
+    std::vector<store::pending_delta> deltas;
+    const auto oldest = store_.take_all(deltas);
+    if (!deltas.empty()) publish(form(std::move(deltas), oldest.value_or(clock::now())));
+  }
+  {
+    std::lock_guard lock(queue_mutex_);
+    ++generation_;
+  }
+  generation_changed_.notify_all();
+}
+
+void flusher::publish(std::vector<flush_batch>&& batches) {
   std::lock_guard lock(queue_mutex_);
-  // Under queue_mutex_, so read_total() sees each delta either in the store or queued.
-  const auto oldest = store_.take_all(deltas);
-  if (deltas.empty()) return;
-  auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement, settings_.slots,
-                              next_seq_, rng_, oldest.value_or(clock::now()));
-  next_seq_ += batches.size();
   for (auto& b : batches) {
     queued_rows_ += b.rows.size();
     queued_.push_back(std::move(b));
   }
   store_.set_unwritten_rows(queued_rows_);
+}
+
+void flusher::enqueue(std::vector<flush_batch> batches) { publish(std::move(batches)); }
+
+std::vector<flush_batch> flusher::retag_all(std::uint64_t tag) {
+  std::lock_guard lock(queue_mutex_);
+  for (auto& b : queued_) b.wal_tag = tag;
+  return {queued_.begin(), queued_.end()};
+}
+
+void flusher::release_wal() {
+  if (wal_ == nullptr) return;
+  std::uint64_t min_tag = UINT64_MAX;
+  {
+    std::lock_guard lock(queue_mutex_);
+    for (const auto& b : queued_) min_tag = std::min(min_tag, b.wal_tag);
+  }
+  wal_->release(min_tag);
 }
 
 std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows) {
@@ -121,7 +162,7 @@ std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::cou
 }
 
 std::size_t flusher::write_queued(db::connection& conn) {
-  std::size_t written = 0;
+  std::size_t written = 0, popped = 0;
   {
     std::lock_guard lock(queue_mutex_);
     if (queued_.empty()) return 0;
@@ -142,7 +183,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
         if (queued_.empty()) break;
         batch = &queued_.front();  // only this thread pops, so it stays valid
       }
-      const db::batch_identity id{settings_.instance_id, run_id_, batch->seq};
+      const db::batch_identity id{settings_.instance_id, batch->run_id, batch->seq};
       db::commit_outcome outcome{};
       for (int attempt = 0;; ++attempt) {
         try {
@@ -165,19 +206,22 @@ std::size_t flusher::write_queued(db::connection& conn) {
         metrics_.flush_statements.Increment();
       } else {
         metrics_.batches_already_applied.Increment();
-        log::info("batch ", batch->seq, " of run ", run_id_,
+        log::info("batch ", batch->seq, " of run ", batch->run_id,
                   " was already committed (found in the ledger); not applied again");
       }
       std::lock_guard lock(queue_mutex_);
       queued_rows_ -= queued_.front().rows.size();
       queued_.pop_front();
+      ++popped;
       store_.set_unwritten_rows(queued_rows_);
     }
   } catch (...) {
     end_commits();
+    if (popped > 0) release_wal();
     throw;
   }
   end_commits();
+  if (popped > 0) release_wal();
   return written;
 }
 

@@ -28,10 +28,12 @@
 #include <vector>
 
 #include "db/pool.hpp"
+#include "flush/batch.hpp"
 #include "db/repository.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
 #include "util/worker.hpp"
+#include "wal/wal.hpp"
 
 namespace slotted::flush {
 
@@ -47,12 +49,6 @@ struct settings {
   std::vector<db::rollup_target> rollups;
 };
 
-struct flush_batch {
-  std::uint64_t seq = 0;
-  std::vector<db::counter_row> rows;  // sorted by (record_type, record_id)
-  std::chrono::steady_clock::time_point oldest_arrival;
-};
-
 struct flush_result {
   bool ok = false;
   std::size_t rows = 0;     // rows committed by this cycle
@@ -66,18 +62,28 @@ struct counter_reading {
 
 // Cuts sorted deltas into batches; pure, exposed for tests.
 std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
-                                      std::size_t max_rows, unsigned slots, std::uint64_t first_seq,
+                                      std::size_t max_rows, unsigned slots, std::uint64_t run_id,
+                                      std::uint64_t first_seq,
                                       std::mt19937_64& rng,
                                       std::chrono::steady_clock::time_point oldest_arrival);
 
-class flusher {
+class flusher final : public wal::batch_queue {
  public:
   flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics);
-  ~flusher();
+  ~flusher() override;
   flusher(const flusher&) = delete;
   flusher& operator=(const flusher&) = delete;
 
   void start();
+
+  // Logs every batch in `log` before it may commit, and tells it what has committed.
+  // Call before start().
+  void attach_wal(wal::write_ahead_log* log) { wal_ = log; }
+  // Queues batches recovered from the WAL (they keep their ids). Call before start().
+  void enqueue(std::vector<flush_batch> batches);
+
+  // wal::batch_queue
+  std::vector<flush_batch> retag_all(std::uint64_t tag) override;
 
   // Stops the periodic cycles, then keeps flushing until everything is written or
   // `deadline` passes. Returns the number of rows that could not be written.
@@ -105,6 +111,8 @@ class flusher {
   // Commits queued batches oldest first; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
   void take_from_store();
+  void publish(std::vector<flush_batch>&& batches);
+  void release_wal();
   // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
   std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows);
   void note_failure(const db::db_error& e);
@@ -119,6 +127,7 @@ class flusher {
   std::uint64_t next_seq_ = 1;
   std::mt19937_64 rng_;
   std::vector<db::counter_row> dirty_rows_;
+  wal::write_ahead_log* wal_ = nullptr;
 
   // Guards queued_ and generation_. The flusher thread alone changes them.
   mutable std::mutex queue_mutex_;

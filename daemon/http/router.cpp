@@ -218,12 +218,23 @@ void router::handle_increments(const request& req, const respond_fn& respond) {
     metrics_.reject(metrics::reject_reason::draining, increments.size());
     return respond(retry_later(v, "shutting down"));
   }
-  if (backend_.add(increments) == store::add_result::over_limit) {
-    metrics_.reject(metrics::reject_reason::pending_limit, increments.size());
-    return respond(retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
+  const auto answer = [this, v, respond, n = increments.size()](store::add_result r) {
+    switch (r) {
+      case store::add_result::applied:
+        metrics_.increments_accepted.Increment(static_cast<double>(n));
+        return respond(json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
+      case store::add_result::over_limit:
+        metrics_.reject(metrics::reject_reason::pending_limit, n);
+        return respond(retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
+      case store::add_result::wal_unavailable:
+        metrics_.reject(metrics::reject_reason::wal_unavailable, n);
+        return respond(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
+    }
+  };
+  if (backend_.durable()) {
+    return backend_.add_durable(std::exchange(increments, {}), answer);
   }
-  metrics_.increments_accepted.Increment(static_cast<double>(increments.size()));
-  respond(json_response(v, status::accepted, "{\"accepted\": " + std::to_string(increments.size()) + "}"));
+  answer(backend_.add(increments));
 }
 
 void router::handle_counter(const request& req, const route_match& m, const respond_fn& respond) {

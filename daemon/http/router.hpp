@@ -36,6 +36,11 @@ class backend {
   virtual bool draining() const = 0;
   virtual bool ready() const = 0;
   virtual store::add_result add(std::span<const ingest::increment> increments) = 0;
+  // With a WAL, increments are acknowledged only once logged: add_durable() answers
+  // later, from the log's thread.
+  virtual bool durable() const = 0;
+  virtual void add_durable(std::vector<ingest::increment>&& increments,
+                           std::function<void(store::add_result)> done) = 0;
   // Each `done` may be called from any thread.
   virtual void read_counter(store::counter_key key,
                             std::function<void(std::optional<flush::counter_reading>, std::string)> done) = 0;

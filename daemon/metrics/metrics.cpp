@@ -34,7 +34,8 @@ const char* route_name(route r) {
 
 const char* reason_name(reject_reason r) {
   static constexpr const char* names[] = {"invalid", "unauthorized", "too_large",
-                                          "unsupported_media_type", "pending_limit", "draining"};
+                                          "unsupported_media_type", "pending_limit", "draining",
+                                          "wal_unavailable"};
   return names[static_cast<int>(r)];
 }
 
@@ -85,6 +86,8 @@ registry::registry()
       wal_fsync_duration_seconds(family(BuildHistogram(), *registry_,
                                         "slotted_counterd_wal_fsync_duration_seconds",
                                         "Duration of write-ahead log syncs").Add({}, fsync_buckets)),
+      wal_torn_tails(family(BuildCounter(), *registry_, "slotted_counterd_wal_torn_tails_total",
+                            "Incomplete records cut off the end of the WAL at startup").Add({})),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

@@ -24,7 +24,7 @@ const char* route_name(route r);
 
 // Why increments were refused (increments_rejected_total{reason}).
 enum class reject_reason { invalid, unauthorized, too_large, unsupported_media_type, pending_limit,
-                           draining, count_ };
+                           draining, wal_unavailable, count_ };
 const char* reason_name(reject_reason r);
 
 class registry {
@@ -57,6 +57,7 @@ class registry {
   prometheus::Gauge& last_rollup_success_timestamp_seconds;
   prometheus::Gauge& wal_bytes;
   prometheus::Histogram& wal_fsync_duration_seconds;
+  prometheus::Counter& wal_torn_tails;
 
   // Text exposition format 0.0.4, including the process_* metrics read from /proc.
   std::string serialize() const;

@@ -55,6 +55,27 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
   return add_result::applied;
 }
 
+void pending_store::add_deltas(std::span<const pending_delta> deltas) {
+  const auto now = clock::now();
+  std::size_t added = 0;
+  for (const auto& d : deltas) {
+    shard& s = shards_[shard_of(hash_of(d.key))];
+    std::lock_guard lock(s.mutex);
+    if (!s.first_arrival) s.first_arrival = now;
+    auto [it, inserted] = s.deltas.try_emplace(d.key, 0);
+    it->second += d.delta;
+    added += inserted ? 1 : 0;
+  }
+  keys_.fetch_add(added, std::memory_order_relaxed);
+}
+
+void pending_store::copy_all(std::vector<pending_delta>& out) const {
+  for (std::size_t i = 0; i < shard_count_; ++i) {
+    std::lock_guard lock(shards_[i].mutex);
+    for (const auto& [key, delta] : shards_[i].deltas) out.push_back({key, delta});
+  }
+}
+
 std::optional<pending_store::clock::time_point> pending_store::take_all(
     std::vector<pending_delta>& out) {
   std::optional<clock::time_point> oldest;

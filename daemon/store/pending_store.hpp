@@ -24,7 +24,7 @@ struct pending_delta {
   std::int64_t delta = 0;
 };
 
-enum class add_result { applied, over_limit };
+enum class add_result { applied, over_limit, wal_unavailable };
 
 class pending_store {
  public:
@@ -41,6 +41,12 @@ class pending_store {
   // call may go past it by at most its own number of keys.
   add_result add(std::span<const ingest::increment> increments, std::size_t max_pending_keys);
 
+  // Adds deltas (recovered from the WAL, or handed back) without a limit check.
+  void add_deltas(std::span<const pending_delta> deltas);
+
+  // Copies every shard's content into `out` (appended to), leaving the shards as they are.
+  void copy_all(std::vector<pending_delta>& out) const;
+
   // Moves every shard's content out, leaving the shards empty; `out` is appended to.
   // Returns the time the oldest of the moved deltas arrived (nullopt when none).
   std::optional<clock::time_point> take_all(std::vector<pending_delta>& out);
@@ -54,6 +60,7 @@ class pending_store {
   // The flusher reports how many rows it holds that are not yet written; they count
   // against the pending limit so that memory stays bounded during an outage.
   void set_unwritten_rows(std::size_t rows) { unwritten_rows_.store(rows, std::memory_order_relaxed); }
+  std::size_t unwritten_rows() const { return unwritten_rows_.load(std::memory_order_relaxed); }
 
   // When the oldest delta still in the shards arrived; nullopt when they are empty.
   std::optional<clock::time_point> oldest() const;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,7 +55,7 @@ int in_process_daemon::stop() {
   return exit_code_;
 }
 
-daemon_process::daemon_process(const std::string& yaml) {
+daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit) {
   char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -64,6 +65,10 @@ daemon_process::daemon_process(const std::string& yaml) {
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (FILE* f = std::freopen(log_path.c_str(), "w", stderr)) (void)f;
+    if (file_size_limit > 0) {
+      const rlimit lim{file_size_limit, file_size_limit};
+      setrlimit(RLIMIT_FSIZE, &lim);
+    }
     const std::string config = dir_ + "/config.yaml";
     execl(SLOTTED_DAEMON_BINARY, SLOTTED_DAEMON_BINARY, "--config", config.c_str(), nullptr);
     _exit(127);

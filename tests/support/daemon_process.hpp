@@ -42,7 +42,8 @@ class daemon_process {
  public:
   // Writes `yaml` to a temp file and starts the built binary on it; waits for its
   // "listening on" log line and reads the port from it.
-  explicit daemon_process(const std::string& yaml);
+  // `file_size_limit` (bytes) sets RLIMIT_FSIZE for the daemon: a disk that fills up.
+  explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0);
   ~daemon_process();
 
   std::uint16_t port() const { return port_; }

@@ -11,11 +11,12 @@ TEST(FormBatches, SortsChunksDropsZerosAndKeepsSlotsInRange) {
     deltas.push_back({{static_cast<std::uint32_t>(i % 3), 10000 - i}, static_cast<std::int64_t>(i % 5)});
   }
   std::mt19937_64 rng(1);
-  const auto batches = form_batches(deltas, 1000, 7, 40, rng, std::chrono::steady_clock::now());
+  const auto batches = form_batches(deltas, 1000, 7, 99, 40, rng, std::chrono::steady_clock::now());
   // 2500 deltas, every fifth is zero: 2000 rows in batches of at most 1000.
   ASSERT_EQ(batches.size(), 2u);
   EXPECT_EQ(batches[0].seq, 40u);
   EXPECT_EQ(batches[1].seq, 41u);
+  EXPECT_EQ(batches[1].run_id, 99u);
   std::size_t rows = 0;
   const db::counter_row* prev = nullptr;
   for (const auto& b : batches) {
@@ -36,8 +37,8 @@ TEST(FormBatches, SortsChunksDropsZerosAndKeepsSlotsInRange) {
 
 TEST(FormBatches, NothingToWriteMakesNoBatch) {
   std::mt19937_64 rng(1);
-  EXPECT_TRUE(form_batches({{{1, 1}, 0}}, 10, 5, 1, rng, {}).empty());
-  EXPECT_TRUE(form_batches({}, 10, 5, 1, rng, {}).empty());
+  EXPECT_TRUE(form_batches({{{1, 1}, 0}}, 10, 5, 1, 1, rng, {}).empty());
+  EXPECT_TRUE(form_batches({}, 10, 5, 1, 1, rng, {}).empty());
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "db/sql.hpp"
+
+namespace slotted::flush {
+
+// A unit of exactly-once writing: fixed rows (sorted by key, slots drawn) and a fixed
+// id (instance, run_id, seq), committed in one transaction with its ledger row.
+struct flush_batch {
+  std::uint64_t run_id = 0;
+  std::uint64_t seq = 0;
+  std::vector<db::counter_row> rows;
+  std::chrono::steady_clock::time_point oldest_arrival;
+  // The WAL segment holding the record that logged this batch (0 without a WAL).
+  std::uint64_t wal_tag = 0;
+};
+
+}  // namespace slotted::flush

@@ -1,0 +1,208 @@
+#include "wal/record.hpp"
+
+#include <boost/crc.hpp>
+#include <boost/unordered/unordered_flat_map.hpp>
+
+#include <cstring>
+
+namespace slotted::wal {
+
+namespace {
+
+template <typename T>
+void put(std::string& out, T value) {
+  char buf[sizeof(T)];
+  std::memcpy(buf, &value, sizeof(T));
+  out.append(buf, sizeof(T));
+}
+
+std::uint32_t crc_of(std::string_view payload) {
+  boost::crc_32_type crc;
+  crc.process_bytes(payload.data(), payload.size());
+  return crc.checksum();
+}
+
+// Appends a header placeholder; finish_record() fills it once the payload is written.
+std::size_t begin_record(std::string& out, record_kind kind) {
+  const std::size_t start = out.size();
+  out.append(record_header_bytes, '\0');
+  out.push_back(static_cast<char>(kind));
+  return start;
+}
+
+void finish_record(std::string& out, std::size_t start) {
+  const std::string_view payload(out.data() + start + record_header_bytes, out.size() - start - record_header_bytes);
+  const auto length = static_cast<std::uint32_t>(payload.size());
+  const std::uint32_t crc = crc_of(payload);
+  std::memcpy(out.data() + start, &length, 4);
+  std::memcpy(out.data() + start + 4, &crc, 4);
+}
+
+void put_batches(std::string& out, std::span<const flush::flush_batch> batches) {
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(batches.size()));
+  for (const auto& b : batches) {
+    put<std::uint64_t>(out, b.run_id);
+    put<std::uint64_t>(out, b.seq);
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()));
+    for (const auto& r : b.rows) {
+      put<std::uint32_t>(out, r.record_type);
+      put<std::uint64_t>(out, r.record_id);
+      put<std::uint16_t>(out, r.slot);
+      put<std::int64_t>(out, r.delta);
+    }
+  }
+}
+
+class reader {
+ public:
+  explicit reader(std::string_view data) : data_(data) {}
+  template <typename T>
+  bool get(T& value) {
+    if (data_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(&value, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool has(std::size_t bytes) const { return data_.size() - pos_ >= bytes; }
+  bool done() const { return pos_ == data_.size(); }
+
+ private:
+  std::string_view data_;
+  std::size_t pos_ = 0;
+};
+
+bool read_batches(reader& in, std::vector<flush::flush_batch>& out) {
+  std::uint32_t n = 0;
+  if (!in.get(n)) return false;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    flush::flush_batch b;
+    std::uint32_t rows = 0;
+    if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows) || !in.has(std::size_t{rows} * 22)) return false;
+    b.rows.resize(rows);
+    for (auto& r : b.rows) {
+      if (!in.get(r.record_type) || !in.get(r.record_id) || !in.get(r.slot) || !in.get(r.delta)) return false;
+    }
+    out.push_back(std::move(b));
+  }
+  return true;
+}
+
+}  // namespace
+
+void append_increments(std::string& out, std::span<const ingest::increment> increments) {
+  const std::size_t start = begin_record(out, record_kind::increments);
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(increments.size()));
+  for (const auto& inc : increments) {
+    put<std::uint32_t>(out, inc.record_type);
+    put<std::uint64_t>(out, inc.record_id);
+    put<std::int32_t>(out, inc.delta);
+  }
+  finish_record(out, start);
+}
+
+void append_batches(std::string& out, std::span<const flush::flush_batch> batches) {
+  const std::size_t start = begin_record(out, record_kind::batches);
+  put_batches(out, batches);
+  finish_record(out, start);
+}
+
+void append_snapshot(std::string& out, std::span<const flush::flush_batch> batches,
+                     std::span<const store::pending_delta> deltas) {
+  const std::size_t start = begin_record(out, record_kind::snapshot);
+  put_batches(out, batches);
+  put<std::uint64_t>(out, deltas.size());
+  for (const auto& d : deltas) {
+    put<std::uint32_t>(out, d.key.record_type);
+    put<std::uint64_t>(out, d.key.record_id);
+    put<std::int64_t>(out, d.delta);
+  }
+  finish_record(out, start);
+}
+
+bool replay_state::apply(std::string_view payload) {
+  if (payload.empty()) return false;
+  reader in(payload.substr(1));
+  switch (static_cast<record_kind>(payload[0])) {
+    case record_kind::increments: {
+      std::uint32_t n = 0;
+      if (!in.get(n) || !in.has(std::size_t{n} * 16)) return false;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        std::uint32_t type = 0;
+        std::uint64_t id = 0;
+        std::int32_t delta = 0;
+        in.get(type);
+        in.get(id);
+        in.get(delta);
+        delta_log_.push_back({{type, id}, delta});
+      }
+      return in.done();
+    }
+    case record_kind::batches: {
+      std::vector<flush::flush_batch> logged;
+      if (!read_batches(in, logged) || !in.done()) return false;
+      // Everything logged so far is in these batches now.
+      delta_log_.clear();
+      for (auto& b : logged) batches_.push_back(std::move(b));
+      return true;
+    }
+    case record_kind::snapshot: {
+      std::vector<flush::flush_batch> logged;
+      std::uint64_t n = 0;
+      if (!read_batches(in, logged) || !in.get(n) || !in.has(n * 20)) return false;
+      delta_log_.clear();
+      batches_ = std::move(logged);
+      for (std::uint64_t i = 0; i < n; ++i) {
+        std::uint32_t type = 0;
+        std::uint64_t id = 0;
+        std::int64_t delta = 0;
+        in.get(type);
+        in.get(id);
+        in.get(delta);
+        delta_log_.push_back({{type, id}, delta});
+      }
+      return in.done();
+    }
+  }
+  return false;
+}
+
+std::vector<store::pending_delta> replay_state::deltas() const {
+  boost::unordered_flat_map<store::counter_key, std::int64_t, key_hash> sums;
+  for (const auto& [key, delta] : delta_log_) sums[key] += delta;
+  std::vector<store::pending_delta> out;
+  out.reserve(sums.size());
+  for (const auto& [key, delta] : sums) {
+    if (delta != 0) out.push_back({key, delta});
+  }
+  return out;
+}
+
+scan_result scan_segment(std::string_view data, replay_state& state) {
+  scan_result r;
+  std::size_t pos = 0;
+  while (pos < data.size()) {
+    const auto damaged = [&](std::string what, bool reaches_end) {
+      r.outcome = reaches_end ? scan_result::status::torn_tail : scan_result::status::corrupt;
+      r.valid_bytes = pos;
+      r.problem = std::move(what);
+      return r;
+    };
+    // A zero-filled tail is space the file system allocated for an append that never
+    // landed.
+    if (data.find_first_not_of('\0', pos) == std::string_view::npos) return damaged("zero-filled tail", true);
+    if (data.size() - pos < record_header_bytes) return damaged("partial record header", true);
+    std::uint32_t length = 0, crc = 0;
+    std::memcpy(&length, data.data() + pos, 4);
+    std::memcpy(&crc, data.data() + pos + 4, 4);
+    const std::size_t end = pos + record_header_bytes + length;
+    if (end > data.size()) return damaged("record runs past the end of the file", true);
+    const std::string_view payload = data.substr(pos + record_header_bytes, length);
+    if (crc_of(payload) != crc) return damaged("checksum mismatch", end == data.size());
+    if (!state.apply(payload)) return damaged("malformed record", false);
+    pos = end;
+  }
+  r.valid_bytes = pos;
+  return r;
+}
+
+}  // namespace slotted::wal

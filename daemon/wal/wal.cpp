@@ -1,0 +1,375 @@
+#include "wal/wal.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <set>
+
+#include "util/log.hpp"
+#include "wal/record.hpp"
+
+namespace slotted::wal {
+
+namespace {
+using clock = std::chrono::steady_clock;
+
+// While nothing can be flushed, a snapshot replaces the segments once they hold this
+// much more than the last snapshot did.
+constexpr std::size_t checkpoint_slack_bytes = 64u << 20;
+
+bool parse_segment_name(const char* name, std::uint64_t& n) {
+  unsigned long long value = 0;
+  int consumed = 0;
+  if (std::sscanf(name, "wal-%16llu.log%n", &value, &consumed) != 1 || name[consumed] != '\0') return false;
+  n = value;
+  return true;
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw wal_error("cannot open WAL segment " + path + ": " + std::strerror(errno));
+  std::string data;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw wal_error("cannot read WAL segment " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return data;
+}
+}  // namespace
+
+write_ahead_log::write_ahead_log(config::wal_config cfg, store::pending_store& store, metrics::registry& metrics,
+                                 std::size_t max_pending_keys)
+    : cfg_(std::move(cfg)), store_(store), metrics_(metrics), max_pending_keys_(max_pending_keys) {}
+
+write_ahead_log::~write_ahead_log() {
+  stop();
+  if (fd_ >= 0) ::close(fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+}
+
+std::string write_ahead_log::segment_path(std::uint64_t n) const {
+  char name[40];
+  std::snprintf(name, sizeof name, "/wal-%016llu.log", static_cast<unsigned long long>(n));
+  return cfg_.dir + name;
+}
+
+recovered write_ahead_log::open() {
+  if (::mkdir(cfg_.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw wal_error("cannot create WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+  }
+  dir_fd_ = ::open(cfg_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd_ < 0) throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+
+  std::set<std::uint64_t> segments;
+  if (DIR* d = ::opendir(cfg_.dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      std::uint64_t n = 0;
+      if (parse_segment_name(e->d_name, n)) segments.insert(n);
+    }
+    ::closedir(d);
+  }
+  replay_state state;
+  recovered out;
+  for (const auto n : segments) {
+    const std::string path = segment_path(n);
+    const std::string data = read_file(path);
+    const auto scan = scan_segment(data, state);
+    const bool last = n == *segments.rbegin();
+    if (scan.outcome == scan_result::status::torn_tail && last) {
+      log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes, " (",
+                scan.problem, "): cut off; it was never acknowledged");
+      metrics_.wal_torn_tails.Increment();
+      if (::truncate(path.c_str(), static_cast<off_t>(scan.valid_bytes)) != 0) {
+        throw wal_error("cannot truncate " + path + ": " + std::strerror(errno));
+      }
+    } else if (scan.outcome != scan_result::status::ok) {
+      throw wal_error("WAL segment " + path + " is damaged at offset " + std::to_string(scan.valid_bytes) + " (" +
+                      scan.problem + "). To start without it, move that file out of " + cfg_.dir +
+                      ": the increments logged in it from that offset on are lost");
+    }
+    closed_.push_back({n, scan.valid_bytes});
+    segment_ = n;
+    ++out.segments;
+  }
+  out.deltas = state.deltas();
+  // A batch logged twice (a snapshot and a batches record) is one batch.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
+  for (const auto& b : state.batches()) {
+    if (seen.insert({b.run_id, b.seq}).second) out.batches.push_back(b);
+  }
+  return out;
+}
+
+void write_ahead_log::start(batch_queue& queue) {
+  queue_ = &queue;
+  last_sync_ = clock::now();
+  // Everything replayed is logged again as one snapshot; the old segments then go.
+  if (!checkpoint()) throw wal_error("cannot write to the WAL directory " + cfg_.dir + ": " + last_error_);
+  thread_ = std::thread([this] { run(); });
+}
+
+void write_ahead_log::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  // Tasks queued after the thread's last look still get their answer.
+  for (auto& task : std::exchange(tasks_, {})) task();
+  if (unsynced_ && fd_ >= 0) sync();
+}
+
+void write_ahead_log::submit(std::vector<ingest::increment>&& increments,
+                             std::function<void(store::add_result)> done) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      pending_.push_back({std::move(increments), std::move(done)});
+      wake_.notify_one();
+      return;
+    }
+  }
+  done(store::add_result::wal_unavailable);
+}
+
+bool write_ahead_log::swap(const former& form, const publisher& publish) {
+  std::promise<bool> result;
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back([&] {
+      std::vector<store::pending_delta> deltas;
+      const auto oldest = store_.take_all(deltas);
+      if (deltas.empty()) return result.set_value(true);
+      auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
+      if (batches.empty()) return result.set_value(true);  // only zero net deltas
+      bool ok = rotate();
+      if (ok) {
+        for (auto& b : batches) b.wal_tag = segment_;
+        std::string bytes;
+        append_batches(bytes, batches);
+        ok = append_synced(bytes, true);
+      }
+      if (!ok) {
+        // Nothing of these batches may commit unlogged: back into the store.
+        std::vector<store::pending_delta> back;
+        for (const auto& b : batches) {
+          for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
+        }
+        store_.add_deltas(back);
+        return result.set_value(false);
+      }
+      covering_.push_back(segment_);
+      publish(std::move(batches));
+      result.set_value(true);
+    });
+  }
+  wake_.notify_one();
+  return result.get_future().get();
+}
+
+void write_ahead_log::release(std::uint64_t min_queued_tag) {
+  {
+    std::lock_guard lock(mutex_);
+    min_queued_tag_ = min_queued_tag;
+    tasks_.push_back([this] { delete_released(); });
+  }
+  wake_.notify_one();
+}
+
+void write_ahead_log::run() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    const bool interval_mode = cfg_.fsync == config::fsync_mode::interval;
+    const auto has_work = [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); };
+    if (interval_mode && unsynced_) {
+      wake_.wait_until(lock, last_sync_ + cfg_.fsync_interval, has_work);
+    } else {
+      wake_.wait(lock, has_work);
+    }
+    while (!tasks_.empty()) {
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+    if (!pending_.empty()) {
+      auto group = std::exchange(pending_, {});
+      lock.unlock();
+      write_group(group);
+      lock.lock();
+    }
+    if (interval_mode && unsynced_ && clock::now() >= last_sync_ + cfg_.fsync_interval) {
+      lock.unlock();
+      sync();
+      lock.lock();
+    }
+    if (stopping_ && pending_.empty() && tasks_.empty()) return;
+    lock.unlock();
+    maybe_checkpoint();
+    update_size_gauge();
+    lock.lock();
+  }
+}
+
+void write_ahead_log::write_group(std::vector<request>& group) {
+  std::string bytes;
+  std::vector<request*> logged;
+  std::size_t new_keys_bound = 0;
+  for (auto& r : group) {
+    // The pending limit, as without a WAL: checked before anything is logged.
+    if (store_.keys() + store_.unwritten_rows() + new_keys_bound >= max_pending_keys_) {
+      r.done(store::add_result::over_limit);
+      continue;
+    }
+    new_keys_bound += r.increments.size();
+    append_increments(bytes, r.increments);
+    logged.push_back(&r);
+  }
+  if (logged.empty()) return;
+  const bool ok = append_synced(bytes, cfg_.fsync == config::fsync_mode::always);
+  for (auto* r : logged) {
+    if (ok) store_.add(r->increments, SIZE_MAX);
+    r->done(ok ? store::add_result::applied : store::add_result::wal_unavailable);
+  }
+}
+
+bool write_ahead_log::append_synced(const std::string& bytes, bool synced) {
+  const std::size_t before = segment_bytes_;
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t w = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(before + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      failed("write", w < 0 ? errno : ENOSPC);
+      // Cut the partial append back: what follows must start at a record boundary.
+      if (::ftruncate(fd_, static_cast<off_t>(before)) != 0) failed("truncate", errno);
+      return false;
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  segment_bytes_ = before + bytes.size();
+  unsynced_ = true;
+  if (synced && !sync()) {
+    if (::ftruncate(fd_, static_cast<off_t>(before)) != 0) failed("truncate", errno);
+    segment_bytes_ = before;
+    return false;
+  }
+  if (!last_error_.empty()) {
+    log::info("WAL writable again");
+    last_error_.clear();
+  }
+  return true;
+}
+
+bool write_ahead_log::sync() {
+  const auto started = clock::now();
+  const int rc = ::fdatasync(fd_);
+  metrics_.wal_fsync_duration_seconds.Observe(std::chrono::duration<double>(clock::now() - started).count());
+  last_sync_ = clock::now();
+  if (rc != 0) {
+    failed("fdatasync", errno);
+    return false;
+  }
+  unsynced_ = false;
+  return true;
+}
+
+bool write_ahead_log::rotate() {
+  const std::uint64_t next = segment_ + 1;
+  const int fd = ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    failed("create segment", errno);
+    return false;
+  }
+  if (fd_ >= 0) {
+    if (unsynced_) sync();
+    ::close(fd_);
+    closed_.push_back({segment_, segment_bytes_});
+  }
+  fd_ = fd;
+  segment_ = next;
+  segment_bytes_ = 0;
+  unsynced_ = false;
+  ::fsync(dir_fd_);  // the new name itself must survive a crash
+  return true;
+}
+
+bool write_ahead_log::checkpoint() {
+  if (!rotate()) return false;
+  std::vector<store::pending_delta> deltas;
+  store_.copy_all(deltas);
+  const auto batches = queue_->retag_all(segment_);
+  std::string bytes;
+  append_snapshot(bytes, batches, deltas);
+  if (!append_synced(bytes, true)) return false;
+  covering_.push_back(segment_);
+  last_snapshot_bytes_ = bytes.size();
+  // Everything before a snapshot is superseded by it.
+  for (const auto& [n, size] : closed_) ::unlink(segment_path(n).c_str());
+  closed_.clear();
+  ::fsync(dir_fd_);
+  update_size_gauge();
+  return true;
+}
+
+void write_ahead_log::maybe_checkpoint() {
+  std::size_t total = segment_bytes_;
+  for (const auto& c : closed_) total += c.second;
+  if (total > checkpoint_slack_bytes + 2 * last_snapshot_bytes_) checkpoint();
+}
+
+void write_ahead_log::delete_released() {
+  std::uint64_t min_tag = 0;
+  {
+    std::lock_guard lock(mutex_);
+    min_tag = min_queued_tag_;
+  }
+  bool deleted = false;
+  // Oldest first: a segment goes once a later segment logs batches (or a snapshot)
+  // covering its increments and every batch it logged itself has committed.
+  while (!closed_.empty()) {
+    const auto n = closed_.front().first;
+    const bool covered = std::any_of(covering_.begin(), covering_.end(), [&](std::uint64_t c) { return c > n; });
+    if (!covered || min_tag <= n) break;
+    ::unlink(segment_path(n).c_str());
+    closed_.erase(closed_.begin());
+    deleted = true;
+  }
+  std::erase_if(covering_, [&](std::uint64_t c) { return !closed_.empty() ? c < closed_.front().first : c < segment_; });
+  if (deleted) ::fsync(dir_fd_);
+  update_size_gauge();
+}
+
+void write_ahead_log::update_size_gauge() {
+  std::size_t total = segment_bytes_;
+  for (const auto& c : closed_) total += c.second;
+  metrics_.wal_bytes.Set(static_cast<double>(total));
+}
+
+void write_ahead_log::failed(const std::string& what, int err) {
+  const std::string message = what + ": " + std::strerror(err);
+  if (message != last_error_) {
+    log::error("WAL ", cfg_.dir, ": ", message, "; ingest answers 503 until it can write again");
+    last_error_ = message;
+  }
+}
+
+}  // namespace slotted::wal
