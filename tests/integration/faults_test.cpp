@@ -14,19 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-double metric(const std::string& text, const std::string& series) {
-  const auto pos = text.find("\n" + series + " ");
-  return pos == std::string::npos ? -1 : std::stod(text.substr(pos + series.size() + 2));
-}
-
-// POST /v1/flush until it succeeds (the database may still be recovering).
-void flush_until_ok(http_client& c, std::chrono::seconds limit = 60s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (c.request("POST", "/v1/flush").status == 200) return;
-  }
-  FAIL() << "flush did not succeed within " << limit.count() << "s";
-}
 
 struct ProxyCase {
   const char* name;
@@ -52,7 +39,7 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   cfg.flush.max_rows_per_statement = 50;
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
-  flush_until_ok(client);  // connected, schema verified
+  ASSERT_TRUE(flush_until_ok(client));  // connected, schema verified
 
   load_options o;
   o.clients = 4;
@@ -64,12 +51,12 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   proxy.arm(GetParam().statement, GetParam().where, 2);
   const auto first = client.request("POST", "/v1/flush");
   EXPECT_EQ(first.status, 503u) << "the cut must make this flush fail: " << first.body;
-  flush_until_ok(client);
+  ASSERT_TRUE(flush_until_ok(client));
   EXPECT_EQ(proxy.cuts(), 2) << "both armed cuts happened (the retry was cut again)";
-  flush_until_ok(client);
+  ASSERT_TRUE(flush_until_ok(client));
 
   EXPECT_EQ(read_table(server, database).totals, without_zeros(load.acknowledged));
-  EXPECT_EQ(metric(client.get("/metrics").body, "slotted_counterd_flush_batches_already_applied_total"),
+  EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_batches_already_applied_total"),
             GetParam().found_in_ledger);
   // One ledger row per batch: 300 keys in batches of 50.
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 6);
@@ -105,9 +92,9 @@ TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   http_client probe(daemon.port());
   for (int round = 0; round < 4; ++round) {
     // Let some flushes land, then kill the server in the middle of the next ones.
-    const double before = metric(probe.get("/metrics").body, "slotted_counterd_flush_rows_total");
+    const double before = metric_value(probe.get("/metrics").body, "slotted_counterd_flush_rows_total");
     const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (metric(probe.get("/metrics").body, "slotted_counterd_flush_rows_total") < before + 500 &&
+    while (metric_value(probe.get("/metrics").body, "slotted_counterd_flush_rows_total") < before + 500 &&
            std::chrono::steady_clock::now() < deadline) {
     }
     server.stop(/*hard=*/true);
@@ -116,13 +103,13 @@ TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   stop = true;
   clients.join();
   http_client client(daemon.port());
-  flush_until_ok(client);
+  ASSERT_TRUE(flush_until_ok(client));
 
   EXPECT_EQ(load.failed_requests, 0u) << "ingest answers 202 while the database is down";
   EXPECT_GT(load.accepted_increments, 10000u);
   EXPECT_EQ(read_table(server, database).totals, without_zeros(load.acknowledged));
   const auto m = client.get("/metrics").body;
-  EXPECT_GT(metric(m, "slotted_counterd_db_errors_total{kind=\"connection\"}"), 0);
+  EXPECT_GT(metric_value(m, "slotted_counterd_db_errors_total{kind=\"connection\"}"), 0);
   EXPECT_EQ(daemon.stop(), 0);
 }
 
@@ -136,7 +123,7 @@ TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
   cfg.flush.max_rows_per_statement = 200;
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
-  flush_until_ok(client);
+  ASSERT_TRUE(flush_until_ok(client));
 
   server.stop();
   // Wait until the daemon has noticed (a condition, not a sleep).
@@ -166,16 +153,16 @@ TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
   ASSERT_EQ(refused, 20u) << "the pending limit never answered 503";
   const auto m = client.get("/metrics").body;
   // Bounded: the limit, passed by at most one request's keys.
-  EXPECT_LE(metric(m, "slotted_counterd_pending_keys"), 3000 + 10);
+  EXPECT_LE(metric_value(m, "slotted_counterd_pending_keys"), 3000 + 10);
   EXPECT_GE(acknowledged.size(), 3000u);
   EXPECT_EQ(client.get("/readyz").status, 503u);
 
   server.start();
-  flush_until_ok(client);
+  ASSERT_TRUE(flush_until_ok(client));
   // Drained: accepting again, and everything acknowledged is in the database.
   EXPECT_EQ(client.post_json("/v1/increments", R"({"record_type": 4, "record_id": 0})").status, 202u);
   acknowledged[{4, 0}] += 1;
-  flush_until_ok(client);
+  ASSERT_TRUE(flush_until_ok(client));
   EXPECT_EQ(client.get("/readyz").status, 200u);
   EXPECT_EQ(read_table(server, database).totals, acknowledged);
   EXPECT_EQ(daemon.stop(), 0);
@@ -205,15 +192,15 @@ TEST(TwoInstances, SameHotKeysTotalsExact) {
   ta.join();
   tb.join();
   http_client ca(a.port()), cb(b.port());
-  flush_until_ok(ca);
-  flush_until_ok(cb);
+  ASSERT_TRUE(flush_until_ok(ca));
+  ASSERT_TRUE(flush_until_ok(cb));
 
   sums expected = load_a.acknowledged;
   for (const auto& [k, v] : load_b.acknowledged) expected[k] += v;
   EXPECT_EQ(load_a.failed_requests + load_b.failed_requests, 0u);
   EXPECT_EQ(read_table(server, database).totals, without_zeros(expected));
-  const double deadlocks = metric(ca.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}") +
-                           metric(cb.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}");
+  const double deadlocks = metric_value(ca.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}") +
+                           metric_value(cb.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}");
   std::printf("deadlocks retried across both instances: %.0f\n", deadlocks);
   EXPECT_GE(deadlocks, 0);
   EXPECT_EQ(a.stop(), 0);

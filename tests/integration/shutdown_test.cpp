@@ -21,11 +21,6 @@ std::string daemon_yaml(const mariadb_server& server, const std::string& databas
          "shutdown_timeout: 20s\n";
 }
 
-double metric_value(const std::string& text, const std::string& name) {
-  const auto pos = text.find("\n" + name + " ");
-  return pos == std::string::npos ? 0 : std::stod(text.substr(pos + name.size() + 2));
-}
-
 TEST(Shutdown, SigtermUnderLoadLosesNothing) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();

@@ -54,12 +54,6 @@ class Wal : public ::testing::Test {
   std::string database_, root_, wal_dir_;
 };
 
-void flush_until_ok(http_client& c) {
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (c.request("POST", "/v1/flush").status != 200 && std::chrono::steady_clock::now() < deadline) {
-  }
-}
-
 TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   constexpr int keys = 40;
   std::vector<std::int64_t> acknowledged(keys), unanswered(keys);
@@ -102,7 +96,7 @@ TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   }
   daemon_process last(yaml());
   http_client c(last.port());
-  flush_until_ok(c);
+  ASSERT_TRUE(flush_until_ok(c));
   last.signal(SIGTERM);
   EXPECT_EQ(last.wait(30s), 0) << last.log();
 

@@ -95,6 +95,19 @@ std::string raw_exchange(std::uint16_t port, const std::string& bytes, std::chro
   return out;
 }
 
+double metric_value(const std::string& text, const std::string& series) {
+  const auto pos = text.find("\n" + series + " ");
+  return pos == std::string::npos ? -1 : std::stod(text.substr(pos + series.size() + 2));
+}
+
+bool flush_until_ok(http_client& client, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (client.request("POST", "/v1/flush").status == 200) return true;
+  }
+  return false;
+}
+
 std::int64_t json_int(const std::string& body, const std::string& field) {
   const std::string key = "\"" + field + "\":";
   auto pos = body.find(key);

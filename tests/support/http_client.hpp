@@ -37,6 +37,13 @@ class http_client {
 std::string raw_exchange(std::uint16_t port, const std::string& bytes,
                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// The value of one series in a /metrics text ("name" or "name{labels}"); -1 when absent.
+double metric_value(const std::string& metrics_text, const std::string& series);
+
+// POST /v1/flush until it answers 200 (the database may still be recovering); false
+// when it did not within `limit`.
+bool flush_until_ok(http_client& client, std::chrono::seconds limit = std::chrono::seconds(60));
+
 // Extracts an integer field from a flat JSON object ("count": 12 or "record_id": "12").
 std::int64_t json_int(const std::string& body, const std::string& field);
 
