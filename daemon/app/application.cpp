@@ -73,12 +73,13 @@ application::application(config::daemon_config cfg)
       flusher_(flush_settings_for(cfg_), store_, pool_, metrics_),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
       router_(cfg_, *this, metrics_),
-      ioc_(static_cast<int>(http_threads(cfg_))),
-      db_workers_(cfg_.mysql.pool_size) {}
+      db_workers_(cfg_.mysql.pool_size) {
+  for (unsigned i = 0; i < http_threads(cfg_); ++i) contexts_.push_back(std::make_unique<net::io_context>(1));
+}
 
 application::~application() {
   if (!io_threads_.empty()) {
-    ioc_.stop();
+    for (auto& c : contexts_) c->stop();
     for (auto& t : io_threads_) t.join();
   }
   db_workers_.join();
@@ -116,12 +117,20 @@ void application::start() {
   http::session_limits limits;
   limits.max_body_bytes = cfg_.http.max_body_bytes;
   limits.idle_timeout = cfg_.http.idle_timeout;
-  listener_ = std::make_shared<http::listener>(ioc_, endpoint, router_, limits);
+  std::vector<net::io_context*> contexts;
+  for (auto& c : contexts_) contexts.push_back(c.get());
+  listener_ = std::make_shared<http::listener>(std::move(contexts), endpoint, router_, limits);
   flusher_.start();
   roller_.start();
   listener_->run();
   const unsigned n = http_threads(cfg_);
-  for (unsigned i = 0; i < n; ++i) io_threads_.emplace_back([this] { ioc_.run(); });
+  for (unsigned i = 0; i < n; ++i) {
+    // Sessions come and go; the context must not run out of work in between.
+    io_threads_.emplace_back([ctx = contexts_[i].get()] {
+      auto guard = net::make_work_guard(*ctx);
+      ctx->run();
+    });
+  }
   log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
             cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
   notify::ready();
@@ -131,7 +140,7 @@ void application::start() {
 void application::start_watchdog() {
   const auto interval = notify::watchdog_interval();
   if (!interval) return;
-  watchdog_timer_ = std::make_unique<net::steady_timer>(ioc_);
+  watchdog_timer_ = std::make_unique<net::steady_timer>(*contexts_.front());
   watchdog_tick(std::chrono::duration_cast<clock::duration>(*interval / 2));
 }
 
@@ -156,7 +165,7 @@ void application::request_stop() {
 }
 
 void application::install_signal_handlers() {
-  signals_.emplace(ioc_, SIGINT, SIGTERM);
+  signals_.emplace(*contexts_.front(), SIGINT, SIGTERM);
   signals_->async_wait([this](const boost::system::error_code& ec, int signo) {
     if (ec) return;
     log::info("signal ", signo, " received; shutting down");
@@ -174,7 +183,7 @@ int application::run_until_stopped() {
   notify::stopping();
   draining_ = true;
   if (signals_) {
-    net::post(ioc_, [this] {
+    net::post(*contexts_.front(), [this] {
       boost::system::error_code ignored;
       signals_->cancel(ignored);
     });
@@ -188,7 +197,7 @@ int application::run_until_stopped() {
   if (listener_->sessions() > 0) {
     log::warn(listener_->sessions(), " connections still busy at the shutdown deadline; closing them");
   }
-  ioc_.stop();
+  for (auto& c : contexts_) c->stop();
   for (auto& t : io_threads_) t.join();
   io_threads_.clear();
 

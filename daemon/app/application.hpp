@@ -81,7 +81,8 @@ class application final : public http::backend {
   flush::flusher flusher_;
   rollup::roller roller_;
   http::router router_;
-  boost::asio::io_context ioc_;
+  // One per HTTP thread, each run by its own thread (see http/session.hpp).
+  std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
   std::shared_ptr<http::listener> listener_;
   std::vector<std::thread> io_threads_;
   boost::asio::thread_pool db_workers_;

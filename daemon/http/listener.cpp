@@ -1,7 +1,6 @@
 #include "http/listener.hpp"
 
 #include <boost/asio/dispatch.hpp>
-#include <boost/asio/strand.hpp>
 
 #include "util/log.hpp"
 
@@ -11,8 +10,13 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 using net::ip::tcp;
 
-listener::listener(net::io_context& ioc, const tcp::endpoint& endpoint, router& r, session_limits limits)
-    : ioc_(ioc), acceptor_(net::make_strand(ioc)), retry_timer_(ioc), router_(r), limits_(limits) {
+listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& endpoint, router& r,
+                   session_limits limits)
+    : contexts_(std::move(contexts)),
+      acceptor_(*contexts_.front()),
+      retry_timer_(*contexts_.front()),
+      router_(r),
+      limits_(limits) {
   acceptor_.open(endpoint.protocol());
   acceptor_.set_option(net::socket_base::reuse_address(true));
   acceptor_.bind(endpoint);
@@ -50,11 +54,11 @@ std::size_t listener::sessions() const {
 
 void listener::do_accept() {
   if (stopped_) return;
-  acceptor_.async_accept(net::make_strand(ioc_),
-                         beast::bind_front_handler(&listener::on_accept, shared_from_this()));
+  net::io_context& target = *contexts_[next_context_++ % contexts_.size()];
+  acceptor_.async_accept(target.get_executor(), beast::bind_front_handler(&listener::on_accept, shared_from_this()));
 }
 
-void listener::on_accept(beast::error_code ec, tcp::socket socket) {
+void listener::on_accept(beast::error_code ec, socket_type socket) {
   if (stopped_ || ec == net::error::operation_aborted) return;
   if (ec) {
     // Typically EMFILE: wait a little instead of spinning on the same error.

@@ -1,5 +1,6 @@
 #pragma once
-// Owns the acceptor; starts a session per connection and can drain them all.
+// Owns the acceptor; starts a session per connection, on the HTTP threads' io_contexts
+// in turn, and can drain them all.
 //
 // Thread-safety: run() once; stop() from any thread. sessions() may be read anywhere.
 
@@ -19,8 +20,9 @@ namespace slotted::http {
 class listener : public std::enable_shared_from_this<listener> {
  public:
   // Binds and listens; throws boost::system::system_error when it cannot.
-  listener(boost::asio::io_context& ioc, const boost::asio::ip::tcp::endpoint& endpoint, router& r,
-           session_limits limits);
+  // The acceptor lives on contexts[0]; connections are spread over all of them.
+  listener(std::vector<boost::asio::io_context*> contexts, const boost::asio::ip::tcp::endpoint& endpoint,
+           router& r, session_limits limits);
 
   std::uint16_t port() const { return port_; }
   void run();
@@ -31,9 +33,10 @@ class listener : public std::enable_shared_from_this<listener> {
 
  private:
   void do_accept();
-  void on_accept(boost::beast::error_code ec, boost::asio::ip::tcp::socket socket);
+  void on_accept(boost::beast::error_code ec, socket_type socket);
 
-  boost::asio::io_context& ioc_;
+  std::vector<boost::asio::io_context*> contexts_;
+  std::size_t next_context_ = 0;
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer retry_timer_;
   router& router_;

@@ -27,9 +27,17 @@ struct session_limits {
   std::chrono::milliseconds idle_timeout{30000};
 };
 
+// Each HTTP thread runs its own io_context, and a connection lives on one of them: its
+// handlers never run concurrently, so no strand is needed, and the stream's executor is
+// the concrete io_context executor rather than a type-erased one. Profiling the first
+// version (one shared io_context, a strand per session, any_io_executor) showed about
+// 12% of the CPU in executor copies and strand dispatch.
+using executor_type = boost::asio::io_context::executor_type;
+using socket_type = boost::asio::basic_stream_socket<boost::asio::ip::tcp, executor_type>;
+
 class session : public std::enable_shared_from_this<session> {
  public:
-  session(boost::asio::ip::tcp::socket&& socket, router& r, const session_limits& limits);
+  session(socket_type&& socket, router& r, const session_limits& limits);
   ~session();
 
   void start();
@@ -48,10 +56,11 @@ class session : public std::enable_shared_from_this<session> {
   void do_close();
   void discard_input();
 
-  boost::beast::tcp_stream stream_;
+  boost::beast::basic_stream<boost::asio::ip::tcp, executor_type, boost::beast::unlimited_rate_policy> stream_;
   boost::beast::flat_buffer buffer_;
   std::optional<beast_http::request_parser<beast_http::string_body>> parser_;
-  std::shared_ptr<void> in_flight_;  // the message being written
+  std::string wire_;                 // the answer being written, serialised
+  std::shared_ptr<void> in_flight_;  // an interim message being written (100 Continue)
   std::array<char, 4096> discard_buffer_;
   router& router_;
   session_limits limits_;

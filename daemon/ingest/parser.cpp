@@ -80,8 +80,14 @@ class object_reader {
     for (auto field_result : obj) {
       ondemand::field field;
       if (const auto e = std::move(field_result).get(field)) return malformed(e);
+      // The raw key compares without unescaping (the common case); a key with escapes
+      // is unescaped first, so "record\u005ftype" still means record_type.
       std::string_view key;
-      if (const auto e = field.unescaped_key().get(key)) return malformed(e);
+      const auto raw = field.key();
+      if (raw == "record_type") key = "record_type";
+      else if (raw == "record_id") key = "record_id";
+      else if (raw == "delta") key = "delta";
+      else if (const auto e = field.unescaped_key().get(key)) return malformed(e);
       ondemand::value value = field.value();
       std::string problem;
       if (key == "record_type") {
