@@ -183,6 +183,12 @@ def cmd_report(args):
         f"whole machine {s('r3_all_cpu')} of {s('cpu_max')})",
         f"{fnum(r3)} events/s, p50 {fnum(f('r3_p50_ms'), 3)} ms, p99 {fnum(f('r3_p99_ms'), 3)} ms",
         "3 / 2 = " + ratio_goal(r3, r2, 5))
+    r3n = f("r3n_rate")
+    if r3n:
+        add("3n", f"Daemon as 3 with the WAL on, `wal.fsync: never` (CPU in % of one core: "
+            f"daemon {s('r3n_daemon_cpu')}, wrk {s('r3n_wrk_cpu')})",
+            f"{fnum(r3n)} events/s, p50 {fnum(f('r3n_p50_ms'), 3)} ms, p99 {fnum(f('r3n_p99_ms'), 3)} ms",
+            f"3n / 3 = {r3n / r3:.2f}x" if r3 else "")
     if s("r3w_rate"):
         r3w = f("r3w_rate")
         add("3w", f"Daemon as 3 with the WAL on, `wal.fsync: always` (CPU in % of one core: "
@@ -191,7 +197,8 @@ def cmd_report(args):
             f"{s('r3w_per_sync')} requests per sync, {s('r3w_sync_ms')} ms per sync on average)",
             f"{fnum(r3w)} events/s, p50 {fnum(f('r3w_p50_ms'), 3)} ms, "
             f"p99 {fnum(f('r3w_p99_ms'), 3)} ms",
-            f"3w / 3 = {r3w / r3:.2f}x; 3w / 2 = {r3w / r2:.2f}x" if r3 and r2 and r3w else "")
+            (f"3w / 3 = {r3w / r3:.2f}x; 3w / 2 = {r3w / r2:.2f}x; " if r3 and r2 and r3w else "")
+            + ("3w / 3n = " + ratio_goal(r3w, r3n, 0.7) if r3n else ""))
     else:
         add("3w", "Daemon as 3 with WAL `fsync: always`",
             s("r3w_note", "n/a (WAL not implemented)"), "")

@@ -246,6 +246,9 @@ void application::rollup_now(std::function<void(const rollup::rollup_result&)> d
   roller_.request(std::move(done));
 }
 
-std::string application::metrics_text() { return metrics_.serialize(); }
+std::string application::metrics_text() {
+  flusher_.update_gauges();
+  return metrics_.serialize();
+}
 
 }  // namespace slotted

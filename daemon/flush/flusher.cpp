@@ -54,7 +54,9 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metric
       metrics_(metrics),
       worker_([this] { return cycle(); },
               [this](const flush_result& r) { return r.ok ? settings_.interval : next_backoff(); },
-              settings_.interval) {
+              // The first cycle runs at once: it connects, verifies the schema and so
+              // makes /readyz true without waiting a whole interval.
+              std::chrono::milliseconds(0)) {
   std::random_device rd;
   // A fresh random run id per process: batch ids of different runs never collide,
   // whatever the clock does.

@@ -106,6 +106,10 @@ class flusher final : public wal::batch_queue {
   bool healthy(std::chrono::steady_clock::duration limit) const;
   std::uint64_t run_id() const { return run_id_; }
 
+  // Sets pending_keys and pending_oldest_age_seconds from the store and the queue now
+  // (at every flush cycle and every scrape).
+  void update_gauges();
+
  private:
   flush_result cycle();
   // Commits queued batches oldest first; returns rows committed; throws db_error.
@@ -116,7 +120,6 @@ class flusher final : public wal::batch_queue {
   // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
   std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows);
   void note_failure(const db::db_error& e);
-  void update_gauges();
   std::chrono::milliseconds next_backoff();
 
   settings settings_;
