@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "db/repository.hpp"
+#include "support/http_client.hpp"
 
 namespace slotted::test {
 
@@ -40,9 +41,15 @@ void migrate(const mariadb_server& server, const std::string& database, const st
 }
 
 in_process_daemon::in_process_daemon(config::daemon_config cfg)
-    : app_(std::make_unique<application>(std::move(cfg))) {
+    : app_(std::make_unique<application>(cfg)) {
   app_->start();
   runner_ = std::thread([this] { exit_code_ = app_->run_until_stopped(); });
+  // The flusher's first cycle runs at start; a flush request is answered only by a
+  // cycle that starts after it, so once this returns the first cycle is over and a
+  // test controls every later flush (given a long flush.interval).
+  std::map<std::string, std::string> headers;
+  if (!cfg.http.auth_token.empty()) headers["Authorization"] = "Bearer " + cfg.http.auth_token;
+  http_client(port()).request("POST", "/v1/flush", "", "", headers);
 }
 
 in_process_daemon::~in_process_daemon() { stop(); }

@@ -24,6 +24,7 @@ void migrate(const mariadb_server& server, const std::string& database, const st
 
 class in_process_daemon {
  public:
+  // Starts and returns once the flusher's first cycle (run at start) is over.
   explicit in_process_daemon(config::daemon_config cfg);
   ~in_process_daemon();  // stops if still running
 
