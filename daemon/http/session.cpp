@@ -55,8 +55,8 @@ void session::on_header(beast::error_code ec, std::size_t) {
   const auto& header = parser_->get();
   request_keep_alive_ = header.keep_alive();
   if (auto refused = router_.check_header(header.base())) {
-    // The body was not read, so the connection cannot carry another request.
-    refused->keep_alive(false);
+    // With a body left unread the connection cannot carry another request.
+    if (!parser_->is_done()) refused->keep_alive(false);
     return send(std::move(*refused));
   }
   if (beast::iequals(header[beast_http::field::expect], "100-continue")) {

@@ -104,6 +104,18 @@ TEST_F(Http, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_EQ(total(44), 50);
 }
 
+TEST_F(Http, RefusedRequestsWithoutABodyKeepTheConnection) {
+  http_client c(daemon_->port());
+  const auto missing = c.get("/no/such/path");
+  EXPECT_EQ(missing.status, 404u);
+  EXPECT_TRUE(missing.keep_alive);
+  // A refused request whose body was not read closes the connection.
+  const auto refused = c.request("POST", "/v1/increments", R"({"record_type": 1, "record_id": 1})", "text/plain");
+  EXPECT_EQ(refused.status, 415u);
+  EXPECT_FALSE(refused.keep_alive);
+  EXPECT_EQ(c.get("/healthz").status, 200u);  // the client reconnects
+}
+
 TEST_F(Http, OversizedHeaderIs431) {
   const auto reply = raw_exchange(daemon_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " +
                                                        std::string(20000, 'a') + "\r\n\r\n");
