@@ -11,6 +11,18 @@ void append_int(std::string& out, Int value) {
   const auto r = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, r.ptr);
 }
+// Appends "(a,b,...),(...)" with one tuple per row, written by `tuple`.
+template <typename Row, typename Tuple>
+void append_tuples(std::string& sql, std::span<const Row> rows, Tuple tuple) {
+  bool first = true;
+  for (const auto& r : rows) {
+    if (!first) sql.push_back(',');
+    first = false;
+    sql.push_back('(');
+    tuple(r);
+    sql.push_back(')');
+  }
+}
 }  // namespace
 
 std::string quote_identifier(std::string_view name) {
@@ -31,11 +43,7 @@ std::string upsert_statement(std::string_view table, std::span<const counter_row
   sql += "INSERT INTO ";
   sql += quote_identifier(table);
   sql += " (`record_type`, `record_id`, `slot`, `count`) VALUES ";
-  bool first = true;
-  for (const auto& r : rows) {
-    if (!first) sql.push_back(',');
-    first = false;
-    sql.push_back('(');
+  append_tuples(sql, rows, [&](const counter_row& r) {
     append_int(sql, r.record_type);
     sql.push_back(',');
     append_int(sql, r.record_id);
@@ -43,8 +51,7 @@ std::string upsert_statement(std::string_view table, std::span<const counter_row
     append_int(sql, r.slot);
     sql.push_back(',');
     append_int(sql, r.delta);
-    sql.push_back(')');
-  }
+  });
   sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
   return sql;
 }
@@ -119,18 +126,14 @@ std::string dirty_upsert(std::string_view quoted_instance, std::span<const count
   std::string sql = "INSERT INTO " + quote_identifier(dirty_table) +
                     " (`record_type`, `record_id`, `instance_id`, `gen`) VALUES ";
   sql.reserve(sql.size() + rows.size() * (32 + quoted_instance.size()));
-  bool first = true;
-  for (const auto& r : rows) {
-    if (!first) sql.push_back(',');
-    first = false;
-    sql.push_back('(');
+  append_tuples(sql, rows, [&](const counter_row& r) {
     append_int(sql, r.record_type);
     sql.push_back(',');
     append_int(sql, r.record_id);
     sql.push_back(',');
     sql += quoted_instance;
-    sql += ",1)";
-  }
+    sql += ",1";
+  });
   sql += " ON DUPLICATE KEY UPDATE `gen` = `gen` + 1";
   return sql;
 }
@@ -148,18 +151,13 @@ std::string dirty_delete(std::uint32_t record_type, std::span<const dirty_mark> 
   std::string sql = "DELETE FROM " + quote_identifier(dirty_table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND (`record_id`, `instance_id`, `gen`) IN (";
-  bool first = true;
-  for (const auto& m : marks) {
-    if (!first) sql.push_back(',');
-    first = false;
-    sql.push_back('(');
+  append_tuples(sql, marks, [&](const dirty_mark& m) {
     append_int(sql, m.record_id);
     sql.push_back(',');
     sql += m.quoted_instance;
     sql.push_back(',');
     append_int(sql, m.gen);
-    sql.push_back(')');
-  }
+  });
   sql.push_back(')');
   return sql;
 }

@@ -33,11 +33,12 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     return add_result::over_limit;
   }
   const auto now = clock::now();
-  std::size_t added = 0;
+  // keys_ changes under the shard's lock, so take_all() can never subtract a key before
+  // the add that inserted it was counted (the count would wrap below zero).
   const auto apply = [&](shard& s, const ingest::increment& inc) {
     auto [it, inserted] = s.deltas.try_emplace(counter_key{inc.record_type, inc.record_id}, 0);
     it->second += inc.delta;
-    added += inserted ? 1 : 0;
+    if (inserted) keys_.fetch_add(1, std::memory_order_relaxed);
   };
   if (increments.size() == 1) {
     const auto& inc = increments.front();
@@ -71,22 +72,19 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       begin = end;
     }
   }
-  keys_.fetch_add(added, std::memory_order_relaxed);
   return add_result::applied;
 }
 
 void pending_store::add_deltas(std::span<const pending_delta> deltas) {
   const auto now = clock::now();
-  std::size_t added = 0;
   for (const auto& d : deltas) {
     shard& s = shards_[shard_of(hash_of(d.key))];
     std::lock_guard lock(s.mutex);
     if (!s.first_arrival) s.first_arrival = now;
     auto [it, inserted] = s.deltas.try_emplace(d.key, 0);
     it->second += d.delta;
-    added += inserted ? 1 : 0;
+    if (inserted) keys_.fetch_add(1, std::memory_order_relaxed);
   }
-  keys_.fetch_add(added, std::memory_order_relaxed);
 }
 
 void pending_store::copy_all(std::vector<pending_delta>& out) const {
@@ -106,8 +104,8 @@ std::optional<pending_store::clock::time_point> pending_store::take_all(
       std::lock_guard lock(shards_[i].mutex);
       taken.swap(shards_[i].deltas);
       arrival = std::exchange(shards_[i].first_arrival, std::nullopt);
+      keys_.fetch_sub(taken.size(), std::memory_order_relaxed);
     }
-    keys_.fetch_sub(taken.size(), std::memory_order_relaxed);
     if (arrival && (!oldest || *arrival < *oldest)) oldest = arrival;
     out.reserve(out.size() + taken.size());
     for (const auto& [key, delta] : taken) out.push_back({key, delta});

@@ -87,6 +87,21 @@ bool read_batches(reader& in, std::vector<flush::flush_batch>& out) {
   return true;
 }
 
+// Reads n (record_type, record_id, Delta) triples into `log`.
+template <typename Delta>
+bool read_deltas(reader& in, std::uint64_t n, std::vector<std::pair<store::counter_key, std::int64_t>>& log) {
+  if (!in.has(n * (12 + sizeof(Delta)))) return false;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint32_t type = 0;
+    std::uint64_t id = 0;
+    Delta delta = 0;
+    in.get(type);
+    in.get(id);
+    in.get(delta);
+    log.push_back({{type, id}, delta});
+  }
+  return true;
+}
 }  // namespace
 
 void append_increments(std::string& out, std::span<const ingest::increment> increments) {
@@ -125,17 +140,7 @@ bool replay_state::apply(std::string_view payload) {
   switch (static_cast<record_kind>(payload[0])) {
     case record_kind::increments: {
       std::uint32_t n = 0;
-      if (!in.get(n) || !in.has(std::size_t{n} * 16)) return false;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        std::uint32_t type = 0;
-        std::uint64_t id = 0;
-        std::int32_t delta = 0;
-        in.get(type);
-        in.get(id);
-        in.get(delta);
-        delta_log_.push_back({{type, id}, delta});
-      }
-      return in.done();
+      return in.get(n) && read_deltas<std::int32_t>(in, n, delta_log_) && in.done();
     }
     case record_kind::batches: {
       std::vector<flush::flush_batch> logged;
@@ -148,19 +153,10 @@ bool replay_state::apply(std::string_view payload) {
     case record_kind::snapshot: {
       std::vector<flush::flush_batch> logged;
       std::uint64_t n = 0;
-      if (!read_batches(in, logged) || !in.get(n) || !in.has(n * 20)) return false;
+      if (!read_batches(in, logged) || !in.get(n)) return false;
       delta_log_.clear();
       batches_ = std::move(logged);
-      for (std::uint64_t i = 0; i < n; ++i) {
-        std::uint32_t type = 0;
-        std::uint64_t id = 0;
-        std::int64_t delta = 0;
-        in.get(type);
-        in.get(id);
-        in.get(delta);
-        delta_log_.push_back({{type, id}, delta});
-      }
-      return in.done();
+      return read_deltas<std::int64_t>(in, n, delta_log_) && in.done();
     }
   }
   return false;
