@@ -156,54 +156,63 @@ std::optional<response> router::check_header(const request_header& req) {
   return refused;
 }
 
-void router::handle(request&& req, respond_fn respond) {
-  const auto started = clock::now();
-  const auto m = match(req);
-  // Every answer is counted once, with the time it took, whichever thread gives it.
-  respond_fn timed = [this, route = m.route, started, respond = std::move(respond)](response&& res) {
-    metrics_.observe_request(route, res.result_int(),
-                             std::chrono::duration<double>(clock::now() - started).count());
+// Answers one request: counts it (route, status, time taken) and hands the response on.
+// Built on the stack for each request; only the asynchronous routes copy it.
+struct router::reply {
+  router* self;
+  metrics::route route;
+  clock::time_point started;
+  respond_fn respond;
+
+  void operator()(response&& res) const {
+    self->metrics_.observe_request(route, res.result_int(),
+                                   std::chrono::duration<double>(clock::now() - started).count());
     respond(std::move(res));
-  };
+  }
+};
+
+void router::handle(request&& req, respond_fn respond) {
+  const auto m = match(req);
+  const reply answer{this, m.route, clock::now(), std::move(respond)};
   if (auto refused = refuse(req, m)) {
     if (m.route == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
-    return timed(std::move(*refused));
+    return answer(std::move(*refused));
   }
   const unsigned v = req.version();
   switch (m.route) {
     case metrics::route::increments:
-      return handle_increments(req, timed);
+      return handle_increments(req, answer);
     case metrics::route::counters:
-      return handle_counter(req, m, timed);
+      return handle_counter(req, m, answer);
     case metrics::route::flush:
-      return backend_.flush_now([v, timed](const flush::flush_result& r) {
-        if (!r.ok) return timed(retry_later(v, "flush failed: " + r.error, "5"));
-        timed(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.rows) + "}"));
+      return backend_.flush_now([v, answer](const flush::flush_result& r) {
+        if (!r.ok) return answer(retry_later(v, "flush failed: " + r.error, "5"));
+        answer(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.rows) + "}"));
       });
     case metrics::route::rollup:
-      return backend_.rollup_now([v, timed](const rollup::rollup_result& r) {
-        if (!r.ok) return timed(retry_later(v, "rollup failed: " + r.error, "5"));
-        timed(json_response(v, status::ok, "{\"records\": " + std::to_string(r.records) + "}"));
+      return backend_.rollup_now([v, answer](const rollup::rollup_result& r) {
+        if (!r.ok) return answer(retry_later(v, "rollup failed: " + r.error, "5"));
+        answer(json_response(v, status::ok, "{\"records\": " + std::to_string(r.records) + "}"));
       });
     case metrics::route::metrics: {
       response res{status::ok, v};
       res.set(field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = backend_.metrics_text();
       res.prepare_payload();
-      return timed(std::move(res));
+      return answer(std::move(res));
     }
     case metrics::route::healthz:
-      return timed(json_response(v, status::ok, "{\"status\": \"ok\"}"));
+      return answer(json_response(v, status::ok, "{\"status\": \"ok\"}"));
     case metrics::route::readyz:
-      if (backend_.draining()) return timed(retry_later(v, "draining"));
-      if (!backend_.ready()) return timed(retry_later(v, "database not reachable", "5"));
-      return timed(json_response(v, status::ok, "{\"status\": \"ready\"}"));
+      if (backend_.draining()) return answer(retry_later(v, "draining"));
+      if (!backend_.ready()) return answer(retry_later(v, "database not reachable", "5"));
+      return answer(json_response(v, status::ok, "{\"status\": \"ready\"}"));
     default:
-      return timed(error_response(v, status::not_found, "no such path"));
+      return answer(error_response(v, status::not_found, "no such path"));
   }
 }
 
-void router::handle_increments(const request& req, const respond_fn& respond) {
+void router::handle_increments(const request& req, const reply& answer) {
   const unsigned v = req.version();
   thread_local std::vector<ingest::increment> increments;
   const auto format = *ingest::format_for(req[field::content_type]);
@@ -211,56 +220,60 @@ void router::handle_increments(const request& req, const respond_fn& respond) {
     const bool too_many = err->status == 413;
     metrics_.reject(too_many ? metrics::reject_reason::too_large : metrics::reject_reason::invalid,
                     increments.empty() ? 1 : increments.size());
-    return respond(error_response(v, too_many ? status::payload_too_large : status::bad_request,
-                                  err->message, err->index));
+    return answer(error_response(v, too_many ? status::payload_too_large : status::bad_request,
+                                 err->message, err->index));
   }
   if (backend_.draining()) {
     metrics_.reject(metrics::reject_reason::draining, increments.size());
-    return respond(retry_later(v, "shutting down"));
+    return answer(retry_later(v, "shutting down"));
   }
-  const auto answer = [this, v, respond, n = increments.size()](store::add_result r) {
-    switch (r) {
-      case store::add_result::applied:
-        metrics_.increments_accepted.Increment(static_cast<double>(n));
-        return respond(json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
-      case store::add_result::over_limit:
-        metrics_.reject(metrics::reject_reason::pending_limit, n);
-        return respond(retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
-      case store::add_result::wal_unavailable:
-        metrics_.reject(metrics::reject_reason::wal_unavailable, n);
-        return respond(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
-    }
-  };
+  const std::size_t n = increments.size();
   if (backend_.durable()) {
-    return backend_.add_durable(std::exchange(increments, {}), answer);
+    return backend_.add_durable(std::exchange(increments, {}), [this, v, n, answer](store::add_result r) {
+      answer_added(answer, v, n, r);
+    });
   }
-  answer(backend_.add(increments));
+  answer_added(answer, v, n, backend_.add(increments));
 }
 
-void router::handle_counter(const request& req, const route_match& m, const respond_fn& respond) {
+void router::answer_added(const reply& answer, unsigned v, std::size_t n, store::add_result r) {
+  switch (r) {
+    case store::add_result::applied:
+      metrics_.increments_accepted.Increment(static_cast<double>(n));
+      return answer(json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
+    case store::add_result::over_limit:
+      metrics_.reject(metrics::reject_reason::pending_limit, n);
+      return answer(retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
+    case store::add_result::wal_unavailable:
+      metrics_.reject(metrics::reject_reason::wal_unavailable, n);
+      return answer(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
+  }
+}
+
+void router::handle_counter(const request& req, const route_match& m, const reply& answer) {
   const unsigned v = req.version();
   std::uint32_t type = 0;
   std::uint64_t id = 0;
   if (!parse_decimal(m.counter_type, type) || type > 2147483647u) {
     const auto named = types_.by_name(m.counter_type);
     if (!named) {
-      return respond(error_response(v, status::bad_request,
+      return answer(error_response(v, status::bad_request,
                                     "record_type must be an integer in [0, 2147483647] or a declared counter name"));
     }
     type = *named;
   }
   if (!types_.allows(type)) {
-    return respond(error_response(v, status::bad_request,
+    return answer(error_response(v, status::bad_request,
                                   "record_type " + std::to_string(type) + " is not declared under counters"));
   }
   if (!parse_decimal(m.counter_id, id)) {
-    return respond(error_response(v, status::bad_request,
+    return answer(error_response(v, status::bad_request,
                                   "record_id must be an integer in [0, 18446744073709551615]"));
   }
-  backend_.read_counter({type, id}, [v, type, id, respond](std::optional<flush::counter_reading> r,
+  backend_.read_counter({type, id}, [v, type, id, answer](std::optional<flush::counter_reading> r,
                                                             std::string error) {
-    if (!r) return respond(retry_later(v, "database not reachable: " + error, "5"));
-    respond(json_response(v, status::ok,
+    if (!r) return answer(retry_later(v, "database not reachable: " + error, "5"));
+    answer(json_response(v, status::ok,
                           "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
                               std::to_string(id) + "\", \"count\": " + std::to_string(r->persisted + r->pending) +
                               ", \"persisted\": " + std::to_string(r->persisted) +

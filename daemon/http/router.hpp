@@ -65,10 +65,12 @@ class router {
 
  private:
   struct route_match;
+  struct reply;
   route_match match(const request_header& req) const;
   std::optional<response> refuse(const request_header& req, const route_match& m);
-  void handle_increments(const request& req, const respond_fn& respond);
-  void handle_counter(const request& req, const route_match& m, const respond_fn& respond);
+  void handle_increments(const request& req, const reply& answer);
+  void answer_added(const reply& answer, unsigned version, std::size_t n, store::add_result r);
+  void handle_counter(const request& req, const route_match& m, const reply& answer);
 
   ingest::type_registry types_;
   std::size_t max_items_;

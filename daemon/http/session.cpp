@@ -1,5 +1,9 @@
 #include "http/session.hpp"
 
+#include <time.h>
+
+#include <algorithm>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -14,16 +18,49 @@ namespace beast = boost::beast;
 using beast_http::status;
 
 session::session(socket_type&& socket, router& r, const session_limits& limits)
-    : stream_(std::move(socket)), router_(r), limits_(limits) {}
+    : socket_(std::move(socket)), deadline_timer_(socket_.get_executor()), router_(r), limits_(limits) {}
+
+namespace {
+// CLOCK_MONOTONIC_COARSE: a few ns instead of a full clock read; deadlines are
+// checked every idle_timeout/4, so its few ms of granularity do not matter.
+std::chrono::steady_clock::time_point coarse_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
+}  // namespace
+
+void session::set_deadline(std::chrono::steady_clock::duration from_now) { deadline_ = coarse_now() + from_now; }
+
+void session::watch_deadline() {
+  const auto period = std::clamp<std::chrono::steady_clock::duration>(limits_.idle_timeout / 4, std::chrono::milliseconds(20),
+                                                                       std::chrono::seconds(1));
+  deadline_timer_.expires_after(period);
+  deadline_timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || !self->socket_.is_open()) return;
+    if (coarse_now() > self->deadline_) {
+      // Pending operations complete with operation_aborted and end the session.
+      beast::error_code ignored;
+      self->closed_ = true;
+      self->socket_.close(ignored);
+      return;
+    }
+    self->watch_deadline();
+  });
+}
 
 session::~session() = default;
 
 void session::start() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+    self->watch_deadline();
+    self->do_read();
+  });
 }
 
 void session::drain() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+  net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
     self->draining_ = true;
     // Nothing of a next request has arrived: nobody is waiting for an answer here.
     if (self->between_requests_ && self->buffer_.size() == 0 && !self->parser_->got_some() &&
@@ -31,8 +68,9 @@ void session::drain() {
       // The pending header read completes with an error and ends the session.
       self->closed_ = true;
       beast::error_code ignored;
-      self->stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ignored);
-      self->stream_.socket().close(ignored);
+      self->socket_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+      self->socket_.close(ignored);
+      self->deadline_timer_.cancel();
     }
   });
 }
@@ -43,9 +81,9 @@ void session::do_read() {
   parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
   parser_->body_limit(limits_.max_body_bytes);
   // One deadline for the whole header, however slowly it trickles in.
-  stream_.expires_after(limits_.idle_timeout);
+  set_deadline(limits_.idle_timeout);
   between_requests_ = true;
-  beast_http::async_read_header(stream_, buffer_, *parser_,
+  beast_http::async_read_header(socket_, buffer_, *parser_,
                                 beast::bind_front_handler(&session::on_header, shared_from_this()));
 }
 
@@ -63,7 +101,7 @@ void session::on_header(beast::error_code ec, std::size_t) {
     auto cont = std::make_shared<beast_http::response<beast_http::empty_body>>(status::continue_,
                                                                                header.version());
     in_flight_ = cont;
-    return beast_http::async_write(stream_, *cont,
+    return beast_http::async_write(socket_, *cont,
                                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
                                      self->in_flight_.reset();
                                      if (ec) return self->do_close();
@@ -74,18 +112,18 @@ void session::on_header(beast::error_code ec, std::size_t) {
 }
 
 void session::read_body() {
-  stream_.expires_after(limits_.idle_timeout);
-  beast_http::async_read(stream_, buffer_, *parser_,
+  set_deadline(limits_.idle_timeout);
+  beast_http::async_read(socket_, buffer_, *parser_,
                          beast::bind_front_handler(&session::on_read, shared_from_this()));
 }
 
 void session::on_read(beast::error_code ec, std::size_t) {
   if (ec) return fail_request(ec);
-  stream_.expires_never();
+  deadline_ = std::chrono::steady_clock::time_point::max();  // the backend may take its time
   router_.handle(parser_->release(), [self = shared_from_this()](response&& res) {
-    if (self->stream_.get_executor().running_in_this_thread()) return self->send(std::move(res));
+    if (self->socket_.get_executor().running_in_this_thread()) return self->send(std::move(res));
     // Answered from another thread (a database worker): hand it to the session's own.
-    net::post(self->stream_.get_executor(), [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
+    net::post(self->socket_.get_executor(), [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
   });
 }
 
@@ -135,8 +173,8 @@ void session::send(response&& res) {
   }
   wire_.append("\r\n");
   wire_.append(res.body());
-  stream_.expires_after(limits_.idle_timeout);
-  net::async_write(stream_, net::buffer(wire_),
+  set_deadline(limits_.idle_timeout);
+  net::async_write(socket_, net::buffer(wire_),
                    beast::bind_front_handler(&session::on_write, shared_from_this(), keep_alive));
 }
 
@@ -149,19 +187,20 @@ void session::do_close() {
   if (closed_) return;
   closed_ = true;
   beast::error_code ignored;
-  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
+  socket_.shutdown(net::ip::tcp::socket::shutdown_send, ignored);
   // Read what the client still sends (an unread body) until it closes, briefly: closing
   // with unread input would reset the connection and could destroy our last response.
-  stream_.expires_after(std::chrono::seconds(1));
+  set_deadline(std::chrono::seconds(1));
   discard_input();
 }
 
 void session::discard_input() {
-  stream_.async_read_some(net::buffer(discard_buffer_),
+  socket_.async_read_some(net::buffer(discard_buffer_),
                           [self = shared_from_this()](beast::error_code ec, std::size_t) {
                             if (!ec) return self->discard_input();
                             beast::error_code ignored;
-                            self->stream_.socket().close(ignored);
+                            self->socket_.close(ignored);
+                            self->deadline_timer_.cancel();
                           });
 }
 }  // namespace slotted::http
