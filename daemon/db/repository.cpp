@@ -109,7 +109,12 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       return commit_outcome::already_applied;
     }
     conn.execute(upsert_statement(table, rows));
-    if (!dirty.empty()) conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty));
+    if (!dirty.empty()) {
+      // Unique per batch (run ids are random): a fresh mark never repeats an old one.
+      std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
+      gen ^= gen >> 31;
+      conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, gen & 0x7fffffffffffffffull));
+    }
     conn.execute("COMMIT");
     return commit_outcome::applied;
   } catch (const db_error& e) {

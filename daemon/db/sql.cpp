@@ -122,7 +122,7 @@ std::string create_dirty_table() {
          ") ENGINE=InnoDB";
 }
 
-std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows) {
+std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows, std::uint64_t gen) {
   std::string sql = "INSERT INTO " + quote_identifier(dirty_table) +
                     " (`record_type`, `record_id`, `instance_id`, `gen`) VALUES ";
   sql.reserve(sql.size() + rows.size() * (32 + quoted_instance.size()));
@@ -132,9 +132,10 @@ std::string dirty_upsert(std::string_view quoted_instance, std::span<const count
     append_int(sql, r.record_id);
     sql.push_back(',');
     sql += quoted_instance;
-    sql += ",1";
+    sql.push_back(',');
+    append_int(sql, gen);
   });
-  sql += " ON DUPLICATE KEY UPDATE `gen` = `gen` + 1";
+  sql += " ON DUPLICATE KEY UPDATE `gen` = VALUES(`gen`)";
   return sql;
 }
 

@@ -46,8 +46,11 @@ std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
 
 std::string create_dirty_table();
 
-// Marks each row's counter dirty for this instance, bumping `gen` when it already is.
-std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows);
+// Marks each row's counter dirty for this instance with generation `gen` (unique per
+// batch), replacing the generation of a mark that is already there. A roller deletes a
+// mark only with the generation it read, so a mark deleted and marked again by a later
+// batch is never taken for the old one.
+std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows, std::uint64_t gen);
 
 // Up to `limit` dirty marks of one record type, in record_id order.
 std::string dirty_select(std::uint32_t record_type, std::size_t limit);

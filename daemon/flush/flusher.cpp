@@ -97,7 +97,7 @@ std::chrono::milliseconds flusher::next_backoff() {
   return std::chrono::milliseconds(jitter(rng_));
 }
 
-void flusher::take_from_store() {
+bool flusher::take_from_store() {
   // Odd while deltas move from the store into batches: read_total() waits it out
   // instead of missing them in between.
   {
@@ -110,9 +110,10 @@ void flusher::take_from_store() {
     next_seq_ += batches.size();
     return batches;
   };
+  bool logged = true;
   if (wal_ != nullptr) {
     // The log forms and logs them between two groups, then hands them over here.
-    wal_->swap(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
+    logged = wal_->swap(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
   } else {
     std::vector<store::pending_delta> deltas;
     const auto oldest = store_.take_all(deltas);
@@ -123,6 +124,7 @@ void flusher::take_from_store() {
     ++generation_;
   }
   generation_changed_.notify_all();
+  return logged;
 }
 
 void flusher::publish(std::vector<flush_batch>&& batches) {
@@ -136,10 +138,14 @@ void flusher::publish(std::vector<flush_batch>&& batches) {
 
 void flusher::enqueue(std::vector<flush_batch> batches) { publish(std::move(batches)); }
 
-std::vector<flush_batch> flusher::retag_all(std::uint64_t tag) {
+std::vector<flush_batch> flusher::queued_copy() {
+  std::lock_guard lock(queue_mutex_);
+  return {queued_.begin(), queued_.end()};
+}
+
+void flusher::retag_all(std::uint64_t tag) {
   std::lock_guard lock(queue_mutex_);
   for (auto& b : queued_) b.wal_tag = tag;
-  return {queued_.begin(), queued_.end()};
 }
 
 void flusher::release_wal() {
@@ -165,15 +171,13 @@ std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::cou
 
 std::size_t flusher::write_queued(db::connection& conn) {
   std::size_t written = 0, popped = 0;
-  {
-    std::lock_guard lock(queue_mutex_);
-    if (queued_.empty()) return 0;
-    ++generation_;  // odd: commits in progress
-  }
-  const auto end_commits = [&] {
+  // Around each batch the generation is odd: a concurrent read_total() may or may not
+  // see it in the database. A batch whose commit outcome is unknown (the connection
+  // went during it) stays "in doubt" until a later attempt resolves it.
+  const auto set_committing = [&](bool committing) {
     {
       std::lock_guard lock(queue_mutex_);
-      ++generation_;
+      if ((generation_ % 2 == 1) != committing) ++generation_;
     }
     generation_changed_.notify_all();
   };
@@ -185,6 +189,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
         if (queued_.empty()) break;
         batch = &queued_.front();  // only this thread pops, so it stays valid
       }
+      set_committing(true);
       const db::batch_identity id{settings_.instance_id, batch->run_id, batch->seq};
       db::commit_outcome outcome{};
       for (int attempt = 0;; ++attempt) {
@@ -193,6 +198,10 @@ std::size_t flusher::write_queued(db::connection& conn) {
           break;
         } catch (const db::db_error& e) {
           const auto kind = e.kind();
+          if (kind == db::error_kind::connection) {
+            std::lock_guard lock(queue_mutex_);
+            in_doubt_ = true;
+          }
           if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
               attempt + 1 >= lock_retries) {
             throw;
@@ -211,18 +220,22 @@ std::size_t flusher::write_queued(db::connection& conn) {
         log::info("batch ", batch->seq, " of run ", batch->run_id,
                   " was already committed (found in the ledger); not applied again");
       }
-      std::lock_guard lock(queue_mutex_);
-      queued_rows_ -= queued_.front().rows.size();
-      queued_.pop_front();
-      ++popped;
-      store_.set_unwritten_rows(queued_rows_);
+      {
+        std::lock_guard lock(queue_mutex_);
+        queued_rows_ -= queued_.front().rows.size();
+        queued_.pop_front();
+        in_doubt_ = false;
+        ++popped;
+        store_.set_unwritten_rows(queued_rows_);
+      }
+      set_committing(false);
     }
-  } catch (...) {
-    end_commits();
+  } catch (const db::db_error& e) {
+    // Rolled back (outcome known) unless the connection went: then it stays in doubt.
+    if (!e.connection_lost()) set_committing(false);
     if (popped > 0) release_wal();
     throw;
   }
-  end_commits();
   if (popped > 0) release_wal();
   return written;
 }
@@ -236,6 +249,7 @@ flush_result flusher::cycle() {
   const auto started = clock::now();
   cycle_started_.store(started.time_since_epoch().count());
   flush_result result;
+  bool wal_failed = false;
   std::optional<db::pool::lease> lease;
   try {
     lease.emplace(pool_.acquire());
@@ -248,7 +262,7 @@ flush_result flusher::cycle() {
     }
     // The backlog first, oldest first; only then anything new from the store.
     result.rows = write_queued(**lease);
-    take_from_store();
+    wal_failed = !take_from_store();
     result.rows += write_queued(**lease);
     if (result.rows == 0) (*lease)->execute("DO 1");  // proves the connection is alive
     if (clock::now() - last_prune_ > prune_every) {
@@ -275,13 +289,22 @@ flush_result flusher::cycle() {
     last_error_.clear();
     ready_.store(true);
     metrics_.ready.Set(1);
-    metrics_.flushes_ok.Increment();
     metrics_.last_flush_success_timestamp_seconds.Set(unix_now());
     if (result.rows > 0) {
       metrics_.flush_duration_seconds.Observe(
           std::chrono::duration<double>(clock::now() - started).count());
       log::debug("flushed ", result.rows, " rows");
     }
+  }
+  if (result.ok && wal_failed) {
+    // The database is fine, but what is pending could not be logged as batches: it
+    // stays in memory and in the log for the next cycle, and this flush did not do
+    // what it was asked.
+    result.ok = false;
+    result.error = "the write-ahead log cannot be written";
+  }
+  if (result.ok) {
+    metrics_.flushes_ok.Increment();
   } else {
     metrics_.flushes_error.Increment();
   }
@@ -339,21 +362,24 @@ counter_reading flusher::read_total(const store::counter_key& key) {
   auto lease = pool_.acquire();
   counter_reading reading;
   try {
-    // Retry until no commit started or ended during the database read; give up on
-    // exactness after a few tries rather than wait forever under constant flushing.
-    for (int attempt = 0; attempt < 20; ++attempt) {
+    // Retry until no commit started or ended during the database read and no batch is
+    // in doubt; rather than answer a figure that may count a batch twice or not at
+    // all, give up (503) after a few tries.
+    const auto stable = [&] { return generation_ % 2 == 0 && !in_doubt_; };
+    bool exact = false;
+    for (int attempt = 0; attempt < 20 && !exact; ++attempt) {
       std::uint64_t before = 0;
       {
         std::unique_lock lock(queue_mutex_);
-        generation_changed_.wait_for(lock, std::chrono::milliseconds(200),
-                                     [&] { return generation_ % 2 == 0; });
+        if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
         before = generation_;
       }
       reading.persisted = db::read_count(*lease, settings_.table, key.record_type, key.record_id);
       std::lock_guard lock(queue_mutex_);
       reading.pending = queued_delta();
-      if (generation_ == before && before % 2 == 0) break;
+      exact = generation_ == before && stable();
     }
+    if (!exact) throw db::db_error(0, "the counter is being written; retry");
   } catch (const db::db_error& e) {
     if (e.connection_lost()) lease.discard();
     metrics_.db_error(e.kind());

@@ -83,7 +83,8 @@ class flusher final : public wal::batch_queue {
   void enqueue(std::vector<flush_batch> batches);
 
   // wal::batch_queue
-  std::vector<flush_batch> retag_all(std::uint64_t tag) override;
+  std::vector<flush_batch> queued_copy() override;
+  void retag_all(std::uint64_t tag) override;
 
   // Stops the periodic cycles, then keeps flushing until everything is written or
   // `deadline` passes. Returns the number of rows that could not be written.
@@ -114,7 +115,8 @@ class flusher final : public wal::batch_queue {
   flush_result cycle();
   // Commits queued batches oldest first; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
-  void take_from_store();
+  // False when the WAL could not log the batches (what was taken went back).
+  bool take_from_store();
   void publish(std::vector<flush_batch>&& batches);
   void release_wal();
   // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
@@ -140,6 +142,8 @@ class flusher final : public wal::batch_queue {
   // Odd while batches are being committed: a concurrent read of the database may or
   // may not include them (see read_total).
   std::uint64_t generation_ = 0;
+  // The front batch's commit outcome is unknown (connection lost during it).
+  bool in_doubt_ = false;
 
   std::atomic<bool> ready_{false};
   // steady_clock ticks when the running cycle started; 0 between cycles.

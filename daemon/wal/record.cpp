@@ -134,6 +134,11 @@ void append_snapshot(std::string& out, std::span<const flush::flush_batch> batch
   finish_record(out, start);
 }
 
+void append_committed(std::string& out) {
+  const std::size_t start = begin_record(out, record_kind::committed);
+  finish_record(out, start);
+}
+
 bool replay_state::apply(std::string_view payload) {
   if (payload.empty()) return false;
   reader in(payload.substr(1));
@@ -150,6 +155,9 @@ bool replay_state::apply(std::string_view payload) {
       for (auto& b : logged) batches_.push_back(std::move(b));
       return true;
     }
+    case record_kind::committed:
+      batches_.clear();
+      return in.done();
     case record_kind::snapshot: {
       std::vector<flush::flush_batch> logged;
       std::uint64_t n = 0;

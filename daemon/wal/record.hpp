@@ -7,9 +7,11 @@
 //   batches:    u32 n, then n batches (u64 run_id, u64 seq, u32 rows,
 //               rows x (u32 record_type, u64 record_id, u16 slot, i64 delta))
 //   snapshot:   the batches encoding, then u64 n, n x (u32 record_type, u64 record_id, i64 delta)
+//   committed:  nothing after the kind byte
 // A batches record means: every increment logged before it (since the previous batches
 // or snapshot record) now lives in these batches. A snapshot replaces everything logged
-// before it.
+// before it. A committed record means every batch logged before it has committed, so
+// replay must not send them again (their ledger rows may be pruned by then).
 
 #include <cstdint>
 #include <span>
@@ -23,7 +25,7 @@
 
 namespace slotted::wal {
 
-enum class record_kind : std::uint8_t { increments = 1, batches = 2, snapshot = 3 };
+enum class record_kind : std::uint8_t { increments = 1, batches = 2, snapshot = 3, committed = 4 };
 
 constexpr std::size_t record_header_bytes = 8;
 
@@ -31,6 +33,7 @@ void append_increments(std::string& out, std::span<const ingest::increment> incr
 void append_batches(std::string& out, std::span<const flush::flush_batch> batches);
 void append_snapshot(std::string& out, std::span<const flush::flush_batch> batches,
                      std::span<const store::pending_delta> deltas);
+void append_committed(std::string& out);
 
 // What replaying records yields: deltas not yet in any batch, and the batches logged
 // (some may have committed already; the ledger tells).

@@ -176,6 +176,7 @@ bool write_ahead_log::swap(const former& form, const publisher& publish) {
         return result.set_value(false);
       }
       covering_.push_back(segment_);
+      uncommitted_batches_logged_ = true;
       publish(std::move(batches));
       result.set_value(true);
     });
@@ -293,6 +294,12 @@ bool write_ahead_log::sync() {
 }
 
 bool write_ahead_log::rotate() {
+  // An empty current segment is as good as a new one (after a failed append, say):
+  // reusing it keeps failures from piling up empty files.
+  if (fd_ >= 0 && segment_bytes_ == 0) return true;
+  // The segment being closed must be on disk before a later one exists: replay takes
+  // damage in any segment but the last for corruption.
+  if (fd_ >= 0 && unsynced_ && !sync()) return false;
   const std::uint64_t next = segment_ + 1;
   const int fd = ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -300,7 +307,6 @@ bool write_ahead_log::rotate() {
     return false;
   }
   if (fd_ >= 0) {
-    if (unsynced_) sync();
     ::close(fd_);
     closed_.push_back({segment_, segment_bytes_});
   }
@@ -308,7 +314,7 @@ bool write_ahead_log::rotate() {
   segment_ = next;
   segment_bytes_ = 0;
   unsynced_ = false;
-  ::fsync(dir_fd_);  // the new name itself must survive a crash
+  if (::fsync(dir_fd_) != 0) failed("sync directory", errno);  // the new name must survive a crash
   return true;
 }
 
@@ -316,11 +322,14 @@ bool write_ahead_log::checkpoint() {
   if (!rotate()) return false;
   std::vector<store::pending_delta> deltas;
   store_.copy_all(deltas);
-  const auto batches = queue_->retag_all(segment_);
+  auto batches = queue_->queued_copy();
   std::string bytes;
   append_snapshot(bytes, batches, deltas);
   if (!append_synced(bytes, true)) return false;
+  // Only now that the snapshot holds them do the queued batches belong to it.
+  queue_->retag_all(segment_);
   covering_.push_back(segment_);
+  uncommitted_batches_logged_ = !batches.empty();
   last_snapshot_bytes_ = bytes.size();
   // Everything before a snapshot is superseded by it.
   for (const auto& [n, size] : closed_) ::unlink(segment_path(n).c_str());
@@ -333,7 +342,9 @@ bool write_ahead_log::checkpoint() {
 void write_ahead_log::maybe_checkpoint() {
   std::size_t total = segment_bytes_;
   for (const auto& c : closed_) total += c.second;
-  if (total > checkpoint_slack_bytes + 2 * last_snapshot_bytes_) checkpoint();
+  if (total <= checkpoint_slack_bytes + 2 * last_snapshot_bytes_ || clock::now() < next_checkpoint_try_) return;
+  // A failed checkpoint (a full disk) is not retried on every request group.
+  if (!checkpoint()) next_checkpoint_try_ = clock::now() + std::chrono::seconds(1);
 }
 
 void write_ahead_log::delete_released() {
@@ -341,6 +352,15 @@ void write_ahead_log::delete_released() {
   {
     std::lock_guard lock(mutex_);
     min_tag = min_queued_tag_;
+  }
+  // Nothing queued: every batch logged so far has committed. Say so in the log, or a
+  // replay long after (the current segment stays until the next rotation) would send
+  // them again when their ledger rows are already pruned. Swaps run on this thread in
+  // the order the flusher asked for them, so no batch was logged after this release.
+  if (min_tag == UINT64_MAX && uncommitted_batches_logged_) {
+    std::string bytes;
+    append_committed(bytes);
+    if (append_synced(bytes, true)) uncommitted_batches_logged_ = false;
   }
   bool deleted = false;
   // Oldest first: a segment goes once a later segment logs batches (or a snapshot)

@@ -53,8 +53,10 @@ struct recovered {
 class batch_queue {
  public:
   virtual ~batch_queue() = default;
-  // Copies every queued batch and sets its wal_tag to `tag` (a snapshot logs them).
-  virtual std::vector<flush::flush_batch> retag_all(std::uint64_t tag) = 0;
+  // Copies of every queued batch (for a snapshot).
+  virtual std::vector<flush::flush_batch> queued_copy() = 0;
+  // Sets every queued batch's wal_tag to `tag` (once a snapshot logs them).
+  virtual void retag_all(std::uint64_t tag) = 0;
 };
 
 class write_ahead_log {
@@ -131,6 +133,10 @@ class write_ahead_log {
   // before such a segment is covered by it.
   std::vector<std::uint64_t> covering_;
   std::size_t last_snapshot_bytes_ = 0;
+  // Batches were logged since the last committed record (or snapshot without batches).
+  bool uncommitted_batches_logged_ = false;
+  // After a failed checkpoint, none is tried again before this time.
+  std::chrono::steady_clock::time_point next_checkpoint_try_{};
   bool unsynced_ = false;
   std::chrono::steady_clock::time_point last_sync_;
   std::string last_error_;

@@ -111,6 +111,25 @@ TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   EXPECT_GT(total_ack, 1000);
 }
 
+TEST_F(Wal, CommittedBatchesAreNotReplayedLongAfter) {
+  // The ledger forgets old batches (pruning); the log must not hold on to committed
+  // ones and send them again at the next start.
+  {
+    daemon_process first(yaml("always", "1h"));
+    http_client c(first.port());
+    ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 90, "delta": 4})").status, 202u);
+    ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+    first.signal(SIGKILL);
+    first.wait(10s);
+  }
+  shared_mariadb().connect(database_).execute("DELETE FROM slotted_counterd_ledger");  // as pruning would
+  daemon_process second(yaml("always", "1h"));
+  http_client c(second.port());
+  EXPECT_NE(second.log().find("0 pending counters and 0 logged batches"), std::string::npos) << second.log();
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(90), 4);
+}
+
 TEST_F(Wal, TornTailIsCutWithAWarningAndTheRestReplayed) {
   std::string bytes;
   wal::append_increments(bytes, std::vector<ingest::increment>{{1, 77, 5}, {1, 78, 2}});

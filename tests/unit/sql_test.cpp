@@ -36,5 +36,16 @@ TEST(Sql, LedgerStatements) {
             "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM `t` WHERE `record_type` = 1 AND `record_id` = 2");
 }
 
+TEST(Sql, DirtyMarksCarryTheBatchGenerationAndAreDeletedOnlyWithIt) {
+  const std::vector<counter_row> rows{{1, 2, 3, 4}, {1, 5, 0, 1}};
+  EXPECT_EQ(dirty_upsert("'a'", rows, 77),
+            "INSERT INTO `slotted_counterd_dirty` (`record_type`, `record_id`, `instance_id`, `gen`) VALUES "
+            "(1,2,'a',77),(1,5,'a',77) ON DUPLICATE KEY UPDATE `gen` = VALUES(`gen`)");
+  const std::vector<dirty_mark> marks{{2, "'a'", 77}, {5, "'b'", 9}};
+  EXPECT_EQ(dirty_delete(1, marks),
+            "DELETE FROM `slotted_counterd_dirty` WHERE `record_type` = 1 AND (`record_id`, `instance_id`, `gen`) IN "
+            "((2,'a',77),(5,'b',9))");
+}
+
 }  // namespace
 }  // namespace slotted::db

@@ -50,6 +50,19 @@ TEST(WalRecord, SnapshotSupersedesEverythingBefore) {
   EXPECT_EQ(as_map(state.deltas()), (decltype(as_map({})){{{5, 5}, 50}}));
 }
 
+TEST(WalRecord, CommittedRecordDropsTheBatchesBeforeIt) {
+  std::string log;
+  append_batches(log, std::vector{batch(1, 1, {{1, 1, 0, 1}})});
+  append_committed(log);
+  append_increments(log, std::vector<ingest::increment>{{2, 2, 2}});
+  append_batches(log, std::vector{batch(1, 2, {{2, 2, 0, 2}})});
+  replay_state state;
+  EXPECT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
+  ASSERT_EQ(state.batches().size(), 1u);
+  EXPECT_EQ(state.batches()[0].seq, 2u);
+  EXPECT_TRUE(state.deltas().empty());
+}
+
 TEST(WalRecord, TornTailVersusCorruptionInTheMiddle) {
   std::string one, two;
   append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
