@@ -56,6 +56,20 @@ bool is_fatal(unsigned code) {
   }
 }
 
+bool is_data_error(unsigned code) {
+  switch (code) {
+    case ER_WARN_DATA_OUT_OF_RANGE:           // 1264
+    case ER_DATA_OUT_OF_RANGE:                // 1690 (BIGINT overflow)
+    case ER_TRUNCATED_WRONG_VALUE_FOR_FIELD:  // 1366
+    case ER_TRUNCATED_WRONG_VALUE:            // 1292
+    case ER_DATA_TOO_LONG:                    // 1406
+    case ER_BAD_NULL_ERROR:                   // 1048
+      return true;
+    default:
+      return false;
+  }
+}
+
 db_error::db_error(unsigned code, const std::string& message, bool fatal_override)
     : std::runtime_error(message), code_(code), fatal_(fatal_override || is_fatal(code)) {}
 

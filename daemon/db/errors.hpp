@@ -16,6 +16,9 @@ enum class error_kind { deadlock, lock_wait_timeout, connection, other };
 const char* kind_name(error_kind kind);
 error_kind kind_of(unsigned code);
 bool is_fatal(unsigned code);
+// The rows themselves cannot be stored (out of range for the column, a sum that
+// overflows BIGINT): retrying the same statement can never succeed.
+bool is_data_error(unsigned code);
 
 class db_error : public std::runtime_error {
  public:
@@ -25,6 +28,7 @@ class db_error : public std::runtime_error {
   unsigned code() const { return code_; }
   error_kind kind() const { return kind_of(code_); }
   bool fatal() const { return fatal_; }
+  bool data_error() const { return is_data_error(code_); }
   // The connection is unusable after this error and must be discarded.
   bool connection_lost() const { return kind() == error_kind::connection; }
 

@@ -47,6 +47,21 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, 
   return batches;
 }
 
+std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b) {
+  // seq keeps the formed sequence number in its low 44 bits and a heap index of the
+  // split (1 for the whole batch, 2h and 2h+1 for the halves of h) above them.
+  constexpr std::uint64_t low_bits = 44;
+  const std::uint64_t formed = b.seq & ((std::uint64_t{1} << low_bits) - 1);
+  const std::uint64_t node = std::max<std::uint64_t>(1, b.seq >> low_bits);
+  flush_batch left = b, right = b;
+  const auto middle = b.rows.begin() + static_cast<std::ptrdiff_t>(b.rows.size() / 2);
+  left.rows.assign(b.rows.begin(), middle);
+  right.rows.assign(middle, b.rows.end());
+  left.seq = ((node * 2) << low_bits) | formed;
+  right.seq = ((node * 2 + 1) << low_bits) | formed;
+  return {std::move(left), std::move(right)};
+}
+
 flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics)
     : settings_(std::move(s)),
       store_(store),
@@ -192,11 +207,16 @@ std::size_t flusher::write_queued(db::connection& conn) {
       set_committing(true);
       const db::batch_identity id{settings_.instance_id, batch->run_id, batch->seq};
       db::commit_outcome outcome{};
+      std::optional<std::string> refused;  // the database refused these rows' values
       for (int attempt = 0;; ++attempt) {
         try {
           outcome = db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
           break;
         } catch (const db::db_error& e) {
+          if (e.data_error()) {
+            refused = e.what();
+            break;
+          }
           const auto kind = e.kind();
           if (kind == db::error_kind::connection) {
             std::lock_guard lock(queue_mutex_);
@@ -211,7 +231,28 @@ std::size_t flusher::write_queued(db::connection& conn) {
           std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng_)));
         }
       }
-      if (outcome == db::commit_outcome::applied) {
+      if (refused && batch->rows.size() > 1) {
+        // Rolled back, so nothing of it was applied: split it to find the rows at fault
+        // and let the others through.
+        auto [left, right] = split_batch(*batch);
+        {
+          std::lock_guard lock(queue_mutex_);
+          queued_.pop_front();
+          queued_.push_front(std::move(right));
+          queued_.push_front(std::move(left));
+        }
+        set_committing(false);
+        continue;
+      }
+      if (refused) {
+        // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
+        // total past BIGINT): dropped, loudly, so that it does not block every later
+        // batch forever.
+        const auto& r = batch->rows.front();
+        metrics_.rows_refused.Increment();
+        log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ", r.record_id,
+                   "): ", *refused, "; it is dropped");
+      } else if (outcome == db::commit_outcome::applied) {
         written += batch->rows.size();
         metrics_.flush_rows.Increment(static_cast<double>(batch->rows.size()));
         metrics_.flush_statements.Increment();

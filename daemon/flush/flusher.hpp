@@ -60,6 +60,11 @@ struct counter_reading {
   std::int64_t pending = 0;
 };
 
+// The two halves of a batch the database refused for its data (see write_queued):
+// their ids derive from the parent's, so a replay splits the same way under the same
+// ids and the ledger still recognises halves that committed. Pure, exposed for tests.
+std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b);
+
 // Cuts sorted deltas into batches; pure, exposed for tests.
 std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
                                       std::size_t max_rows, unsigned slots, std::uint64_t run_id,

@@ -65,6 +65,9 @@ registry::registry()
       batches_already_applied(
           family(BuildCounter(), *registry_, "slotted_counterd_flush_batches_already_applied_total",
                  "Retried batches found committed in the ledger and not applied again").Add({})),
+      rows_refused(family(BuildCounter(), *registry_, "slotted_counterd_flush_rows_refused_total",
+                          "Counter rows the database refused for their values (out of range) and that were dropped")
+                       .Add({})),
       ready(family(BuildGauge(), *registry_, "slotted_counterd_ready",
                    "1 when the database was reachable and the schema valid at the last flush").Add({})),
       rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",

@@ -48,6 +48,7 @@ class registry {
   prometheus::Counter& flush_statements;
   prometheus::Gauge& last_flush_success_timestamp_seconds;
   prometheus::Counter& batches_already_applied;
+  prometheus::Counter& rows_refused;
   prometheus::Gauge& ready;
   prometheus::Counter& rollups_ok;
   prometheus::Counter& rollups_error;

@@ -76,6 +76,33 @@ TEST(Pipeline, SeedStyleTableWorksUnchanged) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  auto conn = server.connect(database);
+  conn.execute(
+      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
+      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))");
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  // 3000000000 does not fit the seed-style INT record_id (strict mode: error 1264).
+  std::string body = "[";
+  for (int i = 1; i <= 40; ++i) body += R"({"record_type": 1, "record_id": )" + std::to_string(i) + "},";
+  body += R"({"record_type": 1, "record_id": 3000000000}])";
+  ASSERT_EQ(client.post_json("/v1/increments", body).status, 202u);
+  const auto flushed = client.request("POST", "/v1/flush");
+  ASSERT_EQ(flushed.status, 200u) << flushed.body;
+  EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 40);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters"), 40);
+  EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_rows_refused_total"), 1);
+  // Later increments flow as usual.
+  ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 1, "record_id": 41})").status, 202u);
+  EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 1);
+}
+
 TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();

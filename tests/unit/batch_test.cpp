@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "flush/flusher.hpp"
 
 namespace slotted::flush {
@@ -39,6 +41,27 @@ TEST(FormBatches, NothingToWriteMakesNoBatch) {
   std::mt19937_64 rng(1);
   EXPECT_TRUE(form_batches({{{1, 1}, 0}}, 10, 5, 1, 1, rng, {}).empty());
   EXPECT_TRUE(form_batches({}, 10, 5, 1, 1, rng, {}).empty());
+}
+
+TEST(SplitBatch, HalvesKeepRowsAndGetIdsDerivedFromTheParent) {
+  flush_batch b;
+  b.run_id = 7;
+  b.seq = 42;
+  for (std::uint64_t i = 0; i < 5; ++i) b.rows.push_back({1, i, 0, 1});
+  const auto [left, right] = split_batch(b);
+  EXPECT_EQ(left.rows.size(), 2u);
+  EXPECT_EQ(right.rows.size(), 3u);
+  EXPECT_EQ(right.rows.front().record_id, 2u);
+  EXPECT_EQ(left.run_id, 7u);
+  EXPECT_NE(left.seq, right.seq);
+  EXPECT_EQ(left.seq & ((1ull << 44) - 1), 42u);
+  // The same split gives the same ids (a replay finds the halves that committed),
+  // and splitting again never repeats an id.
+  EXPECT_EQ(split_batch(b).first.seq, left.seq);
+  const auto [ll, lr] = split_batch(left);
+  const auto [rl, rr] = split_batch(right);
+  const std::set<std::uint64_t> ids{b.seq, left.seq, right.seq, ll.seq, lr.seq, rl.seq, rr.seq};
+  EXPECT_EQ(ids.size(), 7u);
 }
 
 }  // namespace
