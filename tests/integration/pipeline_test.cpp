@@ -10,6 +10,13 @@
 namespace slotted::test {
 namespace {
 
+// The seed's table: AUTO_INCREMENT id + UNIQUE key, INT columns.
+void create_seed_table(const mariadb_server& server, const std::string& database) {
+  server.connect(database).execute(
+      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
+      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))");
+}
+
 void expect_exact(const load_outcome& load, const table_state& st, unsigned slots) {
   EXPECT_EQ(load.failed_requests, 0u);
   const sums expected = without_zeros(load.acknowledged);
@@ -57,11 +64,7 @@ TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
 TEST(Pipeline, SeedStyleTableWorksUnchanged) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
-  // The seed's table: AUTO_INCREMENT id + UNIQUE key, INT columns.
-  auto conn = server.connect(database);
-  conn.execute(
-      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
-      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))");
+  create_seed_table(server, database);
   migrate(server, database);  // adds the ledger, leaves the table as it is
   auto cfg = test_config(server, database);
   in_process_daemon daemon(cfg);
@@ -79,10 +82,7 @@ TEST(Pipeline, SeedStyleTableWorksUnchanged) {
 TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
-  auto conn = server.connect(database);
-  conn.execute(
-      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
-      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))");
+  create_seed_table(server, database);
   migrate(server, database);
   auto cfg = test_config(server, database);
   cfg.flush.interval = std::chrono::hours(1);
