@@ -44,7 +44,7 @@ rollup::settings rollup_settings_for(const config::daemon_config& c) {
   return {c.mysql.table, rollup_targets_for(c), c.rollup.interval, c.rollup.batch_size};
 }
 
-flush::settings flush_settings_for(const config::daemon_config& c) {
+flush::settings flush_settings_for(const config::daemon_config& c, ingest::table_limits& limits) {
   flush::settings s;
   s.instance_id = c.instance_id;
   s.table = c.mysql.table;
@@ -53,6 +53,7 @@ flush::settings flush_settings_for(const config::daemon_config& c) {
   s.slots = c.flush.slots;
   s.max_retry_backoff = c.flush.max_retry_backoff;
   s.rollups = rollup_targets_for(c);
+  s.limits = &limits;
   return s;
 }
 
@@ -70,9 +71,9 @@ application::application(config::daemon_config cfg)
       wal_(cfg_.wal.dir.empty() ? nullptr
                                 : std::make_unique<wal::write_ahead_log>(cfg_.wal, store_, metrics_,
                                                                          cfg_.flush.max_pending_keys)),
-      flusher_(flush_settings_for(cfg_), store_, pool_, metrics_),
+      flusher_(flush_settings_for(cfg_, limits_), store_, pool_, metrics_),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
-      router_(cfg_, *this, metrics_),
+      router_(cfg_, *this, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size) {
   for (unsigned i = 0; i < http_threads(cfg_); ++i) contexts_.push_back(std::make_unique<net::io_context>(1));
 }

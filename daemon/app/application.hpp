@@ -77,6 +77,7 @@ class application final : public http::backend {
   metrics::registry metrics_;
   store::pending_store store_;
   db::pool pool_;
+  ingest::table_limits limits_;
   std::unique_ptr<wal::write_ahead_log> wal_;
   flush::flusher flusher_;
   rollup::roller roller_;

@@ -23,11 +23,22 @@ bool table_exists(connection& conn, std::string_view name) {
 }
 }  // namespace
 
-void verify_schema(connection& conn, const std::string& table, bool with_rollups) {
+namespace {
+// The largest value an integer column of this DATA_TYPE / COLUMN_TYPE can hold.
+std::uint64_t integer_max(const std::string& data_type, const std::string& column_type) {
+  const bool is_unsigned = column_type.find("unsigned") != std::string::npos;
+  const auto bits = data_type == "tinyint" ? 8 : data_type == "smallint" ? 16 : data_type == "mediumint" ? 24
+                    : data_type == "int" ? 32 : 64;
+  return is_unsigned ? (bits == 64 ? UINT64_MAX : (std::uint64_t{1} << bits) - 1)
+                     : (std::uint64_t{1} << (bits - 1)) - 1;
+}
+}  // namespace
+
+key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups) {
   const std::string quoted = conn.quote(table);
   const auto columns = conn.query(
-      "SELECT LOWER(COLUMN_NAME) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
-      "AND TABLE_NAME = " + quoted);
+      "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM information_schema.COLUMNS "
+      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " + quoted);
   if (columns.empty()) {
     throw db_error(0, "table `" + table + "` does not exist in the configured database; run "
                       "slotted-counterd --migrate", true);
@@ -58,6 +69,13 @@ void verify_schema(connection& conn, const std::string& table, bool with_rollups
       throw db_error(0, "table `" + std::string(needed) + "` does not exist; run slotted-counterd --migrate", true);
     }
   }
+  key_limits limits;
+  for (const auto& r : columns) {
+    const std::string name = r[0].value_or(""), type = r[1].value_or(""), full = r[2].value_or("");
+    if (name == "record_type") limits.max_record_type = std::min<std::uint64_t>(2147483647, integer_max(type, full));
+    if (name == "record_id") limits.max_record_id = integer_max(type, full);
+  }
+  return limits;
 }
 
 void verify_rollup_target(connection& conn, const rollup_target& t) {

@@ -19,7 +19,13 @@ void migrate(connection& conn, const std::string& table);
 // exactly (record_type, record_id, slot), and that the ledger (and, with rollups, the
 // dirty-mark table) exists. Throws a fatal db_error naming what is wrong and how to
 // fix it.
-void verify_schema(connection& conn, const std::string& table, bool with_rollups);
+// Returns the largest record_type and record_id the table's columns can hold (an
+// existing seed-style table has INT columns).
+struct key_limits {
+  std::uint64_t max_record_type = 2147483647;
+  std::uint64_t max_record_id = UINT64_MAX;
+};
+key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups);
 
 struct rollup_target {
   std::uint32_t record_type = 0;

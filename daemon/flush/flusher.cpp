@@ -295,7 +295,8 @@ flush_result flusher::cycle() {
   try {
     lease.emplace(pool_.acquire());
     if (!schema_verified_ || fatal_) {
-      db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
+      const auto limits = db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
+      if (settings_.limits != nullptr) settings_.limits->set(limits.max_record_type, limits.max_record_id);
       for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
       schema_verified_ = true;
       if (fatal_) log::info("database schema is valid now; flushing resumes");

@@ -29,6 +29,7 @@
 
 #include "db/pool.hpp"
 #include "flush/batch.hpp"
+#include "ingest/table_limits.hpp"
 #include "db/repository.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
@@ -47,6 +48,8 @@ struct settings {
   // Counters rolled up into an owning table: their rows get dirty marks in the flush
   // transaction, and the targets are verified with the schema.
   std::vector<db::rollup_target> rollups;
+  // Told the table's key ranges at each schema check (may be null).
+  ingest::table_limits* limits = nullptr;
 };
 
 struct flush_result {

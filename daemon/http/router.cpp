@@ -74,8 +74,9 @@ struct router::route_match {
   std::string_view counter_id;
 };
 
-router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m)
-    : max_items_(cfg.http.max_items_per_request), auth_token_(cfg.http.auth_token), backend_(b), metrics_(m) {
+router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m, const ingest::table_limits& limits)
+    : limits_(limits),
+      max_items_(cfg.http.max_items_per_request), auth_token_(cfg.http.auth_token), backend_(b), metrics_(m) {
   std::vector<std::pair<std::string, std::uint32_t>> declared;
   for (const auto& c : cfg.counters) declared.emplace_back(c.name, c.record_type);
   types_ = ingest::type_registry(std::move(declared), cfg.accept_undeclared_types);
@@ -222,6 +223,10 @@ void router::handle_increments(const request& req, const reply& answer) {
                     increments.empty() ? 1 : increments.size());
     return answer(error_response(v, too_many ? status::payload_too_large : status::bad_request,
                                  err->message, err->index));
+  }
+  if (auto bad = limits_.check(increments)) {
+    metrics_.reject(metrics::reject_reason::invalid, increments.size());
+    return answer(error_response(v, status::bad_request, bad->message, bad->index));
   }
   if (backend_.draining()) {
     metrics_.reject(metrics::reject_reason::draining, increments.size());

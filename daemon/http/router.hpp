@@ -16,6 +16,7 @@
 #include "config/config.hpp"
 #include "flush/flusher.hpp"
 #include "ingest/parser.hpp"
+#include "ingest/table_limits.hpp"
 #include "rollup/rollup.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
@@ -51,7 +52,7 @@ class backend {
 
 class router {
  public:
-  router(const config::daemon_config& cfg, backend& b, metrics::registry& m);
+  router(const config::daemon_config& cfg, backend& b, metrics::registry& m, const ingest::table_limits& limits);
 
   void handle(request&& req, respond_fn respond);
 
@@ -73,6 +74,7 @@ class router {
   void handle_counter(const request& req, const route_match& m, const reply& answer);
 
   ingest::type_registry types_;
+  const ingest::table_limits& limits_;
   std::size_t max_items_;
   std::string auth_token_;
   backend& backend_;

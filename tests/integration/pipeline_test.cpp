@@ -79,6 +79,24 @@ TEST(Pipeline, SeedStyleTableWorksUnchanged) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+TEST(Pipeline, IdsTheTableCannotHoldAreRefusedAtIngest) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  create_seed_table(server, database);
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);
+  in_process_daemon daemon(cfg);  // its first flush cycle has read the column types
+  http_client client(daemon.port());
+  const auto refused = client.post_json(
+      "/v1/increments", R"([{"record_type": 1, "record_id": 5}, {"record_type": 1, "record_id": 3000000000}])");
+  EXPECT_EQ(refused.status, 400u);
+  EXPECT_EQ(json_int(refused.body, "index"), 1);
+  EXPECT_NE(refused.body.find("does not fit the counters table's record_id column (at most 2147483647)"),
+            std::string::npos) << refused.body;
+  EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 0);
+}
+
 TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
@@ -86,17 +104,22 @@ TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   migrate(server, database);
   auto cfg = test_config(server, database);
   cfg.flush.interval = std::chrono::hours(1);
+  cfg.flush.slots = 1;  // every flush adds to the same row
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
-  // 3000000000 does not fit the seed-style INT record_id (strict mode: error 1264).
+  // The seed-style INT count of counter 40 overflows on the second flush (strict mode:
+  // error 1264); the 39 others must still be written.
   std::string body = "[";
   for (int i = 1; i <= 40; ++i) body += R"({"record_type": 1, "record_id": )" + std::to_string(i) + "},";
-  body += R"({"record_type": 1, "record_id": 3000000000}])";
+  body += R"({"record_type": 1, "record_id": 40, "delta": 2147483646}])";
+  ASSERT_EQ(client.post_json("/v1/increments", body).status, 202u);
+  ASSERT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 40);
   ASSERT_EQ(client.post_json("/v1/increments", body).status, 202u);
   const auto flushed = client.request("POST", "/v1/flush");
   ASSERT_EQ(flushed.status, 200u) << flushed.body;
-  EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 40);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters"), 40);
+  EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 39);
+  EXPECT_EQ(server.query_int(database, "SELECT SUM(count) FROM slotted_counters WHERE record_id < 40"), 2 * 39);
+  EXPECT_EQ(server.query_int(database, "SELECT count FROM slotted_counters WHERE record_id = 40"), 2147483647);
   EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_rows_refused_total"), 1);
   // Later increments flow as usual.
   ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 1, "record_id": 41})").status, 202u);
