@@ -120,7 +120,13 @@ void application::start() {
   limits.idle_timeout = cfg_.http.idle_timeout;
   std::vector<net::io_context*> contexts;
   for (auto& c : contexts_) contexts.push_back(c.get());
-  listener_ = std::make_shared<http::listener>(std::move(contexts), endpoint, router_, limits);
+  try {
+    listener_ = std::make_shared<http::listener>(std::move(contexts), endpoint, router_, limits);
+  } catch (...) {
+    // The log thread uses the flusher's queue: stop it before anything is torn down.
+    if (wal_) wal_->stop();
+    throw;
+  }
   flusher_.start();
   roller_.start();
   listener_->run();

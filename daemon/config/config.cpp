@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -34,6 +35,11 @@ std::string trim(std::string s) {
 }
 
 bool read_whole_file(const std::string& path, std::string& out, std::string& why) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    why = "not a regular file";
+    return false;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     why = std::strerror(errno);
@@ -41,6 +47,10 @@ bool read_whole_file(const std::string& path, std::string& out, std::string& why
   }
   std::ostringstream buf;
   buf << in.rdbuf();
+  if (in.bad()) {
+    why = "read error";
+    return false;
+  }
   out = buf.str();
   return true;
 }
@@ -78,7 +88,13 @@ class checker {
     problems_.push_back(where + ": " + key + ": " + msg);
   }
   void fail_plain(const std::string& key, const std::string& msg) {
-    problems_.push_back(origin_ + ": " + key + ": " + msg);
+    const auto line = lines_.find(key);
+    problems_.push_back(origin_ + (line == lines_.end() ? "" : ":" + std::to_string(line->second)) + ": " + key +
+                        ": " + msg);
+  }
+  // Remembers where a key stood, for problems found after the walk (secret files).
+  void remember_line(const std::string& key, const YAML::Node& at) {
+    if (at.IsDefined() && at.Mark().line >= 0) lines_[key] = at.Mark().line + 1;
   }
 
   using handler = std::function<void(const YAML::Node& value, const std::string& path)>;
@@ -124,10 +140,19 @@ class checker {
     return true;
   }
 
+  // A quoted scalar is a string in YAML: "8080" is not a number here.
+  bool unquoted(const YAML::Node& v, const std::string& path, const char* what) {
+    if (v.IsScalar() && v.Tag() == "!") {
+      fail(v, path, std::string("expected ") + what + ", got the quoted string '" + v.Scalar() + "'");
+      return false;
+    }
+    return true;
+  }
+
   template <typename Int>
   void integer(const YAML::Node& v, const std::string& path, Int lo, Int hi, Int& out) {
     std::string text;
-    if (!scalar(v, path, text)) return;
+    if (!unquoted(v, path, "an integer") || !scalar(v, path, text)) return;
     unsigned long long value = 0;
     const char* end = text.data() + text.size();
     const auto r = std::from_chars(text.data(), end, value);
@@ -143,7 +168,7 @@ class checker {
 
   void boolean(const YAML::Node& v, const std::string& path, bool& out) {
     std::string text;
-    if (!scalar(v, path, text)) return;
+    if (!unquoted(v, path, "true or false") || !scalar(v, path, text)) return;
     if (text == "true") out = true;
     else if (text == "false") out = false;
     else fail(v, path, "expected true or false, got '" + text + "'");
@@ -203,6 +228,7 @@ class checker {
  private:
   std::string origin_;
   std::vector<std::string> problems_;
+  std::map<std::string, int> lines_;
 };
 
 using namespace std::chrono_literals;
@@ -260,7 +286,12 @@ bool is_valid_identifier(std::string_view name) {
 daemon_config parse_config(const std::string& yaml_text, const std::string& origin) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    const auto documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1) {
+      throw config_error({origin + ":" + std::to_string(documents[1].Mark().line + 1) +
+                          ": the config must be one YAML document, not " + std::to_string(documents.size())});
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
     throw config_error({origin + ":" + std::to_string(e.mark.line + 1) +
                         ": invalid YAML: " + e.msg});
@@ -308,7 +339,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
             c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_items_per_request);
           }},
          {"idle_timeout", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
-         {"auth_token_file", [&](auto& a, auto& ap) { c.string(a, ap, h.auth_token_file); }},
+         {"auth_token_file", [&](auto& a, auto& ap) { c.string(a, ap, h.auth_token_file); c.remember_line(ap, a); }},
        });
      }},
     {"mysql", [&](const YAML::Node& v, const std::string& p) {
@@ -321,8 +352,8 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
          {"password", [&](auto& a, auto& ap) {
             c.fail(a, ap, "passwords do not belong in the config file: use password_file or password_env");
           }},
-         {"password_file", [&](auto& a, auto& ap) { c.string(a, ap, m.password_file); }},
-         {"password_env", [&](auto& a, auto& ap) { c.string(a, ap, m.password_env); }},
+         {"password_file", [&](auto& a, auto& ap) { c.string(a, ap, m.password_file); c.remember_line(ap, a); }},
+         {"password_env", [&](auto& a, auto& ap) { c.string(a, ap, m.password_env); c.remember_line(ap, a); }},
          {"database", [&](auto& a, auto& ap) { c.identifier(a, ap, m.database); }},
          {"table", [&](auto& a, auto& ap) { c.identifier(a, ap, m.table); }},
          {"connect_timeout", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 5min, m.connect_timeout); }},
@@ -340,6 +371,10 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
        for (std::size_t i = 0; i < v.size(); ++i) {
          const YAML::Node item = v[i];
          const std::string ip = p + "[" + std::to_string(i) + "]";
+         if (!item.IsMap()) {
+           c.fail(item, ip, "expected a mapping with name and record_type");
+           continue;
+         }
          counter_decl d;
          bool has_name = false, has_type = false;
          c.mapping(item, ip, {
@@ -418,7 +453,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   });
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
-  if (c.problems().empty()) resolve_secrets(cfg, c);
+  resolve_secrets(cfg, c);
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }

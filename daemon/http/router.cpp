@@ -133,8 +133,12 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
   }
   if (m.needs_auth && !auth_token_.empty()) {
     const std::string_view header = req[field::authorization];
-    constexpr std::string_view prefix = "Bearer ";
-    if (!header.starts_with(prefix) || !constant_time_equals(header.substr(prefix.size()), auth_token_)) {
+    constexpr std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 7235)
+    const bool bearer = header.size() > prefix.size() &&
+                        std::equal(prefix.begin(), prefix.end(), header.begin(), [](char p, char h) {
+                          return p == std::tolower(static_cast<unsigned char>(h));
+                        });
+    if (!bearer || !constant_time_equals(header.substr(prefix.size()), auth_token_)) {
       auto res = error_response(v, status::unauthorized, "missing or wrong bearer token");
       res.set(field::www_authenticate, "Bearer");
       return res;

@@ -105,6 +105,7 @@ void session::on_header(beast::error_code ec, std::size_t) {
                                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
                                      self->in_flight_.reset();
                                      if (ec) return self->do_close();
+                                     self->set_deadline(self->limits_.idle_timeout);
                                      self->read_body();
                                    });
   }
@@ -112,7 +113,8 @@ void session::on_header(beast::error_code ec, std::size_t) {
 }
 
 void session::read_body() {
-  set_deadline(limits_.idle_timeout);
+  // The deadline set before the header covers the body too: a request arrives whole
+  // within idle_timeout (it restarts only after a 100 Continue, see on_header).
   beast_http::async_read(socket_, buffer_, *parser_,
                          beast::bind_front_handler(&session::on_read, shared_from_this()));
 }

@@ -18,11 +18,16 @@ constexpr std::int64_t max_record_type = 2147483647;
 
 std::string quoted(std::string_view s) {
   std::string out = "\"";
-  for (char c : s.substr(0, 64)) {
+  // Cut at 64 bytes, but never inside a UTF-8 sequence: the error body must stay JSON.
+  std::size_t cut = std::min<std::size_t>(s.size(), 64);
+  if (cut < s.size()) {
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  }
+  for (char c : s.substr(0, cut)) {
     const auto u = static_cast<unsigned char>(c);
     out.push_back(u < 0x20 || u == 0x7f || u == '"' || u == '\\' ? '?' : c);
   }
-  if (s.size() > 64) out += "...";
+  if (cut < s.size()) out += "...";
   return out + "\"";
 }
 

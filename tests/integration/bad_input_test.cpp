@@ -99,6 +99,8 @@ TEST_F(BadInput, MissingOrWrongTokenIs401) {
   // Health and metrics stay open.
   EXPECT_EQ(client_->get("/healthz").status, 200u);
   EXPECT_EQ(client_->get("/metrics").status, 200u);
+  // The scheme name is case-insensitive (RFC 7235).
+  EXPECT_EQ(post(good, "application/json", {{"Authorization", std::string("bearer ") + token}}).status, 202u);
 }
 
 TEST_F(BadInput, UnknownPathIs404AndWrongMethodIs405WithAllow) {

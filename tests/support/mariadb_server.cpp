@@ -81,7 +81,9 @@ mariadb_server::~mariadb_server() {
 }
 
 void mariadb_server::start() {
-  pid_ = spawn({"mariadbd", "--no-defaults", "--datadir=" + dir_ + "/data", "--socket=" + socket_,
+  // Debian keeps mariadbd in /usr/sbin, which is not on an ordinary user's PATH.
+  const std::string binary = std::filesystem::exists("/usr/sbin/mariadbd") ? "/usr/sbin/mariadbd" : "mariadbd";
+  pid_ = spawn({binary, "--no-defaults", "--datadir=" + dir_ + "/data", "--socket=" + socket_,
                 "--port=" + std::to_string(port_), "--bind-address=127.0.0.1", "--user=root",
                 "--pid-file=" + dir_ + "/mysqld.pid", "--innodb-buffer-pool-size=128M",
                 "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=2",

@@ -143,6 +143,19 @@ TEST(Config, PasswordComesFromFileOrEnvAndNeverFromTheConfig) {
   EXPECT_NE(only_problem("mysql: {password_env: A, password_file: /x}\n").find("not both"), std::string::npos);
 }
 
+TEST(Config, ReviewedEdgeCases) {
+  EXPECT_NE(only_problem("counters:\n  -\n").find("counters[0]: expected a mapping"), std::string::npos);
+  EXPECT_NE(only_problem("shards: 4\n---\nshards: 0\n").find("one YAML document"), std::string::npos);
+  EXPECT_NE(only_problem("listen: {port: \"8080\"}\n").find("got the quoted string '8080'"), std::string::npos);
+  EXPECT_NE(only_problem("accept_undeclared_types: \"true\"\n").find("quoted string"), std::string::npos);
+  // Secret files: named with their line, reported with the other problems, and a
+  // directory is not a password file.
+  const auto problems = problems_of("shards: 0\nmysql:\n  password_file: /nonexistent/pw\n");
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[1].rfind("test.yaml:3: mysql.password_file: cannot read", 0), 0u) << problems[1];
+  EXPECT_NE(only_problem("mysql: {password_file: /tmp}\n").find("not a regular file"), std::string::npos);
+}
+
 TEST(Config, InvalidYamlIsAnError) {
   EXPECT_NE(only_problem("flush: {interval: 1s\n").find("invalid YAML"), std::string::npos);
 }

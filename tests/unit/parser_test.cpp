@@ -114,6 +114,13 @@ TEST(Parser, UnknownDuplicateAndMissingFields) {
   expect_error(R"({"record_type": 7})", "missing field \"record_id\"", 0);
 }
 
+TEST(Parser, LongFieldNamesAreCutOnACharacterBoundary) {
+  const std::string key = std::string(63, 'a') + "\xc3\xa9";  // 63 bytes, then a 2-byte character
+  const auto p = parse("{\"record_type\": 7, \"record_id\": 1, \"" + key + "\": 1}");
+  ASSERT_TRUE(p.error);
+  EXPECT_EQ(p.error->message, "unknown field \"" + std::string(63, 'a') + "...\"");
+}
+
 TEST(Parser, UndeclaredTypes) {
   expect_error(R"({"record_type": 8, "record_id": 1})", "not declared", 0);
   expect_error(R"({"record_type": "nope", "record_id": 1})", "unknown counter name", 0);
