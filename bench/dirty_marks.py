@@ -5,7 +5,9 @@ the same transaction), alternated A B A B in one run against one throwaway Maria
 
 usage: bench/dirty_marks.py --daemon build/release/slotted-counterd [--keys 200000] [--rounds 3]
 """
-import argparse, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, shutil, signal, socket, subprocess, tempfile, time, urllib.request
+
+from throwaway_mariadb import throwaway_mariadb
 
 
 def free_port():
@@ -29,25 +31,15 @@ def main():
     ap.add_argument("--keys", type=int, default=200000)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
+    with throwaway_mariadb("512M") as db:
+        db.sql("CREATE DATABASE app; CREATE TABLE app.repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count BIGINT)")
+        run(a, db.socket)
+
+
+def run(a, sock):
     tmp = tempfile.mkdtemp(prefix="slotted-dirty-")
     procs = []
     try:
-        sock = f"{tmp}/sock"
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={tmp}/data",
-                        "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
-                       check=True, capture_output=True)
-        db = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={tmp}/data", f"--socket={sock}",
-                               "--skip-networking", "--user=root", "--innodb-buffer-pool-size=512M",
-                               f"--log-error={tmp}/err.log"])
-        procs.append(db)
-        for _ in range(300):
-            if subprocess.run(["mariadb", "--no-defaults", "-S", sock, "-uroot", "-e", "SELECT 1"],
-                              capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
-        subprocess.run(["mariadb", "--no-defaults", "-S", sock, "-uroot", "-e",
-                        "CREATE DATABASE app; CREATE TABLE app.repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count BIGINT)"],
-                       check=True)
         port = free_port()
         cfg = f"{tmp}/c.yaml"
         with open(cfg, "w") as f:

@@ -5,7 +5,9 @@ into 1 slot (B), alternated A B in one run against one throwaway MariaDB.
 
 usage: bench/slot_compaction.py [--records 20000] [--rounds 4]
 """
-import argparse, random, shutil, signal, subprocess, tempfile, time
+import argparse, random, time
+
+from throwaway_mariadb import throwaway_mariadb
 
 
 def main():
@@ -13,26 +15,8 @@ def main():
     ap.add_argument("--records", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=4)
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="slotted-compaction-")
-    db = None
-    try:
-        sock = f"{tmp}/sock"
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={tmp}/data",
-                        "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
-                       check=True, capture_output=True)
-        db = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={tmp}/data", f"--socket={sock}",
-                               "--skip-networking", "--user=root", "--innodb-buffer-pool-size=256M",
-                               f"--log-error={tmp}/err.log"])
-        for _ in range(300):
-            if subprocess.run(["mariadb", "--no-defaults", "-S", sock, "-uroot", "-e", "SELECT 1"],
-                              capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
-
-        def q(sql):
-            return subprocess.run(["mariadb", "--no-defaults", "-S", sock, "-uroot", "-N"], input=sql,
-                                  capture_output=True, text=True, check=True).stdout
-
+    with throwaway_mariadb("256M") as db:
+        q = db.sql
         q("CREATE DATABASE app; USE app; CREATE TABLE c (record_type INT UNSIGNED NOT NULL, "
           "record_id BIGINT UNSIGNED NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT NOT NULL, "
           "PRIMARY KEY (record_type, record_id, slot)); CREATE TABLE o (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT);")
@@ -64,11 +48,6 @@ def main():
               % (min(up[1]) * 1e3, min(up[2]) * 1e3, min(up[1]) / min(up[2])))
         print("point SUM(count) read: A %.0f us, B %.0f us (best, one client round trip included), A/B %.1fx"
               % (min(rd[1]) * 1e6, min(rd[2]) * 1e6, min(rd[1]) / min(rd[2])))
-    finally:
-        if db:
-            db.send_signal(signal.SIGTERM)
-            db.wait(60)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

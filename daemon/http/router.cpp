@@ -177,12 +177,10 @@ struct router::reply {
 };
 
 void router::handle(request&& req, respond_fn respond) {
+  // check_header() has passed this header already: path, method, token and content
+  // type are not checked a second time here.
   const auto m = match(req);
   const reply answer{this, m.route, clock::now(), std::move(respond)};
-  if (auto refused = refuse(req, m)) {
-    if (m.route == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
-    return answer(std::move(*refused));
-  }
   const unsigned v = req.version();
   switch (m.route) {
     case metrics::route::increments:

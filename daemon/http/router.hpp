@@ -54,11 +54,13 @@ class router {
  public:
   router(const config::daemon_config& cfg, backend& b, metrics::registry& m, const ingest::table_limits& limits);
 
-  void handle(request&& req, respond_fn respond);
-
   // Refuses a request on its header alone (unknown path, wrong method, missing
-  // token, wrong content type), before a client is told to send its body.
+  // token, wrong content type), before a client is told to send its body. Every
+  // request goes through it first.
   std::optional<response> check_header(const request_header& req);
+
+  // Answers a request whose header check_header() accepted.
+  void handle(request&& req, respond_fn respond);
 
   // A JSON error response; `index` names the item to blame.
   static response error_response(unsigned version, beast_http::status status, std::string_view message,

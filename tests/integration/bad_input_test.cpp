@@ -16,8 +16,7 @@ class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
     auto& server = shared_mariadb();
-    database_ = server.create_database();
-    migrate(server, database_);
+    database_ = migrated_database(server);
     auto cfg = test_config(server, database_);
     cfg.accept_undeclared_types = false;
     cfg.counters = {{"repo_downloads", 123, std::nullopt}, {"page_views", 7, std::nullopt}};

@@ -28,8 +28,7 @@ class ConnectionCut : public ::testing::TestWithParam<ProxyCase> {};
 
 TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   fault_proxy proxy(server.port());
   auto cfg = test_config(server, database);
   cfg.mysql.socket.clear();
@@ -74,8 +73,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = 100ms;
   in_process_daemon daemon(cfg);
@@ -115,8 +113,7 @@ TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
 
 TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = 100ms;
   cfg.flush.max_pending_keys = 3000;
@@ -170,8 +167,7 @@ TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
 
 TEST(TwoInstances, SameHotKeysTotalsExact) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   auto cfg_a = test_config(server, database);
   cfg_a.instance_id = "a";
   cfg_a.flush.interval = 20ms;

@@ -21,8 +21,7 @@ class Http : public ::testing::Test {
  protected:
   void SetUp() override {
     auto& server = shared_mariadb();
-    database_ = server.create_database();
-    migrate(server, database_);
+    database_ = migrated_database(server);
     auto cfg = test_config(server, database_);
     cfg.flush.interval = std::chrono::hours(1);
     cfg.http.idle_timeout = std::chrono::milliseconds(700);

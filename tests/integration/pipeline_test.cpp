@@ -33,8 +33,7 @@ void expect_exact(const load_outcome& load, const table_state& st, unsigned slot
 
 TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.slots = 16;
   cfg.flush.max_rows_per_statement = 100;  // many statements per flush
@@ -128,8 +127,7 @@ TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
 
 TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = std::chrono::hours(1);  // only explicit flushes
   in_process_daemon daemon(cfg);

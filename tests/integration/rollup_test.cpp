@@ -64,8 +64,7 @@ std::vector<key> owner_keys() {
 
 TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   create_owners(server, database);
   auto cfg = test_config(server, database);
   cfg.counters = {downloads()};
@@ -95,8 +94,7 @@ TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
 
 TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   create_owners(server, database);
   auto cfg = test_config(server, database);
   cfg.counters = {downloads()};
@@ -117,8 +115,7 @@ TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
 
 TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   create_owners(server, database);
   auto cfg = test_config(server, database);
   cfg.counters = {downloads()};
@@ -136,27 +133,25 @@ TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
   EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_missing_owners_total 1"), std::string::npos);
 }
 
-std::string daemon_yaml(const mariadb_server& server, const std::string& database, const std::string& table = "repositories",
+std::string rollup_yaml(const mariadb_server& server, const std::string& database, const std::string& table = "repositories",
                         const std::string& count_column = "download_count") {
-  return "instance_id: rollup-test\n"
-         "listen: {address: 127.0.0.1, port: 0}\n"
-         "mysql: {socket: " + server.socket() + ", user: root, database: " + database + "}\n"
-         "counters:\n"
-         "  - name: repo_downloads\n"
-         "    record_type: 123\n"
-         "    rollup: {table: " + table + ", id_column: id, count_column: " + count_column + "}\n"
-         "flush: {interval: 1h}\n"
-         "rollup: {interval: 1h}\n";
+  return daemon_yaml(server, database,
+                     "instance_id: rollup-test\n"
+                     "counters:\n"
+                     "  - name: repo_downloads\n"
+                     "    record_type: 123\n"
+                     "    rollup: {table: " + table + ", id_column: id, count_column: " + count_column + "}\n"
+                     "flush: {interval: 1h}\n"
+                     "rollup: {interval: 1h}\n");
 }
 
 TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   create_owners(server, database);
   sums acknowledged;
   {
-    daemon_process first(daemon_yaml(server, database));
+    daemon_process first(rollup_yaml(server, database));
     load_options o;
     o.clients = 4;
     o.increments_per_client = 5000;
@@ -170,7 +165,7 @@ TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
   }
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE download_count <> -1"), 0)
       << "nothing was rolled up before the kill";
-  daemon_process second(daemon_yaml(server, database));
+  daemon_process second(rollup_yaml(server, database));
   http_client c(second.port());
   ASSERT_EQ(c.request("POST", "/v1/rollup").status, 200u);
   expect_converged(server, database, acknowledged);
@@ -191,19 +186,18 @@ int run_binary(const std::string& yaml, const std::string& flag, std::string& ou
 
 TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
+  const auto database = migrated_database(server);
   create_owners(server, database);
   std::string out;
-  EXPECT_EQ(run_binary(daemon_yaml(server, database), "--check-config", out), 0) << out;
+  EXPECT_EQ(run_binary(rollup_yaml(server, database), "--check-config", out), 0) << out;
   EXPECT_NE(out.find("rollup targets verified"), std::string::npos) << out;
 
-  EXPECT_EQ(run_binary(daemon_yaml(server, database, "repos"), "--check-config", out), 2) << out;
+  EXPECT_EQ(run_binary(rollup_yaml(server, database, "repos"), "--check-config", out), 2) << out;
   EXPECT_NE(out.find("table `repos` does not exist"), std::string::npos) << out;
-  EXPECT_EQ(run_binary(daemon_yaml(server, database, "repositories", "downloads"), "--check-config", out), 2) << out;
+  EXPECT_EQ(run_binary(rollup_yaml(server, database, "repositories", "downloads"), "--check-config", out), 2) << out;
   EXPECT_NE(out.find("has no column `downloads`"), std::string::npos) << out;
   // At start: exits 1 naming the problem.
-  EXPECT_EQ(run_binary(daemon_yaml(server, database, "repos"), "", out), 1) << out;
+  EXPECT_EQ(run_binary(rollup_yaml(server, database, "repos"), "", out), 1) << out;
   EXPECT_NE(out.find("table `repos` does not exist"), std::string::npos) << out;
 }
 

@@ -11,21 +11,14 @@
 namespace slotted::test {
 namespace {
 
-std::string daemon_yaml(const mariadb_server& server, const std::string& database) {
-  return "instance_id: shutdown-test\n"
-         "listen: {address: 127.0.0.1, port: 0}\n"
-         "http: {threads: 2}\n"
-         "mysql: {socket: " + server.socket() + ", user: root, database: " + database + "}\n"
-         "accept_undeclared_types: true\n"
-         "flush: {interval: 300ms}\n"
-         "shutdown_timeout: 20s\n";
-}
-
 TEST(Shutdown, SigtermUnderLoadLosesNothing) {
   auto& server = shared_mariadb();
-  const auto database = server.create_database();
-  migrate(server, database);
-  daemon_process daemon(daemon_yaml(server, database));
+  const auto database = migrated_database(server);
+  daemon_process daemon(daemon_yaml(server, database,
+                                    "instance_id: shutdown-test\n"
+                                    "accept_undeclared_types: true\n"
+                                    "flush: {interval: 300ms}\n"
+                                    "shutdown_timeout: 20s\n"));
 
   std::atomic<bool> stop{false};
   load_options o;

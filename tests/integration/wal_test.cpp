@@ -23,8 +23,7 @@ namespace fs = std::filesystem;
 class Wal : public ::testing::Test {
  protected:
   void SetUp() override {
-    database_ = shared_mariadb().create_database();
-    migrate(shared_mariadb(), database_);
+    database_ = migrated_database(shared_mariadb());
     char tmpl[] = "/tmp/slotted-wal-test-XXXXXX";
     root_ = mkdtemp(tmpl);
     wal_dir_ = root_ + "/wal";
@@ -32,13 +31,11 @@ class Wal : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   std::string yaml(const std::string& fsync = "always", const std::string& flush_interval = "100ms") const {
-    return "instance_id: wal-test\n"
-           "listen: {address: 127.0.0.1, port: 0}\n"
-           "http: {threads: 2}\n"
-           "mysql: {socket: " + shared_mariadb().socket() + ", user: root, database: " + database_ + "}\n"
-           "accept_undeclared_types: true\n"
-           "flush: {interval: " + flush_interval + "}\n"
-           "wal: {dir: " + wal_dir_ + ", fsync: " + fsync + "}\n";
+    return daemon_yaml(shared_mariadb(), database_,
+                       "instance_id: wal-test\n"
+                       "accept_undeclared_types: true\n"
+                       "flush: {interval: " + flush_interval + "}\n"
+                       "wal: {dir: " + wal_dir_ + ", fsync: " + fsync + "}\n");
   }
 
   std::int64_t db_total(std::uint64_t id) const {

@@ -40,6 +40,18 @@ void migrate(const mariadb_server& server, const std::string& database, const st
   db::migrate(conn, table);
 }
 
+std::string migrated_database(mariadb_server& server) {
+  const auto database = server.create_database();
+  migrate(server, database);
+  return database;
+}
+
+std::string daemon_yaml(const mariadb_server& server, const std::string& database, const std::string& rest) {
+  return "listen: {address: 127.0.0.1, port: 0}\n"
+         "http: {threads: 2}\n"
+         "mysql: {socket: " + server.socket() + ", user: root, database: " + database + "}\n" + rest;
+}
+
 in_process_daemon::in_process_daemon(config::daemon_config cfg)
     : app_(std::make_unique<application>(cfg)) {
   app_->start();

@@ -19,6 +19,13 @@ namespace slotted::test {
 // every type accepted, a short flush interval.
 config::daemon_config test_config(const mariadb_server& server, const std::string& database);
 
+// A new database with the daemon's schema in it; returns its name.
+std::string migrated_database(mariadb_server& server);
+
+// The YAML every test daemon starts from (loopback port 0, 2 HTTP threads, the shared
+// server's socket, `database`), followed by `rest`.
+std::string daemon_yaml(const mariadb_server& server, const std::string& database, const std::string& rest);
+
 // Creates the schema in `database` with the daemon's own migration.
 void migrate(const mariadb_server& server, const std::string& database, const std::string& table = "slotted_counters");
 
