@@ -35,10 +35,14 @@ void raise_open_file_limit() {
 slotted::log::level to_log_level(slotted::config::log_level l) {
   using slotted::config::log_level;
   switch (l) {
-    case log_level::debug: return slotted::log::level::debug;
-    case log_level::info: return slotted::log::level::info;
-    case log_level::warn: return slotted::log::level::warn;
-    case log_level::error: return slotted::log::level::error;
+    case log_level::debug:
+      return slotted::log::level::debug;
+    case log_level::info:
+      return slotted::log::level::info;
+    case log_level::warn:
+      return slotted::log::level::warn;
+    case log_level::error:
+      return slotted::log::level::error;
   }
   return slotted::log::level::info;
 }
@@ -92,7 +96,8 @@ int main(int argc, char** argv) {
       if (slotted::verify_database(cfg)) {
         std::cout << config_path << ": OK (database schema and rollup targets verified)\n";
       } else {
-        std::cout << config_path << ": OK (database not reachable; schema and rollup targets not checked)\n";
+        std::cout << config_path
+                  << ": OK (database not reachable; schema and rollup targets not checked)\n";
       }
       return 0;
     } catch (const slotted::db::db_error& e) {

@@ -4,7 +4,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-
 #include <csignal>
 
 #include "db/errors.hpp"
@@ -69,13 +68,14 @@ application::application(config::daemon_config cfg)
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
       wal_(cfg_.wal.dir.empty() ? nullptr
-                                : std::make_unique<wal::write_ahead_log>(cfg_.wal, store_, metrics_,
-                                                                         cfg_.flush.max_pending_keys)),
+                                : std::make_unique<wal::write_ahead_log>(
+                                      cfg_.wal, store_, metrics_, cfg_.flush.max_pending_keys)),
       flusher_(flush_settings_for(cfg_, limits_), store_, pool_, metrics_),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
       router_(cfg_, *this, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size) {
-  for (unsigned i = 0; i < http_threads(cfg_); ++i) contexts_.push_back(std::make_unique<net::io_context>(1));
+  for (unsigned i = 0; i < http_threads(cfg_); ++i)
+    contexts_.push_back(std::make_unique<net::io_context>(1));
 }
 
 application::~application() {
@@ -114,7 +114,8 @@ void application::start() {
                 " pending counters and ", recovered.batches.size(), " logged batches");
     }
   }
-  const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address), cfg_.listen_port);
+  const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address),
+                                        cfg_.listen_port);
   http::session_limits limits;
   limits.max_body_bytes = cfg_.http.max_body_bytes;
   limits.idle_timeout = cfg_.http.idle_timeout;
@@ -202,7 +203,8 @@ int application::run_until_stopped() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (listener_->sessions() > 0) {
-    log::warn(listener_->sessions(), " connections still busy at the shutdown deadline; closing them");
+    log::warn(listener_->sessions(),
+              " connections still busy at the shutdown deadline; closing them");
   }
   for (auto& c : contexts_) c->stop();
   for (auto& t : io_threads_) t.join();
@@ -214,11 +216,13 @@ int application::run_until_stopped() {
   db_workers_.join();
   if (unwritten > 0) {
     if (wal_) {
-      log::warn("shutdown: ", unwritten, " counters could not be written to the database; they stay in the WAL "
+      log::warn("shutdown: ", unwritten,
+                " counters could not be written to the database; they stay in the WAL "
                 "and are flushed at the next start");
       return 0;
     }
-    log::error("shutdown: ", unwritten, " counters could not be written to the database and are lost");
+    log::error("shutdown: ", unwritten,
+               " counters could not be written to the database and are lost");
     return 1;
   }
   log::info("shutdown complete; everything acknowledged was written");
@@ -234,8 +238,9 @@ void application::add_durable(std::vector<ingest::increment>&& increments,
   wal_->submit(std::move(increments), std::move(done));
 }
 
-void application::read_counter(store::counter_key key,
-                               std::function<void(std::optional<flush::counter_reading>, std::string)> done) {
+void application::read_counter(
+    store::counter_key key,
+    std::function<void(std::optional<flush::counter_reading>, std::string)> done) {
   net::post(db_workers_, [this, key, done = std::move(done)] {
     try {
       done(flusher_.read_total(key), {});

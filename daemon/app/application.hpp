@@ -5,12 +5,11 @@
 // start() throws on startup errors (bind). The database may be down at start: the
 // daemon accepts into memory and /readyz answers 503 until the flusher connects.
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
-
-#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -24,8 +23,8 @@
 #include "http/router.hpp"
 #include "metrics/metrics.hpp"
 #include "rollup/rollup.hpp"
-#include "wal/wal.hpp"
 #include "store/pending_store.hpp"
+#include "wal/wal.hpp"
 
 namespace slotted {
 
@@ -62,9 +61,11 @@ class application final : public http::backend {
   bool ready() const override { return flusher_.ready(); }
   store::add_result add(std::span<const ingest::increment> increments) override;
   bool durable() const override { return wal_ != nullptr; }
-  void add_durable(std::vector<ingest::increment>&& increments, std::function<void(store::add_result)> done) override;
-  void read_counter(store::counter_key key,
-                    std::function<void(std::optional<flush::counter_reading>, std::string)> done) override;
+  void add_durable(std::vector<ingest::increment>&& increments,
+                   std::function<void(store::add_result)> done) override;
+  void read_counter(
+      store::counter_key key,
+      std::function<void(std::optional<flush::counter_reading>, std::string)> done) override;
   void flush_now(std::function<void(const flush::flush_result&)> done) override;
   void rollup_now(std::function<void(const rollup::rollup_result&)> done) override;
   std::string metrics_text() override;

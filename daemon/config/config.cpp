@@ -89,8 +89,8 @@ class checker {
   }
   void fail_plain(const std::string& key, const std::string& msg) {
     const auto line = lines_.find(key);
-    problems_.push_back(origin_ + (line == lines_.end() ? "" : ":" + std::to_string(line->second)) + ": " + key +
-                        ": " + msg);
+    problems_.push_back(origin_ + (line == lines_.end() ? "" : ":" + std::to_string(line->second)) +
+                        ": " + key + ": " + msg);
   }
   // Remembers where a key stood, for problems found after the walk (secret files).
   void remember_line(const std::string& key, const YAML::Node& at) {
@@ -143,7 +143,8 @@ class checker {
   // A quoted scalar is a string in YAML: "8080" is not a number here.
   bool unquoted(const YAML::Node& v, const std::string& path, const char* what) {
     if (v.IsScalar() && v.Tag() == "!") {
-      fail(v, path, std::string("expected ") + what + ", got the quoted string '" + v.Scalar() + "'");
+      fail(v, path,
+           std::string("expected ") + what + ", got the quoted string '" + v.Scalar() + "'");
       return false;
     }
     return true;
@@ -157,10 +158,11 @@ class checker {
     const char* end = text.data() + text.size();
     const auto r = std::from_chars(text.data(), end, value);
     if (text.empty() || r.ec != std::errc() || r.ptr != end ||
-        value < static_cast<unsigned long long>(lo) || value > static_cast<unsigned long long>(hi)) {
+        value < static_cast<unsigned long long>(lo) ||
+        value > static_cast<unsigned long long>(hi)) {
       fail(v, path,
-           "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
-               text + "'");
+           "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+               "], got '" + text + "'");
       return;
     }
     out = static_cast<Int>(value);
@@ -169,9 +171,12 @@ class checker {
   void boolean(const YAML::Node& v, const std::string& path, bool& out) {
     std::string text;
     if (!unquoted(v, path, "true or false") || !scalar(v, path, text)) return;
-    if (text == "true") out = true;
-    else if (text == "false") out = false;
-    else fail(v, path, "expected true or false, got '" + text + "'");
+    if (text == "true")
+      out = true;
+    else if (text == "false")
+      out = false;
+    else
+      fail(v, path, "expected true or false, got '" + text + "'");
   }
 
   void string(const YAML::Node& v, const std::string& path, std::string& out) {
@@ -250,7 +255,8 @@ void resolve_secrets(daemon_config& cfg, checker& c) {
   } else if (!m.password_env.empty()) {
     const char* value = std::getenv(m.password_env.c_str());
     if (value == nullptr) {
-      c.fail_plain("mysql.password_env", "environment variable '" + m.password_env + "' is not set");
+      c.fail_plain("mysql.password_env",
+                   "environment variable '" + m.password_env + "' is not set");
     } else {
       m.password = value;
     }
@@ -275,7 +281,9 @@ config_error::config_error(std::vector<std::string> problems)
 
 bool is_valid_identifier(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
-  const auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  const auto head = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  };
   if (!head(name[0])) return false;
   for (char c : name.substr(1)) {
     if (!head(c) && !(c >= '0' && c <= '9')) return false;
@@ -289,168 +297,263 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
     const auto documents = YAML::LoadAll(yaml_text);
     if (documents.size() > 1) {
       throw config_error({origin + ":" + std::to_string(documents[1].Mark().line + 1) +
-                          ": the config must be one YAML document, not " + std::to_string(documents.size())});
+                          ": the config must be one YAML document, not " +
+                          std::to_string(documents.size())});
     }
     if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
-    throw config_error({origin + ":" + std::to_string(e.mark.line + 1) +
-                        ": invalid YAML: " + e.msg});
+    throw config_error(
+        {origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg});
   }
 
   daemon_config cfg;
   checker c(origin);
 
-  c.mapping(root, "", {
-    {"instance_id", [&](const YAML::Node& v, const std::string& p) {
-       std::string id;
-       c.string(v, p, id);
-       if (!is_valid_instance_id(id)) {
-         c.fail(v, p, "expected 1 to 64 characters from [A-Za-z0-9._-], got '" + id + "'");
-       } else {
-         cfg.instance_id = id;
-       }
-     }},
-    {"listen", [&](const YAML::Node& v, const std::string& p) {
-       c.mapping(v, p, {
-         {"address", [&](const YAML::Node& a, const std::string& ap) {
-            std::string addr;
-            c.string(a, ap, addr);
-            unsigned char buf[sizeof(in6_addr)];
-            if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
-                inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
-              c.fail(a, ap, "expected an IPv4 or IPv6 address, got '" + addr + "'");
-            } else {
-              cfg.listen_address = addr;
-            }
-          }},
-         {"port", [&](const YAML::Node& a, const std::string& ap) {
-            c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
-          }},
-       });
-     }},
-    {"http", [&](const YAML::Node& v, const std::string& p) {
-       auto& h = cfg.http;
-       c.mapping(v, p, {
-         {"threads", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 0, 256, h.threads); }},
-         {"max_body_bytes", [&](auto& a, auto& ap) {
-            c.integer<std::size_t>(a, ap, 64, 1ull << 30, h.max_body_bytes);
-          }},
-         {"max_items_per_request", [&](auto& a, auto& ap) {
-            c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_items_per_request);
-          }},
-         {"idle_timeout", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
-         {"auth_token_file", [&](auto& a, auto& ap) { c.string(a, ap, h.auth_token_file); c.remember_line(ap, a); }},
-       });
-     }},
-    {"mysql", [&](const YAML::Node& v, const std::string& p) {
-       auto& m = cfg.mysql;
-       c.mapping(v, p, {
-         {"host", [&](auto& a, auto& ap) { c.string(a, ap, m.host); }},
-         {"port", [&](auto& a, auto& ap) { c.integer<std::uint16_t>(a, ap, 1, 65535, m.port); }},
-         {"socket", [&](auto& a, auto& ap) { c.string(a, ap, m.socket); }},
-         {"user", [&](auto& a, auto& ap) { c.string(a, ap, m.user); }},
-         {"password", [&](auto& a, auto& ap) {
-            c.fail(a, ap, "passwords do not belong in the config file: use password_file or password_env");
-          }},
-         {"password_file", [&](auto& a, auto& ap) { c.string(a, ap, m.password_file); c.remember_line(ap, a); }},
-         {"password_env", [&](auto& a, auto& ap) { c.string(a, ap, m.password_env); c.remember_line(ap, a); }},
-         {"database", [&](auto& a, auto& ap) { c.identifier(a, ap, m.database); }},
-         {"table", [&](auto& a, auto& ap) { c.identifier(a, ap, m.table); }},
-         {"connect_timeout", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 5min, m.connect_timeout); }},
-         {"pool_size", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 64, m.pool_size); }},
-       });
-     }},
-    {"counters", [&](const YAML::Node& v, const std::string& p) {
-       if (v.IsNull()) return;
-       if (!v.IsSequence()) {
-         c.fail(v, p, "expected a list of counters");
-         return;
-       }
-       std::map<std::string, int> names;
-       std::map<std::uint32_t, int> types;
-       for (std::size_t i = 0; i < v.size(); ++i) {
-         const YAML::Node item = v[i];
-         const std::string ip = p + "[" + std::to_string(i) + "]";
-         if (!item.IsMap()) {
-           c.fail(item, ip, "expected a mapping with name and record_type");
-           continue;
-         }
-         counter_decl d;
-         bool has_name = false, has_type = false;
-         c.mapping(item, ip, {
-           {"name", [&](auto& a, auto& ap) { c.identifier(a, ap, d.name); has_name = true; }},
-           {"record_type", [&](auto& a, auto& ap) {
-              c.integer<std::uint32_t>(a, ap, 0, 2147483647u, d.record_type);
-              has_type = true;
-            }},
-           {"rollup", [&](const YAML::Node& a, const std::string& ap) {
-              rollup_target t;
-              int present = 0;
-              c.mapping(a, ap, {
-                {"table", [&](auto& b, auto& bp) { c.identifier(b, bp, t.table); ++present; }},
-                {"id_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.id_column); ++present; }},
-                {"count_column", [&](auto& b, auto& bp) { c.identifier(b, bp, t.count_column); ++present; }},
-              });
-              if (present != 3) c.fail(a, ap, "needs table, id_column and count_column");
-              d.rollup = t;
-            }},
-         });
-         if (!item.IsMap()) continue;
-         if (!has_name) c.fail(item, ip + ".name", "missing");
-         if (!has_type) c.fail(item, ip + ".record_type", "missing");
-         if (has_name && !d.name.empty() && !names.emplace(d.name, 0).second) {
-           c.fail(item, ip + ".name", "'" + d.name + "' is declared twice");
-         }
-         if (has_type && !types.emplace(d.record_type, 0).second) {
-           c.fail(item, ip + ".record_type", std::to_string(d.record_type) + " is declared twice");
-         }
-         cfg.counters.push_back(std::move(d));
-       }
-     }},
-    {"accept_undeclared_types", [&](auto& v, auto& p) { c.boolean(v, p, cfg.accept_undeclared_types); }},
-    {"shards", [&](auto& v, auto& p) { c.integer<unsigned>(v, p, 1, 4096, cfg.shards); }},
-    {"flush", [&](const YAML::Node& v, const std::string& p) {
-       auto& f = cfg.flush;
-       c.mapping(v, p, {
-         {"interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.interval); }},
-         {"max_rows_per_statement", [&](auto& a, auto& ap) {
-            c.integer<std::size_t>(a, ap, 1, 100000, f.max_rows_per_statement);
-          }},
-         {"slots", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 65535, f.slots); }},
-         {"max_pending_keys", [&](auto& a, auto& ap) {
-            c.integer<std::size_t>(a, ap, 1, 1'000'000'000, f.max_pending_keys);
-          }},
-         {"max_retry_backoff", [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.max_retry_backoff); }},
-       });
-     }},
-    {"rollup", [&](const YAML::Node& v, const std::string& p) {
-       auto& r = cfg.rollup;
-       c.mapping(v, p, {
-         {"interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 24h, r.interval); }},
-         {"batch_size", [&](auto& a, auto& ap) { c.integer<std::size_t>(a, ap, 1, 100000, r.batch_size); }},
-       });
-     }},
-    {"wal", [&](const YAML::Node& v, const std::string& p) {
-       auto& w = cfg.wal;
-       c.mapping(v, p, {
-         {"dir", [&](auto& a, auto& ap) { c.string(a, ap, w.dir); }},
-         {"fsync", [&](auto& a, auto& ap) {
-            c.choice<fsync_mode>(a, ap, {{"always", fsync_mode::always}, {"interval", fsync_mode::interval},
-                                         {"never", fsync_mode::never}}, w.fsync);
-          }},
-         {"fsync_interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 1ms, 10s, w.fsync_interval); }},
-       });
-     }},
-    {"shutdown_timeout", [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
-    {"log", [&](const YAML::Node& v, const std::string& p) {
-       c.mapping(v, p, {
-         {"level", [&](auto& a, auto& ap) {
-            c.choice<log_level>(a, ap, {{"debug", log_level::debug}, {"info", log_level::info},
-                                        {"warn", log_level::warn}, {"error", log_level::error}}, cfg.log);
-          }},
-       });
-     }},
-  });
+  c.mapping(
+      root, "",
+      {
+          {"instance_id",
+           [&](const YAML::Node& v, const std::string& p) {
+             std::string id;
+             c.string(v, p, id);
+             if (!is_valid_instance_id(id)) {
+               c.fail(v, p, "expected 1 to 64 characters from [A-Za-z0-9._-], got '" + id + "'");
+             } else {
+               cfg.instance_id = id;
+             }
+           }},
+          {"listen",
+           [&](const YAML::Node& v, const std::string& p) {
+             c.mapping(v, p,
+                       {
+                           {"address",
+                            [&](const YAML::Node& a, const std::string& ap) {
+                              std::string addr;
+                              c.string(a, ap, addr);
+                              unsigned char buf[sizeof(in6_addr)];
+                              if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
+                                  inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
+                                c.fail(a, ap,
+                                       "expected an IPv4 or IPv6 address, got '" + addr + "'");
+                              } else {
+                                cfg.listen_address = addr;
+                              }
+                            }},
+                           {"port",
+                            [&](const YAML::Node& a, const std::string& ap) {
+                              c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
+                            }},
+                       });
+           }},
+          {"http",
+           [&](const YAML::Node& v, const std::string& p) {
+             auto& h = cfg.http;
+             c.mapping(
+                 v, p,
+                 {
+                     {"threads",
+                      [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 0, 256, h.threads); }},
+                     {"max_body_bytes",
+                      [&](auto& a, auto& ap) {
+                        c.integer<std::size_t>(a, ap, 64, 1ull << 30, h.max_body_bytes);
+                      }},
+                     {"max_items_per_request",
+                      [&](auto& a, auto& ap) {
+                        c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_items_per_request);
+                      }},
+                     {"idle_timeout",
+                      [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
+                     {"auth_token_file",
+                      [&](auto& a, auto& ap) {
+                        c.string(a, ap, h.auth_token_file);
+                        c.remember_line(ap, a);
+                      }},
+                 });
+           }},
+          {"mysql",
+           [&](const YAML::Node& v, const std::string& p) {
+             auto& m = cfg.mysql;
+             c.mapping(
+                 v, p,
+                 {
+                     {"host", [&](auto& a, auto& ap) { c.string(a, ap, m.host); }},
+                     {"port", [&](auto& a,
+                                  auto& ap) { c.integer<std::uint16_t>(a, ap, 1, 65535, m.port); }},
+                     {"socket", [&](auto& a, auto& ap) { c.string(a, ap, m.socket); }},
+                     {"user", [&](auto& a, auto& ap) { c.string(a, ap, m.user); }},
+                     {"password",
+                      [&](auto& a, auto& ap) {
+                        c.fail(a, ap,
+                               "passwords do not belong in the config file: use password_file or "
+                               "password_env");
+                      }},
+                     {"password_file",
+                      [&](auto& a, auto& ap) {
+                        c.string(a, ap, m.password_file);
+                        c.remember_line(ap, a);
+                      }},
+                     {"password_env",
+                      [&](auto& a, auto& ap) {
+                        c.string(a, ap, m.password_env);
+                        c.remember_line(ap, a);
+                      }},
+                     {"database", [&](auto& a, auto& ap) { c.identifier(a, ap, m.database); }},
+                     {"table", [&](auto& a, auto& ap) { c.identifier(a, ap, m.table); }},
+                     {"connect_timeout",
+                      [&](auto& a, auto& ap) {
+                        c.time_span(a, ap, 100ms, 5min, m.connect_timeout);
+                      }},
+                     {"pool_size",
+                      [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 64, m.pool_size); }},
+                 });
+           }},
+          {"counters",
+           [&](const YAML::Node& v, const std::string& p) {
+             if (v.IsNull()) return;
+             if (!v.IsSequence()) {
+               c.fail(v, p, "expected a list of counters");
+               return;
+             }
+             std::map<std::string, int> names;
+             std::map<std::uint32_t, int> types;
+             for (std::size_t i = 0; i < v.size(); ++i) {
+               const YAML::Node item = v[i];
+               const std::string ip = p + "[" + std::to_string(i) + "]";
+               if (!item.IsMap()) {
+                 c.fail(item, ip, "expected a mapping with name and record_type");
+                 continue;
+               }
+               counter_decl d;
+               bool has_name = false, has_type = false;
+               c.mapping(item, ip,
+                         {
+                             {"name",
+                              [&](auto& a, auto& ap) {
+                                c.identifier(a, ap, d.name);
+                                has_name = true;
+                              }},
+                             {"record_type",
+                              [&](auto& a, auto& ap) {
+                                c.integer<std::uint32_t>(a, ap, 0, 2147483647u, d.record_type);
+                                has_type = true;
+                              }},
+                             {"rollup",
+                              [&](const YAML::Node& a, const std::string& ap) {
+                                rollup_target t;
+                                int present = 0;
+                                c.mapping(a, ap,
+                                          {
+                                              {"table",
+                                               [&](auto& b, auto& bp) {
+                                                 c.identifier(b, bp, t.table);
+                                                 ++present;
+                                               }},
+                                              {"id_column",
+                                               [&](auto& b, auto& bp) {
+                                                 c.identifier(b, bp, t.id_column);
+                                                 ++present;
+                                               }},
+                                              {"count_column",
+                                               [&](auto& b, auto& bp) {
+                                                 c.identifier(b, bp, t.count_column);
+                                                 ++present;
+                                               }},
+                                          });
+                                if (present != 3)
+                                  c.fail(a, ap, "needs table, id_column and count_column");
+                                d.rollup = t;
+                              }},
+                         });
+               if (!item.IsMap()) continue;
+               if (!has_name) c.fail(item, ip + ".name", "missing");
+               if (!has_type) c.fail(item, ip + ".record_type", "missing");
+               if (has_name && !d.name.empty() && !names.emplace(d.name, 0).second) {
+                 c.fail(item, ip + ".name", "'" + d.name + "' is declared twice");
+               }
+               if (has_type && !types.emplace(d.record_type, 0).second) {
+                 c.fail(item, ip + ".record_type",
+                        std::to_string(d.record_type) + " is declared twice");
+               }
+               cfg.counters.push_back(std::move(d));
+             }
+           }},
+          {"accept_undeclared_types",
+           [&](auto& v, auto& p) { c.boolean(v, p, cfg.accept_undeclared_types); }},
+          {"shards", [&](auto& v, auto& p) { c.integer<unsigned>(v, p, 1, 4096, cfg.shards); }},
+          {"flush",
+           [&](const YAML::Node& v, const std::string& p) {
+             auto& f = cfg.flush;
+             c.mapping(
+                 v, p,
+                 {
+                     {"interval",
+                      [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.interval); }},
+                     {"max_rows_per_statement",
+                      [&](auto& a, auto& ap) {
+                        c.integer<std::size_t>(a, ap, 1, 100000, f.max_rows_per_statement);
+                      }},
+                     {"slots",
+                      [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 65535, f.slots); }},
+                     {"max_pending_keys",
+                      [&](auto& a, auto& ap) {
+                        c.integer<std::size_t>(a, ap, 1, 1'000'000'000, f.max_pending_keys);
+                      }},
+                     {"max_retry_backoff",
+                      [&](auto& a, auto& ap) {
+                        c.time_span(a, ap, 10ms, 1h, f.max_retry_backoff);
+                      }},
+                 });
+           }},
+          {"rollup",
+           [&](const YAML::Node& v, const std::string& p) {
+             auto& r = cfg.rollup;
+             c.mapping(v, p,
+                       {
+                           {"interval",
+                            [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 24h, r.interval); }},
+                           {"batch_size",
+                            [&](auto& a, auto& ap) {
+                              c.integer<std::size_t>(a, ap, 1, 100000, r.batch_size);
+                            }},
+                       });
+           }},
+          {"wal",
+           [&](const YAML::Node& v, const std::string& p) {
+             auto& w = cfg.wal;
+             c.mapping(
+                 v, p,
+                 {
+                     {"dir", [&](auto& a, auto& ap) { c.string(a, ap, w.dir); }},
+                     {"fsync",
+                      [&](auto& a, auto& ap) {
+                        c.choice<fsync_mode>(a, ap,
+                                             {{"always", fsync_mode::always},
+                                              {"interval", fsync_mode::interval},
+                                              {"never", fsync_mode::never}},
+                                             w.fsync);
+                      }},
+                     {"fsync_interval",
+                      [&](auto& a, auto& ap) { c.time_span(a, ap, 1ms, 10s, w.fsync_interval); }},
+                 });
+           }},
+          {"shutdown_timeout",
+           [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
+          {"log",
+           [&](const YAML::Node& v, const std::string& p) {
+             c.mapping(v, p,
+                       {
+                           {"level",
+                            [&](auto& a, auto& ap) {
+                              c.choice<log_level>(a, ap,
+                                                  {{"debug", log_level::debug},
+                                                   {"info", log_level::info},
+                                                   {"warn", log_level::warn},
+                                                   {"error", log_level::error}},
+                                                  cfg.log);
+                            }},
+                       });
+           }},
+      });
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
   resolve_secrets(cfg, c);

@@ -13,11 +13,16 @@ std::optional<duration> parse_duration(std::string_view text) {
   std::from_chars(text.data(), text.data() + digits, value);
   const std::string_view unit = text.substr(digits);
   std::uint64_t factor = 0;
-  if (unit == "ms") factor = 1;
-  else if (unit == "s") factor = 1000;
-  else if (unit == "m") factor = 60'000;
-  else if (unit == "h") factor = 3'600'000;
-  else return std::nullopt;
+  if (unit == "ms")
+    factor = 1;
+  else if (unit == "s")
+    factor = 1000;
+  else if (unit == "m")
+    factor = 60'000;
+  else if (unit == "h")
+    factor = 3'600'000;
+  else
+    return std::nullopt;
   return duration{static_cast<duration::rep>(value * factor)};
 }
 

@@ -16,7 +16,9 @@ unsigned seconds_at_least_one(std::chrono::milliseconds d) {
 }
 }  // namespace
 
-bool initialize_client_library() { return mysql_library_init(0, nullptr, nullptr) == 0; }
+bool initialize_client_library() {
+  return mysql_library_init(0, nullptr, nullptr) == 0;
+}
 
 connection::connection(const connect_options& o) {
   handle_ = mysql_init(nullptr);
@@ -50,7 +52,8 @@ connection::~connection() {
   if (handle_ != nullptr) mysql_close(handle_);
 }
 
-connection::connection(connection&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+connection::connection(connection&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)) {}
 
 connection& connection::operator=(connection&& other) noexcept {
   if (this != &other) {
@@ -67,8 +70,10 @@ void connection::fail(std::string_view what) {
 void connection::execute(std::string_view sql) {
   if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) fail("query");
   // Statements run here return no rows; drain any result to keep the protocol in step.
-  if (MYSQL_RES* res = mysql_store_result(handle_)) mysql_free_result(res);
-  else if (mysql_field_count(handle_) != 0) fail("store result");
+  if (MYSQL_RES* res = mysql_store_result(handle_))
+    mysql_free_result(res);
+  else if (mysql_field_count(handle_) != 0)
+    fail("store result");
 }
 
 std::vector<result_row> connection::query(std::string_view sql) {
@@ -92,12 +97,15 @@ std::vector<result_row> connection::query(std::string_view sql) {
   return rows;
 }
 
-std::uint64_t connection::affected_rows() const { return mysql_affected_rows(handle_); }
+std::uint64_t connection::affected_rows() const {
+  return mysql_affected_rows(handle_);
+}
 
 std::string connection::quote(std::string_view text) {
   std::string out(text.size() * 2 + 3, '\0');
   out[0] = '\'';
-  const unsigned long n = mysql_real_escape_string(handle_, out.data() + 1, text.data(), text.size());
+  const unsigned long n =
+      mysql_real_escape_string(handle_, out.data() + 1, text.data(), text.size());
   out.resize(n + 1);
   out.push_back('\'');
   return out;

@@ -7,10 +7,14 @@ namespace slotted::db {
 
 const char* kind_name(error_kind kind) {
   switch (kind) {
-    case error_kind::deadlock: return "deadlock";
-    case error_kind::lock_wait_timeout: return "lock_wait_timeout";
-    case error_kind::connection: return "connection";
-    case error_kind::other: return "other";
+    case error_kind::deadlock:
+      return "deadlock";
+    case error_kind::lock_wait_timeout:
+      return "lock_wait_timeout";
+    case error_kind::connection:
+      return "connection";
+    case error_kind::other:
+      return "other";
   }
   return "other";
 }
@@ -21,18 +25,18 @@ error_kind kind_of(unsigned code) {
       return error_kind::deadlock;
     case ER_LOCK_WAIT_TIMEOUT:  // 1205
       return error_kind::lock_wait_timeout;
-    case CR_CONNECTION_ERROR:       // 2002
-    case CR_CONN_HOST_ERROR:        // 2003
-    case CR_SERVER_GONE_ERROR:      // 2006
-    case CR_SERVER_LOST:            // 2013
-    case CR_SERVER_LOST_EXTENDED:   // 2055
-    case CR_COMMANDS_OUT_OF_SYNC:   // 2014: the protocol state is unknown
-    case ER_CON_COUNT_ERROR:        // 1040 too many connections
-    case ER_SERVER_SHUTDOWN:        // 1053
-    case ER_CONNECTION_KILLED:      // 1927
-    case ER_QUERY_INTERRUPTED:      // 1317
-    case 1152:                      // ER_ABORTING_CONNECTION
-    case 4031:                      // client disconnected for inactivity
+    case CR_CONNECTION_ERROR:      // 2002
+    case CR_CONN_HOST_ERROR:       // 2003
+    case CR_SERVER_GONE_ERROR:     // 2006
+    case CR_SERVER_LOST:           // 2013
+    case CR_SERVER_LOST_EXTENDED:  // 2055
+    case CR_COMMANDS_OUT_OF_SYNC:  // 2014: the protocol state is unknown
+    case ER_CON_COUNT_ERROR:       // 1040 too many connections
+    case ER_SERVER_SHUTDOWN:       // 1053
+    case ER_CONNECTION_KILLED:     // 1927
+    case ER_QUERY_INTERRUPTED:     // 1317
+    case 1152:                     // ER_ABORTING_CONNECTION
+    case 4031:                     // client disconnected for inactivity
       return error_kind::connection;
     default:
       return error_kind::other;

@@ -6,7 +6,8 @@ pool::lease::~lease() {
   if (owner_ != nullptr) owner_->give_back(std::move(conn_));
 }
 
-pool::pool(connect_options options, unsigned size) : options_(std::move(options)), free_slots_(size) {}
+pool::pool(connect_options options, unsigned size)
+    : options_(std::move(options)), free_slots_(size) {}
 
 pool::lease pool::acquire() {
   {

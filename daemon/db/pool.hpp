@@ -6,10 +6,10 @@
 // Thread-safety: acquire() may be called from any thread.
 
 #include <condition_variable>
-#include <utility>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "db/connection.hpp"
@@ -20,7 +20,8 @@ class pool {
  public:
   class lease {
    public:
-    lease(lease&& other) noexcept : owner_(std::exchange(other.owner_, nullptr)), conn_(std::move(other.conn_)) {}
+    lease(lease&& other) noexcept
+        : owner_(std::exchange(other.owner_, nullptr)), conn_(std::move(other.conn_)) {}
     lease& operator=(lease&&) = delete;
     ~lease();
     connection& operator*() { return *conn_; }

@@ -18,8 +18,11 @@ void migrate(connection& conn, const std::string& table) {
 
 namespace {
 bool table_exists(connection& conn, std::string_view name) {
-  return !conn.query("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
-                     conn.quote(name)).empty();
+  return !conn.query(
+                  "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+                  "TABLE_NAME = " +
+                  conn.quote(name))
+              .empty();
 }
 }  // namespace
 
@@ -27,8 +30,11 @@ namespace {
 // The largest value an integer column of this DATA_TYPE / COLUMN_TYPE can hold.
 std::uint64_t integer_max(const std::string& data_type, const std::string& column_type) {
   const bool is_unsigned = column_type.find("unsigned") != std::string::npos;
-  const auto bits = data_type == "tinyint" ? 8 : data_type == "smallint" ? 16 : data_type == "mediumint" ? 24
-                    : data_type == "int" ? 32 : 64;
+  const auto bits = data_type == "tinyint"     ? 8
+                    : data_type == "smallint"  ? 16
+                    : data_type == "mediumint" ? 24
+                    : data_type == "int"       ? 32
+                                               : 64;
   return is_unsigned ? (bits == 64 ? UINT64_MAX : (std::uint64_t{1} << bits) - 1)
                      : (std::uint64_t{1} << (bits - 1)) - 1;
 }
@@ -37,11 +43,16 @@ std::uint64_t integer_max(const std::string& data_type, const std::string& colum
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups) {
   const std::string quoted = conn.quote(table);
   const auto columns = conn.query(
-      "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM information_schema.COLUMNS "
-      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " + quoted);
+      "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM "
+      "information_schema.COLUMNS "
+      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+      quoted);
   if (columns.empty()) {
-    throw db_error(0, "table `" + table + "` does not exist in the configured database; run "
-                      "slotted-counterd --migrate", true);
+    throw db_error(0,
+                   "table `" + table +
+                       "` does not exist in the configured database; run "
+                       "slotted-counterd --migrate",
+                   true);
   }
   for (const char* needed : {"record_type", "record_id", "slot", "count"}) {
     const bool found = std::any_of(columns.begin(), columns.end(),
@@ -52,27 +63,33 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   }
   const auto index_rows = conn.query(
       "SELECT INDEX_NAME, LOWER(COLUMN_NAME) FROM information_schema.STATISTICS WHERE "
-      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " + quoted +
-      " AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX");
+      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+      quoted + " AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX");
   std::map<std::string, std::vector<std::string>> unique_indexes;
   for (const auto& r : index_rows) unique_indexes[r[0].value_or("")].push_back(r[1].value_or(""));
   const std::vector<std::string> wanted{"record_type", "record_id", "slot"};
   const bool has_key = std::any_of(unique_indexes.begin(), unique_indexes.end(),
                                    [&](const auto& entry) { return entry.second == wanted; });
   if (!has_key) {
-    throw db_error(0, "table `" + table + "` needs a PRIMARY or UNIQUE key on exactly "
-                      "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE", true);
+    throw db_error(0,
+                   "table `" + table +
+                       "` needs a PRIMARY or UNIQUE key on exactly "
+                       "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE",
+                   true);
   }
   for (const auto needed : {ledger_table, dirty_table}) {
     if (needed == dirty_table && !with_rollups) continue;
     if (!table_exists(conn, needed)) {
-      throw db_error(0, "table `" + std::string(needed) + "` does not exist; run slotted-counterd --migrate", true);
+      throw db_error(
+          0, "table `" + std::string(needed) + "` does not exist; run slotted-counterd --migrate",
+          true);
     }
   }
   key_limits limits;
   for (const auto& r : columns) {
     const std::string name = r[0].value_or(""), type = r[1].value_or(""), full = r[2].value_or("");
-    if (name == "record_type") limits.max_record_type = std::min<std::uint64_t>(2147483647, integer_max(type, full));
+    if (name == "record_type")
+      limits.max_record_type = std::min<std::uint64_t>(2147483647, integer_max(type, full));
     if (name == "record_id") limits.max_record_id = integer_max(type, full);
   }
   return limits;
@@ -85,7 +102,8 @@ void verify_rollup_target(connection& conn, const rollup_target& t) {
   }
   for (const auto& column : {t.id_column, t.count_column}) {
     const auto found = conn.query(
-        "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+        "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME "
+        "= " +
         conn.quote(t.table) + " AND COLUMN_NAME = " + conn.quote(column));
     if (found.empty()) {
       throw db_error(0, where + "table `" + t.table + "` has no column `" + column + "`", true);
@@ -108,7 +126,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
     if (ids.empty() || ids.back() != m.record_id) ids.push_back(m.record_id);  // marks come sorted
   }
   const std::size_t owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
-  conn.execute(rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
+  conn.execute(
+      rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
   conn.execute(dirty_delete(t.record_type, marks));
   r.records = owners;
   r.missing_owners = ids.size() - std::min(owners, ids.size());

@@ -64,7 +64,8 @@ struct batch_identity {
 // lost), nothing is applied and already_applied is returned. On error the transaction
 // is rolled back (when the connection still allows it) and db_error is thrown.
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
-                            std::span<const counter_row> rows, std::span<const counter_row> dirty = {});
+                            std::span<const counter_row> rows,
+                            std::span<const counter_row> dirty = {});
 
 // Deletes old ledger rows of this instance (see sql.hpp ledger_prune). Returns rows deleted.
 std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,

@@ -122,7 +122,8 @@ std::string create_dirty_table() {
          ") ENGINE=InnoDB";
 }
 
-std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows, std::uint64_t gen) {
+std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows,
+                         std::uint64_t gen) {
   std::string sql = "INSERT INTO " + quote_identifier(dirty_table) +
                     " (`record_type`, `record_id`, `instance_id`, `gen`) VALUES ";
   sql.reserve(sql.size() + rows.size() * (32 + quoted_instance.size()));
@@ -140,8 +141,8 @@ std::string dirty_upsert(std::string_view quoted_instance, std::span<const count
 }
 
 std::string dirty_select(std::uint32_t record_type, std::size_t limit) {
-  std::string sql = "SELECT `record_id`, `instance_id`, `gen` FROM " + quote_identifier(dirty_table) +
-                    " WHERE `record_type` = ";
+  std::string sql = "SELECT `record_id`, `instance_id`, `gen` FROM " +
+                    quote_identifier(dirty_table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " ORDER BY `record_id` LIMIT ";
   append_int(sql, limit);
@@ -177,28 +178,31 @@ void append_id_list(std::string& sql, std::span<const std::uint64_t> ids) {
 std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
                           std::string_view owner_table, std::string_view id_column,
                           std::string_view count_column, std::span<const std::uint64_t> ids) {
-  std::string sql = "UPDATE " + quote_identifier(owner_table) + " AS o JOIN (SELECT `record_id`, SUM(`count`) AS total FROM " +
+  std::string sql = "UPDATE " + quote_identifier(owner_table) +
+                    " AS o JOIN (SELECT `record_id`, SUM(`count`) AS total FROM " +
                     quote_identifier(counters_table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` IN (";
   append_id_list(sql, ids);
-  sql += ") GROUP BY `record_id`) AS s ON o." + quote_identifier(id_column) + " = s.`record_id` SET o." +
-         quote_identifier(count_column) + " = s.total";
+  sql += ") GROUP BY `record_id`) AS s ON o." + quote_identifier(id_column) +
+         " = s.`record_id` SET o." + quote_identifier(count_column) + " = s.total";
   return sql;
 }
 
 std::string owner_ids_select(std::string_view owner_table, std::string_view id_column,
                              std::span<const std::uint64_t> ids) {
-  std::string sql = "SELECT " + quote_identifier(id_column) + " FROM " + quote_identifier(owner_table) + " WHERE " +
-                    quote_identifier(id_column) + " IN (";
+  std::string sql = "SELECT " + quote_identifier(id_column) + " FROM " +
+                    quote_identifier(owner_table) + " WHERE " + quote_identifier(id_column) +
+                    " IN (";
   append_id_list(sql, ids);
   sql.push_back(')');
   return sql;
 }
 
-std::string select_count(std::string_view table, std::uint32_t record_type, std::uint64_t record_id) {
-  std::string sql = "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM " + quote_identifier(table) +
-                    " WHERE `record_type` = ";
+std::string select_count(std::string_view table, std::uint32_t record_type,
+                         std::uint64_t record_id) {
+  std::string sql = "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM " +
+                    quote_identifier(table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` = ";
   append_int(sql, record_id);

@@ -50,7 +50,8 @@ std::string create_dirty_table();
 // batch), replacing the generation of a mark that is already there. A roller deletes a
 // mark only with the generation it read, so a mark deleted and marked again by a later
 // batch is never taken for the old one.
-std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows, std::uint64_t gen);
+std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows,
+                         std::uint64_t gen);
 
 // Up to `limit` dirty marks of one record type, in record_id order.
 std::string dirty_select(std::uint32_t record_type, std::size_t limit);
@@ -75,6 +76,7 @@ std::string rollup_update(std::string_view counters_table, std::uint32_t record_
 std::string owner_ids_select(std::string_view owner_table, std::string_view id_column,
                              std::span<const std::uint64_t> ids);
 
-std::string select_count(std::string_view table, std::uint32_t record_type, std::uint64_t record_id);
+std::string select_count(std::string_view table, std::uint32_t record_type,
+                         std::uint64_t record_id);
 
 }  // namespace slotted::db

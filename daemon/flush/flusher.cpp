@@ -22,9 +22,9 @@ double unix_now() {
 }
 }  // namespace
 
-std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, std::size_t max_rows,
-                                      unsigned slots, std::uint64_t run_id, std::uint64_t first_seq,
-                                      std::mt19937_64& rng,
+std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
+                                      std::size_t max_rows, unsigned slots, std::uint64_t run_id,
+                                      std::uint64_t first_seq, std::mt19937_64& rng,
                                       clock::time_point oldest_arrival) {
   std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
   std::sort(deltas.begin(), deltas.end(),
@@ -40,7 +40,8 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas, 
     b.rows.reserve(end - i);
     for (std::size_t j = i; j < end; ++j) {
       const auto& d = deltas[j];
-      b.rows.push_back({d.key.record_type, d.key.record_id, static_cast<std::uint16_t>(rng() % slots), d.delta});
+      b.rows.push_back(
+          {d.key.record_type, d.key.record_id, static_cast<std::uint16_t>(rng() % slots), d.delta});
     }
     batches.push_back(std::move(b));
   }
@@ -62,7 +63,8 @@ std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b) {
   return {std::move(left), std::move(right)};
 }
 
-flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics)
+flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
+                 metrics::registry& metrics)
     : settings_(std::move(s)),
       store_(store),
       pool_(pool),
@@ -81,7 +83,9 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool, metric
 
 flusher::~flusher() = default;
 
-void flusher::start() { worker_.start(); }
+void flusher::start() {
+  worker_.start();
+}
 
 void flusher::request_flush(std::function<void(const flush_result&)> done) {
   if (!worker_.request(done)) done(flush_result{false, 0, "shutting down"});
@@ -120,8 +124,8 @@ bool flusher::take_from_store() {
     ++generation_;
   }
   const auto form = [this](std::vector<store::pending_delta>&& deltas, clock::time_point oldest) {
-    auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement, settings_.slots, run_id_,
-                                next_seq_, rng_, oldest);
+    auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement,
+                                settings_.slots, run_id_, next_seq_, rng_, oldest);
     next_seq_ += batches.size();
     return batches;
   };
@@ -151,7 +155,9 @@ void flusher::publish(std::vector<flush_batch>&& batches) {
   store_.set_unwritten_rows(queued_rows_);
 }
 
-void flusher::enqueue(std::vector<flush_batch> batches) { publish(std::move(batches)); }
+void flusher::enqueue(std::vector<flush_batch> batches) {
+  publish(std::move(batches));
+}
 
 std::vector<flush_batch> flusher::queued_copy() {
   std::lock_guard lock(queue_mutex_);
@@ -177,8 +183,9 @@ std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::cou
   dirty_rows_.clear();
   if (settings_.rollups.empty()) return {};
   for (const auto& r : rows) {
-    const bool rolled_up = std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
-                                       [&](const db::rollup_target& t) { return t.record_type == r.record_type; });
+    const bool rolled_up =
+        std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
+                    [&](const db::rollup_target& t) { return t.record_type == r.record_type; });
     if (rolled_up) dirty_rows_.push_back(r);
   }
   return dirty_rows_;
@@ -210,7 +217,8 @@ std::size_t flusher::write_queued(db::connection& conn) {
       std::optional<std::string> refused;  // the database refused these rows' values
       for (int attempt = 0;; ++attempt) {
         try {
-          outcome = db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
+          outcome =
+              db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
           break;
         } catch (const db::db_error& e) {
           if (e.data_error()) {
@@ -250,8 +258,8 @@ std::size_t flusher::write_queued(db::connection& conn) {
         // batch forever.
         const auto& r = batch->rows.front();
         metrics_.rows_refused.Increment();
-        log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ", r.record_id,
-                   "): ", *refused, "; it is dropped");
+        log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ",
+                   r.record_id, "): ", *refused, "; it is dropped");
       } else if (outcome == db::commit_outcome::applied) {
         written += batch->rows.size();
         metrics_.flush_rows.Increment(static_cast<double>(batch->rows.size()));
@@ -296,7 +304,8 @@ flush_result flusher::cycle() {
     lease.emplace(pool_.acquire());
     if (!schema_verified_ || fatal_) {
       const auto limits = db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
-      if (settings_.limits != nullptr) settings_.limits->set(limits.max_record_type, limits.max_record_id);
+      if (settings_.limits != nullptr)
+        settings_.limits->set(limits.max_record_type, limits.max_record_id);
       for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
       schema_verified_ = true;
       if (fatal_) log::info("database schema is valid now; flushing resumes");
@@ -313,7 +322,8 @@ flush_result flusher::cycle() {
         std::lock_guard lock(queue_mutex_);
         if (!queued_.empty()) keep_from = queued_.front().seq;
       }
-      db::prune_ledger(**lease, {settings_.instance_id, run_id_, keep_from}, ledger_max_age_seconds);
+      db::prune_ledger(**lease, {settings_.instance_id, run_id_, keep_from},
+                       ledger_max_age_seconds);
       last_prune_ = clock::now();
     }
     result.ok = true;
@@ -392,10 +402,12 @@ counter_reading flusher::read_total(const store::counter_key& key) {
   const auto queued_delta = [&] {
     std::int64_t sum = store_.pending(key);
     for (const auto& b : queued_) {
-      const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key, [](const db::counter_row& r, const store::counter_key& k) {
-        return store::counter_key{r.record_type, r.record_id} < k;
-      });
-      if (it != b.rows.end() && it->record_type == key.record_type && it->record_id == key.record_id) {
+      const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
+                                       [](const db::counter_row& r, const store::counter_key& k) {
+                                         return store::counter_key{r.record_type, r.record_id} < k;
+                                       });
+      if (it != b.rows.end() && it->record_type == key.record_type &&
+          it->record_id == key.record_id) {
         sum += it->delta;
       }
     }

@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "db/pool.hpp"
+#include "db/repository.hpp"
 #include "flush/batch.hpp"
 #include "ingest/table_limits.hpp"
-#include "db/repository.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
 #include "util/worker.hpp"
@@ -54,8 +54,8 @@ struct settings {
 
 struct flush_result {
   bool ok = false;
-  std::size_t rows = 0;     // rows committed by this cycle
-  std::string error;        // why not, when !ok
+  std::size_t rows = 0;  // rows committed by this cycle
+  std::string error;     // why not, when !ok
 };
 
 struct counter_reading {
@@ -71,8 +71,7 @@ std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b);
 // Cuts sorted deltas into batches; pure, exposed for tests.
 std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
                                       std::size_t max_rows, unsigned slots, std::uint64_t run_id,
-                                      std::uint64_t first_seq,
-                                      std::mt19937_64& rng,
+                                      std::uint64_t first_seq, std::mt19937_64& rng,
                                       std::chrono::steady_clock::time_point oldest_arrival);
 
 class flusher final : public wal::batch_queue {

@@ -55,7 +55,8 @@ std::size_t listener::sessions() const {
 void listener::do_accept() {
   if (stopped_) return;
   net::io_context& target = *contexts_[next_context_++ % contexts_.size()];
-  acceptor_.async_accept(target.get_executor(), beast::bind_front_handler(&listener::on_accept, shared_from_this()));
+  acceptor_.async_accept(target.get_executor(),
+                         beast::bind_front_handler(&listener::on_accept, shared_from_this()));
 }
 
 void listener::on_accept(beast::error_code ec, socket_type socket) {

@@ -4,11 +4,10 @@
 //
 // Thread-safety: run() once; stop() from any thread. sessions() may be read anywhere.
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -21,8 +20,8 @@ class listener : public std::enable_shared_from_this<listener> {
  public:
   // Binds and listens; throws boost::system::system_error when it cannot.
   // The acceptor lives on contexts[0]; connections are spread over all of them.
-  listener(std::vector<boost::asio::io_context*> contexts, const boost::asio::ip::tcp::endpoint& endpoint,
-           router& r, session_limits limits);
+  listener(std::vector<boost::asio::io_context*> contexts,
+           const boost::asio::ip::tcp::endpoint& endpoint, router& r, session_limits limits);
 
   std::uint16_t port() const { return port_; }
   void run();

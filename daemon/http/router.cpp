@@ -67,16 +67,20 @@ bool parse_decimal(std::string_view s, Int& out) {
 
 struct router::route_match {
   metrics::route route = metrics::route::not_found;
-  const char* allow = "";           // methods allowed on the path
+  const char* allow = "";  // methods allowed on the path
   beast_http::verb method = beast_http::verb::unknown;
   bool needs_auth = false;
   std::string_view counter_type;  // for GET /v1/counters/{t}/{id}
   std::string_view counter_id;
 };
 
-router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m, const ingest::table_limits& limits)
+router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
+               const ingest::table_limits& limits)
     : limits_(limits),
-      max_items_(cfg.http.max_items_per_request), auth_token_(cfg.http.auth_token), backend_(b), metrics_(m) {
+      max_items_(cfg.http.max_items_per_request),
+      auth_token_(cfg.http.auth_token),
+      backend_(b),
+      metrics_(m) {
   std::vector<std::pair<std::string, std::uint32_t>> declared;
   for (const auto& c : cfg.counters) declared.emplace_back(c.name, c.record_type);
   types_ = ingest::type_registry(std::move(declared), cfg.accept_undeclared_types);
@@ -134,10 +138,10 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
   if (m.needs_auth && !auth_token_.empty()) {
     const std::string_view header = req[field::authorization];
     constexpr std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 7235)
-    const bool bearer = header.size() > prefix.size() &&
-                        std::equal(prefix.begin(), prefix.end(), header.begin(), [](char p, char h) {
-                          return p == std::tolower(static_cast<unsigned char>(h));
-                        });
+    const bool bearer =
+        header.size() > prefix.size() &&
+        std::equal(prefix.begin(), prefix.end(), header.begin(),
+                   [](char p, char h) { return p == std::tolower(static_cast<unsigned char>(h)); });
     if (!bearer || !constant_time_equals(header.substr(prefix.size()), auth_token_)) {
       auto res = error_response(v, status::unauthorized, "missing or wrong bearer token");
       res.set(field::www_authenticate, "Bearer");
@@ -236,9 +240,9 @@ void router::handle_increments(const request& req, const reply& answer) {
   }
   const std::size_t n = increments.size();
   if (backend_.durable()) {
-    return backend_.add_durable(std::exchange(increments, {}), [this, v, n, answer](store::add_result r) {
-      answer_added(answer, v, n, r);
-    });
+    return backend_.add_durable(
+        std::exchange(increments, {}),
+        [this, v, n, answer](store::add_result r) { answer_added(answer, v, n, r); });
   }
   answer_added(answer, v, n, backend_.add(increments));
 }
@@ -247,10 +251,12 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, store:
   switch (r) {
     case store::add_result::applied:
       metrics_.increments_accepted.Increment(static_cast<double>(n));
-      return answer(json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
+      return answer(
+          json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
     case store::add_result::over_limit:
       metrics_.reject(metrics::reject_reason::pending_limit, n);
-      return answer(retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
+      return answer(
+          retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
     case store::add_result::wal_unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
       return answer(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
@@ -264,27 +270,29 @@ void router::handle_counter(const request& req, const route_match& m, const repl
   if (!parse_decimal(m.counter_type, type) || type > 2147483647u) {
     const auto named = types_.by_name(m.counter_type);
     if (!named) {
-      return answer(error_response(v, status::bad_request,
-                                    "record_type must be an integer in [0, 2147483647] or a declared counter name"));
+      return answer(error_response(
+          v, status::bad_request,
+          "record_type must be an integer in [0, 2147483647] or a declared counter name"));
     }
     type = *named;
   }
   if (!types_.allows(type)) {
-    return answer(error_response(v, status::bad_request,
-                                  "record_type " + std::to_string(type) + " is not declared under counters"));
+    return answer(
+        error_response(v, status::bad_request,
+                       "record_type " + std::to_string(type) + " is not declared under counters"));
   }
   if (!parse_decimal(m.counter_id, id)) {
     return answer(error_response(v, status::bad_request,
-                                  "record_id must be an integer in [0, 18446744073709551615]"));
+                                 "record_id must be an integer in [0, 18446744073709551615]"));
   }
   backend_.read_counter({type, id}, [v, type, id, answer](std::optional<flush::counter_reading> r,
-                                                            std::string error) {
+                                                          std::string error) {
     if (!r) return answer(retry_later(v, "database not reachable: " + error, "5"));
-    answer(json_response(v, status::ok,
-                          "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
-                              std::to_string(id) + "\", \"count\": " + std::to_string(r->persisted + r->pending) +
-                              ", \"persisted\": " + std::to_string(r->persisted) +
-                              ", \"pending\": " + std::to_string(r->pending) + "}"));
+    answer(json_response(
+        v, status::ok,
+        "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" + std::to_string(id) +
+            "\", \"count\": " + std::to_string(r->persisted + r->pending) + ", \"persisted\": " +
+            std::to_string(r->persisted) + ", \"pending\": " + std::to_string(r->pending) + "}"));
   });
 }
 

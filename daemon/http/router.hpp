@@ -6,7 +6,6 @@
 // Thread-safety: handle() and check_header() may run on any number of threads at once.
 
 #include <boost/beast/http.hpp>
-
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -17,8 +16,8 @@
 #include "flush/flusher.hpp"
 #include "ingest/parser.hpp"
 #include "ingest/table_limits.hpp"
-#include "rollup/rollup.hpp"
 #include "metrics/metrics.hpp"
+#include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
 
 namespace slotted::http {
@@ -43,8 +42,9 @@ class backend {
   virtual void add_durable(std::vector<ingest::increment>&& increments,
                            std::function<void(store::add_result)> done) = 0;
   // Each `done` may be called from any thread.
-  virtual void read_counter(store::counter_key key,
-                            std::function<void(std::optional<flush::counter_reading>, std::string)> done) = 0;
+  virtual void read_counter(
+      store::counter_key key,
+      std::function<void(std::optional<flush::counter_reading>, std::string)> done) = 0;
   virtual void flush_now(std::function<void(const flush::flush_result&)> done) = 0;
   virtual void rollup_now(std::function<void(const rollup::rollup_result&)> done) = 0;
   virtual std::string metrics_text() = 0;
@@ -52,7 +52,8 @@ class backend {
 
 class router {
  public:
-  router(const config::daemon_config& cfg, backend& b, metrics::registry& m, const ingest::table_limits& limits);
+  router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
+         const ingest::table_limits& limits);
 
   // Refuses a request on its header alone (unknown path, wrong method, missing
   // token, wrong content type), before a client is told to send its body. Every
@@ -63,7 +64,8 @@ class router {
   void handle(request&& req, respond_fn respond);
 
   // A JSON error response; `index` names the item to blame.
-  static response error_response(unsigned version, beast_http::status status, std::string_view message,
+  static response error_response(unsigned version, beast_http::status status,
+                                 std::string_view message,
                                  std::optional<std::size_t> index = std::nullopt);
 
  private:

@@ -3,7 +3,6 @@
 #include <time.h>
 
 #include <algorithm>
-
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -18,7 +17,10 @@ namespace beast = boost::beast;
 using beast_http::status;
 
 session::session(socket_type&& socket, router& r, const session_limits& limits)
-    : socket_(std::move(socket)), deadline_timer_(socket_.get_executor()), router_(r), limits_(limits) {}
+    : socket_(std::move(socket)),
+      deadline_timer_(socket_.get_executor()),
+      router_(r),
+      limits_(limits) {}
 
 namespace {
 // CLOCK_MONOTONIC_COARSE: a few ns instead of a full clock read; deadlines are
@@ -26,15 +28,18 @@ namespace {
 std::chrono::steady_clock::time_point coarse_now() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+  return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) +
+                                               std::chrono::nanoseconds(ts.tv_nsec));
 }
 }  // namespace
 
-void session::set_deadline(std::chrono::steady_clock::duration from_now) { deadline_ = coarse_now() + from_now; }
+void session::set_deadline(std::chrono::steady_clock::duration from_now) {
+  deadline_ = coarse_now() + from_now;
+}
 
 void session::watch_deadline() {
-  const auto period = std::clamp<std::chrono::steady_clock::duration>(limits_.idle_timeout / 4, std::chrono::milliseconds(20),
-                                                                       std::chrono::seconds(1));
+  const auto period = std::clamp<std::chrono::steady_clock::duration>(
+      limits_.idle_timeout / 4, std::chrono::milliseconds(20), std::chrono::seconds(1));
   deadline_timer_.expires_after(period);
   deadline_timer_.async_wait([weak = weak_from_this()](beast::error_code ec) {
     auto self = weak.lock();
@@ -125,7 +130,8 @@ void session::on_read(beast::error_code ec, std::size_t) {
   router_.handle(parser_->release(), [self = shared_from_this()](response&& res) {
     if (self->socket_.get_executor().running_in_this_thread()) return self->send(std::move(res));
     // Answered from another thread (a database worker): hand it to the session's own.
-    net::post(self->socket_.get_executor(), [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
+    net::post(self->socket_.get_executor(),
+              [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
   });
 }
 
@@ -139,14 +145,17 @@ void session::fail_request(beast::error_code ec) {
   }
   response res;
   if (ec == beast_http::error::body_limit) {
-    res = router::error_response(version, status::payload_too_large,
-                                 "body larger than http.max_body_bytes (" +
-                                     std::to_string(limits_.max_body_bytes) + ")");
+    res = router::error_response(
+        version, status::payload_too_large,
+        "body larger than http.max_body_bytes (" + std::to_string(limits_.max_body_bytes) + ")");
   } else if (ec == beast_http::error::header_limit) {
-    res = router::error_response(version, status::request_header_fields_too_large, "header too large");
-  } else if (ec.category() == beast_http::make_error_code(beast_http::error::body_limit).category() ||
+    res = router::error_response(version, status::request_header_fields_too_large,
+                                 "header too large");
+  } else if (ec.category() ==
+                 beast_http::make_error_code(beast_http::error::body_limit).category() ||
              ec == beast_http::error::bad_version) {
-    res = router::error_response(version, status::bad_request, "malformed HTTP request: " + ec.message());
+    res = router::error_response(version, status::bad_request,
+                                 "malformed HTTP request: " + ec.message());
   } else {
     log::debug("http read: ", ec.message());
     return do_close();

@@ -13,12 +13,11 @@
 // Thread-safety: all work runs on the session's strand; drain() may be called from any
 // thread.
 
+#include <array>
+#include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/asio/basic_waitable_timer.hpp>
-
-#include <array>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -65,8 +64,8 @@ class session : public std::enable_shared_from_this<session> {
   void watch_deadline();
 
   socket_type socket_;
-  boost::asio::basic_waitable_timer<std::chrono::steady_clock, boost::asio::wait_traits<std::chrono::steady_clock>,
-                                    executor_type>
+  boost::asio::basic_waitable_timer<
+      std::chrono::steady_clock, boost::asio::wait_traits<std::chrono::steady_clock>, executor_type>
       deadline_timer_;
   std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   boost::beast::flat_buffer buffer_;

@@ -31,7 +31,9 @@ std::string quoted(std::string_view s) {
   return out + "\"";
 }
 
-std::string malformed(error_code e) { return std::string("malformed JSON: ") + error_message(e); }
+std::string malformed(error_code e) {
+  return std::string("malformed JSON: ") + error_message(e);
+}
 
 enum class int_status { ok, not_integer, out_of_range, malformed };
 
@@ -89,10 +91,14 @@ class object_reader {
       // is unescaped first, so "record\u005ftype" still means record_type.
       std::string_view key;
       const auto raw = field.key();
-      if (raw == "record_type") key = "record_type";
-      else if (raw == "record_id") key = "record_id";
-      else if (raw == "delta") key = "delta";
-      else if (const auto e = field.unescaped_key().get(key)) return malformed(e);
+      if (raw == "record_type")
+        key = "record_type";
+      else if (raw == "record_id")
+        key = "record_id";
+      else if (raw == "delta")
+        key = "delta";
+      else if (const auto e = field.unescaped_key().get(key))
+        return malformed(e);
       ondemand::value value = field.value();
       std::string problem;
       if (key == "record_type") {
@@ -150,9 +156,11 @@ class object_reader {
       std::string_view text;
       if (const auto e = v.get_string().get(text)) return malformed(e);
       const char* end = text.data() + text.size();
-      const bool digits_only =
-          !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-      if (!digits_only) return "\"record_id\" string must hold a decimal integer, got " + quoted(text);
+      const bool digits_only = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      });
+      if (!digits_only)
+        return "\"record_id\" string must hold a decimal integer, got " + quoted(text);
       const auto r = std::from_chars(text.data(), end, out);
       if (r.ec != std::errc() || r.ptr != end) {
         return "\"record_id\" is out of range [0, 18446744073709551615]";
@@ -192,7 +200,8 @@ struct parser_state {
   std::vector<char> buffer;
 
   padded_string_view pad(std::string_view body) {
-    if (buffer.size() < body.size() + SIMDJSON_PADDING) buffer.resize(body.size() + SIMDJSON_PADDING);
+    if (buffer.size() < body.size() + SIMDJSON_PADDING)
+      buffer.resize(body.size() + SIMDJSON_PADDING);
     std::memcpy(buffer.data(), body.data(), body.size());
     std::memset(buffer.data() + body.size(), 0, SIMDJSON_PADDING);
     return padded_string_view(buffer.data(), body.size(), buffer.size());
@@ -224,7 +233,8 @@ std::optional<parse_error> parse_json(std::string_view body, const type_registry
     if (const auto e = doc.get_object().get(obj)) return parse_error{400, malformed(e), 0};
     increment inc;
     if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, 0};
-    if (!at_document_end(doc)) return parse_error{400, "malformed JSON: content after the object", 0};
+    if (!at_document_end(doc))
+      return parse_error{400, "malformed JSON: content after the object", 0};
     out.push_back(inc);
     return std::nullopt;
   }
@@ -246,7 +256,8 @@ std::optional<parse_error> parse_json(std::string_view body, const type_registry
     ondemand::object obj;
     if (const auto e = value.get_object().get(obj)) return parse_error{400, malformed(e), index};
     increment inc;
-    if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, index};
+    if (auto problem = reader.read(obj, inc); !problem.empty())
+      return parse_error{400, problem, index};
     out.push_back(inc);
   }
   if (!at_document_end(doc)) {
@@ -274,14 +285,16 @@ std::optional<parse_error> parse_ndjson(std::string_view body, const type_regist
     if (index >= max_items) return too_many(max_items);
     padded_string_view padded(base + line_start, line.size(), all.capacity() - line_start);
     ondemand::document doc;
-    if (const auto e = state.parser.iterate(padded).get(doc)) return parse_error{400, malformed(e), index};
+    if (const auto e = state.parser.iterate(padded).get(doc))
+      return parse_error{400, malformed(e), index};
     ondemand::object obj;
     if (const auto e = doc.get_object().get(obj)) {
-      return parse_error{400, e == INCORRECT_TYPE ? "each line must be one JSON object" : malformed(e),
-                         index};
+      return parse_error{
+          400, e == INCORRECT_TYPE ? "each line must be one JSON object" : malformed(e), index};
     }
     increment inc;
-    if (auto problem = reader.read(obj, inc); !problem.empty()) return parse_error{400, problem, index};
+    if (auto problem = reader.read(obj, inc); !problem.empty())
+      return parse_error{400, problem, index};
     if (!at_document_end(doc)) {
       return parse_error{400, "malformed NDJSON: content after the object on its line", index};
     }

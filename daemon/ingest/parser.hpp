@@ -28,7 +28,8 @@ std::optional<body_format> format_for(std::string_view content_type);
 class type_registry {
  public:
   type_registry() = default;
-  type_registry(std::vector<std::pair<std::string, std::uint32_t>> declared, bool accept_undeclared);
+  type_registry(std::vector<std::pair<std::string, std::uint32_t>> declared,
+                bool accept_undeclared);
 
   std::optional<std::uint32_t> by_name(std::string_view name) const;
   bool allows(std::uint32_t record_type) const;

@@ -14,7 +14,8 @@ using prometheus::BuildHistogram;
 // HTTP handling is sub-millisecond when healthy; flush and rollup statements take from
 // about a millisecond to seconds.
 const prometheus::Histogram::BucketBoundaries http_buckets{
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   10};
 const prometheus::Histogram::BucketBoundaries db_buckets{
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 const prometheus::Histogram::BucketBoundaries fsync_buckets{
@@ -27,70 +28,92 @@ auto& family(Builder b, prometheus::Registry& r, const char* name, const char* h
 }  // namespace
 
 const char* route_name(route r) {
-  static constexpr const char* names[] = {"increments", "counters", "flush", "rollup", "metrics",
-                                          "healthz", "readyz", "not_found"};
+  static constexpr const char* names[] = {"increments", "counters", "flush",  "rollup",
+                                          "metrics",    "healthz",  "readyz", "not_found"};
   return names[static_cast<int>(r)];
 }
 
 const char* reason_name(reject_reason r) {
-  static constexpr const char* names[] = {"invalid", "unauthorized", "too_large",
-                                          "unsupported_media_type", "pending_limit", "draining",
-                                          "wal_unavailable"};
+  static constexpr const char* names[] = {
+      "invalid",       "unauthorized", "too_large",      "unsupported_media_type",
+      "pending_limit", "draining",     "wal_unavailable"};
   return names[static_cast<int>(r)];
 }
 
 registry::registry()
     : increments_accepted(family(BuildCounter(), *registry_,
                                  "slotted_counterd_increments_accepted_total",
-                                 "Increments answered 202 and queued for the database").Add({})),
+                                 "Increments answered 202 and queued for the database")
+                              .Add({})),
       pending_keys(family(BuildGauge(), *registry_, "slotted_counterd_pending_keys",
-                          "Distinct counters held in memory and not yet written").Add({})),
+                          "Distinct counters held in memory and not yet written")
+                       .Add({})),
       pending_oldest_age_seconds(family(BuildGauge(), *registry_,
                                         "slotted_counterd_pending_oldest_age_seconds",
-                                        "Age of the oldest increment not yet written").Add({})),
+                                        "Age of the oldest increment not yet written")
+                                     .Add({})),
       flushes_ok(family(BuildCounter(), *registry_, "slotted_counterd_flushes_total",
-                        "Flush cycles by result").Add({{"result", "ok"}})),
+                        "Flush cycles by result")
+                     .Add({{"result", "ok"}})),
       flushes_error(family(BuildCounter(), *registry_, "slotted_counterd_flushes_total",
-                           "Flush cycles by result").Add({{"result", "error"}})),
+                           "Flush cycles by result")
+                        .Add({{"result", "error"}})),
       flush_duration_seconds(family(BuildHistogram(), *registry_,
                                     "slotted_counterd_flush_duration_seconds",
-                                    "Duration of flush cycles that wrote rows").Add({}, db_buckets)),
+                                    "Duration of flush cycles that wrote rows")
+                                 .Add({}, db_buckets)),
       flush_rows(family(BuildCounter(), *registry_, "slotted_counterd_flush_rows_total",
-                        "Counter rows written to the database").Add({})),
+                        "Counter rows written to the database")
+                     .Add({})),
       flush_statements(family(BuildCounter(), *registry_, "slotted_counterd_flush_statements_total",
-                              "Upsert statements committed").Add({})),
+                              "Upsert statements committed")
+                           .Add({})),
       last_flush_success_timestamp_seconds(
           family(BuildGauge(), *registry_, "slotted_counterd_last_flush_success_timestamp_seconds",
-                 "Unix time of the last successful flush cycle").Add({})),
+                 "Unix time of the last successful flush cycle")
+              .Add({})),
       batches_already_applied(
           family(BuildCounter(), *registry_, "slotted_counterd_flush_batches_already_applied_total",
-                 "Retried batches found committed in the ledger and not applied again").Add({})),
+                 "Retried batches found committed in the ledger and not applied again")
+              .Add({})),
       rows_refused(family(BuildCounter(), *registry_, "slotted_counterd_flush_rows_refused_total",
-                          "Counter rows the database refused for their values (out of range) and that were dropped")
+                          "Counter rows the database refused for their values (out of range) and "
+                          "that were dropped")
                        .Add({})),
       ready(family(BuildGauge(), *registry_, "slotted_counterd_ready",
-                   "1 when the database was reachable and the schema valid at the last flush").Add({})),
+                   "1 when the database was reachable and the schema valid at the last flush")
+                .Add({})),
       rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
-                        "Rollup runs by result").Add({{"result", "ok"}})),
+                        "Rollup runs by result")
+                     .Add({{"result", "ok"}})),
       rollups_error(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
-                           "Rollup runs by result").Add({{"result", "error"}})),
+                           "Rollup runs by result")
+                        .Add({{"result", "error"}})),
       rollup_duration_seconds(family(BuildHistogram(), *registry_,
                                      "slotted_counterd_rollup_duration_seconds",
-                                     "Duration of rollup runs").Add({}, db_buckets)),
+                                     "Duration of rollup runs")
+                                  .Add({}, db_buckets)),
       rollup_records(family(BuildCounter(), *registry_, "slotted_counterd_rollup_records_total",
-                            "Owning rows updated by rollups").Add({})),
-      rollup_missing_owners(family(BuildCounter(), *registry_, "slotted_counterd_rollup_missing_owners_total",
-                                   "Rolled-up counters whose owning row does not exist (skipped)").Add({})),
+                            "Owning rows updated by rollups")
+                         .Add({})),
+      rollup_missing_owners(family(BuildCounter(), *registry_,
+                                   "slotted_counterd_rollup_missing_owners_total",
+                                   "Rolled-up counters whose owning row does not exist (skipped)")
+                                .Add({})),
       last_rollup_success_timestamp_seconds(
           family(BuildGauge(), *registry_, "slotted_counterd_last_rollup_success_timestamp_seconds",
-                 "Unix time of the last successful rollup").Add({})),
+                 "Unix time of the last successful rollup")
+              .Add({})),
       wal_bytes(family(BuildGauge(), *registry_, "slotted_counterd_wal_bytes",
-                       "Bytes in write-ahead log segments").Add({})),
+                       "Bytes in write-ahead log segments")
+                    .Add({})),
       wal_fsync_duration_seconds(family(BuildHistogram(), *registry_,
                                         "slotted_counterd_wal_fsync_duration_seconds",
-                                        "Duration of write-ahead log syncs").Add({}, fsync_buckets)),
+                                        "Duration of write-ahead log syncs")
+                                     .Add({}, fsync_buckets)),
       wal_torn_tails(family(BuildCounter(), *registry_, "slotted_counterd_wal_torn_tails_total",
-                            "Incomplete records cut off the end of the WAL at startup").Add({})),
+                            "Incomplete records cut off the end of the WAL at startup")
+                         .Add({})),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,
@@ -104,14 +127,17 @@ registry::registry()
     const char* name = route_name(static_cast<route>(r));
     durations_[r] = &request_duration_.Add({{"route", name}}, http_buckets);
     for (std::size_t c = 0; c < known_codes.size(); ++c) {
-      requests_by_code_[r][c] = &requests_.Add({{"route", name}, {"code", std::to_string(known_codes[c])}});
+      requests_by_code_[r][c] =
+          &requests_.Add({{"route", name}, {"code", std::to_string(known_codes[c])}});
     }
   }
   for (int r = 0; r < static_cast<int>(reject_reason::count_); ++r) {
-    rejected_by_reason_[r] = &rejected_.Add({{"reason", reason_name(static_cast<reject_reason>(r))}});
+    rejected_by_reason_[r] =
+        &rejected_.Add({{"reason", reason_name(static_cast<reject_reason>(r))}});
   }
   for (int k = 0; k < 4; ++k) {
-    db_errors_[k] = &db_errors_family_.Add({{"kind", db::kind_name(static_cast<db::error_kind>(k))}});
+    db_errors_[k] =
+        &db_errors_family_.Add({{"kind", db::kind_name(static_cast<db::error_kind>(k))}});
   }
   family(BuildGauge(), *registry_, "slotted_counterd_build_info", "Build information, value 1")
       .Add({{"version", slotted::version}})

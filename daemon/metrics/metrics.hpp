@@ -19,12 +19,30 @@
 
 namespace slotted::metrics {
 
-enum class route { increments, counters, flush, rollup, metrics, healthz, readyz, not_found, count_ };
+enum class route {
+  increments,
+  counters,
+  flush,
+  rollup,
+  metrics,
+  healthz,
+  readyz,
+  not_found,
+  count_
+};
 const char* route_name(route r);
 
 // Why increments were refused (increments_rejected_total{reason}).
-enum class reject_reason { invalid, unauthorized, too_large, unsupported_media_type, pending_limit,
-                           draining, wal_unavailable, count_ };
+enum class reject_reason {
+  invalid,
+  unauthorized,
+  too_large,
+  unsupported_media_type,
+  pending_limit,
+  draining,
+  wal_unavailable,
+  count_
+};
 const char* reason_name(reject_reason r);
 
 class registry {
@@ -73,7 +91,7 @@ class registry {
   std::array<prometheus::Counter*, 4> db_errors_{};
   // requests_total children for the status codes the daemon answers with.
   static constexpr std::array<unsigned, 13> known_codes{200, 202, 400, 401, 404, 405, 413,
-                                                         415, 431, 500, 501, 503, 408};
+                                                        415, 431, 500, 501, 503, 408};
   std::array<std::array<prometheus::Counter*, known_codes.size()>, static_cast<int>(route::count_)>
       requests_by_code_{};
 };

@@ -18,8 +18,10 @@ prometheus::MetricFamily gauge_family(const char* name, const char* help, double
   f.help = help;
   f.type = type;
   prometheus::ClientMetric m;
-  if (type == prometheus::MetricType::Counter) m.counter.value = value;
-  else m.gauge.value = value;
+  if (type == prometheus::MetricType::Counter)
+    m.counter.value = value;
+  else
+    m.gauge.value = value;
   f.metric.push_back(m);
   return f;
 }
@@ -71,10 +73,13 @@ std::vector<prometheus::MetricFamily> collect_process_metrics() {
   rlimit lim{};
   getrlimit(RLIMIT_NOFILE, &lim);
 
-  out.push_back(gauge_family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+  out.push_back(gauge_family("process_cpu_seconds_total",
+                             "Total user and system CPU time spent in seconds.",
                              (utime + stime) / ticks, prometheus::MetricType::Counter));
-  out.push_back(gauge_family("process_resident_memory_bytes", "Resident memory size in bytes.", rss * page));
-  out.push_back(gauge_family("process_virtual_memory_bytes", "Virtual memory size in bytes.", vsize));
+  out.push_back(
+      gauge_family("process_resident_memory_bytes", "Resident memory size in bytes.", rss * page));
+  out.push_back(
+      gauge_family("process_virtual_memory_bytes", "Virtual memory size in bytes.", vsize));
   out.push_back(gauge_family("process_open_fds", "Number of open file descriptors.",
                              static_cast<double>(open_fds())));
   out.push_back(gauge_family("process_max_fds", "Maximum number of open file descriptors.",

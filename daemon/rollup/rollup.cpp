@@ -9,8 +9,8 @@ roller::roller(settings s, db::pool& pool, metrics::registry& metrics)
     : settings_(std::move(s)),
       pool_(pool),
       metrics_(metrics),
-      worker_([this] { return run_once(); }, [this](const rollup_result&) { return settings_.interval; },
-              settings_.interval) {}
+      worker_([this] { return run_once(); },
+              [this](const rollup_result&) { return settings_.interval; }, settings_.interval) {}
 
 void roller::start() {
   if (!settings_.targets.empty()) worker_.start();
@@ -34,7 +34,8 @@ rollup_result roller::run_once() {
     try {
       for (const auto& target : settings_.targets) {
         while (true) {
-          const auto chunk = db::rollup_chunk(*lease, settings_.counters_table, target, settings_.batch_size);
+          const auto chunk =
+              db::rollup_chunk(*lease, settings_.counters_table, target, settings_.batch_size);
           result.records += chunk.records;
           missing += chunk.missing_owners;
           // A short chunk means no marks are left; new ones wait for the next run.

@@ -17,7 +17,8 @@ struct counter_key {
 // A full-avalanche mix (the murmur3 finaliser), so the low bits choose a shard and the
 // hash map may use the value as is.
 inline std::uint64_t hash_of(const counter_key& k) {
-  std::uint64_t h = k.record_id ^ (static_cast<std::uint64_t>(k.record_type) * 0x9E3779B97F4A7C15ull);
+  std::uint64_t h =
+      k.record_id ^ (static_cast<std::uint64_t>(k.record_type) * 0x9E3779B97F4A7C15ull);
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;

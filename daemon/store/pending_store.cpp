@@ -55,11 +55,13 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     starts.assign(shard_count_ + 1, 0);
     for (std::size_t i = 0; i < increments.size(); ++i) {
       const auto& inc = increments[i];
-      shard_of_item[i] = static_cast<std::uint32_t>(shard_of(hash_of(counter_key{inc.record_type, inc.record_id})));
+      shard_of_item[i] = static_cast<std::uint32_t>(
+          shard_of(hash_of(counter_key{inc.record_type, inc.record_id})));
       ++starts[shard_of_item[i] + 1];
     }
     for (std::size_t k = 0; k < shard_count_; ++k) starts[k + 1] += starts[k];
-    for (std::size_t i = 0; i < increments.size(); ++i) order[starts[shard_of_item[i]]++] = static_cast<std::uint32_t>(i);
+    for (std::size_t i = 0; i < increments.size(); ++i)
+      order[starts[shard_of_item[i]]++] = static_cast<std::uint32_t>(i);
     // starts[k] is now the end of shard k's run.
     std::size_t begin = 0;
     for (std::size_t k = 0; k < shard_count_; ++k) {

@@ -59,7 +59,9 @@ class pending_store {
 
   // The flusher reports how many rows it holds that are not yet written; they count
   // against the pending limit so that memory stays bounded during an outage.
-  void set_unwritten_rows(std::size_t rows) { unwritten_rows_.store(rows, std::memory_order_relaxed); }
+  void set_unwritten_rows(std::size_t rows) {
+    unwritten_rows_.store(rows, std::memory_order_relaxed);
+  }
   std::size_t unwritten_rows() const { return unwritten_rows_.load(std::memory_order_relaxed); }
 
   // When the oldest delta still in the shards arrived; nullopt when they are empty.

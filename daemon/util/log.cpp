@@ -12,16 +12,22 @@ std::atomic<int> current_level{static_cast<int>(level::info)};
 
 const char* name_of(level l) {
   switch (l) {
-    case level::debug: return "debug";
-    case level::info: return "info";
-    case level::warn: return "warn";
-    case level::error: return "error";
+    case level::debug:
+      return "debug";
+    case level::info:
+      return "info";
+    case level::warn:
+      return "warn";
+    case level::error:
+      return "error";
   }
   return "?";
 }
 }  // namespace
 
-void set_level(level l) { current_level.store(static_cast<int>(l), std::memory_order_relaxed); }
+void set_level(level l) {
+  current_level.store(static_cast<int>(l), std::memory_order_relaxed);
+}
 
 bool enabled(level l) {
   return static_cast<int>(l) >= current_level.load(std::memory_order_relaxed);

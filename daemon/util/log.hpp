@@ -24,12 +24,20 @@ void emit(level l, const Args&... args) {
 }
 
 template <typename... Args>
-void debug(const Args&... args) { emit(level::debug, args...); }
+void debug(const Args&... args) {
+  emit(level::debug, args...);
+}
 template <typename... Args>
-void info(const Args&... args) { emit(level::info, args...); }
+void info(const Args&... args) {
+  emit(level::info, args...);
+}
 template <typename... Args>
-void warn(const Args&... args) { emit(level::warn, args...); }
+void warn(const Args&... args) {
+  emit(level::warn, args...);
+}
 template <typename... Args>
-void error(const Args&... args) { emit(level::error, args...); }
+void error(const Args&... args) {
+  emit(level::error, args...);
+}
 
 }  // namespace slotted::log

@@ -6,10 +6,18 @@
 
 namespace slotted::notify {
 
-void ready() { sd_notify(0, "READY=1"); }
-void stopping() { sd_notify(0, "STOPPING=1"); }
-void watchdog() { sd_notify(0, "WATCHDOG=1"); }
-void status(std::string_view text) { sd_notify(0, ("STATUS=" + std::string(text)).c_str()); }
+void ready() {
+  sd_notify(0, "READY=1");
+}
+void stopping() {
+  sd_notify(0, "STOPPING=1");
+}
+void watchdog() {
+  sd_notify(0, "WATCHDOG=1");
+}
+void status(std::string_view text) {
+  sd_notify(0, ("STATUS=" + std::string(text)).c_str());
+}
 
 std::optional<std::chrono::microseconds> watchdog_interval() {
   std::uint64_t usec = 0;

@@ -26,7 +26,9 @@ class worker {
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
 
-  void start() { thread_ = std::thread([this] { loop(); }); }
+  void start() {
+    thread_ = std::thread([this] { loop(); });
+  }
 
   // Stops the thread after the run in progress, if any. Returns the requesters not
   // yet answered, for the owner to answer.

@@ -2,7 +2,6 @@
 
 #include <boost/crc.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
-
 #include <cstring>
 
 namespace slotted::wal {
@@ -31,7 +30,8 @@ std::size_t begin_record(std::string& out, record_kind kind) {
 }
 
 void finish_record(std::string& out, std::size_t start) {
-  const std::string_view payload(out.data() + start + record_header_bytes, out.size() - start - record_header_bytes);
+  const std::string_view payload(out.data() + start + record_header_bytes,
+                                 out.size() - start - record_header_bytes);
   const auto length = static_cast<std::uint32_t>(payload.size());
   const std::uint32_t crc = crc_of(payload);
   std::memcpy(out.data() + start, &length, 4);
@@ -77,10 +77,12 @@ bool read_batches(reader& in, std::vector<flush::flush_batch>& out) {
   for (std::uint32_t i = 0; i < n; ++i) {
     flush::flush_batch b;
     std::uint32_t rows = 0;
-    if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows) || !in.has(std::size_t{rows} * 22)) return false;
+    if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows) || !in.has(std::size_t{rows} * 22))
+      return false;
     b.rows.resize(rows);
     for (auto& r : b.rows) {
-      if (!in.get(r.record_type) || !in.get(r.record_id) || !in.get(r.slot) || !in.get(r.delta)) return false;
+      if (!in.get(r.record_type) || !in.get(r.record_id) || !in.get(r.slot) || !in.get(r.delta))
+        return false;
     }
     out.push_back(std::move(b));
   }
@@ -89,7 +91,8 @@ bool read_batches(reader& in, std::vector<flush::flush_batch>& out) {
 
 // Reads n (record_type, record_id, Delta) triples into `log`.
 template <typename Delta>
-bool read_deltas(reader& in, std::uint64_t n, std::vector<std::pair<store::counter_key, std::int64_t>>& log) {
+bool read_deltas(reader& in, std::uint64_t n,
+                 std::vector<std::pair<store::counter_key, std::int64_t>>& log) {
   if (!in.has(n * (12 + sizeof(Delta)))) return false;
   for (std::uint64_t i = 0; i < n; ++i) {
     std::uint32_t type = 0;
@@ -193,7 +196,8 @@ scan_result scan_segment(std::string_view data, replay_state& state) {
     };
     // A zero-filled tail is space the file system allocated for an append that never
     // landed.
-    if (data.find_first_not_of('\0', pos) == std::string_view::npos) return damaged("zero-filled tail", true);
+    if (data.find_first_not_of('\0', pos) == std::string_view::npos)
+      return damaged("zero-filled tail", true);
     if (data.size() - pos < record_header_bytes) return damaged("partial record header", true);
     std::uint32_t length = 0, crc = 0;
     std::memcpy(&length, data.data() + pos, 4);

@@ -27,7 +27,8 @@ constexpr std::size_t checkpoint_slack_bytes = 64u << 20;
 bool parse_segment_name(const char* name, std::uint64_t& n) {
   unsigned long long value = 0;
   int consumed = 0;
-  if (std::sscanf(name, "wal-%16llu.log%n", &value, &consumed) != 1 || name[consumed] != '\0') return false;
+  if (std::sscanf(name, "wal-%16llu.log%n", &value, &consumed) != 1 || name[consumed] != '\0')
+    return false;
   n = value;
   return true;
 }
@@ -52,8 +53,8 @@ std::string read_file(const std::string& path) {
 }
 }  // namespace
 
-write_ahead_log::write_ahead_log(config::wal_config cfg, store::pending_store& store, metrics::registry& metrics,
-                                 std::size_t max_pending_keys)
+write_ahead_log::write_ahead_log(config::wal_config cfg, store::pending_store& store,
+                                 metrics::registry& metrics, std::size_t max_pending_keys)
     : cfg_(std::move(cfg)), store_(store), metrics_(metrics), max_pending_keys_(max_pending_keys) {}
 
 write_ahead_log::~write_ahead_log() {
@@ -73,7 +74,8 @@ recovered write_ahead_log::open() {
     throw wal_error("cannot create WAL directory " + cfg_.dir + ": " + std::strerror(errno));
   }
   dir_fd_ = ::open(cfg_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd_ < 0) throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+  if (dir_fd_ < 0)
+    throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
 
   std::set<std::uint64_t> segments;
   if (DIR* d = ::opendir(cfg_.dir.c_str())) {
@@ -91,15 +93,16 @@ recovered write_ahead_log::open() {
     const auto scan = scan_segment(data, state);
     const bool last = n == *segments.rbegin();
     if (scan.outcome == scan_result::status::torn_tail && last) {
-      log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes, " (",
-                scan.problem, "): cut off; it was never acknowledged");
+      log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes,
+                " (", scan.problem, "): cut off; it was never acknowledged");
       metrics_.wal_torn_tails.Increment();
       if (::truncate(path.c_str(), static_cast<off_t>(scan.valid_bytes)) != 0) {
         throw wal_error("cannot truncate " + path + ": " + std::strerror(errno));
       }
     } else if (scan.outcome != scan_result::status::ok) {
-      throw wal_error("WAL segment " + path + " is damaged at offset " + std::to_string(scan.valid_bytes) + " (" +
-                      scan.problem + "). To start without it, move that file out of " + cfg_.dir +
+      throw wal_error("WAL segment " + path + " is damaged at offset " +
+                      std::to_string(scan.valid_bytes) + " (" + scan.problem +
+                      "). To start without it, move that file out of " + cfg_.dir +
                       ": the increments logged in it from that offset on are lost");
     }
     closed_.push_back({n, scan.valid_bytes});
@@ -119,7 +122,8 @@ void write_ahead_log::start(batch_queue& queue) {
   queue_ = &queue;
   last_sync_ = clock::now();
   // Everything replayed is logged again as one snapshot; the old segments then go.
-  if (!checkpoint()) throw wal_error("cannot write to the WAL directory " + cfg_.dir + ": " + last_error_);
+  if (!checkpoint())
+    throw wal_error("cannot write to the WAL directory " + cfg_.dir + ": " + last_error_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -256,7 +260,8 @@ bool write_ahead_log::append_synced(const std::string& bytes, bool synced) {
   const std::size_t before = segment_bytes_;
   std::size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t w = ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(before + done));
+    const ssize_t w =
+        ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(before + done));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       failed("write", w < 0 ? errno : ENOSPC);
@@ -283,7 +288,8 @@ bool write_ahead_log::append_synced(const std::string& bytes, bool synced) {
 bool write_ahead_log::sync() {
   const auto started = clock::now();
   const int rc = ::fdatasync(fd_);
-  metrics_.wal_fsync_duration_seconds.Observe(std::chrono::duration<double>(clock::now() - started).count());
+  metrics_.wal_fsync_duration_seconds.Observe(
+      std::chrono::duration<double>(clock::now() - started).count());
   last_sync_ = clock::now();
   if (rc != 0) {
     failed("fdatasync", errno);
@@ -342,7 +348,9 @@ bool write_ahead_log::checkpoint() {
 void write_ahead_log::maybe_checkpoint() {
   std::size_t total = segment_bytes_;
   for (const auto& c : closed_) total += c.second;
-  if (total <= checkpoint_slack_bytes + 2 * last_snapshot_bytes_ || clock::now() < next_checkpoint_try_) return;
+  if (total <= checkpoint_slack_bytes + 2 * last_snapshot_bytes_ ||
+      clock::now() < next_checkpoint_try_)
+    return;
   // A failed checkpoint (a full disk) is not retried on every request group.
   if (!checkpoint()) next_checkpoint_try_ = clock::now() + std::chrono::seconds(1);
 }
@@ -367,13 +375,16 @@ void write_ahead_log::delete_released() {
   // covering its increments and every batch it logged itself has committed.
   while (!closed_.empty()) {
     const auto n = closed_.front().first;
-    const bool covered = std::any_of(covering_.begin(), covering_.end(), [&](std::uint64_t c) { return c > n; });
+    const bool covered =
+        std::any_of(covering_.begin(), covering_.end(), [&](std::uint64_t c) { return c > n; });
     if (!covered || min_tag <= n) break;
     ::unlink(segment_path(n).c_str());
     closed_.erase(closed_.begin());
     deleted = true;
   }
-  std::erase_if(covering_, [&](std::uint64_t c) { return !closed_.empty() ? c < closed_.front().first : c < segment_; });
+  std::erase_if(covering_, [&](std::uint64_t c) {
+    return !closed_.empty() ? c < closed_.front().first : c < segment_;
+  });
   if (deleted) ::fsync(dir_fd_);
   update_size_gauge();
 }

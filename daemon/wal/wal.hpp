@@ -78,10 +78,11 @@ class write_ahead_log {
 
   // Logs, then applies and answers: `done` runs on the log thread with `applied`,
   // `over_limit` (nothing logged) or `wal_unavailable` (nothing applied).
-  void submit(std::vector<ingest::increment>&& increments, std::function<void(store::add_result)> done);
+  void submit(std::vector<ingest::increment>&& increments,
+              std::function<void(store::add_result)> done);
 
-  using former = std::function<std::vector<flush::flush_batch>(std::vector<store::pending_delta>&&,
-                                                              std::chrono::steady_clock::time_point oldest)>;
+  using former = std::function<std::vector<flush::flush_batch>(
+      std::vector<store::pending_delta>&&, std::chrono::steady_clock::time_point oldest)>;
   using publisher = std::function<void(std::vector<flush::flush_batch>&&)>;
   // On the log thread, between groups: takes the store's content, forms batches, logs
   // them synced in a new segment (tagging them with it) and publishes them. When the
@@ -126,7 +127,7 @@ class write_ahead_log {
   // Owned by the log thread.
   int fd_ = -1;
   int dir_fd_ = -1;
-  std::uint64_t segment_ = 0;    // the segment being appended to
+  std::uint64_t segment_ = 0;      // the segment being appended to
   std::size_t segment_bytes_ = 0;  // its length, all of it written and (per mode) synced
   std::vector<std::pair<std::uint64_t, std::size_t>> closed_;  // older segments and their sizes
   // Segments that begin with a batches or snapshot record: every increment logged

@@ -27,7 +27,11 @@ class BadInput : public ::testing::Test {
     daemon_ = std::make_unique<in_process_daemon>(cfg);
     client_ = std::make_unique<http_client>(daemon_->port());
     // Something already in the database, to see that it stays as it is.
-    ASSERT_EQ(post(R"([{"record_type": 123, "record_id": 1, "delta": 5}, {"record_type": "page_views", "record_id": 2}])").status, 202u);
+    ASSERT_EQ(
+        post(
+            R"([{"record_type": 123, "record_id": 1, "delta": 5}, {"record_type": "page_views", "record_id": 2}])")
+            .status,
+        202u);
     ASSERT_EQ(flush(), 2);
     before_ = read_table(shared_mariadb(), database_);
   }
@@ -37,18 +41,22 @@ class BadInput : public ::testing::Test {
   }
 
   http_reply post(const std::string& body, const std::string& type = "application/json",
-                  std::map<std::string, std::string> headers = {{"Authorization", std::string("Bearer ") + token}}) {
+                  std::map<std::string, std::string> headers = {
+                      {"Authorization", std::string("Bearer ") + token}}) {
     return client_->request("POST", "/v1/increments", body, type, headers);
   }
   std::int64_t flush() {
-    const auto r = client_->request("POST", "/v1/flush", "", "", {{"Authorization", std::string("Bearer ") + token}});
+    const auto r = client_->request("POST", "/v1/flush", "", "",
+                                    {{"Authorization", std::string("Bearer ") + token}});
     EXPECT_EQ(r.status, 200u) << r.body;
     return r.status == 200 ? json_int(r.body, "flushed_rows") : -1;
   }
   // The reply is an error with a JSON body; nothing was applied anywhere.
-  void expect_refused(const http_reply& r, unsigned status, std::optional<std::int64_t> index = std::nullopt) {
+  void expect_refused(const http_reply& r, unsigned status,
+                      std::optional<std::int64_t> index = std::nullopt) {
     EXPECT_EQ(r.status, status) << r.body;
-    EXPECT_EQ(r.headers.count("content-type") ? r.headers.at("content-type") : "", "application/json");
+    EXPECT_EQ(r.headers.count("content-type") ? r.headers.at("content-type") : "",
+              "application/json");
     EXPECT_NE(r.body.find("\"error\": "), std::string::npos) << r.body;
     if (index) {
       EXPECT_EQ(json_int(r.body, "index"), *index) << r.body;
@@ -66,16 +74,20 @@ class BadInput : public ::testing::Test {
 constexpr const char* good = R"({"record_type": 123, "record_id": 9, "delta": 1})";
 
 TEST_F(BadInput, MalformedJsonIs400AndNamesTheItem) {
-  expect_refused(post(std::string("[") + good + ", {\"record_type\": 123, \"record_id\": }]"), 400, 1);
+  expect_refused(post(std::string("[") + good + ", {\"record_type\": 123, \"record_id\": }]"), 400,
+                 1);
   expect_refused(post("{\"record_type\": 123"), 400, 0);
   expect_refused(post(""), 400);
   expect_refused(post(std::string(good) + " trailing"), 400);
-  expect_refused(post(std::string(good) + "\n{\"record_type\": 123, \"record_id\": 1,}\n", "application/x-ndjson"), 400, 1);
+  expect_refused(post(std::string(good) + "\n{\"record_type\": 123, \"record_id\": 1,}\n",
+                      "application/x-ndjson"),
+                 400, 1);
   expect_refused(post("42"), 400);
 }
 
 TEST_F(BadInput, WrongTypeOutOfRangeUnknownFieldAndUndeclaredTypeAre400) {
-  expect_refused(post(std::string("[") + good + R"(, {"record_type": 123, "record_id": 1.5}])"), 400, 1);
+  expect_refused(post(std::string("[") + good + R"(, {"record_type": 123, "record_id": 1.5}])"),
+                 400, 1);
   expect_refused(post(R"({"record_type": 123, "record_id": true})"), 400, 0);
   expect_refused(post(R"({"record_type": 123, "record_id": -1})"), 400, 0);
   expect_refused(post(R"({"record_type": 123, "record_id": 18446744073709551616})"), 400, 0);
@@ -84,7 +96,9 @@ TEST_F(BadInput, WrongTypeOutOfRangeUnknownFieldAndUndeclaredTypeAre400) {
   expect_refused(post(R"({"record_type": 2147483648, "record_id": 1})"), 400, 0);
   expect_refused(post(R"({"record_type": 123, "record_id": 1, "delta": 2147483648})"), 400, 0);
   expect_refused(post(R"({"record_type": 123, "record_id": 1, "delta": "1"})"), 400, 0);
-  expect_refused(post(std::string("[") + good + "," + good + R"(, {"record_type": 123, "record_id": 1, "dleta": 1}])"), 400, 2);
+  expect_refused(post(std::string("[") + good + "," + good +
+                      R"(, {"record_type": 123, "record_id": 1, "dleta": 1}])"),
+                 400, 2);
   expect_refused(post(R"({"record_type": 999, "record_id": 1})"), 400, 0);
   expect_refused(post(R"({"record_type": "no_such_counter", "record_id": 1})"), 400, 0);
   expect_refused(post(R"({"record_id": 1})"), 400, 0);
@@ -94,12 +108,15 @@ TEST_F(BadInput, WrongTypeOutOfRangeUnknownFieldAndUndeclaredTypeAre400) {
 TEST_F(BadInput, MissingOrWrongTokenIs401) {
   expect_refused(post(good, "application/json", {}), 401);
   expect_refused(post(good, "application/json", {{"Authorization", "Bearer wrong"}}), 401);
-  expect_refused(post(good, "application/json", {{"Authorization", std::string("Basic ") + token}}), 401);
+  expect_refused(post(good, "application/json", {{"Authorization", std::string("Basic ") + token}}),
+                 401);
   // Health and metrics stay open.
   EXPECT_EQ(client_->get("/healthz").status, 200u);
   EXPECT_EQ(client_->get("/metrics").status, 200u);
   // The scheme name is case-insensitive (RFC 7235).
-  EXPECT_EQ(post(good, "application/json", {{"Authorization", std::string("bearer ") + token}}).status, 202u);
+  EXPECT_EQ(
+      post(good, "application/json", {{"Authorization", std::string("bearer ") + token}}).status,
+      202u);
 }
 
 TEST_F(BadInput, UnknownPathIs404AndWrongMethodIs405WithAllow) {
@@ -132,14 +149,22 @@ TEST_F(BadInput, PendingLimitIs503WithRetryAfterAndRecoversAfterFlush) {
   in_process_daemon small(cfg);
   http_client c(small.port());
   for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": )" + std::to_string(100 + i) + "}").status, 202u);
+    ASSERT_EQ(c.post_json("/v1/increments",
+                          R"({"record_type": 1, "record_id": )" + std::to_string(100 + i) + "}")
+                  .status,
+              202u);
   }
   const auto refused = c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 200})");
   EXPECT_EQ(refused.status, 503u);
   EXPECT_TRUE(refused.headers.count("retry-after"));
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
-  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counters WHERE record_id = 200"), 0);
-  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counters WHERE record_id BETWEEN 100 AND 102"), 3);
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_, "SELECT COUNT(*) FROM slotted_counters WHERE record_id = 200"),
+            0);
+  EXPECT_EQ(
+      shared_mariadb().query_int(
+          database_, "SELECT COUNT(*) FROM slotted_counters WHERE record_id BETWEEN 100 AND 102"),
+      3);
   EXPECT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 200})").status, 202u);
 }
 

@@ -14,7 +14,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-
 struct ProxyCase {
   const char* name;
   const char* statement;
@@ -22,7 +21,9 @@ struct ProxyCase {
   int found_in_ledger;  // retries that must find their batch already committed
 };
 
-void PrintTo(const ProxyCase& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const ProxyCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class ConnectionCut : public ::testing::TestWithParam<ProxyCase> {};
 
@@ -55,7 +56,8 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   ASSERT_TRUE(flush_until_ok(client));
 
   EXPECT_EQ(read_table(server, database).totals, without_zeros(load.acknowledged));
-  EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_batches_already_applied_total"),
+  EXPECT_EQ(metric_value(client.get("/metrics").body,
+                         "slotted_counterd_flush_batches_already_applied_total"),
             GetParam().found_in_ledger);
   // One ledger row per batch: 300 keys in batches of 50.
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 6);
@@ -64,11 +66,13 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
 
 INSTANTIATE_TEST_SUITE_P(
     AtEveryPoint, ConnectionCut,
-    ::testing::Values(
-        ProxyCase{"BeforeTheUpsert", "INSERT INTO `slotted_counters`", fault_proxy::cut::before_statement, 0},
-        ProxyCase{"AfterTheUpsert", "INSERT INTO `slotted_counters`", fault_proxy::cut::after_statement, 0},
-        ProxyCase{"BeforeCommit", "COMMIT", fault_proxy::cut::before_statement, 0},
-        ProxyCase{"AfterCommitBeforeItsReply", "COMMIT", fault_proxy::cut::after_statement, 2}),
+    ::testing::Values(ProxyCase{"BeforeTheUpsert", "INSERT INTO `slotted_counters`",
+                                fault_proxy::cut::before_statement, 0},
+                      ProxyCase{"AfterTheUpsert", "INSERT INTO `slotted_counters`",
+                                fault_proxy::cut::after_statement, 0},
+                      ProxyCase{"BeforeCommit", "COMMIT", fault_proxy::cut::before_statement, 0},
+                      ProxyCase{"AfterCommitBeforeItsReply", "COMMIT",
+                                fault_proxy::cut::after_statement, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
@@ -90,9 +94,11 @@ TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   http_client probe(daemon.port());
   for (int round = 0; round < 4; ++round) {
     // Let some flushes land, then kill the server in the middle of the next ones.
-    const double before = metric_value(probe.get("/metrics").body, "slotted_counterd_flush_rows_total");
+    const double before =
+        metric_value(probe.get("/metrics").body, "slotted_counterd_flush_rows_total");
     const auto deadline = std::chrono::steady_clock::now() + 30s;
-    while (metric_value(probe.get("/metrics").body, "slotted_counterd_flush_rows_total") < before + 500 &&
+    while (metric_value(probe.get("/metrics").body, "slotted_counterd_flush_rows_total") <
+               before + 500 &&
            std::chrono::steady_clock::now() < deadline) {
     }
     server.stop(/*hard=*/true);
@@ -136,7 +142,8 @@ TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
     std::vector<key> keys;
     for (int i = 0; i < 10; ++i, ++id) {
       keys.push_back({4, id});
-      body += std::string(i ? "," : "") + R"({"record_type": 4, "record_id": )" + std::to_string(id) + "}";
+      body += std::string(i ? "," : "") + R"({"record_type": 4, "record_id": )" +
+              std::to_string(id) + "}";
     }
     const auto r = client.post_json("/v1/increments", body + "]");
     if (r.status == 202) {
@@ -157,7 +164,8 @@ TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
   server.start();
   ASSERT_TRUE(flush_until_ok(client));
   // Drained: accepting again, and everything acknowledged is in the database.
-  EXPECT_EQ(client.post_json("/v1/increments", R"({"record_type": 4, "record_id": 0})").status, 202u);
+  EXPECT_EQ(client.post_json("/v1/increments", R"({"record_type": 4, "record_id": 0})").status,
+            202u);
   acknowledged[{4, 0}] += 1;
   ASSERT_TRUE(flush_until_ok(client));
   EXPECT_EQ(client.get("/readyz").status, 200u);
@@ -195,8 +203,9 @@ TEST(TwoInstances, SameHotKeysTotalsExact) {
   for (const auto& [k, v] : load_b.acknowledged) expected[k] += v;
   EXPECT_EQ(load_a.failed_requests + load_b.failed_requests, 0u);
   EXPECT_EQ(read_table(server, database).totals, without_zeros(expected));
-  const double deadlocks = metric_value(ca.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}") +
-                           metric_value(cb.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}");
+  const double deadlocks =
+      metric_value(ca.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}") +
+      metric_value(cb.get("/metrics").body, "slotted_counterd_db_errors_total{kind=\"deadlock\"}");
   std::printf("deadlocks retried across both instances: %.0f\n", deadlocks);
   EXPECT_GE(deadlocks, 0);
   EXPECT_EQ(a.stop(), 0);

@@ -31,8 +31,10 @@ class Http : public ::testing::Test {
   std::int64_t total(std::uint64_t id) {
     http_client c(daemon_->port());
     EXPECT_EQ(c.request("POST", "/v1/flush").status, 200u);
-    return shared_mariadb().query_int(database_, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE record_id = " +
-                                                     std::to_string(id));
+    return shared_mariadb().query_int(
+        database_,
+        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE record_id = " +
+            std::to_string(id));
   }
 
   std::string database_;
@@ -41,7 +43,8 @@ class Http : public ::testing::Test {
 
 std::size_t count_of(const std::string& text, const std::string& needle) {
   std::size_t n = 0;
-  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) ++n;
+  for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++n;
   return n;
 }
 
@@ -55,9 +58,11 @@ TEST_F(Http, ChunkedBodyIsAccepted) {
     chunked += len + part + "\r\n";
   }
   chunked += "0\r\n\r\n";
-  const auto reply = raw_exchange(daemon_->port(),
-                                  "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                  "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + chunked);
+  const auto reply =
+      raw_exchange(daemon_->port(),
+                   "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+                       chunked);
   EXPECT_NE(reply.find("HTTP/1.1 202"), std::string::npos) << reply;
   EXPECT_EQ(total(41), 4);
 }
@@ -67,8 +72,10 @@ TEST_F(Http, ExpectContinueGetsA100BeforeTheBody) {
   net::ip::tcp::socket s(ioc);
   s.connect({net::ip::make_address("127.0.0.1"), daemon_->port()});
   const std::string body = R"({"record_type": 1, "record_id": 42, "delta": 6})";
-  net::write(s, net::buffer("POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Expect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+  net::write(
+      s, net::buffer("POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Expect: 100-continue\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n"));
   std::string got;
   net::read_until(s, net::dynamic_buffer(got), "\r\n\r\n");
   EXPECT_TRUE(got.starts_with("HTTP/1.1 100 Continue")) << got;
@@ -82,9 +89,12 @@ TEST_F(Http, ExpectContinueGetsA100BeforeTheBody) {
 TEST_F(Http, PipelinedRequestsAreAnsweredInOrder) {
   std::string requests;
   for (int i = 0; i < 5; ++i) {
-    const std::string body = R"({"record_type": 1, "record_id": 43, "delta": )" + std::to_string(i + 1) + "}";
-    requests += "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string body =
+        R"({"record_type": 1, "record_id": 43, "delta": )" + std::to_string(i + 1) + "}";
+    requests +=
+        "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        "application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
   }
   requests += "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   const auto reply = raw_exchange(daemon_->port(), requests);
@@ -109,7 +119,8 @@ TEST_F(Http, RefusedRequestsWithoutABodyKeepTheConnection) {
   EXPECT_EQ(missing.status, 404u);
   EXPECT_TRUE(missing.keep_alive);
   // A refused request whose body was not read closes the connection.
-  const auto refused = c.request("POST", "/v1/increments", R"({"record_type": 1, "record_id": 1})", "text/plain");
+  const auto refused =
+      c.request("POST", "/v1/increments", R"({"record_type": 1, "record_id": 1})", "text/plain");
   EXPECT_EQ(refused.status, 415u);
   EXPECT_FALSE(refused.keep_alive);
   EXPECT_EQ(c.get("/healthz").status, 200u);  // the client reconnects
@@ -136,7 +147,9 @@ TEST_F(Http, SlowHeaderIsCutOffAtTheIdleTimeout) {
   }
   char buf[64];
   s.read_some(net::buffer(buf), ec);  // returns once the server closes
-  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset || ec == net::error::broken_pipe) << ec.message();
+  EXPECT_TRUE(ec == net::error::eof || ec == net::error::connection_reset ||
+              ec == net::error::broken_pipe)
+      << ec.message();
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 

@@ -36,7 +36,8 @@ load_outcome run_load(std::uint16_t port, const load_options& o) {
       sums mine;
       std::size_t accepted = 0, failed = 0, sent = 0;
       while (sent < o.increments_per_client && !(o.stop && o.stop->load())) {
-        const std::size_t n = std::min<std::size_t>(o.increments_per_client - sent, 1 + rng() % o.max_batch);
+        const std::size_t n =
+            std::min<std::size_t>(o.increments_per_client - sent, 1 + rng() % o.max_batch);
         const int format = static_cast<int>(rng() % 3);  // 0 object, 1 array, 2 ndjson
         const std::size_t count = format == 0 ? 1 : n;
         std::string body = format == 1 ? "[" : "";
@@ -44,15 +45,17 @@ load_outcome run_load(std::uint16_t port, const load_options& o) {
         for (std::size_t i = 0; i < count; ++i) {
           const key& k = o.keys[rng() % o.keys.size()];
           const bool omit = rng() % 10 == 0;
-          const int delta = omit ? 1 : o.min_delta + static_cast<int>(rng() % (o.max_delta - o.min_delta + 1));
+          const int delta =
+              omit ? 1 : o.min_delta + static_cast<int>(rng() % (o.max_delta - o.min_delta + 1));
           items.emplace_back(k, delta);
           if (format == 1 && i > 0) body += ",";
           body += item_json(k, delta, rng() % 2 == 0, omit);
           if (format == 2) body += "\n";
         }
         if (format == 1) body += "]";
-        const auto reply = client.request("POST", "/v1/increments", body,
-                                          format == 2 ? "application/x-ndjson" : "application/json");
+        const auto reply =
+            client.request("POST", "/v1/increments", body,
+                           format == 2 ? "application/x-ndjson" : "application/json");
         sent += count;
         if (reply.status == 202) {
           for (const auto& [k, d] : items) mine[k] += d;
@@ -77,14 +80,18 @@ load_outcome run_load(std::uint16_t port, const load_options& o) {
 
 namespace slotted::test {
 
-table_state read_table(const mariadb_server& server, const std::string& database, const std::string& table) {
+table_state read_table(const mariadb_server& server, const std::string& database,
+                       const std::string& table) {
   table_state st;
   auto conn = server.connect(database);
-  for (const auto& r : conn.query("SELECT record_type, record_id, CAST(SUM(count) AS SIGNED) FROM `" + table +
-                                  "` GROUP BY record_type, record_id")) {
-    st.totals[{static_cast<std::uint32_t>(std::stoul(*r[0])), std::stoull(*r[1])}] = std::stoll(*r[2]);
+  for (const auto& r :
+       conn.query("SELECT record_type, record_id, CAST(SUM(count) AS SIGNED) FROM `" + table +
+                  "` GROUP BY record_type, record_id")) {
+    st.totals[{static_cast<std::uint32_t>(std::stoul(*r[0])), std::stoull(*r[1])}] =
+        std::stoll(*r[2]);
   }
-  const auto agg = conn.query("SELECT COALESCE(MIN(slot), 0), COALESCE(MAX(slot), 0), COUNT(*) FROM `" + table + "`");
+  const auto agg = conn.query(
+      "SELECT COALESCE(MIN(slot), 0), COALESCE(MAX(slot), 0), COUNT(*) FROM `" + table + "`");
   st.min_slot = std::stoll(*agg[0][0]);
   st.max_slot = std::stoll(*agg[0][1]);
   st.rows = std::stoll(*agg[0][2]);

@@ -53,7 +53,8 @@ TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
   // The read API agrees with the database and has nothing pending.
   const sums nonzero = without_zeros(load.acknowledged);
   const auto& [k, v] = *nonzero.begin();
-  const auto reply = client.get("/v1/counters/" + std::to_string(k.first) + "/" + std::to_string(k.second));
+  const auto reply =
+      client.get("/v1/counters/" + std::to_string(k.first) + "/" + std::to_string(k.second));
   ASSERT_EQ(reply.status, 200u);
   EXPECT_EQ(json_int(reply.body, "count"), v);
   EXPECT_EQ(json_int(reply.body, "pending"), 0);
@@ -88,11 +89,14 @@ TEST(Pipeline, IdsTheTableCannotHoldAreRefusedAtIngest) {
   in_process_daemon daemon(cfg);  // its first flush cycle has read the column types
   http_client client(daemon.port());
   const auto refused = client.post_json(
-      "/v1/increments", R"([{"record_type": 1, "record_id": 5}, {"record_type": 1, "record_id": 3000000000}])");
+      "/v1/increments",
+      R"([{"record_type": 1, "record_id": 5}, {"record_type": 1, "record_id": 3000000000}])");
   EXPECT_EQ(refused.status, 400u);
   EXPECT_EQ(json_int(refused.body, "index"), 1);
-  EXPECT_NE(refused.body.find("does not fit the counters table's record_id column (at most 2147483647)"),
-            std::string::npos) << refused.body;
+  EXPECT_NE(
+      refused.body.find("does not fit the counters table's record_id column (at most 2147483647)"),
+      std::string::npos)
+      << refused.body;
   EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 0);
 }
 
@@ -109,7 +113,8 @@ TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   // The seed-style INT count of counter 40 overflows on the second flush (strict mode:
   // error 1264); the 39 others must still be written.
   std::string body = "[";
-  for (int i = 1; i <= 40; ++i) body += R"({"record_type": 1, "record_id": )" + std::to_string(i) + "},";
+  for (int i = 1; i <= 40; ++i)
+    body += R"({"record_type": 1, "record_id": )" + std::to_string(i) + "},";
   body += R"({"record_type": 1, "record_id": 40, "delta": 2147483646}])";
   ASSERT_EQ(client.post_json("/v1/increments", body).status, 202u);
   ASSERT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 40);
@@ -117,11 +122,16 @@ TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   const auto flushed = client.request("POST", "/v1/flush");
   ASSERT_EQ(flushed.status, 200u) << flushed.body;
   EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 39);
-  EXPECT_EQ(server.query_int(database, "SELECT SUM(count) FROM slotted_counters WHERE record_id < 40"), 2 * 39);
-  EXPECT_EQ(server.query_int(database, "SELECT count FROM slotted_counters WHERE record_id = 40"), 2147483647);
-  EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_rows_refused_total"), 1);
+  EXPECT_EQ(
+      server.query_int(database, "SELECT SUM(count) FROM slotted_counters WHERE record_id < 40"),
+      2 * 39);
+  EXPECT_EQ(server.query_int(database, "SELECT count FROM slotted_counters WHERE record_id = 40"),
+            2147483647);
+  EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_rows_refused_total"),
+            1);
   // Later increments flow as usual.
-  ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 1, "record_id": 41})").status, 202u);
+  ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 1, "record_id": 41})").status,
+            202u);
   EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 1);
 }
 
@@ -133,7 +143,11 @@ TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
 
-  ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 5, "record_id": "18446744073709551615", "delta": 7})").status, 202u);
+  ASSERT_EQ(client
+                .post_json("/v1/increments",
+                           R"({"record_type": 5, "record_id": "18446744073709551615", "delta": 7})")
+                .status,
+            202u);
   auto reply = client.get("/v1/counters/5/18446744073709551615");
   ASSERT_EQ(reply.status, 200u);
   EXPECT_EQ(json_int(reply.body, "pending"), 7);
@@ -148,10 +162,14 @@ TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
   EXPECT_EQ(json_int(reply.body, "count"), 7);
 
   // A zero net delta writes nothing.
-  ASSERT_EQ(client.post_json("/v1/increments", R"([{"record_type": 5, "record_id": 1, "delta": 3},
-                                                   {"record_type": 5, "record_id": 1, "delta": -3}])").status, 202u);
+  ASSERT_EQ(client
+                .post_json("/v1/increments", R"([{"record_type": 5, "record_id": 1, "delta": 3},
+                                                   {"record_type": 5, "record_id": 1, "delta": -3}])")
+                .status,
+            202u);
   EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 0);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters WHERE record_id = 1"), 0);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters WHERE record_id = 1"),
+            0);
 }
 
 }  // namespace

@@ -22,9 +22,12 @@ constexpr int owners = 5000;
 // repositories(id, download_count) with `owners` rows at -1 ("never rolled up").
 void create_owners(const mariadb_server& server, const std::string& database) {
   auto conn = server.connect(database);
-  conn.execute("CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, name VARCHAR(32), download_count BIGINT NOT NULL)");
+  conn.execute(
+      "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, name VARCHAR(32), download_count "
+      "BIGINT NOT NULL)");
   std::string sql = "INSERT INTO repositories VALUES ";
-  for (int i = 1; i <= owners; ++i) sql += std::string(i > 1 ? "," : "") + "(" + std::to_string(i) + ",'r',-1)";
+  for (int i = 1; i <= owners; ++i)
+    sql += std::string(i > 1 ? "," : "") + "(" + std::to_string(i) + ",'r',-1)";
   conn.execute(sql);
 }
 
@@ -33,10 +36,12 @@ config::counter_decl downloads() {
 }
 
 // Every owning row equals SUM(count) of its slots, or -1 when it was never touched.
-void expect_converged(const mariadb_server& server, const std::string& database, const sums& touched) {
+void expect_converged(const mariadb_server& server, const std::string& database,
+                      const sums& touched) {
   auto conn = server.connect(database);
   std::map<std::uint64_t, std::int64_t> sums_by_id;
-  for (const auto& r : conn.query("SELECT record_id, CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE record_type = 123 GROUP BY record_id")) {
+  for (const auto& r : conn.query("SELECT record_id, CAST(SUM(count) AS SIGNED) FROM "
+                                  "slotted_counters WHERE record_type = 123 GROUP BY record_id")) {
     sums_by_id[std::stoull(*r[0])] = std::stoll(*r[1]);
   }
   std::size_t wrong = 0, untouched_changed = 0;
@@ -102,8 +107,11 @@ TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
   cfg.rollup.interval = 300ms;
   in_process_daemon daemon(cfg);
   http_client c(daemon.port());
-  ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": "repo_downloads", "record_id": 7, "delta": 5},
-                                              {"record_type": 123, "record_id": 8}])").status, 202u);
+  ASSERT_EQ(c.post_json("/v1/increments",
+                        R"([{"record_type": "repo_downloads", "record_id": 7, "delta": 5},
+                                              {"record_type": 123, "record_id": 8}])")
+                .status,
+            202u);
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (server.query_int(database, "SELECT download_count FROM repositories WHERE id = 7") != 5 &&
          std::chrono::steady_clock::now() < deadline) {
@@ -123,26 +131,33 @@ TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
   in_process_daemon daemon(cfg);
   http_client c(daemon.port());
   ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": 123, "record_id": 3, "delta": 2},
-                                              {"record_type": 123, "record_id": 999999, "delta": 4}])").status, 202u);
+                                              {"record_type": 123, "record_id": 999999, "delta": 4}])")
+                .status,
+            202u);
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   const auto rolled = c.request("POST", "/v1/rollup");
   ASSERT_EQ(rolled.status, 200u);
   EXPECT_EQ(json_int(rolled.body, "records"), 1);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 3"), 2);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE id = 999999"), 0) << "not created";
-  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_missing_owners_total 1"), std::string::npos);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE id = 999999"), 0)
+      << "not created";
+  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_missing_owners_total 1"),
+            std::string::npos);
 }
 
-std::string rollup_yaml(const mariadb_server& server, const std::string& database, const std::string& table = "repositories",
+std::string rollup_yaml(const mariadb_server& server, const std::string& database,
+                        const std::string& table = "repositories",
                         const std::string& count_column = "download_count") {
   return daemon_yaml(server, database,
                      "instance_id: rollup-test\n"
                      "counters:\n"
                      "  - name: repo_downloads\n"
                      "    record_type: 123\n"
-                     "    rollup: {table: " + table + ", id_column: id, count_column: " + count_column + "}\n"
-                     "flush: {interval: 1h}\n"
-                     "rollup: {interval: 1h}\n");
+                     "    rollup: {table: " +
+                         table + ", id_column: id, count_column: " + count_column +
+                         "}\n"
+                         "flush: {interval: 1h}\n"
+                         "rollup: {interval: 1h}\n");
 }
 
 TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
@@ -163,7 +178,8 @@ TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
     first.signal(SIGKILL);
     EXPECT_EQ(first.wait(10s), -SIGKILL);
   }
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE download_count <> -1"), 0)
+  EXPECT_EQ(
+      server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE download_count <> -1"), 0)
       << "nothing was rolled up before the kill";
   daemon_process second(rollup_yaml(server, database));
   http_client c(second.port());
@@ -177,7 +193,9 @@ int run_binary(const std::string& yaml, const std::string& flag, std::string& ou
   mkdtemp(dir);
   const std::string cfg = std::string(dir) + "/c.yaml", out = std::string(dir) + "/out";
   std::ofstream(cfg) << yaml;
-  const int status = std::system((std::string(SLOTTED_DAEMON_BINARY) + " --config " + cfg + " " + flag + " >" + out + " 2>&1").c_str());
+  const int status = std::system(
+      (std::string(SLOTTED_DAEMON_BINARY) + " --config " + cfg + " " + flag + " >" + out + " 2>&1")
+          .c_str());
   std::ifstream in(out);
   output.assign(std::istreambuf_iterator<char>(in), {});
   std::filesystem::remove_all(dir);
@@ -194,7 +212,10 @@ TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
 
   EXPECT_EQ(run_binary(rollup_yaml(server, database, "repos"), "--check-config", out), 2) << out;
   EXPECT_NE(out.find("table `repos` does not exist"), std::string::npos) << out;
-  EXPECT_EQ(run_binary(rollup_yaml(server, database, "repositories", "downloads"), "--check-config", out), 2) << out;
+  EXPECT_EQ(
+      run_binary(rollup_yaml(server, database, "repositories", "downloads"), "--check-config", out),
+      2)
+      << out;
   EXPECT_NE(out.find("has no column `downloads`"), std::string::npos) << out;
   // At start: exits 1 naming the problem.
   EXPECT_EQ(run_binary(rollup_yaml(server, database, "repos"), "", out), 1) << out;

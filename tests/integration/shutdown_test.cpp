@@ -32,7 +32,8 @@ TEST(Shutdown, SigtermUnderLoadLosesNothing) {
   // Wait until the load is well under way (a condition on the daemon's own metric).
   http_client probe(daemon.port());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (metric_value(probe.get("/metrics").body, "slotted_counterd_increments_accepted_total") < 20000 &&
+  while (metric_value(probe.get("/metrics").body, "slotted_counterd_increments_accepted_total") <
+             20000 &&
          std::chrono::steady_clock::now() < deadline) {
   }
   daemon.signal(SIGTERM);

@@ -30,17 +30,24 @@ class Wal : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::string yaml(const std::string& fsync = "always", const std::string& flush_interval = "100ms") const {
+  std::string yaml(const std::string& fsync = "always",
+                   const std::string& flush_interval = "100ms") const {
     return daemon_yaml(shared_mariadb(), database_,
                        "instance_id: wal-test\n"
                        "accept_undeclared_types: true\n"
-                       "flush: {interval: " + flush_interval + "}\n"
-                       "wal: {dir: " + wal_dir_ + ", fsync: " + fsync + "}\n");
+                       "flush: {interval: " +
+                           flush_interval +
+                           "}\n"
+                           "wal: {dir: " +
+                           wal_dir_ + ", fsync: " + fsync + "}\n");
   }
 
   std::int64_t db_total(std::uint64_t id) const {
-    return shared_mariadb().query_int(database_, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
-                                                 "WHERE record_type = 1 AND record_id = " + std::to_string(id));
+    return shared_mariadb().query_int(
+        database_,
+        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
+        "WHERE record_type = 1 AND record_id = " +
+            std::to_string(id));
   }
 
   void write_segment(const std::string& bytes) const {
@@ -69,12 +76,14 @@ TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
         while (!stop) {
           const int k = static_cast<int>(r() % keys);
           const int delta = 1 + static_cast<int>(r() % 5);
-          const auto reply = client.post_json("/v1/increments", R"({"record_type": 1, "record_id": )" +
-                                                                    std::to_string(k) + R"(, "delta": )" +
-                                                                    std::to_string(delta) + "}");
-          if (reply.status == 202) ack[k] += delta;
-          else if (reply.status == 0) lost[k] += delta;  // no answer: may or may not be applied
-          if (reply.status == 0) break;                  // the daemon is gone
+          const auto reply = client.post_json(
+              "/v1/increments", R"({"record_type": 1, "record_id": )" + std::to_string(k) +
+                                    R"(, "delta": )" + std::to_string(delta) + "}");
+          if (reply.status == 202)
+            ack[k] += delta;
+          else if (reply.status == 0)
+            lost[k] += delta;            // no answer: may or may not be applied
+          if (reply.status == 0) break;  // the daemon is gone
         }
         std::lock_guard lock(merge);
         for (int k = 0; k < keys; ++k) {
@@ -102,7 +111,8 @@ TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   for (int k = 0; k < keys; ++k) {
     const auto in_db = db_total(k);
     EXPECT_LE(acknowledged[k], in_db) << "key " << k << ": an acknowledged increment was lost";
-    EXPECT_LE(in_db, acknowledged[k] + unanswered[k]) << "key " << k << ": something was applied twice";
+    EXPECT_LE(in_db, acknowledged[k] + unanswered[k])
+        << "key " << k << ": something was applied twice";
     total_ack += acknowledged[k];
   }
   EXPECT_GT(total_ack, 1000);
@@ -114,15 +124,19 @@ TEST_F(Wal, CommittedBatchesAreNotReplayedLongAfter) {
   {
     daemon_process first(yaml("always", "1h"));
     http_client c(first.port());
-    ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 90, "delta": 4})").status, 202u);
+    ASSERT_EQ(
+        c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 90, "delta": 4})").status,
+        202u);
     ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
     first.signal(SIGKILL);
     first.wait(10s);
   }
-  shared_mariadb().connect(database_).execute("DELETE FROM slotted_counterd_ledger");  // as pruning would
+  shared_mariadb().connect(database_).execute(
+      "DELETE FROM slotted_counterd_ledger");  // as pruning would
   daemon_process second(yaml("always", "1h"));
   http_client c(second.port());
-  EXPECT_NE(second.log().find("0 pending counters and 0 logged batches"), std::string::npos) << second.log();
+  EXPECT_NE(second.log().find("0 pending counters and 0 logged batches"), std::string::npos)
+      << second.log();
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(db_total(90), 4);
 }
@@ -136,9 +150,12 @@ TEST_F(Wal, TornTailIsCutWithAWarningAndTheRestReplayed) {
 
   daemon_process daemon(yaml("always", "1h"));
   http_client c(daemon.port());
-  EXPECT_NE(daemon.log().find("ends in an incomplete record at offset " + std::to_string(bytes.size())), std::string::npos)
+  EXPECT_NE(
+      daemon.log().find("ends in an incomplete record at offset " + std::to_string(bytes.size())),
+      std::string::npos)
       << daemon.log();
-  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_wal_torn_tails_total 1"), std::string::npos);
+  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_wal_torn_tails_total 1"),
+            std::string::npos);
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(db_total(77), 5);
   EXPECT_EQ(db_total(78), 2);
@@ -158,7 +175,9 @@ TEST_F(Wal, CorruptionInTheMiddleStopsStartupNamingFileAndOffset) {
   } catch (const std::runtime_error& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("status 256"), std::string::npos) << message;  // exit code 1
-    EXPECT_NE(message.find(segment + " is damaged at offset " + std::to_string(one.size())), std::string::npos) << message;
+    EXPECT_NE(message.find(segment + " is damaged at offset " + std::to_string(one.size())),
+              std::string::npos)
+        << message;
     EXPECT_NE(message.find("move that file out of"), std::string::npos) << message;
   }
   // The documented way on: move the file aside.
@@ -177,7 +196,9 @@ TEST_F(Wal, FullDiskAnswers503AndRecovers) {
   std::string body;
   const auto make_body = [&](int salt) {
     body = "[";
-    for (int i = 0; i < 200; ++i) body += std::string(i ? "," : "") + R"({"record_type": 1, "record_id": )" + std::to_string((i + salt) % 50) + "}";
+    for (int i = 0; i < 200; ++i)
+      body += std::string(i ? "," : "") + R"({"record_type": 1, "record_id": )" +
+              std::to_string((i + salt) % 50) + "}";
     body += "]";
   };
   int refused = 0;
@@ -193,8 +214,10 @@ TEST_F(Wal, FullDiskAnswers503AndRecovers) {
     }
   }
   ASSERT_EQ(refused, 1) << "the full segment never answered 503";
-  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_increments_rejected_total{reason=\"wal_unavailable\"} 200"),
-            std::string::npos);
+  EXPECT_NE(
+      c.get("/metrics")
+          .body.find("slotted_counterd_increments_rejected_total{reason=\"wal_unavailable\"} 200"),
+      std::string::npos);
   // A flush moves on to a fresh segment and drops the full one: ingest recovers.
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   make_body(7);

@@ -46,10 +46,12 @@ std::string migrated_database(mariadb_server& server) {
   return database;
 }
 
-std::string daemon_yaml(const mariadb_server& server, const std::string& database, const std::string& rest) {
+std::string daemon_yaml(const mariadb_server& server, const std::string& database,
+                        const std::string& rest) {
   return "listen: {address: 127.0.0.1, port: 0}\n"
          "http: {threads: 2}\n"
-         "mysql: {socket: " + server.socket() + ", user: root, database: " + database + "}\n" + rest;
+         "mysql: {socket: " +
+         server.socket() + ", user: root, database: " + database + "}\n" + rest;
 }
 
 in_process_daemon::in_process_daemon(config::daemon_config cfg)
@@ -64,7 +66,9 @@ in_process_daemon::in_process_daemon(config::daemon_config cfg)
   http_client(port()).request("POST", "/v1/flush", "", "", headers);
 }
 
-in_process_daemon::~in_process_daemon() { stop(); }
+in_process_daemon::~in_process_daemon() {
+  stop();
+}
 
 int in_process_daemon::stop() {
   if (runner_.joinable()) {
@@ -104,7 +108,8 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      throw std::runtime_error("daemon exited at start with status " + std::to_string(status) + ": " + log());
+      throw std::runtime_error("daemon exited at start with status " + std::to_string(status) +
+                               ": " + log());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -120,7 +125,9 @@ daemon_process::~daemon_process() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-void daemon_process::signal(int signo) { ::kill(pid_, signo); }
+void daemon_process::signal(int signo) {
+  ::kill(pid_, signo);
+}
 
 int daemon_process::wait(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -24,10 +24,12 @@ std::string migrated_database(mariadb_server& server);
 
 // The YAML every test daemon starts from (loopback port 0, 2 HTTP threads, the shared
 // server's socket, `database`), followed by `rest`.
-std::string daemon_yaml(const mariadb_server& server, const std::string& database, const std::string& rest);
+std::string daemon_yaml(const mariadb_server& server, const std::string& database,
+                        const std::string& rest);
 
 // Creates the schema in `database` with the daemon's own migration.
-void migrate(const mariadb_server& server, const std::string& database, const std::string& table = "slotted_counters");
+void migrate(const mariadb_server& server, const std::string& database,
+             const std::string& table = "slotted_counters");
 
 class in_process_daemon {
  public:

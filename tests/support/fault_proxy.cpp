@@ -58,7 +58,8 @@ fault_proxy::fault_proxy(std::uint16_t upstream_port) : upstream_port_(upstream_
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 64) != 0) {
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(listen_fd_, 64) != 0) {
     throw std::runtime_error("proxy: cannot listen");
   }
   socklen_t len = sizeof addr;
@@ -121,7 +122,8 @@ void fault_proxy::pump_client(std::shared_ptr<connection> c) {
   while (true) {
     char header[4];
     if (!read_exact(c->client, header, 4)) break;
-    const std::size_t len = static_cast<unsigned char>(header[0]) | (static_cast<unsigned char>(header[1]) << 8) |
+    const std::size_t len = static_cast<unsigned char>(header[0]) |
+                            (static_cast<unsigned char>(header[1]) << 8) |
                             (static_cast<unsigned char>(header[2]) << 16);
     packet.assign(header, header + 4);
     packet.resize(4 + len);

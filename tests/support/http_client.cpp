@@ -4,7 +4,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <stdexcept>
 
 namespace slotted::test {
@@ -35,10 +34,12 @@ http_client::http_client(std::uint16_t port, std::chrono::milliseconds timeout) 
   impl_->timeout = timeout;
 }
 
-http_client::~http_client() { delete impl_; }
+http_client::~http_client() {
+  delete impl_;
+}
 
-http_reply http_client::request(const std::string& method, const std::string& target, const std::string& body,
-                                const std::string& content_type,
+http_reply http_client::request(const std::string& method, const std::string& target,
+                                const std::string& body, const std::string& content_type,
                                 const std::map<std::string, std::string>& headers) {
   http_reply reply;
   try {
@@ -77,7 +78,8 @@ http_reply http_client::request(const std::string& method, const std::string& ta
   return reply;
 }
 
-std::string raw_exchange(std::uint16_t port, const std::string& bytes, std::chrono::milliseconds timeout) {
+std::string raw_exchange(std::uint16_t port, const std::string& bytes,
+                         std::chrono::milliseconds timeout) {
   net::io_context ioc;
   beast::tcp_stream stream{ioc};
   stream.expires_after(timeout);

@@ -17,11 +17,13 @@ struct http_reply {
 
 class http_client {
  public:
-  explicit http_client(std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  explicit http_client(std::uint16_t port,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(30));
   ~http_client();
 
-  http_reply request(const std::string& method, const std::string& target, const std::string& body = "",
-                     const std::string& content_type = "", const std::map<std::string, std::string>& headers = {});
+  http_reply request(const std::string& method, const std::string& target,
+                     const std::string& body = "", const std::string& content_type = "",
+                     const std::map<std::string, std::string>& headers = {});
   http_reply post_json(const std::string& target, const std::string& body) {
     return request("POST", target, body, "application/json");
   }

@@ -10,7 +10,8 @@ namespace {
 TEST(FormBatches, SortsChunksDropsZerosAndKeepsSlotsInRange) {
   std::vector<store::pending_delta> deltas;
   for (std::uint64_t i = 0; i < 2500; ++i) {
-    deltas.push_back({{static_cast<std::uint32_t>(i % 3), 10000 - i}, static_cast<std::int64_t>(i % 5)});
+    deltas.push_back(
+        {{static_cast<std::uint32_t>(i % 3), 10000 - i}, static_cast<std::int64_t>(i % 5)});
   }
   std::mt19937_64 rng(1);
   const auto batches = form_batches(deltas, 1000, 7, 99, 40, rng, std::chrono::steady_clock::now());

@@ -83,28 +83,40 @@ log: {level: debug}
 }
 
 TEST(Config, UnknownKeyIsNamedWithItsLine) {
-  EXPECT_EQ(only_problem("shards: 4\nflush:\n  intervall: 1s\n"), "test.yaml:3: flush.intervall: unknown key");
+  EXPECT_EQ(only_problem("shards: 4\nflush:\n  intervall: 1s\n"),
+            "test.yaml:3: flush.intervall: unknown key");
 }
 
 TEST(Config, WrongTypesAndRangesAreNamed) {
-  EXPECT_EQ(only_problem("shards: many\n"), "test.yaml:1: shards: expected an integer in [1, 4096], got 'many'");
-  EXPECT_EQ(only_problem("\nflush: {slots: 0}\n"), "test.yaml:2: flush.slots: expected an integer in [1, 65535], got '0'");
-  EXPECT_EQ(only_problem("flush: {slots: 65536}\n"), "test.yaml:1: flush.slots: expected an integer in [1, 65535], got '65536'");
-  EXPECT_NE(only_problem("flush: {interval: 1 s}\n").find("flush.interval: expected a duration"), std::string::npos);
-  EXPECT_NE(only_problem("flush: {interval: 1ms}\n").find("expected a duration in [10ms"), std::string::npos);
+  EXPECT_EQ(only_problem("shards: many\n"),
+            "test.yaml:1: shards: expected an integer in [1, 4096], got 'many'");
+  EXPECT_EQ(only_problem("\nflush: {slots: 0}\n"),
+            "test.yaml:2: flush.slots: expected an integer in [1, 65535], got '0'");
+  EXPECT_EQ(only_problem("flush: {slots: 65536}\n"),
+            "test.yaml:1: flush.slots: expected an integer in [1, 65535], got '65536'");
+  EXPECT_NE(only_problem("flush: {interval: 1 s}\n").find("flush.interval: expected a duration"),
+            std::string::npos);
+  EXPECT_NE(only_problem("flush: {interval: 1ms}\n").find("expected a duration in [10ms"),
+            std::string::npos);
   EXPECT_NE(only_problem("http: {threads: -1}\n").find("http.threads"), std::string::npos);
-  EXPECT_NE(only_problem("accept_undeclared_types: maybe\n").find("expected true or false"), std::string::npos);
-  EXPECT_NE(only_problem("wal: {fsync: sometimes}\n").find("expected one of always | interval | never"), std::string::npos);
-  EXPECT_NE(only_problem("listen: {address: localhost}\n").find("listen.address"), std::string::npos);
+  EXPECT_NE(only_problem("accept_undeclared_types: maybe\n").find("expected true or false"),
+            std::string::npos);
+  EXPECT_NE(
+      only_problem("wal: {fsync: sometimes}\n").find("expected one of always | interval | never"),
+      std::string::npos);
+  EXPECT_NE(only_problem("listen: {address: localhost}\n").find("listen.address"),
+            std::string::npos);
   EXPECT_NE(only_problem("listen: [1, 2]\n").find("listen: expected a mapping"), std::string::npos);
   EXPECT_NE(only_problem("instance_id: \"web 01\"\n").find("instance_id"), std::string::npos);
 }
 
 TEST(Config, BadIdentifiersAreRefused) {
-  EXPECT_NE(only_problem("mysql: {table: \"x; DROP TABLE y\"}\n").find("mysql.table: 'x; DROP TABLE y' is not a valid identifier"),
+  EXPECT_NE(only_problem("mysql: {table: \"x; DROP TABLE y\"}\n")
+                .find("mysql.table: 'x; DROP TABLE y' is not a valid identifier"),
             std::string::npos);
   EXPECT_NE(only_problem("mysql: {database: 1abc}\n").find("mysql.database"), std::string::npos);
-  EXPECT_NE(only_problem("counters:\n  - name: a\n    record_type: 1\n    rollup: {table: t, id_column: \"i`d\", count_column: c}\n")
+  EXPECT_NE(only_problem("counters:\n  - name: a\n    record_type: 1\n    rollup: {table: t, "
+                         "id_column: \"i`d\", count_column: c}\n")
                 .find("test.yaml:4: counters[0].rollup.id_column"),
             std::string::npos);
   EXPECT_TRUE(is_valid_identifier("_a1"));
@@ -115,10 +127,14 @@ TEST(Config, BadIdentifiersAreRefused) {
 }
 
 TEST(Config, CountersAreChecked) {
-  EXPECT_NE(only_problem("counters:\n  - name: a\n").find("counters[0].record_type: missing"), std::string::npos);
-  EXPECT_NE(only_problem("counters:\n  - {name: a, record_type: 1}\n  - {name: a, record_type: 2}\n").find("declared twice"),
+  EXPECT_NE(only_problem("counters:\n  - name: a\n").find("counters[0].record_type: missing"),
             std::string::npos);
-  EXPECT_NE(only_problem("counters:\n  - {name: a, record_type: 2147483648}\n").find("counters[0].record_type"),
+  EXPECT_NE(
+      only_problem("counters:\n  - {name: a, record_type: 1}\n  - {name: a, record_type: 2}\n")
+          .find("declared twice"),
+      std::string::npos);
+  EXPECT_NE(only_problem("counters:\n  - {name: a, record_type: 2147483648}\n")
+                .find("counters[0].record_type"),
             std::string::npos);
 }
 
@@ -127,33 +143,45 @@ TEST(Config, EveryProblemIsReported) {
 }
 
 TEST(Config, PasswordComesFromFileOrEnvAndNeverFromTheConfig) {
-  EXPECT_NE(only_problem("mysql: {password: hunter2}\n").find("password_file or password_env"), std::string::npos);
+  EXPECT_NE(only_problem("mysql: {password: hunter2}\n").find("password_file or password_env"),
+            std::string::npos);
   EXPECT_EQ(only_problem("mysql: {password: hunter2}\n").find("hunter2"), std::string::npos);
 
   const auto file = std::filesystem::temp_directory_path() / "slotted-config-test-password";
   std::ofstream(file) << "pa55word\n";
-  EXPECT_EQ(parse_config("mysql: {password_file: " + file.string() + "}\n").mysql.password, "pa55word");
+  EXPECT_EQ(parse_config("mysql: {password_file: " + file.string() + "}\n").mysql.password,
+            "pa55word");
   std::filesystem::remove(file);
-  EXPECT_NE(only_problem("mysql: {password_file: " + file.string() + "}\n").find("cannot read"), std::string::npos);
+  EXPECT_NE(only_problem("mysql: {password_file: " + file.string() + "}\n").find("cannot read"),
+            std::string::npos);
 
   setenv("SLOTTED_TEST_PASSWORD", "from-env", 1);
-  EXPECT_EQ(parse_config("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").mysql.password, "from-env");
+  EXPECT_EQ(parse_config("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").mysql.password,
+            "from-env");
   unsetenv("SLOTTED_TEST_PASSWORD");
-  EXPECT_NE(only_problem("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").find("is not set"), std::string::npos);
-  EXPECT_NE(only_problem("mysql: {password_env: A, password_file: /x}\n").find("not both"), std::string::npos);
+  EXPECT_NE(only_problem("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").find("is not set"),
+            std::string::npos);
+  EXPECT_NE(only_problem("mysql: {password_env: A, password_file: /x}\n").find("not both"),
+            std::string::npos);
 }
 
 TEST(Config, ReviewedEdgeCases) {
-  EXPECT_NE(only_problem("counters:\n  -\n").find("counters[0]: expected a mapping"), std::string::npos);
-  EXPECT_NE(only_problem("shards: 4\n---\nshards: 0\n").find("one YAML document"), std::string::npos);
-  EXPECT_NE(only_problem("listen: {port: \"8080\"}\n").find("got the quoted string '8080'"), std::string::npos);
-  EXPECT_NE(only_problem("accept_undeclared_types: \"true\"\n").find("quoted string"), std::string::npos);
+  EXPECT_NE(only_problem("counters:\n  -\n").find("counters[0]: expected a mapping"),
+            std::string::npos);
+  EXPECT_NE(only_problem("shards: 4\n---\nshards: 0\n").find("one YAML document"),
+            std::string::npos);
+  EXPECT_NE(only_problem("listen: {port: \"8080\"}\n").find("got the quoted string '8080'"),
+            std::string::npos);
+  EXPECT_NE(only_problem("accept_undeclared_types: \"true\"\n").find("quoted string"),
+            std::string::npos);
   // Secret files: named with their line, reported with the other problems, and a
   // directory is not a password file.
   const auto problems = problems_of("shards: 0\nmysql:\n  password_file: /nonexistent/pw\n");
   ASSERT_EQ(problems.size(), 2u);
-  EXPECT_EQ(problems[1].rfind("test.yaml:3: mysql.password_file: cannot read", 0), 0u) << problems[1];
-  EXPECT_NE(only_problem("mysql: {password_file: /tmp}\n").find("not a regular file"), std::string::npos);
+  EXPECT_EQ(problems[1].rfind("test.yaml:3: mysql.password_file: cannot read", 0), 0u)
+      << problems[1];
+  EXPECT_NE(only_problem("mysql: {password_file: /tmp}\n").find("not a regular file"),
+            std::string::npos);
 }
 
 TEST(Config, InvalidYamlIsAnError) {

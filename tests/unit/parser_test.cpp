@@ -13,19 +13,21 @@ struct parsed {
   std::optional<parse_error> error;
 };
 
-parsed parse(std::string_view body, body_format f = body_format::json, const type_registry& t = strict,
-             std::size_t max_items = 100) {
+parsed parse(std::string_view body, body_format f = body_format::json,
+             const type_registry& t = strict, std::size_t max_items = 100) {
   parsed p;
   p.error = parse_increments(body, f, t, max_items, p.items);
   return p;
 }
 
-void expect_error(std::string_view body, std::string_view message_part, std::optional<std::size_t> index,
-                  body_format f = body_format::json, unsigned status = 400) {
+void expect_error(std::string_view body, std::string_view message_part,
+                  std::optional<std::size_t> index, body_format f = body_format::json,
+                  unsigned status = 400) {
   const auto p = parse(body, f);
   ASSERT_TRUE(p.error) << body;
   EXPECT_EQ(p.error->status, status) << body;
-  EXPECT_NE(p.error->message.find(message_part), std::string::npos) << body << " -> " << p.error->message;
+  EXPECT_NE(p.error->message.find(message_part), std::string::npos)
+      << body << " -> " << p.error->message;
   EXPECT_EQ(p.error->index, index) << body << " -> " << p.error->message;
 }
 
@@ -58,25 +60,28 @@ TEST(Parser, EmptyArrayAcceptsNothing) {
 }
 
 TEST(Parser, NdjsonSkipsBlankLinesAndCountsItems) {
-  const auto p = parse("{\"record_type\": 7, \"record_id\": 1}\r\n\n   \n{\"record_type\": 7, \"record_id\": 2, \"delta\": 5}",
-                       body_format::ndjson);
+  const auto p = parse(
+      "{\"record_type\": 7, \"record_id\": 1}\r\n\n   \n{\"record_type\": 7, \"record_id\": 2, "
+      "\"delta\": 5}",
+      body_format::ndjson);
   ASSERT_FALSE(p.error) << p.error->message;
   ASSERT_EQ(p.items.size(), 2u);
   EXPECT_EQ(p.items[1].record_id, 2u);
   EXPECT_EQ(p.items[1].delta, 5);
-  expect_error("{\"record_type\": 7, \"record_id\": 1}\n\n{\"record_type\": 7, \"bad\": 1}\n", "unknown field \"bad\"", 1,
-               body_format::ndjson);
-  expect_error("{\"record_type\": 7, \"record_id\": 1}\n[{\"record_type\": 7, \"record_id\": 1}]\n", "one JSON object", 1,
-               body_format::ndjson);
-  expect_error("{\"record_type\": 7, \"record_id\": 1} {\"record_type\": 7, \"record_id\": 1}\n", "content after", 0,
-               body_format::ndjson);
+  expect_error("{\"record_type\": 7, \"record_id\": 1}\n\n{\"record_type\": 7, \"bad\": 1}\n",
+               "unknown field \"bad\"", 1, body_format::ndjson);
+  expect_error("{\"record_type\": 7, \"record_id\": 1}\n[{\"record_type\": 7, \"record_id\": 1}]\n",
+               "one JSON object", 1, body_format::ndjson);
+  expect_error("{\"record_type\": 7, \"record_id\": 1} {\"record_type\": 7, \"record_id\": 1}\n",
+               "content after", 0, body_format::ndjson);
   expect_error("\n\n", "empty body", std::nullopt, body_format::ndjson);
 }
 
 TEST(Parser, MalformedJson) {
   expect_error("", "empty body", std::nullopt);
   expect_error("{", "malformed JSON", 0);
-  expect_error(R"([{"record_type": 7, "record_id": 1}, {"record_type": 7, "record_id": ]])", "malformed", 1);
+  expect_error(R"([{"record_type": 7, "record_id": 1}, {"record_type": 7, "record_id": ]])",
+               "malformed", 1);
   expect_error(R"([{"record_type": 7, "record_id": 1},])", "malformed", 1);
   expect_error(R"({"record_type": 7, "record_id": 1} x)", "malformed", 0);
   expect_error(R"([{"record_type": 7, "record_id": 1}]])", "content after", 1);
@@ -90,7 +95,8 @@ TEST(Parser, WrongTypes) {
   expect_error(R"({"record_type": 7, "record_id": true})", "record_id", 0);
   expect_error(R"({"record_type": 7, "record_id": null})", "record_id", 0);
   expect_error(R"({"record_type": [7], "record_id": 1})", "record_type", 0);
-  expect_error(R"({"record_type": 7, "record_id": 1, "delta": "3"})", "\"delta\" must be an integer", 0);
+  expect_error(R"({"record_type": 7, "record_id": 1, "delta": "3"})",
+               "\"delta\" must be an integer", 0);
   expect_error(R"({"record_type": 7, "record_id": "-1"})", "decimal integer", 0);
   expect_error(R"({"record_type": 7, "record_id": ""})", "decimal integer", 0);
   expect_error(R"({"record_type": 7, "record_id": " 1"})", "decimal integer", 0);
@@ -130,7 +136,8 @@ TEST(Parser, UndeclaredTypes) {
 
 TEST(Parser, ItemLimitIs413) {
   std::string body = "[";
-  for (int i = 0; i < 4; ++i) body += std::string(i ? "," : "") + R"({"record_type": 7, "record_id": 1})";
+  for (int i = 0; i < 4; ++i)
+    body += std::string(i ? "," : "") + R"({"record_type": 7, "record_id": 1})";
   body += "]";
   auto p = parse(body, body_format::json, strict, 3);
   ASSERT_TRUE(p.error);

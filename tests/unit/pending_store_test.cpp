@@ -63,8 +63,9 @@ TEST(PendingStore, ConcurrentAddsAndTakesLoseNothing) {
   for (int t = 0; t < 4; ++t) {
     adders.emplace_back([&, t] {
       for (int i = 0; i < 20000; ++i) {
-        const std::vector<increment> inc{{static_cast<std::uint32_t>(t), static_cast<std::uint64_t>(i % 100), 1},
-                                         {9, static_cast<std::uint64_t>(i % 7), 2}};
+        const std::vector<increment> inc{
+            {static_cast<std::uint32_t>(t), static_cast<std::uint64_t>(i % 100), 1},
+            {9, static_cast<std::uint64_t>(i % 7), 2}};
         ASSERT_EQ(s.add(inc, 1'000'000), add_result::applied);
       }
     });

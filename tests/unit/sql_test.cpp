@@ -6,7 +6,8 @@ namespace slotted::db {
 namespace {
 
 TEST(Sql, UpsertIsOneMultiRowStatementWithBackquotedIdentifiers) {
-  const std::vector<counter_row> rows{{1, 2, 3, 4}, {2147483647, 18446744073709551615ull, 65535, -9}};
+  const std::vector<counter_row> rows{{1, 2, 3, 4},
+                                      {2147483647, 18446744073709551615ull, 65535, -9}};
   EXPECT_EQ(upsert_statement("slotted_counters", rows),
             "INSERT INTO `slotted_counters` (`record_type`, `record_id`, `slot`, `count`) VALUES "
             "(1,2,3,4),(2147483647,18446744073709551615,65535,-9) "
@@ -20,30 +21,36 @@ TEST(Sql, IdentifiersAreQuoted) {
 
 TEST(Sql, SchemaStatementsAreIdempotent) {
   EXPECT_NE(create_counters_table("c").find("CREATE TABLE IF NOT EXISTS `c`"), std::string::npos);
-  EXPECT_NE(create_counters_table("c").find("PRIMARY KEY (`record_type`, `record_id`, `slot`)"), std::string::npos);
-  EXPECT_NE(create_ledger_table().find("CREATE TABLE IF NOT EXISTS `slotted_counterd_ledger`"), std::string::npos);
+  EXPECT_NE(create_counters_table("c").find("PRIMARY KEY (`record_type`, `record_id`, `slot`)"),
+            std::string::npos);
+  EXPECT_NE(create_ledger_table().find("CREATE TABLE IF NOT EXISTS `slotted_counterd_ledger`"),
+            std::string::npos);
 }
 
 TEST(Sql, LedgerStatements) {
   EXPECT_EQ(ledger_insert("'web-01'", 7, 9, 1000),
-            "INSERT INTO `slotted_counterd_ledger` (`instance_id`, `run_id`, `batch_seq`, `row_count`) VALUES "
+            "INSERT INTO `slotted_counterd_ledger` (`instance_id`, `run_id`, `batch_seq`, "
+            "`row_count`) VALUES "
             "('web-01',7,9,1000)");
   const auto prune = ledger_prune("'w'", 7, 100, 3600, 10000);
   EXPECT_NE(prune.find("`instance_id` = 'w'"), std::string::npos);
   EXPECT_NE(prune.find("NOT (`run_id` = 7 AND `batch_seq` >= 100)"), std::string::npos);
   EXPECT_NE(prune.find("LIMIT 10000"), std::string::npos);
   EXPECT_EQ(select_count("t", 1, 2),
-            "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM `t` WHERE `record_type` = 1 AND `record_id` = 2");
+            "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM `t` WHERE `record_type` = 1 AND "
+            "`record_id` = 2");
 }
 
 TEST(Sql, DirtyMarksCarryTheBatchGenerationAndAreDeletedOnlyWithIt) {
   const std::vector<counter_row> rows{{1, 2, 3, 4}, {1, 5, 0, 1}};
   EXPECT_EQ(dirty_upsert("'a'", rows, 77),
-            "INSERT INTO `slotted_counterd_dirty` (`record_type`, `record_id`, `instance_id`, `gen`) VALUES "
+            "INSERT INTO `slotted_counterd_dirty` (`record_type`, `record_id`, `instance_id`, "
+            "`gen`) VALUES "
             "(1,2,'a',77),(1,5,'a',77) ON DUPLICATE KEY UPDATE `gen` = VALUES(`gen`)");
   const std::vector<dirty_mark> marks{{2, "'a'", 77}, {5, "'b'", 9}};
   EXPECT_EQ(dirty_delete(1, marks),
-            "DELETE FROM `slotted_counterd_dirty` WHERE `record_type` = 1 AND (`record_id`, `instance_id`, `gen`) IN "
+            "DELETE FROM `slotted_counterd_dirty` WHERE `record_type` = 1 AND (`record_id`, "
+            "`instance_id`, `gen`) IN "
             "((2,'a',77),(5,'b',9))");
 }
 

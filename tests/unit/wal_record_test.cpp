@@ -1,6 +1,6 @@
-#include "wal/record.hpp"
-
 #include <gtest/gtest.h>
+
+#include "wal/record.hpp"
 
 namespace slotted::wal {
 namespace {
@@ -13,7 +13,8 @@ flush::flush_batch batch(std::uint64_t run, std::uint64_t seq, std::vector<db::c
   return b;
 }
 
-std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> as_map(const std::vector<store::pending_delta>& d) {
+std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> as_map(
+    const std::vector<store::pending_delta>& d) {
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> m;
   for (const auto& x : d) m[{x.key.record_type, x.key.record_id}] += x.delta;
   return m;
@@ -23,7 +24,8 @@ TEST(WalRecord, IncrementsAggregateAndBatchesReplaceThem) {
   std::string log;
   const std::vector<ingest::increment> a{{1, 10, 5}, {1, 10, -2}, {2, 18446744073709551615ull, 7}};
   append_increments(log, a);
-  append_batches(log, std::vector{batch(9, 1, {{1, 10, 3, 3}, {2, 18446744073709551615ull, 0, 7}})});
+  append_batches(log,
+                 std::vector{batch(9, 1, {{1, 10, 3, 3}, {2, 18446744073709551615ull, 0, 7}})});
   const std::vector<ingest::increment> b{{1, 10, 1}, {3, 3, -4}};
   append_increments(log, b);
 
@@ -42,7 +44,8 @@ TEST(WalRecord, SnapshotSupersedesEverythingBefore) {
   std::string log;
   append_increments(log, std::vector<ingest::increment>{{1, 1, 1}});
   append_batches(log, std::vector{batch(1, 1, {{1, 1, 0, 1}})});
-  append_snapshot(log, std::vector{batch(2, 5, {{4, 4, 1, 40}})}, std::vector<store::pending_delta>{{{5, 5}, 50}});
+  append_snapshot(log, std::vector{batch(2, 5, {{4, 4, 1, 40}})},
+                  std::vector<store::pending_delta>{{{5, 5}, 50}});
   replay_state state;
   EXPECT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
   ASSERT_EQ(state.batches().size(), 1u);
