@@ -81,7 +81,8 @@ registry::registry()
                           "that were dropped")
                        .Add({})),
       ready(family(BuildGauge(), *registry_, "slotted_counterd_ready",
-                   "1 when the database was reachable and the schema valid at the last flush")
+                   "1 when the last flush cycle succeeded (database reachable, schema valid) and "
+                   "the probe still reaches the database")
                 .Add({})),
       rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
                         "Rollup runs by result")
