@@ -77,6 +77,8 @@ class registry {
   prometheus::Gauge& wal_bytes;
   prometheus::Histogram& wal_fsync_duration_seconds;
   prometheus::Counter& wal_torn_tails;
+  prometheus::Gauge& http_connections_open;
+  prometheus::Counter& http_connections_rejected;
 
   // Text exposition format 0.0.4, including the process_* metrics read from /proc.
   std::string serialize() const;

@@ -10,7 +10,7 @@ namespace slotted::store {
 
 namespace {
 struct key_hash {
-  using is_avalanching = std::true_type;  // hash_of mixes fully; no second mix needed
+  using is_avalanching = std::true_type;  // SipHash mixes fully; no second mix needed
   std::size_t operator()(const counter_key& k) const { return hash_of(k); }
 };
 using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash>;
