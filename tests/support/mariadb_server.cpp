@@ -65,7 +65,10 @@ mariadb_server::mariadb_server() {
   port_ = free_loopback_port();
   const pid_t install =
       spawn({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
-             "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"},
+             "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
+             // Its own temp dir: servers in other PID namespaces sharing /tmp name their
+             // temporary tables after their pid and can delete each other's.
+             "--tmpdir=" + dir_},
             dir_ + "/install.log");
   const int status = wait_exit(install);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -84,13 +87,13 @@ void mariadb_server::start() {
   // Debian keeps mariadbd in /usr/sbin, which is not on an ordinary user's PATH.
   const std::string binary =
       std::filesystem::exists("/usr/sbin/mariadbd") ? "/usr/sbin/mariadbd" : "mariadbd";
-  pid_ =
-      spawn({binary, "--no-defaults", "--datadir=" + dir_ + "/data", "--socket=" + socket_,
-             "--port=" + std::to_string(port_), "--bind-address=127.0.0.1", "--user=root",
-             "--pid-file=" + dir_ + "/mysqld.pid", "--innodb-buffer-pool-size=128M",
-             "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=2",
-             "--skip-name-resolve", "--max-connections=500", "--log-error=" + dir_ + "/error.log"},
-            dir_ + "/mariadbd.out");
+  pid_ = spawn(
+      {binary, "--no-defaults", "--datadir=" + dir_ + "/data", "--socket=" + socket_,
+       "--port=" + std::to_string(port_), "--bind-address=127.0.0.1", "--user=root",
+       "--pid-file=" + dir_ + "/mysqld.pid", "--tmpdir=" + dir_, "--innodb-buffer-pool-size=128M",
+       "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=2", "--skip-name-resolve",
+       "--max-connections=500", "--log-error=" + dir_ + "/error.log"},
+      dir_ + "/mariadbd.out");
   // Wait until it accepts connections (a condition, polled), or give up.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
