@@ -1,5 +1,7 @@
 #include "app/application.hpp"
 
+#include <sys/resource.h>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -129,8 +131,21 @@ void application::start() {
   limits.idle_timeout = cfg_.http.idle_timeout;
   std::vector<net::io_context*> contexts;
   for (auto& c : contexts_) contexts.push_back(c.get());
+  // Client connections must never take the descriptors the daemon needs for itself:
+  // WAL segments, database connections, /proc reads, the HTTP threads' event loops.
+  const std::size_t fd_reserve = 256 + 2 * cfg_.mysql.pool_size;
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  const std::size_t max_connections =
+      http::connection_limit(cfg_.http.max_connections, nofile.rlim_cur, fd_reserve);
+  if (max_connections < cfg_.http.max_connections) {
+    log::warn("http.max_connections ", cfg_.http.max_connections, " lowered to ", max_connections,
+              ": the open-file limit is ", nofile.rlim_cur, " and ", fd_reserve,
+              " are kept for the daemon's own files and database connections");
+  }
   try {
-    listener_ = std::make_shared<http::listener>(std::move(contexts), endpoint, router_, limits);
+    listener_ = std::make_shared<http::listener>(std::move(contexts), endpoint, router_, limits,
+                                                 max_connections, metrics_);
   } catch (...) {
     // The log thread uses the flusher's queue: stop it before anything is torn down.
     if (wal_) wal_->stop();
@@ -143,10 +158,7 @@ void application::start() {
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) {
     // Sessions come and go; the context must not run out of work in between.
-    io_threads_.emplace_back([ctx = contexts_[i].get()] {
-      auto guard = net::make_work_guard(*ctx);
-      ctx->run();
-    });
+    io_threads_.emplace_back([ctx = contexts_[i].get()] { http::run_io_context(*ctx); });
   }
   log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
             cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");

@@ -363,6 +363,10 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
                       }},
                      {"idle_timeout",
                       [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
+                     {"max_connections",
+                      [&](auto& a, auto& ap) {
+                        c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_connections);
+                      }},
                      {"auth_token_file",
                       [&](auto& a, auto& ap) {
                         c.string(a, ap, h.auth_token_file);

@@ -36,6 +36,7 @@ struct http_config {
   std::size_t max_body_bytes = 1048576;
   std::size_t max_items_per_request = 100000;
   duration idle_timeout = std::chrono::seconds(30);
+  std::size_t max_connections = 10000;  // beyond it new connections get 503 and are closed
   std::string auth_token_file;
   std::string auth_token;  // resolved from auth_token_file
 };

@@ -1,6 +1,10 @@
 #include "http/listener.hpp"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 
 #include "util/log.hpp"
 
@@ -10,13 +14,34 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 using net::ip::tcp;
 
+// Gives a connection's place back when its session ends. It holds the count, not the
+// listener: sessions may outlive the listener (destroyed with their io_context).
+class listener::slot : public connection_slot {
+ public:
+  slot(std::shared_ptr<std::atomic<std::size_t>> open, prometheus::Gauge& gauge)
+      : open_(std::move(open)), gauge_(gauge) {
+    open_->fetch_add(1);
+    gauge_.Increment();
+  }
+  ~slot() override {
+    open_->fetch_sub(1);
+    gauge_.Decrement();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<std::size_t>> open_;
+  prometheus::Gauge& gauge_;  // the registry outlives the io_contexts
+};
+
 listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& endpoint, router& r,
-                   session_limits limits)
+                   session_limits limits, std::size_t max_connections, metrics::registry& m)
     : contexts_(std::move(contexts)),
       acceptor_(*contexts_.front()),
       retry_timer_(*contexts_.front()),
       router_(r),
-      limits_(limits) {
+      limits_(limits),
+      max_connections_(max_connections),
+      metrics_(m) {
   acceptor_.open(endpoint.protocol());
   acceptor_.set_option(net::socket_base::reuse_address(true));
   acceptor_.bind(endpoint);
@@ -59,6 +84,25 @@ void listener::do_accept() {
                          beast::bind_front_handler(&listener::on_accept, shared_from_this()));
 }
 
+namespace {
+constexpr std::string_view busy_body =
+    R"({"error": "too many connections (http.max_connections); retry later"})";
+
+// A connection over the limit: one non-blocking write of a fixed 503 (a fresh socket's
+// send buffer takes it whole; if not, the client just sees the close), then close.
+void refuse(socket_type& socket) {
+  static const std::string busy =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Retry-After: 1\r\nConnection: close\r\nContent-Length: " +
+      std::to_string(busy_body.size()) + "\r\n\r\n" + std::string(busy_body);
+  beast::error_code ignored;
+  socket.non_blocking(true, ignored);
+  socket.send(net::buffer(busy), 0, ignored);
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
+}
+}  // namespace
+
 void listener::on_accept(beast::error_code ec, socket_type socket) {
   if (stopped_ || ec == net::error::operation_aborted) return;
   if (ec) {
@@ -70,8 +114,14 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
     });
     return;
   }
+  if (open_->load() >= max_connections_) {
+    refuse(socket);
+    metrics_.http_connections_rejected.Increment();
+    return do_accept();
+  }
   socket.set_option(tcp::no_delay(true), ec);
-  auto s = std::make_shared<session>(std::move(socket), router_, limits_);
+  auto s = std::make_shared<session>(std::move(socket), router_, limits_,
+                                     std::make_unique<slot>(open_, metrics_.http_connections_open));
   {
     std::lock_guard lock(sessions_mutex_);
     if (sessions_.size() >= next_sweep_) {
@@ -83,6 +133,29 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
   s->start();
   if (stopped_) s->drain();
   do_accept();
+}
+
+std::size_t connection_limit(std::size_t configured, std::uint64_t open_file_limit,
+                             std::size_t reserve) {
+  if (open_file_limit == RLIM_INFINITY) return configured;
+  const std::uint64_t available = open_file_limit > 2 * static_cast<std::uint64_t>(reserve)
+                                      ? open_file_limit - reserve
+                                      : open_file_limit / 2;
+  return static_cast<std::size_t>(std::min<std::uint64_t>(configured, available));
+}
+
+void run_io_context(net::io_context& ctx) {
+  auto guard = net::make_work_guard(ctx);
+  for (;;) {
+    try {
+      ctx.run();
+      return;
+    } catch (const std::exception& e) {
+      log::error("HTTP thread: a handler failed (", e.what(), "); its connection is closed");
+    } catch (...) {
+      log::error("HTTP thread: a handler failed; its connection is closed");
+    }
+  }
 }
 
 }  // namespace slotted::http

@@ -2,6 +2,11 @@
 // Owns the acceptor; starts a session per connection, on the HTTP threads' io_contexts
 // in turn, and can drain them all.
 //
+// At most `max_connections` sessions live at once (a session holds its place until its
+// socket is closed). A connection accepted beyond that is sent a fixed 503 if the
+// socket takes it at once, then closed, and counted in
+// slotted_counterd_http_connections_rejected_total; it costs no session and no buffer.
+//
 // Thread-safety: run() once; stop() from any thread. sessions() may be read anywhere.
 
 #include <atomic>
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "http/session.hpp"
+#include "metrics/metrics.hpp"
 
 namespace slotted::http {
 
@@ -21,7 +27,8 @@ class listener : public std::enable_shared_from_this<listener> {
   // Binds and listens; throws boost::system::system_error when it cannot.
   // The acceptor lives on contexts[0]; connections are spread over all of them.
   listener(std::vector<boost::asio::io_context*> contexts,
-           const boost::asio::ip::tcp::endpoint& endpoint, router& r, session_limits limits);
+           const boost::asio::ip::tcp::endpoint& endpoint, router& r, session_limits limits,
+           std::size_t max_connections, metrics::registry& m);
 
   std::uint16_t port() const { return port_; }
   void run();
@@ -29,8 +36,11 @@ class listener : public std::enable_shared_from_this<listener> {
   void stop();
   // Sessions still alive.
   std::size_t sessions() const;
+  // Connections holding a place under max_connections.
+  std::size_t open_connections() const { return open_->load(); }
 
  private:
+  class slot;
   void do_accept();
   void on_accept(boost::beast::error_code ec, socket_type socket);
 
@@ -45,6 +55,21 @@ class listener : public std::enable_shared_from_this<listener> {
   std::vector<std::weak_ptr<session>> sessions_;
   std::size_t next_sweep_ = 64;
   std::atomic<bool> stopped_{false};
+  std::size_t max_connections_;
+  std::shared_ptr<std::atomic<std::size_t>> open_ = std::make_shared<std::atomic<std::size_t>>(0);
+  metrics::registry& metrics_;
 };
+
+// How many client connections the open-file limit allows while keeping `reserve`
+// descriptors for the daemon's own files, database connections and the accept that
+// refuses a connection: the smaller of `configured` and `open_file_limit - reserve`
+// (half the limit when the reserve would take more than half).
+std::size_t connection_limit(std::size_t configured, std::uint64_t open_file_limit,
+                             std::size_t reserve);
+
+// Runs `ctx` until it is stopped. An exception escaping a handler (a connection that
+// could not get memory) is logged and the loop resumes: the handler's connection ends,
+// the others and the process go on.
+void run_io_context(boost::asio::io_context& ctx);
 
 }  // namespace slotted::http

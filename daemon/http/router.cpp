@@ -43,14 +43,6 @@ response retry_later(unsigned version, std::string_view message, std::string_vie
   return res;
 }
 
-// Compares without an early exit, so response time does not reveal a token prefix.
-bool constant_time_equals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 metrics::reject_reason reason_for(status s) {
   if (s == status::unauthorized) return metrics::reject_reason::unauthorized;
   if (s == status::unsupported_media_type) return metrics::reject_reason::unsupported_media_type;
@@ -78,7 +70,8 @@ router::router(const config::daemon_config& cfg, backend& b, metrics::registry& 
                const ingest::table_limits& limits)
     : limits_(limits),
       max_items_(cfg.http.max_items_per_request),
-      auth_token_(cfg.http.auth_token),
+      auth_(cfg.http.auth_token.empty() ? std::nullopt
+                                        : std::optional<token_check>(cfg.http.auth_token)),
       backend_(b),
       metrics_(m) {
   std::vector<std::pair<std::string, std::uint32_t>> declared;
@@ -106,17 +99,17 @@ router::route_match router::match(const request_header& req) const {
   } else if (target == "/v1/rollup") {
     m = {metrics::route::rollup, "POST", beast_http::verb::post, true};
   } else if (target == "/metrics") {
-    m = {metrics::route::metrics, "GET", beast_http::verb::get, false};
+    m = {metrics::route::metrics, "GET, HEAD", beast_http::verb::get, false};
   } else if (target == "/healthz") {
-    m = {metrics::route::healthz, "GET", beast_http::verb::get, false};
+    m = {metrics::route::healthz, "GET, HEAD", beast_http::verb::get, false};
   } else if (target == "/readyz") {
-    m = {metrics::route::readyz, "GET", beast_http::verb::get, false};
+    m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false};
   } else if (target.starts_with("/v1/counters/")) {
     const std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
     const auto slash = rest.find('/');
     if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
         rest.find('/', slash + 1) == std::string_view::npos) {
-      m = {metrics::route::counters, "GET", beast_http::verb::get, true};
+      m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true};
       m.counter_type = rest.substr(0, slash);
       m.counter_id = rest.substr(slash + 1);
     }
@@ -129,20 +122,23 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
   if (m.route == metrics::route::not_found) {
     return error_response(v, status::not_found, "no such path");
   }
-  if (req.method() != m.method) {
+  // HEAD is GET without the body (RFC 9110 9.3.2); the session leaves the body out.
+  const bool head_of_get =
+      req.method() == beast_http::verb::head && m.method == beast_http::verb::get;
+  if (req.method() != m.method && !head_of_get) {
     auto res = error_response(v, status::method_not_allowed,
                               std::string("method not allowed; use ") + m.allow);
     res.set(field::allow, m.allow);
     return res;
   }
-  if (m.needs_auth && !auth_token_.empty()) {
+  if (m.needs_auth && auth_) {
     const std::string_view header = req[field::authorization];
     constexpr std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 7235)
     const bool bearer =
         header.size() > prefix.size() &&
         std::equal(prefix.begin(), prefix.end(), header.begin(),
                    [](char p, char h) { return p == std::tolower(static_cast<unsigned char>(h)); });
-    if (!bearer || !constant_time_equals(header.substr(prefix.size()), auth_token_)) {
+    if (!bearer || !auth_->matches(header.substr(prefix.size()))) {
       auto res = error_response(v, status::unauthorized, "missing or wrong bearer token");
       res.set(field::www_authenticate, "Bearer");
       return res;

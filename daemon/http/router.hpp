@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "flush/flusher.hpp"
+#include "http/token_check.hpp"
 #include "ingest/parser.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
@@ -80,7 +81,7 @@ class router {
   ingest::type_registry types_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
-  std::string auth_token_;
+  std::optional<token_check> auth_;  // set when http.auth_token_file is
   backend& backend_;
   metrics::registry& metrics_;
 };

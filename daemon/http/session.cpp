@@ -16,9 +16,12 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 using beast_http::status;
 
-session::session(socket_type&& socket, router& r, const session_limits& limits)
-    : socket_(std::move(socket)),
+session::session(socket_type&& socket, router& r, const session_limits& limits,
+                 std::unique_ptr<connection_slot> slot)
+    : slot_(std::move(slot)),
+      socket_(std::move(socket)),
       deadline_timer_(socket_.get_executor()),
+      buffer_(limits.max_header_bytes + limits.framing_allowance_bytes),
       router_(r),
       limits_(limits) {}
 
@@ -82,6 +85,7 @@ void session::drain() {
 
 void session::do_read() {
   if (draining_ && buffer_.size() == 0) return do_close();
+  head_request_ = false;
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(limits_.max_header_bytes));
   parser_->body_limit(limits_.max_body_bytes);
@@ -97,6 +101,7 @@ void session::on_header(beast::error_code ec, std::size_t) {
   if (ec) return fail_request(ec);
   const auto& header = parser_->get();
   request_keep_alive_ = header.keep_alive();
+  head_request_ = header.method() == beast_http::verb::head;
   if (auto refused = router_.check_header(header.base())) {
     // With a body left unread the connection cannot carry another request.
     if (!parser_->is_done()) refused->keep_alive(false);
@@ -127,12 +132,24 @@ void session::read_body() {
 void session::on_read(beast::error_code ec, std::size_t) {
   if (ec) return fail_request(ec);
   deadline_ = std::chrono::steady_clock::time_point::max();  // the backend may take its time
-  router_.handle(parser_->release(), [self = shared_from_this()](response&& res) {
-    if (self->socket_.get_executor().running_in_this_thread()) return self->send(std::move(res));
-    // Answered from another thread (a database worker): hand it to the session's own.
-    net::post(self->socket_.get_executor(),
-              [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
-  });
+  answered_.store(false, std::memory_order_relaxed);
+  const unsigned version = parser_->get().version();
+  try {
+    router_.handle(parser_->release(), [self = shared_from_this()](response&& res) {
+      if (self->answered_.exchange(true)) return;
+      if (self->socket_.get_executor().running_in_this_thread()) return self->send(std::move(res));
+      // Answered from another thread (a database worker): hand it to the session's own.
+      net::post(self->socket_.get_executor(),
+                [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
+    });
+  } catch (const std::exception& e) {
+    // Out of memory, most likely. One request failing must not end the process: answer
+    // it (unless it was answered already) and close this connection.
+    log::error("HTTP request failed: ", e.what());
+    if (answered_.exchange(true)) return;
+    request_keep_alive_ = false;
+    send(router::error_response(version, status::internal_server_error, "internal error"));
+  }
 }
 
 void session::fail_request(beast::error_code ec) {
@@ -148,9 +165,18 @@ void session::fail_request(beast::error_code ec) {
     res = router::error_response(
         version, status::payload_too_large,
         "body larger than http.max_body_bytes (" + std::to_string(limits_.max_body_bytes) + ")");
-  } else if (ec == beast_http::error::header_limit) {
+  } else if (ec == beast_http::error::header_limit ||
+             (ec == beast_http::error::buffer_overflow && !parser_->is_header_done())) {
     res = router::error_response(version, status::request_header_fields_too_large,
                                  "header too large");
+  } else if (ec == beast_http::error::buffer_overflow && trailer_pending()) {
+    res = router::error_response(version, status::request_header_fields_too_large,
+                                 "chunked trailer larger than " +
+                                     std::to_string(limits_.framing_allowance_bytes) + " bytes");
+  } else if (ec == beast_http::error::buffer_overflow) {
+    res = router::error_response(version, status::bad_request,
+                                 "chunk-size line (with extensions) larger than " +
+                                     std::to_string(limits_.framing_allowance_bytes) + " bytes");
   } else if (ec.category() ==
                  beast_http::make_error_code(beast_http::error::body_limit).category() ||
              ec == beast_http::error::bad_version) {
@@ -162,6 +188,18 @@ void session::fail_request(beast::error_code ec) {
   }
   res.keep_alive(false);
   send(std::move(res));
+}
+
+// After a buffer overflow in a chunked body: whether the buffer holds the last chunk
+// ("0" with optional extensions and its line end), so that what overflowed is the trailer.
+bool session::trailer_pending() const {
+  const auto data = buffer_.cdata();
+  std::string_view rest(static_cast<const char*>(data.data()), data.size());
+  if (rest.starts_with("\r\n")) rest.remove_prefix(2);  // the end of the previous chunk
+  const auto digits = rest.find_first_not_of('0');
+  if (digits == 0 || digits == std::string_view::npos) return false;
+  if (rest[digits] != ';' && rest[digits] != '\r') return false;
+  return rest.find("\r\n", digits) != std::string_view::npos;
 }
 
 void session::send(response&& res) {
@@ -183,7 +221,9 @@ void session::send(response&& res) {
     wire_.append("\r\n");
   }
   wire_.append("\r\n");
-  wire_.append(res.body());
+  // A HEAD answer keeps the Content-Length a GET would get but carries no body: a
+  // keep-alive client reads exactly the header and then the next answer.
+  if (!head_request_) wire_.append(res.body());
   set_deadline(limits_.idle_timeout);
   net::async_write(socket_, net::buffer(wire_),
                    beast::bind_front_handler(&session::on_write, shared_from_this(), keep_alive));

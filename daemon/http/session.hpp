@@ -5,6 +5,14 @@
 // idle_timeout for each request to arrive in full, so a client trickling a header byte
 // a second is cut off. I/O errors are error_codes, never exceptions.
 //
+// Memory per connection is bounded: the read buffer holds at most max_header_bytes +
+// framing_allowance_bytes (body bytes move into the request as they are parsed, so
+// the buffer only ever has to hold a header, a chunk-size line with its extensions, or
+// a trailer), and the body at most max_body_bytes. A chunk-size line or trailer that
+// does not fit is answered 400 or 431 and the connection closed. An exception thrown
+// while handling a request (std::bad_alloc included) is answered 500 and closes the
+// connection; the rest of the daemon carries on.
+//
 // Deadlines: each read or write sets a deadline (a coarse clock read); one timer per
 // connection wakes every idle_timeout/4 and closes the socket once the deadline has
 // passed. Re-arming a timer per read and per write cost about 5% of the CPU per request
@@ -14,6 +22,7 @@
 // thread.
 
 #include <array>
+#include <atomic>
 #include <boost/asio/basic_waitable_timer.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -30,6 +39,15 @@ struct session_limits {
   std::size_t max_body_bytes = 1048576;
   std::size_t max_header_bytes = 16384;
   std::chrono::milliseconds idle_timeout{30000};
+  // Room beyond the header limit for chunk framing and for reading ahead.
+  std::size_t framing_allowance_bytes = 65536;
+};
+
+// Held by a session for as long as it lives (its socket open); destroying it gives
+// the connection's place back (see listener and http.max_connections).
+class connection_slot {
+ public:
+  virtual ~connection_slot() = default;
 };
 
 // Each HTTP thread runs its own io_context, and a connection lives on one of them: its
@@ -42,7 +60,8 @@ using socket_type = boost::asio::basic_stream_socket<boost::asio::ip::tcp, execu
 
 class session : public std::enable_shared_from_this<session> {
  public:
-  session(socket_type&& socket, router& r, const session_limits& limits);
+  session(socket_type&& socket, router& r, const session_limits& limits,
+          std::unique_ptr<connection_slot> slot = nullptr);
   ~session();
 
   void start();
@@ -58,11 +77,13 @@ class session : public std::enable_shared_from_this<session> {
   void send(response&& res);
   void on_write(bool keep_alive, boost::beast::error_code ec, std::size_t);
   void fail_request(boost::beast::error_code ec);
+  bool trailer_pending() const;
   void do_close();
   void discard_input();
   void set_deadline(std::chrono::steady_clock::duration from_now);
   void watch_deadline();
 
+  std::unique_ptr<connection_slot> slot_;  // first: released after the socket is closed
   socket_type socket_;
   boost::asio::basic_waitable_timer<
       std::chrono::steady_clock, boost::asio::wait_traits<std::chrono::steady_clock>, executor_type>
@@ -75,7 +96,11 @@ class session : public std::enable_shared_from_this<session> {
   std::array<char, 4096> discard_buffer_;
   router& router_;
   session_limits limits_;
+  // Set by the first answer to the current request; a later one (an exception thrown
+  // after the router answered) is dropped. Answers may come from a database thread.
+  std::atomic<bool> answered_{false};
   bool request_keep_alive_ = false;
+  bool head_request_ = false;  // the answer carries no body
   bool between_requests_ = false;
   bool draining_ = false;
   bool closed_ = false;

@@ -115,6 +115,14 @@ registry::registry()
       wal_torn_tails(family(BuildCounter(), *registry_, "slotted_counterd_wal_torn_tails_total",
                             "Incomplete records cut off the end of the WAL at startup")
                          .Add({})),
+      http_connections_open(family(BuildGauge(), *registry_,
+                                   "slotted_counterd_http_connections_open",
+                                   "HTTP connections open now (held until closed)")
+                                .Add({})),
+      http_connections_rejected(
+          family(BuildCounter(), *registry_, "slotted_counterd_http_connections_rejected_total",
+                 "HTTP connections closed at accept because http.max_connections were open")
+              .Add({})),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

@@ -79,6 +79,8 @@ class registry {
   prometheus::Gauge& wal_bytes;
   prometheus::Histogram& wal_fsync_duration_seconds;
   prometheus::Counter& wal_torn_tails;
+  prometheus::Gauge& http_connections_open;
+  prometheus::Counter& http_connections_rejected;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table

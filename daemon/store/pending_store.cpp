@@ -9,11 +9,26 @@
 namespace slotted::store {
 
 namespace {
-struct key_hash {
-  using is_avalanching = std::true_type;  // hash_of mixes fully; no second mix needed
-  std::size_t operator()(const counter_key& k) const { return hash_of(k); }
+// A key with its hash already computed (for its shard): looking it up does not hash
+// it a second time. The keyed hash costs more than the unkeyed one it replaced, and
+// hashing once per increment wins most of that back (bench/RESULTS.md, hash_cost).
+struct hashed_key {
+  counter_key key;
+  std::uint64_t hash;
 };
-using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash>;
+struct key_hash {
+  using is_avalanching = std::true_type;  // SipHash mixes fully; no second mix needed
+  using is_transparent = void;
+  std::size_t operator()(const counter_key& k) const { return hash_of(k); }
+  std::size_t operator()(const hashed_key& k) const { return k.hash; }
+};
+struct key_equal {
+  using is_transparent = void;
+  bool operator()(const counter_key& a, const counter_key& b) const { return a == b; }
+  bool operator()(const hashed_key& a, const counter_key& b) const { return a.key == b; }
+  bool operator()(const counter_key& a, const hashed_key& b) const { return a == b.key; }
+};
+using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash, key_equal>;
 }  // namespace
 
 struct pending_store::shard {
@@ -35,28 +50,35 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
   const auto now = clock::now();
   // keys_ changes under the shard's lock, so take_all() can never subtract a key before
   // the add that inserted it was counted (the count would wrap below zero).
-  const auto apply = [&](shard& s, const ingest::increment& inc) {
-    auto [it, inserted] = s.deltas.try_emplace(counter_key{inc.record_type, inc.record_id}, 0);
-    it->second += inc.delta;
-    if (inserted) keys_.fetch_add(1, std::memory_order_relaxed);
+  const auto apply = [&](shard& s, const ingest::increment& inc, std::uint64_t hash) {
+    const counter_key key{inc.record_type, inc.record_id};
+    if (const auto it = s.deltas.find(hashed_key{key, hash}); it != s.deltas.end()) {
+      it->second += inc.delta;
+      return;
+    }
+    s.deltas.emplace(key, inc.delta);
+    keys_.fetch_add(1, std::memory_order_relaxed);
   };
   if (increments.size() == 1) {
     const auto& inc = increments.front();
-    shard& s = shards_[shard_of(hash_of(counter_key{inc.record_type, inc.record_id}))];
+    const auto hash = hash_of(counter_key{inc.record_type, inc.record_id});
+    shard& s = shards_[shard_of(hash)];
     std::lock_guard lock(s.mutex);
     if (!s.first_arrival) s.first_arrival = now;
-    apply(s, inc);
+    apply(s, inc, hash);
   } else {
     // Grouped by shard (a counting sort), so each shard is locked once per request
     // rather than once per increment.
     thread_local std::vector<std::uint32_t> shard_of_item, order, starts;
+    thread_local std::vector<std::uint64_t> hashes;
     shard_of_item.resize(increments.size());
+    hashes.resize(increments.size());
     order.resize(increments.size());
     starts.assign(shard_count_ + 1, 0);
     for (std::size_t i = 0; i < increments.size(); ++i) {
       const auto& inc = increments[i];
-      shard_of_item[i] = static_cast<std::uint32_t>(
-          shard_of(hash_of(counter_key{inc.record_type, inc.record_id})));
+      hashes[i] = hash_of(counter_key{inc.record_type, inc.record_id});
+      shard_of_item[i] = static_cast<std::uint32_t>(shard_of(hashes[i]));
       ++starts[shard_of_item[i] + 1];
     }
     for (std::size_t k = 0; k < shard_count_; ++k) starts[k + 1] += starts[k];
@@ -70,7 +92,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       shard& s = shards_[k];
       std::lock_guard lock(s.mutex);
       if (!s.first_arrival) s.first_arrival = now;
-      for (std::size_t j = begin; j < end; ++j) apply(s, increments[order[j]]);
+      for (std::size_t j = begin; j < end; ++j) apply(s, increments[order[j]], hashes[order[j]]);
       begin = end;
     }
   }

@@ -2,12 +2,17 @@
 // pipelining, keep-alive, header limits and read timeouts against slow clients.
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
+#include <thread>
 
+#include "http/listener.hpp"
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
@@ -46,6 +51,68 @@ std::size_t count_of(const std::string& text, const std::string& needle) {
   for (auto pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
     ++n;
   return n;
+}
+
+// What a hostile client saw: it sent `head`, then `filler` over and over (up to
+// `max_filler_bytes`) until the server answered; then it read until the server closed.
+struct streamed {
+  std::string reply;
+  std::size_t filler_sent = 0;
+  bool closed = false;  // the server closed (EOF or reset) within the deadline
+};
+
+streamed stream_until_answered(std::uint16_t port, const std::string& head,
+                               const std::string& filler, std::size_t max_filler_bytes) {
+  net::io_context ioc;
+  net::ip::tcp::socket s(ioc);
+  s.connect({net::ip::make_address("127.0.0.1"), port});
+  net::write(s, net::buffer(head));
+  s.non_blocking(true);
+  const int fd = s.native_handle();
+  streamed out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool answered = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const bool want_write = !answered && out.filler_sent < max_filler_bytes;
+    pollfd p{fd, static_cast<short>(POLLIN | (want_write ? POLLOUT : 0)), 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        out.reply.append(buf, static_cast<std::size_t>(n));
+        answered = out.reply.find("\r\n\r\n") != std::string::npos;
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        out.closed = true;
+        break;
+      }
+    }
+    if (want_write && (p.revents & POLLOUT)) {
+      const ssize_t n = ::send(fd, filler.data(), filler.size(), MSG_NOSIGNAL);
+      if (n > 0) out.filler_sent += static_cast<std::size_t>(n);
+    }
+  }
+  return out;
+}
+
+// The answers in a byte stream, split by their Content-Length. A HEAD answer has none
+// of its body on the wire, so `head_answers` says which answers to take as such.
+std::vector<std::string> split_answers(std::string text, const std::vector<bool>& head_answers) {
+  std::vector<std::string> answers;
+  for (std::size_t i = 0; !text.empty(); ++i) {
+    const auto end = text.find("\r\n\r\n");
+    if (end == std::string::npos) break;
+    std::size_t length = 0;
+    const auto cl = text.find("Content-Length: ");
+    if (cl != std::string::npos && cl < end) length = std::stoul(text.substr(cl + 16));
+    const bool head = i < head_answers.size() && head_answers[i];
+    const std::size_t size = std::min(text.size(), end + 4 + (head ? 0 : length));
+    answers.push_back(text.substr(0, size));
+    text.erase(0, size);
+  }
+  return answers;
 }
 
 TEST_F(Http, ChunkedBodyIsAccepted) {
@@ -153,6 +220,83 @@ TEST_F(Http, SlowHeaderIsCutOffAtTheIdleTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 
+TEST_F(Http, EndlessChunkExtensionIsRefusedWithBoundedMemory) {
+  // "1;" and then a chunk extension that never ends: without a bound on the read
+  // buffer the server keeps buffering until memory runs out. It must answer 400 after
+  // a bounded amount and close.
+  const auto got = stream_until_answered(
+      daemon_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;",
+      std::string(65536, 'a'), 64u << 20);
+  EXPECT_TRUE(got.reply.starts_with("HTTP/1.1 400")) << got.reply.substr(0, 200);
+  EXPECT_NE(got.reply.find("chunk-size line"), std::string::npos) << got.reply;
+  EXPECT_TRUE(got.closed);
+  EXPECT_LT(got.filler_sent, 64u << 20);
+  // The daemon is alive and serving.
+  EXPECT_EQ(http_client(daemon_->port()).get("/healthz").status, 200u);
+}
+
+TEST_F(Http, EndlessTrailerIsRefusedWithBoundedMemory) {
+  const auto got =
+      stream_until_answered(daemon_->port(),
+                            "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                            "1\r\na\r\n0\r\nX-Trailer: ",
+                            std::string(65536, 'b'), 64u << 20);
+  EXPECT_TRUE(got.reply.starts_with("HTTP/1.1 431")) << got.reply.substr(0, 200);
+  EXPECT_TRUE(got.closed);
+  EXPECT_LT(got.filler_sent, 64u << 20);
+  EXPECT_EQ(http_client(daemon_->port()).get("/healthz").status, 200u);
+}
+
+TEST_F(Http, LargeBodiesStillPassTheBoundedBuffer) {
+  // The read buffer is bounded to the header limit plus 64 KiB; a body near
+  // http.max_body_bytes (1 MiB) still arrives whole, plain and chunked.
+  std::string ndjson;
+  int items = 0;
+  while (ndjson.size() < 900000) {
+    ndjson += R"({"record_type": 1, "record_id": 45, "delta": 1})"
+              "\n";
+    ++items;
+  }
+  http_client c(daemon_->port());
+  EXPECT_EQ(c.request("POST", "/v1/increments", ndjson, "application/x-ndjson").status, 202u);
+  char len[32];
+  std::snprintf(len, sizeof len, "%zx\r\n", ndjson.size());
+  const auto chunked = stream_until_answered(
+      daemon_->port(),
+      "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\n"
+      "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" +
+          std::string(len) + ndjson + "\r\n0\r\n\r\n",
+      "", 0);
+  EXPECT_TRUE(chunked.reply.starts_with("HTTP/1.1 202")) << chunked.reply.substr(0, 200);
+  EXPECT_EQ(total(45), 2 * items);
+}
+
+TEST_F(Http, HeadAnswersCarryNoBodySoPipelinedAnswersStayInStep) {
+  const auto reply = raw_exchange(daemon_->port(),
+                                  "HEAD /nope HTTP/1.1\r\nHost: x\r\n\r\n"
+                                  "HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                                  "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const auto answers = split_answers(reply, {true, true, false});
+  ASSERT_EQ(answers.size(), 3u) << reply;
+  EXPECT_TRUE(answers[0].starts_with("HTTP/1.1 404")) << reply;
+  EXPECT_TRUE(answers[0].ends_with("\r\n\r\n")) << reply;  // no body
+  EXPECT_TRUE(answers[1].starts_with("HTTP/1.1 200")) << reply;
+  EXPECT_TRUE(answers[1].ends_with("\r\n\r\n")) << reply;
+  // The Content-Length a GET would get.
+  EXPECT_NE(answers[1].find("Content-Length: 16"), std::string::npos) << reply;
+  EXPECT_TRUE(answers[2].starts_with("HTTP/1.1 200")) << reply;
+  EXPECT_TRUE(answers[2].ends_with(R"({"status": "ok"})")) << reply;
+}
+
+TEST_F(Http, HeadOfAPostOnlyPathIs405WithoutBody) {
+  http_client c(daemon_->port());
+  const auto r = c.request("HEAD", "/v1/increments");
+  EXPECT_EQ(r.status, 405u);
+  EXPECT_TRUE(r.body.empty());
+  EXPECT_TRUE(r.keep_alive);
+  EXPECT_EQ(c.get("/healthz").status, 200u);  // the next answer is read in step
+}
+
 TEST_F(Http, HealthAndReadiness) {
   http_client c(daemon_->port());
   EXPECT_EQ(c.get("/healthz").status, 200u);
@@ -163,6 +307,80 @@ TEST_F(Http, HealthAndReadiness) {
   EXPECT_EQ(metrics.status, 200u);
   EXPECT_NE(metrics.body.find("slotted_counterd_flushes_total{result=\"ok\"}"), std::string::npos);
   EXPECT_NE(metrics.body.find("process_resident_memory_bytes"), std::string::npos);
+}
+
+TEST(HttpConnectionLimit, ConnectionsBeyondMaxConnectionsAreRefusedAndCounted) {
+  auto cfg = test_config(shared_mariadb(), migrated_database(shared_mariadb()));
+  cfg.http.max_connections = 3;
+  in_process_daemon daemon(cfg);
+  std::vector<std::unique_ptr<http_client>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<http_client>(daemon.port()));
+    ASSERT_EQ(held.back()->get("/healthz").status, 200u);
+  }
+  // A fourth connection gets a 503 (or, if that is lost to the reset, just the close),
+  // never an answer to its request.
+  const auto refused =
+      stream_until_answered(daemon.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "", 0);
+  EXPECT_TRUE(refused.closed);
+  EXPECT_TRUE(refused.reply.empty() || refused.reply.starts_with("HTTP/1.1 503")) << refused.reply;
+  auto metrics = held[0]->get("/metrics").body;
+  EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_rejected_total"), 1);
+  EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_open"), 3);
+  // Closing one gives its place back.
+  held.pop_back();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline &&
+         metric_value(metrics, "slotted_counterd_http_connections_open") != 2) {
+    metrics = held[0]->get("/metrics").body;
+  }
+  EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_open"), 2);
+  EXPECT_EQ(http_client(daemon.port()).get("/healthz").status, 200u);
+}
+
+// A backend whose /metrics handler throws, as an allocation failing would.
+class throwing_backend : public http::backend {
+ public:
+  bool draining() const override { return false; }
+  bool ready() const override { return true; }
+  store::add_result add(std::span<const ingest::increment>) override {
+    return store::add_result::applied;
+  }
+  bool durable() const override { return false; }
+  void add_durable(std::vector<ingest::increment>&&,
+                   std::function<void(store::add_result)>) override {}
+  void read_counter(
+      store::counter_key,
+      std::function<void(std::optional<flush::counter_reading>, std::string)>) override {}
+  void flush_now(std::function<void(const flush::flush_result&)>) override {}
+  void rollup_now(std::function<void(const rollup::rollup_result&)>) override {}
+  std::string metrics_text() override { throw std::bad_alloc(); }
+};
+
+TEST(HttpFailures, AHandlerThatThrowsIsAnswered500AndTheServerGoesOn) {
+  config::daemon_config cfg;
+  throwing_backend backend;
+  metrics::registry metrics;
+  ingest::table_limits limits;
+  http::router router(cfg, backend, metrics, limits);
+  net::io_context ioc(1);
+  auto listener = std::make_shared<http::listener>(
+      std::vector<net::io_context*>{&ioc},
+      net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), 0), router, http::session_limits{},
+      100, metrics);
+  listener->run();
+  std::thread io([&] { http::run_io_context(ioc); });
+  {
+    http_client c(listener->port());
+    const auto failed = c.get("/metrics");
+    EXPECT_EQ(failed.status, 500u);
+    EXPECT_FALSE(failed.keep_alive);
+    EXPECT_EQ(c.get("/healthz").status, 200u);
+    EXPECT_EQ(c.get("/metrics").status, 500u);
+  }
+  listener->stop();
+  ioc.stop();
+  io.join();
 }
 
 TEST(HttpNoDatabase, AcceptsIntoMemoryAndIsNotReadyWhileTheDatabaseIsUnreachable) {

@@ -54,6 +54,7 @@ http_reply http_client::request(const std::string& method, const std::string& ta
     http::write(impl_->stream, req);
     http::response_parser<http::string_body> parser;
     parser.body_limit(64 << 20);
+    parser.skip(method == "HEAD");  // a HEAD answer has a Content-Length but no body
     http::read(impl_->stream, impl_->buffer, parser);
     auto res = parser.release();
     reply.status = res.result_int();

@@ -198,5 +198,12 @@ TEST(Duration, ParsesUnitsStrictly) {
   }
 }
 
+TEST(Config, HttpMaxConnections) {
+  EXPECT_EQ(parse_config("", "test.yaml").http.max_connections, 10000u);
+  EXPECT_EQ(parse_config("http: {max_connections: 3}\n", "test.yaml").http.max_connections, 3u);
+  EXPECT_NE(only_problem("http: {max_connections: 0}\n").find("http.max_connections"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace slotted::config
