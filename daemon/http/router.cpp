@@ -49,6 +49,37 @@ metrics::reject_reason reason_for(status s) {
   return metrics::reject_reason::invalid;
 }
 
+// RFC 7240: true when the request's Prefer header asks for `return=minimal` (names and
+// values compared case-insensitively, the value possibly quoted; other preferences and
+// parameters are ignored).
+bool prefers_minimal(std::string_view prefer) {
+  const auto trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  };
+  const auto iequals = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  while (!prefer.empty()) {
+    const auto comma = prefer.find(',');
+    std::string_view item = prefer.substr(0, comma);
+    prefer = comma == std::string_view::npos ? std::string_view{} : prefer.substr(comma + 1);
+    item = trim(item.substr(0, item.find(';')));
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || !iequals(trim(item.substr(0, eq)), "return")) continue;
+    std::string_view value = trim(item.substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+      value = value.substr(1, value.size() - 2);
+    }
+    return iequals(value, "minimal");
+  }
+  return false;
+}
+
 template <typename Int>
 bool parse_decimal(std::string_view s, Int& out) {
   if (s.empty() || s.size() > 20) return false;
@@ -235,18 +266,28 @@ void router::handle_increments(const request& req, const reply& answer) {
     return answer(retry_later(v, "shutting down"));
   }
   const std::size_t n = increments.size();
+  const bool minimal = prefers_minimal(req[field::prefer]);
   if (backend_.durable()) {
-    return backend_.add_durable(
-        std::exchange(increments, {}),
-        [this, v, n, answer](store::add_result r) { answer_added(answer, v, n, r); });
+    return backend_.add_durable(std::exchange(increments, {}),
+                                [this, v, n, minimal, answer](store::add_result r) {
+                                  answer_added(answer, v, n, minimal, r);
+                                });
   }
-  answer_added(answer, v, n, backend_.add(increments));
+  answer_added(answer, v, n, minimal, backend_.add(increments));
 }
 
-void router::answer_added(const reply& answer, unsigned v, std::size_t n, store::add_result r) {
+void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool minimal,
+                          store::add_result r) {
   switch (r) {
     case store::add_result::applied:
       metrics_.increments_accepted.Increment(static_cast<double>(n));
+      if (minimal) {
+        // No body at all: an nginx mirror subrequest keeps its upstream connection
+        // only for answers without one.
+        response res{status::no_content, v};
+        res.set(field::preference_applied, "return=minimal");
+        return answer(std::move(res));
+      }
       return answer(
           json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
     case store::add_result::over_limit:

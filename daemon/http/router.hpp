@@ -75,7 +75,8 @@ class router {
   route_match match(const request_header& req) const;
   std::optional<response> refuse(const request_header& req, const route_match& m);
   void handle_increments(const request& req, const reply& answer);
-  void answer_added(const reply& answer, unsigned version, std::size_t n, store::add_result r);
+  void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
+                    store::add_result r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
 
   ingest::type_registry types_;

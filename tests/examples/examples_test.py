@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Runs what examples/ ships, against the real daemon, MariaDB and nginx.
+
+    python3 tests/examples/examples_test.py --daemon build/slotted-counterd --source .
+
+- examples/nginx/downloads.conf, unchanged but for its three placeholders, in a real
+  nginx: every download of /downloads/<id> is counted exactly once, nothing else is
+  counted, and the mirrored POSTs reuse upstream keep-alive connections.
+- examples/client/slotted_client.py: posts to the real daemon; retries with one
+  Idempotency-Key on 503 (honouring Retry-After) and on a timeout; never retries a 400.
+
+Starts its own MariaDB and nginx on 127.0.0.1 (free ports) and stops them by pid.
+Prints one line per check and ends with "N passed, M failed".
+"""
+
+import argparse
+import http.client
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
+from ops_test import Daemon, Failure, MariaDB, Runner, free_port, migrate  # noqa: E402
+from ops_test import http as http_call  # noqa: E402
+from ops_test import stop_process, tail, wait_for, write_config  # noqa: E402
+
+DOWNLOADS = 1000
+IDS = (1, 2, 3, 4, 5)
+
+
+def metric(daemon, series):
+    _, body, _ = http_call("GET", daemon.base + "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise Failure(f"{series} is not in /metrics")
+
+
+def table_counts(db):
+    r = db.sql("SELECT record_type, record_id, SUM(count) FROM app.slotted_counters "
+               "GROUP BY record_type, record_id")
+    if r.returncode != 0:
+        raise Failure(f"SELECT failed: {r.stderr.decode(errors='replace')}")
+    out = {}
+    for line in r.stdout.decode().splitlines()[1:]:
+        t, i, c = line.split("\t")
+        out[(int(t), int(i))] = int(c)
+    return out
+
+
+def flush(daemon):
+    status, body, _ = http_call("POST", daemon.base + "/v1/flush", timeout=30)
+    if status != 200:
+        raise Failure(f"POST /v1/flush answered {status}: {body[:200]!r}")
+
+
+class Nginx:
+    def __init__(self, root, source, daemon_port):
+        self.dir = os.path.join(root, "nginx")
+        self.files = os.path.join(self.dir, "files")
+        os.makedirs(os.path.join(self.files, "downloads"))
+        os.makedirs(os.path.join(self.dir, "tmp"))
+        for i in IDS:
+            with open(os.path.join(self.files, "downloads", str(i)), "w") as f:
+                f.write(f"file {i}\n" * 10)
+        self.port = free_port()
+        with open(os.path.join(source, "examples", "nginx", "downloads.conf")) as f:
+            site = f.read()
+        site = (site.replace("@DAEMON@", f"127.0.0.1:{daemon_port}")
+                .replace("@LISTEN@", f"127.0.0.1:{self.port}").replace("@FILES@", self.files))
+        with open(os.path.join(self.dir, "downloads.conf"), "w") as f:
+            f.write(site)
+        d = self.dir
+        self.conf = os.path.join(d, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"""worker_processes 1;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  include {d}/downloads.conf;
+}}
+""")
+        self.proc = None
+
+    def start(self):
+        args = ["nginx", "-p", self.dir, "-e", os.path.join(self.dir, "error.log"), "-c", self.conf]
+        r = subprocess.run(args + ["-t", "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=10)
+        if r.returncode != 0:
+            raise Failure(f"nginx -t: {r.stdout.decode(errors='replace')}")
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        wait_for("nginx to answer", lambda: http_call("GET", f"http://127.0.0.1:{self.port}/")[0] != 0
+                 if self.proc.poll() is None else self._died(), 10)
+
+    def _died(self):
+        raise Failure(f"nginx exited: {tail(os.path.join(self.dir, 'error.log'))}")
+
+    def stop(self):
+        stop_process(self.proc, "nginx", sig=15)
+
+
+def check_nginx_mirror(ctx):
+    accepted_before = metric(ctx.daemon, "slotted_counterd_increments_accepted_total")
+    connections_before = metric(ctx.daemon, "slotted_counterd_http_connections_accepted_total")
+    conn = http.client.HTTPConnection("127.0.0.1", ctx.nginx.port, timeout=10)
+    want = {}
+    for n in range(DOWNLOADS):
+        i = IDS[n % len(IDS)]
+        conn.request("GET", f"/downloads/{i}")
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 200 or not body.startswith(b"file"):
+            raise Failure(f"download {n} of /downloads/{i}: {r.status} {body[:100]!r}")
+        want[i] = want.get(i, 0) + 1
+    # Not downloads: no id, or not a number. They are served (404) and never counted.
+    for path in ("/downloads/", "/downloads/abc", "/other/1"):
+        conn.request("GET", path)
+        conn.getresponse().read()
+    conn.close()
+    # Mirror subrequests run in the background of each download: wait for the last.
+    wait_for("every mirrored increment to be accepted",
+             lambda: metric(ctx.daemon, "slotted_counterd_increments_accepted_total")
+             >= accepted_before + DOWNLOADS, 30)
+    flush(ctx.daemon)
+    got = table_counts(ctx.db)
+    counted = {i: got.get((123, i), 0) for i in IDS}
+    if counted != want or sum(got.values()) != DOWNLOADS:
+        raise Failure(f"table has {got}, want {want} under record_type 123 and nothing else")
+    connects = metric(ctx.daemon, "slotted_counterd_http_connections_accepted_total") - connections_before
+    per_1000 = connects * 1000 / DOWNLOADS
+    if per_1000 >= 1:
+        raise Failure(f"{connects:.0f} TCP connects to the daemon for {DOWNLOADS} mirrored downloads "
+                      "(upstream keep-alive is not working)")
+    return f"{DOWNLOADS} downloads counted exactly; {per_1000:.2f} daemon connects per 1,000"
+
+
+class Scripted(http.server.BaseHTTPRequestHandler):
+    """A stand-in for the daemon that answers from a script, to drive the client's
+    retry paths (the real daemon is used for everything else)."""
+
+    script = []   # one entry per request: ("status", code, headers) or ("hang", seconds)
+    seen = []     # (Idempotency-Key, body) per request
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        Scripted.seen.append((self.headers.get("Idempotency-Key"), body))
+        step = Scripted.script.pop(0) if Scripted.script else ("status", 202, {})
+        if step[0] == "hang":
+            time.sleep(step[1])
+            self.close_connection = True
+            return
+        _, code, headers = step
+        payload = json.dumps({"accepted": 1} if code == 202 else {"error": "scripted"}).encode()
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def check_client_real_daemon(ctx, client_mod):
+    client = client_mod.SlottedClient(ctx.daemon.base)
+    before = table_counts(ctx.db).get((123, 900), 0)
+    if client.increment("repo_downloads", 900) != 1:
+        raise Failure("increment did not report 1 accepted")
+    if client.post([{"record_type": 123, "record_id": 900, "delta": 2}] * 3) != 3:
+        raise Failure("post of 3 items did not report 3 accepted")
+    sleeps = []
+    bad = client_mod.SlottedClient(ctx.daemon.base, sleep=sleeps.append)
+    try:
+        bad.increment("not_declared", 1)
+    except client_mod.SlottedError as e:
+        if e.status != 400:
+            raise Failure(f"undeclared type: status {e.status}, want 400") from None
+    else:
+        raise Failure("an undeclared type was not refused")
+    if sleeps:
+        raise Failure(f"a 400 was retried (slept {sleeps})")
+    flush(ctx.daemon)
+    got = table_counts(ctx.db).get((123, 900), 0) - before
+    if got != 7:
+        raise Failure(f"table gained {got} for record 900, want 7")
+    return "1 + 3x2 counted exactly; 400 not retried"
+
+
+def check_client_retries(ctx, client_mod):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        Scripted.seen = []
+        Scripted.script = [("status", 503, {"Retry-After": "3"}), ("hang", 1.5), ("status", 202, {})]
+        sleeps = []
+        client = client_mod.SlottedClient(base, timeout=0.5, backoff=0.01, sleep=sleeps.append)
+        if client.increment(123, 5) != 1:
+            raise Failure("the third attempt's 202 was not returned")
+        keys = {k for k, _ in Scripted.seen}
+        if len(Scripted.seen) != 3 or len(keys) != 1 or None in keys:
+            raise Failure(f"want 3 attempts with one Idempotency-Key, saw {Scripted.seen}")
+        if not sleeps or sleeps[0] < 3:
+            raise Failure(f"Retry-After: 3 not honoured, slept {sleeps}")
+        Scripted.seen = []
+        Scripted.script = [("status", 503, {})] * 10
+        try:
+            client_mod.SlottedClient(base, attempts=4, sleep=lambda s: None).increment(123, 5)
+        except client_mod.SlottedError as e:
+            if e.status != 503:
+                raise Failure(f"gave up with {e.status}, want the last 503") from None
+        else:
+            raise Failure("an endless 503 did not raise")
+        if len(Scripted.seen) != 4:
+            raise Failure(f"attempts=4 made {len(Scripted.seen)} attempts")
+    finally:
+        server.shutdown()
+        server.server_close()
+    return "503 + Retry-After, a timeout, then 202: 3 attempts, one key; gives up after `attempts`"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--source", required=True)
+    args = ap.parse_args()
+    source = os.path.abspath(args.source)
+    sys.path.insert(0, os.path.join(source, "examples", "client"))
+    import slotted_client  # noqa: E402
+
+    class Ctx:
+        pass
+
+    ctx = Ctx()
+    ctx.tmp = tempfile.mkdtemp(prefix="slotted-examples-")
+    os.chmod(ctx.tmp, 0o755)  # nginx's workers (nobody, when run as root) read the files
+    ctx.db = ctx.daemon = ctx.nginx = None
+    runner = Runner()
+    try:
+        missing = [t for t in ("nginx", "mariadbd", "mariadb-install-db", "mariadb") if not shutil.which(t)]
+        if missing:
+            raise Failure("not installed: " + ", ".join(missing))
+        ctx.db = MariaDB(ctx.tmp)
+        ctx.db.install()
+        ctx.db.start()
+        ctx.db.wait_up()
+        ctx.db.sql("CREATE DATABASE app")
+        cfg = os.path.join(ctx.tmp, "daemon.yaml")
+        write_config(cfg, ctx.db, "examples",
+                     "counters: [{name: repo_downloads, record_type: 123}]\n")
+        # Only declared counters: the nginx example names its counter.
+        with open(cfg) as f:
+            text = f.read().replace("accept_undeclared_types: true", "accept_undeclared_types: false")
+        with open(cfg, "w") as f:
+            f.write(text)
+        migrate(os.path.abspath(args.daemon), cfg)
+        ctx.daemon = Daemon(os.path.abspath(args.daemon), cfg, os.path.join(ctx.tmp, "daemon.log"))
+        ctx.daemon.start()
+        ctx.daemon.wait_listening()
+        ctx.nginx = Nginx(ctx.tmp, source, ctx.daemon.port)
+        ctx.nginx.start()
+    except Failure as e:
+        print(f"FAIL setup: {e}", flush=True)
+        runner.failed += 1
+    else:
+        runner.run("nginx: mirror counts every download once over upstream keep-alive",
+                   check_nginx_mirror, ctx)
+        runner.run("client: posts to the daemon, 400 not retried", check_client_real_daemon, ctx,
+                   slotted_client)
+        runner.run("client: retries with one key, honours Retry-After", check_client_retries, ctx,
+                   slotted_client)
+    finally:
+        for part in (ctx.nginx, ctx.daemon, ctx.db):
+            if part is not None:
+                part.stop()
+        shutil.rmtree(ctx.tmp, ignore_errors=True)
+    print(f"{runner.passed} passed, {runner.failed} failed", flush=True)
+    return 1 if runner.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
