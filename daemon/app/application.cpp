@@ -144,8 +144,14 @@ void application::start() {
               " are kept for the daemon's own files and database connections");
   }
   try {
-    listener_ = std::make_shared<http::listener>(std::move(contexts), endpoint, router_, limits,
+    listener_ = std::make_shared<http::listener>(contexts, endpoint, router_, limits,
                                                  max_connections, metrics_);
+    if (!cfg_.listen_unix_socket.empty()) {
+      // One max_connections for both listeners: the descriptors are the same.
+      unix_listener_ = std::make_shared<http::listener>(
+          std::move(contexts), cfg_.listen_unix_socket, cfg_.listen_unix_socket_mode, router_,
+          limits, max_connections, metrics_, listener_->open_count());
+    }
   } catch (...) {
     // The log thread uses the flusher's queue: stop it before anything is torn down.
     if (wal_) wal_->stop();
@@ -155,6 +161,7 @@ void application::start() {
   probe_.start();
   roller_.start();
   listener_->run();
+  if (unix_listener_) unix_listener_->run();
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) {
     // Sessions come and go; the context must not run out of work in between.
@@ -162,6 +169,11 @@ void application::start() {
   }
   log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
             cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
+  if (unix_listener_) {
+    log::info("listening on unix socket ", cfg_.listen_unix_socket, " (mode 0",
+              (cfg_.listen_unix_socket_mode >> 6) & 7, (cfg_.listen_unix_socket_mode >> 3) & 7,
+              cfg_.listen_unix_socket_mode & 7, ")");
+  }
   notify::ready();
   start_watchdog();
 }
@@ -220,14 +232,17 @@ int application::run_until_stopped() {
     });
   }
   listener_->stop();
+  if (unix_listener_) unix_listener_->stop();
   // In-flight requests get up to half the shutdown budget; the final flush the rest.
   const auto requests_deadline = started + cfg_.shutdown_timeout / 2;
-  while (listener_->sessions() > 0 && clock::now() < requests_deadline) {
+  const auto busy = [this] {
+    return listener_->sessions() + (unix_listener_ ? unix_listener_->sessions() : 0);
+  };
+  while (busy() > 0 && clock::now() < requests_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (listener_->sessions() > 0) {
-    log::warn(listener_->sessions(),
-              " connections still busy at the shutdown deadline; closing them");
+  if (busy() > 0) {
+    log::warn(busy(), " connections still busy at the shutdown deadline; closing them");
   }
   for (auto& c : contexts_) c->stop();
   for (auto& t : io_threads_) t.join();

@@ -89,6 +89,7 @@ class application final : public http::backend {
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
   std::shared_ptr<http::listener> listener_;
+  std::shared_ptr<http::listener> unix_listener_;  // listen.unix_socket, when set
   std::vector<std::thread> io_threads_;
   boost::asio::thread_pool db_workers_;
   std::atomic<bool> draining_{false};

@@ -324,26 +324,55 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
            }},
           {"listen",
            [&](const YAML::Node& v, const std::string& p) {
-             c.mapping(v, p,
-                       {
-                           {"address",
-                            [&](const YAML::Node& a, const std::string& ap) {
-                              std::string addr;
-                              c.string(a, ap, addr);
-                              unsigned char buf[sizeof(in6_addr)];
-                              if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
-                                  inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
-                                c.fail(a, ap,
-                                       "expected an IPv4 or IPv6 address, got '" + addr + "'");
-                              } else {
-                                cfg.listen_address = addr;
-                              }
-                            }},
-                           {"port",
-                            [&](const YAML::Node& a, const std::string& ap) {
-                              c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
-                            }},
-                       });
+             c.mapping(
+                 v, p,
+                 {
+                     {"address",
+                      [&](const YAML::Node& a, const std::string& ap) {
+                        std::string addr;
+                        c.string(a, ap, addr);
+                        unsigned char buf[sizeof(in6_addr)];
+                        if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
+                            inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
+                          c.fail(a, ap, "expected an IPv4 or IPv6 address, got '" + addr + "'");
+                        } else {
+                          cfg.listen_address = addr;
+                        }
+                      }},
+                     {"port",
+                      [&](const YAML::Node& a, const std::string& ap) {
+                        c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
+                      }},
+                     {"unix_socket",
+                      [&](const YAML::Node& a, const std::string& ap) {
+                        std::string path;
+                        c.string(a, ap, path);
+                        if (!a.IsScalar()) return;  // reported by string()
+                        if (path.empty() || path.front() != '/' || path.size() > 107) {
+                          c.fail(
+                              a, ap,
+                              "expected an absolute path of at most 107 bytes, got '" + path + "'");
+                        } else {
+                          cfg.listen_unix_socket = path;
+                        }
+                      }},
+                     {"unix_socket_mode",
+                      [&](const YAML::Node& a, const std::string& ap) {
+                        // Octal, as chmod takes it: 0660, or "0660" quoted.
+                        std::string text;
+                        c.string(a, ap, text);
+                        if (!a.IsScalar()) return;  // reported by string()
+                        unsigned mode = 0;
+                        const auto r =
+                            std::from_chars(text.data(), text.data() + text.size(), mode, 8);
+                        if (text.empty() || r.ec != std::errc() ||
+                            r.ptr != text.data() + text.size() || mode > 0777) {
+                          c.fail(a, ap, "expected an octal mode 0000..0777, got '" + text + "'");
+                        } else {
+                          cfg.listen_unix_socket_mode = mode;
+                        }
+                      }},
+                 });
            }},
           {"http",
            [&](const YAML::Node& v, const std::string& p) {

@@ -78,6 +78,9 @@ struct daemon_config {
   std::string instance_id;  // default: hostname
   std::string listen_address = "127.0.0.1";
   std::uint16_t listen_port = 8080;  // 0: any free port (tests)
+  // The same API on a Unix socket besides TCP (empty: none), with these permissions.
+  std::string listen_unix_socket;
+  unsigned listen_unix_socket_mode = 0660;
   http_config http;
   mysql_config mysql;
   std::vector<counter_decl> counters;

@@ -1,10 +1,18 @@
 #include "http/listener.hpp"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
 
 #include "util/log.hpp"
 
@@ -34,19 +42,102 @@ class listener::slot : public connection_slot {
 };
 
 listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& endpoint, router& r,
-                   session_limits limits, std::size_t max_connections, metrics::registry& m)
+                   session_limits limits, std::size_t max_connections, metrics::registry& m,
+                   connection_count open)
     : contexts_(std::move(contexts)),
       acceptor_(*contexts_.front()),
       retry_timer_(*contexts_.front()),
       router_(r),
       limits_(limits),
       max_connections_(max_connections),
+      open_(open ? std::move(open) : std::make_shared<std::atomic<std::size_t>>(0)),
       metrics_(m) {
-  acceptor_.open(endpoint.protocol());
+  const net::generic::stream_protocol::endpoint generic(endpoint);
+  acceptor_.open(generic.protocol());
   acceptor_.set_option(net::socket_base::reuse_address(true));
-  acceptor_.bind(endpoint);
+  acceptor_.bind(generic);
   acceptor_.listen(net::socket_base::max_listen_connections);
-  port_ = acceptor_.local_endpoint().port();
+  tcp::endpoint bound;
+  socklen_t len = static_cast<socklen_t>(bound.capacity());
+  if (::getsockname(acceptor_.native_handle(), bound.data(), &len) == 0) {
+    bound.resize(len);
+    port_ = bound.port();
+  }
+}
+
+namespace {
+// Whether something accepts connections on the Unix socket at `path` right now.
+bool socket_is_live(const std::string& path) {
+  net::io_context ctx;
+  net::local::stream_protocol::socket probe(ctx);
+  beast::error_code ec;
+  probe.connect(net::local::stream_protocol::endpoint(path), ec);
+  return !ec;
+}
+}  // namespace
+
+listener::listener(std::vector<net::io_context*> contexts, const std::string& path, unsigned mode,
+                   router& r, session_limits limits, std::size_t max_connections,
+                   metrics::registry& m, connection_count open)
+    : contexts_(std::move(contexts)),
+      acceptor_(*contexts_.front()),
+      retry_timer_(*contexts_.front()),
+      router_(r),
+      limits_(limits),
+      max_connections_(max_connections),
+      open_(std::move(open)),
+      metrics_(m),
+      tcp_(false) {
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
+    throw std::runtime_error("listen.unix_socket: '" + path + "' is empty or longer than " +
+                             std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw std::runtime_error("listen.unix_socket: " + path +
+                               " exists and is not a socket; not touching it");
+    }
+    if (socket_is_live(path)) {
+      throw std::runtime_error("listen.unix_socket: another process accepts on " + path +
+                               " (a second copy of the daemon?); not touching it");
+    }
+    // Left behind by a process that is gone (SIGKILL, power cut): nobody listens.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      throw std::runtime_error("listen.unix_socket: cannot remove the stale socket " + path + ": " +
+                               std::strerror(errno));
+    }
+    log::info("removed the stale socket ", path);
+  }
+  const net::generic::stream_protocol::endpoint generic(
+      net::local::stream_protocol::endpoint{path});
+  acceptor_.open(generic.protocol());
+  acceptor_.bind(generic);
+  if (::chmod(path.c_str(), mode) != 0) {
+    const int err = errno;
+    ::unlink(path.c_str());
+    throw std::runtime_error("listen.unix_socket: chmod " + path + ": " + std::strerror(err));
+  }
+  acceptor_.listen(net::socket_base::max_listen_connections);
+  if (::lstat(path.c_str(), &st) == 0) unix_inode_ = st.st_ino;
+  unix_path_ = path;
+}
+
+// A listener that was never stopped (start() failed after binding) still removes its
+// socket file.
+listener::~listener() {
+  remove_socket_file();
+}
+
+void listener::remove_socket_file() {
+  std::lock_guard lock(sessions_mutex_);
+  if (unix_path_.empty()) return;
+  // Only our own socket: a newer daemon may have replaced it already.
+  struct stat st {};
+  if (::lstat(unix_path_.c_str(), &st) == 0 && st.st_ino == unix_inode_) {
+    ::unlink(unix_path_.c_str());
+  }
+  unix_path_.clear();
 }
 
 void listener::run() {
@@ -55,6 +146,7 @@ void listener::run() {
 
 void listener::stop() {
   stopped_ = true;
+  remove_socket_file();
   net::dispatch(acceptor_.get_executor(), [self = shared_from_this()] {
     beast::error_code ignored;
     self->acceptor_.close(ignored);
@@ -98,7 +190,7 @@ void refuse(socket_type& socket) {
   beast::error_code ignored;
   socket.non_blocking(true, ignored);
   socket.send(net::buffer(busy), 0, ignored);
-  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.shutdown(net::socket_base::shutdown_both, ignored);
   socket.close(ignored);
 }
 }  // namespace
@@ -119,7 +211,8 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
     metrics_.http_connections_rejected.Increment();
     return do_accept();
   }
-  socket.set_option(tcp::no_delay(true), ec);
+  metrics_.http_connections_accepted.Increment();
+  if (tcp_) socket.set_option(tcp::no_delay(true), ec);
   auto s = std::make_shared<session>(std::move(socket), router_, limits_,
                                      std::make_unique<slot>(open_, metrics_.http_connections_open));
   {

@@ -15,6 +15,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "http/session.hpp"
@@ -24,13 +25,26 @@ namespace slotted::http {
 
 class listener : public std::enable_shared_from_this<listener> {
  public:
-  // Binds and listens; throws boost::system::system_error when it cannot.
+  // Counts the connections of every listener together against one max_connections.
+  using connection_count = std::shared_ptr<std::atomic<std::size_t>>;
+
+  // Binds and listens on TCP; throws boost::system::system_error when it cannot.
   // The acceptor lives on contexts[0]; connections are spread over all of them.
   listener(std::vector<boost::asio::io_context*> contexts,
            const boost::asio::ip::tcp::endpoint& endpoint, router& r, session_limits limits,
-           std::size_t max_connections, metrics::registry& m);
+           std::size_t max_connections, metrics::registry& m, connection_count open = nullptr);
+  // Binds and listens on a Unix socket at `path` with permissions `mode`. A socket file
+  // left there by a process that is gone is removed first; a live one (something
+  // accepts on it) or a file that is not a socket is never touched: throws
+  // std::runtime_error naming the path. The file is removed again by stop().
+  listener(std::vector<boost::asio::io_context*> contexts, const std::string& path, unsigned mode,
+           router& r, session_limits limits, std::size_t max_connections, metrics::registry& m,
+           connection_count open);
+  ~listener();
 
+  // The TCP port (0 for a Unix socket).
   std::uint16_t port() const { return port_; }
+  const connection_count& open_count() const { return open_; }
   void run();
   // Stops accepting and drains every open session (see session::drain).
   void stop();
@@ -42,11 +56,12 @@ class listener : public std::enable_shared_from_this<listener> {
  private:
   class slot;
   void do_accept();
+  void remove_socket_file();
   void on_accept(boost::beast::error_code ec, socket_type socket);
 
   std::vector<boost::asio::io_context*> contexts_;
   std::size_t next_context_ = 0;
-  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::basic_socket_acceptor<boost::asio::generic::stream_protocol> acceptor_;
   boost::asio::steady_timer retry_timer_;
   router& router_;
   session_limits limits_;
@@ -56,8 +71,11 @@ class listener : public std::enable_shared_from_this<listener> {
   std::size_t next_sweep_ = 64;
   std::atomic<bool> stopped_{false};
   std::size_t max_connections_;
-  std::shared_ptr<std::atomic<std::size_t>> open_ = std::make_shared<std::atomic<std::size_t>>(0);
+  connection_count open_;
   metrics::registry& metrics_;
+  bool tcp_ = true;
+  std::string unix_path_;  // removed at stop() when it is still our socket
+  std::uint64_t unix_inode_ = 0;
 };
 
 // How many client connections the open-file limit allows while keeping `reserve`

@@ -24,6 +24,7 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/basic_waitable_timer.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -56,7 +57,10 @@ class connection_slot {
 // version (one shared io_context, a strand per session, any_io_executor) showed about
 // 12% of the CPU in executor copies and strand dispatch.
 using executor_type = boost::asio::io_context::executor_type;
-using socket_type = boost::asio::basic_stream_socket<boost::asio::ip::tcp, executor_type>;
+// A generic stream socket: the same session serves TCP and Unix-socket connections
+// (listen.unix_socket); the protocol is a runtime value, the I/O path is the same.
+using socket_type =
+    boost::asio::basic_stream_socket<boost::asio::generic::stream_protocol, executor_type>;
 
 class session : public std::enable_shared_from_this<session> {
  public:

@@ -123,6 +123,10 @@ registry::registry()
           family(BuildCounter(), *registry_, "slotted_counterd_http_connections_rejected_total",
                  "HTTP connections closed at accept because http.max_connections were open")
               .Add({})),
+      http_connections_accepted(
+          family(BuildCounter(), *registry_, "slotted_counterd_http_connections_accepted_total",
+                 "HTTP connections accepted (TCP and Unix socket), refused ones not counted")
+              .Add({})),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

@@ -81,6 +81,7 @@ class registry {
   prometheus::Counter& wal_torn_tails;
   prometheus::Gauge& http_connections_open;
   prometheus::Counter& http_connections_rejected;
+  prometheus::Counter& http_connections_accepted;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table

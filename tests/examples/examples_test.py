@@ -30,7 +30,8 @@ from ops_test import Daemon, Failure, MariaDB, Runner, free_port, migrate  # noq
 from ops_test import http as http_call  # noqa: E402
 from ops_test import stop_process, tail, wait_for, write_config  # noqa: E402
 
-DOWNLOADS = 1000
+DOWNLOADS = 3000
+WARMUP = 200
 IDS = (1, 2, 3, 4, 5)
 
 
@@ -114,10 +115,21 @@ http {{
 
 
 def check_nginx_mirror(ctx):
+    conn = http.client.HTTPConnection("127.0.0.1", ctx.nginx.port, timeout=10)
+    # Warm-up: nginx opens as many upstream connections as mirror subrequests overlap
+    # (a few), then keeps them; connects are counted after it.
+    for n in range(WARMUP):
+        conn.request("GET", f"/downloads/{IDS[0]}")
+        conn.getresponse().read()
+    wait_for("the warm-up increments", lambda: metric(
+        ctx.daemon, "slotted_counterd_increments_accepted_total") >= WARMUP, 30)
+    flush(ctx.daemon)
+    warm = table_counts(ctx.db).get((123, IDS[0]), 0)
+    if warm != WARMUP:
+        raise Failure(f"warm-up: table has {warm} for id {IDS[0]}, want {WARMUP}")
     accepted_before = metric(ctx.daemon, "slotted_counterd_increments_accepted_total")
     connections_before = metric(ctx.daemon, "slotted_counterd_http_connections_accepted_total")
-    conn = http.client.HTTPConnection("127.0.0.1", ctx.nginx.port, timeout=10)
-    want = {}
+    want = {IDS[0]: WARMUP}
     for n in range(DOWNLOADS):
         i = IDS[n % len(IDS)]
         conn.request("GET", f"/downloads/{i}")
@@ -131,6 +143,9 @@ def check_nginx_mirror(ctx):
         conn.request("GET", path)
         conn.getresponse().read()
     conn.close()
+    # Less the connection of this very metrics read (counted when accepted).
+    connects = (metric(ctx.daemon, "slotted_counterd_http_connections_accepted_total")
+                - connections_before - 1)
     # Mirror subrequests run in the background of each download: wait for the last.
     wait_for("every mirrored increment to be accepted",
              lambda: metric(ctx.daemon, "slotted_counterd_increments_accepted_total")
@@ -138,14 +153,14 @@ def check_nginx_mirror(ctx):
     flush(ctx.daemon)
     got = table_counts(ctx.db)
     counted = {i: got.get((123, i), 0) for i in IDS}
-    if counted != want or sum(got.values()) != DOWNLOADS:
+    if counted != want or sum(got.values()) != DOWNLOADS + WARMUP:
         raise Failure(f"table has {got}, want {want} under record_type 123 and nothing else")
-    connects = metric(ctx.daemon, "slotted_counterd_http_connections_accepted_total") - connections_before
     per_1000 = connects * 1000 / DOWNLOADS
     if per_1000 >= 1:
         raise Failure(f"{connects:.0f} TCP connects to the daemon for {DOWNLOADS} mirrored downloads "
                       "(upstream keep-alive is not working)")
-    return f"{DOWNLOADS} downloads counted exactly; {per_1000:.2f} daemon connects per 1,000"
+    return (f"{WARMUP} + {DOWNLOADS} downloads counted exactly; {per_1000:.2f} daemon connects "
+            f"per 1,000 after warm-up ({connects:.0f} in all)")
 
 
 class Scripted(http.server.BaseHTTPRequestHandler):

@@ -205,5 +205,28 @@ TEST(Config, HttpMaxConnections) {
             std::string::npos);
 }
 
+TEST(Config, ListenUnixSocket) {
+  const auto none = parse_config("", "test.yaml");
+  EXPECT_EQ(none.listen_unix_socket, "");
+  EXPECT_EQ(none.listen_unix_socket_mode, 0660u);
+  const auto set = parse_config(
+      "listen: {unix_socket: /run/slotted/api.sock, unix_socket_mode: 0600}\n", "test.yaml");
+  EXPECT_EQ(set.listen_unix_socket, "/run/slotted/api.sock");
+  EXPECT_EQ(set.listen_unix_socket_mode, 0600u);
+  EXPECT_EQ(
+      parse_config("listen: {unix_socket: /a.sock, unix_socket_mode: \"0666\"}\n", "test.yaml")
+          .listen_unix_socket_mode,
+      0666u);
+  EXPECT_NE(only_problem("listen: {unix_socket: relative.sock}\n").find("listen.unix_socket"),
+            std::string::npos);
+  EXPECT_NE(only_problem("listen: {unix_socket: /" + std::string(120, 'a') + "}\n")
+                .find("at most 107 bytes"),
+            std::string::npos);
+  EXPECT_NE(only_problem("listen: {unix_socket_mode: 0999}\n").find("listen.unix_socket_mode"),
+            std::string::npos);
+  EXPECT_NE(only_problem("listen: {unix_socket_mode: 01777}\n").find("octal mode"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace slotted::config
