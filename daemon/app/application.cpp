@@ -203,13 +203,13 @@ void application::install_signal_handlers(std::string config_path) {
 // Reloads run on a database worker: reading files and checking rollup targets must
 // not hold up the HTTP thread the signal arrives on.
 void application::wait_for_reload_signal(std::string config_path) {
-  reload_signals_->async_wait([this, path = std::move(config_path)](
-                                  const boost::system::error_code& ec, int) mutable {
-    if (ec || draining_) return;
-    log::info("SIGHUP received; reloading ", path);
-    net::post(db_workers_, [this, path] { reload(path); });
-    wait_for_reload_signal(std::move(path));
-  });
+  reload_signals_->async_wait(
+      [this, path = std::move(config_path)](const boost::system::error_code& ec, int) mutable {
+        if (ec || draining_) return;
+        log::info("SIGHUP received; reloading ", path);
+        net::post(db_workers_, [this, path] { reload(path); });
+        wait_for_reload_signal(std::move(path));
+      });
 }
 
 bool application::reload(const std::string& config_path) {
@@ -235,8 +235,9 @@ bool application::reload(const std::string& config_path) {
     probe.counters = next.counters;
     try {
       if (!verify_database(probe)) {
-        log::warn("reload: database not reachable; the rollup targets are verified at the "
-                  "next flush");
+        log::warn(
+            "reload: database not reachable; the rollup targets are verified at the "
+            "next flush");
       }
     } catch (const db::db_error& e) {
       log::error("reload refused: ", e.what(), "; the running configuration stays");

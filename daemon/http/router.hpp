@@ -8,8 +8,8 @@
 #include <atomic>
 #include <boost/beast/http.hpp>
 #include <chrono>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>

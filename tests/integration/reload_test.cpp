@@ -76,8 +76,8 @@ TEST(Reload, SighupAppliesLiveKeysNamesTheRestAndRefusesBrokenConfigs) {
                                  "http: {threads: 2, auth_token_file: " +
                                      tokens.dir +
                                      "/a}\n"
-                                        "counters: [{name: pages, record_type: 7}]\n"
-                                        "log: {level: info}\n"));
+                                     "counters: [{name: pages, record_type: 7}]\n"
+                                     "log: {level: info}\n"));
   const std::string downloads = R"({"record_type": "downloads", "record_id": 1, "delta": 5})";
   EXPECT_EQ(post(daemon.port(), "token-a", downloads).status, 400u);  // not declared yet
   EXPECT_EQ(post(daemon.port(), "token-b", downloads).status, 401u);
@@ -97,12 +97,10 @@ TEST(Reload, SighupAppliesLiveKeysNamesTheRestAndRefusesBrokenConfigs) {
           "flush: {interval: 200ms, slots: 7}\n"));
   daemon.signal(SIGHUP);
   ASSERT_TRUE(wait_for_log(daemon, "reload: applied")) << daemon.log();
-  EXPECT_NE(daemon.log().find(
-                "reload: applied log.level, http.auth_token_file, counters"),
+  EXPECT_NE(daemon.log().find("reload: applied log.level, http.auth_token_file, counters"),
             std::string::npos)
       << daemon.log();
-  EXPECT_NE(daemon.log().find("only after a restart (not applied): flush.slots"),
-            std::string::npos)
+  EXPECT_NE(daemon.log().find("only after a restart (not applied): flush.slots"), std::string::npos)
       << daemon.log();
   EXPECT_EQ(daemon.log().find("token-"), std::string::npos) << "a secret reached the log";
 
@@ -127,9 +125,9 @@ TEST(Reload, SighupAppliesLiveKeysNamesTheRestAndRefusesBrokenConfigs) {
   EXPECT_NE(daemon.log().find("counters[0].record_type"), std::string::npos) << daemon.log();
 
   // A rollup target the database lacks: refused too.
-  daemon.write_config(yaml_for(
-      server, database,
-      "counters:\n"
+  daemon.write_config(
+      yaml_for(server, database,
+               "counters:\n"
                "  - name: downloads\n"
                "    record_type: 123\n"
                "    rollup: {table: no_such_table, id_column: id, count_column: c}\n"));

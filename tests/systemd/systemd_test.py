@@ -182,6 +182,7 @@ R="$WORK/root"
 mount -t overlay overlay -o "lowerdir=$BASE,upperdir=$WORK/upper,workdir=$WORK/work" "$R"
 mount -t proc proc "$R/proc"
 for p in sys sysrq-trigger; do
+  [ -e "$R/proc/$p" ] || continue
   mount --bind "$R/proc/$p" "$R/proc/$p"
   mount -o remount,bind,ro "$R/proc/$p"
 done
@@ -203,6 +204,9 @@ mkdir -p .oldroot
 pivot_root . .oldroot
 umount -l /.oldroot
 rmdir /.oldroot
+# systemd leaves mount propagation to a container manager: shared, as on a host, so
+# that the mounts it moves into place (credentials) reach the services.
+mount --make-rshared /
 exec /usr/bin/env -i container=slotted-test PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   /usr/bin/setpriv --bounding-set "$DROP" /lib/systemd/systemd --system
 """
@@ -251,7 +255,7 @@ class Machine:
 
         def child():
             if self.proc.poll() is not None:
-                raise Failure(f"unshare exited {self.proc.returncode}:\n{tail(self.console, 30)}")
+                return -1
             with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
                 kids = f.read().split()
             if not kids:
@@ -259,8 +263,16 @@ class Machine:
             with open(f"/proc/{kids[0]}/comm") as f:
                 return int(kids[0]) if f.read().strip() == "systemd" else None
         self.pid1 = wait_for("systemd to be PID 1", child, 30, interval=0.05)
-        out = wait_for("systemd to finish booting", self._booted, 120, interval=0.5)
-        return out
+        if self.pid1 == -1:
+            self.pid1 = None
+            raise Failure(f"unshare exited {self.proc.returncode}:\n{tail(self.console, 30)}")
+        state = wait_for("systemd to finish booting", self._booted, 120, interval=0.5)
+        if state == "dead":
+            raise Failure(f"the machine died while booting:\n{tail(self.console, 30)}")
+        if state == "degraded":
+            failed = self.run(["systemctl", "--failed", "--no-legend"], check=False).stdout.strip()
+            state += f" ({failed})"
+        return state
 
     def _booted(self):
         r = self.run(["systemctl", "is-system-running"], check=False, timeout=10)
@@ -268,7 +280,7 @@ class Machine:
         if state in ("running", "degraded"):
             return state
         if self.proc.poll() is not None:
-            raise Failure(f"the machine died while booting:\n{tail(self.console, 30)}")
+            return "dead"
         return None
 
     def run(self, argv, check=True, timeout=120, input=None):
@@ -636,10 +648,13 @@ def main():
         print("0 passed, 1 failed")
         return 1
 
+    # SIGTERM (a timeout) tears down like any failure; SIGKILL leaves the namespaces
+    # to the parent-death signal and the leftovers to the next run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     runner = Runner()
     ctx = Ctx()
     ctx.acknowledged = {}
-    ctx.tmp = tempfile.mkdtemp(prefix="slotted-systemd-host-")
+    ctx.tmp = tempfile.mkdtemp(prefix=f"slotted-systemd-test-{os.getpid()}.host.")
     ctx.machine = ctx.db = None
     t_start = time.monotonic()
     cg_root = None
@@ -695,6 +710,14 @@ def main():
                 try:
                     print(journal(ctx)[-4000:])
                 except Exception:  # noqa: BLE001
+                    pass
+            hold = float(os.environ.get("SLOTTED_SYSTEMD_TEST_HOLD", "0"))
+            if runner.failed and hold > 0 and ctx.machine.pid1:
+                # For a person to look inside: nsenter -t PID -m -u -i -p -C
+                print(f"holding the machine for {hold:.0f}s: PID 1 is {ctx.machine.pid1}", flush=True)
+                try:
+                    time.sleep(hold)
+                except KeyboardInterrupt:
                     pass
             problems = ctx.machine.teardown()
             for p in problems:

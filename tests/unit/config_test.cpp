@@ -220,7 +220,8 @@ TEST(Config, ReloadAppliesLiveKeysAndNamesTheRest) {
       "wal: {fsync: never}\n",
       "b.yaml");
   const auto plan = plan_reload(running, next);
-  EXPECT_EQ(plan.live, (std::vector<std::string>{"log.level", "counters", "accept_undeclared_types"}));
+  EXPECT_EQ(plan.live,
+            (std::vector<std::string>{"log.level", "counters", "accept_undeclared_types"}));
   EXPECT_EQ(plan.needs_restart,
             (std::vector<std::string>{"listen.port", "flush.slots", "wal.fsync"}));
 
