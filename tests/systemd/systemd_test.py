@@ -189,6 +189,7 @@ def reap(parent, state_file):
             time.sleep(0.5)
     for d in state.get("dirs", []):
         shutil.rmtree(d, ignore_errors=True)
+    os.remove(state_file)
     return 0
 
 
