@@ -27,7 +27,6 @@ db::connect_options connect_options_for(const config::mysql_config& m) {
   return o;
 }
 
-namespace {
 std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c) {
   std::vector<db::rollup_target> targets;
   for (const auto& counter : c.counters) {
@@ -38,6 +37,8 @@ std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c
   }
   return targets;
 }
+
+namespace {
 
 rollup::settings rollup_settings_for(const config::daemon_config& c) {
   return {c.mysql.table, rollup_targets_for(c), c.rollup.interval, c.rollup.batch_size};
@@ -85,20 +86,6 @@ application::~application() {
     for (auto& t : io_threads_) t.join();
   }
   db_workers_.join();
-}
-
-log::level log_level_for(config::log_level l) {
-  switch (l) {
-    case config::log_level::debug:
-      return log::level::debug;
-    case config::log_level::info:
-      return log::level::info;
-    case config::log_level::warn:
-      return log::level::warn;
-    case config::log_level::error:
-      return log::level::error;
-  }
-  return log::level::info;
 }
 
 bool verify_database(const config::daemon_config& cfg) {
@@ -198,76 +185,6 @@ void application::install_signal_handlers(std::string config_path) {
     reload_signals_.emplace(*contexts_.front(), SIGHUP);
     wait_for_reload_signal(std::move(config_path));
   }
-}
-
-// Reloads run on a database worker: reading files and checking rollup targets must
-// not hold up the HTTP thread the signal arrives on.
-void application::wait_for_reload_signal(std::string config_path) {
-  reload_signals_->async_wait(
-      [this, path = std::move(config_path)](const boost::system::error_code& ec, int) mutable {
-        if (ec || draining_) return;
-        log::info("SIGHUP received; reloading ", path);
-        net::post(db_workers_, [this, path] { reload(path); });
-        wait_for_reload_signal(std::move(path));
-      });
-}
-
-bool application::reload(const std::string& config_path) {
-  std::lock_guard lock(reload_mutex_);
-  notify::reloading();
-  // Whatever the outcome, the service runs on (with the old or the new config).
-  struct ready_again {
-    ~ready_again() { notify::ready(); }
-  } ready_again;
-  config::daemon_config next;
-  try {
-    next = config::load_config(config_path);
-  } catch (const config::config_error& e) {
-    for (const auto& p : e.problems()) log::error("reload: config error: ", p);
-    log::error("reload refused; the running configuration stays");
-    return false;
-  }
-  const auto plan = config::plan_reload(running_, next);
-  const bool counters_changed = running_.counters != next.counters;
-  if (counters_changed && !rollup_targets_for(next).empty()) {
-    // With the running connection settings: those keys are not reloaded.
-    auto probe = running_;
-    probe.counters = next.counters;
-    try {
-      if (!verify_database(probe)) {
-        log::warn(
-            "reload: database not reachable; the rollup targets are verified at the "
-            "next flush");
-      }
-    } catch (const db::db_error& e) {
-      log::error("reload refused: ", e.what(), "; the running configuration stays");
-      return false;
-    }
-  }
-  std::string restart_keys;
-  for (const auto& k : plan.needs_restart) restart_keys += (restart_keys.empty() ? "" : ", ") + k;
-  if (!restart_keys.empty()) {
-    log::warn("reload: changed keys that take effect only after a restart (not applied): ",
-              restart_keys);
-  }
-  router_.reconfigure(next);
-  if (counters_changed) {
-    flusher_.set_rollups(rollup_targets_for(next));
-    roller_.set_targets(rollup_targets_for(next));
-  }
-  running_.http.auth_token_file = next.http.auth_token_file;
-  running_.http.auth_token = next.http.auth_token;
-  running_.counters = next.counters;
-  running_.accept_undeclared_types = next.accept_undeclared_types;
-  std::string applied;
-  for (const auto& k : plan.live) applied += (applied.empty() ? "" : ", ") + k;
-  // Said at the more verbose of the two levels, so a change of level is itself logged.
-  const auto level = log_level_for(next.log);
-  if (level <= log_level_for(running_.log)) log::set_level(level);
-  log::info("reload: applied ", applied.empty() ? std::string("no changes") : applied);
-  log::set_level(level);
-  running_.log = next.log;
-  return true;
 }
 
 int application::run_until_stopped() {

@@ -36,6 +36,9 @@ db::connect_options connect_options_for(const config::mysql_config& m);
 // Throws db_error (fatal) when something is missing.
 bool verify_database(const config::daemon_config& cfg);
 
+// The counters of `cfg` that are rolled up, as the flusher and the roller take them.
+std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& cfg);
+
 log::level log_level_for(config::log_level l);
 
 class application final : public http::backend {
