@@ -32,21 +32,6 @@ void raise_open_file_limit() {
   }
 }
 
-slotted::log::level to_log_level(slotted::config::log_level l) {
-  using slotted::config::log_level;
-  switch (l) {
-    case log_level::debug:
-      return slotted::log::level::debug;
-    case log_level::info:
-      return slotted::log::level::info;
-    case log_level::warn:
-      return slotted::log::level::warn;
-    case log_level::error:
-      return slotted::log::level::error;
-  }
-  return slotted::log::level::info;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,7 +70,7 @@ int main(int argc, char** argv) {
     for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
     return 2;
   }
-  slotted::log::set_level(to_log_level(cfg.log));
+  slotted::log::set_level(slotted::log_level_for(cfg.log));
   if (!slotted::db::initialize_client_library()) {
     slotted::log::error("cannot initialise the MySQL client library");
     return 1;
@@ -121,7 +106,7 @@ int main(int argc, char** argv) {
     }
     raise_open_file_limit();
     slotted::application app(std::move(cfg));
-    app.install_signal_handlers();
+    app.install_signal_handlers(config_path);
     app.start();
     return app.run_until_stopped();
   } catch (const std::exception& e) {

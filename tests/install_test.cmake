@@ -1,17 +1,30 @@
-# Installs into a fresh prefix and checks that every shipped file arrives.
-set(prefix "${BUILD_DIR}/install-test")
-file(REMOVE_RECURSE "${prefix}")
-execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}"
-                RESULT_VARIABLE rc OUTPUT_QUIET)
+# Installs into a staging root (DESTDIR) and checks that every shipped file arrives
+# where the configured prefix puts it. DESTDIR, not --prefix: the config's destination
+# is absolute (/etc for prefix /usr, <prefix>/etc otherwise) and must stay inside.
+set(stage "${BUILD_DIR}/install-test")
+file(REMOVE_RECURSE "${stage}")
+set(ENV{DESTDIR} "${stage}")
+execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" RESULT_VARIABLE rc OUTPUT_QUIET)
+unset(ENV{DESTDIR})
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "cmake --install failed: ${rc}")
 endif()
-foreach(f bin/slotted-counterd lib/systemd/system/slotted-counterd.service etc/slotted-counterd/slotted-counterd.yaml)
-  if(NOT EXISTS "${prefix}/${f}")
+set(root "${stage}${PREFIX}")
+set(config "${stage}${SYSCONFDIR}/slotted-counterd/slotted-counterd.yaml")
+foreach(f "${root}/bin/slotted-counterd" "${root}/lib/systemd/system/slotted-counterd.service"
+          "${config}" "${root}/share/man/man8/slotted-counterd.8.gz"
+          "${root}/share/doc/slotted-counterd/README.md"
+          "${root}/share/doc/slotted-counterd/examples/slotted-counterd.yaml"
+          "${root}/share/doc/slotted-counterd/examples/slotted-counterd.json")
+  if(NOT EXISTS "${f}")
     message(FATAL_ERROR "missing after install: ${f}")
   endif()
 endforeach()
-execute_process(COMMAND "${prefix}/bin/slotted-counterd" --config "${prefix}/etc/slotted-counterd/slotted-counterd.yaml" --check-config
+# Nothing may land outside the staging root, nor in <prefix>/etc when the prefix is /usr.
+if(PREFIX STREQUAL "/usr" AND EXISTS "${stage}/usr/etc")
+  message(FATAL_ERROR "the config went to /usr/etc")
+endif()
+execute_process(COMMAND "${root}/bin/slotted-counterd" --config "${config}" --check-config
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the installed example config does not pass --check-config")

@@ -29,7 +29,6 @@ db::connect_options connect_options_for(const config::mysql_config& m) {
   return o;
 }
 
-namespace {
 std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c) {
   std::vector<db::rollup_target> targets;
   for (const auto& counter : c.counters) {
@@ -40,6 +39,8 @@ std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c
   }
   return targets;
 }
+
+namespace {
 
 rollup::settings rollup_settings_for(const config::daemon_config& c) {
   return {c.mysql.table, rollup_targets_for(c), c.rollup.interval, c.rollup.batch_size};
@@ -83,7 +84,8 @@ application::application(config::daemon_config cfg)
              [this](bool reachable) { flusher_.probe_result(reachable); }),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
       router_(cfg_, *this, metrics_, limits_),
-      db_workers_(cfg_.mysql.pool_size) {
+      db_workers_(cfg_.mysql.pool_size),
+      running_(cfg_) {
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
 }
@@ -207,13 +209,17 @@ void application::request_stop() {
   stop_cv_.notify_all();
 }
 
-void application::install_signal_handlers() {
+void application::install_signal_handlers(std::string config_path) {
   signals_.emplace(*contexts_.front(), SIGINT, SIGTERM);
   signals_->async_wait([this](const boost::system::error_code& ec, int signo) {
     if (ec) return;
     log::info("signal ", signo, " received; shutting down");
     request_stop();
   });
+  if (!config_path.empty()) {
+    reload_signals_.emplace(*contexts_.front(), SIGHUP);
+    wait_for_reload_signal(std::move(config_path));
+  }
 }
 
 int application::run_until_stopped() {
@@ -229,6 +235,7 @@ int application::run_until_stopped() {
     net::post(*contexts_.front(), [this] {
       boost::system::error_code ignored;
       signals_->cancel(ignored);
+      if (reload_signals_) reload_signals_->cancel(ignored);
     });
   }
   listener_->stop();

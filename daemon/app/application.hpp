@@ -25,6 +25,7 @@
 #include "metrics/metrics.hpp"
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
+#include "util/log.hpp"
 #include "wal/wal.hpp"
 
 namespace slotted {
@@ -35,6 +36,11 @@ db::connect_options connect_options_for(const config::mysql_config& m);
 // the database cannot be reached (the daemon then verifies at its first connection).
 // Throws db_error (fatal) when something is missing.
 bool verify_database(const config::daemon_config& cfg);
+
+// The counters of `cfg` that are rolled up, as the flusher and the roller take them.
+std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& cfg);
+
+log::level log_level_for(config::log_level l);
 
 class application final : public http::backend {
  public:
@@ -49,8 +55,16 @@ class application final : public http::backend {
   // Asks run_until_stopped() to shut down. Thread-safe.
   void request_stop();
 
-  // SIGTERM and SIGINT call request_stop(). Call before start().
-  void install_signal_handlers();
+  // SIGTERM and SIGINT call request_stop(). With a config path, SIGHUP calls reload()
+  // on it (on a database worker thread). Call before start().
+  void install_signal_handlers(std::string config_path = {});
+
+  // Reads `config_path` again and applies what can change live (see
+  // config::plan_reload), logging the changed keys that need a restart. A config with
+  // errors, or new rollup targets the reachable database lacks, is refused whole: the
+  // errors are logged and the running config stays. Returns false when refused.
+  // Tells systemd RELOADING=1, then READY=1. Thread-safe; blocks on the database.
+  bool reload(const std::string& config_path);
 
   // Blocks until request_stop(), then stops accepting, lets in-flight requests
   // finish, flushes what is pending and returns 0, or 1 when something could not be
@@ -95,6 +109,12 @@ class application final : public http::backend {
   std::atomic<bool> draining_{false};
   std::unique_ptr<boost::asio::steady_timer> watchdog_timer_;
   std::optional<boost::asio::signal_set> signals_;
+  std::optional<boost::asio::signal_set> reload_signals_;
+  void wait_for_reload_signal(std::string config_path);
+
+  // The config reloads compare against: cfg_ with the live keys of the last reload.
+  std::mutex reload_mutex_;
+  config::daemon_config running_;
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

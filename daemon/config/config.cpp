@@ -602,4 +602,61 @@ daemon_config load_config(const std::string& path) {
   return parse_config(text, path);
 }
 
+reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
+  reload_plan plan;
+  const auto live = [&](bool changed, const char* key) {
+    if (changed) plan.live.emplace_back(key);
+  };
+  const auto restart = [&](bool changed, const char* key) {
+    if (changed) plan.needs_restart.emplace_back(key);
+  };
+  live(a.log != b.log, "log.level");
+  live(a.http.auth_token_file != b.http.auth_token_file || a.http.auth_token != b.http.auth_token,
+       "http.auth_token_file");
+  live(a.counters != b.counters, "counters");
+  live(a.accept_undeclared_types != b.accept_undeclared_types, "accept_undeclared_types");
+
+  restart(a.instance_id != b.instance_id, "instance_id");
+  restart(a.listen_address != b.listen_address, "listen.address");
+  restart(a.listen_port != b.listen_port, "listen.port");
+  restart(a.listen_unix_socket != b.listen_unix_socket, "listen.unix_socket");
+  restart(a.listen_unix_socket_mode != b.listen_unix_socket_mode, "listen.unix_socket_mode");
+  restart(a.http.max_connections != b.http.max_connections, "http.max_connections");
+  restart(a.http.threads != b.http.threads, "http.threads");
+  restart(a.http.max_body_bytes != b.http.max_body_bytes, "http.max_body_bytes");
+  restart(a.http.max_items_per_request != b.http.max_items_per_request,
+          "http.max_items_per_request");
+  restart(a.http.idle_timeout != b.http.idle_timeout, "http.idle_timeout");
+  restart(a.mysql.host != b.mysql.host, "mysql.host");
+  restart(a.mysql.port != b.mysql.port, "mysql.port");
+  restart(a.mysql.socket != b.mysql.socket, "mysql.socket");
+  restart(a.mysql.user != b.mysql.user, "mysql.user");
+  // A new password in the same file or variable is a change of that key.
+  const bool same_password = a.mysql.password == b.mysql.password;
+  restart(a.mysql.password_file != b.mysql.password_file ||
+              (!b.mysql.password_file.empty() && !same_password),
+          "mysql.password_file");
+  restart(a.mysql.password_env != b.mysql.password_env ||
+              (!b.mysql.password_env.empty() && !same_password),
+          "mysql.password_env");
+  restart(a.mysql.database != b.mysql.database, "mysql.database");
+  restart(a.mysql.table != b.mysql.table, "mysql.table");
+  restart(a.mysql.connect_timeout != b.mysql.connect_timeout, "mysql.connect_timeout");
+  restart(a.mysql.pool_size != b.mysql.pool_size, "mysql.pool_size");
+  restart(a.shards != b.shards, "shards");
+  restart(a.flush.interval != b.flush.interval, "flush.interval");
+  restart(a.flush.max_rows_per_statement != b.flush.max_rows_per_statement,
+          "flush.max_rows_per_statement");
+  restart(a.flush.slots != b.flush.slots, "flush.slots");
+  restart(a.flush.max_pending_keys != b.flush.max_pending_keys, "flush.max_pending_keys");
+  restart(a.flush.max_retry_backoff != b.flush.max_retry_backoff, "flush.max_retry_backoff");
+  restart(a.rollup.interval != b.rollup.interval, "rollup.interval");
+  restart(a.rollup.batch_size != b.rollup.batch_size, "rollup.batch_size");
+  restart(a.wal.dir != b.wal.dir, "wal.dir");
+  restart(a.wal.fsync != b.wal.fsync, "wal.fsync");
+  restart(a.wal.fsync_interval != b.wal.fsync_interval, "wal.fsync_interval");
+  restart(a.shutdown_timeout != b.shutdown_timeout, "shutdown_timeout");
+  return plan;
+}
+
 }  // namespace slotted::config

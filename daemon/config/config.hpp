@@ -20,12 +20,14 @@ struct rollup_target {
   std::string table;
   std::string id_column;
   std::string count_column;
+  bool operator==(const rollup_target&) const = default;
 };
 
 struct counter_decl {
   std::string name;
   std::uint32_t record_type = 0;
   std::optional<rollup_target> rollup;
+  bool operator==(const counter_decl&) const = default;
 };
 
 enum class fsync_mode { always, interval, never };
@@ -108,6 +110,18 @@ daemon_config load_config(const std::string& path);
 
 // Same, from YAML text; `origin` names the source in messages.
 daemon_config parse_config(const std::string& yaml_text, const std::string& origin = "config");
+
+// What a reload (SIGHUP) does with a newly loaded config. Keys are named as in the
+// YAML. Applied live: log.level, http.auth_token_file (the token is read again, so a
+// changed token in the same file counts), counters (names, record types, rollup
+// targets) and accept_undeclared_types. Every other changed key is listed in
+// needs_restart and keeps its running value until the next start. Secrets are
+// compared but never shown: a changed password is reported by its source key.
+struct reload_plan {
+  std::vector<std::string> live;
+  std::vector<std::string> needs_restart;
+};
+reload_plan plan_reload(const daemon_config& running, const daemon_config& next);
 
 // SPEC §3: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
 bool is_valid_identifier(std::string_view name);

@@ -183,6 +183,11 @@ void flusher::release_wal() {
   wal_->release(min_tag);
 }
 
+void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
+  std::lock_guard lock(rollups_mutex_);
+  next_rollups_ = std::move(rollups);
+}
+
 std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows) {
   dirty_rows_.clear();
   if (settings_.rollups.empty()) return {};
@@ -384,6 +389,14 @@ flush_result flusher::cycle() {
   progress();
   in_cycle_.store(true);
   deadline_hit_ = false;
+  {
+    std::lock_guard lock(rollups_mutex_);
+    if (next_rollups_) {
+      settings_.rollups = std::move(*next_rollups_);
+      next_rollups_.reset();
+      schema_verified_ = false;
+    }
+  }
   flush_result result;
   bool wal_failed = false;
   std::optional<db::pool::lease> lease;

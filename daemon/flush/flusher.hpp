@@ -126,6 +126,10 @@ class flusher final : public wal::batch_queue {
   // (at every flush cycle and every scrape).
   void update_gauges();
 
+  // Replaces the rolled-up counters (a config reload). Thread-safe; the next cycle
+  // takes them and verifies the schema and the targets again before it writes.
+  void set_rollups(std::vector<db::rollup_target> rollups);
+
  private:
   flush_result cycle();
   // Commits queued batches oldest first, until the queue is empty or the stop deadline
@@ -185,6 +189,8 @@ class flusher final : public wal::batch_queue {
   bool fatal_ = false;
   std::string last_error_;
   unsigned consecutive_failures_ = 0;
+  std::mutex rollups_mutex_;
+  std::optional<std::vector<db::rollup_target>> next_rollups_;  // from set_rollups()
   std::chrono::steady_clock::time_point last_prune_{};
   // Last member: its thread must stop before anything it uses is destroyed.
   util::worker<flush_result> worker_;

@@ -99,15 +99,23 @@ struct router::route_match {
 
 router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
                const ingest::table_limits& limits)
-    : limits_(limits),
+    : live_(make_live(cfg)),
+      limits_(limits),
       max_items_(cfg.http.max_items_per_request),
-      auth_(cfg.http.auth_token.empty() ? std::nullopt
-                                        : std::optional<token_check>(cfg.http.auth_token)),
       backend_(b),
-      metrics_(m) {
+      metrics_(m) {}
+
+std::shared_ptr<const router::live_settings> router::make_live(const config::daemon_config& cfg) {
   std::vector<std::pair<std::string, std::uint32_t>> declared;
   for (const auto& c : cfg.counters) declared.emplace_back(c.name, c.record_type);
-  types_ = ingest::type_registry(std::move(declared), cfg.accept_undeclared_types);
+  auto live = std::make_shared<live_settings>();
+  live->types = ingest::type_registry(std::move(declared), cfg.accept_undeclared_types);
+  if (!cfg.http.auth_token.empty()) live->auth.emplace(cfg.http.auth_token);
+  return live;
+}
+
+void router::reconfigure(const config::daemon_config& cfg) {
+  live_.store(make_live(cfg));
 }
 
 response router::error_response(unsigned version, status s, std::string_view message,
@@ -162,14 +170,15 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
     res.set(field::allow, m.allow);
     return res;
   }
-  if (m.needs_auth && auth_) {
+  const auto live = live_.load();
+  if (m.needs_auth && live->auth) {
     const std::string_view header = req[field::authorization];
     constexpr std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 7235)
     const bool bearer =
         header.size() > prefix.size() &&
         std::equal(prefix.begin(), prefix.end(), header.begin(),
                    [](char p, char h) { return p == std::tolower(static_cast<unsigned char>(h)); });
-    if (!bearer || !auth_->matches(header.substr(prefix.size()))) {
+    if (!bearer || !live->auth->matches(header.substr(prefix.size()))) {
       auto res = error_response(v, status::unauthorized, "missing or wrong bearer token");
       res.set(field::www_authenticate, "Bearer");
       return res;
@@ -250,7 +259,9 @@ void router::handle_increments(const request& req, const reply& answer) {
   const unsigned v = req.version();
   thread_local std::vector<ingest::increment> increments;
   const auto format = *ingest::format_for(req[field::content_type]);
-  if (auto err = ingest::parse_increments(req.body(), format, types_, max_items_, increments)) {
+  const auto live = live_.load();
+  if (auto err =
+          ingest::parse_increments(req.body(), format, live->types, max_items_, increments)) {
     const bool too_many = err->status == 413;
     metrics_.reject(too_many ? metrics::reject_reason::too_large : metrics::reject_reason::invalid,
                     increments.empty() ? 1 : increments.size());
@@ -304,8 +315,9 @@ void router::handle_counter(const request& req, const route_match& m, const repl
   const unsigned v = req.version();
   std::uint32_t type = 0;
   std::uint64_t id = 0;
+  const auto live = live_.load();
   if (!parse_decimal(m.counter_type, type) || type > 2147483647u) {
-    const auto named = types_.by_name(m.counter_type);
+    const auto named = live->types.by_name(m.counter_type);
     if (!named) {
       return answer(error_response(
           v, status::bad_request,
@@ -313,7 +325,7 @@ void router::handle_counter(const request& req, const route_match& m, const repl
     }
     type = *named;
   }
-  if (!types_.allows(type)) {
+  if (!live->types.allows(type)) {
     return answer(
         error_response(v, status::bad_request,
                        "record_type " + std::to_string(type) + " is not declared under counters"));

@@ -5,9 +5,11 @@
 //
 // Thread-safety: handle() and check_header() may run on any number of threads at once.
 
+#include <atomic>
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,6 +66,11 @@ class router {
   // Answers a request whose header check_header() accepted.
   void handle(request&& req, respond_fn respond);
 
+  // Applies what a reload may change live: the bearer token and the declared counters
+  // (accept_undeclared_types too). Thread-safe; a request in progress finishes with
+  // the settings it started with.
+  void reconfigure(const config::daemon_config& cfg);
+
   // A JSON error response; `index` names the item to blame.
   static response error_response(unsigned version, beast_http::status status,
                                  std::string_view message,
@@ -79,10 +86,16 @@ class router {
                     store::add_result r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
 
-  ingest::type_registry types_;
+  // What reconfigure() replaces, swapped whole so a request sees one consistent set.
+  struct live_settings {
+    ingest::type_registry types;
+    std::optional<token_check> auth;  // set when http.auth_token_file is
+  };
+  static std::shared_ptr<const live_settings> make_live(const config::daemon_config& cfg);
+
+  std::atomic<std::shared_ptr<const live_settings>> live_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
-  std::optional<token_check> auth_;  // set when http.auth_token_file is
   backend& backend_;
   metrics::registry& metrics_;
 };

@@ -12,8 +12,20 @@ roller::roller(settings s, db::pool& pool, metrics::registry& metrics)
       worker_([this] { return run_once(); },
               [this](const rollup_result&) { return settings_.interval; }, settings_.interval) {}
 
+// Started even without targets: a reload may declare some. A run without targets
+// does nothing (see run_once).
 void roller::start() {
-  if (!settings_.targets.empty()) worker_.start();
+  worker_.start();
+}
+
+void roller::set_targets(std::vector<db::rollup_target> targets) {
+  std::lock_guard lock(targets_mutex_);
+  settings_.targets = std::move(targets);
+}
+
+std::vector<db::rollup_target> roller::targets() const {
+  std::lock_guard lock(targets_mutex_);
+  return settings_.targets;
 }
 
 void roller::stop() {
@@ -21,18 +33,20 @@ void roller::stop() {
 }
 
 void roller::request(std::function<void(const rollup_result&)> done) {
-  if (settings_.targets.empty()) return done(rollup_result{true, 0, {}});
+  if (targets().empty()) return done(rollup_result{true, 0, {}});
   if (!worker_.request(done)) done(rollup_result{false, 0, "shutting down"});
 }
 
 rollup_result roller::run_once() {
+  const auto targets_now = targets();
+  if (targets_now.empty()) return rollup_result{true, 0, {}};
   const auto started = std::chrono::steady_clock::now();
   rollup_result result;
   std::size_t missing = 0;
   try {
     auto lease = pool_.acquire();
     try {
-      for (const auto& target : settings_.targets) {
+      for (const auto& target : targets_now) {
         // Bounded to the marks there are now: under steady load new marks keep coming,
         // and a run that chased them would never end (later targets would starve and
         // POST /v1/rollup never answer). Marks past the cursor wait for the next run.

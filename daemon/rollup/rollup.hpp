@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,11 +45,17 @@ class roller {
   void stop();
   // Runs a rollup as soon as the roller is free; `done` gets its result.
   void request(std::function<void(const rollup_result&)> done);
+  // Replaces the targets (a config reload); the next run uses them. Thread-safe.
+  // Counters flushed before a target was added have no dirty mark: their owning rows
+  // are set once they are flushed again.
+  void set_targets(std::vector<db::rollup_target> targets);
 
  private:
   rollup_result run_once();
+  std::vector<db::rollup_target> targets() const;
 
   settings settings_;
+  mutable std::mutex targets_mutex_;  // guards settings_.targets
   db::pool& pool_;
   metrics::registry& metrics_;
   std::string last_error_;

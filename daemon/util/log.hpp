@@ -1,5 +1,9 @@
 #pragma once
 // One line per event on stderr: "<utc time> <level> <message>".
+// Under journald (JOURNAL_STREAM names stderr's device and inode, see systemd.exec(5))
+// each line starts with its syslog priority, "<3>" error, "<4>" warn, "<6>" info,
+// "<7>" debug (sd-daemon(3)), so `journalctl -p warning` selects by level. Checked
+// once, at the first line.
 // Thread-safe: each line is formatted first and written with one write(2).
 // Secrets must never be passed here; config values are logged by name only.
 

@@ -12,6 +12,9 @@ void ready() {
 void stopping() {
   sd_notify(0, "STOPPING=1");
 }
+void reloading() {
+  sd_notify(0, "RELOADING=1");
+}
 void watchdog() {
   sd_notify(0, "WATCHDOG=1");
 }

@@ -10,6 +10,8 @@ namespace slotted::notify {
 
 void ready();
 void stopping();
+// A reload starts; ready() again once it is over.
+void reloading();
 void watchdog();
 void status(std::string_view text);
 // The watchdog interval systemd expects pings within, when it is enabled.

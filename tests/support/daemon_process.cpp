@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,7 +87,8 @@ int in_process_daemon::stop() {
   return exit_code_;
 }
 
-daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit) {
+daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit,
+                               bool journal_stream) {
   char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -96,6 +98,11 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (FILE* f = std::freopen(log_path.c_str(), "w", stderr)) (void)f;
+    struct stat st {};
+    if (journal_stream && fstat(STDERR_FILENO, &st) == 0) {
+      const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+      setenv("JOURNAL_STREAM", stream.c_str(), 1);
+    }
     if (file_size_limit > 0) {
       const rlimit lim{file_size_limit, file_size_limit};
       setrlimit(RLIMIT_FSIZE, &lim);
@@ -149,6 +156,12 @@ int daemon_process::wait(std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return -1000;
+}
+
+void daemon_process::write_config(const std::string& yaml) {
+  // Written aside and renamed, so the daemon never reads half a file.
+  std::ofstream(dir_ + "/config.yaml.new") << yaml;
+  std::filesystem::rename(dir_ + "/config.yaml.new", dir_ + "/config.yaml");
 }
 
 std::string daemon_process::log() const {

@@ -58,7 +58,10 @@ class daemon_process {
   // Writes `yaml` to a temp file and starts the built binary on it; waits for its
   // "listening on" log line and reads the port from it.
   // `file_size_limit` (bytes) sets RLIMIT_FSIZE for the daemon: a disk that fills up.
-  explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0);
+  // `journal_stream`: JOURNAL_STREAM names the log file's device and inode, as when
+  // systemd connects stderr to journald.
+  explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0,
+                          bool journal_stream = false);
   ~daemon_process();
 
   std::uint16_t port() const { return port_; }
@@ -67,6 +70,8 @@ class daemon_process {
   // Waits for exit; returns the exit code, or -signal when killed, or -1000 on timeout.
   int wait(std::chrono::milliseconds timeout);
   std::string log() const;
+  // Replaces the config file the daemon was started on (for a SIGHUP reload).
+  void write_config(const std::string& yaml);
 
  private:
   std::string dir_;

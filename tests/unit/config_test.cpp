@@ -228,5 +228,53 @@ TEST(Config, ListenUnixSocket) {
             std::string::npos);
 }
 
+TEST(Config, ReloadAppliesLiveKeysAndNamesTheRest) {
+  const auto running = parse_config(
+      "log: {level: info}\n"
+      "counters: [{name: pages, record_type: 7}]\n"
+      "flush: {slots: 100}\n",
+      "a.yaml");
+  EXPECT_TRUE(plan_reload(running, running).live.empty());
+  EXPECT_TRUE(plan_reload(running, running).needs_restart.empty());
+
+  const auto next = parse_config(
+      "log: {level: debug}\n"
+      "accept_undeclared_types: true\n"
+      "counters:\n"
+      "  - {name: pages, record_type: 7}\n"
+      "  - name: downloads\n"
+      "    record_type: 123\n"
+      "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
+      "flush: {slots: 8}\n"
+      "listen: {port: 9999}\n"
+      "wal: {fsync: never}\n",
+      "b.yaml");
+  const auto plan = plan_reload(running, next);
+  EXPECT_EQ(plan.live,
+            (std::vector<std::string>{"log.level", "counters", "accept_undeclared_types"}));
+  EXPECT_EQ(plan.needs_restart,
+            (std::vector<std::string>{"listen.port", "flush.slots", "wal.fsync"}));
+
+  // A rollup target that changes column alone is a change of counters.
+  auto moved = next;
+  moved.counters[1].rollup->count_column = "downloads";
+  EXPECT_EQ(plan_reload(next, moved).live, (std::vector<std::string>{"counters"}));
+}
+
+TEST(Config, ReloadSeesANewTokenOrPasswordInTheSameFileWithoutShowingIt) {
+  auto a = parse_config("", "a.yaml");
+  auto b = a;
+  a.http.auth_token_file = b.http.auth_token_file = "/etc/token";
+  a.http.auth_token = "old-secret";
+  b.http.auth_token = "new-secret";
+  a.mysql.password_file = b.mysql.password_file = "/etc/pw";
+  a.mysql.password = "old-password";
+  b.mysql.password = "new-password";
+  const auto plan = plan_reload(a, b);
+  EXPECT_EQ(plan.live, (std::vector<std::string>{"http.auth_token_file"}));
+  EXPECT_EQ(plan.needs_restart, (std::vector<std::string>{"mysql.password_file"}));
+  for (const auto& k : plan.live) EXPECT_EQ(k.find("secret"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace slotted::config

@@ -1,0 +1,102 @@
+// SIGHUP: re-reads the config and applies what can change live (see application.hpp).
+
+#include <boost/asio/post.hpp>
+
+#include "app/application.hpp"
+#include "db/errors.hpp"
+#include "util/log.hpp"
+#include "util/notify.hpp"
+
+namespace slotted {
+
+namespace net = boost::asio;
+
+log::level log_level_for(config::log_level l) {
+  switch (l) {
+    case config::log_level::debug:
+      return log::level::debug;
+    case config::log_level::info:
+      return log::level::info;
+    case config::log_level::warn:
+      return log::level::warn;
+    case config::log_level::error:
+      return log::level::error;
+  }
+  return log::level::info;
+}
+
+// Reloads run on a database worker: reading files and checking rollup targets must
+// not hold up the HTTP thread the signal arrives on.
+void application::wait_for_reload_signal(std::string config_path) {
+  reload_signals_->async_wait(
+      [this, path = std::move(config_path)](const boost::system::error_code& ec, int) mutable {
+        if (ec || draining_) return;
+        log::info("SIGHUP received; reloading ", path);
+        net::post(db_workers_, [this, path] { reload(path); });
+        wait_for_reload_signal(std::move(path));
+      });
+}
+
+bool application::reload(const std::string& config_path) {
+  std::lock_guard lock(reload_mutex_);
+  notify::reloading();
+  // Whatever the outcome, the service runs on (with the old or the new config).
+  // (Unless it is stopping by now: STOPPING=1 must stay the last word.)
+  struct ready_again {
+    const std::atomic<bool>& draining;
+    ~ready_again() {
+      if (!draining) notify::ready();
+    }
+  } ready_again{draining_};
+  config::daemon_config next;
+  try {
+    next = config::load_config(config_path);
+  } catch (const config::config_error& e) {
+    for (const auto& p : e.problems()) log::error("reload: config error: ", p);
+    log::error("reload refused; the running configuration stays");
+    return false;
+  }
+  const auto plan = config::plan_reload(running_, next);
+  const bool counters_changed = running_.counters != next.counters;
+  if (counters_changed && !rollup_targets_for(next).empty()) {
+    // With the running connection settings: those keys are not reloaded.
+    auto probe = running_;
+    probe.counters = next.counters;
+    try {
+      if (!verify_database(probe)) {
+        log::warn(
+            "reload: database not reachable; the rollup targets are verified at the "
+            "next flush");
+      }
+    } catch (const db::db_error& e) {
+      log::error("reload refused: ", e.what(), "; the running configuration stays");
+      return false;
+    }
+  }
+  std::string restart_keys;
+  for (const auto& k : plan.needs_restart) restart_keys += (restart_keys.empty() ? "" : ", ") + k;
+  if (!restart_keys.empty()) {
+    log::warn("reload: changed keys that take effect only after a restart (not applied): ",
+              restart_keys);
+  }
+  router_.reconfigure(next);
+  if (counters_changed) {
+    flusher_.set_rollups(rollup_targets_for(next));
+    roller_.set_targets(rollup_targets_for(next));
+  }
+  running_.http.auth_token_file = next.http.auth_token_file;
+  running_.http.auth_token = next.http.auth_token;
+  running_.counters = next.counters;
+  running_.accept_undeclared_types = next.accept_undeclared_types;
+  std::string applied;
+  for (const auto& k : plan.live) applied += (applied.empty() ? "" : ", ") + k;
+  // Said at the more verbose of the two levels, so a change of level is itself logged.
+  const auto level = log_level_for(next.log);
+  if (level <= log_level_for(running_.log)) log::set_level(level);
+  log::info("reload: applied ", applied.empty() ? std::string("no changes") : applied);
+  log::set_level(level);
+  running_.log = next.log;
+  return true;
+}
+
+}  // namespace slotted
