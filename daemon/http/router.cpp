@@ -260,6 +260,13 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, store:
     case store::add_result::wal_unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
       return answer(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
+    case store::add_result::out_of_range:
+      // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
+      metrics_.reject(metrics::reject_reason::invalid, n);
+      return answer(error_response(
+          v, status::unprocessable_entity,
+          "a counter's pending sum would pass 2^62 (4611686018427387904) in either direction; "
+          "nothing of this request was applied"));
   }
 }
 
