@@ -94,11 +94,18 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     const counter_key key{inc.record_type, inc.record_id};
     shard& s = shards_[shard_of(hash_of(key))];
     std::lock_guard lock(s.mutex);
-    const auto it = s.deltas.find(key);
-    if (abs_of((it == s.deltas.end() ? 0 : it->second) + inc.delta) > bound)
+    // One lookup: a refused increment's fresh entry is erased again, unseen.
+    auto [it, inserted] = s.deltas.try_emplace(key, 0);
+    const std::int64_t sum = it->second + inc.delta;
+    if (abs_of(sum) > bound) {
+      if (inserted) s.deltas.erase(it);
       return add_result::out_of_range;
+    }
     if (!s.first_arrival) s.first_arrival = now;
-    apply(s, inc);
+    it->second = sum;
+    if (inserted) keys_.fetch_add(1, std::memory_order_relaxed);
+    if (abs_of(sum) > s.max_abs.load(std::memory_order_relaxed))
+      s.max_abs.store(abs_of(sum), std::memory_order_relaxed);
   } else {
     // Grouped by shard (a counting sort), so each shard is locked once per request
     // rather than once per increment.
