@@ -413,7 +413,10 @@ counter_reading flusher::read_total(const store::counter_key& key) {
                                        });
       if (it != b.rows.end() && it->record_type == key.record_type &&
           it->record_id == key.record_id) {
-        sum += it->delta;
+        // The store's sum and a queued batch's are each bounded (max_pending_sum), but
+        // not their total: no wrap, a retry after the next flush.
+        if (__builtin_add_overflow(sum, it->delta, &sum))
+          throw db::db_error(0, "the counter's pending sum is out of range; retry");
       }
     }
     return sum;
