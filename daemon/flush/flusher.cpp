@@ -213,7 +213,10 @@ std::size_t flusher::write_queued(db::connection& conn) {
         batch = &queued_.front();  // only this thread pops, so it stays valid
       }
       if (batch->recovered) {
+        // Committed parts leave the queue: the WAL must hear of it (release below) as
+        // of any committed batch, or a later replay could send them again.
         expand_recovered(conn);
+        ++popped;
         continue;
       }
       set_committing(true);

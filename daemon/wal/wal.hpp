@@ -18,6 +18,9 @@
 // once it has grown past a threshold and drops the segments before it, so disk use
 // stays bounded by what is pending, like memory.
 //
+// One process per directory: open() takes an exclusive flock on wal.dir/lock before it
+// reads anything there, so a second copy fails without touching the running one's log.
+//
 // Thread-safety: submit() and release() from any thread; swap() from the flusher.
 
 #include <condition_variable>

@@ -313,6 +313,41 @@ TEST_F(Wal, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedPart
   EXPECT_NE(daemon.log().find("was split before the restart"), std::string::npos) << daemon.log();
 }
 
+TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
+  // Both halves of batch 1 committed before the crash: nothing is left to write, and
+  // the log must record that, or a replay after the ledger is pruned would send the
+  // whole batch again.
+  constexpr std::uint64_t run = 4343;
+  flush::flush_batch batch;
+  batch.run_id = run;
+  batch.seq = 1;
+  batch.rows = {{1, 111, 0, 1}, {1, 112, 0, 2}};
+  std::string records;
+  wal::append_batches(records, std::vector{batch});
+  write_segment(records);
+  auto conn = shared_mariadb().connect(database_);
+  for (const std::uint64_t node : {2, 3}) {
+    conn.execute(
+        "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
+        "VALUES ('wal-test', " +
+        std::to_string(run) + ", " + std::to_string((node << 44) | 1) + ", 1)");
+  }
+  conn.execute("INSERT INTO slotted_counters VALUES (1, 111, 0, 1), (1, 112, 0, 2)");
+  {
+    daemon_process daemon(yaml("always", "1h"));
+    http_client c(daemon.port());
+    ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(30s), 0) << daemon.log();
+  }
+  conn.execute("DELETE FROM slotted_counterd_ledger");  // as pruning would, an hour on
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(111), 1);
+  EXPECT_EQ(db_total(112), 2);
+}
+
 TEST_F(Wal, IncrementPastThePendingSumBoundIsRefusedWholeAndNeverLogged) {
   // A pending sum 10 short of 2^62, as a long outage under hostile deltas could leave;
   // the database is down, so it stays pending.
