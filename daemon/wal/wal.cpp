@@ -178,8 +178,8 @@ recovered write_ahead_log::open(const open_options& options) {
                 " to ", data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
                 scan.intact_records_after,
                 " intact records after the damage not applied: their increments are lost, and "
-                "batches logged there may be applied again if they had committed); the file "
-                "is now ",
+                "kept increments that a dropped batches record had moved into committed "
+                "batches are applied again); the file is now ",
                 aside);
       ++out.salvaged;
       ++out.segments;
