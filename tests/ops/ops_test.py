@@ -153,15 +153,18 @@ class MariaDB:
 
     def install(self):
         r = subprocess.run(
+            # A private tmpdir: bootstraps of parallel test runs meet in /tmp otherwise.
             ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
-             "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
+             f"--tmpdir={self.dir}", "--auth-root-authentication-method=normal",
+             "--skip-test-db", "--user=root"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         if r.returncode != 0:
             raise Failure(f"mariadb-install-db failed: {r.stdout.decode(errors='replace')[-2000:]}")
 
     def start(self):
         self.proc = subprocess.Popen(
-            ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--socket={self.sock}",
+            ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--tmpdir={self.dir}",
+             f"--socket={self.sock}",
              f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root",
              f"--pid-file={os.path.join(self.dir, 'pid')}", f"--log-error={self.errlog}",
              # Small and quick: this is a throwaway server on a small machine.
