@@ -36,6 +36,11 @@ void migrate(const mariadb_server& server, const std::string& database,
 // `output`.
 int run_binary(const std::string& yaml, const std::string& flags, std::string& output);
 
+// The seed's table as `slotted_counters`: AUTO_INCREMENT id + UNIQUE key, INT columns;
+// `auto_increment` > 0 sets the next id (e.g. near the INT maximum).
+void create_seed_table(const mariadb_server& server, const std::string& database,
+                       std::uint64_t auto_increment = 0);
+
 class in_process_daemon {
  public:
   // Starts and returns once the flusher's first cycle (run at start) is over.

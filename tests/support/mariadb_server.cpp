@@ -63,12 +63,14 @@ mariadb_server::mariadb_server() {
   dir_ = tmpl;
   socket_ = dir_ + "/mysqld.sock";
   port_ = free_loopback_port();
-  // A private tmpdir: servers installed at the same moment by parallel test runs
-  // otherwise meet in /tmp's temporary tables and fail the bootstrap.
-  const pid_t install = spawn(
-      {"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data", "--tmpdir=" + dir_,
-       "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"},
-      dir_ + "/install.log");
+  // A private tmpdir: the bootstrap's temporary tables in a shared /tmp were seen to
+  // vanish under concurrent test runs ("Error on delete of '/tmp/#sql-temptable-...").
+  std::filesystem::create_directory(dir_ + "/tmp");
+  const pid_t install =
+      spawn({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
+             "--tmpdir=" + dir_ + "/tmp", "--auth-root-authentication-method=normal",
+             "--skip-test-db", "--user=root"},
+            dir_ + "/install.log");
   const int status = wait_exit(install);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     throw std::runtime_error("mariadb-install-db failed; see " + dir_ + "/install.log");
@@ -87,7 +89,7 @@ void mariadb_server::start() {
   const std::string binary =
       std::filesystem::exists("/usr/sbin/mariadbd") ? "/usr/sbin/mariadbd" : "mariadbd";
   pid_ =
-      spawn({binary, "--no-defaults", "--datadir=" + dir_ + "/data", "--tmpdir=" + dir_,
+      spawn({binary, "--no-defaults", "--datadir=" + dir_ + "/data", "--tmpdir=" + dir_ + "/tmp",
              "--socket=" + socket_, "--port=" + std::to_string(port_), "--bind-address=127.0.0.1",
              "--user=root", "--pid-file=" + dir_ + "/mysqld.pid", "--innodb-buffer-pool-size=128M",
              "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=2",
