@@ -23,10 +23,11 @@ def throwaway_mariadb(buffer_pool="256M"):
     db = None
     try:
         sock = f"{tmp}/sock"
-        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={tmp}/data",
+        subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={tmp}/data", f"--tmpdir={tmp}",
                         "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
                        check=True, capture_output=True)
-        db = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={tmp}/data", f"--socket={sock}",
+        db = subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={tmp}/data", f"--tmpdir={tmp}",
+                               f"--socket={sock}",
                                "--skip-networking", "--user=root", f"--innodb-buffer-pool-size={buffer_pool}",
                                f"--log-error={tmp}/err.log"])
         for _ in range(300):

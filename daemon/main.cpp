@@ -21,6 +21,7 @@ constexpr const char* usage =
     "  slotted-counterd --config FILE                 run the daemon\n"
     "  slotted-counterd --config FILE --check-config  validate the config, exit 0 or 2\n"
     "  slotted-counterd --config FILE --migrate       create the tables, exit\n"
+    "  slotted-counterd --config FILE --wal-salvage   keep the valid part of a damaged WAL, exit\n"
     "  slotted-counterd --version | --help\n";
 
 // Thousands of idle keep-alive connections are normal for this daemon.
@@ -36,7 +37,7 @@ void raise_open_file_limit() {
 
 int main(int argc, char** argv) {
   std::string config_path;
-  bool check_only = false, migrate = false;
+  bool check_only = false, migrate = false, salvage = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -53,12 +54,14 @@ int main(int argc, char** argv) {
       check_only = true;
     } else if (arg == "--migrate") {
       migrate = true;
+    } else if (arg == "--wal-salvage") {
+      salvage = true;
     } else {
       std::cerr << "slotted-counterd: unknown argument '" << arg << "'\n" << usage;
       return 2;
     }
   }
-  if (config_path.empty() || (check_only && migrate)) {
+  if (config_path.empty() || int{check_only} + int{migrate} + int{salvage} > 1) {
     std::cerr << usage;
     return 2;
   }
@@ -92,6 +95,11 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (salvage) {
+      // Offline: the WAL alone, no database, no listener.
+      slotted::application app(std::move(cfg));
+      return app.salvage_wal();
+    }
     if (migrate) {
       slotted::db::connection conn(slotted::connect_options_for(cfg.mysql));
       slotted::db::migrate(conn, cfg.mysql.table);

@@ -113,19 +113,8 @@ bool verify_database(const config::daemon_config& cfg) {
 }
 
 void application::start() {
-  if (wal_) {
-    // Before the listener opens: what the log holds is pending again.
-    ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
-    const auto recovered = wal_->open();
-    store_.add_deltas(recovered.deltas);
-    flusher_.enqueue(recovered.batches);
-    flusher_.attach_wal(wal_.get());
-    wal_->start(flusher_);
-    if (recovered.segments > 0) {
-      log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
-                " pending counters and ", recovered.batches.size(), " logged batches");
-    }
-  }
+  // Before the listener opens: what the log holds is pending again.
+  if (wal_) replay_wal({});
   const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address),
                                         cfg_.listen_port);
   http::session_limits limits;
@@ -178,6 +167,32 @@ void application::start() {
   }
   notify::ready();
   start_watchdog();
+}
+
+void application::replay_wal(const wal::open_options& options) {
+  ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
+  const auto recovered = wal_->open(options);
+  store_.add_deltas(recovered.deltas);
+  flusher_.enqueue(recovered.batches);
+  flusher_.attach_wal(wal_.get());
+  // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
+  wal_->start(flusher_);
+  if (recovered.segments > 0) {
+    log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
+              " pending counters and ", recovered.batches.size(), " logged batches");
+  }
+}
+
+int application::salvage_wal() {
+  if (!wal_) {
+    log::error("--wal-salvage: the config sets no wal.dir");
+    return 2;
+  }
+  replay_wal({.salvage = true});
+  wal_->stop();
+  log::info("WAL salvage done: ", cfg_.wal.dir,
+            " holds what was replayed; start the daemon normally to flush it");
+  return 0;
 }
 
 void application::start_watchdog() {

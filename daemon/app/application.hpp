@@ -52,6 +52,12 @@ class application final : public http::backend {
   void start();
   std::uint16_t port() const { return listener_->port(); }
 
+  // --wal-salvage: replays the WAL keeping the valid records before any damage (each
+  // damaged segment is moved aside, what was dropped is logged), writes what was kept
+  // as a fresh snapshot and returns 0; needs no database. Throws wal_error like
+  // start() for anything but damage (e.g. another process holds wal.dir).
+  int salvage_wal();
+
   // Asks run_until_stopped() to shut down. Thread-safe.
   void request_stop();
 
@@ -86,6 +92,7 @@ class application final : public http::backend {
   std::string metrics_text() override;
 
  private:
+  void replay_wal(const wal::open_options& options);
   void start_watchdog();
   void watchdog_tick(std::chrono::steady_clock::duration period);
 

@@ -205,6 +205,21 @@ std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,
   return conn.affected_rows();
 }
 
+std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,
+                                                 std::uint64_t run_id) {
+  // Split parts carry their split index above the low 44 bits (2 and up), so they are a
+  // range of the ledger's primary key.
+  const auto rows = conn.query("SELECT `batch_seq` FROM " + quote_identifier(ledger_table) +
+                               " WHERE `instance_id` = " + conn.quote(instance_id) +
+                               " AND `run_id` = " + std::to_string(run_id) +
+                               " AND `batch_seq` >= " + std::to_string(std::uint64_t{2} << 44));
+  std::vector<std::uint64_t> seqs;
+  for (const auto& row : rows) {
+    if (row[0]) seqs.push_back(std::stoull(*row[0]));
+  }
+  return seqs;
+}
+
 std::int64_t read_count(connection& conn, const std::string& table, std::uint32_t record_type,
                         std::uint64_t record_id) {
   const auto rows = conn.query(select_count(table, record_type, record_id));

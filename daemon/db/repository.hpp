@@ -93,6 +93,12 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
 std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,
                            std::uint64_t max_age_seconds);
 
+// The ledger's batch_seq values of this instance and run that are parts of split
+// batches (a split index above 1, see flush::split_batch): a batch replayed from the
+// WAL must not apply again the parts of it that committed before the restart.
+std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,
+                                                 std::uint64_t run_id);
+
 // SUM(count) over the slots of one counter.
 std::int64_t read_count(connection& conn, const std::string& table, std::uint32_t record_type,
                         std::uint64_t record_id);

@@ -17,6 +17,9 @@ struct flush_batch {
   std::chrono::steady_clock::time_point oldest_arrival;
   // The WAL segment holding the record that logged this batch (0 without a WAL).
   std::uint64_t wal_tag = 0;
+  // Replayed from the WAL: parts of it may have committed already (see
+  // flusher::expand_recovered).
+  bool recovered = false;
 };
 
 }  // namespace slotted::flush

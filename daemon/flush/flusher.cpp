@@ -160,6 +160,7 @@ void flusher::publish(std::vector<flush_batch>&& batches) {
 }
 
 void flusher::enqueue(std::vector<flush_batch> batches) {
+  for (auto& b : batches) b.recovered = true;
   publish(std::move(batches));
 }
 
@@ -224,6 +225,14 @@ std::size_t flusher::write_queued(db::connection& conn) {
         // Shutting down: what is left stays queued (and in the WAL, when there is one).
         deadline_hit_ = true;
         break;
+      }
+      if (batch->recovered) {
+        // Committed parts leave the queue: the WAL must hear of it (release below) as
+        // of any committed batch, or a later replay could send them again.
+        expand_recovered(conn);
+        progress();
+        ++popped;
+        continue;
       }
       set_committing(true);
       const db::batch_identity id{settings_.instance_id, batch->run_id, batch->seq};
@@ -525,7 +534,10 @@ counter_reading flusher::read_total(const store::counter_key& key) {
                                        });
       if (it != b.rows.end() && it->record_type == key.record_type &&
           it->record_id == key.record_id) {
-        sum += it->delta;
+        // The store's sum and a queued batch's are each bounded (max_pending_sum), but
+        // not their total: no wrap, a retry after the next flush.
+        if (__builtin_add_overflow(sum, it->delta, &sum))
+          throw db::db_error(0, "the counter's pending sum is out of range; retry");
       }
     }
     return sum;
@@ -557,6 +569,66 @@ counter_reading flusher::read_total(const store::counter_key& key) {
     throw;
   }
   return reading;
+}
+
+std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
+                                           const std::vector<std::uint64_t>& committed) {
+  constexpr std::uint64_t low_bits = 44;  // as in split_batch
+  const std::uint64_t formed = b.seq & ((std::uint64_t{1} << low_bits) - 1);
+  std::vector<std::uint64_t> nodes;  // split indices of committed parts of b
+  for (const auto seq : committed) {
+    if ((seq & ((std::uint64_t{1} << low_bits) - 1)) == formed)
+      nodes.push_back(std::max<std::uint64_t>(1, seq >> low_bits));
+  }
+  std::vector<flush_batch> out;
+  const auto walk = [&](auto& self, const flush_batch& part) -> void {
+    const std::uint64_t node = std::max<std::uint64_t>(1, part.seq >> low_bits);
+    if (part.rows.empty() || std::find(nodes.begin(), nodes.end(), node) != nodes.end()) return;
+    const bool below = std::any_of(nodes.begin(), nodes.end(), [&](std::uint64_t m) {
+      while (m > node) m >>= 1;
+      return m == node && m != 0;
+    });
+    // Split indices are heap positions in 20 bits; deeper ones cannot come from a split.
+    if (!below || node >= (std::uint64_t{1} << (63 - low_bits))) return out.push_back(part);
+    auto [left, right] = split_batch(part);
+    self(self, left);
+    self(self, right);
+  };
+  walk(walk, b);
+  return out;
+}
+
+void flusher::expand_recovered(db::connection& conn) {
+  std::uint64_t run = 0;
+  {
+    std::lock_guard lock(queue_mutex_);
+    run = queued_.front().run_id;
+  }
+  // One look at the ledger for every queued batch of that run.
+  const auto committed = db::committed_split_parts(conn, settings_.instance_id, run);
+  std::lock_guard lock(queue_mutex_);
+  std::deque<flush_batch> expanded;
+  for (auto& b : queued_) {
+    const bool ours = b.recovered && b.run_id == run;
+    if (ours) b.recovered = false;
+    auto parts =
+        ours && !committed.empty() ? uncommitted_parts(b, committed) : std::vector<flush_batch>{};
+    if (!ours || committed.empty() || (parts.size() == 1 && parts.front().seq == b.seq)) {
+      expanded.push_back(std::move(b));
+      continue;
+    }
+    // The committed parts are in the table already and leave the queue.
+    log::info("batch ", b.seq, " of run ", b.run_id,
+              " was split before the restart and parts of it committed; ", parts.size(),
+              " parts left to write");
+    queued_rows_ -= b.rows.size();
+    for (auto& part : parts) {
+      queued_rows_ += part.rows.size();
+      expanded.push_back(std::move(part));
+    }
+  }
+  queued_.swap(expanded);
+  store_.set_unwritten_rows(queued_rows_);
 }
 
 }  // namespace slotted::flush

@@ -68,6 +68,13 @@ struct counter_reading {
 // ids and the ledger still recognises halves that committed. Pure, exposed for tests.
 std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b);
 
+// What is left to write of `b` when the batches whose seqs are in `committed` (its own
+// split parts among them) have committed: `b` itself when none of its parts did,
+// else the split parts (see split_batch) not covered by a committed one, in order.
+// Pure, exposed for tests.
+std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
+                                           const std::vector<std::uint64_t>& committed);
+
 // Cuts sorted deltas into batches; pure, exposed for tests.
 std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
                                       std::size_t max_rows, unsigned slots, std::uint64_t run_id,
@@ -148,6 +155,10 @@ class flusher final : public wal::batch_queue {
   // False when the WAL could not log the batches (what was taken went back).
   bool take_from_store();
   void publish(std::vector<flush_batch>&& batches);
+  // The front batch came from the WAL: replaces it, and every queued batch of its run
+  // that came from the WAL, by what is left of it when it had been split and parts of
+  // it committed before the restart (one ledger query per run). Throws db_error.
+  void expand_recovered(db::connection& conn);
   void release_wal();
   // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
   std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows);

@@ -7,6 +7,17 @@
 namespace slotted::http {
 
 namespace {
+
+// persisted + pending can pass int64 (a total near the count column's limit plus what
+// is pending): added in 128 bits and printed exactly.
+std::string decimal(__int128 v) {
+  if (v >= INT64_MIN && v <= INT64_MAX) return std::to_string(static_cast<std::int64_t>(v));
+  const bool negative = v < 0;
+  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(v) : v;
+  std::string digits;
+  for (; u > 0; u /= 10) digits.insert(digits.begin(), static_cast<char>('0' + u % 10));
+  return negative ? "-" + digits : digits;
+}
 using beast_http::field;
 using beast_http::status;
 using clock = std::chrono::steady_clock;
@@ -308,6 +319,13 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
     case store::add_result::wal_unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
       return answer(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
+    case store::add_result::out_of_range:
+      // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
+      metrics_.reject(metrics::reject_reason::invalid, n);
+      return answer(error_response(
+          v, status::unprocessable_entity,
+          "a counter's pending sum would pass 2^62 (4611686018427387904) in either direction; "
+          "nothing of this request was applied"));
   }
 }
 
@@ -340,8 +358,9 @@ void router::handle_counter(const request& req, const route_match& m, const repl
     answer(json_response(
         v, status::ok,
         "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" + std::to_string(id) +
-            "\", \"count\": " + std::to_string(r->persisted + r->pending) + ", \"persisted\": " +
-            std::to_string(r->persisted) + ", \"pending\": " + std::to_string(r->pending) + "}"));
+            "\", \"count\": " + decimal(static_cast<__int128>(r->persisted) + r->pending) +
+            ", \"persisted\": " + std::to_string(r->persisted) +
+            ", \"pending\": " + std::to_string(r->pending) + "}"));
   });
 }
 

@@ -1,6 +1,9 @@
 #include "store/pending_store.hpp"
 
+#include <algorithm>
 #include <boost/unordered/unordered_flat_map.hpp>
+
+#include "util/log.hpp"
 
 // boost::unordered_flat_map (open addressing, SIMD-probed metadata) over
 // std::unordered_map: one allocation per table instead of one per key, which keeps the
@@ -29,18 +32,60 @@ struct key_equal {
   bool operator()(const counter_key& a, const hashed_key& b) const { return a == b.key; }
 };
 using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash, key_equal>;
+
+std::uint64_t abs_of(std::int64_t v) {
+  return v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+}
+
+// a + b, or UINT64_MAX when that overflows.
+std::uint64_t add_saturating(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// Exact: would applying `items` (indices into `increments`, all of keys in shards whose
+// maps are in `maps`, locked by the caller) take a pending sum past max_pending_sum?
+template <typename MapOf>
+bool passes_bound(std::span<const ingest::increment> increments,
+                  std::span<const std::uint32_t> items, MapOf map_of) {
+  boost::unordered_flat_map<counter_key, std::int64_t, key_hash> sums;
+  for (const auto i : items) {
+    const auto& inc = increments[i];
+    const counter_key key{inc.record_type, inc.record_id};
+    auto [it, inserted] = sums.try_emplace(key, 0);
+    if (inserted) {
+      const delta_map& m = map_of(i);
+      const auto found = m.find(key);
+      if (found != m.end()) it->second = found->second;
+    }
+    // Stored sums stay within twice the bound (see max_pending_sum), so this cannot
+    // overflow; the check is for the rule, not the arithmetic.
+    it->second += inc.delta;
+  }
+  return std::any_of(sums.begin(), sums.end(),
+                     [](const auto& kv) { return abs_of(kv.second) > abs_of(max_pending_sum); });
+}
 }  // namespace
 
 struct pending_store::shard {
   mutable std::mutex mutex;
   delta_map deltas;
   std::optional<clock::time_point> first_arrival;
+  // An upper bound of |delta| in `deltas` (written under `mutex`, read without it for
+  // a quick "far from the bound" test); reset when the map is taken.
+  std::atomic<std::uint64_t> max_abs{0};
 };
 
 pending_store::pending_store(unsigned shards)
     : shard_count_(shards == 0 ? 1 : shards), shards_(std::make_unique<shard[]>(shard_count_)) {}
 
 pending_store::~pending_store() = default;
+
+std::uint64_t pending_store::magnitude(std::span<const ingest::increment> increments) {
+  std::uint64_t total = 0;
+  for (const auto& inc : increments) total = add_saturating(total, abs_of(inc.delta));
+  return total;
+}
 
 add_result pending_store::add(std::span<const ingest::increment> increments,
                               std::size_t max_pending_keys) {
@@ -52,20 +97,39 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
   // the add that inserted it was counted (the count would wrap below zero).
   const auto apply = [&](shard& s, const ingest::increment& inc, std::uint64_t hash) {
     const counter_key key{inc.record_type, inc.record_id};
-    if (const auto it = s.deltas.find(hashed_key{key, hash}); it != s.deltas.end()) {
+    auto it = s.deltas.find(hashed_key{key, hash});
+    if (it != s.deltas.end()) {
       it->second += inc.delta;
-      return;
+    } else {
+      it = s.deltas.emplace(key, inc.delta).first;
+      keys_.fetch_add(1, std::memory_order_relaxed);
     }
-    s.deltas.emplace(key, inc.delta);
-    keys_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t m = abs_of(it->second);
+    if (m > s.max_abs.load(std::memory_order_relaxed))
+      s.max_abs.store(m, std::memory_order_relaxed);
   };
+  const std::uint64_t bound = abs_of(max_pending_sum);
   if (increments.size() == 1) {
     const auto& inc = increments.front();
-    const auto hash = hash_of(counter_key{inc.record_type, inc.record_id});
+    const counter_key key{inc.record_type, inc.record_id};
+    const auto hash = hash_of(key);
     shard& s = shards_[shard_of(hash)];
     std::lock_guard lock(s.mutex);
+    // Looked up with the hash computed for the shard; hashed again only to insert.
+    const auto it = s.deltas.find(hashed_key{key, hash});
+    const bool found = it != s.deltas.end();
+    // Stored sums stay within the bound, and a delta is an int32: no overflow here.
+    const std::int64_t sum = (found ? it->second : 0) + inc.delta;
+    if (abs_of(sum) > bound) return add_result::out_of_range;
     if (!s.first_arrival) s.first_arrival = now;
-    apply(s, inc, hash);
+    if (found) {
+      it->second = sum;
+    } else {
+      s.deltas.emplace(key, sum);
+      keys_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (abs_of(sum) > s.max_abs.load(std::memory_order_relaxed))
+      s.max_abs.store(abs_of(sum), std::memory_order_relaxed);
   } else {
     // Grouped by shard (a counting sort), so each shard is locked once per request
     // rather than once per increment.
@@ -85,18 +149,69 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     for (std::size_t i = 0; i < increments.size(); ++i)
       order[starts[shard_of_item[i]]++] = static_cast<std::uint32_t>(i);
     // starts[k] is now the end of shard k's run.
+    // Far from the bound (always, in practice) the request cannot pass it: apply shard
+    // by shard. Near it, check exactly with every touched shard locked (in index
+    // order, so two such requests cannot deadlock), then apply under those locks.
+    const std::uint64_t request = magnitude(increments);
+    bool near = false;
+    for (std::size_t k = 0, begin = 0; k < shard_count_ && !near; begin = starts[k++]) {
+      if (starts[k] != begin &&
+          add_saturating(shards_[k].max_abs.load(std::memory_order_relaxed), request) > bound)
+        near = true;
+    }
+    std::vector<std::unique_lock<std::mutex>> held;
+    if (near) {
+      for (std::size_t k = 0, begin = 0; k < shard_count_; begin = starts[k++]) {
+        if (starts[k] != begin) held.emplace_back(shards_[k].mutex);
+      }
+      if (passes_bound(increments, order, [&](std::uint32_t i) -> const delta_map& {
+            return shards_[shard_of_item[i]].deltas;
+          }))
+        return add_result::out_of_range;
+    }
     std::size_t begin = 0;
     for (std::size_t k = 0; k < shard_count_; ++k) {
       const std::size_t end = starts[k];
       if (end == begin) continue;
       shard& s = shards_[k];
-      std::lock_guard lock(s.mutex);
+      std::unique_lock<std::mutex> lock(s.mutex, std::defer_lock);
+      if (!near) lock.lock();
       if (!s.first_arrival) s.first_arrival = now;
       for (std::size_t j = begin; j < end; ++j) apply(s, increments[order[j]], hashes[order[j]]);
       begin = end;
     }
   }
   return add_result::applied;
+}
+
+pending_store::fit pending_store::fits(std::span<const ingest::increment> increments,
+                                       std::uint64_t unapplied) const {
+  const std::uint64_t bound = abs_of(max_pending_sum);
+  const std::uint64_t change = add_saturating(magnitude(increments), unapplied);
+  bool near = false;
+  for (const auto& inc : increments) {
+    const shard& s = shards_[shard_of(hash_of(counter_key{inc.record_type, inc.record_id}))];
+    if (add_saturating(s.max_abs.load(std::memory_order_relaxed), change) > bound) {
+      near = true;
+      break;
+    }
+  }
+  if (!near) return fit::yes;
+  if (unapplied > 0) return fit::maybe;
+  std::vector<std::uint32_t> items(increments.size());
+  for (std::uint32_t i = 0; i < items.size(); ++i) items[i] = i;
+  // Locked one shard at a time: exact only while nothing else adds (see the header).
+  std::vector<std::pair<counter_key, std::int64_t>> current;
+  for (const auto& inc : increments) {
+    const counter_key key{inc.record_type, inc.record_id};
+    current.push_back({key, pending(key)});
+  }
+  delta_map snapshot;
+  for (const auto& [key, value] : current) snapshot[key] = value;
+  return passes_bound(increments, items,
+                      [&](std::uint32_t) -> const delta_map& { return snapshot; })
+             ? fit::no
+             : fit::yes;
 }
 
 void pending_store::add_deltas(std::span<const pending_delta> deltas) {
@@ -106,8 +221,18 @@ void pending_store::add_deltas(std::span<const pending_delta> deltas) {
     std::lock_guard lock(s.mutex);
     if (!s.first_arrival) s.first_arrival = now;
     auto [it, inserted] = s.deltas.try_emplace(d.key, 0);
-    it->second += d.delta;
+    // Recovered sums start from an empty store and handed-back ones restore what was
+    // taken, so this stays within the bound; a sum past int64 would be a bug, and is
+    // clamped with an error rather than wrapped.
+    if (__builtin_add_overflow(it->second, d.delta, &it->second)) {
+      it->second = d.delta < 0 ? INT64_MIN : INT64_MAX;
+      log::error("pending sum of counter (", d.key.record_type, ", ", d.key.record_id,
+                 ") overflows; clamped");
+    }
     if (inserted) keys_.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t m = abs_of(it->second);
+    if (m > s.max_abs.load(std::memory_order_relaxed))
+      s.max_abs.store(m, std::memory_order_relaxed);
   }
 }
 
@@ -127,6 +252,7 @@ std::optional<pending_store::clock::time_point> pending_store::take_all(
     {
       std::lock_guard lock(shards_[i].mutex);
       taken.swap(shards_[i].deltas);
+      shards_[i].max_abs.store(0, std::memory_order_relaxed);
       arrival = std::exchange(shards_[i].first_arrival, std::nullopt);
       keys_.fetch_sub(taken.size(), std::memory_order_relaxed);
     }

@@ -24,7 +24,15 @@ struct pending_delta {
   std::int64_t delta = 0;
 };
 
-enum class add_result { applied, over_limit, wal_unavailable };
+// out_of_range: a counter's pending sum would pass max_pending_sum; nothing applied.
+enum class add_result { applied, over_limit, wal_unavailable, out_of_range };
+
+// How far a counter's pending sum (what accumulates in memory between two flushes)
+// may go from zero: 2^62, half the int64 range. An add that would take one further is
+// refused whole. The other half is headroom: requests applied concurrently (each
+// checked against what it saw) may pass the bound by what they carry, never the
+// int64 range, and the WAL's replay and hand-back sums stay exact.
+constexpr std::int64_t max_pending_sum = std::int64_t{1} << 62;
 
 class pending_store {
  public:
@@ -38,8 +46,18 @@ class pending_store {
   // Applies every increment, or none of them when the store already holds
   // `max_pending_keys` or more keys (counting rows handed to the flusher but not yet
   // written, see set_unwritten_rows). The limit is checked once per call, so a single
-  // call may go past it by at most its own number of keys.
+  // call may go past it by at most its own number of keys. None of them either
+  // (out_of_range) when a counter's pending sum would pass max_pending_sum.
   add_result add(std::span<const ingest::increment> increments, std::size_t max_pending_keys);
+
+  // Whether add() could apply `increments` without passing max_pending_sum, given
+  // deltas of total magnitude `unapplied` that will be applied first (to any keys).
+  // `maybe` only when unapplied > 0: apply those, then ask again with 0, which is
+  // exact when nothing else adds meanwhile (the WAL's log thread is the only writer).
+  enum class fit { yes, no, maybe };
+  fit fits(std::span<const ingest::increment> increments, std::uint64_t unapplied) const;
+  // Sum of |delta| over `increments` (saturating).
+  static std::uint64_t magnitude(std::span<const ingest::increment> increments);
 
   // Adds deltas (recovered from the WAL, or handed back) without a limit check.
   void add_deltas(std::span<const pending_delta> deltas);

@@ -3,6 +3,7 @@
 #include <boost/crc.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 #include <cstring>
+#include <stdexcept>
 
 namespace slotted::wal {
 
@@ -32,10 +33,7 @@ std::size_t begin_record(std::string& out, record_kind kind) {
 void finish_record(std::string& out, std::size_t start) {
   const std::string_view payload(out.data() + start + record_header_bytes,
                                  out.size() - start - record_header_bytes);
-  const auto length = static_cast<std::uint32_t>(payload.size());
-  const std::uint32_t crc = crc_of(payload);
-  std::memcpy(out.data() + start, &length, 4);
-  std::memcpy(out.data() + start + 4, &crc, 4);
+  encode_header(out.data() + start, payload.size(), crc_of(payload));
 }
 
 void put_batches(std::string& out, std::span<const flush::flush_batch> batches) {
@@ -64,6 +62,7 @@ class reader {
     return true;
   }
   bool has(std::size_t bytes) const { return data_.size() - pos_ >= bytes; }
+  std::size_t remaining() const { return data_.size() - pos_; }
   bool done() const { return pos_ == data_.size(); }
 
  private:
@@ -93,7 +92,7 @@ bool read_batches(reader& in, std::vector<flush::flush_batch>& out) {
 template <typename Delta>
 bool read_deltas(reader& in, std::uint64_t n,
                  std::vector<std::pair<store::counter_key, std::int64_t>>& log) {
-  if (!in.has(n * (12 + sizeof(Delta)))) return false;
+  if (n > in.remaining() / (12 + sizeof(Delta))) return false;  // also no n * size overflow
   for (std::uint64_t i = 0; i < n; ++i) {
     std::uint32_t type = 0;
     std::uint64_t id = 0;
@@ -175,7 +174,14 @@ bool replay_state::apply(std::string_view payload) {
 
 std::vector<store::pending_delta> replay_state::deltas() const {
   boost::unordered_flat_map<store::counter_key, std::int64_t, key_hash> sums;
-  for (const auto& [key, delta] : delta_log_) sums[key] += delta;
+  for (const auto& [key, delta] : delta_log_) {
+    auto& sum = sums[key];
+    if (__builtin_add_overflow(sum, delta, &sum)) {
+      throw std::overflow_error("the logged deltas of counter (" + std::to_string(key.record_type) +
+                                ", " + std::to_string(key.record_id) +
+                                ") sum past the 64-bit range");
+    }
+  }
   std::vector<store::pending_delta> out;
   out.reserve(sums.size());
   for (const auto& [key, delta] : sums) {
@@ -184,7 +190,12 @@ std::vector<store::pending_delta> replay_state::deltas() const {
   return out;
 }
 
-scan_result scan_segment(std::string_view data, replay_state& state) {
+namespace {
+
+// Format 1 (no segment magic): [u32 length][u32 CRC-32 of payload]. The length is not
+// covered by a checksum, so damage that reaches the end of the data counts as torn.
+scan_result scan_format1(std::string_view data, replay_state& state) {
+  constexpr std::size_t header = 8;
   scan_result r;
   std::size_t pos = 0;
   while (pos < data.size()) {
@@ -194,20 +205,115 @@ scan_result scan_segment(std::string_view data, replay_state& state) {
       r.problem = std::move(what);
       return r;
     };
-    // A zero-filled tail is space the file system allocated for an append that never
-    // landed.
     if (data.find_first_not_of('\0', pos) == std::string_view::npos)
       return damaged("zero-filled tail", true);
-    if (data.size() - pos < record_header_bytes) return damaged("partial record header", true);
+    if (data.size() - pos < header) return damaged("partial record header", true);
     std::uint32_t length = 0, crc = 0;
     std::memcpy(&length, data.data() + pos, 4);
     std::memcpy(&crc, data.data() + pos + 4, 4);
-    const std::size_t end = pos + record_header_bytes + length;
+    const std::size_t end = pos + header + length;
     if (end > data.size()) return damaged("record runs past the end of the file", true);
-    const std::string_view payload = data.substr(pos + record_header_bytes, length);
+    const std::string_view payload = data.substr(pos + header, length);
     if (crc_of(payload) != crc) return damaged("checksum mismatch", end == data.size());
     if (!state.apply(payload)) return damaged("malformed record", false);
     pos = end;
+  }
+  r.valid_bytes = pos;
+  return r;
+}
+
+// The length of the whole, checksum-valid record at `pos`, or 0.
+std::size_t valid_record_at(std::string_view data, std::size_t pos) {
+  if (data.size() - pos < record_header_bytes) return 0;
+  std::uint64_t length = 0;
+  std::uint32_t crc = 0;
+  // The cheap test first: most offsets hold no length that fits.
+  std::memcpy(&length, data.data() + pos, 8);
+  if (length == 0 || length > data.size() - pos - record_header_bytes) return 0;
+  if (!decode_header(data.data() + pos, length, crc)) return 0;
+  if (crc_of(data.substr(pos + record_header_bytes, length)) != crc) return 0;
+  return record_header_bytes + length;
+}
+
+// Whole, valid records that start after `from` (a forward search byte by byte, then
+// record by record).
+std::size_t count_valid_after(std::string_view data, std::size_t from) {
+  std::size_t count = 0;
+  for (std::size_t pos = from + 1; pos + record_header_bytes <= data.size();) {
+    if (const std::size_t n = valid_record_at(data, pos)) {
+      ++count;
+      pos += n;
+    } else {
+      ++pos;
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+void encode_header(char* out, std::uint64_t length, std::uint32_t payload_crc) {
+  std::memcpy(out, &length, 8);
+  std::memcpy(out + 8, &payload_crc, 4);
+  const std::uint32_t header_crc = crc_of(std::string_view(out, 12));
+  std::memcpy(out + 12, &header_crc, 4);
+}
+
+bool decode_header(const char* in, std::uint64_t& length, std::uint32_t& payload_crc) {
+  std::uint32_t header_crc = 0;
+  std::memcpy(&header_crc, in + 12, 4);
+  if (crc_of(std::string_view(in, 12)) != header_crc) return false;
+  std::memcpy(&length, in, 8);
+  std::memcpy(&payload_crc, in + 8, 4);
+  return true;
+}
+
+scan_result scan_segment(std::string_view data, replay_state& state) {
+  scan_result r;
+  if (!data.starts_with(segment_magic)) {
+    if (data.empty()) return r;
+    // A segment created just before a crash, its magic never (wholly) written.
+    if (data.size() < segment_magic.size() &&
+        (segment_magic.starts_with(data) ||
+         data.find_first_not_of('\0') == std::string_view::npos)) {
+      r.outcome = scan_result::status::torn_tail;
+      r.problem = "partial segment header";
+      return r;
+    }
+    return scan_format1(data, state);
+  }
+  std::size_t pos = segment_magic.size();
+  while (pos < data.size()) {
+    const auto damaged = [&](std::string what) {
+      r.intact_records_after = count_valid_after(data, pos);
+      r.outcome = r.intact_records_after == 0 ? scan_result::status::torn_tail
+                                              : scan_result::status::corrupt;
+      // A zero-filled tail is space the file system allocated for an append that
+      // never landed.
+      if (r.outcome == scan_result::status::torn_tail &&
+          data.find_first_not_of('\0', pos) == std::string_view::npos)
+        what = "zero-filled tail";
+      r.valid_bytes = pos;
+      r.problem = std::move(what);
+      return r;
+    };
+    if (data.size() - pos < record_header_bytes) return damaged("partial record header");
+    std::uint64_t length = 0;
+    std::uint32_t crc = 0;
+    if (!decode_header(data.data() + pos, length, crc)) return damaged("header checksum mismatch");
+    if (length > data.size() - pos - record_header_bytes)
+      return damaged("record runs past the end of the file");
+    const std::string_view payload = data.substr(pos + record_header_bytes, length);
+    if (crc_of(payload) != crc) return damaged("checksum mismatch");
+    if (!state.apply(payload)) {
+      // Whole and checksummed, yet unreadable: never a torn append.
+      r.outcome = scan_result::status::corrupt;
+      r.valid_bytes = pos;
+      r.problem = "malformed record";
+      r.intact_records_after = count_valid_after(data, pos + record_header_bytes + length - 1);
+      return r;
+    }
+    pos += record_header_bytes + length;
   }
   r.valid_bytes = pos;
   return r;

@@ -1,8 +1,13 @@
 #pragma once
 // The write-ahead log's on-disk records. Pure functions, no I/O, thread-safe.
 //
-// A record is [u32 payload length][u32 CRC-32 of payload][payload], little endian; the
-// payload starts with a kind byte:
+// A segment starts with the 8-byte segment_magic, then records. A record is
+// [u64 payload length][u32 CRC-32 of payload][u32 CRC-32 of the 12 bytes before][payload],
+// little endian. The header has its own checksum so that a damaged length is recognised
+// as damage rather than taken for a record that runs past the end of the file (a torn
+// tail), and the length is 64 bits so that no snapshot outgrows it. Segments written
+// before the magic existed (format 1: [u32 length][u32 CRC-32 of payload]) are still
+// read. The payload starts with a kind byte:
 //   increments: u32 n, then n x (u32 record_type, u64 record_id, i32 delta)
 //   batches:    u32 n, then n batches (u64 run_id, u64 seq, u32 rows,
 //               rows x (u32 record_type, u64 record_id, u16 slot, i64 delta))
@@ -27,7 +32,9 @@ namespace slotted::wal {
 
 enum class record_kind : std::uint8_t { increments = 1, batches = 2, snapshot = 3, committed = 4 };
 
-constexpr std::size_t record_header_bytes = 8;
+constexpr std::size_t record_header_bytes = 16;
+// The first bytes of every segment this version writes.
+constexpr std::string_view segment_magic{"SCWAL02\n", 8};
 
 void append_increments(std::string& out, std::span<const ingest::increment> increments);
 void append_batches(std::string& out, std::span<const flush::flush_batch> batches);
@@ -42,6 +49,9 @@ class replay_state {
   // Applies one record's payload; false when the payload is malformed.
   bool apply(std::string_view payload);
 
+  // The net pending delta of every counter. Throws std::overflow_error naming the
+  // counter when its logged deltas sum past the int64 range: the daemon never logs
+  // such a sum (see pending_store::max_pending_sum), so the log is corrupt.
   std::vector<store::pending_delta> deltas() const;
   const std::vector<flush::flush_batch>& batches() const { return batches_; }
 
@@ -57,11 +67,22 @@ struct scan_result {
   enum class status { ok, torn_tail, corrupt } outcome = status::ok;
   std::size_t valid_bytes = 0;  // records before this offset are whole and valid
   std::string problem;          // for torn_tail and corrupt
+  // For corrupt: whole, valid records found after the damage (not applied).
+  std::size_t intact_records_after = 0;
 };
 
-// Walks the records of one segment, applying each to `state`. A damaged record that
-// reaches the end of the data is a torn tail (an interrupted append); damage with more
-// data after it is corruption.
+// Walks the records of one segment, applying each to `state` and stopping at the first
+// damaged one. Damage is a torn tail (an interrupted append) only when no valid record
+// follows it anywhere in the data: appends are sequential, so nothing written after a
+// torn append can be intact. Anything else (a flipped bit in a length or a payload with
+// valid records after it, or a record whose checksums hold but whose content does not
+// parse) is corruption. Whether a torn tail is acceptable (last segment only) is the
+// caller's decision.
 scan_result scan_segment(std::string_view data, replay_state& state);
+
+// Encodes / decodes a format-2 record header; exposed for tests. decode_header() is
+// false when the header's own checksum does not match.
+void encode_header(char* out, std::uint64_t length, std::uint32_t payload_crc);
+bool decode_header(const char* in, std::uint64_t& length, std::uint32_t& payload_crc);
 
 }  // namespace slotted::wal

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
 #include <future>
 #include <set>
+#include <stdexcept>
 
 #include "util/log.hpp"
 #include "wal/record.hpp"
@@ -51,6 +55,22 @@ std::string read_file(const std::string& path) {
   ::close(fd);
   return data;
 }
+
+// Makes a directory entry change (a created, renamed or deleted name) durable.
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw wal_error("cannot open directory " + dir + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw wal_error("cannot sync directory " + dir + ": " + std::strerror(err));
+}
+
+std::string parent_of(const std::string& dir) {
+  auto parent = std::filesystem::path(dir).lexically_normal().parent_path();
+  if (parent.empty()) return ".";
+  return parent.string();
+}
 }  // namespace
 
 write_ahead_log::write_ahead_log(config::wal_config cfg, store::pending_store& store,
@@ -61,6 +81,31 @@ write_ahead_log::~write_ahead_log() {
   stop();
   if (fd_ >= 0) ::close(fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+}
+
+void write_ahead_log::lock_directory() {
+  const std::string path = cfg_.dir + "/lock";
+  // O_CREAT without O_TRUNC: opening the holder's lock file changes nothing in it.
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) throw wal_error("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) throw wal_error("cannot lock " + path + ": " + std::strerror(err));
+    char buf[32] = {};
+    const ssize_t n = ::pread(lock_fd_, buf, sizeof buf - 1, 0);
+    std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    throw wal_error("WAL directory " + cfg_.dir + " is in use by another process (pid " +
+                    (holder.empty() ? "unknown" : holder) +
+                    "): two daemons must never share a wal.dir; stop that one or give this one "
+                    "its own wal.dir");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 ||
+      ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    throw wal_error("cannot write " + path + ": " + std::strerror(errno));
+  }
 }
 
 std::string write_ahead_log::segment_path(std::uint64_t n) const {
@@ -69,10 +114,15 @@ std::string write_ahead_log::segment_path(std::uint64_t n) const {
   return cfg_.dir + name;
 }
 
-recovered write_ahead_log::open() {
-  if (::mkdir(cfg_.dir.c_str(), 0700) != 0 && errno != EEXIST) {
+recovered write_ahead_log::open(const open_options& options) {
+  if (::mkdir(cfg_.dir.c_str(), 0700) == 0) {
+    sync_directory(parent_of(cfg_.dir));  // the new directory's name must survive a crash
+  } else if (errno != EEXIST) {
     throw wal_error("cannot create WAL directory " + cfg_.dir + ": " + std::strerror(errno));
   }
+  // Before anything in the directory is read: a second copy must not replay, and then
+  // delete, the log of a daemon that is running on it.
+  lock_directory();
   dir_fd_ = ::open(cfg_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd_ < 0)
     throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
@@ -92,24 +142,57 @@ recovered write_ahead_log::open() {
     const std::string data = read_file(path);
     const auto scan = scan_segment(data, state);
     const bool last = n == *segments.rbegin();
+    segment_ = n;
     if (scan.outcome == scan_result::status::torn_tail && last) {
       log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes,
                 " (", scan.problem, "): cut off; it was never acknowledged");
       metrics_.wal_torn_tails.Increment();
-      if (::truncate(path.c_str(), static_cast<off_t>(scan.valid_bytes)) != 0) {
-        throw wal_error("cannot truncate " + path + ": " + std::strerror(errno));
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(scan.valid_bytes)) != 0 ||
+          ::fsync(fd) != 0) {
+        const int err = errno;
+        if (fd >= 0) ::close(fd);
+        throw wal_error("cannot truncate " + path + ": " + std::strerror(err));
       }
+      ::close(fd);
+      if (::fsync(dir_fd_) != 0)
+        throw wal_error("cannot sync WAL directory " + cfg_.dir + ": " + std::strerror(errno));
     } else if (scan.outcome != scan_result::status::ok) {
-      throw wal_error("WAL segment " + path + " is damaged at offset " +
-                      std::to_string(scan.valid_bytes) + " (" + scan.problem +
-                      "). To start without it, move that file out of " + cfg_.dir +
-                      ": the increments logged in it from that offset on are lost");
+      const std::string where = "WAL segment " + path + " is damaged at offset " +
+                                std::to_string(scan.valid_bytes) + " of " +
+                                std::to_string(data.size()) + " (" + scan.problem + ")";
+      if (!options.salvage) {
+        throw wal_error(where +
+                        ". To keep the records before that offset, run once with --wal-salvage "
+                        "(it moves the file aside); or move that file out of " +
+                        cfg_.dir + ": the increments logged in it from that offset on are lost");
+      }
+      // The records before the damage are applied already; keep the file for a post
+      // mortem, under a name replay ignores.
+      const std::string aside =
+          path + ".damaged-" + std::to_string(static_cast<long long>(std::time(nullptr)));
+      if (::rename(path.c_str(), aside.c_str()) != 0 || ::fsync(dir_fd_) != 0)
+        throw wal_error("cannot move " + path + " aside: " + std::strerror(errno));
+      log::warn(where, ": salvaged, keeping the ", scan.valid_bytes,
+                " bytes of whole records before the damage; dropped bytes ", scan.valid_bytes,
+                " to ", data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
+                scan.intact_records_after,
+                " intact records after the damage not applied: their increments are lost, and "
+                "kept increments that a dropped batches record had moved into committed "
+                "batches are applied again); the file is now ",
+                aside);
+      ++out.salvaged;
+      ++out.segments;
+      continue;
     }
     closed_.push_back({n, scan.valid_bytes});
-    segment_ = n;
     ++out.segments;
   }
-  out.deltas = state.deltas();
+  try {
+    out.deltas = state.deltas();
+  } catch (const std::overflow_error& e) {
+    throw wal_error("WAL in " + cfg_.dir + " is corrupt: " + e.what());
+  }
   // A batch logged twice (a snapshot and a batches record) is one batch.
   std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
   for (const auto& b : state.batches()) {
@@ -238,22 +321,46 @@ void write_ahead_log::write_group(std::vector<request>& group) {
   std::string bytes;
   std::vector<request*> logged;
   std::size_t new_keys_bound = 0;
+  std::uint64_t unapplied = 0;  // |delta| logged in `bytes`, not yet in the store
+  const auto log_and_apply = [&] {
+    if (logged.empty()) return;
+    const bool ok = append_synced(bytes, cfg_.fsync == config::fsync_mode::always);
+    for (auto* r : logged) {
+      // Checked by fits() below, and this thread is the store's only writer: applies.
+      if (ok && store_.add(r->increments, SIZE_MAX) != store::add_result::applied)
+        log::error("WAL: a logged request could not be applied to the store");
+      r->done(ok ? store::add_result::applied : store::add_result::wal_unavailable);
+    }
+    bytes.clear();
+    logged.clear();
+    unapplied = 0;
+  };
   for (auto& r : group) {
     // The pending limit, as without a WAL: checked before anything is logged.
     if (store_.keys() + store_.unwritten_rows() + new_keys_bound >= max_pending_keys_) {
       r.done(store::add_result::over_limit);
       continue;
     }
+    // And the bound on pending sums: what is logged must be applicable, or replay
+    // would apply what the client was told was refused.
+    auto fit = store_.fits(r.increments, unapplied);
+    if (fit == store::pending_store::fit::maybe) {
+      // Near the bound: what this group holds so far goes first, then an exact check.
+      log_and_apply();
+      fit = store_.fits(r.increments, 0);
+    }
+    if (fit == store::pending_store::fit::no) {
+      r.done(store::add_result::out_of_range);
+      continue;
+    }
     new_keys_bound += r.increments.size();
+    if (__builtin_add_overflow(unapplied, store::pending_store::magnitude(r.increments),
+                               &unapplied))
+      unapplied = UINT64_MAX;
     append_increments(bytes, r.increments);
     logged.push_back(&r);
   }
-  if (logged.empty()) return;
-  const bool ok = append_synced(bytes, cfg_.fsync == config::fsync_mode::always);
-  for (auto* r : logged) {
-    if (ok) store_.add(r->increments, SIZE_MAX);
-    r->done(ok ? store::add_result::applied : store::add_result::wal_unavailable);
-  }
+  log_and_apply();
 }
 
 bool write_ahead_log::append_synced(const std::string& bytes, bool synced) {
@@ -302,7 +409,7 @@ bool write_ahead_log::sync() {
 bool write_ahead_log::rotate() {
   // An empty current segment is as good as a new one (after a failed append, say):
   // reusing it keeps failures from piling up empty files.
-  if (fd_ >= 0 && segment_bytes_ == 0) return true;
+  if (fd_ >= 0 && segment_bytes_ <= segment_magic.size()) return true;
   // The segment being closed must be on disk before a later one exists: replay takes
   // damage in any segment but the last for corruption.
   if (fd_ >= 0 && unsynced_ && !sync()) return false;
@@ -312,14 +419,22 @@ bool write_ahead_log::rotate() {
     failed("create segment", errno);
     return false;
   }
+  // Synced with the segment's first record.
+  if (const ssize_t w = ::pwrite(fd, segment_magic.data(), segment_magic.size(), 0);
+      w != static_cast<ssize_t>(segment_magic.size())) {
+    failed("write segment header", w < 0 ? errno : ENOSPC);
+    ::close(fd);
+    ::unlink(segment_path(next).c_str());
+    return false;
+  }
   if (fd_ >= 0) {
     ::close(fd_);
     closed_.push_back({segment_, segment_bytes_});
   }
   fd_ = fd;
   segment_ = next;
-  segment_bytes_ = 0;
-  unsynced_ = false;
+  segment_bytes_ = segment_magic.size();
+  unsynced_ = true;
   if (::fsync(dir_fd_) != 0) failed("sync directory", errno);  // the new name must survive a crash
   return true;
 }

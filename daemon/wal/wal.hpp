@@ -18,6 +18,9 @@
 // once it has grown past a threshold and drops the segments before it, so disk use
 // stays bounded by what is pending, like memory.
 //
+// One process per directory: open() takes an exclusive flock on wal.dir/lock before it
+// reads anything there, so a second copy fails without touching the running one's log.
+//
 // Thread-safety: submit() and release() from any thread; swap() from the flusher.
 
 #include <condition_variable>
@@ -47,6 +50,13 @@ struct recovered {
   std::vector<store::pending_delta> deltas;
   std::vector<flush::flush_batch> batches;
   std::size_t segments = 0;
+  std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept
+};
+
+struct open_options {
+  // Keep the valid records before the damage in a damaged segment and move the file
+  // aside (logging what is dropped), rather than refusing to start.
+  bool salvage = false;
 };
 
 // What the log needs from the flusher's queue of formed batches.
@@ -65,10 +75,13 @@ class write_ahead_log {
                   std::size_t max_pending_keys);
   ~write_ahead_log();
 
-  // Creates the directory (0700) if needed and replays every segment. A torn tail is
-  // cut off with a warning; corruption anywhere else throws wal_error naming the
-  // file and offset. Throws wal_error when the directory cannot be used.
-  recovered open();
+  // Creates the directory (0700) if needed, locks it (a lock file, flock) and replays
+  // every segment. A torn tail is cut off with a warning; corruption anywhere else
+  // throws wal_error naming the file and offset (or, with options.salvage, keeps what
+  // precedes it). Throws wal_error, having read and changed nothing, when another
+  // process holds the lock (the message names its pid); and when the directory cannot
+  // be used. The lock is held until this object is destroyed.
+  recovered open(const open_options& options = {});
 
   // Logs what is pending (the store and `queue`, where the caller put what open()
   // recovered) as a snapshot in a fresh segment, drops the older segments and starts
@@ -97,6 +110,7 @@ class write_ahead_log {
     std::vector<ingest::increment> increments;
     std::function<void(store::add_result)> done;
   };
+  void lock_directory();
   void run();
   void write_group(std::vector<request>& group);
   // Appends whole records at the end of the segment, synced when `synced`; on failure
@@ -127,6 +141,7 @@ class write_ahead_log {
   // Owned by the log thread.
   int fd_ = -1;
   int dir_fd_ = -1;
+  int lock_fd_ = -1;
   std::uint64_t segment_ = 0;      // the segment being appended to
   std::size_t segment_bytes_ = 0;  // its length, all of it written and (per mode) synced
   std::vector<std::pair<std::uint64_t, std::size_t>> closed_;  // older segments and their sizes

@@ -165,5 +165,26 @@ TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
             0);
 }
 
+TEST(Pipeline, ReadingACounterNearTheInt64LimitIsExact) {
+  // persisted + pending passes 2^63 - 1: the answer must not wrap (nor trap).
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  server.connect(database).execute(
+      "INSERT INTO slotted_counters VALUES (1, 500, 0, 9223372036854775802)");
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  ASSERT_EQ(
+      client.post_json("/v1/increments", R"({"record_type": 1, "record_id": 500, "delta": 10})")
+          .status,
+      202u);
+  const auto reply = client.get("/v1/counters/1/500");
+  ASSERT_EQ(reply.status, 200u) << reply.body;
+  EXPECT_NE(reply.body.find("\"count\": 9223372036854775812,"), std::string::npos) << reply.body;
+  EXPECT_NE(reply.body.find("\"persisted\": 9223372036854775802,"), std::string::npos)
+      << reply.body;
+}
+
 }  // namespace
 }  // namespace slotted::test

@@ -247,21 +247,6 @@ TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
   expect_converged(server, database, acknowledged);
 }
 
-// --check-config with a reachable database and the real binary at start.
-int run_binary(const std::string& yaml, const std::string& flag, std::string& output) {
-  char dir[] = "/tmp/slotted-check-XXXXXX";
-  mkdtemp(dir);
-  const std::string cfg = std::string(dir) + "/c.yaml", out = std::string(dir) + "/out";
-  std::ofstream(cfg) << yaml;
-  const int status = std::system(
-      (std::string(SLOTTED_DAEMON_BINARY) + " --config " + cfg + " " + flag + " >" + out + " 2>&1")
-          .c_str());
-  std::ifstream in(out);
-  output.assign(std::istreambuf_iterator<char>(in), {});
-  std::filesystem::remove_all(dir);
-  return WEXITSTATUS(status);
-}
-
 TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);

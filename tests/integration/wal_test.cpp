@@ -7,6 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
 #include <random>
 
 #include "integration/load.hpp"
@@ -50,9 +53,22 @@ class Wal : public ::testing::Test {
             std::to_string(id));
   }
 
-  void write_segment(const std::string& bytes) const {
+  // Writes a segment holding `records` (after the segment header).
+  void write_segment(const std::string& records) const {
     fs::create_directories(wal_dir_);
-    std::ofstream(wal_dir_ + "/wal-0000000000000001.log", std::ios::binary) << bytes;
+    std::ofstream(wal_dir_ + "/wal-0000000000000001.log", std::ios::binary)
+        << wal::segment_magic << records;
+  }
+
+  // Every file in wal.dir but the lock, with its content.
+  std::map<std::string, std::string> wal_files() const {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(wal_dir_)) {
+      if (e.path().filename() == "lock") continue;
+      std::ifstream in(e.path(), std::ios::binary);
+      files[e.path().filename().string()].assign(std::istreambuf_iterator<char>(in), {});
+    }
+    return files;
   }
 
   std::string database_, root_, wal_dir_;
@@ -150,9 +166,9 @@ TEST_F(Wal, TornTailIsCutWithAWarningAndTheRestReplayed) {
 
   daemon_process daemon(yaml("always", "1h"));
   http_client c(daemon.port());
-  EXPECT_NE(
-      daemon.log().find("ends in an incomplete record at offset " + std::to_string(bytes.size())),
-      std::string::npos)
+  EXPECT_NE(daemon.log().find("ends in an incomplete record at offset " +
+                              std::to_string(wal::segment_magic.size() + bytes.size())),
+            std::string::npos)
       << daemon.log();
   EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_wal_torn_tails_total 1"),
             std::string::npos);
@@ -175,7 +191,8 @@ TEST_F(Wal, CorruptionInTheMiddleStopsStartupNamingFileAndOffset) {
   } catch (const std::runtime_error& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("status 256"), std::string::npos) << message;  // exit code 1
-    EXPECT_NE(message.find(segment + " is damaged at offset " + std::to_string(one.size())),
+    EXPECT_NE(message.find(segment + " is damaged at offset " +
+                           std::to_string(wal::segment_magic.size() + one.size())),
               std::string::npos)
         << message;
     EXPECT_NE(message.find("move that file out of"), std::string::npos) << message;
@@ -186,6 +203,184 @@ TEST_F(Wal, CorruptionInTheMiddleStopsStartupNamingFileAndOffset) {
   http_client c(daemon.port());
   EXPECT_EQ(c.get("/healthz").status, 200u);
   EXPECT_EQ(db_total(80), 0);
+}
+
+TEST_F(Wal, LengthBitFlipMidSegmentIsCorruptionAndSalvageKeepsThePrefix) {
+  std::string one, two, three;
+  wal::append_increments(one, std::vector<ingest::increment>{{1, 83, 3}});
+  wal::append_increments(two, std::vector<ingest::increment>{{1, 84, 1}});
+  wal::append_increments(three, std::vector<ingest::increment>{{1, 85, 1}});
+  // A high bit of the middle record's length: it now seems to run past the end of the
+  // file, as a torn append would, but acknowledged records follow it.
+  two[3] ^= 0x10;
+  write_segment(one + two + three);
+  const std::string segment = wal_dir_ + "/wal-0000000000000001.log";
+  const std::string offset = std::to_string(wal::segment_magic.size() + one.size());
+  std::string out;
+  EXPECT_EQ(run_binary(yaml(), "", out), 1) << out;
+  EXPECT_NE(out.find(segment + " is damaged at offset " + offset), std::string::npos) << out;
+  EXPECT_NE(out.find("--wal-salvage"), std::string::npos) << out;
+  EXPECT_EQ(wal_files().size(), 1u);  // refused, nothing cut
+
+  // Salvage keeps the record before the damage and moves the file aside.
+  ASSERT_EQ(run_binary(yaml(), "--wal-salvage", out), 0) << out;
+  EXPECT_NE(out.find("dropped bytes " + offset), std::string::npos) << out;
+  EXPECT_NE(out.find("1 intact records after the damage not applied"), std::string::npos) << out;
+  bool moved_aside = false;
+  for (const auto& [name, content] : wal_files())
+    moved_aside |= name.starts_with("wal-0000000000000001.log.damaged-");
+  EXPECT_TRUE(moved_aside);
+
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  EXPECT_NE(daemon.log().find("1 pending counters"), std::string::npos) << daemon.log();
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(83), 3);
+  EXPECT_EQ(db_total(84), 0);
+  EXPECT_EQ(db_total(85), 0);
+}
+
+TEST_F(Wal, SecondCopyOnTheSameDirectoryExits1AndTouchesNothing) {
+  std::int64_t acknowledged = 0;
+  std::optional<daemon_process> first(std::in_place, yaml("always", "1h"));
+  {
+    http_client c(first->port());
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 70})").status,
+                202u);
+      ++acknowledged;
+    }
+  }
+  const auto before = wal_files();
+  try {
+    daemon_process second(yaml("always", "1h"));
+    FAIL() << "a second daemon started on the same wal.dir";
+  } catch (const std::runtime_error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("status 256"), std::string::npos) << message;  // exit code 1
+    EXPECT_NE(message.find("WAL directory " + wal_dir_ + " is in use by another process (pid " +
+                           std::to_string(first->pid()) + ")"),
+              std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(wal_files(), before) << "the second copy changed the first one's log";
+
+  // The first one's log is whole: more increments, a SIGKILL, and a restart replays
+  // every acknowledged one exactly.
+  {
+    http_client c(first->port());
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 70})").status,
+                202u);
+      ++acknowledged;
+    }
+  }
+  first->signal(SIGKILL);
+  EXPECT_EQ(first->wait(10s), -SIGKILL);
+  first.reset();
+  daemon_process third(yaml("always", "1h"));
+  http_client c(third.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(70), acknowledged);
+}
+
+TEST_F(Wal, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedParts) {
+  // Before a crash the database refused batch 1 for its values and the flusher split
+  // it; its left half (split index 2) committed. The column has been widened since, so
+  // the replayed batch would now commit whole: only its right half may.
+  constexpr std::uint64_t run = 4242;
+  flush::flush_batch batch;
+  batch.run_id = run;
+  batch.seq = 1;
+  batch.rows = {{1, 101, 0, 1}, {1, 102, 0, 2}, {1, 103, 0, 3}, {1, 104, 0, 4}};
+  std::string records;
+  wal::append_batches(records, std::vector{batch});
+  write_segment(records);
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute(
+      "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
+      "VALUES ('wal-test', " +
+      std::to_string(run) + ", " + std::to_string((std::uint64_t{2} << 44) | 1) + ", 2)");
+  conn.execute("INSERT INTO slotted_counters VALUES (1, 101, 0, 1), (1, 102, 0, 2)");
+
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(101), 1);
+  EXPECT_EQ(db_total(102), 2);
+  EXPECT_EQ(db_total(103), 3);
+  EXPECT_EQ(db_total(104), 4);
+  EXPECT_NE(daemon.log().find("was split before the restart"), std::string::npos) << daemon.log();
+}
+
+TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
+  // Both halves of batch 1 committed before the crash: nothing is left to write, and
+  // the log must record that, or a replay after the ledger is pruned would send the
+  // whole batch again.
+  constexpr std::uint64_t run = 4343;
+  flush::flush_batch batch;
+  batch.run_id = run;
+  batch.seq = 1;
+  batch.rows = {{1, 111, 0, 1}, {1, 112, 0, 2}};
+  std::string records;
+  wal::append_batches(records, std::vector{batch});
+  write_segment(records);
+  auto conn = shared_mariadb().connect(database_);
+  for (const std::uint64_t node : {2, 3}) {
+    conn.execute(
+        "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
+        "VALUES ('wal-test', " +
+        std::to_string(run) + ", " + std::to_string((node << 44) | 1) + ", 1)");
+  }
+  conn.execute("INSERT INTO slotted_counters VALUES (1, 111, 0, 1), (1, 112, 0, 2)");
+  {
+    daemon_process daemon(yaml("always", "1h"));
+    http_client c(daemon.port());
+    ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(30s), 0) << daemon.log();
+  }
+  conn.execute("DELETE FROM slotted_counterd_ledger");  // as pruning would, an hour on
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(111), 1);
+  EXPECT_EQ(db_total(112), 2);
+}
+
+TEST_F(Wal, IncrementPastThePendingSumBoundIsRefusedWholeAndNeverLogged) {
+  // A pending sum 10 short of 2^62, as a long outage under hostile deltas could leave;
+  // the database is down, so it stays pending.
+  constexpr std::int64_t bound = std::int64_t{1} << 62;
+  std::string records;
+  wal::append_snapshot(records, {}, std::vector<store::pending_delta>{{{1, 60}, bound - 10}});
+  write_segment(records);
+  std::string database_down = yaml("always", "1h");
+  database_down.replace(database_down.find(shared_mariadb().socket()),
+                        shared_mariadb().socket().size(), root_ + "/no-such.sock");
+  {
+    daemon_process daemon(database_down);
+    http_client c(daemon.port());
+    const auto refused =
+        c.post_json("/v1/increments", R"([{"record_type": 1, "record_id": 61, "delta": 5},)"
+                                      R"( {"record_type": 1, "record_id": 60, "delta": 11}])");
+    EXPECT_EQ(refused.status, 422u) << refused.body;
+    EXPECT_NE(refused.body.find("2^62"), std::string::npos) << refused.body;
+    EXPECT_EQ(
+        c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 60, "delta": 10})").status,
+        202u);
+    EXPECT_EQ(
+        c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 60, "delta": 1})").status,
+        422u);
+    daemon.signal(SIGKILL);
+    daemon.wait(10s);
+  }
+  // The refused requests were never logged: a restart replays the accepted one only.
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(60), bound);
+  EXPECT_EQ(db_total(61), 0);
 }
 
 TEST_F(Wal, FullDiskAnswers503AndRecovers) {

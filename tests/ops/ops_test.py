@@ -153,8 +153,10 @@ class MariaDB:
 
     def install(self):
         r = subprocess.run(
-            ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", f"--tmpdir={self.dir}",
-             "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"],
+            # A private tmpdir: bootstraps of parallel test runs meet in /tmp otherwise.
+            ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}",
+             f"--tmpdir={self.dir}", "--auth-root-authentication-method=normal",
+             "--skip-test-db", "--user=root"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         if r.returncode != 0:
             raise Failure(f"mariadb-install-db failed: {r.stdout.decode(errors='replace')[-2000:]}")

@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -61,6 +63,21 @@ std::string daemon_yaml(const mariadb_server& server, const std::string& databas
          "http: {threads: 2}\n"
          "mysql: {socket: " +
          server.socket() + ", user: root, database: " + database + "}\n" + rest;
+}
+
+int run_binary(const std::string& yaml, const std::string& flags, std::string& output) {
+  char dir[] = "/tmp/slotted-check-XXXXXX";
+  if (mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
+  const std::string cfg = std::string(dir) + "/c.yaml", out = std::string(dir) + "/out";
+  std::ofstream(cfg) << yaml;
+  // Bounded: a binary that wrongly starts serving instead of exiting fails the test.
+  const int status = std::system((std::string("timeout -s KILL 120 ") + SLOTTED_DAEMON_BINARY +
+                                  " --config " + cfg + " " + flags + " >" + out + " 2>&1")
+                                     .c_str());
+  std::ifstream in(out);
+  output.assign(std::istreambuf_iterator<char>(in), {});
+  std::filesystem::remove_all(dir);
+  return WEXITSTATUS(status);
 }
 
 in_process_daemon::in_process_daemon(config::daemon_config cfg)

@@ -31,6 +31,11 @@ std::string daemon_yaml(const mariadb_server& server, const std::string& databas
 void migrate(const mariadb_server& server, const std::string& database,
              const std::string& table = "slotted_counters");
 
+// Runs the built binary on `yaml` with `flags` (e.g. "--check-config") to its end;
+// returns its exit code (137 when killed after 120 s) and leaves stdout and stderr in
+// `output`.
+int run_binary(const std::string& yaml, const std::string& flags, std::string& output);
+
 // The seed's table as `slotted_counters`: AUTO_INCREMENT id + UNIQUE key, INT columns;
 // `auto_increment` > 0 sets the next id (e.g. near the INT maximum).
 void create_seed_table(const mariadb_server& server, const std::string& database,

@@ -65,5 +65,35 @@ TEST(SplitBatch, HalvesKeepRowsAndGetIdsDerivedFromTheParent) {
   EXPECT_EQ(ids.size(), 7u);
 }
 
+TEST(UncommittedParts, ReplayedSplitBatchLeavesOnlyWhatDidNotCommit) {
+  flush_batch b;
+  b.run_id = 7;
+  b.seq = 5;
+  for (std::uint64_t i = 0; i < 8; ++i) b.rows.push_back({1, i, 0, static_cast<std::int64_t>(i)});
+  const auto seq_of = [](std::uint64_t node) { return (node << 44) | 5; };
+  const auto ids = [](const std::vector<flush_batch>& parts) {
+    std::vector<std::pair<std::uint64_t, std::size_t>> out;
+    for (const auto& p : parts) out.push_back({p.seq >> 44, p.rows.size()});
+    return out;
+  };
+  // Nothing of it committed (another batch's parts do not count): the batch itself.
+  auto parts = uncommitted_parts(b, {(std::uint64_t{2} << 44) | 6});
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].seq, 5u);
+  // Left half committed: the right half, under the id the split gave it.
+  EXPECT_EQ(ids(uncommitted_parts(b, {seq_of(2)})),
+            (std::vector<std::pair<std::uint64_t, std::size_t>>{{3, 4}}));
+  // A quarter deep in the right half (node 6): the left half, and node 7.
+  parts = uncommitted_parts(b, {seq_of(6)});
+  EXPECT_EQ(ids(parts), (std::vector<std::pair<std::uint64_t, std::size_t>>{{2, 4}, {7, 2}}));
+  EXPECT_EQ(parts[1].rows.front().record_id, 6u);
+  // Both halves committed: nothing left.
+  EXPECT_TRUE(uncommitted_parts(b, {seq_of(2), seq_of(3)}).empty());
+  // A replay of a half (itself node 3) with its own left half committed.
+  const auto right = split_batch(b).second;
+  EXPECT_EQ(ids(uncommitted_parts(right, {seq_of(6)})),
+            (std::vector<std::pair<std::uint64_t, std::size_t>>{{7, 2}}));
+}
+
 }  // namespace
 }  // namespace slotted::flush

@@ -47,6 +47,45 @@ TEST(PendingStore, LimitRefusesAWholeRequestAndCountsUnwrittenRows) {
   EXPECT_EQ(s.add(more, 6), add_result::applied);
 }
 
+TEST(PendingStore, AnAddPastThePendingSumBoundIsRefusedWholeInEitherDirection) {
+  pending_store s(4);
+  const std::vector<pending_delta> near{{{1, 1}, max_pending_sum - 10},
+                                        {{1, 2}, -max_pending_sum + 3}};
+  s.add_deltas(near);
+  const auto keys = s.keys();
+  // One increment, then a request whose other items are harmless: nothing applied.
+  EXPECT_EQ(s.add(std::vector<increment>{{1, 1, 11}}, 100), add_result::out_of_range);
+  EXPECT_EQ(s.add(std::vector<increment>{{1, 3, 5}, {1, 1, 6}, {1, 1, 5}}, 100),
+            add_result::out_of_range);
+  EXPECT_EQ(s.add(std::vector<increment>{{1, 2, -4}}, 100), add_result::out_of_range);
+  EXPECT_EQ(s.pending({1, 1}), max_pending_sum - 10);
+  EXPECT_EQ(s.pending({1, 2}), -max_pending_sum + 3);
+  EXPECT_EQ(s.pending({1, 3}), 0);
+  EXPECT_EQ(s.keys(), keys);
+  // Up to the bound exactly is fine, and so is moving back from it.
+  EXPECT_EQ(s.add(std::vector<increment>{{1, 3, 5}, {1, 1, 4}, {1, 1, 6}}, 100),
+            add_result::applied);
+  EXPECT_EQ(s.pending({1, 1}), max_pending_sum);
+  EXPECT_EQ(s.add(std::vector<increment>{{1, 2, -3}, {1, 1, -1}}, 100), add_result::applied);
+  EXPECT_EQ(s.pending({1, 2}), -max_pending_sum);
+  // A flush takes the sums out: the counters start again from zero.
+  std::vector<pending_delta> out;
+  s.take_all(out);
+  EXPECT_EQ(s.add(std::vector<increment>{{1, 1, 2147483647}}, 100), add_result::applied);
+}
+
+TEST(PendingStore, FitsIsExactNearTheBoundAndCheapFarFromIt) {
+  pending_store s(4);
+  const std::vector<increment> small{{1, 1, 1}, {1, 2, 1}};
+  EXPECT_EQ(s.fits(small, 0), pending_store::fit::yes);
+  EXPECT_EQ(s.fits(small, 1000), pending_store::fit::yes);
+  s.add_deltas(std::vector<pending_delta>{{{1, 1}, max_pending_sum - 2}});
+  // Some unapplied change could reach the bound: apply it first, then ask exactly.
+  EXPECT_EQ(s.fits(small, 5), pending_store::fit::maybe);
+  EXPECT_EQ(s.fits(small, 0), pending_store::fit::yes);
+  EXPECT_EQ(s.fits(std::vector<increment>{{1, 1, 2}, {1, 1, 1}}, 0), pending_store::fit::no);
+}
+
 TEST(PendingStore, ConcurrentAddsAndTakesLoseNothing) {
   pending_store s(8);
   std::atomic<bool> done{false};

@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <boost/crc.hpp>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
 #include "wal/record.hpp"
 
 namespace slotted::wal {
@@ -29,6 +34,7 @@ TEST(WalRecord, IncrementsAggregateAndBatchesReplaceThem) {
   const std::vector<ingest::increment> b{{1, 10, 1}, {3, 3, -4}};
   append_increments(log, b);
 
+  log.insert(0, segment_magic);
   replay_state state;
   const auto scan = scan_segment(log, state);
   EXPECT_EQ(scan.outcome, scan_result::status::ok);
@@ -41,7 +47,7 @@ TEST(WalRecord, IncrementsAggregateAndBatchesReplaceThem) {
 }
 
 TEST(WalRecord, SnapshotSupersedesEverythingBefore) {
-  std::string log;
+  std::string log(segment_magic);
   append_increments(log, std::vector<ingest::increment>{{1, 1, 1}});
   append_batches(log, std::vector{batch(1, 1, {{1, 1, 0, 1}})});
   append_snapshot(log, std::vector{batch(2, 5, {{4, 4, 1, 40}})},
@@ -54,7 +60,7 @@ TEST(WalRecord, SnapshotSupersedesEverythingBefore) {
 }
 
 TEST(WalRecord, CommittedRecordDropsTheBatchesBeforeIt) {
-  std::string log;
+  std::string log(segment_magic);
   append_batches(log, std::vector{batch(1, 1, {{1, 1, 0, 1}})});
   append_committed(log);
   append_increments(log, std::vector<ingest::increment>{{2, 2, 2}});
@@ -67,29 +73,142 @@ TEST(WalRecord, CommittedRecordDropsTheBatchesBeforeIt) {
 }
 
 TEST(WalRecord, TornTailVersusCorruptionInTheMiddle) {
+  const std::string magic(segment_magic);
   std::string one, two;
   append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
   append_increments(two, std::vector<ingest::increment>{{1, 2, 2}});
 
   for (std::size_t cut = 1; cut < two.size(); ++cut) {
     replay_state state;
-    const auto scan = scan_segment(one + two.substr(0, cut), state);
+    const auto scan = scan_segment(magic + one + two.substr(0, cut), state);
     EXPECT_EQ(scan.outcome, scan_result::status::torn_tail) << cut;
-    EXPECT_EQ(scan.valid_bytes, one.size());
+    EXPECT_EQ(scan.valid_bytes, magic.size() + one.size());
     EXPECT_EQ(as_map(state.deltas()).size(), 1u);
+  }
+  for (std::size_t cut = 0; cut < magic.size(); ++cut) {
+    replay_state state;
+    EXPECT_EQ(scan_segment(magic.substr(0, cut), state).outcome,
+              cut == 0 ? scan_result::status::ok : scan_result::status::torn_tail);
   }
   {
     replay_state state;
-    const auto scan = scan_segment(one + std::string(100, '\0'), state);
+    const auto scan = scan_segment(magic + one + std::string(100, '\0'), state);
     EXPECT_EQ(scan.outcome, scan_result::status::torn_tail);
+    EXPECT_EQ(scan.problem, "zero-filled tail");
   }
-  std::string damaged = one + two + one;
-  damaged[one.size() + record_header_bytes + 3] ^= 0x40;  // a flipped bit in the middle record
+  std::string damaged = magic + one + two + one;
+  damaged[magic.size() + one.size() + record_header_bytes + 3] ^= 0x40;  // in the middle payload
   replay_state state;
   const auto scan = scan_segment(damaged, state);
   EXPECT_EQ(scan.outcome, scan_result::status::corrupt);
-  EXPECT_EQ(scan.valid_bytes, one.size());
+  EXPECT_EQ(scan.valid_bytes, magic.size() + one.size());
   EXPECT_EQ(scan.problem, "checksum mismatch");
+  EXPECT_EQ(scan.intact_records_after, 1u);
+}
+
+TEST(WalRecord, AFlippedLengthBitMidSegmentIsCorruptionNotATornTail) {
+  const std::string magic(segment_magic);
+  std::string one, two, three;
+  append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
+  append_increments(two, std::vector<ingest::increment>{{1, 2, 2}});
+  append_increments(three, std::vector<ingest::increment>{{1, 3, 3}});
+  // Every bit of the length: too long (past the end of the file), too short, zero.
+  for (int bit = 0; bit < 64; ++bit) {
+    std::string damaged = magic + one + two + three;
+    damaged[magic.size() + one.size() + bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    replay_state state;
+    const auto scan = scan_segment(damaged, state);
+    EXPECT_EQ(scan.outcome, scan_result::status::corrupt) << bit;
+    EXPECT_EQ(scan.valid_bytes, magic.size() + one.size()) << bit;
+    EXPECT_EQ(scan.problem, "header checksum mismatch") << bit;
+    EXPECT_EQ(scan.intact_records_after, 1u) << bit;
+    EXPECT_EQ(as_map(state.deltas()).size(), 1u);  // the prefix was applied
+  }
+  // The same flip in the last record, with nothing after it, cannot be told from a
+  // torn append: a torn tail.
+  std::string last = magic + one + two;
+  last[magic.size() + one.size() + 3] ^= 0x10;
+  replay_state state;
+  EXPECT_EQ(scan_segment(last, state).outcome, scan_result::status::torn_tail);
+}
+
+TEST(WalRecord, LengthsPast4GiBFitTheHeader) {
+  // A snapshot can pass 4 GiB; its length must survive the header.
+  char header[record_header_bytes];
+  const std::uint64_t length = (std::uint64_t{5} << 30) + 7;
+  encode_header(header, length, 0xdeadbeef);
+  std::uint64_t got = 0;
+  std::uint32_t crc = 0;
+  ASSERT_TRUE(decode_header(header, got, crc));
+  EXPECT_EQ(got, length);
+  EXPECT_EQ(crc, 0xdeadbeefu);
+  header[4] ^= 0x01;  // bit 32 of the length
+  EXPECT_FALSE(decode_header(header, got, crc));
+  // A segment whose only record claims 5 GiB ends in a torn tail, not a short record.
+  std::string segment(segment_magic);
+  encode_header(header, length, 0);
+  segment.append(header, record_header_bytes);
+  segment.append("\x01", 1);
+  replay_state state;
+  const auto scan = scan_segment(segment, state);
+  EXPECT_EQ(scan.outcome, scan_result::status::torn_tail);
+  EXPECT_EQ(scan.problem, "record runs past the end of the file");
+}
+
+TEST(WalRecord, Format1SegmentsAreStillRead) {
+  // [u32 length][u32 CRC-32 of payload][payload], no segment header.
+  const auto format1 = [](std::string payload) {
+    boost::crc_32_type crc;
+    crc.process_bytes(payload.data(), payload.size());
+    std::string out(8, '\0');
+    const auto length = static_cast<std::uint32_t>(payload.size());
+    const std::uint32_t sum = crc.checksum();
+    std::memcpy(out.data(), &length, 4);
+    std::memcpy(out.data() + 4, &sum, 4);
+    return out + payload;
+  };
+  std::string v2;
+  append_increments(v2, std::vector<ingest::increment>{{1, 9, 4}});
+  replay_state state;
+  const std::string segment = format1(v2.substr(record_header_bytes));
+  const auto scan = scan_segment(segment, state);
+  EXPECT_EQ(scan.outcome, scan_result::status::ok);
+  EXPECT_EQ(as_map(state.deltas()), (decltype(as_map({})){{{1, 9}, 4}}));
+}
+
+TEST(WalRecord, DeltasSummingPastInt64AreCorruptionNotAWrap) {
+  std::string log(segment_magic);
+  append_snapshot(log, {},
+                  std::vector<store::pending_delta>{{{1, 1}, INT64_MAX - 1}, {{1, 2}, INT64_MIN}});
+  append_increments(log, std::vector<ingest::increment>{{1, 1, 1}});
+  replay_state state;
+  ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
+  EXPECT_EQ((as_map(state.deltas())[{1, 1}]), INT64_MAX);
+  append_increments(log, std::vector<ingest::increment>{{1, 2, -1}});
+  replay_state again;
+  ASSERT_EQ(scan_segment(log, again).outcome, scan_result::status::ok);
+  EXPECT_THROW(again.deltas(), std::overflow_error);
+}
+
+TEST(WalRecord, AHugeCountInAWellFormedRecordIsMalformedNotAnAllocation) {
+  // A snapshot claiming 2^62 deltas in a few bytes (checksums valid; 2^62 x 20 bytes
+  // wraps to 0): rejected by size, not read into memory.
+  std::string log(segment_magic);
+  std::string payload(1, static_cast<char>(record_kind::snapshot));
+  payload.append(4, '\0');  // no batches
+  const std::uint64_t n = std::uint64_t{1} << 62;
+  payload.append(reinterpret_cast<const char*>(&n), 8);
+  payload.append(20, '\x01');
+  boost::crc_32_type crc;
+  crc.process_bytes(payload.data(), payload.size());
+  char header[record_header_bytes];
+  encode_header(header, payload.size(), crc.checksum());
+  log.append(header, record_header_bytes);
+  log += payload;
+  replay_state state;
+  const auto scan = scan_segment(log, state);
+  EXPECT_EQ(scan.outcome, scan_result::status::corrupt);
+  EXPECT_EQ(scan.problem, "malformed record");
 }
 
 }  // namespace
