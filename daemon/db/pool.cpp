@@ -2,28 +2,42 @@
 
 #include <mysqld_error.h>
 
+#include <map>
+
 #include "db/errors.hpp"
 
 namespace slotted::db {
 
 void require_ready_node(connection& conn) {
-  // wsrep_local_state exists only while a Galera provider is loaded; a plain MariaDB
-  // reports wsrep_ready OFF, so that alone does not tell a node from a plain server.
-  const auto rows = conn.query(
-      "SHOW GLOBAL STATUS WHERE Variable_name IN "
-      "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')");
-  std::string ready, state, comment;
-  for (const auto& row : rows) {
-    if (row.size() < 2 || !row[0] || !row[1]) continue;
-    if (*row[0] == "wsrep_ready") ready = *row[1];
-    if (*row[0] == "wsrep_local_state") state = *row[1];
-    if (*row[0] == "wsrep_local_state_comment") comment = *row[1];
+  std::map<std::string, std::string> v;
+  try {
+    // Variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
+    // a server built with Galera, and wsrep_local_state only while a provider is
+    // loaded (a plain MariaDB reports wsrep_ready OFF, so that alone says nothing).
+    for (const char* sql :
+         {"SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_reject_queries')",
+          "SHOW GLOBAL STATUS WHERE Variable_name IN "
+          "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')"}) {
+      for (const auto& row : conn.query(sql))
+        if (row.size() >= 2 && row[0] && row[1]) v[*row[0]] = *row[1];
+    }
+  } catch (const db_error& e) {
+    // A proxy in front of the servers (Vitess) may not answer these; its own routing
+    // then decides where writes go.
+    if (e.connection_lost()) throw;
+    return;
   }
-  if (state.empty()) return;  // not a Galera node
-  if (ready != "ON" || state != "4") {
-    throw db_error(ER_UNKNOWN_COM_ERROR, "the Galera node is not ready (wsrep_ready=" + ready +
-                                             ", wsrep_local_state=" + state + " " + comment +
-                                             "); treated as unreachable");
+  if (v["read_only"] == "ON")
+    throw db_error(ER_READ_ONLY_MODE, "the server is read-only; treated as unreachable");
+  const auto state = v.find("wsrep_local_state");
+  if (state == v.end()) return;  // not a Galera node
+  const std::string& reject = v["wsrep_reject_queries"];
+  if (v["wsrep_ready"] != "ON" || state->second != "4" || (!reject.empty() && reject != "NONE")) {
+    throw db_error(ER_UNKNOWN_COM_ERROR,
+                   "the Galera node is not ready (wsrep_ready=" + v["wsrep_ready"] +
+                       ", wsrep_local_state=" + state->second + " " +
+                       v["wsrep_local_state_comment"] + ", wsrep_reject_queries=" + reject +
+                       "); treated as unreachable");
   }
   conn.execute("SET SESSION wsrep_sync_wait = 1");
 }
