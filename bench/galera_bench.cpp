@@ -11,9 +11,11 @@
 //   daemons         three daemons (Release binary), one per node listing its own node
 //                   first, single-event POSTs; events/s counts what was acknowledged
 //                   AND is in the table (the final flushes are inside the window)
+//   daemons-uniform the same, record_id uniform over --keys counters: every flush
+//                   writes thousands of rows that the other daemons also write
 // All increments go to one hot counter (direct modes, daemons) or uniformly to
-// --keys counters (flush modes). Every mode checks that the table holds exactly what
-// succeeded. On 2 shared cores this measures conflicts, not scaling.
+// --keys counters (flush modes, daemons-uniform). Every mode checks that the table holds exactly
+// what succeeded. On 2 shared cores this measures conflicts, not scaling.
 
 #include <signal.h>
 
@@ -125,7 +127,7 @@ outcome run_writers(const test::galera_cluster& c, int clients, int seconds, F s
 
 void report(const char* mode, const outcome& o, const std::string& extra) {
   const double attempts = static_cast<double>(o.ok + o.aborted);
-  std::printf("%-14s %10.0f events/s  aborted %5.1f%%  (ok %llu, aborted %llu, other %llu)%s\n",
+  std::printf("%-15s %10.0f events/s  aborted %5.1f%%  (ok %llu, aborted %llu, other %llu)%s\n",
               mode, o.ok / o.seconds, attempts > 0 ? 100.0 * o.aborted / attempts : 0.0,
               static_cast<unsigned long long>(o.ok), static_cast<unsigned long long>(o.aborted),
               static_cast<unsigned long long>(o.other_errors), extra.c_str());
@@ -217,7 +219,10 @@ int run(const options& opt) {
                            std::to_string(record_type)),
           static_cast<std::int64_t>(o.ok));
   }
-  if (wanted(opt, "daemons")) {
+  for (const bool uniform : {false, true}) {
+    const char* mode = uniform ? "daemons-uniform" : "daemons";
+    const std::uint32_t record_type = uniform ? 5 : 4;
+    if (!wanted(opt, mode)) continue;
     std::vector<std::unique_ptr<test::daemon_process>> daemons;
     for (int i = 0; i < 3; ++i) {
       std::string hosts;
@@ -238,12 +243,15 @@ int run(const options& opt) {
     const auto started = clock_type::now();
     for (int i = 0; i < 3; ++i) {
       for (int k = 0; k < opt.clients; ++k) {
-        threads.emplace_back([&, port = daemons[i]->port()] {
+        threads.emplace_back([&, i, k, port = daemons[i]->port()] {
           test::http_client client(port);
+          std::mt19937_64 rng(i * 100 + k);
           std::uint64_t ok = 0, bad = 0;
           while (!stop) {
-            const auto r =
-                client.post_json("/v1/increments", R"({"record_type": 4, "record_id": 1})");
+            const std::uint64_t id = uniform ? rng() % opt.keys : 1;
+            const auto r = client.post_json("/v1/increments",
+                                            "{\"record_type\": " + std::to_string(record_type) +
+                                                ", \"record_id\": " + std::to_string(id) + "}");
             (r.status == 202 ? ok : bad) += 1;
           }
           acknowledged += ok;
@@ -273,8 +281,10 @@ int run(const options& opt) {
                   "flushed row; cert failures+bf aborts %lld)",
                   rows, statements, conflicts, rows > 0 ? conflicts / rows : 0.0,
                   static_cast<long long>(cert_failures(c) - before));
-    report("daemons", o, extra);
-    check("daemons", table_sum(c, "SELECT SUM(count) FROM slotted_counters WHERE record_type = 4"),
+    report(mode, o, extra);
+    check(mode,
+          table_sum(c, "SELECT SUM(count) FROM slotted_counters WHERE record_type = " +
+                           std::to_string(record_type)),
           static_cast<std::int64_t>(o.ok));
     for (auto& d : daemons) {
       d->signal(SIGTERM);
