@@ -76,6 +76,7 @@ galera_cluster::galera_cluster(int count) {
     n.socket = n.dir + "/mysqld.sock";
     n.port = p[i].client;
     fs::create_directories(n.dir + "/data");
+    fs::create_directories(n.dir + "/tmp");  // not the shared /tmp (see mariadb_server)
     std::ofstream cnf(n.dir + "/my.cnf");
     cnf << "[mysqld]\n"
         << "datadir=" << n.dir << "/data\n"
@@ -84,6 +85,7 @@ galera_cluster::galera_cluster(int count) {
         << "bind-address=127.0.0.1\n"
         << "pid-file=" << n.dir << "/mysqld.pid\n"
         << "log-error=" << n.dir << "/error.log\n"
+        << "tmpdir=" << n.dir << "/tmp\n"
         << (as_root() ? "user=mysql\n" : "") << "skip-name-resolve\n"
         << "max-connections=300\n"
         << "innodb-buffer-pool-size=64M\n"
@@ -106,15 +108,16 @@ galera_cluster::galera_cluster(int count) {
     cnf.close();
     nodes_.push_back(n);
   }
+  for (const auto& n : nodes_) give_to_mysql(n.dir);
   // Only the first node is installed; the others receive its data by SST.
   const int status = wait_process(
       spawn_process({"mariadb-install-db", "--no-defaults", "--datadir=" + nodes_[0].dir + "/data",
                      "--auth-root-authentication-method=normal", "--skip-test-db",
+                     "--tmpdir=" + nodes_[0].dir + "/tmp",
                      std::string("--user=") + (as_root() ? "mysql" : getpwuid(geteuid())->pw_name)},
                     dir_ + "/install.log"));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("mariadb-install-db failed; see " + dir_ + "/install.log");
-  for (const auto& n : nodes_) give_to_mysql(n.dir);
 
   start_node(0, {"--wsrep-new-cluster"});
   wait_synced(0, std::chrono::seconds(60));

@@ -64,9 +64,13 @@ mariadb_server::mariadb_server(std::vector<std::string> extra_args)
   dir_ = tmpl;
   socket_ = dir_ + "/mysqld.sock";
   port_ = free_loopback_port();
+  // Temporary files in our own directory: the bootstrap's temporary tables in a /tmp
+  // shared with other servers and cleaners made installs fail now and then.
+  std::filesystem::create_directories(dir_ + "/tmp");
   const pid_t install =
       spawn_process({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
-                     "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"},
+                     "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
+                     "--tmpdir=" + dir_ + "/tmp"},
                     dir_ + "/install.log");
   const int status = wait_process(install);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -98,7 +102,8 @@ void mariadb_server::start() {
                                 "--innodb-flush-log-at-trx-commit=2",
                                 "--skip-name-resolve",
                                 "--max-connections=500",
-                                "--log-error=" + dir_ + "/error.log"};
+                                "--log-error=" + dir_ + "/error.log",
+                                "--tmpdir=" + dir_ + "/tmp"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   pid_ = spawn_process(args, dir_ + "/mariadbd.out");
   // Wait until it accepts connections (a condition, polled), or give up.
