@@ -94,20 +94,20 @@ connection::connection(const connect_options& o) {
     mysql_optionsv(handle_, MYSQL_OPT_PROTOCOL, &protocol);
     apply_tls_options(handle_, o.tls);
   }
-  if (mysql_real_connect(handle_, use_socket ? nullptr : o.host.c_str(), o.user.c_str(),
+  const bool connected =
+      mysql_real_connect(handle_, use_socket ? nullptr : o.host.c_str(), o.user.c_str(),
                          o.password.c_str(), o.database.c_str(), use_socket ? 0 : o.port,
-                         use_socket ? o.socket.c_str() : nullptr, 0) == nullptr) {
-    const unsigned code = mysql_errno(handle_);
+                         use_socket ? o.socket.c_str() : nullptr, 0) != nullptr;
+  // Never a silent downgrade to plaintext (see tls_shortfall).
+  const std::string shortfall = connected && !use_socket ? tls_shortfall(handle_, o.tls) : "";
+  if (!connected || !shortfall.empty()) {
+    const unsigned code = connected ? CR_SSL_CONNECTION_ERROR : mysql_errno(handle_);
     const std::string message =
-        std::string("connect: ") + mysql_error(handle_) + connect_hint(code, o);
+        connected ? shortfall
+                  : std::string("connect: ") + mysql_error(handle_) + connect_hint(code, o);
     mysql_close(handle_);
     handle_ = nullptr;
     throw db_error(code, message);
-  }
-  if (const std::string why = use_socket ? "" : tls_shortfall(handle_, o.tls); !why.empty()) {
-    mysql_close(handle_);
-    handle_ = nullptr;
-    throw db_error(CR_SSL_CONNECTION_ERROR, why);
   }
   execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
 }
