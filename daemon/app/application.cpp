@@ -63,6 +63,12 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
   return s;
 }
 
+// Readiness must notice a dead database within seconds even when flush.interval is
+// minutes long.
+std::chrono::milliseconds probe_period(const config::daemon_config& c) {
+  return std::min<std::chrono::milliseconds>(c.flush.interval, std::chrono::seconds(5));
+}
+
 unsigned http_threads(const config::daemon_config& c) {
   if (c.http.threads > 0) return c.http.threads;
   const unsigned hw = std::thread::hardware_concurrency();
@@ -78,6 +84,8 @@ application::application(config::daemon_config cfg)
                                 : std::make_unique<wal::write_ahead_log>(
                                       cfg_.wal, store_, metrics_, cfg_.flush.max_pending_keys)),
       flusher_(flush_settings_for(cfg_, limits_), store_, pool_, metrics_),
+      probe_(connect_options_for(cfg_.mysql), probe_period(cfg_),
+             [this](bool reachable) { flusher_.probe_result(reachable); }),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
       router_(cfg_, *this, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size) {
@@ -142,6 +150,7 @@ void application::start() {
     throw;
   }
   flusher_.start();
+  probe_.start();
   roller_.start();
   listener_->run();
   const unsigned n = http_threads(cfg_);
@@ -165,9 +174,11 @@ void application::start_watchdog() {
   watchdog_tick(std::chrono::duration_cast<clock::duration>(*interval / 2));
 }
 
-// Pinged from the event loop, so a wedged loop stops the pings, and only while no
-// flush cycle is stuck: a cycle is bounded by the connect and I/O timeouts of the
-// statements it runs, so one running for two minutes is wedged.
+// Pinged from the event loop, so a wedged loop stops the pings, and only while the
+// flusher is not stuck: every statement it sends is bounded by the connect and I/O
+// timeouts, so a cycle with no statement answered and no batch committed for two
+// minutes is wedged. A long cycle that keeps making progress (a backlog draining, lock
+// waits retried) is not.
 void application::watchdog_tick(clock::duration period) {
   if (draining_) return;
   if (flusher_.healthy(std::chrono::minutes(2))) notify::watchdog();
@@ -224,6 +235,7 @@ int application::run_until_stopped() {
   io_threads_.clear();
 
   roller_.stop();
+  probe_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
   if (wal_) wal_->stop();
   db_workers_.join();

@@ -18,6 +18,7 @@
 
 #include "config/config.hpp"
 #include "db/pool.hpp"
+#include "db/probe.hpp"
 #include "flush/flusher.hpp"
 #include "http/listener.hpp"
 #include "http/router.hpp"
@@ -81,6 +82,8 @@ class application final : public http::backend {
   ingest::table_limits limits_;
   std::unique_ptr<wal::write_ahead_log> wal_;
   flush::flusher flusher_;
+  // Tells the flusher, every min(flush.interval, 5s), whether the database answers.
+  db::probe probe_;
   rollup::roller roller_;
   http::router router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).

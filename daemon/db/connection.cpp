@@ -109,7 +109,19 @@ connection::connection(const connect_options& o) {
     handle_ = nullptr;
     throw db_error(code, message);
   }
-  execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  try {
+    execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    // Strict whatever the server's global sql_mode: a value that does not fit its column
+    // is an error (the flusher isolates and reports the row), never a silent clamp.
+    execute(
+        "SET SESSION sql_mode = "
+        "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'");
+  } catch (...) {
+    // The destructor does not run for a constructor that throws.
+    mysql_close(handle_);
+    handle_ = nullptr;
+    throw;
+  }
 }
 
 connection::~connection() {

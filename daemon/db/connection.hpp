@@ -64,8 +64,10 @@ using result_row = std::vector<std::optional<std::string>>;
 
 class connection {
  public:
-  // Connects, sets READ COMMITTED (fewer gap locks between concurrent upserts) and
-  // autocommit on. Throws db_error.
+  // Connects, sets READ COMMITTED (fewer gap locks between concurrent upserts), a strict
+  // sql_mode (STRICT_ALL_TABLES: out-of-range values are errors, whatever the server's
+  // global mode) and autocommit on. Throws db_error; a failure after the connect closes
+  // the handle.
   explicit connection(const connect_options& options);
   ~connection();
   connection(connection&& other) noexcept;

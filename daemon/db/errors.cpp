@@ -87,6 +87,18 @@ bool is_data_error(unsigned code) {
   }
 }
 
+bool is_autoincrement_exhaustion(unsigned code, std::string_view message) {
+  switch (code) {
+    case 167:                     // HA_ERR_AUTOINC_ERANGE: out of range value for column
+    case ER_AUTOINC_READ_FAILED:  // 1467
+      return true;
+    case ER_DUP_ENTRY:  // 1062
+      return message.find("for key 'PRIMARY'") != std::string_view::npos;
+    default:
+      return false;
+  }
+}
+
 db_error::db_error(unsigned code, const std::string& message, bool fatal_override)
     : std::runtime_error(message), code_(code), fatal_(fatal_override || is_fatal(code)) {}
 

@@ -12,6 +12,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace slotted::db {
 
@@ -24,6 +25,13 @@ bool is_fatal(unsigned code);
 // The rows themselves cannot be stored (out of range for the column, a sum that
 // overflows BIGINT): retrying the same statement can never succeed.
 bool is_data_error(unsigned code);
+
+// The counters table's AUTO_INCREMENT column has run out of values: 167 (out of range
+// for the column, from the storage engine), 1467 (the auto-increment value could not be
+// read), or 1062 on the PRIMARY key (the counter stuck at the column's maximum). Only
+// meaningful for the upsert into the counters table, whose other duplicates ON DUPLICATE
+// KEY UPDATE absorbs. Retrying cannot help until an operator widens the column.
+bool is_autoincrement_exhaustion(unsigned code, std::string_view message);
 
 class db_error : public std::runtime_error {
  public:

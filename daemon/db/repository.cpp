@@ -95,6 +95,26 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   return limits;
 }
 
+std::optional<autoincrement_state> read_autoincrement(connection& conn, const std::string& table) {
+  const std::string quoted = conn.quote(table);
+  const auto columns = conn.query(
+      "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM information_schema.COLUMNS "
+      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
+      quoted + " AND EXTRA LIKE '%auto_increment%'");
+  if (columns.empty()) return std::nullopt;
+  const auto next = conn.query(
+      "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+      "TABLE_NAME = " +
+      quoted);
+  if (next.empty() || next[0].empty() || !next[0][0]) return std::nullopt;
+  autoincrement_state st;
+  st.column = columns[0][0].value_or("");
+  st.column_type = columns[0][2].value_or("");
+  st.max = integer_max(columns[0][1].value_or(""), st.column_type);
+  st.next = std::stoull(*next[0][0]);
+  return st;
+}
+
 void verify_rollup_target(connection& conn, const rollup_target& t) {
   const std::string where = "rollup target of record_type " + std::to_string(t.record_type) + ": ";
   if (!table_exists(conn, t.table)) {
@@ -111,16 +131,28 @@ void verify_rollup_target(connection& conn, const rollup_target& t) {
   }
 }
 
+std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_type) {
+  const auto rows = conn.query(dirty_max_record_id(record_type));
+  if (rows.empty() || rows[0].empty() || !rows[0][0]) return std::nullopt;
+  dirty_cursor cursor;
+  cursor.max_record_id = std::stoull(*rows[0][0]);
+  return cursor;
+}
+
 rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
-                                 const rollup_target& t, std::size_t batch_size) {
+                                 const rollup_target& t, std::size_t batch_size,
+                                 dirty_cursor& cursor) {
   rollup_chunk_result r;
   std::vector<dirty_mark> marks;
-  for (const auto& row : conn.query(dirty_select(t.record_type, batch_size))) {
+  for (const auto& row : conn.query(dirty_select(t.record_type, batch_size, cursor))) {
     marks.push_back({std::stoull(row[0].value_or("0")), conn.quote(row[1].value_or("")),
                      std::stoull(row[2].value_or("0"))});
   }
   r.marks = marks.size();
   if (marks.empty()) return r;
+  cursor.started = true;
+  cursor.last_record_id = marks.back().record_id;
+  cursor.last_quoted_instance = marks.back().quoted_instance;
   std::vector<std::uint64_t> ids;
   for (const auto& m : marks) {
     if (ids.empty() || ids.back() != m.record_id) ids.push_back(m.record_id);  // marks come sorted

@@ -3,6 +3,7 @@
 // Blocking; never on HTTP I/O threads. Failures throw db_error (see errors.hpp).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -27,6 +28,20 @@ struct key_limits {
 };
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups);
 
+// The counters table's AUTO_INCREMENT column (a seed-style `id`), which a multi-row
+// INSERT ... ON DUPLICATE KEY UPDATE advances by one per row, even for rows that update.
+struct autoincrement_state {
+  std::string column;       // its name
+  std::string column_type;  // e.g. "int(11)"
+  std::uint64_t next = 0;   // information_schema.TABLES.AUTO_INCREMENT
+  std::uint64_t max = 0;    // the largest value the column can hold
+  std::uint64_t remaining() const { return next > max ? 0 : max - next + 1; }
+};
+
+// Reads it from information_schema (COLUMNS.EXTRA, TABLES.AUTO_INCREMENT); empty when
+// the table has no AUTO_INCREMENT column. Throws db_error.
+std::optional<autoincrement_state> read_autoincrement(connection& conn, const std::string& table);
+
 struct rollup_target {
   std::uint32_t record_type = 0;
   std::string table;
@@ -44,11 +59,18 @@ struct rollup_chunk_result {
   std::size_t missing_owners = 0;  // dirty records without an owning row (skipped)
 };
 
-// Rolls up at most `batch_size` dirty marks of `target.record_type`: one set-based
-// UPDATE for their records, then deletes exactly the marks read (a mark flushed again
-// meanwhile stays). Each statement commits on its own, so no lock outlives it.
+// The cursor a rollup run of `record_type` starts from: bounded by the largest
+// record_id marked now. Empty when there is no mark.
+std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_type);
+
+// Rolls up at most `batch_size` dirty marks of `target.record_type` after `cursor`
+// (which it advances): one set-based UPDATE for their records, then deletes exactly the
+// marks read (a mark flushed again meanwhile stays for the next run). Each statement
+// commits on its own, so no lock outlives it. A run ends at the first chunk with fewer
+// than `batch_size` marks; it reads each mark at most once and none above the bound.
 rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
-                                 const rollup_target& target, std::size_t batch_size);
+                                 const rollup_target& target, std::size_t batch_size,
+                                 dirty_cursor& cursor);
 
 enum class commit_outcome { applied, already_applied };
 

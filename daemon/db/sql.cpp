@@ -140,12 +140,28 @@ std::string dirty_upsert(std::string_view quoted_instance, std::span<const count
   return sql;
 }
 
-std::string dirty_select(std::uint32_t record_type, std::size_t limit) {
+std::string dirty_select(std::uint32_t record_type, std::size_t limit, const dirty_cursor& cursor) {
   std::string sql = "SELECT `record_id`, `instance_id`, `gen` FROM " +
                     quote_identifier(dirty_table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
-  sql += " ORDER BY `record_id` LIMIT ";
+  sql += " AND `record_id` <= ";
+  append_int(sql, cursor.max_record_id);
+  if (cursor.started) {
+    sql += " AND (`record_id` > ";
+    append_int(sql, cursor.last_record_id);
+    sql += " OR (`record_id` = ";
+    append_int(sql, cursor.last_record_id);
+    sql += " AND `instance_id` > " + cursor.last_quoted_instance + "))";
+  }
+  sql += " ORDER BY `record_id`, `instance_id` LIMIT ";
   append_int(sql, limit);
+  return sql;
+}
+
+std::string dirty_max_record_id(std::uint32_t record_type) {
+  std::string sql =
+      "SELECT MAX(`record_id`) FROM " + quote_identifier(dirty_table) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
   return sql;
 }
 

@@ -53,8 +53,22 @@ std::string create_dirty_table();
 std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows,
                          std::uint64_t gen);
 
-// Up to `limit` dirty marks of one record type, in record_id order.
-std::string dirty_select(std::uint32_t record_type, std::size_t limit);
+// Where a rollup run stands: marks of one record type are read in (record_id,
+// instance_id) order, each at most once per run, and only up to the largest record_id
+// marked when the run started, so a run ends even while new marks keep arriving.
+struct dirty_cursor {
+  std::uint64_t max_record_id = 0;
+  bool started = false;  // false: nothing read yet
+  std::uint64_t last_record_id = 0;
+  std::string last_quoted_instance;  // a quoted literal
+};
+
+// Up to `limit` dirty marks of one record type after `cursor`, in (record_id,
+// instance_id) order.
+std::string dirty_select(std::uint32_t record_type, std::size_t limit, const dirty_cursor& cursor);
+
+// The largest record_id marked dirty for this record type (NULL when none).
+std::string dirty_max_record_id(std::uint32_t record_type);
 
 struct dirty_mark {
   std::uint64_t record_id = 0;

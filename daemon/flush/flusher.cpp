@@ -16,6 +16,9 @@ constexpr std::uint64_t ledger_max_age_seconds = 3600;
 constexpr auto prune_every = std::chrono::minutes(1);
 // Deadlocks and lock wait timeouts are retried within the cycle this many times.
 constexpr int lock_retries = 3;
+// Below this fraction of its column's range left, the AUTO_INCREMENT headroom is
+// logged as a warning (for a seed-style INT id: about 107 million values).
+constexpr double autoincrement_warn_fraction = 0.05;
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -97,8 +100,9 @@ void flusher::request_flush(std::function<void(const flush_result&)> done) {
 
 std::size_t flusher::stop(clock::time_point deadline) {
   auto waiters = worker_.stop();
+  deadline_ = deadline;
   flush_result result = cycle();
-  while (!result.ok && !fatal_ && clock::now() < deadline) {
+  while (!result.ok && !fatal_ && !past_deadline()) {
     const auto pause = std::min<clock::duration>(next_backoff(), deadline - clock::now());
     std::this_thread::sleep_for(std::max<clock::duration>(pause, clock::duration::zero()));
     result = cycle();
@@ -215,6 +219,11 @@ std::size_t flusher::write_queued(db::connection& conn) {
         if (queued_.empty()) break;
         batch = &queued_.front();  // only this thread pops, so it stays valid
       }
+      if (past_deadline()) {
+        // Shutting down: what is left stays queued (and in the WAL, when there is one).
+        deadline_hit_ = true;
+        break;
+      }
       set_committing(true);
       const db::batch_identity id{settings_.instance_id, batch->run_id, batch->seq};
       db::commit_outcome outcome{};
@@ -223,8 +232,14 @@ std::size_t flusher::write_queued(db::connection& conn) {
         try {
           outcome =
               db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
+          progress();
           break;
         } catch (const db::db_error& e) {
+          progress();  // an answer, even an error, is a sign of life
+          // Not a bad row: no row can be written. Nothing is dropped; the batch stays
+          // queued until the column is widened (checked again at each retry).
+          if (db::is_autoincrement_exhaustion(e.code(), e.what()))
+            throw autoincrement_exhausted(conn, e);
           if (e.data_error()) {
             refused = e.what();
             break;
@@ -293,34 +308,116 @@ std::size_t flusher::write_queued(db::connection& conn) {
   return written;
 }
 
+void flusher::progress() {
+  last_progress_.store(clock::now().time_since_epoch().count());
+}
+
+bool flusher::past_deadline() const {
+  return deadline_ && clock::now() >= *deadline_;
+}
+
 bool flusher::healthy(clock::duration limit) const {
-  const auto started = cycle_started_.load();
-  return started == 0 || clock::now() - clock::time_point(clock::duration(started)) < limit;
+  if (!in_cycle_.load()) return true;
+  const auto last = clock::time_point(clock::duration(last_progress_.load()));
+  return clock::now() - last < limit;
+}
+
+void flusher::publish_ready() {
+  metrics_.ready.Set(ready() ? 1 : 0);
+}
+
+void flusher::probe_result(bool reachable) {
+  const bool was = reachable_.exchange(reachable);
+  if (was != reachable) {
+    if (reachable) {
+      log::info("database probe: reachable again");
+    } else {
+      log::warn("database probe: the database does not answer; /readyz is 503");
+    }
+  }
+  publish_ready();
+  // Back: flush now instead of at the end of the backoff (only on the change, so a
+  // schema problem keeps its backoff). Once stopping, the request is refused: fine.
+  if (reachable && !was) {
+    worker_.request([](const flush_result&) {});
+  }
+}
+
+void flusher::check_autoincrement(db::connection& conn) {
+  const auto st = db::read_autoincrement(conn, settings_.table);
+  if (!st) {
+    metrics_.set_autoincrement_remaining(std::nullopt);
+    return;
+  }
+  const auto remaining = st->remaining();
+  metrics_.set_autoincrement_remaining(static_cast<double>(remaining));
+  const bool low =
+      static_cast<double>(remaining) < autoincrement_warn_fraction * static_cast<double>(st->max);
+  if (low && !autoincrement_warned_) {
+    log::warn("table `", settings_.table, "`: its AUTO_INCREMENT column `", st->column, "` (",
+              st->column_type, ") has ", remaining, " values left (every flushed row uses one, ",
+              "even an update); widen it before it runs out: ALTER TABLE `", settings_.table,
+              "` MODIFY `", st->column, "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT");
+  }
+  autoincrement_warned_ = low;
+}
+
+db::db_error flusher::autoincrement_exhausted(db::connection& conn, const db::db_error& cause) {
+  std::string column = "id", type = "its type";
+  try {
+    if (const auto st = db::read_autoincrement(conn, settings_.table)) {
+      column = st->column;
+      type = st->column_type;
+      metrics_.set_autoincrement_remaining(0.0);
+    }
+  } catch (const db::db_error&) {
+    // The message still names the table and the remedy.
+  }
+  return db::db_error(cause.code(),
+                      "table `" + settings_.table + "`: its AUTO_INCREMENT column `" + column +
+                          "` (" + type + ") is exhausted (" + cause.what() +
+                          "); no counter row can be written until it is widened: ALTER TABLE `" +
+                          settings_.table + "` MODIFY `" + column +
+                          "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT. Nothing is dropped: the "
+                          "batches stay queued and flushing resumes by itself once it is wider",
+                      true);
 }
 
 flush_result flusher::cycle() {
   const auto started = clock::now();
-  cycle_started_.store(started.time_since_epoch().count());
+  progress();
+  in_cycle_.store(true);
+  deadline_hit_ = false;
   flush_result result;
   bool wal_failed = false;
   std::optional<db::pool::lease> lease;
   try {
     lease.emplace(pool_.acquire());
+    progress();
     if (!schema_verified_ || fatal_) {
       const auto limits = db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
       if (settings_.limits != nullptr)
         settings_.limits->set(limits.max_record_type, limits.max_record_id);
       for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
+      check_autoincrement(**lease);
+      progress();
       schema_verified_ = true;
-      if (fatal_) log::info("database schema is valid now; flushing resumes");
-      fatal_ = false;
+      fatal_ = false;  // unless the writes below meet the problem again
     }
     // The backlog first, oldest first; only then anything new from the store.
     result.rows = write_queued(**lease);
-    wal_failed = !take_from_store();
-    result.rows += write_queued(**lease);
-    if (result.rows == 0) (*lease)->execute("DO 1");  // proves the connection is alive
-    if (clock::now() - last_prune_ > prune_every) {
+    if (!deadline_hit_) {
+      wal_failed = !take_from_store();
+      progress();
+      result.rows += write_queued(**lease);
+    }
+    if (result.rows == 0) {
+      (*lease)->execute("DO 1");  // proves the connection is alive
+    } else {
+      check_autoincrement(**lease);
+    }
+    progress();
+    if (!deadline_hit_ && clock::now() - last_prune_ > prune_every) {
       std::uint64_t keep_from = next_seq_;
       {
         std::lock_guard lock(queue_mutex_);
@@ -337,20 +434,27 @@ flush_result flusher::cycle() {
     result.error = e.what();
   }
   lease.reset();
-  cycle_started_.store(0);
+  in_cycle_.store(false);
 
   if (result.ok) {
-    if (consecutive_failures_ > 0 || !ready_.load()) log::info("database reachable; flushing");
+    if (consecutive_failures_ > 0 || !ready_.load()) {
+      log::info("database reachable and the schema valid; flushing");
+    }
     consecutive_failures_ = 0;
     last_error_.clear();
     ready_.store(true);
-    metrics_.ready.Set(1);
+    reachable_.store(true);  // the cycle just reached it
+    publish_ready();
     metrics_.last_flush_success_timestamp_seconds.Set(unix_now());
     if (result.rows > 0) {
       metrics_.flush_duration_seconds.Observe(
           std::chrono::duration<double>(clock::now() - started).count());
       log::debug("flushed ", result.rows, " rows");
     }
+  }
+  if (result.ok && deadline_hit_) {
+    result.ok = false;
+    result.error = "the shutdown deadline passed before the backlog was written";
   }
   if (result.ok && wal_failed) {
     // The database is fine, but what is pending could not be logged as batches: it
@@ -371,7 +475,7 @@ flush_result flusher::cycle() {
 void flusher::note_failure(const db::db_error& e) {
   ++consecutive_failures_;
   ready_.store(false);
-  metrics_.ready.Set(0);
+  publish_ready();
   metrics_.db_error(e.kind());
   if (e.fatal()) fatal_ = true;
   // Logged once per distinct problem, not once per cycle.

@@ -94,7 +94,9 @@ class flusher final : public wal::batch_queue {
   void retag_all(std::uint64_t tag) override;
 
   // Stops the periodic cycles, then keeps flushing until everything is written or
-  // `deadline` passes. Returns the number of rows that could not be written.
+  // `deadline` passes; the deadline is checked before every batch, so a long backlog
+  // cannot hold the stop past it (only a statement already sent can, bounded by the
+  // I/O timeout). Returns the number of rows that could not be written.
   std::size_t stop(std::chrono::steady_clock::time_point deadline);
 
   // Runs a cycle as soon as the flusher is free; `done` is called on the flusher
@@ -106,11 +108,17 @@ class flusher final : public wal::batch_queue {
   // Throws db_error.
   counter_reading read_total(const store::counter_key& key);
 
-  // The database was reachable and the schema valid at the last attempt.
-  bool ready() const { return ready_.load(); }
-  // False when a cycle has been running for longer than `limit`: the flusher is
-  // wedged (the watchdog stops pinging). Waiting between cycles, even in a long
-  // backoff, is healthy.
+  // The database was reachable and the schema valid at the last cycle, and the probe
+  // (see db/probe.hpp) has not found it gone since.
+  bool ready() const { return ready_.load() && reachable_.load(); }
+  // The probe's latest answer. When the database comes back, a cycle runs at once
+  // rather than at the end of the backoff, so readiness and the backlog follow it.
+  void probe_result(bool reachable);
+  // False when a cycle has made no progress for `limit`: no batch committed, no
+  // statement answered (even with an error such as a lock wait timeout). Then the
+  // flusher is wedged and the watchdog stops pinging. A long cycle that keeps
+  // answering (a big backlog draining, lock waits retried) is healthy, and so is
+  // waiting between cycles, even in a long backoff.
   bool healthy(std::chrono::steady_clock::duration limit) const;
   std::uint64_t run_id() const { return run_id_; }
 
@@ -120,8 +128,19 @@ class flusher final : public wal::batch_queue {
 
  private:
   flush_result cycle();
-  // Commits queued batches oldest first; returns rows committed; throws db_error.
+  // Commits queued batches oldest first, until the queue is empty or the stop deadline
+  // has passed; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
+  // A statement was answered or a batch committed: the cycle is not wedged.
+  void progress();
+  bool past_deadline() const;
+  void publish_ready();
+  // Reads the counters table's AUTO_INCREMENT headroom into the gauge; warns once when
+  // it falls below autoincrement_warn_fraction of the column's range.
+  void check_autoincrement(db::connection& conn);
+  // The fatal error for an exhausted AUTO_INCREMENT column: names it, the table and
+  // the ALTER TABLE that fixes it.
+  db::db_error autoincrement_exhausted(db::connection& conn, const db::db_error& cause);
   // False when the WAL could not log the batches (what was taken went back).
   bool take_from_store();
   void publish(std::vector<flush_batch>&& batches);
@@ -153,9 +172,16 @@ class flusher final : public wal::batch_queue {
   bool in_doubt_ = false;
 
   std::atomic<bool> ready_{false};
-  // steady_clock ticks when the running cycle started; 0 between cycles.
-  std::atomic<std::chrono::steady_clock::rep> cycle_started_{0};
+  std::atomic<bool> reachable_{true};
+  // True while a cycle runs; last_progress_ holds steady_clock ticks of its last sign
+  // of progress (its start, an answered statement, a committed batch).
+  std::atomic<bool> in_cycle_{false};
+  std::atomic<std::chrono::steady_clock::rep> last_progress_{0};
+  // Set by stop(): batches are not started past it. Flusher thread only.
+  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  bool deadline_hit_ = false;
   bool schema_verified_ = false;
+  bool autoincrement_warned_ = false;
   bool fatal_ = false;
   std::string last_error_;
   unsigned consecutive_failures_ = 0;

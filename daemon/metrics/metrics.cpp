@@ -81,7 +81,8 @@ registry::registry()
                           "that were dropped")
                        .Add({})),
       ready(family(BuildGauge(), *registry_, "slotted_counterd_ready",
-                   "1 when the database was reachable and the schema valid at the last flush")
+                   "1 when the last flush cycle succeeded (database reachable, schema valid) and "
+                   "the probe still reaches the database")
                 .Add({})),
       rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
                         "Rollup runs by result")
@@ -122,7 +123,11 @@ registry::registry()
       rejected_(family(BuildCounter(), *registry_, "slotted_counterd_increments_rejected_total",
                        "Increments refused, by reason (a body that could not be parsed counts 1)")),
       db_errors_family_(family(BuildCounter(), *registry_, "slotted_counterd_db_errors_total",
-                               "Database errors by kind")) {
+                               "Database errors by kind")),
+      autoincrement_family_(
+          family(BuildGauge(), *registry_, "slotted_counterd_autoincrement_remaining",
+                 "Values left before the counters table's AUTO_INCREMENT column is exhausted "
+                 "(absent when it has none)")) {
   for (int r = 0; r < static_cast<int>(route::count_); ++r) {
     const char* name = route_name(static_cast<route>(r));
     durations_[r] = &request_duration_.Add({{"route", name}}, http_buckets);
@@ -169,6 +174,18 @@ void registry::observe_request(route r, unsigned status, double seconds) {
 
 void registry::reject(reject_reason reason, std::size_t increments) {
   rejected_by_reason_[static_cast<int>(reason)]->Increment(static_cast<double>(increments));
+}
+
+void registry::set_autoincrement_remaining(std::optional<double> values_left) {
+  std::lock_guard lock(autoincrement_mutex_);
+  if (!values_left) {
+    if (autoincrement_remaining_ != nullptr) autoincrement_family_.Remove(autoincrement_remaining_);
+    autoincrement_remaining_ = nullptr;
+    return;
+  }
+  if (autoincrement_remaining_ == nullptr)
+    autoincrement_remaining_ = &autoincrement_family_.Add({});
+  autoincrement_remaining_->Set(*values_left);
 }
 
 std::string registry::serialize() const {

@@ -13,6 +13,8 @@
 
 #include <array>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,11 @@ class registry {
   prometheus::Histogram& wal_fsync_duration_seconds;
   prometheus::Counter& wal_torn_tails;
 
+  // slotted_counterd_autoincrement_remaining: the values left before the counters
+  // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table
+  // has none).
+  void set_autoincrement_remaining(std::optional<double> values_left);
+
   // Text exposition format 0.0.4, including the process_* metrics read from /proc.
   std::string serialize() const;
 
@@ -92,6 +99,9 @@ class registry {
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Counter>& db_errors_family_;
+  prometheus::Family<prometheus::Gauge>& autoincrement_family_;
+  std::mutex autoincrement_mutex_;
+  prometheus::Gauge* autoincrement_remaining_ = nullptr;  // guarded by the mutex above
   std::array<prometheus::Histogram*, static_cast<int>(route::count_)> durations_{};
   std::array<prometheus::Counter*, static_cast<int>(reject_reason::count_)> rejected_by_reason_{};
   std::array<prometheus::Counter*, db::error_kind_count> db_errors_{};

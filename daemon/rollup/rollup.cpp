@@ -33,12 +33,15 @@ rollup_result roller::run_once() {
     auto lease = pool_.acquire();
     try {
       for (const auto& target : settings_.targets) {
-        while (true) {
-          const auto chunk =
-              db::rollup_chunk(*lease, settings_.counters_table, target, settings_.batch_size);
+        // Bounded to the marks there are now: under steady load new marks keep coming,
+        // and a run that chased them would never end (later targets would starve and
+        // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
+        auto cursor = db::rollup_start(*lease, target.record_type);
+        while (cursor) {
+          const auto chunk = db::rollup_chunk(*lease, settings_.counters_table, target,
+                                              settings_.batch_size, *cursor);
           result.records += chunk.records;
           missing += chunk.missing_owners;
-          // A short chunk means no marks are left; new ones wait for the next run.
           if (chunk.marks < settings_.batch_size) break;
         }
       }

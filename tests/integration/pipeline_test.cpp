@@ -10,13 +10,6 @@
 namespace slotted::test {
 namespace {
 
-// The seed's table: AUTO_INCREMENT id + UNIQUE key, INT columns.
-void create_seed_table(const mariadb_server& server, const std::string& database) {
-  server.connect(database).execute(
-      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
-      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))");
-}
-
 void expect_exact(const load_outcome& load, const table_state& st, unsigned slots) {
   EXPECT_EQ(load.failed_requests, 0u);
   const sums expected = without_zeros(load.acknowledged);

@@ -5,8 +5,10 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
@@ -143,6 +145,64 @@ TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
       << "not created";
   EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_missing_owners_total 1"),
             std::string::npos);
+}
+
+// Under steady load every flush marks the same counters again. A run must still end:
+// it takes the marks there were when it started, and leaves newer ones to the next run.
+TEST(Rollup, RunEndsUnderSteadyLoad) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  create_owners(server, database);
+  auto cfg = test_config(server, database);
+  cfg.counters = {downloads()};
+  cfg.flush.interval = 20ms;  // marks come back all the time
+  cfg.rollup.interval = 1h;   // explicit rollups only
+  cfg.rollup.batch_size = 5;  // small chunks: a run chasing new marks never ends
+  in_process_daemon daemon(cfg);
+
+  std::string body = "[";
+  // More counters than a run can roll up between two flushes that mark them again.
+  constexpr int ids = 2000;
+  for (int id = 1; id <= ids; ++id)
+    body += std::string(id > 1 ? "," : "") + R"({"record_type": 123, "record_id": )" +
+            std::to_string(id) + "}";
+  body += "]";
+  std::atomic<bool> stop{false};
+  std::atomic<int> posted{0};
+  std::thread loader([&] {
+    http_client c(daemon.port());
+    // Bounded: stops when told, or by itself after 60 s.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (!stop && std::chrono::steady_clock::now() < deadline) {
+      if (c.post_json("/v1/increments", body).status == 202) ++posted;
+    }
+  });
+  // Marks exist and keep being renewed before the rollup is asked for.
+  const auto marked_by = std::chrono::steady_clock::now() + 20s;
+  while (server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty") < ids &&
+         std::chrono::steady_clock::now() < marked_by) {
+    std::this_thread::sleep_for(10ms);
+  }
+  http_client c(daemon.port(), 20s);
+  const auto asked = std::chrono::steady_clock::now();
+  const auto rolled = c.request("POST", "/v1/rollup");
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  const bool load_still_running = !stop && posted.load() > 0;
+  const int posted_at_answer = posted.load();
+  const auto continued_by = std::chrono::steady_clock::now() + 10s;
+  while (posted.load() == posted_at_answer && std::chrono::steady_clock::now() < continued_by) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const bool load_continued = posted.load() > posted_at_answer;
+  stop = true;
+  loader.join();
+  ASSERT_EQ(rolled.status, 200u) << "the rollup run did not end under load: " << rolled.body;
+  EXPECT_TRUE(load_still_running && load_continued) << "the load must run throughout";
+  // Each counter once: the marks the flusher renewed meanwhile wait for the next run.
+  EXPECT_EQ(json_int(rolled.body, "records"), ids);
+  // About 2 s here; a run that chases the renewed marks took 26 s or never ended.
+  EXPECT_LT(took, 10.0) << "the run chased new marks";
 }
 
 std::string rollup_yaml(const mariadb_server& server, const std::string& database,

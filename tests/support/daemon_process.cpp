@@ -40,6 +40,14 @@ void migrate(const mariadb_server& server, const std::string& database, const st
   db::migrate(conn, table);
 }
 
+void create_seed_table(const mariadb_server& server, const std::string& database,
+                       std::uint64_t auto_increment) {
+  server.connect(database).execute(
+      "CREATE TABLE slotted_counters (id INT AUTO_INCREMENT PRIMARY KEY, record_type INT, "
+      "record_id INT, slot INT, count INT, UNIQUE KEY (record_type, record_id, slot))" +
+      (auto_increment > 0 ? " AUTO_INCREMENT=" + std::to_string(auto_increment) : std::string()));
+}
+
 std::string migrated_database(mariadb_server& server) {
   const auto database = server.create_database();
   migrate(server, database);

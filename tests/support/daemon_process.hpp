@@ -31,6 +31,11 @@ std::string daemon_yaml(const mariadb_server& server, const std::string& databas
 void migrate(const mariadb_server& server, const std::string& database,
              const std::string& table = "slotted_counters");
 
+// The seed's table as `slotted_counters`: AUTO_INCREMENT id + UNIQUE key, INT columns;
+// `auto_increment` > 0 sets the next id (e.g. near the INT maximum).
+void create_seed_table(const mariadb_server& server, const std::string& database,
+                       std::uint64_t auto_increment = 0);
+
 class in_process_daemon {
  public:
   // Starts and returns once the flusher's first cycle (run at start) is over.

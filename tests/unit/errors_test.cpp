@@ -31,5 +31,15 @@ TEST(ErrorClassification, OperatorProblemsAreFatalAndTransientOnesAreNot) {
   EXPECT_FALSE(db_error(1213, "deadlock").connection_lost());
 }
 
+TEST(ErrorClassification, AutoIncrementExhaustionIsRecognised) {
+  EXPECT_TRUE(is_autoincrement_exhaustion(167, "Out of range value for column 'id' at row 3"));
+  EXPECT_TRUE(is_autoincrement_exhaustion(1467, "Failed to read auto-increment value"));
+  EXPECT_TRUE(
+      is_autoincrement_exhaustion(1062, "query: Duplicate entry '2147483647' for key 'PRIMARY'"));
+  EXPECT_FALSE(is_autoincrement_exhaustion(1062, "Duplicate entry '1-2-3' for key 'record_type'"));
+  EXPECT_FALSE(is_autoincrement_exhaustion(1264, "Out of range value for column 'count'"));
+  EXPECT_FALSE(db_error(167, "x").data_error()) << "never split and dropped as a bad row";
+}
+
 }  // namespace
 }  // namespace slotted::db

@@ -54,5 +54,20 @@ TEST(Sql, DirtyMarksCarryTheBatchGenerationAndAreDeletedOnlyWithIt) {
             "((2,'a',77),(5,'b',9))");
 }
 
+TEST(Sql, DirtySelectReadsAfterTheCursorUpToTheRunsBound) {
+  dirty_cursor cursor;
+  cursor.max_record_id = 90;
+  EXPECT_EQ(dirty_select(1, 10, cursor),
+            "SELECT `record_id`, `instance_id`, `gen` FROM `slotted_counterd_dirty` WHERE "
+            "`record_type` = 1 AND `record_id` <= 90 ORDER BY `record_id`, `instance_id` LIMIT 10");
+  cursor.started = true;
+  cursor.last_record_id = 7;
+  cursor.last_quoted_instance = "'a'";
+  EXPECT_EQ(dirty_select(1, 10, cursor),
+            "SELECT `record_id`, `instance_id`, `gen` FROM `slotted_counterd_dirty` WHERE "
+            "`record_type` = 1 AND `record_id` <= 90 AND (`record_id` > 7 OR (`record_id` = 7 AND "
+            "`instance_id` > 'a')) ORDER BY `record_id`, `instance_id` LIMIT 10");
+}
+
 }  // namespace
 }  // namespace slotted::db

@@ -1,0 +1,118 @@
+// The flusher's liveness (what the systemd watchdog pings on) means progress, not a
+// short cycle: a long drain that keeps committing is healthy, a statement that never
+// answers is not. And a stop honours its deadline between batches.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "app/application.hpp"
+#include "flush/flusher.hpp"
+#include "support/daemon_process.hpp"
+
+namespace slotted::test {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+// A flusher on its own, writing one row per batch (a transaction each), so that
+// draining `keys` keys takes long.
+struct single_row_flusher {
+  metrics::registry metrics;
+  store::pending_store store{8};
+  db::pool pool;
+  flush::flusher flusher;
+
+  single_row_flusher(const mariadb_server& server, const std::string& database, int keys)
+      : pool(connect_options_for(test_config(server, database).mysql), 2),
+        flusher(settings(), store, pool, metrics) {
+    std::vector<ingest::increment> incs;
+    for (int i = 1; i <= keys; ++i) incs.push_back({1, static_cast<std::uint64_t>(i), 1});
+    store.add(incs, SIZE_MAX);
+  }
+  static flush::settings settings() {
+    flush::settings s;
+    s.instance_id = "liveness";
+    s.table = "slotted_counters";
+    s.interval = 1h;
+    s.max_rows_per_statement = 1;
+    s.slots = 1;
+    return s;
+  }
+};
+
+TEST(Liveness, LongDrainThatKeepsCommittingIsHealthy) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  // About 8000 single-row transactions a second here: several seconds of draining.
+  constexpr int keys = 40000;
+  single_row_flusher f(server, database, keys);
+  const auto limit = 1s;
+  std::atomic<bool> done{false};
+  std::size_t unwritten = 1;
+  const auto started = steady::now();
+  std::thread drain([&] {
+    unwritten = f.flusher.stop(steady::now() + 10min);  // one cycle writes them all
+    done = true;
+  });
+  int unhealthy = 0, polls = 0;
+  while (!done) {
+    unhealthy += !f.flusher.healthy(limit);
+    ++polls;
+    std::this_thread::sleep_for(5ms);
+  }
+  drain.join();
+  const auto took = steady::now() - started;
+  EXPECT_EQ(unwritten, 0u);
+  EXPECT_EQ(server.query_int(database, "SELECT SUM(count) FROM slotted_counters"), keys);
+  // Otherwise the test proves nothing: the cycle must outlast the limit several times.
+  ASSERT_GT(took, 2 * limit) << "drain too fast; raise `keys`";
+  EXPECT_EQ(unhealthy, 0) << "of " << polls << " polls during a drain of "
+                          << std::chrono::duration<double>(took).count() << " s";
+}
+
+TEST(Liveness, StatementThatNeverAnswersIsUnhealthy) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  single_row_flusher f(server, database, 10);
+  auto locker = server.connect(database);
+  locker.execute("LOCK TABLES slotted_counters WRITE");  // the upsert waits on it
+  std::atomic<bool> done{false};
+  std::thread drain([&] {
+    f.flusher.stop(steady::now() + 10min);
+    done = true;
+  });
+  const auto deadline = steady::now() + 20s;
+  bool unhealthy = false;
+  while (!unhealthy && steady::now() < deadline) {
+    unhealthy = !f.flusher.healthy(300ms);
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_FALSE(done) << "the flush must be blocked while the table is locked";
+  locker.execute("UNLOCK TABLES");
+  drain.join();
+  EXPECT_TRUE(unhealthy) << "no progress for 300 ms must count as wedged";
+  EXPECT_TRUE(f.flusher.healthy(300ms)) << "between cycles";
+  EXPECT_EQ(server.query_int(database, "SELECT SUM(count) FROM slotted_counters"), 10);
+}
+
+TEST(Liveness, StopHonoursItsDeadlineBetweenBatches) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  constexpr int keys = 5000;
+  single_row_flusher f(server, database, keys);
+  const auto started = steady::now();
+  const std::size_t unwritten = f.flusher.stop(started + 300ms);
+  const auto took = steady::now() - started;
+  EXPECT_LT(took, 2s) << "the deadline was 300 ms";
+  EXPECT_GT(unwritten, 0u) << "5000 single-row transactions cannot all commit in 300 ms";
+  // Nothing lost: what was written plus what is left is everything.
+  EXPECT_EQ(server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") +
+                static_cast<std::int64_t>(unwritten),
+            keys);
+}
+
+}  // namespace
+}  // namespace slotted::test
