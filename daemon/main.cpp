@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
       return app.salvage_wal();
     }
     if (migrate) {
-      slotted::db::connection conn(slotted::connect_options_for(cfg.mysql));
+      auto conn =
+          slotted::db::failover_connector(slotted::connect_options_for(cfg.mysql)).connect().conn;
       slotted::db::migrate(conn, cfg.mysql.table);
       slotted::db::verify_schema(conn, cfg.mysql.table, true);
       slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");

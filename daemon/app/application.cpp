@@ -26,6 +26,13 @@ db::connect_options connect_options_for(const config::mysql_config& m) {
   o.password = m.password;
   o.database = m.database;
   o.connect_timeout = m.connect_timeout;
+  for (const auto& h : m.hosts) o.hosts.push_back({h.host, h.port});
+  static_assert(static_cast<int>(db::tls_mode::verify_identity) ==
+                static_cast<int>(config::tls_mode::verify_identity));
+  o.tls.mode = static_cast<db::tls_mode>(m.tls.mode);
+  o.tls.ca_file = m.tls.ca_file;
+  o.tls.cert_file = m.tls.cert_file;
+  o.tls.key_file = m.tls.key_file;
   return o;
 }
 
@@ -88,6 +95,12 @@ application::application(config::daemon_config cfg)
       running_(cfg_) {
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
+  auto& connector = pool_.connector();
+  metrics_.set_mysql_hosts(connector.host_names());
+  connector.on_host_change([this, names = connector.host_names()](std::size_t i) {
+    metrics_.mysql_host_in_use(i);
+    log::info("database host in use: ", names[i]);
+  });
 }
 
 application::~application() {
@@ -101,7 +114,7 @@ application::~application() {
 bool verify_database(const config::daemon_config& cfg) {
   std::optional<db::connection> conn;
   try {
-    conn.emplace(connect_options_for(cfg.mysql));
+    conn.emplace(db::failover_connector(connect_options_for(cfg.mysql)).connect().conn);
   } catch (const db::db_error& e) {
     if (e.fatal()) throw;
     return false;

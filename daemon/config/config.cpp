@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -238,6 +240,92 @@ class checker {
 
 using namespace std::chrono_literals;
 
+// "host:port", "[v6]:port" or a bare host (port 3306).
+std::optional<host_port> parse_host_port(const std::string& text, std::string& why) {
+  host_port out;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos) {
+      why = "unterminated [";
+      return std::nullopt;
+    }
+    out.host = text.substr(1, close - 1);
+    if (close + 1 < text.size()) {
+      if (text[close + 1] != ':') {
+        why = "expected ':' after ']'";
+        return std::nullopt;
+      }
+      port = text.substr(close + 2);
+      if (port.empty()) {
+        why = "empty port";
+        return std::nullopt;
+      }
+    }
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon != std::string::npos && text.find(':') != colon) {
+      why = "an IPv6 address needs brackets: [addr]:port";
+      return std::nullopt;
+    }
+    out.host = text.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = text.substr(colon + 1);
+      if (port.empty()) {
+        why = "empty port";
+        return std::nullopt;
+      }
+    }
+  }
+  if (out.host.empty()) {
+    why = "empty host";
+    return std::nullopt;
+  }
+  for (char c : out.host) {
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '@') {
+      why = "not a host name or address";
+      return std::nullopt;
+    }
+  }
+  if (!port.empty()) {
+    unsigned value = 0;
+    const auto r = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value < 1 || value > 65535) {
+      why = "port must be an integer in [1, 65535]";
+      return std::nullopt;
+    }
+    out.port = static_cast<std::uint16_t>(value);
+  }
+  return out;
+}
+
+// mysql.tls: consistent modes and files, and the files readable now (the client reads
+// them at each connect, so an operator may replace them while the daemon runs).
+void check_tls(daemon_config& cfg, checker& c) {
+  const auto& m = cfg.mysql;
+  const auto& t = m.tls;
+  const bool verify = t.mode == tls_mode::verify_ca || t.mode == tls_mode::verify_identity;
+  const bool required = t.mode != tls_mode::disabled && t.mode != tls_mode::preferred;
+  if (verify && t.ca_file.empty())
+    c.fail_plain("mysql.tls.ca_file", "required for mode verify_ca and verify_identity");
+  if (t.cert_file.empty() != t.key_file.empty())
+    c.fail_plain(t.cert_file.empty() ? "mysql.tls.cert_file" : "mysql.tls.key_file",
+                 "set cert_file and key_file together");
+  if (required && !m.socket.empty())
+    c.fail_plain("mysql.tls.mode",
+                 "TLS applies to TCP connections and mysql.socket is set: use host or hosts, or "
+                 "mode preferred");
+  const std::pair<const char*, const std::string*> files[] = {{"mysql.tls.ca_file", &t.ca_file},
+                                                              {"mysql.tls.cert_file", &t.cert_file},
+                                                              {"mysql.tls.key_file", &t.key_file}};
+  for (const auto& [key, path] : files) {
+    if (path->empty()) continue;
+    std::string content, why;
+    if (!read_whole_file(*path, content, why))
+      c.fail_plain(key, "cannot read '" + *path + "': " + why);
+  }
+}
+
 void resolve_secrets(daemon_config& cfg, checker& c) {
   auto& m = cfg.mysql;
   if (!m.password_file.empty() && !m.password_env.empty()) {
@@ -438,7 +526,68 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
                       }},
                      {"pool_size",
                       [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 64, m.pool_size); }},
+                     {"hosts",
+                      [&](const YAML::Node& a, const std::string& ap) {
+                        if (a.IsNull()) return;
+                        if (!a.IsSequence()) {
+                          c.fail(a, ap, "expected a list of \"host:port\"");
+                          return;
+                        }
+                        if (a.size() > 16) c.fail(a, ap, "at most 16 hosts");
+                        std::set<std::string> seen;
+                        for (std::size_t i = 0; i < a.size(); ++i) {
+                          const std::string ip = ap + "[" + std::to_string(i) + "]";
+                          std::string text, why;
+                          if (!c.scalar(a[i], ip, text)) continue;
+                          const auto hp = parse_host_port(text, why);
+                          if (!hp) {
+                            c.fail(a[i], ip, "expected \"host:port\", got '" + text + "': " + why);
+                          } else if (!seen.insert(hp->host + ":" + std::to_string(hp->port))
+                                          .second) {
+                            c.fail(a[i], ip, "'" + text + "' is listed twice");
+                          } else {
+                            m.hosts.push_back(*hp);
+                          }
+                        }
+                        c.remember_line("mysql.hosts", a);
+                      }},
+                     {"tls",
+                      [&](const YAML::Node& a, const std::string& ap) {
+                        auto& t = m.tls;
+                        c.mapping(a, ap,
+                                  {
+                                      {"mode",
+                                       [&](auto& b, auto& bp) {
+                                         c.choice<tls_mode>(
+                                             b, bp,
+                                             {{"disabled", tls_mode::disabled},
+                                              {"preferred", tls_mode::preferred},
+                                              {"required", tls_mode::required},
+                                              {"verify_ca", tls_mode::verify_ca},
+                                              {"verify_identity", tls_mode::verify_identity}},
+                                             t.mode);
+                                         c.remember_line(bp, b);
+                                       }},
+                                      {"ca_file",
+                                       [&](auto& b, auto& bp) {
+                                         c.string(b, bp, t.ca_file);
+                                         c.remember_line(bp, b);
+                                       }},
+                                      {"cert_file",
+                                       [&](auto& b, auto& bp) {
+                                         c.string(b, bp, t.cert_file);
+                                         c.remember_line(bp, b);
+                                       }},
+                                      {"key_file",
+                                       [&](auto& b, auto& bp) {
+                                         c.string(b, bp, t.key_file);
+                                         c.remember_line(bp, b);
+                                       }},
+                                  });
+                      }},
                  });
+             if (!m.hosts.empty() && !m.socket.empty())
+               c.fail_plain("mysql.hosts", "set hosts or socket, not both");
            }},
           {"counters",
            [&](const YAML::Node& v, const std::string& p) {
@@ -590,6 +739,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
   resolve_secrets(cfg, c);
+  check_tls(cfg, c);
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }
@@ -630,6 +780,8 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   restart(a.mysql.host != b.mysql.host, "mysql.host");
   restart(a.mysql.port != b.mysql.port, "mysql.port");
   restart(a.mysql.socket != b.mysql.socket, "mysql.socket");
+  restart(a.mysql.hosts != b.mysql.hosts, "mysql.hosts");
+  restart(a.mysql.tls != b.mysql.tls, "mysql.tls");
   restart(a.mysql.user != b.mysql.user, "mysql.user");
   // A new password in the same file or variable is a change of that key.
   const bool same_password = a.mysql.password == b.mysql.password;

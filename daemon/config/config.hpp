@@ -43,6 +43,23 @@ struct http_config {
   std::string auth_token;  // resolved from auth_token_file
 };
 
+// mysql.tls (README "Production databases").
+enum class tls_mode { disabled, preferred, required, verify_ca, verify_identity };
+
+struct tls_config {
+  tls_mode mode = tls_mode::preferred;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  bool operator==(const tls_config&) const = default;
+};
+
+struct host_port {
+  std::string host;
+  std::uint16_t port = 3306;
+  bool operator==(const host_port&) const = default;
+};
+
 struct mysql_config {
   std::string host = "127.0.0.1";
   std::uint16_t port = 3306;
@@ -55,6 +72,9 @@ struct mysql_config {
   std::string table = "slotted_counters";
   duration connect_timeout = std::chrono::seconds(5);
   unsigned pool_size = 2;
+  // When not empty, replaces host/port: tried in order, with failover.
+  std::vector<host_port> hosts;
+  tls_config tls;
 };
 
 struct flush_config {

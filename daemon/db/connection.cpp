@@ -2,6 +2,7 @@
 
 #include <errmsg.h>
 #include <mysql.h>
+#include <mysqld_error.h>
 
 #include <utility>
 
@@ -14,7 +15,63 @@ unsigned seconds_at_least_one(std::chrono::milliseconds d) {
   const auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
   return s < 1 ? 1u : static_cast<unsigned>(s);
 }
+
+// mysql.tls onto Connector/C 3.3. MYSQL_OPT_SSL_ENFORCE asks for TLS, but 3.3 still
+// goes on in plaintext when the server offers none (only a hostname check refuses
+// that), so modes above `preferred` are checked after connecting (tls_shortfall). A
+// CA makes the client verify the server's chain; MYSQL_OPT_SSL_VERIFY_SERVER_CERT
+// adds the check of its name (or IP address) against the host connected to.
+void apply_tls_options(MYSQL* h, const tls_options& t) {
+  if (t.mode == tls_mode::disabled) return;
+  const my_bool on = 1;
+  mysql_optionsv(h, MYSQL_OPT_SSL_ENFORCE, &on);
+  if (!t.cert_file.empty()) mysql_optionsv(h, MYSQL_OPT_SSL_CERT, t.cert_file.c_str());
+  if (!t.key_file.empty()) mysql_optionsv(h, MYSQL_OPT_SSL_KEY, t.key_file.c_str());
+  if (t.mode == tls_mode::verify_ca || t.mode == tls_mode::verify_identity)
+    mysql_optionsv(h, MYSQL_OPT_SSL_CA, t.ca_file.c_str());
+  if (t.mode == tls_mode::verify_identity) mysql_optionsv(h, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &on);
+}
+
+// Why an established connection does not meet mysql.tls.mode, or empty.
+std::string tls_shortfall(MYSQL* h, const tls_options& t) {
+  const bool required = t.mode != tls_mode::disabled && t.mode != tls_mode::preferred;
+  if (!required || mysql_get_ssl_cipher(h) != nullptr) return {};
+  return std::string("connect: the server did not negotiate TLS and mysql.tls.mode is ") +
+         tls_mode_name(t.mode) + ": refusing a plaintext connection";
+}
+
+// The server's own words are misleading in two cases; say what the operator should check.
+std::string connect_hint(unsigned code, const connect_options& o) {
+  if (code == CR_SSL_CONNECTION_ERROR)
+    return std::string(" (TLS failed, mysql.tls.mode ") + tls_mode_name(o.tls.mode) +
+           ": check mysql.tls.ca_file and the server's certificate)";
+  if (code == ER_ACCESS_DENIED_ERROR && o.tls.mode == tls_mode::disabled && o.socket.empty())
+    return " (mysql.tls.mode is disabled: a server that requires secure transport refuses "
+           "plaintext connections with this error)";
+  return {};
+}
 }  // namespace
+
+const char* tls_mode_name(tls_mode mode) {
+  switch (mode) {
+    case tls_mode::disabled:
+      return "disabled";
+    case tls_mode::preferred:
+      return "preferred";
+    case tls_mode::required:
+      return "required";
+    case tls_mode::verify_ca:
+      return "verify_ca";
+    case tls_mode::verify_identity:
+      return "verify_identity";
+  }
+  return "preferred";
+}
+
+std::string endpoint::name() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
 
 bool initialize_client_library() {
   return mysql_library_init(0, nullptr, nullptr) == 0;
@@ -35,12 +92,19 @@ connection::connection(const connect_options& o) {
   if (!use_socket) {
     const unsigned protocol = MYSQL_PROTOCOL_TCP;
     mysql_optionsv(handle_, MYSQL_OPT_PROTOCOL, &protocol);
+    apply_tls_options(handle_, o.tls);
   }
-  if (mysql_real_connect(handle_, use_socket ? nullptr : o.host.c_str(), o.user.c_str(),
+  const bool connected =
+      mysql_real_connect(handle_, use_socket ? nullptr : o.host.c_str(), o.user.c_str(),
                          o.password.c_str(), o.database.c_str(), use_socket ? 0 : o.port,
-                         use_socket ? o.socket.c_str() : nullptr, 0) == nullptr) {
-    const unsigned code = mysql_errno(handle_);
-    const std::string message = std::string("connect: ") + mysql_error(handle_);
+                         use_socket ? o.socket.c_str() : nullptr, 0) != nullptr;
+  // Never a silent downgrade to plaintext (see tls_shortfall).
+  const std::string shortfall = connected && !use_socket ? tls_shortfall(handle_, o.tls) : "";
+  if (!connected || !shortfall.empty()) {
+    const unsigned code = connected ? CR_SSL_CONNECTION_ERROR : mysql_errno(handle_);
+    const std::string message =
+        connected ? shortfall
+                  : std::string("connect: ") + mysql_error(handle_) + connect_hint(code, o);
     mysql_close(handle_);
     handle_ = nullptr;
     throw db_error(code, message);
@@ -111,6 +175,11 @@ std::vector<result_row> connection::query(std::string_view sql) {
 
 std::uint64_t connection::affected_rows() const {
   return mysql_affected_rows(handle_);
+}
+
+std::string connection::tls_cipher() const {
+  const char* cipher = mysql_get_ssl_cipher(handle_);
+  return cipher == nullptr ? std::string() : std::string(cipher);
 }
 
 std::string connection::quote(std::string_view text) {

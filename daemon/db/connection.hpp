@@ -17,6 +17,28 @@ typedef struct st_mysql MYSQL;
 
 namespace slotted::db {
 
+// mysql.tls.mode, mapped onto MariaDB Connector/C's options (see connection.cpp). Modes
+// above `preferred` never fall back to plaintext: a connection that did not negotiate
+// TLS is closed and reported (CR_SSL_CONNECTION_ERROR).
+enum class tls_mode { disabled, preferred, required, verify_ca, verify_identity };
+
+struct tls_options {
+  tls_mode mode = tls_mode::preferred;
+  std::string ca_file;    // verify_ca, verify_identity: the CA that signed the server's cert
+  std::string cert_file;  // optional client certificate, with key_file
+  std::string key_file;
+};
+
+const char* tls_mode_name(tls_mode mode);
+
+// One database server, as listed in mysql.hosts.
+struct endpoint {
+  std::string host;
+  std::uint16_t port = 3306;
+  // "host:port" ("[v6]:port"), the name logs and metrics use.
+  std::string name() const;
+};
+
 struct connect_options {
   std::string host = "127.0.0.1";
   std::uint16_t port = 3306;
@@ -28,6 +50,11 @@ struct connect_options {
   // Bounds a read or write on an established connection, so a silent peer cannot
   // hang the flusher forever.
   std::chrono::milliseconds io_timeout{60000};
+  // TCP connections only: a unix socket is local and never encrypted.
+  tls_options tls;
+  // mysql.hosts: when not empty, the servers a failover_connector tries in order (a
+  // connection itself always uses host/port or socket).
+  std::vector<endpoint> hosts;
 };
 
 // Once per process, before any thread uses a connection. Returns false on failure.
@@ -51,6 +78,8 @@ class connection {
   void execute(std::string_view sql);
   std::vector<result_row> query(std::string_view sql);
   std::uint64_t affected_rows() const;
+  // The TLS cipher in use, or empty on a plaintext connection.
+  std::string tls_cipher() const;
 
   // A quoted SQL string literal for `text` ('...'), escaped for this connection.
   std::string quote(std::string_view text);

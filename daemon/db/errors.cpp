@@ -13,6 +13,8 @@ const char* kind_name(error_kind kind) {
       return "lock_wait_timeout";
     case error_kind::connection:
       return "connection";
+    case error_kind::tls:
+      return "tls";
     case error_kind::other:
       return "other";
   }
@@ -37,7 +39,18 @@ error_kind kind_of(unsigned code) {
     case ER_QUERY_INTERRUPTED:     // 1317
     case 1152:                     // ER_ABORTING_CONNECTION
     case 4031:                     // client disconnected for inactivity
+    // Galera: the node is not part of the primary component or not Synced ("WSREP has
+    // not yet prepared node for application use"); another node may take the write.
+    case ER_UNKNOWN_COM_ERROR:  // 1047
+    // Galera: the node lost the cluster during COMMIT; the outcome is unknown until
+    // the ledger is read again.
+    case ER_ERROR_DURING_COMMIT:  // 1180
+    // A read-only server (a replica after a switchover): this host cannot take writes.
+    case ER_OPTION_PREVENTS_STATEMENT:  // 1290
+    case ER_READ_ONLY_MODE:             // 1836
       return error_kind::connection;
+    case CR_SSL_CONNECTION_ERROR:  // 2026: handshake or certificate check failed
+      return error_kind::tls;
     default:
       return error_kind::other;
   }

@@ -1,8 +1,12 @@
 #pragma once
 // Database error classification, in one place (SPEC §7 `kind` label, issue: retry policy).
 //
-// Retryable: the connection was lost or refused, a deadlock, a lock wait timeout, too
-// many connections, or anything unknown (retried with backoff). Fatal: errors that the
+// Retryable: the connection was lost or refused, a deadlock (on Galera also a
+// certification failure at COMMIT), a lock wait timeout, too many connections, a TLS
+// handshake that failed, or anything unknown (retried with backoff). A server that
+// cannot take writes now (a Galera node not Synced, 1047; a read-only server) counts
+// as a lost connection: the connection is dropped, the batch's outcome is resolved
+// against the ledger, and the failover connector moves on to the next host. Fatal: errors that the
 // same statement will meet again until an operator acts (access denied, unknown
 // database/table/column, bad schema).
 
@@ -12,7 +16,8 @@
 
 namespace slotted::db {
 
-enum class error_kind { deadlock, lock_wait_timeout, connection, other };
+enum class error_kind { deadlock, lock_wait_timeout, connection, tls, other };
+inline constexpr int error_kind_count = 5;
 
 const char* kind_name(error_kind kind);
 error_kind kind_of(unsigned code);

@@ -1,38 +1,128 @@
 #include "db/pool.hpp"
 
+#include <mysqld_error.h>
+
+#include <map>
+
+#include "db/errors.hpp"
+
 namespace slotted::db {
 
+void require_ready_node(connection& conn) {
+  std::map<std::string, std::string> v;
+  try {
+    // Variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
+    // a server built with Galera, and wsrep_local_state only while a provider is
+    // loaded (a plain MariaDB reports wsrep_ready OFF, so that alone says nothing).
+    for (const char* sql :
+         {"SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_reject_queries')",
+          "SHOW GLOBAL STATUS WHERE Variable_name IN "
+          "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')"}) {
+      for (const auto& row : conn.query(sql))
+        if (row.size() >= 2 && row[0] && row[1]) v[*row[0]] = *row[1];
+    }
+  } catch (const db_error& e) {
+    // A proxy in front of the servers (Vitess) may not answer these; its own routing
+    // then decides where writes go.
+    if (e.connection_lost()) throw;
+    return;
+  }
+  if (v["read_only"] == "ON")
+    throw db_error(ER_READ_ONLY_MODE, "the server is read-only; treated as unreachable");
+  const auto state = v.find("wsrep_local_state");
+  if (state == v.end()) return;  // not a Galera node
+  const std::string& reject = v["wsrep_reject_queries"];
+  if (v["wsrep_ready"] != "ON" || state->second != "4" || (!reject.empty() && reject != "NONE")) {
+    throw db_error(ER_UNKNOWN_COM_ERROR,
+                   "the Galera node is not ready (wsrep_ready=" + v["wsrep_ready"] +
+                       ", wsrep_local_state=" + state->second + " " +
+                       v["wsrep_local_state_comment"] + ", wsrep_reject_queries=" + reject +
+                       "); treated as unreachable");
+  }
+  conn.execute("SET SESSION wsrep_sync_wait = 1");
+}
+
+failover_connector::failover_connector(connect_options options) : options_(std::move(options)) {
+  if (!options_.socket.empty()) {
+    options_.hosts.clear();
+    names_.push_back(options_.socket);
+  } else {
+    if (options_.hosts.empty()) options_.hosts.push_back({options_.host, options_.port});
+    for (const auto& h : options_.hosts) names_.push_back(h.name());
+  }
+}
+
+connection failover_connector::connect_to(std::size_t index) {
+  connect_options o = options_;
+  if (o.socket.empty()) {
+    o.host = options_.hosts[index].host;
+    o.port = options_.hosts[index].port;
+  }
+  connection conn(o);
+  require_ready_node(conn);
+  return conn;
+}
+
+failover_connector::connected failover_connector::connect() {
+  const std::size_t start = current_.load();
+  const std::size_t n = names_.size();
+  std::optional<db_error> first;
+  std::string reasons;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::size_t i = (start + k) % n;
+    try {
+      connection conn = connect_to(i);
+      // Only this caller's starting point is replaced: a concurrent connect that
+      // already moved on wins, so two threads cannot move the daemon back and forth.
+      std::size_t expected = start;
+      if (i != start) current_.compare_exchange_strong(expected, i);
+      if (announced_.exchange(current_.load()) != current_.load() && on_change_)
+        on_change_(current_.load());
+      return {std::move(conn), i};
+    } catch (const db_error& e) {
+      if (n == 1) throw;
+      if (!first) first.emplace(e);
+      reasons += (reasons.empty() ? "" : "; ") + names_[i] + ": " + e.what();
+    }
+  }
+  throw db_error(first->code(), "no database host is usable: " + reasons, first->fatal());
+}
+
 pool::lease::~lease() {
-  if (owner_ != nullptr) owner_->give_back(std::move(conn_));
+  if (owner_ != nullptr) owner_->give_back(std::move(conn_), host_);
 }
 
 pool::pool(connect_options options, unsigned size)
-    : options_(std::move(options)), free_slots_(size) {}
+    : options_(options), connector_(std::move(options)), free_slots_(size) {}
 
 pool::lease pool::acquire() {
+  std::vector<idle_connection> stale;  // closed outside the lock
   {
     std::unique_lock lock(mutex_);
     available_.wait(lock, [&] { return free_slots_ > 0; });
     --free_slots_;
-    if (!idle_.empty()) {
-      connection conn = std::move(idle_.back());
+    const std::size_t current = connector_.current();
+    while (!idle_.empty()) {
+      idle_connection c = std::move(idle_.back());
       idle_.pop_back();
-      return lease(this, std::move(conn));
+      if (c.host == current) return lease(this, std::move(c.conn), c.host);
+      stale.push_back(std::move(c));
     }
   }
-  // Connect outside the lock: it may take up to connect_timeout.
+  // Connect outside the lock: it may take up to connect_timeout per host tried.
   try {
-    return lease(this, connection(options_));
+    auto c = connector_.connect();
+    return lease(this, std::move(c.conn), c.host);
   } catch (...) {
-    give_back(std::nullopt);
+    give_back(std::nullopt, 0);
     throw;
   }
 }
 
-void pool::give_back(std::optional<connection> conn) {
+void pool::give_back(std::optional<connection> conn, std::size_t host) {
   {
     std::lock_guard lock(mutex_);
-    if (conn) idle_.push_back(std::move(*conn));
+    if (conn) idle_.push_back({std::move(*conn), host});
     ++free_slots_;
   }
   available_.notify_one();

@@ -1,14 +1,28 @@
 #pragma once
-// A fixed-size pool of connections (mysql.pool_size), connected lazily.
+// Connections to the database: a failover connector that picks the host (mysql.hosts),
+// and a fixed-size pool of connections (mysql.pool_size), connected lazily through it.
+//
+// Failover: the connector connects to the current host while it answers and is ready;
+// when it is not, it tries the next hosts in order (wrapping around) and the first one
+// that answers becomes current. An earlier host is not tried again while the current
+// one works, so the daemon does not flap between hosts. "Ready" means, on a Galera
+// node, wsrep_ready=ON and wsrep_local_state=4 (Synced): a node that is joining,
+// donating or cut off from the primary component counts as unreachable. A connection
+// that fails mid-batch leaves the batch in doubt; the flusher resolves it against the
+// ledger through whichever host it reaches next (the ledger lives in the cluster).
 //
 // acquire() blocks while every connection is lent out. A lease whose connection met a
-// connection-lost error is marked broken and the connection is closed on return.
-// Thread-safety: acquire() may be called from any thread.
+// connection-lost error is discarded and the connection is closed; idle connections
+// to a host that is no longer current are closed instead of being lent out.
+// Thread-safety: connect() and acquire() may be called from any thread.
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,12 +30,50 @@
 
 namespace slotted::db {
 
+class failover_connector {
+ public:
+  // options.hosts empty: the one server of host/port (or socket).
+  explicit failover_connector(connect_options options);
+
+  struct connected {
+    connection conn;
+    std::size_t host;  // index into host_names()
+  };
+  // Throws db_error when no host answers: the current host's error (its code and
+  // fatality), with every host's reason in the message.
+  connected connect();
+
+  // "host:port" for each server (the socket path for a unix socket), in order.
+  const std::vector<std::string>& host_names() const { return names_; }
+  std::size_t current() const { return current_.load(); }
+  // Called with the host's index when a connection succeeds on a host other than the
+  // previous one (and at the first success). Set before any connect().
+  void on_host_change(std::function<void(std::size_t)> f) { on_change_ = std::move(f); }
+
+ private:
+  connection connect_to(std::size_t index);
+
+  connect_options options_;
+  std::vector<std::string> names_;
+  std::atomic<std::size_t> current_{0};
+  std::atomic<std::size_t> announced_{SIZE_MAX};
+  std::function<void(std::size_t)> on_change_;
+};
+
+// Throws a connection-kind db_error when the server cannot take writes now: read-only
+// (1836), or a Galera node that is not Synced and ready or rejects queries
+// (wsrep_reject_queries, 1047). Sets causal reads (wsrep_sync_wait=1) on Galera nodes,
+// so a read after a failover sees what the cluster committed.
+void require_ready_node(connection& conn);
+
 class pool {
  public:
   class lease {
    public:
     lease(lease&& other) noexcept
-        : owner_(std::exchange(other.owner_, nullptr)), conn_(std::move(other.conn_)) {}
+        : owner_(std::exchange(other.owner_, nullptr)),
+          conn_(std::move(other.conn_)),
+          host_(other.host_) {}
     lease& operator=(lease&&) = delete;
     ~lease();
     connection& operator*() { return *conn_; }
@@ -31,9 +83,11 @@ class pool {
 
    private:
     friend class pool;
-    lease(pool* owner, std::optional<connection> conn) : owner_(owner), conn_(std::move(conn)) {}
+    lease(pool* owner, std::optional<connection> conn, std::size_t host)
+        : owner_(owner), conn_(std::move(conn)), host_(host) {}
     pool* owner_;
     std::optional<connection> conn_;
+    std::size_t host_;
   };
 
   pool(connect_options options, unsigned size);
@@ -42,14 +96,20 @@ class pool {
   lease acquire();
 
   const connect_options& options() const { return options_; }
+  failover_connector& connector() { return connector_; }
 
  private:
-  void give_back(std::optional<connection> conn);
+  struct idle_connection {
+    connection conn;
+    std::size_t host;
+  };
+  void give_back(std::optional<connection> conn, std::size_t host);
 
   connect_options options_;
+  failover_connector connector_;
   std::mutex mutex_;
   std::condition_variable available_;
-  std::vector<connection> idle_;
+  std::vector<idle_connection> idle_;
   unsigned free_slots_;
 };
 

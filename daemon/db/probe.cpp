@@ -5,17 +5,23 @@
 
 namespace slotted::db {
 
+namespace {
+// A probe that waits longer than its period for an answer reports too late to matter.
+connect_options bounded(connect_options o, std::chrono::milliseconds period) {
+  const auto bound = std::max<std::chrono::milliseconds>(period, std::chrono::seconds(1));
+  o.connect_timeout = std::min(o.connect_timeout, bound);
+  o.io_timeout = std::min(o.io_timeout, bound);
+  return o;
+}
+}  // namespace
+
 probe::probe(connect_options options, std::chrono::milliseconds period,
              std::function<void(bool)> report)
-    : options_(std::move(options)),
+    : options_(bounded(std::move(options), period)),
+      connector_(options_),
       report_(std::move(report)),
       worker_([this] { return attempt(); }, [period](bool) { return period; },
-              std::chrono::milliseconds(0)) {
-  // A probe that waits longer than its period for an answer reports too late to matter.
-  const auto bound = std::max<std::chrono::milliseconds>(period, std::chrono::seconds(1));
-  options_.connect_timeout = std::min(options_.connect_timeout, bound);
-  options_.io_timeout = std::min(options_.io_timeout, bound);
-}
+              std::chrono::milliseconds(0)) {}
 
 probe::~probe() {
   stop();
@@ -33,7 +39,7 @@ void probe::stop() {
 
 bool probe::attempt() {
   try {
-    if (!conn_) conn_.emplace(options_);
+    if (!conn_) conn_.emplace(connector_.connect().conn);
     conn_->execute("DO 1");
     report_(true);
     return true;

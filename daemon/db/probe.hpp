@@ -3,9 +3,10 @@
 // one of the pool's, which a long flush or many reads may all hold), so readiness
 // notices a dead database while the flusher is idle between long flush intervals.
 //
-// Each attempt connects if needed and runs `DO 1`; `report(true|false)` is called on
-// the probe's thread after every attempt. A statement or a connect is bounded by
-// `period` (at least 1 s), so a silent peer cannot stall the probe.
+// Each attempt connects if needed (through its own failover_connector: mysql.hosts are
+// tried as the pool tries them, so "reachable" means some host is usable) and runs `DO 1`;
+// `report(true|false)` is called on the probe's thread after every attempt. A statement or a
+// connect is bounded by `period` (at least 1 s), so a silent peer cannot stall the probe.
 // Thread-safety: start() and stop() from one owner.
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <optional>
 
 #include "db/connection.hpp"
+#include "db/pool.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::db {
@@ -33,6 +35,7 @@ class probe {
   bool attempt();
 
   connect_options options_;
+  failover_connector connector_;
   std::function<void(bool)> report_;
   std::optional<connection> conn_;
   bool started_ = false;

@@ -41,10 +41,14 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
     b.oldest_arrival = oldest_arrival;
     const std::size_t end = std::min(deltas.size(), i + max_rows);
     b.rows.reserve(end - i);
+    // One slot for the whole batch, drawn afresh per batch: two writers' batches then
+    // share a row only when they drew the same slot (1 in `slots`), instead of almost
+    // surely somewhere when each row draws its own. Fewer lock waits on one server,
+    // fewer certification failures on Galera (bench/RESULTS.md, Galera).
+    const auto slot = static_cast<std::uint16_t>(rng() % slots);
     for (std::size_t j = i; j < end; ++j) {
       const auto& d = deltas[j];
-      b.rows.push_back(
-          {d.key.record_type, d.key.record_id, static_cast<std::uint16_t>(rng() % slots), d.delta});
+      b.rows.push_back({d.key.record_type, d.key.record_id, slot, d.delta});
     }
     batches.push_back(std::move(b));
   }

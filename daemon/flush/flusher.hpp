@@ -2,9 +2,9 @@
 // Moves pending deltas from the store into the database, exactly once (SPEC G1).
 //
 // Every flush interval the flusher takes everything out of the store, drops zero net
-// deltas, sorts the rest by key (one lock order for every writer), gives each row a
-// random slot in [0, slots) and cuts them into batches of at most
-// max_rows_per_statement rows. A batch's content and id (instance, run, seq) are
+// deltas, sorts the rest by key (one lock order for every writer), cuts them into
+// batches of at most max_rows_per_statement rows and gives each batch one random slot
+// in [0, slots) for all its rows. A batch's content and id (instance, run, seq) are
 // fixed once formed. Each batch commits in one transaction with its ledger row, so a
 // retry after an unknown COMMIT outcome finds the ledger row and applies nothing.
 // Batches that fail stay queued, oldest first, and are retried with capped

@@ -152,13 +152,24 @@ registry::registry()
     rejected_by_reason_[r] =
         &rejected_.Add({{"reason", reason_name(static_cast<reject_reason>(r))}});
   }
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < db::error_kind_count; ++k) {
     db_errors_[k] =
         &db_errors_family_.Add({{"kind", db::kind_name(static_cast<db::error_kind>(k))}});
   }
   family(BuildGauge(), *registry_, "slotted_counterd_build_info", "Build information, value 1")
       .Add({{"version", slotted::version}})
       .Set(1);
+}
+
+void registry::set_mysql_hosts(const std::vector<std::string>& names) {
+  auto& f = family(BuildGauge(), *registry_, "slotted_counterd_mysql_host_info",
+                   "The database host in use (1) among those configured (0)");
+  host_info_.clear();
+  for (const auto& name : names) host_info_.push_back(&f.Add({{"host", name}}));
+}
+
+void registry::mysql_host_in_use(std::size_t index) {
+  for (std::size_t i = 0; i < host_info_.size(); ++i) host_info_[i]->Set(i == index ? 1 : 0);
 }
 
 void registry::observe_request(route r, unsigned status, double seconds) {

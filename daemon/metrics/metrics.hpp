@@ -16,6 +16,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "db/errors.hpp"
 
@@ -57,6 +58,11 @@ class registry {
   void observe_request(route r, unsigned status, double seconds);
   void reject(reject_reason reason, std::size_t increments);
   void db_error(db::error_kind kind) { db_errors_[static_cast<int>(kind)]->Increment(); }
+  // slotted_counterd_mysql_host_info{host}: one series per configured host (bounded by
+  // the config). Call set_mysql_hosts once, before other threads run; then
+  // mysql_host_in_use(i) from any thread marks host i as the one connected to.
+  void set_mysql_hosts(const std::vector<std::string>& names);
+  void mysql_host_in_use(std::size_t index);
 
   prometheus::Counter& increments_accepted;
   prometheus::Gauge& pending_keys;
@@ -101,7 +107,8 @@ class registry {
   prometheus::Gauge* autoincrement_remaining_ = nullptr;  // guarded by the mutex above
   std::array<prometheus::Histogram*, static_cast<int>(route::count_)> durations_{};
   std::array<prometheus::Counter*, static_cast<int>(reject_reason::count_)> rejected_by_reason_{};
-  std::array<prometheus::Counter*, 4> db_errors_{};
+  std::array<prometheus::Counter*, db::error_kind_count> db_errors_{};
+  std::vector<prometheus::Gauge*> host_info_;
   // requests_total children for the status codes the daemon answers with.
   static constexpr std::array<unsigned, 13> known_codes{200, 202, 400, 401, 404, 405, 413,
                                                         415, 431, 500, 501, 503, 408};

@@ -33,7 +33,7 @@ load_outcome run_load(std::uint16_t port, const load_options& o) {
     threads.emplace_back([&, c] {
       std::mt19937 rng(1000 + c);
       http_client client(port);
-      sums mine;
+      sums mine, doubt;
       std::size_t accepted = 0, failed = 0, sent = 0;
       while (sent < o.increments_per_client && !(o.stop && o.stop->load())) {
         const std::size_t n =
@@ -61,10 +61,13 @@ load_outcome run_load(std::uint16_t port, const load_options& o) {
           for (const auto& [k, d] : items) mine[k] += d;
           accepted += count;
         } else {
+          if (reply.status == 0)
+            for (const auto& [k, d] : items) doubt[k] += d;
           ++failed;
         }
       }
       std::lock_guard lock(merge);
+      for (const auto& [k, v] : doubt) total.in_doubt[k] += v;
       for (const auto& [k, v] : mine) total.acknowledged[k] += v;
       total.accepted_increments += accepted;
       total.failed_requests += failed;

@@ -33,6 +33,8 @@ struct load_outcome {
   sums acknowledged;
   std::size_t accepted_increments = 0;
   std::size_t failed_requests = 0;  // no reply or a non-202 reply
+  // Requests without any reply (the daemon was killed): applied or not, unknown.
+  sums in_doubt;
 };
 
 std::vector<key> random_keys(std::size_t n, std::uint64_t max_id, std::uint32_t seed);

@@ -87,12 +87,23 @@ void fault_proxy::arm(const std::string& prefix, cut where, int times) {
   remaining_ = times;
 }
 
+void fault_proxy::set_down(bool down) {
+  down_ = down;
+  if (!down) return;
+  std::lock_guard lock(mutex_);
+  for (auto& c : connections_) c->close_both();
+}
+
 void fault_proxy::accept_loop() {
   while (!stopping_) {
     pollfd p{listen_fd_, POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0) continue;
     const int client = ::accept(listen_fd_, nullptr, nullptr);
     if (client < 0) continue;
+    if (down_) {
+      ::close(client);
+      continue;
+    }
     const int server = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;

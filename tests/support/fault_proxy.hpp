@@ -26,6 +26,9 @@ class fault_proxy {
 
   // Cuts the next `times` statements whose text starts with `prefix`.
   void arm(const std::string& prefix, cut where, int times = 1);
+  // While down, the proxy closes its open connections and every new one at once: the
+  // daemon sees a server that has gone (a host to fail over from).
+  void set_down(bool down);
   // How many cuts happened so far.
   int cuts() const { return cuts_.load(); }
 
@@ -39,6 +42,7 @@ class fault_proxy {
   std::uint16_t port_ = 0;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> down_{false};
   std::atomic<int> cuts_{0};
   std::mutex mutex_;
   std::string prefix_;

@@ -18,12 +18,13 @@
 
 namespace slotted::test {
 
-namespace {
-pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
+pid_t spawn_process(const std::vector<std::string>& args, const std::string& log_path,
+                    bool own_group) {
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (own_group) setpgid(0, 0);
     if (FILE* f = std::freopen(log_path.c_str(), "a", stdout)) (void)f;
     dup2(STDOUT_FILENO, STDERR_FILENO);
     std::vector<char*> argv;
@@ -35,13 +36,12 @@ pid_t spawn(const std::vector<std::string>& args, const std::string& log_path) {
   return pid;
 }
 
-int wait_exit(pid_t pid) {
+int wait_process(pid_t pid) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return status;
 }
-}  // namespace
 
 std::uint16_t free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -56,22 +56,23 @@ std::uint16_t free_loopback_port() {
   return ntohs(addr.sin_port);
 }
 
-mariadb_server::mariadb_server() {
+mariadb_server::mariadb_server(std::vector<std::string> extra_args)
+    : extra_args_(std::move(extra_args)) {
   db::initialize_client_library();
   char tmpl[] = "/tmp/slotted-mariadb-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   socket_ = dir_ + "/mysqld.sock";
   port_ = free_loopback_port();
-  // A private tmpdir: the bootstrap's temporary tables in a shared /tmp were seen to
-  // vanish under concurrent test runs ("Error on delete of '/tmp/#sql-temptable-...").
-  std::filesystem::create_directory(dir_ + "/tmp");
+  // Temporary files in our own directory: the bootstrap's temporary tables in a /tmp
+  // shared with other servers and cleaners made installs fail now and then.
+  std::filesystem::create_directories(dir_ + "/tmp");
   const pid_t install =
-      spawn({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
-             "--tmpdir=" + dir_ + "/tmp", "--auth-root-authentication-method=normal",
-             "--skip-test-db", "--user=root"},
-            dir_ + "/install.log");
-  const int status = wait_exit(install);
+      spawn_process({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
+                     "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
+                     "--tmpdir=" + dir_ + "/tmp"},
+                    dir_ + "/install.log");
+  const int status = wait_process(install);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     throw std::runtime_error("mariadb-install-db failed; see " + dir_ + "/install.log");
   }
@@ -88,13 +89,23 @@ void mariadb_server::start() {
   // Debian keeps mariadbd in /usr/sbin, which is not on an ordinary user's PATH.
   const std::string binary =
       std::filesystem::exists("/usr/sbin/mariadbd") ? "/usr/sbin/mariadbd" : "mariadbd";
-  pid_ =
-      spawn({binary, "--no-defaults", "--datadir=" + dir_ + "/data", "--tmpdir=" + dir_ + "/tmp",
-             "--socket=" + socket_, "--port=" + std::to_string(port_), "--bind-address=127.0.0.1",
-             "--user=root", "--pid-file=" + dir_ + "/mysqld.pid", "--innodb-buffer-pool-size=128M",
-             "--innodb-log-file-size=64M", "--innodb-flush-log-at-trx-commit=2",
-             "--skip-name-resolve", "--max-connections=500", "--log-error=" + dir_ + "/error.log"},
-            dir_ + "/mariadbd.out");
+  std::vector<std::string> args{binary,
+                                "--no-defaults",
+                                "--datadir=" + dir_ + "/data",
+                                "--socket=" + socket_,
+                                "--port=" + std::to_string(port_),
+                                "--bind-address=127.0.0.1",
+                                "--user=root",
+                                "--pid-file=" + dir_ + "/mysqld.pid",
+                                "--innodb-buffer-pool-size=128M",
+                                "--innodb-log-file-size=64M",
+                                "--innodb-flush-log-at-trx-commit=2",
+                                "--skip-name-resolve",
+                                "--max-connections=500",
+                                "--log-error=" + dir_ + "/error.log",
+                                "--tmpdir=" + dir_ + "/tmp"};
+  args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+  pid_ = spawn_process(args, dir_ + "/mariadbd.out");
   // Wait until it accepts connections (a condition, polled), or give up.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -116,7 +127,7 @@ void mariadb_server::start() {
 void mariadb_server::stop(bool hard) {
   if (pid_ <= 0) return;
   ::kill(pid_, hard ? SIGKILL : SIGTERM);
-  wait_exit(pid_);
+  wait_process(pid_);
   pid_ = -1;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "db/connection.hpp"
 
@@ -14,7 +15,9 @@ namespace slotted::test {
 
 class mariadb_server {
  public:
-  mariadb_server();  // installs and starts; throws std::runtime_error on failure
+  // Installs and starts; throws std::runtime_error on failure. `extra_args` go to
+  // mariadbd after the defaults (e.g. TLS settings).
+  explicit mariadb_server(std::vector<std::string> extra_args = {});
   ~mariadb_server();
 
   const std::string& socket() const { return socket_; }
@@ -32,6 +35,7 @@ class mariadb_server {
   bool running() const { return pid_ > 0; }
 
  private:
+  std::vector<std::string> extra_args_;
   std::string dir_;
   std::string socket_;
   std::uint16_t port_ = 0;
@@ -43,5 +47,13 @@ class mariadb_server {
 mariadb_server& shared_mariadb();
 
 std::uint16_t free_loopback_port();
+
+// Forks and execs `args` with stdout and stderr appended to `log_path`; the child dies
+// with the test process (PR_SET_PDEATHSIG) and, with `own_group`, leads its own process
+// group (so that what it spawns can be stopped with it). Throws on fork failure.
+pid_t spawn_process(const std::vector<std::string>& args, const std::string& log_path,
+                    bool own_group = false);
+// Waits for `pid` to exit; returns its wait status.
+int wait_process(pid_t pid);
 
 }  // namespace slotted::test

@@ -165,6 +165,56 @@ TEST(Config, PasswordComesFromFileOrEnvAndNeverFromTheConfig) {
             std::string::npos);
 }
 
+TEST(Config, HostsReplaceHostAndPortInOrder) {
+  const auto c = parse_config("mysql:\n  hosts: [\"db1:3307\", db2, \"[::1]:3308\"]\n");
+  ASSERT_EQ(c.mysql.hosts.size(), 3u);
+  EXPECT_EQ(c.mysql.hosts[0].host, "db1");
+  EXPECT_EQ(c.mysql.hosts[0].port, 3307);
+  EXPECT_EQ(c.mysql.hosts[1].host, "db2");
+  EXPECT_EQ(c.mysql.hosts[1].port, 3306);
+  EXPECT_EQ(c.mysql.hosts[2].host, "::1");
+  EXPECT_EQ(c.mysql.hosts[2].port, 3308);
+  EXPECT_TRUE(parse_config("").mysql.hosts.empty());
+  EXPECT_NE(only_problem("mysql: {hosts: [\"db1:0\"]}\n").find("mysql.hosts[0]"),
+            std::string::npos);
+  EXPECT_NE(only_problem("mysql: {hosts: [\"db1:\"]}\n").find("empty port"), std::string::npos);
+  EXPECT_NE(only_problem("mysql: {hosts: [\"::1:3306\"]}\n").find("brackets"), std::string::npos);
+  EXPECT_NE(only_problem("mysql: {hosts: [a, \"a:3306\"]}\n").find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(only_problem("mysql: {hosts: db1}\n").find("mysql.hosts: expected a list"),
+            std::string::npos);
+  EXPECT_NE(only_problem("mysql: {hosts: [db1], socket: /run/x.sock}\n").find("not both"),
+            std::string::npos);
+}
+
+TEST(Config, TlsModesNeedTheirFilesReadable) {
+  EXPECT_EQ(parse_config("").mysql.tls.mode, tls_mode::preferred);
+  EXPECT_EQ(parse_config("mysql: {tls: {mode: required}}\n").mysql.tls.mode, tls_mode::required);
+  EXPECT_NE(only_problem("mysql: {tls: {mode: strict}}\n")
+                .find("expected one of disabled | preferred | required | verify_ca | "
+                      "verify_identity"),
+            std::string::npos);
+  EXPECT_NE(only_problem("mysql:\n  tls: {mode: verify_identity}\n")
+                .find("mysql.tls.ca_file: required for mode verify_ca and verify_identity"),
+            std::string::npos);
+  const auto missing =
+      only_problem("mysql:\n  tls:\n    mode: verify_ca\n    ca_file: /nonexistent/ca.pem\n");
+  EXPECT_NE(missing.find("test.yaml:4: mysql.tls.ca_file: cannot read '/nonexistent/ca.pem'"),
+            std::string::npos)
+      << missing;
+  const auto file = std::filesystem::temp_directory_path() / "slotted-config-test-ca.pem";
+  std::ofstream(file) << "-----BEGIN CERTIFICATE-----\n";
+  const auto c = parse_config("mysql: {tls: {mode: verify_ca, ca_file: " + file.string() + "}}\n");
+  EXPECT_EQ(c.mysql.tls.ca_file, file.string());
+  EXPECT_NE(only_problem("mysql: {tls: {cert_file: " + file.string() + "}}\n")
+                .find("set cert_file and key_file together"),
+            std::string::npos);
+  std::filesystem::remove(file);
+  EXPECT_NE(only_problem("mysql: {socket: /run/x.sock, tls: {mode: required}}\n")
+                .find("mysql.tls.mode: TLS applies to TCP"),
+            std::string::npos);
+}
+
 TEST(Config, ReviewedEdgeCases) {
   EXPECT_NE(only_problem("counters:\n  -\n").find("counters[0]: expected a mapping"),
             std::string::npos);
@@ -246,14 +296,17 @@ TEST(Config, ReloadAppliesLiveKeysAndNamesTheRest) {
       "    record_type: 123\n"
       "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
       "flush: {slots: 8}\n"
-      "listen: {port: 9999}\n"
+      "listen: {port: 9999, unix_socket: /run/x.sock}\n"
+      "mysql: {hosts: [\"db2:3306\"], tls: {mode: required}}\n"
+      "http: {max_connections: 5}\n"
       "wal: {fsync: never}\n",
       "b.yaml");
   const auto plan = plan_reload(running, next);
   EXPECT_EQ(plan.live,
             (std::vector<std::string>{"log.level", "counters", "accept_undeclared_types"}));
   EXPECT_EQ(plan.needs_restart,
-            (std::vector<std::string>{"listen.port", "flush.slots", "wal.fsync"}));
+            (std::vector<std::string>{"listen.port", "listen.unix_socket", "http.max_connections",
+                                      "mysql.hosts", "mysql.tls", "flush.slots", "wal.fsync"}));
 
   // A rollup target that changes column alone is a change of counters.
   auto moved = next;

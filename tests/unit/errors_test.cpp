@@ -11,6 +11,13 @@ TEST(ErrorClassification, KindsMatchTheMetricLabels) {
   for (unsigned code : {2002u, 2003u, 2006u, 2013u, 1040u})
     EXPECT_EQ(kind_of(code), error_kind::connection) << code;
   EXPECT_EQ(kind_of(1062), error_kind::other);
+  // Galera: a node not ready (1047) or losing the cluster at COMMIT (1180), and a
+  // read-only server, are hosts to fail over from; a certification failure is a deadlock.
+  for (unsigned code : {1047u, 1180u, 1290u, 1836u})
+    EXPECT_EQ(kind_of(code), error_kind::connection) << code;
+  EXPECT_EQ(kind_of(2026), error_kind::tls);
+  EXPECT_FALSE(db_error(2026, "tls").fatal()) << "a TLS failure is retried";
+  EXPECT_STREQ(kind_name(error_kind::tls), "tls");
   EXPECT_STREQ(kind_name(error_kind::lock_wait_timeout), "lock_wait_timeout");
 }
 
