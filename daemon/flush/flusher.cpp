@@ -350,8 +350,8 @@ void flusher::check_autoincrement(db::connection& conn) {
   }
   const auto remaining = st->remaining();
   metrics_.set_autoincrement_remaining(static_cast<double>(remaining));
-  const bool low =
-      static_cast<double>(remaining) < autoincrement_warn_fraction * static_cast<double>(st->max);
+  const bool low = static_cast<double>(remaining) <
+                   autoincrement_warn_fraction * static_cast<double>(st->max / st->increment);
   if (low && !autoincrement_warned_) {
     log::warn("table `", settings_.table, "`: its AUTO_INCREMENT column `", st->column, "` (",
               st->column_type, ") has ", remaining, " values left (every flushed row uses one, ",
