@@ -38,17 +38,28 @@ void probe::stop() {
 }
 
 bool probe::attempt() {
-  try {
-    if (!conn_) conn_.emplace(connector_.connect().conn);
-    conn_->execute("DO 1");
-    report_(true);
-    return true;
-  } catch (const db_error& e) {
-    // Any failure: start from a fresh connection next time.
-    conn_.reset();
-    log::debug("database probe failed: ", e.what());
-    report_(false);
-    return false;
+  for (bool retried = false;; retried = true) {
+    const bool reused = conn_.has_value();
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      if (!conn_) conn_.emplace(connector_.connect().conn);
+      conn_->execute("DO 1");
+      report_(true);
+      return true;
+    } catch (const db_error& e) {
+      // Any failure: start from a fresh connection next time.
+      conn_.reset();
+      log::debug("database probe failed: ", e.what());
+      // A kept connection can die on its own (wait_timeout, a proxy's idle close, a
+      // restart quicker than the period) while the database answers: when it failed at
+      // once, ask once more on a fresh one before calling the database lost. A silent
+      // peer (a timeout) is reported at once, so the bound above still holds.
+      const bool quick = std::chrono::steady_clock::now() - started < std::chrono::seconds(1);
+      if (!reused || retried || !quick) {
+        report_(false);
+        return false;
+      }
+    }
   }
 }
 

@@ -5,8 +5,10 @@
 //
 // Each attempt connects if needed (through its own failover_connector: mysql.hosts are
 // tried as the pool tries them, so "reachable" means some host is usable) and runs `DO 1`;
-// `report(true|false)` is called on the probe's thread after every attempt. A statement or a
-// connect is bounded by `period` (at least 1 s), so a silent peer cannot stall the probe.
+// `report(true|false)` is called on the probe's thread after every attempt. A kept
+// connection that fails at once (closed by the server or a proxy) is retried once on a
+// fresh connection before reporting false. A statement or a connect is bounded by
+// `period` (at least 1 s), so a silent peer cannot stall the probe.
 // Thread-safety: start() and stop() from one owner.
 
 #include <chrono>

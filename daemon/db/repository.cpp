@@ -103,15 +103,16 @@ std::optional<autoincrement_state> read_autoincrement(connection& conn, const st
       quoted + " AND EXTRA LIKE '%auto_increment%'");
   if (columns.empty()) return std::nullopt;
   const auto next = conn.query(
-      "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
-      "TABLE_NAME = " +
+      "SELECT AUTO_INCREMENT, @@SESSION.auto_increment_increment FROM information_schema.TABLES "
+      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
       quoted);
-  if (next.empty() || next[0].empty() || !next[0][0]) return std::nullopt;
+  if (next.empty() || next[0].size() < 2 || !next[0][0]) return std::nullopt;
   autoincrement_state st;
   st.column = columns[0][0].value_or("");
   st.column_type = columns[0][2].value_or("");
   st.max = integer_max(columns[0][1].value_or(""), st.column_type);
   st.next = std::stoull(*next[0][0]);
+  st.increment = std::max<std::uint64_t>(1, std::stoull(next[0][1].value_or("1")));
   return st;
 }
 

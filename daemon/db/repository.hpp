@@ -35,7 +35,10 @@ struct autoincrement_state {
   std::string column_type;  // e.g. "int(11)"
   std::uint64_t next = 0;   // information_schema.TABLES.AUTO_INCREMENT
   std::uint64_t max = 0;    // the largest value the column can hold
-  std::uint64_t remaining() const { return next > max ? 0 : max - next + 1; }
+  // @@auto_increment_increment of the session (Galera sets it to the cluster size): the
+  // ids used are `increment` apart, so only every increment-th value can be handed out.
+  std::uint64_t increment = 1;
+  std::uint64_t remaining() const { return next > max ? 0 : (max - next) / increment + 1; }
 };
 
 // Reads it from information_schema (COLUMNS.EXTRA, TABLES.AUTO_INCREMENT); empty when

@@ -99,8 +99,9 @@ void flusher::request_flush(std::function<void(const flush_result&)> done) {
 }
 
 std::size_t flusher::stop(clock::time_point deadline) {
+  // Before the join: a cycle already draining a long backlog must stop at it too.
+  deadline_.store(deadline.time_since_epoch().count());
   auto waiters = worker_.stop();
-  deadline_ = deadline;
   flush_result result = cycle();
   while (!result.ok && !fatal_ && !past_deadline()) {
     const auto pause = std::min<clock::duration>(next_backoff(), deadline - clock::now());
@@ -263,8 +264,10 @@ std::size_t flusher::write_queued(db::connection& conn) {
             std::lock_guard lock(queue_mutex_);
             in_doubt_ = true;
           }
+          // Past the stop deadline a retry would hold the stop for another lock wait
+          // (up to innodb_lock_wait_timeout): the batch stays queued instead.
           if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
-              attempt + 1 >= lock_retries) {
+              attempt + 1 >= lock_retries || past_deadline()) {
             throw;
           }
           metrics_.db_error(kind);
@@ -327,7 +330,7 @@ void flusher::progress() {
 }
 
 bool flusher::past_deadline() const {
-  return deadline_ && clock::now() >= *deadline_;
+  return clock::now().time_since_epoch().count() >= deadline_.load();
 }
 
 bool flusher::healthy(clock::duration limit) const {
@@ -365,8 +368,8 @@ void flusher::check_autoincrement(db::connection& conn) {
   }
   const auto remaining = st->remaining();
   metrics_.set_autoincrement_remaining(static_cast<double>(remaining));
-  const bool low =
-      static_cast<double>(remaining) < autoincrement_warn_fraction * static_cast<double>(st->max);
+  const bool low = static_cast<double>(remaining) <
+                   autoincrement_warn_fraction * static_cast<double>(st->max / st->increment);
   if (low && !autoincrement_warned_) {
     log::warn("table `", settings_.table, "`: its AUTO_INCREMENT column `", st->column, "` (",
               st->column_type, ") has ", remaining, " values left (every flushed row uses one, ",

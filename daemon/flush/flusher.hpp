@@ -192,8 +192,11 @@ class flusher final : public wal::batch_queue {
   // of progress (its start, an answered statement, a committed batch).
   std::atomic<bool> in_cycle_{false};
   std::atomic<std::chrono::steady_clock::rep> last_progress_{0};
-  // Set by stop(): batches are not started past it. Flusher thread only.
-  std::optional<std::chrono::steady_clock::time_point> deadline_;
+  // steady_clock ticks of the stop deadline (max until stop()): no batch is started and
+  // no lock wait retried past it. Set by stop() before it waits for the cycle in
+  // progress, which reads it on the flusher thread, hence atomic.
+  std::atomic<std::chrono::steady_clock::rep> deadline_{
+      std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
   bool deadline_hit_ = false;
   bool schema_verified_ = false;
   bool autoincrement_warned_ = false;

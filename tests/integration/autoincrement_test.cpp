@@ -86,6 +86,30 @@ TEST(AutoIncrement, ExhaustionHoldsEverythingUntilTheColumnIsWidened) {
   EXPECT_EQ(c.get("/readyz").status, 200u);
 }
 
+// With auto_increment_increment = 10 (Galera sets it to the cluster size) ids are 10
+// apart: 100 values before the column's maximum hold only 10 ids. The gauge counts ids.
+TEST(AutoIncrement, RemainingCountsIdsNotValuesUnderAnIncrement) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  create_seed_table(server, database, 2147483647 - 99);  // 100 values left
+  migrate(server, database);
+  auto admin = server.connect();
+  struct restore {
+    db::connection& c;
+    std::int64_t increment;
+    ~restore() { c.execute("SET GLOBAL auto_increment_increment = " + std::to_string(increment)); }
+  } restore_increment{admin,
+                      server.query_int(database, "SELECT @@GLOBAL.auto_increment_increment")};
+  admin.execute("SET GLOBAL auto_increment_increment = 10");  // the daemon's sessions
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = 1h;
+  cfg.flush.slots = 1;
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_TRUE(flush_until_ok(c, 30s));
+  EXPECT_EQ(metric_value(c.get("/metrics").body, "slotted_counterd_autoincrement_remaining"), 10);
+}
+
 // A table without an AUTO_INCREMENT column has no such series.
 TEST(AutoIncrement, NoGaugeWithoutAnAutoIncrementColumn) {
   auto& server = shared_mariadb();

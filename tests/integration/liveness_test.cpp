@@ -114,5 +114,54 @@ TEST(Liveness, StopHonoursItsDeadlineBetweenBatches) {
             keys);
 }
 
+// The common case of a stop: a cycle is already draining a backlog when it comes. The
+// deadline must reach that cycle too, not only the final one stop() runs itself.
+TEST(Liveness, StopHonoursItsDeadlineInTheCycleAlreadyRunning) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  constexpr int keys = 40000;  // several seconds of single-row transactions
+  single_row_flusher f(server, database, keys);
+  f.flusher.start();  // the first cycle runs at once and takes all of them
+  const auto running = steady::now() + 30s;
+  while (server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") == 0 &&
+         steady::now() < running) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const auto started = steady::now();
+  const std::size_t unwritten = f.flusher.stop(started + 300ms);
+  const auto took = steady::now() - started;
+  EXPECT_GT(unwritten, 0u) << "the running cycle drained everything: the deadline did not reach it";
+  EXPECT_LT(took, 3s) << "the deadline was 300 ms";
+  EXPECT_EQ(server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") +
+                static_cast<std::int64_t>(unwritten),
+            keys);
+}
+
+// A batch that meets a lock wait timeout is retried; past the stop deadline it must not be.
+TEST(Liveness, StopDoesNotRetryLockWaitsPastItsDeadline) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto admin = server.connect(database);
+  struct restore {
+    db::connection& c;
+    std::int64_t seconds;
+    ~restore() { c.execute("SET GLOBAL innodb_lock_wait_timeout = " + std::to_string(seconds)); }
+  } restore_timeout{admin, server.query_int(database, "SELECT @@GLOBAL.innodb_lock_wait_timeout")};
+  // Sessions opened from now on (the flusher's pool) wait 2 s for a row lock.
+  admin.execute("SET GLOBAL innodb_lock_wait_timeout = 2");
+  single_row_flusher f(server, database, 3);
+  auto locker = server.connect(database);
+  locker.execute("START TRANSACTION");
+  locker.execute(
+      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (1, 1, 0, 0)");
+  const auto started = steady::now();
+  const std::size_t unwritten = f.flusher.stop(started + 200ms);
+  const auto took = steady::now() - started;
+  locker.execute("ROLLBACK");
+  EXPECT_EQ(unwritten, 3u);
+  // The statement already sent waits its 2 s; three retries would take 6 s and more.
+  EXPECT_LT(took, 4500ms) << "lock waits were retried past the stop deadline";
+}
+
 }  // namespace
 }  // namespace slotted::test

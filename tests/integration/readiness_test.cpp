@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "db/errors.hpp"
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
 
@@ -51,6 +52,44 @@ TEST(Readiness, FollowsTheDatabaseWhileTheFlusherIsIdle) {
   ASSERT_TRUE(flush_until_ok(c, std::chrono::seconds(20)));
   EXPECT_EQ(server.query_int(database, "SELECT SUM(count) FROM slotted_counters"), 3);
   EXPECT_EQ(c.get("/readyz").status, 200u);
+}
+
+// The probe keeps its connection between attempts. When that one connection goes (a
+// server-side KILL here; wait_timeout, a proxy's idle close or a quick restart do the
+// same) while the database itself answers, /readyz must stay 200: one dead socket is
+// not a dead database.
+TEST(Readiness, ALostProbeConnectionIsNotALostDatabase) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = 300s;  // no flush cycle runs (it would meet a dead pooled connection)
+  in_process_daemon daemon(cfg);
+  ASSERT_TRUE(await_readyz(daemon.port(), 200, 10s));
+  auto admin = server.connect();
+  // Every connection of the daemon (the probe's and the pool's): the flusher's pool
+  // reconnects on its own, the probe's next `DO 1` meets a closed socket.
+  int killed = 0;
+  for (const auto& row : admin.query(
+           "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND DB = " +
+           admin.quote(database))) {
+    try {
+      admin.execute("KILL CONNECTION " + row.at(0).value_or("0"));
+      ++killed;
+    } catch (const db::db_error&) {
+      // Gone meanwhile.
+    }
+  }
+  ASSERT_GT(killed, 0);
+  // A probe period (5 s) and then some: every answer must be 200.
+  const auto until = steady::now() + 7s;
+  int polls = 0;
+  while (steady::now() < until) {
+    http_client c(daemon.port(), 5s);
+    const auto status = c.get("/readyz").status;
+    ASSERT_EQ(status, 200u) << "after " << polls << " polls: the database never went away";
+    ++polls;
+    std::this_thread::sleep_for(20ms);
+  }
 }
 
 }  // namespace
