@@ -166,10 +166,19 @@ void written_log(FuzzedDataProvider& in) {
 }
 
 void recovered_dir(std::string_view data) {
-  static const std::string dir = [] {
-    const char* base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
-    return std::string(base) + "/slotted-wal-fuzz-" + std::to_string(::getpid());
-  }();
+  // A scratch directory per process, in memory where possible, removed at exit.
+  static const struct scratch {
+    std::string path;
+    scratch() {
+      const char* base = std::filesystem::exists("/dev/shm") ? "/dev/shm" : "/tmp";
+      path = std::string(base) + "/slotted-wal-fuzz-" + std::to_string(::getpid());
+    }
+    ~scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } scratch_dir;
+  const std::string& dir = scratch_dir.path;
   static metrics::registry metrics;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
