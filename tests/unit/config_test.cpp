@@ -236,6 +236,9 @@ TEST(Config, ReviewedEdgeCases) {
 
 TEST(Config, InvalidYamlIsAnError) {
   EXPECT_NE(only_problem("flush: {interval: 1s\n").find("invalid YAML"), std::string::npos);
+  // yaml-cpp's LoadAll() looped forever on a stray ',', allocating (found by fuzzing).
+  EXPECT_NE(only_problem(",\n").find("invalid YAML"), std::string::npos);
+  EXPECT_NE(only_problem("# ok so far\n, shards: 4\n").find("invalid YAML"), std::string::npos);
 }
 
 TEST(Duration, ParsesUnitsStrictly) {
