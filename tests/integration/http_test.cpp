@@ -400,5 +400,36 @@ TEST(HttpNoDatabase, AcceptsIntoMemoryAndIsNotReadyWhileTheDatabaseIsUnreachable
   EXPECT_EQ(daemon.stop(), 1);
 }
 
+// nginx mirror subrequests keep their upstream connection only for bodiless answers.
+TEST_F(Http, PreferReturnMinimalIsAnswered204WithoutABodyOnTheSameConnection) {
+  // Two minimal POSTs, then a health check, pipelined on one connection: the 204s must
+  // carry no body (a stray one would be read as the start of the next answer).
+  const std::string body = R"({"record_type": 1, "record_id": 61, "delta": 3})";
+  const auto reply =
+      raw_exchange(daemon_->port(),
+                   http_post_bytes(body, "Prefer: return=minimal\r\n") +
+                       http_post_bytes(body, "Prefer: respond-async, RETURN=\"minimal\"; x=y\r\n") +
+                       "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string no_content =
+      "HTTP/1.1 204 No Content\r\nPreference-Applied: return=minimal\r\n\r\n";
+  ASSERT_TRUE(reply.starts_with(no_content + no_content + "HTTP/1.1 200 OK\r\n")) << reply;
+  EXPECT_EQ(total(61), 6);
+}
+
+TEST_F(Http, OtherPreferencesAndRefusalsKeepTheirBodies) {
+  http_client c(daemon_->port());
+  const std::string body = R"({"record_type": 1, "record_id": 62})";
+  const auto full = c.request("POST", "/v1/increments", body, "application/json",
+                              {{"Prefer", "return=representation"}});
+  EXPECT_EQ(full.status, 202u);
+  EXPECT_EQ(full.body, R"({"accepted": 1})");
+  // An error is never hidden by the preference: the client needs to know why.
+  const auto bad = c.request("POST", "/v1/increments", R"({"record_type": -1, "record_id": 1})",
+                             "application/json", {{"Prefer", "return=minimal"}});
+  EXPECT_EQ(bad.status, 400u);
+  EXPECT_NE(bad.body.find("record_type"), std::string::npos) << bad.body;
+  EXPECT_EQ(total(62), 1);
+}
+
 }  // namespace
 }  // namespace slotted::test

@@ -120,4 +120,9 @@ std::int64_t json_int(const std::string& body, const std::string& field) {
   return std::stoll(body.substr(pos));
 }
 
+std::string http_post_bytes(const std::string& body, const std::string& extra_headers) {
+  return "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+         extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 }  // namespace slotted::test

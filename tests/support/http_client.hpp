@@ -39,6 +39,10 @@ class http_client {
 std::string raw_exchange(std::uint16_t port, const std::string& bytes,
                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
+// The bytes of `POST /v1/increments` with a JSON `body` and `extra_headers` (each ending
+// in CRLF), for raw_exchange and pipelining tests.
+std::string http_post_bytes(const std::string& body, const std::string& extra_headers = "");
+
 // The value of one series in a /metrics text ("name" or "name{labels}"); -1 when absent.
 double metric_value(const std::string& metrics_text, const std::string& series);
 
