@@ -153,6 +153,20 @@ TEST_F(Http, ExpectContinueGetsA100BeforeTheBody) {
   EXPECT_EQ(total(42), 6);
 }
 
+TEST_F(Http, AnHttp10ClientIsNeverSentA100Continue) {
+  // An HTTP/1.0 client does not know interim answers: it would take a 100 for the final
+  // answer. It sends its body at once and must get exactly one answer, the 202.
+  const std::string body = R"({"record_type": 1, "record_id": 46, "delta": 3})";
+  const auto reply =
+      raw_exchange(daemon_->port(),
+                   "POST /v1/increments HTTP/1.0\r\nContent-Type: application/json\r\n"
+                   "Expect: 100-continue\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_TRUE(reply.starts_with("HTTP/1.0 202")) << reply;
+  EXPECT_EQ(reply.find("100 Continue"), std::string::npos) << reply;
+  EXPECT_EQ(total(46), 3);
+}
+
 TEST_F(Http, PipelinedRequestsAreAnsweredInOrder) {
   std::string requests;
   for (int i = 0; i < 5; ++i) {
@@ -381,6 +395,38 @@ TEST(HttpFailures, AHandlerThatThrowsIsAnswered500AndTheServerGoesOn) {
   listener->stop();
   ioc.stop();
   io.join();
+}
+
+// A backend that keeps the flush requester's callback, to answer it later from its
+// own thread as the flusher does.
+class deferred_backend : public throwing_backend {
+ public:
+  void flush_now(std::function<void(const flush::flush_result&)> done) override {
+    done_ = std::move(done);
+  }
+  std::function<void(const flush::flush_result&)> done_;
+};
+
+TEST(HttpFailures, AnAnswerThatThrowsOnABackendThreadDoesNotEndTheProcess) {
+  config::daemon_config cfg;
+  deferred_backend backend;
+  metrics::registry metrics;
+  ingest::table_limits limits;
+  http::router router(cfg, backend, metrics, limits);
+  // The first answer fails as handing it to the connection would without memory; the
+  // router answers 500 instead. Unguarded, the exception escapes into the backend's
+  // thread and std::terminate ends the process (and this test).
+  std::vector<unsigned> answered;
+  router.handle(http::request{boost::beast::http::verb::post, "/v1/flush", 11},
+                [&](http::response&& res) {
+                  answered.push_back(res.result_int());
+                  if (answered.size() == 1) throw std::bad_alloc();
+                  EXPECT_FALSE(res.keep_alive());
+                });
+  ASSERT_TRUE(backend.done_);
+  std::thread db_thread([&] { backend.done_(flush::flush_result{true, 5, {}}); });
+  db_thread.join();
+  EXPECT_EQ(answered, (std::vector<unsigned>{200u, 500u}));
 }
 
 TEST(HttpNoDatabase, AcceptsIntoMemoryAndIsNotReadyWhileTheDatabaseIsUnreachable) {
