@@ -60,10 +60,11 @@ metrics::reject_reason reason_for(status s) {
   return metrics::reject_reason::invalid;
 }
 
-// RFC 7240: true when the request's Prefer header asks for `return=minimal` (names and
-// values compared case-insensitively, the value possibly quoted; other preferences and
+// RFC 7240: what one Prefer field says about `return`: true for `return=minimal`, false
+// for another value, nothing when it has no `return` preference (names and values
+// compared case-insensitively, the value possibly quoted; other preferences and
 // parameters are ignored).
-bool prefers_minimal(std::string_view prefer) {
+std::optional<bool> return_preference(std::string_view prefer) {
   const auto trim = [](std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -87,6 +88,17 @@ bool prefers_minimal(std::string_view prefer) {
       value = value.substr(1, value.size() - 2);
     }
     return iequals(value, "minimal");
+  }
+  return std::nullopt;
+}
+
+// Whether the request asks for `return=minimal`. A client may send its preferences in
+// several Prefer fields, the same as one comma-separated field (RFC 7240 section 2):
+// the first `return` preference in any of them decides.
+bool prefers_minimal(const request& req) {
+  const auto [first, last] = req.equal_range(field::prefer);
+  for (auto f = first; f != last; ++f) {
+    if (const auto minimal = return_preference(f->value())) return *minimal;
   }
   return false;
 }
@@ -313,7 +325,7 @@ void router::handle_increments(const request& req, const reply& answer) {
     return answer(retry_later(v, "shutting down"));
   }
   const std::size_t n = increments.size();
-  const bool minimal = prefers_minimal(req[field::prefer]);
+  const bool minimal = prefers_minimal(req);
   if (backend_.durable()) {
     return backend_.add_durable(
         std::exchange(increments, {}),

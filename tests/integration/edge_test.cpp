@@ -59,6 +59,20 @@ TEST_F(Edge, PreferReturnMinimalIsAnswered204WithoutABodyOnTheSameConnection) {
   EXPECT_EQ(total(61), 6);
 }
 
+TEST_F(Edge, PreferReturnMinimalInASecondPreferFieldCounts) {
+  // Preferences may come in several Prefer fields, the same as one comma-separated
+  // field: `return=minimal` in the second one is honoured.
+  const std::string body = R"({"record_type": 1, "record_id": 63, "delta": 2})";
+  const auto reply =
+      raw_exchange(daemon_->port(), post(body,
+                                         "Prefer: respond-async\r\nPrefer: return=minimal\r\n"
+                                         "Connection: close\r\n"));
+  EXPECT_EQ(reply,
+            "HTTP/1.1 204 No Content\r\nPreference-Applied: return=minimal\r\n"
+            "Connection: close\r\n\r\n");
+  EXPECT_EQ(total(63), 2);
+}
+
 TEST_F(Edge, OtherPreferencesAndRefusalsKeepTheirBodies) {
   http_client c(daemon_->port());
   const std::string body = R"({"record_type": 1, "record_id": 62})";
