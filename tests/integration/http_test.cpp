@@ -8,6 +8,8 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
 #include <thread>
@@ -395,6 +397,40 @@ TEST(HttpFailures, AHandlerThatThrowsIsAnswered500AndTheServerGoesOn) {
   listener->stop();
   ioc.stop();
   io.join();
+}
+
+TEST(HttpUnixListener, WithoutASharedCountItCountsItsOwnConnections) {
+  config::daemon_config cfg;
+  throwing_backend backend;
+  metrics::registry metrics;
+  ingest::table_limits limits;
+  http::router router(cfg, backend, metrics, limits);
+  char tmpl[] = "/tmp/slotted-unixcount-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/api.sock";
+  net::io_context ioc(1);
+  // No shared count, as the TCP listener allows: on main the first accept
+  // dereferenced the missing counter.
+  auto listener =
+      std::make_shared<http::listener>(std::vector<net::io_context*>{&ioc}, path, 0600u, router,
+                                       http::session_limits{}, 100, metrics, nullptr);
+  listener->run();
+  std::thread io([&] { http::run_io_context(ioc); });
+  std::string got;
+  {
+    net::io_context client_ctx;
+    net::local::stream_protocol::socket s(client_ctx);
+    s.connect(net::local::stream_protocol::endpoint(path));
+    net::write(s, net::buffer(std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                          "Connection: close\r\n\r\n")));
+    boost::system::error_code ec;
+    net::read(s, net::dynamic_buffer(got), ec);  // until the server closes
+  }
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 200")) << got;
+  listener->stop();
+  ioc.stop();
+  io.join();
+  ::rmdir(tmpl);
 }
 
 // A backend that keeps the flush requester's callback, to answer it later from its
