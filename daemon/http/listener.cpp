@@ -85,7 +85,7 @@ listener::listener(std::vector<net::io_context*> contexts, const std::string& pa
       router_(r),
       limits_(limits),
       max_connections_(max_connections),
-      open_(std::move(open)),
+      open_(open ? std::move(open) : std::make_shared<std::atomic<std::size_t>>(0)),
       metrics_(m),
       tcp_(false) {
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {

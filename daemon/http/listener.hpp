@@ -36,7 +36,8 @@ class listener : public std::enable_shared_from_this<listener> {
   // Binds and listens on a Unix socket at `path` with permissions `mode`. A socket file
   // left there by a process that is gone is removed first; a live one (something
   // accepts on it) or a file that is not a socket is never touched: throws
-  // std::runtime_error naming the path. The file is removed again by stop().
+  // std::runtime_error naming the path. The file is removed again by stop(). Without
+  // `open`, it counts its connections alone, as the TCP listener does.
   listener(std::vector<boost::asio::io_context*> contexts, const std::string& path, unsigned mode,
            router& r, session_limits limits, std::size_t max_connections, metrics::registry& m,
            connection_count open);

@@ -60,10 +60,11 @@ metrics::reject_reason reason_for(status s) {
   return metrics::reject_reason::invalid;
 }
 
-// RFC 7240: true when the request's Prefer header asks for `return=minimal` (names and
-// values compared case-insensitively, the value possibly quoted; other preferences and
+// RFC 7240: what one Prefer field says about `return`: true for `return=minimal`, false
+// for another value, nothing when it has no `return` preference (names and values
+// compared case-insensitively, the value possibly quoted; other preferences and
 // parameters are ignored).
-bool prefers_minimal(std::string_view prefer) {
+std::optional<bool> return_preference(std::string_view prefer) {
   const auto trim = [](std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -87,6 +88,17 @@ bool prefers_minimal(std::string_view prefer) {
       value = value.substr(1, value.size() - 2);
     }
     return iequals(value, "minimal");
+  }
+  return std::nullopt;
+}
+
+// Whether the request asks for `return=minimal`. A client may send its preferences in
+// several Prefer fields, the same as one comma-separated field (RFC 7240 section 2):
+// the first `return` preference in any of them decides.
+bool prefers_minimal(const request& req) {
+  const auto [first, last] = req.equal_range(field::prefer);
+  for (auto f = first; f != last; ++f) {
+    if (const auto minimal = return_preference(f->value())) return *minimal;
   }
   return false;
 }
@@ -227,6 +239,31 @@ struct router::reply {
   }
 };
 
+namespace {
+// Wraps a backend's answer callback, which runs on a database or WAL thread. An
+// exception there (memory running out while the answer is built or handed to the
+// connection) would escape into that thread and end the process; instead it is logged
+// and the request answered 500 (closing its connection) if that still works. The
+// session takes only the first answer to a request, so a 500 after an answer that got
+// through changes nothing.
+template <typename Reply, typename F>
+auto guarded(const Reply& answer, unsigned v, F f) {
+  return [answer, v, f = std::move(f)](auto&&... args) {
+    try {
+      f(std::forward<decltype(args)>(args)...);
+    } catch (const std::exception& e) {
+      log::error("HTTP answer from a backend thread failed: ", e.what());
+      try {
+        auto res = router::error_response(v, status::internal_server_error, "internal error");
+        res.keep_alive(false);
+        answer(std::move(res));
+      } catch (...) {
+      }
+    }
+  };
+}
+}  // namespace
+
 void router::handle(request&& req, respond_fn respond) {
   // check_header() has passed this header already: path, method, token and content
   // type are not checked a second time here.
@@ -239,15 +276,15 @@ void router::handle(request&& req, respond_fn respond) {
     case metrics::route::counters:
       return handle_counter(req, m, answer);
     case metrics::route::flush:
-      return backend_.flush_now([v, answer](const flush::flush_result& r) {
+      return backend_.flush_now(guarded(answer, v, [v, answer](const flush::flush_result& r) {
         if (!r.ok) return answer(retry_later(v, "flush failed: " + r.error, "5"));
         answer(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.rows) + "}"));
-      });
+      }));
     case metrics::route::rollup:
-      return backend_.rollup_now([v, answer](const rollup::rollup_result& r) {
+      return backend_.rollup_now(guarded(answer, v, [v, answer](const rollup::rollup_result& r) {
         if (!r.ok) return answer(retry_later(v, "rollup failed: " + r.error, "5"));
         answer(json_response(v, status::ok, "{\"records\": " + std::to_string(r.records) + "}"));
-      });
+      }));
     case metrics::route::metrics: {
       response res{status::ok, v};
       res.set(field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -288,12 +325,13 @@ void router::handle_increments(const request& req, const reply& answer) {
     return answer(retry_later(v, "shutting down"));
   }
   const std::size_t n = increments.size();
-  const bool minimal = prefers_minimal(req[field::prefer]);
+  const bool minimal = prefers_minimal(req);
   if (backend_.durable()) {
-    return backend_.add_durable(std::exchange(increments, {}),
-                                [this, v, n, minimal, answer](store::add_result r) {
-                                  answer_added(answer, v, n, minimal, r);
-                                });
+    return backend_.add_durable(
+        std::exchange(increments, {}),
+        guarded(answer, v, [this, v, n, minimal, answer](store::add_result r) {
+          answer_added(answer, v, n, minimal, r);
+        }));
   }
   answer_added(answer, v, n, minimal, backend_.add(increments));
 }
@@ -352,16 +390,19 @@ void router::handle_counter(const request& req, const route_match& m, const repl
     return answer(error_response(v, status::bad_request,
                                  "record_id must be an integer in [0, 18446744073709551615]"));
   }
-  backend_.read_counter({type, id}, [v, type, id, answer](std::optional<flush::counter_reading> r,
-                                                          std::string error) {
-    if (!r) return answer(retry_later(v, "database not reachable: " + error, "5"));
-    answer(json_response(
-        v, status::ok,
-        "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" + std::to_string(id) +
-            "\", \"count\": " + decimal(static_cast<__int128>(r->persisted) + r->pending) +
-            ", \"persisted\": " + std::to_string(r->persisted) +
-            ", \"pending\": " + std::to_string(r->pending) + "}"));
-  });
+  backend_.read_counter(
+      {type, id},
+      guarded(answer, v,
+              [v, type, id, answer](std::optional<flush::counter_reading> r, std::string error) {
+                if (!r) return answer(retry_later(v, "database not reachable: " + error, "5"));
+                answer(json_response(v, status::ok,
+                                     "{\"record_type\": " + std::to_string(type) +
+                                         ", \"record_id\": \"" + std::to_string(id) +
+                                         "\", \"count\": " +
+                                         decimal(static_cast<__int128>(r->persisted) + r->pending) +
+                                         ", \"persisted\": " + std::to_string(r->persisted) +
+                                         ", \"pending\": " + std::to_string(r->pending) + "}"));
+              }));
 }
 
 }  // namespace slotted::http

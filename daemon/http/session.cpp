@@ -107,7 +107,9 @@ void session::on_header(beast::error_code ec, std::size_t) {
     if (!parser_->is_done()) refused->keep_alive(false);
     return send(std::move(*refused));
   }
-  if (beast::iequals(header[beast_http::field::expect], "100-continue")) {
+  // Never to an HTTP/1.0 client (RFC 9110 15.2): it would take the 100 for the final
+  // answer and read the real one as the answer to its next request.
+  if (header.version() >= 11 && beast::iequals(header[beast_http::field::expect], "100-continue")) {
     auto cont = std::make_shared<beast_http::response<beast_http::empty_body>>(status::continue_,
                                                                                header.version());
     in_flight_ = cont;

@@ -8,6 +8,8 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
 #include <thread>
@@ -151,6 +153,20 @@ TEST_F(Http, ExpectContinueGetsA100BeforeTheBody) {
   net::read_until(s, net::dynamic_buffer(got), "}");
   EXPECT_NE(got.find("HTTP/1.1 202"), std::string::npos) << got;
   EXPECT_EQ(total(42), 6);
+}
+
+TEST_F(Http, AnHttp10ClientIsNeverSentA100Continue) {
+  // An HTTP/1.0 client does not know interim answers: it would take a 100 for the final
+  // answer. It sends its body at once and must get exactly one answer, the 202.
+  const std::string body = R"({"record_type": 1, "record_id": 46, "delta": 3})";
+  const auto reply =
+      raw_exchange(daemon_->port(),
+                   "POST /v1/increments HTTP/1.0\r\nContent-Type: application/json\r\n"
+                   "Expect: 100-continue\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_TRUE(reply.starts_with("HTTP/1.0 202")) << reply;
+  EXPECT_EQ(reply.find("100 Continue"), std::string::npos) << reply;
+  EXPECT_EQ(total(46), 3);
 }
 
 TEST_F(Http, PipelinedRequestsAreAnsweredInOrder) {
@@ -383,6 +399,72 @@ TEST(HttpFailures, AHandlerThatThrowsIsAnswered500AndTheServerGoesOn) {
   io.join();
 }
 
+TEST(HttpUnixListener, WithoutASharedCountItCountsItsOwnConnections) {
+  config::daemon_config cfg;
+  throwing_backend backend;
+  metrics::registry metrics;
+  ingest::table_limits limits;
+  http::router router(cfg, backend, metrics, limits);
+  char tmpl[] = "/tmp/slotted-unixcount-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/api.sock";
+  net::io_context ioc(1);
+  // No shared count, as the TCP listener allows: on main the first accept
+  // dereferenced the missing counter.
+  auto listener =
+      std::make_shared<http::listener>(std::vector<net::io_context*>{&ioc}, path, 0600u, router,
+                                       http::session_limits{}, 100, metrics, nullptr);
+  listener->run();
+  std::thread io([&] { http::run_io_context(ioc); });
+  std::string got;
+  {
+    net::io_context client_ctx;
+    net::local::stream_protocol::socket s(client_ctx);
+    s.connect(net::local::stream_protocol::endpoint(path));
+    net::write(s, net::buffer(std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                          "Connection: close\r\n\r\n")));
+    boost::system::error_code ec;
+    net::read(s, net::dynamic_buffer(got), ec);  // until the server closes
+  }
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 200")) << got;
+  listener->stop();
+  ioc.stop();
+  io.join();
+  ::rmdir(tmpl);
+}
+
+// A backend that keeps the flush requester's callback, to answer it later from its
+// own thread as the flusher does.
+class deferred_backend : public throwing_backend {
+ public:
+  void flush_now(std::function<void(const flush::flush_result&)> done) override {
+    done_ = std::move(done);
+  }
+  std::function<void(const flush::flush_result&)> done_;
+};
+
+TEST(HttpFailures, AnAnswerThatThrowsOnABackendThreadDoesNotEndTheProcess) {
+  config::daemon_config cfg;
+  deferred_backend backend;
+  metrics::registry metrics;
+  ingest::table_limits limits;
+  http::router router(cfg, backend, metrics, limits);
+  // The first answer fails as handing it to the connection would without memory; the
+  // router answers 500 instead. Unguarded, the exception escapes into the backend's
+  // thread and std::terminate ends the process (and this test).
+  std::vector<unsigned> answered;
+  router.handle(http::request{boost::beast::http::verb::post, "/v1/flush", 11},
+                [&](http::response&& res) {
+                  answered.push_back(res.result_int());
+                  if (answered.size() == 1) throw std::bad_alloc();
+                  EXPECT_FALSE(res.keep_alive());
+                });
+  ASSERT_TRUE(backend.done_);
+  std::thread db_thread([&] { backend.done_(flush::flush_result{true, 5, {}}); });
+  db_thread.join();
+  EXPECT_EQ(answered, (std::vector<unsigned>{200u, 500u}));
+}
+
 TEST(HttpNoDatabase, AcceptsIntoMemoryAndIsNotReadyWhileTheDatabaseIsUnreachable) {
   auto cfg = test_config(shared_mariadb(), "nowhere");
   cfg.mysql.socket = "/nonexistent/mysqld.sock";
@@ -414,6 +496,20 @@ TEST_F(Http, PreferReturnMinimalIsAnswered204WithoutABodyOnTheSameConnection) {
       "HTTP/1.1 204 No Content\r\nPreference-Applied: return=minimal\r\n\r\n";
   ASSERT_TRUE(reply.starts_with(no_content + no_content + "HTTP/1.1 200 OK\r\n")) << reply;
   EXPECT_EQ(total(61), 6);
+}
+
+TEST_F(Http, PreferReturnMinimalInASecondPreferFieldCounts) {
+  // Preferences may come in several Prefer fields, the same as one comma-separated
+  // field: `return=minimal` in the second one is honoured.
+  const std::string body = R"({"record_type": 1, "record_id": 63, "delta": 2})";
+  const auto reply = raw_exchange(
+      daemon_->port(),
+      http_post_bytes(body,
+                      "Prefer: respond-async\r\nPrefer: return=minimal\r\nConnection: close\r\n"));
+  EXPECT_EQ(reply,
+            "HTTP/1.1 204 No Content\r\nPreference-Applied: return=minimal\r\n"
+            "Connection: close\r\n\r\n");
+  EXPECT_EQ(total(63), 2);
 }
 
 TEST_F(Http, OtherPreferencesAndRefusalsKeepTheirBodies) {
