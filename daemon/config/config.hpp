@@ -1,5 +1,5 @@
 #pragma once
-// The daemon's configuration (SPEC §6), loaded from YAML and validated whole.
+// The daemon's configuration (README: Configuration), loaded from YAML and validated whole.
 //
 // load_config() either returns a fully valid config or throws config_error listing
 // every problem found, each naming the key and its line ("line 12: flush.slots: ...").
@@ -143,7 +143,7 @@ struct reload_plan {
 };
 reload_plan plan_reload(const daemon_config& running, const daemon_config& next);
 
-// SPEC §3: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
+// README, Configuration: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
 bool is_valid_identifier(std::string_view name);
 
 }  // namespace slotted::config

@@ -1,5 +1,6 @@
 #pragma once
-// Database error classification, in one place (SPEC §7 `kind` label, issue: retry policy).
+// Database error classification, in one place (the `kind` label of db_errors_total; README: Design,
+// Failures).
 //
 // Retryable: the connection was lost or refused, a deadlock (on Galera also a
 // certification failure at COMMIT), a lock wait timeout, too many connections, a TLS

@@ -10,7 +10,7 @@
 
 namespace slotted::db {
 
-// The bookkeeping table of committed flush batches (exactly-once, SPEC G1).
+// The bookkeeping table of committed flush batches (README: Guarantees, exactly once).
 inline constexpr std::string_view ledger_table = "slotted_counterd_ledger";
 
 // Durable "needs rollup" marks, written in the flush transaction (see rollup/).

@@ -1,5 +1,6 @@
 #pragma once
-// Moves pending deltas from the store into the database, exactly once (SPEC G1).
+// Moves pending deltas from the store into the database, exactly once (README: Guarantees, exactly
+// once).
 //
 // Every flush interval the flusher takes everything out of the store, drops zero net
 // deltas, sorts the rest by key (one lock order for every writer), cuts them into

@@ -1,5 +1,5 @@
 #pragma once
-// Request in, response out (SPEC §4). The router does no I/O itself: increments go to
+// Request in, response out (README: HTTP API). The router does no I/O itself: increments go to
 // the backend synchronously (memory only); database-bound routes are handed to the
 // backend, which answers later from another thread through the same `respond`.
 //

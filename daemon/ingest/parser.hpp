@@ -1,5 +1,5 @@
 #pragma once
-// Parses and validates an increments body (SPEC §4) completely before anything is
+// Parses and validates an increments body (README: HTTP API) completely before anything is
 // applied, so a request either yields every increment or an error and nothing (G2).
 //
 // Thread-safety: parse_increments() may be called from any number of threads at once;

@@ -1,6 +1,7 @@
 #pragma once
-// Every metric the daemon exports (SPEC §7), registered once at start. Labels take
-// values from fixed sets only, never from request content, so cardinality is bounded.
+// Every metric the daemon exports (README: Operations; ops_test checks the names), registered once
+// at start. Labels take values from fixed sets only, never from request content, so cardinality is
+// bounded.
 //
 // Thread-safety: all members may be updated from any thread; serialize() may run
 // concurrently with updates.

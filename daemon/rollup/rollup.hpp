@@ -1,5 +1,5 @@
 #pragma once
-// Writes SUM(count) totals back into the owning rows (SPEC G4).
+// Writes SUM(count) totals back into the owning rows (README: Rollup).
 //
 // The flusher marks each rolled-up counter dirty in the same transaction that writes
 // its delta, so the marks are exactly as durable as the counts: whatever was flushed

@@ -1,4 +1,4 @@
-// Every error case of SPEC §4 gets its status and a JSON error, and applies nothing:
+// Every error case of the README's HTTP API gets its status and a JSON error, and applies nothing:
 // not to memory (nothing is flushed afterwards) and not to the database.
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Exactly once through database faults (SPEC G1, G3): connection cuts at every point of
+// Exactly once through database faults (README: Guarantees): connection cuts at every point of
 // a batch's transaction, mariadbd killed under load, a full outage with backpressure,
 // and two instances on the same hot keys.
 

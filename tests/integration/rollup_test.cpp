@@ -1,4 +1,4 @@
-// Rollup (SPEC G4): owning rows get SUM(count) of their slots, only for counters that
+// Rollup (README: Rollup): owning rows get SUM(count) of their slots, only for counters that
 // were touched, and converge after a SIGKILL between flush and rollup.
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Crash durability with the write-ahead log (SPEC G1): SIGKILL at random moments under
-// load loses nothing acknowledged and doubles nothing; damaged logs behave as
+// Crash durability with the write-ahead log (README: Guarantees, exactly once): SIGKILL at random
+// moments under load loses nothing acknowledged and doubles nothing; damaged logs behave as
 // documented; a full disk answers 503 and recovers.
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Operations tests for slotted-counterd: metrics exposition, Grafana dashboard,
-systemd unit, sd_notify protocol (SPEC §2 G5, §7, §8).
+systemd unit, sd_notify protocol (README: Operations).
 
     python3 tests/ops/ops_test.py --daemon build/slotted-counterd --source .
 
@@ -27,7 +27,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-# SPEC §7, plus the process metrics read from /proc.
+# The metric names pinned in the README, plus the process metrics read from /proc.
 PINNED_METRICS = [
     "slotted_counterd_http_requests_total",
     "slotted_counterd_http_request_duration_seconds",
