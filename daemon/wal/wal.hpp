@@ -148,6 +148,9 @@ class write_ahead_log {
   // Segments that begin with a batches or snapshot record: every increment logged
   // before such a segment is covered by it.
   std::vector<std::uint64_t> covering_;
+  // Damaged segments whose valid prefix open() kept, and the names they go to once a
+  // snapshot holds that prefix.
+  std::vector<std::pair<std::string, std::string>> salvaged_;
   std::size_t last_snapshot_bytes_ = 0;
   // Batches were logged since the last committed record (or snapshot without batches).
   bool uncommitted_batches_logged_ = false;

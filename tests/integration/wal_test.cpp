@@ -240,6 +240,45 @@ TEST_F(Wal, LengthBitFlipMidSegmentIsCorruptionAndSalvageKeepsThePrefix) {
   EXPECT_EQ(db_total(85), 0);
 }
 
+TEST_F(Wal, SalvageThatFailsHalfwayKeepsTheDamagedSegmentForTheNextTry) {
+  // The damaged segment may only go aside once a snapshot holds the prefix kept from
+  // it: a salvage that stops before that (here an unreadable later segment; a crash or
+  // a full disk alike) must leave it, or the next try has lost that prefix.
+  std::string one, two, three;
+  wal::append_increments(one, std::vector<ingest::increment>{{1, 86, 3}});
+  wal::append_increments(two, std::vector<ingest::increment>{{1, 87, 1}});
+  wal::append_increments(three, std::vector<ingest::increment>{{1, 88, 1}});
+  two[3] ^= 0x10;
+  write_segment(one + two + three);
+  const std::string blocker = wal_dir_ + "/wal-0000000000000002.log";
+  fs::create_directory(blocker);
+  std::string out;
+  EXPECT_NE(run_binary(yaml(), "--wal-salvage", out), 0) << out;
+  EXPECT_TRUE(fs::exists(wal_dir_ + "/wal-0000000000000001.log")) << out;
+
+  fs::remove(blocker);
+  ASSERT_EQ(run_binary(yaml(), "--wal-salvage", out), 0) << out;
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(86), 3);
+  EXPECT_EQ(db_total(87), 0);
+}
+
+TEST_F(Wal, ALockFileThatIsASymlinkIsRefusedAndItsTargetLeftAlone) {
+  // Whoever can plant wal.dir/lock must not make the daemon truncate another file
+  // (it runs with write access to files its operator cares about).
+  fs::create_directories(wal_dir_);
+  const std::string victim = root_ + "/victim";
+  std::ofstream(victim) << "precious\n";
+  fs::create_symlink(victim, wal_dir_ + "/lock");
+  std::string out;
+  EXPECT_EQ(run_binary(yaml(), "--wal-salvage", out), 1) << out;
+  EXPECT_NE(out.find(wal_dir_ + "/lock"), std::string::npos) << out;
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious\n");
+}
+
 TEST_F(Wal, SecondCopyOnTheSameDirectoryExits1AndTouchesNothing) {
   std::int64_t acknowledged = 0;
   std::optional<daemon_process> first(std::in_place, yaml("always", "1h"));
