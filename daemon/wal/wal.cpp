@@ -292,6 +292,20 @@ void write_ahead_log::release(std::uint64_t min_queued_tag) {
   wake_.notify_one();
 }
 
+bool write_ahead_log::batches_logged_committed() {
+  std::promise<bool> result;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;  // stop() runs what is queued, nothing after it
+    tasks_.push_back([&] {
+      delete_released();  // logs the committed record if nothing is queued
+      result.set_value(!uncommitted_batches_logged_);
+    });
+  }
+  wake_.notify_one();
+  return result.get_future().get();
+}
+
 void write_ahead_log::run() {
   std::unique_lock lock(mutex_);
   while (true) {
