@@ -442,7 +442,11 @@ flush_result flusher::cycle() {
       check_autoincrement(**lease);
     }
     progress();
-    if (!deadline_hit_ && clock::now() - last_prune_ > prune_every) {
+    // A committed batch the WAL still holds (its committed record not yet logged, or
+    // unloggable on a full disk) is replayed after a crash, and only its ledger row
+    // makes that a no-op: prune only once the WAL has logged every batch committed.
+    if (!deadline_hit_ && clock::now() - last_prune_ > prune_every &&
+        (wal_ == nullptr || wal_->batches_logged_committed())) {
       std::uint64_t keep_from = next_seq_;
       {
         std::lock_guard lock(queue_mutex_);

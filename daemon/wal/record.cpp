@@ -142,12 +142,16 @@ void append_committed(std::string& out) {
 }
 
 bool replay_state::apply(std::string_view payload) {
+  // A malformed record changes nothing: a salvage keeps exactly the records before it.
   if (payload.empty()) return false;
   reader in(payload.substr(1));
   switch (static_cast<record_kind>(payload[0])) {
     case record_kind::increments: {
       std::uint32_t n = 0;
-      return in.get(n) && read_deltas<std::int32_t>(in, n, delta_log_) && in.done();
+      std::vector<std::pair<store::counter_key, std::int64_t>> read;
+      if (!in.get(n) || !read_deltas<std::int32_t>(in, n, read) || !in.done()) return false;
+      delta_log_.insert(delta_log_.end(), read.begin(), read.end());
+      return true;
     }
     case record_kind::batches: {
       std::vector<flush::flush_batch> logged;
@@ -162,11 +166,14 @@ bool replay_state::apply(std::string_view payload) {
       return in.done();
     case record_kind::snapshot: {
       std::vector<flush::flush_batch> logged;
+      std::vector<std::pair<store::counter_key, std::int64_t>> read;
       std::uint64_t n = 0;
-      if (!read_batches(in, logged) || !in.get(n)) return false;
-      delta_log_.clear();
+      if (!read_batches(in, logged) || !in.get(n) || !read_deltas<std::int64_t>(in, n, read) ||
+          !in.done())
+        return false;
+      delta_log_ = std::move(read);
       batches_ = std::move(logged);
-      return read_deltas<std::int64_t>(in, n, delta_log_) && in.done();
+      return true;
     }
   }
   return false;
@@ -268,21 +275,11 @@ bool decode_header(const char* in, std::uint64_t& length, std::uint32_t& payload
   return true;
 }
 
-scan_result scan_segment(std::string_view data, replay_state& state) {
+namespace {
+
+// The format-2 records from `pos` on.
+scan_result scan_records(std::string_view data, std::size_t pos, replay_state& state) {
   scan_result r;
-  if (!data.starts_with(segment_magic)) {
-    if (data.empty()) return r;
-    // A segment created just before a crash, its magic never (wholly) written.
-    if (data.size() < segment_magic.size() &&
-        (segment_magic.starts_with(data) ||
-         data.find_first_not_of('\0') == std::string_view::npos)) {
-      r.outcome = scan_result::status::torn_tail;
-      r.problem = "partial segment header";
-      return r;
-    }
-    return scan_format1(data, state);
-  }
-  std::size_t pos = segment_magic.size();
   while (pos < data.size()) {
     const auto damaged = [&](std::string what) {
       r.intact_records_after = count_valid_after(data, pos);
@@ -317,6 +314,34 @@ scan_result scan_segment(std::string_view data, replay_state& state) {
   }
   r.valid_bytes = pos;
   return r;
+}
+
+}  // namespace
+
+scan_result scan_segment(std::string_view data, replay_state& state) {
+  scan_result r;
+  if (!data.starts_with(segment_magic)) {
+    if (data.empty()) return r;
+    // A segment created just before a crash, its magic never (wholly) written.
+    if (data.size() < segment_magic.size() &&
+        (segment_magic.starts_with(data) ||
+         data.find_first_not_of('\0') == std::string_view::npos)) {
+      r.outcome = scan_result::status::torn_tail;
+      r.problem = "partial segment header";
+      return r;
+    }
+    // A damaged magic in front of whole format-2 records: read as format 1, its first
+    // bytes would be a length past the end of the file and the whole segment a "torn
+    // tail". A format-1 segment has a valid format-2 header there only by a 2^-32 chance.
+    if (data.size() > segment_magic.size() && valid_record_at(data, segment_magic.size()) != 0) {
+      r = scan_records(data, segment_magic.size(), state);
+      r.outcome = scan_result::status::corrupt;
+      if (r.problem.empty()) r.problem = "damaged segment header";
+      return r;
+    }
+    return scan_format1(data, state);
+  }
+  return scan_records(data, segment_magic.size(), state);
 }
 
 }  // namespace slotted::wal

@@ -15,6 +15,7 @@
 #include <future>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "util/log.hpp"
 #include "wal/record.hpp"
@@ -87,8 +88,18 @@ write_ahead_log::~write_ahead_log() {
 void write_ahead_log::lock_directory() {
   const std::string path = cfg_.dir + "/lock";
   // O_CREAT without O_TRUNC: opening the holder's lock file changes nothing in it.
-  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd_ < 0) throw wal_error("cannot open " + path + ": " + std::strerror(errno));
+  // O_NOFOLLOW and a regular file only: the pid is written into it, and a planted
+  // symlink must not make this process truncate a file it points to.
+  lock_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) {
+    const int err = errno;
+    throw wal_error("cannot open " + path + ": " +
+                    (err == ELOOP ? std::string("it is a symbolic link; remove it")
+                                  : std::string(std::strerror(err))));
+  }
+  struct stat st {};
+  if (::fstat(lock_fd_, &st) != 0 || !S_ISREG(st.st_mode))
+    throw wal_error("cannot use " + path + ": not a regular file; remove it");
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err != EWOULDBLOCK) throw wal_error("cannot lock " + path + ": " + std::strerror(err));
@@ -167,20 +178,20 @@ recovered write_ahead_log::open(const open_options& options) {
                         "(it moves the file aside); or move that file out of " +
                         cfg_.dir + ": the increments logged in it from that offset on are lost");
       }
-      // The records before the damage are applied already; keep the file for a post
-      // mortem, under a name replay ignores.
+      // The records before the damage are applied, in memory only: the file goes aside
+      // (kept for a post mortem, under a name replay ignores) once start()'s snapshot
+      // holds them. A salvage that stops before that leaves it for the next try.
       const std::string aside =
           path + ".damaged-" + std::to_string(static_cast<long long>(std::time(nullptr)));
-      if (::rename(path.c_str(), aside.c_str()) != 0 || ::fsync(dir_fd_) != 0)
-        throw wal_error("cannot move " + path + " aside: " + std::strerror(errno));
+      salvaged_.push_back({path, aside});
       log::warn(where, ": salvaged, keeping the ", scan.valid_bytes,
                 " bytes of whole records before the damage; dropped bytes ", scan.valid_bytes,
                 " to ", data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
                 scan.intact_records_after,
                 " intact records after the damage not applied: their increments are lost, and "
                 "kept increments that a dropped batches record had moved into committed "
-                "batches are applied again); the file is now ",
-                aside);
+                "batches are applied again); the file becomes ",
+                aside, " once a snapshot holds what was kept");
       ++out.salvaged;
       ++out.segments;
       continue;
@@ -279,6 +290,20 @@ void write_ahead_log::release(std::uint64_t min_queued_tag) {
     tasks_.push_back([this] { delete_released(); });
   }
   wake_.notify_one();
+}
+
+bool write_ahead_log::batches_logged_committed() {
+  std::promise<bool> result;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;  // stop() runs what is queued, nothing after it
+    tasks_.push_back([&] {
+      delete_released();  // logs the committed record if nothing is queued
+      result.set_value(!uncommitted_batches_logged_);
+    });
+  }
+  wake_.notify_one();
+  return result.get_future().get();
 }
 
 void write_ahead_log::run() {
@@ -452,7 +477,15 @@ bool write_ahead_log::checkpoint() {
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = !batches.empty();
   last_snapshot_bytes_ = bytes.size();
-  // Everything before a snapshot is superseded by it.
+  // Everything before a snapshot is superseded by it, salvaged segments too. A crash
+  // before they are moved leaves them in place: a salvage run again reads their prefix,
+  // then this snapshot replaces it.
+  for (const auto& [path, aside] : std::exchange(salvaged_, {})) {
+    if (::rename(path.c_str(), aside.c_str()) != 0) {
+      log::error("WAL: cannot move the salvaged segment ", path, " to ", aside, ": ",
+                 std::strerror(errno), "; move it out of ", cfg_.dir, " by hand");
+    }
+  }
   for (const auto& [n, size] : closed_) ::unlink(segment_path(n).c_str());
   closed_.clear();
   ::fsync(dir_fd_);

@@ -105,6 +105,12 @@ class write_ahead_log {
   // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued).
   void release(std::uint64_t min_queued_tag);
 
+  // Waits until the log thread has handled every release() so far; true when the log
+  // holds no batch it has not logged as committed (false while one is queued, when the
+  // committed record cannot be written, and once stopped). Until then a replay may send
+  // committed batches again, and their ledger rows must not be pruned.
+  bool batches_logged_committed();
+
  private:
   struct request {
     std::vector<ingest::increment> increments;
@@ -148,6 +154,9 @@ class write_ahead_log {
   // Segments that begin with a batches or snapshot record: every increment logged
   // before such a segment is covered by it.
   std::vector<std::uint64_t> covering_;
+  // Damaged segments whose valid prefix open() kept, and the names they go to once a
+  // snapshot holds that prefix.
+  std::vector<std::pair<std::string, std::string>> salvaged_;
   std::size_t last_snapshot_bytes_ = 0;
   // Batches were logged since the last committed record (or snapshot without batches).
   bool uncommitted_batches_logged_ = false;

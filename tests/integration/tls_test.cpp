@@ -99,6 +99,19 @@ TEST(Tls, ModesMapOntoTheClient) {
   EXPECT_TRUE(preferred.tls_cipher().empty());
 }
 
+TEST(Tls, ACaFileThatVanishedIsAFailureNeverAnUnverifiedConnection) {
+  // --check-config saw the file; it may be gone (a rotated secret, an unmounted volume)
+  // by the time a connection is made. The client must then refuse, not connect
+  // unverified.
+  auto& t = tls();
+  const std::string gone = t.files.dir() + "/vanished-ca.pem";
+  for (auto mode : {db::tls_mode::verify_ca, db::tls_mode::verify_identity}) {
+    std::string why;
+    EXPECT_EQ(connect_error(tcp_options(t.server.port(), mode, gone), &why), 2026u)
+        << db::tls_mode_name(mode) << ": " << why;
+  }
+}
+
 TEST(Tls, DaemonFlushesExactlyWithVerifyIdentity) {
   auto& t = tls();
   const auto database = migrated_database(t.server);

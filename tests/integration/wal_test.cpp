@@ -247,6 +247,100 @@ TEST_F(Wal, LengthBitFlipMidSegmentIsCorruptionAndSalvageKeepsThePrefix) {
   EXPECT_EQ(db_total(85), 0);
 }
 
+TEST_F(Wal, SalvageThatFailsHalfwayKeepsTheDamagedSegmentForTheNextTry) {
+  // The damaged segment may only go aside once a snapshot holds the prefix kept from
+  // it: a salvage that stops before that (here an unreadable later segment; a crash or
+  // a full disk alike) must leave it, or the next try has lost that prefix.
+  std::string one, two, three;
+  wal::append_increments(one, std::vector<ingest::increment>{{1, 86, 3}});
+  wal::append_increments(two, std::vector<ingest::increment>{{1, 87, 1}});
+  wal::append_increments(three, std::vector<ingest::increment>{{1, 88, 1}});
+  two[3] ^= 0x10;
+  write_segment(one + two + three);
+  const std::string blocker = wal_dir_ + "/wal-0000000000000002.log";
+  fs::create_directory(blocker);
+  std::string out;
+  EXPECT_NE(run_binary(yaml(), "--wal-salvage", out), 0) << out;
+  EXPECT_TRUE(fs::exists(wal_dir_ + "/wal-0000000000000001.log")) << out;
+
+  fs::remove(blocker);
+  ASSERT_EQ(run_binary(yaml(), "--wal-salvage", out), 0) << out;
+  daemon_process daemon(yaml("always", "1h"));
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(86), 3);
+  EXPECT_EQ(db_total(87), 0);
+}
+
+TEST_F(Wal, ALockFileThatIsASymlinkIsRefusedAndItsTargetLeftAlone) {
+  // Whoever can plant wal.dir/lock must not make the daemon truncate another file
+  // (it runs with write access to files its operator cares about).
+  fs::create_directories(wal_dir_);
+  const std::string victim = root_ + "/victim";
+  std::ofstream(victim) << "precious\n";
+  fs::create_symlink(victim, wal_dir_ + "/lock");
+  std::string out;
+  EXPECT_EQ(run_binary(yaml(), "--wal-salvage", out), 1) << out;
+  EXPECT_NE(out.find(wal_dir_ + "/lock"), std::string::npos) << out;
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious\n");
+}
+
+TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
+  // A batch committed, but the WAL could not log that it did (a full disk): replay will
+  // send it again, and only its ledger row makes that a no-op. The hourly prune of old
+  // ledger rows must not delete that row while the WAL still holds the batch.
+  // One request of 200 counters. Per file: the batches record's segment (4449 bytes)
+  // and the restarted daemon's snapshot of that batch (4457) fit; a committed record
+  // (17 more) after either does not. The daemon's own log stays far below it.
+  constexpr std::size_t file_limit = 4460;
+  std::string body = "[";
+  for (int i = 0; i < 200; ++i)
+    body += std::string(i ? "," : "") + R"({"record_type": 1, "record_id": )" +
+            std::to_string(1000 + i) + "}";
+  body += "]";
+  const auto total = [&] {
+    return shared_mariadb().query_int(
+        database_,
+        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
+        "WHERE record_type = 1 AND record_id BETWEEN 1000 AND 1199");
+  };
+  std::optional<daemon_process> daemon(std::in_place, yaml("always", "1h"), file_limit);
+  {
+    http_client c(daemon->port());
+    ASSERT_EQ(c.post_json("/v1/increments", body).status, 202u);
+    ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  }
+  ASSERT_EQ(total(), 200);
+  daemon->signal(SIGKILL);
+  ASSERT_EQ(daemon->wait(10s), -SIGKILL);
+  daemon.reset();
+  // The daemon stayed down for longer than the ledger's retention (an hour).
+  shared_mariadb().connect(database_).execute(
+      "UPDATE slotted_counterd_ledger SET committed_at = NOW(3) - INTERVAL 2 HOUR");
+
+  // Restarted, the disk still full: the replayed batch is found in the ledger, its
+  // committed record cannot be logged, and the first cycle prunes the ledger.
+  daemon.emplace(yaml("always", "1h"), file_limit);
+  {
+    http_client c(daemon->port());
+    ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  }
+  EXPECT_EQ(total(), 200);
+  daemon->signal(SIGKILL);
+  ASSERT_EQ(daemon->wait(10s), -SIGKILL);
+  daemon.reset();
+
+  // Room again: the batch is replayed once more and must still be a no-op. Its
+  // committed record is logged now, so the prune goes ahead and deletes the old row.
+  daemon.emplace(yaml("always", "1h"));
+  http_client c(daemon->port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(total(), 200) << daemon->log();
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_ledger"),
+            0);
+}
+
 TEST_F(Wal, SecondCopyOnTheSameDirectoryExits1AndTouchesNothing) {
   std::int64_t acknowledged = 0;
   std::optional<daemon_process> first(std::in_place, yaml("always", "1h"));

@@ -132,6 +132,62 @@ TEST(WalRecord, AFlippedLengthBitMidSegmentIsCorruptionNotATornTail) {
   EXPECT_EQ(scan_segment(last, state).outcome, scan_result::status::torn_tail);
 }
 
+TEST(WalRecord, AFlippedBitInTheSegmentMagicIsCorruptionNotATornTail) {
+  // A damaged magic must not send a format-2 segment to the format-1 reader: its first
+  // four bytes read as a 1 GiB length, "past the end of the file", and the whole (last)
+  // segment, every record acknowledged and synced, would be cut off as a torn tail.
+  const std::string magic(segment_magic);
+  std::string one, two;
+  append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
+  append_increments(two, std::vector<ingest::increment>{{1, 2, 2}});
+  for (std::size_t bit = 0; bit < 8 * magic.size(); ++bit) {
+    std::string damaged = magic + one + two;
+    damaged[bit / 8] ^= static_cast<char>(1 << (bit % 8));
+    replay_state state;
+    const auto scan = scan_segment(damaged, state);
+    EXPECT_EQ(scan.outcome, scan_result::status::corrupt) << bit;
+    EXPECT_EQ(scan.problem, "damaged segment header") << bit;
+    // The records after it are whole and checksummed: kept by a salvage.
+    EXPECT_EQ(scan.valid_bytes, damaged.size()) << bit;
+    EXPECT_EQ(as_map(state.deltas()).size(), 2u) << bit;
+  }
+}
+
+TEST(WalRecord, AMalformedRecordChangesNothingInTheReplay) {
+  // Checksums hold, content does not parse (a writer's bug, a newer format): corrupt,
+  // and what precedes it must stay as it was for a salvage to keep it.
+  std::string log;
+  append_increments(log, std::vector<ingest::increment>{{1, 7, 5}});
+  std::vector<flush::flush_batch> batches{batch(9, 1, {{1, 8, 0, 2}})};
+  append_batches(log, batches);
+  append_increments(log, std::vector<ingest::increment>{{1, 7, 3}});
+  const std::string magic(segment_magic);
+  const auto bad_tail = [&](std::string record) {
+    // One byte more, header rewritten to match: whole and checksummed, yet malformed.
+    record.push_back('\0');
+    const std::string_view payload(record.data() + record_header_bytes,
+                                   record.size() - record_header_bytes);
+    boost::crc_32_type crc;
+    crc.process_bytes(payload.data(), payload.size());
+    encode_header(record.data(), payload.size(), crc.checksum());
+    return record;
+  };
+  std::string snapshot, increments;
+  append_snapshot(snapshot, {}, std::vector<store::pending_delta>{{{1, 7}, 100}});
+  append_increments(increments, std::vector<ingest::increment>{{1, 7, 1000}});
+  for (const auto& bad : {bad_tail(snapshot), bad_tail(increments)}) {
+    replay_state state;
+    const auto scan = scan_segment(magic + log + bad, state);
+    EXPECT_EQ(scan.outcome, scan_result::status::corrupt);
+    EXPECT_EQ(scan.problem, "malformed record");
+    const auto d = as_map(state.deltas());
+    EXPECT_EQ(d.size(), 1u);
+    EXPECT_EQ(d.count({1, 7}) ? d.at({1, 7}) : 0, 3);
+    ASSERT_EQ(state.batches().size(), 1u);
+    EXPECT_EQ(state.batches().front().run_id, 9u);
+  }
+}
+
 TEST(WalRecord, LengthsPast4GiBFitTheHeader) {
   // A snapshot can pass 4 GiB; its length must survive the header.
   char header[record_header_bytes];
