@@ -41,9 +41,9 @@ class listener::slot : public connection_slot {
   prometheus::Gauge& gauge_;  // the registry outlives the io_contexts
 };
 
-listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& endpoint, router& r,
-                   session_limits limits, std::size_t max_connections, metrics::registry& m,
-                   connection_count open)
+listener::listener(std::vector<net::io_context*> contexts, router& r, session_limits limits,
+                   std::size_t max_connections, metrics::registry& m, connection_count open,
+                   bool tcp)
     : contexts_(std::move(contexts)),
       acceptor_(*contexts_.front()),
       retry_timer_(*contexts_.front()),
@@ -51,7 +51,13 @@ listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& 
       limits_(limits),
       max_connections_(max_connections),
       open_(open ? std::move(open) : std::make_shared<std::atomic<std::size_t>>(0)),
-      metrics_(m) {
+      metrics_(m),
+      tcp_(tcp) {}
+
+listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& endpoint, router& r,
+                   session_limits limits, std::size_t max_connections, metrics::registry& m,
+                   connection_count open)
+    : listener(std::move(contexts), r, limits, max_connections, m, std::move(open), true) {
   const net::generic::stream_protocol::endpoint generic(endpoint);
   acceptor_.open(generic.protocol());
   acceptor_.set_option(net::socket_base::reuse_address(true));
@@ -79,15 +85,7 @@ bool socket_is_live(const std::string& path) {
 listener::listener(std::vector<net::io_context*> contexts, const std::string& path, unsigned mode,
                    router& r, session_limits limits, std::size_t max_connections,
                    metrics::registry& m, connection_count open)
-    : contexts_(std::move(contexts)),
-      acceptor_(*contexts_.front()),
-      retry_timer_(*contexts_.front()),
-      router_(r),
-      limits_(limits),
-      max_connections_(max_connections),
-      open_(open ? std::move(open) : std::make_shared<std::atomic<std::size_t>>(0)),
-      metrics_(m),
-      tcp_(false) {
+    : listener(std::move(contexts), r, limits, max_connections, m, std::move(open), false) {
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
     throw std::runtime_error("listen.unix_socket: '" + path + "' is empty or longer than " +
                              std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");

@@ -56,6 +56,9 @@ class listener : public std::enable_shared_from_this<listener> {
 
  private:
   class slot;
+  // What both public constructors share; they open and bind the acceptor.
+  listener(std::vector<boost::asio::io_context*> contexts, router& r, session_limits limits,
+           std::size_t max_connections, metrics::registry& m, connection_count open, bool tcp);
   void do_accept();
   void remove_socket_file();
   void on_accept(boost::beast::error_code ec, socket_type socket);
