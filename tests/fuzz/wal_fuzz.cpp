@@ -94,8 +94,9 @@ std::vector<flush::flush_batch> make_batches(FuzzedDataProvider& in) {
 }
 
 void written_log(FuzzedDataProvider& in) {
-  std::string log;
-  std::vector<std::size_t> boundaries{0};
+  // A segment as the log writes it: the magic, then records.
+  std::string log(wal::segment_magic);
+  std::vector<std::size_t> boundaries{log.size()};
   std::vector<std::pair<store::counter_key, std::int64_t>> model_log;
   std::vector<flush::flush_batch> model_batches;
   const std::size_t records = in.ConsumeIntegralInRange<std::size_t>(0, 8);
@@ -151,7 +152,8 @@ void written_log(FuzzedDataProvider& in) {
     fail("replayed batches differ from the records");
 
   // An append interrupted anywhere: the whole records before the cut survive.
-  const std::size_t cut = in.ConsumeIntegralInRange<std::size_t>(0, log.size());
+  // (A segment is created with its magic before any record is appended.)
+  const std::size_t cut = in.ConsumeIntegralInRange<std::size_t>(boundaries.front(), log.size());
   std::size_t last_whole = 0;
   for (const auto b : boundaries) {
     if (b <= cut) last_whole = b;
