@@ -7,8 +7,9 @@
     client.post([{"record_type": 123, "record_id": 7, "delta": 2}])
 
 Every POST carries an `Idempotency-Key` (a fresh random one per call unless you pass
-your own), so that a retry after a timeout or a lost connection is counted once by
-the daemon, whichever instance it reaches, within the daemon's `idempotency.window`.
+your own), the same on every retry of that call. The daemon does not act on the key
+yet: until it does, a retry after an answer that was lost (not refused) may count
+twice, and one not retried may be lost; idempotent ingest is planned.
 Retries: on a connection error, a timeout, or a 502/503/504, with exponential
 backoff and full jitter, honouring `Retry-After`; at most `attempts` tries, then
 the last error is raised. A 4xx answer is never retried: the request is wrong, and
