@@ -58,7 +58,8 @@ bool application::reload(const std::string& config_path) {
   }
   const auto plan = config::plan_reload(running_, next);
   const bool counters_changed = running_.counters != next.counters;
-  if (counters_changed && !rollup_targets_for(next).empty()) {
+  const auto targets = rollup_targets_for(next);
+  if (counters_changed && !targets.empty()) {
     // With the running connection settings: those keys are not reloaded.
     auto probe = running_;
     probe.counters = next.counters;
@@ -81,8 +82,8 @@ bool application::reload(const std::string& config_path) {
   }
   router_.reconfigure(next);
   if (counters_changed) {
-    flusher_.set_rollups(rollup_targets_for(next));
-    roller_.set_targets(rollup_targets_for(next));
+    flusher_.set_rollups(targets);
+    roller_.set_targets(targets);
   }
   running_.http.auth_token_file = next.http.auth_token_file;
   running_.http.auth_token = next.http.auth_token;

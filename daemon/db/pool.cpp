@@ -93,7 +93,7 @@ pool::lease::~lease() {
 }
 
 pool::pool(connect_options options, unsigned size)
-    : options_(options), connector_(std::move(options)), free_slots_(size) {}
+    : connector_(std::move(options)), free_slots_(size) {}
 
 pool::lease pool::acquire() {
   std::vector<idle_connection> stale;  // closed outside the lock

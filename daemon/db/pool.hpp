@@ -95,7 +95,6 @@ class pool {
   // Throws db_error when a new connection cannot be made (the slot is returned).
   lease acquire();
 
-  const connect_options& options() const { return options_; }
   failover_connector& connector() { return connector_; }
 
  private:
@@ -105,7 +104,6 @@ class pool {
   };
   void give_back(std::optional<connection> conn, std::size_t host);
 
-  connect_options options_;
   failover_connector connector_;
   std::mutex mutex_;
   std::condition_variable available_;

@@ -17,8 +17,7 @@ connect_options bounded(connect_options o, std::chrono::milliseconds period) {
 
 probe::probe(connect_options options, std::chrono::milliseconds period,
              std::function<void(bool)> report)
-    : options_(bounded(std::move(options), period)),
-      connector_(options_),
+    : connector_(bounded(std::move(options), period)),
       report_(std::move(report)),
       worker_([this] { return attempt(); }, [period](bool) { return period; },
               std::chrono::milliseconds(0)) {}

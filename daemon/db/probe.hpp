@@ -36,7 +36,6 @@ class probe {
  private:
   bool attempt();
 
-  connect_options options_;
   failover_connector connector_;
   std::function<void(bool)> report_;
   std::optional<connection> conn_;

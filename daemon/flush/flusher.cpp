@@ -55,18 +55,27 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
   return batches;
 }
 
+namespace {
+// A batch's seq keeps the formed sequence number in its low 44 bits and a heap index of
+// the split (1 for the whole batch, 2h and 2h+1 for the halves of h) above them.
+constexpr std::uint64_t split_low_bits = 44;
+std::uint64_t formed_seq(std::uint64_t seq) {
+  return seq & ((std::uint64_t{1} << split_low_bits) - 1);
+}
+std::uint64_t split_node(std::uint64_t seq) {
+  return std::max<std::uint64_t>(1, seq >> split_low_bits);
+}
+}  // namespace
+
 std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b) {
-  // seq keeps the formed sequence number in its low 44 bits and a heap index of the
-  // split (1 for the whole batch, 2h and 2h+1 for the halves of h) above them.
-  constexpr std::uint64_t low_bits = 44;
-  const std::uint64_t formed = b.seq & ((std::uint64_t{1} << low_bits) - 1);
-  const std::uint64_t node = std::max<std::uint64_t>(1, b.seq >> low_bits);
+  const std::uint64_t formed = formed_seq(b.seq);
+  const std::uint64_t node = split_node(b.seq);
   flush_batch left = b, right = b;
   const auto middle = b.rows.begin() + static_cast<std::ptrdiff_t>(b.rows.size() / 2);
   left.rows.assign(b.rows.begin(), middle);
   right.rows.assign(middle, b.rows.end());
-  left.seq = ((node * 2) << low_bits) | formed;
-  right.seq = ((node * 2 + 1) << low_bits) | formed;
+  left.seq = ((node * 2) << split_low_bits) | formed;
+  right.seq = ((node * 2 + 1) << split_low_bits) | formed;
   return {std::move(left), std::move(right)};
 }
 
@@ -584,23 +593,22 @@ counter_reading flusher::read_total(const store::counter_key& key) {
 
 std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
                                            const std::vector<std::uint64_t>& committed) {
-  constexpr std::uint64_t low_bits = 44;  // as in split_batch
-  const std::uint64_t formed = b.seq & ((std::uint64_t{1} << low_bits) - 1);
+  const std::uint64_t formed = formed_seq(b.seq);
   std::vector<std::uint64_t> nodes;  // split indices of committed parts of b
   for (const auto seq : committed) {
-    if ((seq & ((std::uint64_t{1} << low_bits) - 1)) == formed)
-      nodes.push_back(std::max<std::uint64_t>(1, seq >> low_bits));
+    if (formed_seq(seq) == formed) nodes.push_back(split_node(seq));
   }
   std::vector<flush_batch> out;
   const auto walk = [&](auto& self, const flush_batch& part) -> void {
-    const std::uint64_t node = std::max<std::uint64_t>(1, part.seq >> low_bits);
+    const std::uint64_t node = split_node(part.seq);
     if (part.rows.empty() || std::find(nodes.begin(), nodes.end(), node) != nodes.end()) return;
+    // Nodes are at least 1, so halving m stops at node or below it.
     const bool below = std::any_of(nodes.begin(), nodes.end(), [&](std::uint64_t m) {
       while (m > node) m >>= 1;
-      return m == node && m != 0;
+      return m == node;
     });
     // Split indices are heap positions in 20 bits; deeper ones cannot come from a split.
-    if (!below || node >= (std::uint64_t{1} << (63 - low_bits))) return out.push_back(part);
+    if (!below || node >= (std::uint64_t{1} << (63 - split_low_bits))) return out.push_back(part);
     auto [left, right] = split_batch(part);
     self(self, left);
     self(self, right);

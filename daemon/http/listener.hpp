@@ -51,8 +51,6 @@ class listener : public std::enable_shared_from_this<listener> {
   void stop();
   // Sessions still alive.
   std::size_t sessions() const;
-  // Connections holding a place under max_connections.
-  std::size_t open_connections() const { return open_->load(); }
 
  private:
   class slot;

@@ -70,24 +70,19 @@ std::optional<bool> return_preference(std::string_view prefer) {
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
     return s;
   };
-  const auto iequals = [](std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-             return std::tolower(static_cast<unsigned char>(x)) ==
-                    std::tolower(static_cast<unsigned char>(y));
-           });
-  };
   while (!prefer.empty()) {
     const auto comma = prefer.find(',');
     std::string_view item = prefer.substr(0, comma);
     prefer = comma == std::string_view::npos ? std::string_view{} : prefer.substr(comma + 1);
     item = trim(item.substr(0, item.find(';')));
     const auto eq = item.find('=');
-    if (eq == std::string_view::npos || !iequals(trim(item.substr(0, eq)), "return")) continue;
+    if (eq == std::string_view::npos || !boost::beast::iequals(trim(item.substr(0, eq)), "return"))
+      continue;
     std::string_view value = trim(item.substr(eq + 1));
     if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
       value = value.substr(1, value.size() - 2);
     }
-    return iequals(value, "minimal");
+    return boost::beast::iequals(value, "minimal");
   }
   return std::nullopt;
 }

@@ -41,7 +41,7 @@ inline const util::sip_key& process_hash_key() {
 // The process's keyed hash: fully mixed, so the low bits may choose a shard and the
 // hash map may use the value as is.
 inline std::uint64_t hash_of(const counter_key& k) {
-  return util::siphash_u64_u32<1, 3>(process_hash_key(), k.record_id, k.record_type);
+  return key_hasher(process_hash_key())(k);
 }
 
 }  // namespace slotted::store

@@ -74,6 +74,12 @@ struct pending_store::shard {
   // An upper bound of |delta| in `deltas` (written under `mutex`, read without it for
   // a quick "far from the bound" test); reset when the map is taken.
   std::atomic<std::uint64_t> max_abs{0};
+
+  // Raises max_abs to |sum| (a sum just stored, under `mutex`).
+  void note_sum(std::int64_t sum) {
+    const std::uint64_t m = abs_of(sum);
+    if (m > max_abs.load(std::memory_order_relaxed)) max_abs.store(m, std::memory_order_relaxed);
+  }
 };
 
 pending_store::pending_store(unsigned shards)
@@ -104,9 +110,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       it = s.deltas.emplace(key, inc.delta).first;
       keys_.fetch_add(1, std::memory_order_relaxed);
     }
-    const std::uint64_t m = abs_of(it->second);
-    if (m > s.max_abs.load(std::memory_order_relaxed))
-      s.max_abs.store(m, std::memory_order_relaxed);
+    s.note_sum(it->second);
   };
   const std::uint64_t bound = abs_of(max_pending_sum);
   if (increments.size() == 1) {
@@ -128,8 +132,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       s.deltas.emplace(key, sum);
       keys_.fetch_add(1, std::memory_order_relaxed);
     }
-    if (abs_of(sum) > s.max_abs.load(std::memory_order_relaxed))
-      s.max_abs.store(abs_of(sum), std::memory_order_relaxed);
+    s.note_sum(sum);
   } else {
     // Grouped by shard (a counting sort), so each shard is locked once per request
     // rather than once per increment.
@@ -201,13 +204,11 @@ pending_store::fit pending_store::fits(std::span<const ingest::increment> increm
   std::vector<std::uint32_t> items(increments.size());
   for (std::uint32_t i = 0; i < items.size(); ++i) items[i] = i;
   // Locked one shard at a time: exact only while nothing else adds (see the header).
-  std::vector<std::pair<counter_key, std::int64_t>> current;
+  delta_map snapshot;
   for (const auto& inc : increments) {
     const counter_key key{inc.record_type, inc.record_id};
-    current.push_back({key, pending(key)});
+    if (!snapshot.contains(key)) snapshot.emplace(key, pending(key));
   }
-  delta_map snapshot;
-  for (const auto& [key, value] : current) snapshot[key] = value;
   return passes_bound(increments, items,
                       [&](std::uint32_t) -> const delta_map& { return snapshot; })
              ? fit::no
@@ -230,9 +231,7 @@ void pending_store::add_deltas(std::span<const pending_delta> deltas) {
                  ") overflows; clamped");
     }
     if (inserted) keys_.fetch_add(1, std::memory_order_relaxed);
-    const std::uint64_t m = abs_of(it->second);
-    if (m > s.max_abs.load(std::memory_order_relaxed))
-      s.max_abs.store(m, std::memory_order_relaxed);
+    s.note_sum(it->second);
   }
 }
 
