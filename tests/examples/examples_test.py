@@ -143,13 +143,17 @@ def check_nginx_mirror(ctx):
         conn.request("GET", path)
         conn.getresponse().read()
     conn.close()
-    # Less the connection of this very metrics read (counted when accepted).
+    # Mirror subrequests run in the background of each download: wait for the last, so
+    # that every connection they open is counted. Each metrics read of this test opens
+    # a connection of its own (counted when accepted): those are taken off.
+    reads = [0]
+
+    def all_accepted():
+        reads[0] += 1
+        return metric(ctx.daemon, "slotted_counterd_increments_accepted_total") >= accepted_before + DOWNLOADS
+    wait_for("every mirrored increment to be accepted", all_accepted, 30)
     connects = (metric(ctx.daemon, "slotted_counterd_http_connections_accepted_total")
-                - connections_before - 1)
-    # Mirror subrequests run in the background of each download: wait for the last.
-    wait_for("every mirrored increment to be accepted",
-             lambda: metric(ctx.daemon, "slotted_counterd_increments_accepted_total")
-             >= accepted_before + DOWNLOADS, 30)
+                - connections_before - reads[0] - 1)
     flush(ctx.daemon)
     got = table_counts(ctx.db)
     counted = {i: got.get((123, i), 0) for i in IDS}

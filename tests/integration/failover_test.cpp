@@ -40,10 +40,7 @@ TEST(Failover, MovesOnOnlyWhenTheCurrentHostFailsAndResolvesTheBatchInDoubt) {
   EXPECT_EQ(host_in_use(client, a), 1) << "the first host listed is used first";
   EXPECT_EQ(host_in_use(client, b), 0);
 
-  load_options o;
-  o.clients = 2;
-  o.increments_per_client = 1500;
-  o.keys = random_keys(200, UINT64_MAX, 31);
+  const auto o = random_load(2, 1500, 200, 31);
   sums acknowledged;
   const auto load_round = [&] {
     const auto l = run_load(daemon.port(), o);

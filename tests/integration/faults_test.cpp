@@ -41,10 +41,7 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   http_client client(daemon.port());
   ASSERT_TRUE(flush_until_ok(client));  // connected, schema verified
 
-  load_options o;
-  o.clients = 4;
-  o.increments_per_client = 2000;
-  o.keys = random_keys(300, UINT64_MAX, 5);
+  const auto o = random_load(4, 2000, 300, 5);
   const auto load = run_load(daemon.port(), o);
   ASSERT_EQ(load.failed_requests, 0u);
 

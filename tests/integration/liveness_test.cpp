@@ -127,6 +127,8 @@ TEST(Liveness, StopHonoursItsDeadlineInTheCycleAlreadyRunning) {
          steady::now() < running) {
     std::this_thread::sleep_for(5ms);
   }
+  ASSERT_GT(server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters"), 0)
+      << "the first cycle never started writing";
   const auto started = steady::now();
   const std::size_t unwritten = f.flusher.stop(started + 300ms);
   const auto took = steady::now() - started;

@@ -110,4 +110,13 @@ sums without_zeros(const sums& s) {
   return out;
 }
 
+load_options random_load(unsigned clients, std::size_t per_client, std::size_t keys,
+                         std::uint32_t seed) {
+  load_options o;
+  o.clients = clients;
+  o.increments_per_client = per_client;
+  o.keys = random_keys(keys, UINT64_MAX, seed);
+  return o;
+}
+
 }  // namespace slotted::test

@@ -39,6 +39,10 @@ struct load_outcome {
 
 std::vector<key> random_keys(std::size_t n, std::uint64_t max_id, std::uint32_t seed);
 
+// `clients` clients posting `per_client` increments each over `keys` random keys (any id).
+load_options random_load(unsigned clients, std::size_t per_client, std::size_t keys,
+                         std::uint32_t seed);
+
 load_outcome run_load(std::uint16_t port, const load_options& o);
 
 }  // namespace slotted::test

@@ -37,6 +37,14 @@ config::counter_decl downloads() {
   return {"repo_downloads", 123, config::rollup_target{"repositories", "id", "download_count"}};
 }
 
+// The owning table with its rows, and a test config declaring downloads() on it.
+config::daemon_config rollup_config(const mariadb_server& server, const std::string& database) {
+  create_owners(server, database);
+  auto cfg = test_config(server, database);
+  cfg.counters = {downloads()};
+  return cfg;
+}
+
 // Every owning row equals SUM(count) of its slots, or -1 when it was never touched.
 void expect_converged(const mariadb_server& server, const std::string& database,
                       const sums& touched) {
@@ -72,9 +80,7 @@ std::vector<key> owner_keys() {
 TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  create_owners(server, database);
-  auto cfg = test_config(server, database);
-  cfg.counters = {downloads()};
+  auto cfg = rollup_config(server, database);
   cfg.rollup.interval = 1h;  // explicit rollups only
   cfg.rollup.batch_size = 300;
   in_process_daemon daemon(cfg);
@@ -102,9 +108,7 @@ TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
 TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  create_owners(server, database);
-  auto cfg = test_config(server, database);
-  cfg.counters = {downloads()};
+  auto cfg = rollup_config(server, database);
   cfg.flush.interval = 100ms;
   cfg.rollup.interval = 300ms;
   in_process_daemon daemon(cfg);
@@ -126,9 +130,7 @@ TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
 TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  create_owners(server, database);
-  auto cfg = test_config(server, database);
-  cfg.counters = {downloads()};
+  auto cfg = rollup_config(server, database);
   cfg.rollup.interval = 1h;
   in_process_daemon daemon(cfg);
   http_client c(daemon.port());
@@ -152,9 +154,7 @@ TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
 TEST(Rollup, RunEndsUnderSteadyLoad) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  create_owners(server, database);
-  auto cfg = test_config(server, database);
-  cfg.counters = {downloads()};
+  auto cfg = rollup_config(server, database);
   cfg.flush.interval = 20ms;  // marks come back all the time
   cfg.rollup.interval = 1h;   // explicit rollups only
   cfg.rollup.batch_size = 5;  // small chunks: a run chasing new marks never ends

@@ -125,10 +125,7 @@ TEST(Tls, DaemonFlushesExactlyWithVerifyIdentity) {
   ASSERT_TRUE(flush_until_ok(client, 30s));
   EXPECT_EQ(client.get("/readyz").status, 200u);
 
-  load_options o;
-  o.clients = 4;
-  o.increments_per_client = 3000;
-  o.keys = random_keys(400, UINT64_MAX, 21);
+  const auto o = random_load(4, 3000, 400, 21);
   const auto load = run_load(daemon.port(), o);
   ASSERT_EQ(load.failed_requests, 0u);
   ASSERT_TRUE(flush_until_ok(client, 30s));
@@ -150,10 +147,7 @@ TEST(Tls, WrongCaIsRetried503AndLosesNothingOnceFixed) {
   daemon_process daemon(tls_yaml(database, t.server.port(), "verify_identity", ca));
   http_client client(daemon.port());
 
-  load_options o;
-  o.clients = 2;
-  o.increments_per_client = 2000;
-  o.keys = random_keys(200, UINT64_MAX, 22);
+  const auto o = random_load(2, 2000, 200, 22);
   const auto load = run_load(daemon.port(), o);
   ASSERT_EQ(load.failed_requests, 0u) << "ingest answers 202 into memory meanwhile";
   EXPECT_EQ(client.get("/readyz").status, 503u);
