@@ -10,6 +10,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -44,16 +48,34 @@ int wait_process(pid_t pid) {
 }
 
 std::uint16_t free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  // Below the ephemeral range: a port that bind(0) hands out is free only until some
+  // outgoing connection (a daemon's, a Galera node's) takes it as its local port, which
+  // can happen before the server meant to listen there binds it (seen: a Galera node's
+  // SST rsync daemon failing to start). Never the same port twice in one process.
+  static std::mutex mutex;
+  static std::set<std::uint16_t> given;
+  static std::mt19937 rng{std::random_device{}()};
+  std::lock_guard lock(mutex);
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  constexpr int first = 10000;
+  std::uniform_int_distribution<int> pick(first, std::max(first + 1000, ephemeral_low) - 1);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(pick(rng));
+    if (given.count(port) != 0) continue;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    ::close(fd);
+    if (free) {
+      given.insert(port);
+      return port;
+    }
+  }
+  throw std::runtime_error("no free loopback port below the ephemeral range");
 }
 
 mariadb_server::mariadb_server(std::vector<std::string> extra_args)
