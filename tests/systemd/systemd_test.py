@@ -650,6 +650,31 @@ def check_reload(ctx):
     return f"log level debug applied live (MainPID {pid} unchanged); broken config refused; journalctl -p err selects"
 
 
+def check_bad_config_at_start(ctx):
+    m = ctx.machine
+    named_before = journal(ctx).count("no_such_key")
+    m.write("/etc/slotted-counterd/slotted-counterd.yaml", "flush: {slots: 0}\nno_such_key: 1\n")
+    r = m.run(["systemctl", "restart", UNIT], check=False, timeout=60)
+    if r.returncode == 0:
+        raise Failure("systemctl restart with a broken config succeeded")
+    # Without RestartPreventExitStatus=2 the unit would sit in auto-restart and start
+    # again every RestartSec; with it, it is failed at once.
+    wait_for("the unit to settle after the failed start",
+             lambda: m.show("ActiveState") == "failed" or m.show("SubState") == "auto-restart", 20, 0.2)
+    state = (m.show("ActiveState"), m.show("SubState"), m.show("Result"), m.show("ExecMainStatus"))
+    if state != ("failed", "failed", "exit-code", "2"):
+        raise Failure(f"after a start with a broken config: ActiveState, SubState, Result, ExecMainStatus = {state} "
+                      "(want failed, failed, exit-code, 2: a config error must not be restarted)")
+    if journal(ctx).count("no_such_key") <= named_before:
+        raise Failure("the journal does not name the config error of the failed start")
+    configure(ctx)
+    m.run(["systemctl", "reset-failed", UNIT])
+    m.run(["systemctl", "start", UNIT], timeout=60)
+    if m.show("ActiveState") != "active":
+        raise Failure(f"not active again with the good config: {m.show('ActiveState')}")
+    return "exit 2 at start: unit failed at once, no restart loop; the journal names the errors; starts again when fixed"
+
+
 def check_security(ctx):
     r = ctx.machine.run(["systemd-analyze", "security", "--no-pager", UNIT], check=False)
     return f"live exposure {exposure_within_limit(r.stdout + r.stderr)}"
@@ -768,7 +793,8 @@ def main():
             ("4. SIGKILL + Restart=on-failure with WAL fsync always: exact", check_sigkill_restart),
             ("5. watchdog armed, fed, and kills a stopped daemon", check_watchdog),
             ("6. reload: log level live, broken config refused, journald priorities", check_reload),
-            ("7. systemd-analyze security on the live unit", check_security),
+            ("7. a broken config at start: failed at once, not restarted", check_bad_config_at_start),
+            ("8. systemd-analyze security on the live unit", check_security),
             ("purge leaves nothing behind", check_purge),
         ]
         for name, fn in steps:
