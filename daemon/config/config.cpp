@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include "ingest/increment.hpp"
+
 namespace slotted::config {
 namespace {
 
@@ -637,7 +639,7 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                    }},
                   {"record_type",
                    [&](auto& a, auto& ap) {
-                     c.integer<std::uint32_t>(a, ap, 0, 2147483647u, d.record_type);
+                     c.integer<std::uint32_t>(a, ap, 0, ingest::max_record_type, d.record_type);
                      has_type = true;
                    }},
                   {"rollup", [&](auto& a, auto& ap) { parse_rollup_target(c, a, ap, d.rollup); }},

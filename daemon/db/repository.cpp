@@ -78,7 +78,8 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   for (const auto& r : columns) {
     const std::string name = r[0].value_or(""), type = r[1].value_or(""), full = r[2].value_or("");
     if (name == "record_type")
-      limits.max_record_type = std::min<std::uint64_t>(2147483647, integer_max(type, full));
+      limits.max_record_type =
+          std::min<std::uint64_t>(ingest::max_record_type, integer_max(type, full));
     if (name == "record_id") limits.max_record_id = integer_max(type, full);
   }
   return limits;
