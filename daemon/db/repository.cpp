@@ -180,11 +180,10 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
   }
 }
 
-std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,
-                           std::uint64_t max_age_seconds) {
+void prune_ledger(connection& conn, const batch_identity& keep_from,
+                  std::uint64_t max_age_seconds) {
   conn.execute(ledger_prune(conn.quote(keep_from.instance_id), keep_from.run_id, keep_from.seq,
                             max_age_seconds, 10000));
-  return conn.affected_rows();
 }
 
 std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,

@@ -93,9 +93,8 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
                             std::span<const counter_row> rows,
                             std::span<const counter_row> dirty = {});
 
-// Deletes old ledger rows of this instance (see sql.hpp ledger_prune). Returns rows deleted.
-std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,
-                           std::uint64_t max_age_seconds);
+// Deletes old ledger rows of this instance (see sql.hpp ledger_prune).
+void prune_ledger(connection& conn, const batch_identity& keep_from, std::uint64_t max_age_seconds);
 
 // The ledger's batch_seq values of this instance and run that are parts of split
 // batches (a split index above 1, see flush::split_batch): a batch replayed from the
