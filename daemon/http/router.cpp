@@ -133,23 +133,23 @@ router::route_match router::match(const request_header& req) const {
   target = target.substr(0, target.find('?'));
   route_match m;
   if (target == "/v1/increments") {
-    m = {metrics::route::increments, "POST", beast_http::verb::post, true};
+    m = {metrics::route::increments, "POST", beast_http::verb::post, true, {}, {}};
   } else if (target == "/v1/flush") {
-    m = {metrics::route::flush, "POST", beast_http::verb::post, true};
+    m = {metrics::route::flush, "POST", beast_http::verb::post, true, {}, {}};
   } else if (target == "/v1/rollup") {
-    m = {metrics::route::rollup, "POST", beast_http::verb::post, true};
+    m = {metrics::route::rollup, "POST", beast_http::verb::post, true, {}, {}};
   } else if (target == "/metrics") {
-    m = {metrics::route::metrics, "GET, HEAD", beast_http::verb::get, false};
+    m = {metrics::route::metrics, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target == "/healthz") {
-    m = {metrics::route::healthz, "GET, HEAD", beast_http::verb::get, false};
+    m = {metrics::route::healthz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target == "/readyz") {
-    m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false};
+    m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target.starts_with("/v1/counters/")) {
     const std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
     const auto slash = rest.find('/');
     if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
         rest.find('/', slash + 1) == std::string_view::npos) {
-      m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true};
+      m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true, {}, {}};
       m.counter_type = rest.substr(0, slash);
       m.counter_id = rest.substr(slash + 1);
     }
