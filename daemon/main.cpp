@@ -101,8 +101,7 @@ int main(int argc, char** argv) {
       return app.salvage_wal();
     }
     if (migrate) {
-      auto conn =
-          slotted::db::failover_connector(slotted::connect_options_for(cfg.mysql)).connect().conn;
+      auto conn = slotted::connect_once(cfg.mysql);
       slotted::db::migrate(conn, cfg.mysql.table);
       slotted::db::verify_schema(conn, cfg.mysql.table, true);
       slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");

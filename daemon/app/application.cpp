@@ -36,6 +36,10 @@ db::connect_options connect_options_for(const config::mysql_config& m) {
   return o;
 }
 
+db::connection connect_once(const config::mysql_config& m) {
+  return db::failover_connector(connect_options_for(m)).connect().conn;
+}
+
 std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c) {
   std::vector<db::rollup_target> targets;
   for (const auto& counter : c.counters) {
@@ -114,7 +118,7 @@ application::~application() {
 bool verify_database(const config::daemon_config& cfg) {
   std::optional<db::connection> conn;
   try {
-    conn.emplace(db::failover_connector(connect_options_for(cfg.mysql)).connect().conn);
+    conn.emplace(connect_once(cfg.mysql));
   } catch (const db::db_error& e) {
     if (e.fatal()) throw;
     return false;

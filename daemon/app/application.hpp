@@ -32,6 +32,10 @@ namespace slotted {
 
 db::connect_options connect_options_for(const config::mysql_config& m);
 
+// One connection to the configured database, through failover (the first of
+// mysql.hosts that answers and takes writes). Throws db::db_error when none does.
+db::connection connect_once(const config::mysql_config& m);
+
 // Connects once and verifies the schema and every rollup target. Returns false when
 // the database cannot be reached (the daemon then verifies at its first connection).
 // Throws db_error (fatal) when something is missing.

@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include "ingest/increment.hpp"
+
 namespace slotted::config {
 namespace {
 
@@ -410,10 +412,313 @@ std::vector<YAML::Mark> document_starts(const std::string& yaml_text, std::size_
   return handler.marks;
 }
 
-}  // namespace
+// One function per config section. Each records its problems in the checker and
+// stores what is valid in cfg; none stops at the first problem.
 
-daemon_config parse_config(const std::string& yaml_text, const std::string& origin) {
-  YAML::Node root;
+void parse_instance_id(checker& c, const YAML::Node& v, const std::string& p, daemon_config& cfg) {
+  std::string id;
+  c.string(v, p, id);
+  if (!is_valid_instance_id(id)) {
+    c.fail(v, p, "expected 1 to 64 characters from [A-Za-z0-9._-], got '" + id + "'");
+  } else {
+    cfg.instance_id = id;
+  }
+}
+
+void parse_listen(checker& c, const YAML::Node& v, const std::string& p, daemon_config& cfg) {
+  c.mapping(v, p,
+            {
+                {"address",
+                 [&](const YAML::Node& a, const std::string& ap) {
+                   std::string addr;
+                   c.string(a, ap, addr);
+                   unsigned char buf[sizeof(in6_addr)];
+                   if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
+                       inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
+                     c.fail(a, ap, "expected an IPv4 or IPv6 address, got '" + addr + "'");
+                   } else {
+                     cfg.listen_address = addr;
+                   }
+                 }},
+                {"port",
+                 [&](const YAML::Node& a, const std::string& ap) {
+                   c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
+                 }},
+                {"unix_socket",
+                 [&](const YAML::Node& a, const std::string& ap) {
+                   std::string path;
+                   c.string(a, ap, path);
+                   if (!a.IsScalar()) return;  // reported by string()
+                   if (path.empty() || path.front() != '/' || path.size() > 107) {
+                     c.fail(a, ap,
+                            "expected an absolute path of at most 107 bytes, got '" + path + "'");
+                   } else {
+                     cfg.listen_unix_socket = path;
+                   }
+                 }},
+                {"unix_socket_mode",
+                 [&](const YAML::Node& a, const std::string& ap) {
+                   // Octal, as chmod takes it: 0660, or "0660" quoted.
+                   std::string text;
+                   c.string(a, ap, text);
+                   if (!a.IsScalar()) return;  // reported by string()
+                   unsigned mode = 0;
+                   const auto r = std::from_chars(text.data(), text.data() + text.size(), mode, 8);
+                   if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size() ||
+                       mode > 0777) {
+                     c.fail(a, ap, "expected an octal mode 0000..0777, got '" + text + "'");
+                   } else {
+                     cfg.listen_unix_socket_mode = mode;
+                   }
+                 }},
+            });
+}
+
+void parse_http(checker& c, const YAML::Node& v, const std::string& p, http_config& h) {
+  c.mapping(
+      v, p,
+      {
+          {"threads", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 0, 256, h.threads); }},
+          {"max_body_bytes",
+           [&](auto& a, auto& ap) {
+             c.integer<std::size_t>(a, ap, 64, 1ull << 30, h.max_body_bytes);
+           }},
+          {"max_items_per_request",
+           [&](auto& a, auto& ap) {
+             c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_items_per_request);
+           }},
+          {"idle_timeout",
+           [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
+          {"max_connections",
+           [&](auto& a, auto& ap) {
+             c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_connections);
+           }},
+          {"auth_token_file",
+           [&](auto& a, auto& ap) {
+             c.string(a, ap, h.auth_token_file);
+             c.remember_line(ap, a);
+           }},
+      });
+}
+
+// mysql.hosts: a list of distinct "host:port".
+void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
+                       std::vector<host_port>& hosts) {
+  if (a.IsNull()) return;
+  if (!a.IsSequence()) {
+    c.fail(a, ap, "expected a list of \"host:port\"");
+    return;
+  }
+  if (a.size() > 16) c.fail(a, ap, "at most 16 hosts");
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string ip = ap + "[" + std::to_string(i) + "]";
+    std::string text, why;
+    if (!c.scalar(a[i], ip, text)) continue;
+    const auto hp = parse_host_port(text, why);
+    if (!hp) {
+      c.fail(a[i], ip, "expected \"host:port\", got '" + text + "': " + why);
+    } else if (!seen.insert(hp->host + ":" + std::to_string(hp->port)).second) {
+      c.fail(a[i], ip, "'" + text + "' is listed twice");
+    } else {
+      hosts.push_back(*hp);
+    }
+  }
+  c.remember_line("mysql.hosts", a);
+}
+
+// mysql.tls: the files are checked after the walk (check_tls), with the lines kept here.
+void parse_mysql_tls(checker& c, const YAML::Node& a, const std::string& ap, tls_config& t) {
+  const auto file = [&](std::string& out) {
+    return [&c, &out](const YAML::Node& b, const std::string& bp) {
+      c.string(b, bp, out);
+      c.remember_line(bp, b);
+    };
+  };
+  c.mapping(a, ap,
+            {
+                {"mode",
+                 [&](auto& b, auto& bp) {
+                   c.choice<tls_mode>(b, bp,
+                                      {{"disabled", tls_mode::disabled},
+                                       {"preferred", tls_mode::preferred},
+                                       {"required", tls_mode::required},
+                                       {"verify_ca", tls_mode::verify_ca},
+                                       {"verify_identity", tls_mode::verify_identity}},
+                                      t.mode);
+                   c.remember_line(bp, b);
+                 }},
+                {"ca_file", file(t.ca_file)},
+                {"cert_file", file(t.cert_file)},
+                {"key_file", file(t.key_file)},
+            });
+}
+
+void parse_mysql(checker& c, const YAML::Node& v, const std::string& p, mysql_config& m) {
+  c.mapping(
+      v, p,
+      {
+          {"host", [&](auto& a, auto& ap) { c.string(a, ap, m.host); }},
+          {"port", [&](auto& a, auto& ap) { c.integer<std::uint16_t>(a, ap, 1, 65535, m.port); }},
+          {"socket", [&](auto& a, auto& ap) { c.string(a, ap, m.socket); }},
+          {"user", [&](auto& a, auto& ap) { c.string(a, ap, m.user); }},
+          {"password",
+           [&](auto& a, auto& ap) {
+             c.fail(a, ap,
+                    "passwords do not belong in the config file: use password_file or "
+                    "password_env");
+           }},
+          {"password_file",
+           [&](auto& a, auto& ap) {
+             c.string(a, ap, m.password_file);
+             c.remember_line(ap, a);
+           }},
+          {"password_env",
+           [&](auto& a, auto& ap) {
+             c.string(a, ap, m.password_env);
+             c.remember_line(ap, a);
+           }},
+          {"database", [&](auto& a, auto& ap) { c.identifier(a, ap, m.database); }},
+          {"table", [&](auto& a, auto& ap) { c.identifier(a, ap, m.table); }},
+          {"connect_timeout",
+           [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 5min, m.connect_timeout); }},
+          {"pool_size", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 64, m.pool_size); }},
+          {"hosts", [&](auto& a, auto& ap) { parse_mysql_hosts(c, a, ap, m.hosts); }},
+          {"tls", [&](auto& a, auto& ap) { parse_mysql_tls(c, a, ap, m.tls); }},
+      });
+  if (!m.hosts.empty() && !m.socket.empty())
+    c.fail_plain("mysql.hosts", "set hosts or socket, not both");
+}
+
+// counters[i].rollup: all three keys or none.
+void parse_rollup_target(checker& c, const YAML::Node& a, const std::string& ap,
+                         std::optional<rollup_target>& out) {
+  rollup_target t;
+  int present = 0;
+  const auto column = [&](std::string& field) {
+    return [&c, &field, &present](const YAML::Node& b, const std::string& bp) {
+      c.identifier(b, bp, field);
+      ++present;
+    };
+  };
+  c.mapping(a, ap,
+            {
+                {"table", column(t.table)},
+                {"id_column", column(t.id_column)},
+                {"count_column", column(t.count_column)},
+            });
+  if (present != 3) c.fail(a, ap, "needs table, id_column and count_column");
+  out = t;
+}
+
+// counters: a list of {name, record_type[, rollup]}, names and types each unique.
+void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
+                    std::vector<counter_decl>& counters) {
+  if (v.IsNull()) return;
+  if (!v.IsSequence()) {
+    c.fail(v, p, "expected a list of counters");
+    return;
+  }
+  std::set<std::string> names;
+  std::set<std::uint32_t> types;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const YAML::Node item = v[i];
+    const std::string ip = p + "[" + std::to_string(i) + "]";
+    if (!item.IsMap()) {
+      c.fail(item, ip, "expected a mapping with name and record_type");
+      continue;
+    }
+    counter_decl d;
+    bool has_name = false, has_type = false;
+    c.mapping(item, ip,
+              {
+                  {"name",
+                   [&](auto& a, auto& ap) {
+                     c.identifier(a, ap, d.name);
+                     has_name = true;
+                   }},
+                  {"record_type",
+                   [&](auto& a, auto& ap) {
+                     c.integer<std::uint32_t>(a, ap, 0, ingest::max_record_type, d.record_type);
+                     has_type = true;
+                   }},
+                  {"rollup", [&](auto& a, auto& ap) { parse_rollup_target(c, a, ap, d.rollup); }},
+              });
+    if (!has_name) c.fail(item, ip + ".name", "missing");
+    if (!has_type) c.fail(item, ip + ".record_type", "missing");
+    if (has_name && !d.name.empty() && !names.insert(d.name).second) {
+      c.fail(item, ip + ".name", "'" + d.name + "' is declared twice");
+    }
+    if (has_type && !types.insert(d.record_type).second) {
+      c.fail(item, ip + ".record_type", std::to_string(d.record_type) + " is declared twice");
+    }
+    counters.push_back(std::move(d));
+  }
+}
+
+void parse_flush(checker& c, const YAML::Node& v, const std::string& p, flush_config& f) {
+  c.mapping(
+      v, p,
+      {
+          {"interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.interval); }},
+          {"max_rows_per_statement",
+           [&](auto& a, auto& ap) {
+             c.integer<std::size_t>(a, ap, 1, 100000, f.max_rows_per_statement);
+           }},
+          {"slots", [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 65535, f.slots); }},
+          {"max_pending_keys",
+           [&](auto& a, auto& ap) {
+             c.integer<std::size_t>(a, ap, 1, 1'000'000'000, f.max_pending_keys);
+           }},
+          {"max_retry_backoff",
+           [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.max_retry_backoff); }},
+      });
+}
+
+void parse_rollup(checker& c, const YAML::Node& v, const std::string& p, rollup_config& r) {
+  c.mapping(
+      v, p,
+      {
+          {"interval", [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 24h, r.interval); }},
+          {"batch_size",
+           [&](auto& a, auto& ap) { c.integer<std::size_t>(a, ap, 1, 100000, r.batch_size); }},
+      });
+}
+
+void parse_wal(checker& c, const YAML::Node& v, const std::string& p, wal_config& w) {
+  c.mapping(v, p,
+            {
+                {"dir", [&](auto& a, auto& ap) { c.string(a, ap, w.dir); }},
+                {"fsync",
+                 [&](auto& a, auto& ap) {
+                   c.choice<fsync_mode>(a, ap,
+                                        {{"always", fsync_mode::always},
+                                         {"interval", fsync_mode::interval},
+                                         {"never", fsync_mode::never}},
+                                        w.fsync);
+                 }},
+                {"fsync_interval",
+                 [&](auto& a, auto& ap) { c.time_span(a, ap, 1ms, 10s, w.fsync_interval); }},
+            });
+}
+
+void parse_log(checker& c, const YAML::Node& v, const std::string& p, log_level& level) {
+  c.mapping(v, p,
+            {
+                {"level",
+                 [&](auto& a, auto& ap) {
+                   c.choice<log_level>(a, ap,
+                                       {{"debug", log_level::debug},
+                                        {"info", log_level::info},
+                                        {"warn", log_level::warn},
+                                        {"error", log_level::error}},
+                                       level);
+                 }},
+            });
+}
+
+// The text as one YAML document (or none: an empty file is all defaults).
+YAML::Node load_one_document(const std::string& yaml_text, const std::string& origin) {
   try {
     const auto starts = document_starts(yaml_text, 2);
     if (starts.size() > 1 && starts[1].pos == starts[0].pos) {
@@ -425,353 +730,37 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
       throw config_error({origin + ":" + std::to_string(starts[1].line + 1) +
                           ": the config must be one YAML document, not several"});
     }
-    if (!starts.empty()) root = YAML::Load(yaml_text);
+    if (starts.empty()) return YAML::Node();
+    return YAML::Load(yaml_text);
   } catch (const YAML::Exception& e) {
     throw config_error(
         {origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg});
   }
+}
 
+}  // namespace
+
+daemon_config parse_config(const std::string& yaml_text, const std::string& origin) {
+  const YAML::Node root = load_one_document(yaml_text, origin);
   daemon_config cfg;
   checker c(origin);
-
   c.mapping(
       root, "",
       {
-          {"instance_id",
-           [&](const YAML::Node& v, const std::string& p) {
-             std::string id;
-             c.string(v, p, id);
-             if (!is_valid_instance_id(id)) {
-               c.fail(v, p, "expected 1 to 64 characters from [A-Za-z0-9._-], got '" + id + "'");
-             } else {
-               cfg.instance_id = id;
-             }
-           }},
-          {"listen",
-           [&](const YAML::Node& v, const std::string& p) {
-             c.mapping(
-                 v, p,
-                 {
-                     {"address",
-                      [&](const YAML::Node& a, const std::string& ap) {
-                        std::string addr;
-                        c.string(a, ap, addr);
-                        unsigned char buf[sizeof(in6_addr)];
-                        if (inet_pton(AF_INET, addr.c_str(), buf) != 1 &&
-                            inet_pton(AF_INET6, addr.c_str(), buf) != 1) {
-                          c.fail(a, ap, "expected an IPv4 or IPv6 address, got '" + addr + "'");
-                        } else {
-                          cfg.listen_address = addr;
-                        }
-                      }},
-                     {"port",
-                      [&](const YAML::Node& a, const std::string& ap) {
-                        c.integer<std::uint16_t>(a, ap, 0, 65535, cfg.listen_port);
-                      }},
-                     {"unix_socket",
-                      [&](const YAML::Node& a, const std::string& ap) {
-                        std::string path;
-                        c.string(a, ap, path);
-                        if (!a.IsScalar()) return;  // reported by string()
-                        if (path.empty() || path.front() != '/' || path.size() > 107) {
-                          c.fail(
-                              a, ap,
-                              "expected an absolute path of at most 107 bytes, got '" + path + "'");
-                        } else {
-                          cfg.listen_unix_socket = path;
-                        }
-                      }},
-                     {"unix_socket_mode",
-                      [&](const YAML::Node& a, const std::string& ap) {
-                        // Octal, as chmod takes it: 0660, or "0660" quoted.
-                        std::string text;
-                        c.string(a, ap, text);
-                        if (!a.IsScalar()) return;  // reported by string()
-                        unsigned mode = 0;
-                        const auto r =
-                            std::from_chars(text.data(), text.data() + text.size(), mode, 8);
-                        if (text.empty() || r.ec != std::errc() ||
-                            r.ptr != text.data() + text.size() || mode > 0777) {
-                          c.fail(a, ap, "expected an octal mode 0000..0777, got '" + text + "'");
-                        } else {
-                          cfg.listen_unix_socket_mode = mode;
-                        }
-                      }},
-                 });
-           }},
-          {"http",
-           [&](const YAML::Node& v, const std::string& p) {
-             auto& h = cfg.http;
-             c.mapping(
-                 v, p,
-                 {
-                     {"threads",
-                      [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 0, 256, h.threads); }},
-                     {"max_body_bytes",
-                      [&](auto& a, auto& ap) {
-                        c.integer<std::size_t>(a, ap, 64, 1ull << 30, h.max_body_bytes);
-                      }},
-                     {"max_items_per_request",
-                      [&](auto& a, auto& ap) {
-                        c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_items_per_request);
-                      }},
-                     {"idle_timeout",
-                      [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 1h, h.idle_timeout); }},
-                     {"max_connections",
-                      [&](auto& a, auto& ap) {
-                        c.integer<std::size_t>(a, ap, 1, 10'000'000, h.max_connections);
-                      }},
-                     {"auth_token_file",
-                      [&](auto& a, auto& ap) {
-                        c.string(a, ap, h.auth_token_file);
-                        c.remember_line(ap, a);
-                      }},
-                 });
-           }},
-          {"mysql",
-           [&](const YAML::Node& v, const std::string& p) {
-             auto& m = cfg.mysql;
-             c.mapping(
-                 v, p,
-                 {
-                     {"host", [&](auto& a, auto& ap) { c.string(a, ap, m.host); }},
-                     {"port", [&](auto& a,
-                                  auto& ap) { c.integer<std::uint16_t>(a, ap, 1, 65535, m.port); }},
-                     {"socket", [&](auto& a, auto& ap) { c.string(a, ap, m.socket); }},
-                     {"user", [&](auto& a, auto& ap) { c.string(a, ap, m.user); }},
-                     {"password",
-                      [&](auto& a, auto& ap) {
-                        c.fail(a, ap,
-                               "passwords do not belong in the config file: use password_file or "
-                               "password_env");
-                      }},
-                     {"password_file",
-                      [&](auto& a, auto& ap) {
-                        c.string(a, ap, m.password_file);
-                        c.remember_line(ap, a);
-                      }},
-                     {"password_env",
-                      [&](auto& a, auto& ap) {
-                        c.string(a, ap, m.password_env);
-                        c.remember_line(ap, a);
-                      }},
-                     {"database", [&](auto& a, auto& ap) { c.identifier(a, ap, m.database); }},
-                     {"table", [&](auto& a, auto& ap) { c.identifier(a, ap, m.table); }},
-                     {"connect_timeout",
-                      [&](auto& a, auto& ap) {
-                        c.time_span(a, ap, 100ms, 5min, m.connect_timeout);
-                      }},
-                     {"pool_size",
-                      [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 64, m.pool_size); }},
-                     {"hosts",
-                      [&](const YAML::Node& a, const std::string& ap) {
-                        if (a.IsNull()) return;
-                        if (!a.IsSequence()) {
-                          c.fail(a, ap, "expected a list of \"host:port\"");
-                          return;
-                        }
-                        if (a.size() > 16) c.fail(a, ap, "at most 16 hosts");
-                        std::set<std::string> seen;
-                        for (std::size_t i = 0; i < a.size(); ++i) {
-                          const std::string ip = ap + "[" + std::to_string(i) + "]";
-                          std::string text, why;
-                          if (!c.scalar(a[i], ip, text)) continue;
-                          const auto hp = parse_host_port(text, why);
-                          if (!hp) {
-                            c.fail(a[i], ip, "expected \"host:port\", got '" + text + "': " + why);
-                          } else if (!seen.insert(hp->host + ":" + std::to_string(hp->port))
-                                          .second) {
-                            c.fail(a[i], ip, "'" + text + "' is listed twice");
-                          } else {
-                            m.hosts.push_back(*hp);
-                          }
-                        }
-                        c.remember_line("mysql.hosts", a);
-                      }},
-                     {"tls",
-                      [&](const YAML::Node& a, const std::string& ap) {
-                        auto& t = m.tls;
-                        c.mapping(a, ap,
-                                  {
-                                      {"mode",
-                                       [&](auto& b, auto& bp) {
-                                         c.choice<tls_mode>(
-                                             b, bp,
-                                             {{"disabled", tls_mode::disabled},
-                                              {"preferred", tls_mode::preferred},
-                                              {"required", tls_mode::required},
-                                              {"verify_ca", tls_mode::verify_ca},
-                                              {"verify_identity", tls_mode::verify_identity}},
-                                             t.mode);
-                                         c.remember_line(bp, b);
-                                       }},
-                                      {"ca_file",
-                                       [&](auto& b, auto& bp) {
-                                         c.string(b, bp, t.ca_file);
-                                         c.remember_line(bp, b);
-                                       }},
-                                      {"cert_file",
-                                       [&](auto& b, auto& bp) {
-                                         c.string(b, bp, t.cert_file);
-                                         c.remember_line(bp, b);
-                                       }},
-                                      {"key_file",
-                                       [&](auto& b, auto& bp) {
-                                         c.string(b, bp, t.key_file);
-                                         c.remember_line(bp, b);
-                                       }},
-                                  });
-                      }},
-                 });
-             if (!m.hosts.empty() && !m.socket.empty())
-               c.fail_plain("mysql.hosts", "set hosts or socket, not both");
-           }},
-          {"counters",
-           [&](const YAML::Node& v, const std::string& p) {
-             if (v.IsNull()) return;
-             if (!v.IsSequence()) {
-               c.fail(v, p, "expected a list of counters");
-               return;
-             }
-             std::map<std::string, int> names;
-             std::map<std::uint32_t, int> types;
-             for (std::size_t i = 0; i < v.size(); ++i) {
-               const YAML::Node item = v[i];
-               const std::string ip = p + "[" + std::to_string(i) + "]";
-               if (!item.IsMap()) {
-                 c.fail(item, ip, "expected a mapping with name and record_type");
-                 continue;
-               }
-               counter_decl d;
-               bool has_name = false, has_type = false;
-               c.mapping(item, ip,
-                         {
-                             {"name",
-                              [&](auto& a, auto& ap) {
-                                c.identifier(a, ap, d.name);
-                                has_name = true;
-                              }},
-                             {"record_type",
-                              [&](auto& a, auto& ap) {
-                                c.integer<std::uint32_t>(a, ap, 0, 2147483647u, d.record_type);
-                                has_type = true;
-                              }},
-                             {"rollup",
-                              [&](const YAML::Node& a, const std::string& ap) {
-                                rollup_target t;
-                                int present = 0;
-                                c.mapping(a, ap,
-                                          {
-                                              {"table",
-                                               [&](auto& b, auto& bp) {
-                                                 c.identifier(b, bp, t.table);
-                                                 ++present;
-                                               }},
-                                              {"id_column",
-                                               [&](auto& b, auto& bp) {
-                                                 c.identifier(b, bp, t.id_column);
-                                                 ++present;
-                                               }},
-                                              {"count_column",
-                                               [&](auto& b, auto& bp) {
-                                                 c.identifier(b, bp, t.count_column);
-                                                 ++present;
-                                               }},
-                                          });
-                                if (present != 3)
-                                  c.fail(a, ap, "needs table, id_column and count_column");
-                                d.rollup = t;
-                              }},
-                         });
-               if (!item.IsMap()) continue;
-               if (!has_name) c.fail(item, ip + ".name", "missing");
-               if (!has_type) c.fail(item, ip + ".record_type", "missing");
-               if (has_name && !d.name.empty() && !names.emplace(d.name, 0).second) {
-                 c.fail(item, ip + ".name", "'" + d.name + "' is declared twice");
-               }
-               if (has_type && !types.emplace(d.record_type, 0).second) {
-                 c.fail(item, ip + ".record_type",
-                        std::to_string(d.record_type) + " is declared twice");
-               }
-               cfg.counters.push_back(std::move(d));
-             }
-           }},
+          {"instance_id", [&](auto& v, auto& p) { parse_instance_id(c, v, p, cfg); }},
+          {"listen", [&](auto& v, auto& p) { parse_listen(c, v, p, cfg); }},
+          {"http", [&](auto& v, auto& p) { parse_http(c, v, p, cfg.http); }},
+          {"mysql", [&](auto& v, auto& p) { parse_mysql(c, v, p, cfg.mysql); }},
+          {"counters", [&](auto& v, auto& p) { parse_counters(c, v, p, cfg.counters); }},
           {"accept_undeclared_types",
            [&](auto& v, auto& p) { c.boolean(v, p, cfg.accept_undeclared_types); }},
           {"shards", [&](auto& v, auto& p) { c.integer<unsigned>(v, p, 1, 4096, cfg.shards); }},
-          {"flush",
-           [&](const YAML::Node& v, const std::string& p) {
-             auto& f = cfg.flush;
-             c.mapping(
-                 v, p,
-                 {
-                     {"interval",
-                      [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.interval); }},
-                     {"max_rows_per_statement",
-                      [&](auto& a, auto& ap) {
-                        c.integer<std::size_t>(a, ap, 1, 100000, f.max_rows_per_statement);
-                      }},
-                     {"slots",
-                      [&](auto& a, auto& ap) { c.integer<unsigned>(a, ap, 1, 65535, f.slots); }},
-                     {"max_pending_keys",
-                      [&](auto& a, auto& ap) {
-                        c.integer<std::size_t>(a, ap, 1, 1'000'000'000, f.max_pending_keys);
-                      }},
-                     {"max_retry_backoff",
-                      [&](auto& a, auto& ap) {
-                        c.time_span(a, ap, 10ms, 1h, f.max_retry_backoff);
-                      }},
-                 });
-           }},
-          {"rollup",
-           [&](const YAML::Node& v, const std::string& p) {
-             auto& r = cfg.rollup;
-             c.mapping(v, p,
-                       {
-                           {"interval",
-                            [&](auto& a, auto& ap) { c.time_span(a, ap, 100ms, 24h, r.interval); }},
-                           {"batch_size",
-                            [&](auto& a, auto& ap) {
-                              c.integer<std::size_t>(a, ap, 1, 100000, r.batch_size);
-                            }},
-                       });
-           }},
-          {"wal",
-           [&](const YAML::Node& v, const std::string& p) {
-             auto& w = cfg.wal;
-             c.mapping(
-                 v, p,
-                 {
-                     {"dir", [&](auto& a, auto& ap) { c.string(a, ap, w.dir); }},
-                     {"fsync",
-                      [&](auto& a, auto& ap) {
-                        c.choice<fsync_mode>(a, ap,
-                                             {{"always", fsync_mode::always},
-                                              {"interval", fsync_mode::interval},
-                                              {"never", fsync_mode::never}},
-                                             w.fsync);
-                      }},
-                     {"fsync_interval",
-                      [&](auto& a, auto& ap) { c.time_span(a, ap, 1ms, 10s, w.fsync_interval); }},
-                 });
-           }},
+          {"flush", [&](auto& v, auto& p) { parse_flush(c, v, p, cfg.flush); }},
+          {"rollup", [&](auto& v, auto& p) { parse_rollup(c, v, p, cfg.rollup); }},
+          {"wal", [&](auto& v, auto& p) { parse_wal(c, v, p, cfg.wal); }},
           {"shutdown_timeout",
            [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
-          {"log",
-           [&](const YAML::Node& v, const std::string& p) {
-             c.mapping(v, p,
-                       {
-                           {"level",
-                            [&](auto& a, auto& ap) {
-                              c.choice<log_level>(a, ap,
-                                                  {{"debug", log_level::debug},
-                                                   {"info", log_level::info},
-                                                   {"warn", log_level::warn},
-                                                   {"error", log_level::error}},
-                                                  cfg.log);
-                            }},
-                       });
-           }},
+          {"log", [&](auto& v, auto& p) { parse_log(c, v, p, cfg.log); }},
       });
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "db/errors.hpp"
+#include "db/sql.hpp"
 
 namespace slotted::db {
 
@@ -110,12 +111,8 @@ connection::connection(const connect_options& o) {
     throw db_error(code, message);
   }
   try {
-    execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
-    // Strict whatever the server's global sql_mode: a value that does not fit its column
-    // is an error (the flusher isolates and reports the row), never a silent clamp.
-    execute(
-        "SET SESSION sql_mode = "
-        "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'");
+    execute(session_isolation);
+    execute(session_sql_mode);
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     mysql_close(handle_);

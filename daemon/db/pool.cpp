@@ -5,6 +5,7 @@
 #include <map>
 
 #include "db/errors.hpp"
+#include "db/sql.hpp"
 
 namespace slotted::db {
 
@@ -14,10 +15,7 @@ void require_ready_node(connection& conn) {
     // Variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
     // a server built with Galera, and wsrep_local_state only while a provider is
     // loaded (a plain MariaDB reports wsrep_ready OFF, so that alone says nothing).
-    for (const char* sql :
-         {"SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_reject_queries')",
-          "SHOW GLOBAL STATUS WHERE Variable_name IN "
-          "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')"}) {
+    for (const char* sql : {node_variables, node_status}) {
       for (const auto& row : conn.query(sql))
         if (row.size() >= 2 && row[0] && row[1]) v[*row[0]] = *row[1];
     }
@@ -39,7 +37,7 @@ void require_ready_node(connection& conn) {
                        v["wsrep_local_state_comment"] + ", wsrep_reject_queries=" + reject +
                        "); treated as unreachable");
   }
-  conn.execute("SET SESSION wsrep_sync_wait = 1");
+  conn.execute(galera_sync_reads);
 }
 
 failover_connector::failover_connector(connect_options options) : options_(std::move(options)) {

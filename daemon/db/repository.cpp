@@ -18,11 +18,7 @@ void migrate(connection& conn, const std::string& table) {
 
 namespace {
 bool table_exists(connection& conn, std::string_view name) {
-  return !conn.query(
-                  "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
-                  "TABLE_NAME = " +
-                  conn.quote(name))
-              .empty();
+  return !conn.query(table_exists_select(conn.quote(name))).empty();
 }
 }  // namespace
 
@@ -42,11 +38,7 @@ std::uint64_t integer_max(const std::string& data_type, const std::string& colum
 
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups) {
   const std::string quoted = conn.quote(table);
-  const auto columns = conn.query(
-      "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM "
-      "information_schema.COLUMNS "
-      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
-      quoted);
+  const auto columns = conn.query(columns_select(quoted));
   if (columns.empty()) {
     throw db_error(0,
                    "table `" + table +
@@ -61,10 +53,7 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
       throw db_error(0, "table `" + table + "` has no column `" + needed + "`", true);
     }
   }
-  const auto index_rows = conn.query(
-      "SELECT INDEX_NAME, LOWER(COLUMN_NAME) FROM information_schema.STATISTICS WHERE "
-      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
-      quoted + " AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX");
+  const auto index_rows = conn.query(unique_index_columns_select(quoted));
   std::map<std::string, std::vector<std::string>> unique_indexes;
   for (const auto& r : index_rows) unique_indexes[r[0].value_or("")].push_back(r[1].value_or(""));
   const std::vector<std::string> wanted{"record_type", "record_id", "slot"};
@@ -89,7 +78,8 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   for (const auto& r : columns) {
     const std::string name = r[0].value_or(""), type = r[1].value_or(""), full = r[2].value_or("");
     if (name == "record_type")
-      limits.max_record_type = std::min<std::uint64_t>(2147483647, integer_max(type, full));
+      limits.max_record_type =
+          std::min<std::uint64_t>(ingest::max_record_type, integer_max(type, full));
     if (name == "record_id") limits.max_record_id = integer_max(type, full);
   }
   return limits;
@@ -97,15 +87,9 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
 
 std::optional<autoincrement_state> read_autoincrement(connection& conn, const std::string& table) {
   const std::string quoted = conn.quote(table);
-  const auto columns = conn.query(
-      "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM information_schema.COLUMNS "
-      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
-      quoted + " AND EXTRA LIKE '%auto_increment%'");
+  const auto columns = conn.query(autoincrement_column_select(quoted));
   if (columns.empty()) return std::nullopt;
-  const auto next = conn.query(
-      "SELECT AUTO_INCREMENT, @@SESSION.auto_increment_increment FROM information_schema.TABLES "
-      "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = " +
-      quoted);
+  const auto next = conn.query(autoincrement_next_select(quoted));
   if (next.empty() || next[0].size() < 2 || !next[0][0]) return std::nullopt;
   autoincrement_state st;
   st.column = columns[0][0].value_or("");
@@ -122,10 +106,7 @@ void verify_rollup_target(connection& conn, const rollup_target& t) {
     throw db_error(0, where + "table `" + t.table + "` does not exist", true);
   }
   for (const auto& column : {t.id_column, t.count_column}) {
-    const auto found = conn.query(
-        "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME "
-        "= " +
-        conn.quote(t.table) + " AND COLUMN_NAME = " + conn.quote(column));
+    const auto found = conn.query(column_exists_select(conn.quote(t.table), conn.quote(column)));
     if (found.empty()) {
       throw db_error(0, where + "table `" + t.table + "` has no column `" + column + "`", true);
     }
@@ -169,13 +150,13 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
                             std::span<const counter_row> rows, std::span<const counter_row> dirty) {
-  conn.execute("START TRANSACTION");
+  conn.execute(start_transaction);
   try {
     try {
       conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, rows.size()));
     } catch (const db_error& e) {
       if (e.code() != ER_DUP_ENTRY) throw;
-      conn.execute("ROLLBACK");
+      conn.execute(rollback);
       return commit_outcome::already_applied;
     }
     conn.execute(upsert_statement(table, rows));
@@ -185,12 +166,12 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       gen ^= gen >> 31;
       conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, gen & 0x7fffffffffffffffull));
     }
-    conn.execute("COMMIT");
+    conn.execute(commit);
     return commit_outcome::applied;
   } catch (const db_error& e) {
     if (!e.connection_lost()) {
       try {
-        conn.execute("ROLLBACK");
+        conn.execute(rollback);
       } catch (const db_error&) {
         // The original error is the one worth reporting.
       }
@@ -199,21 +180,18 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
   }
 }
 
-std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,
-                           std::uint64_t max_age_seconds) {
+void prune_ledger(connection& conn, const batch_identity& keep_from,
+                  std::uint64_t max_age_seconds) {
   conn.execute(ledger_prune(conn.quote(keep_from.instance_id), keep_from.run_id, keep_from.seq,
                             max_age_seconds, 10000));
-  return conn.affected_rows();
 }
 
 std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,
                                                  std::uint64_t run_id) {
   // Split parts carry their split index above the low 44 bits (2 and up), so they are a
   // range of the ledger's primary key.
-  const auto rows = conn.query("SELECT `batch_seq` FROM " + quote_identifier(ledger_table) +
-                               " WHERE `instance_id` = " + conn.quote(instance_id) +
-                               " AND `run_id` = " + std::to_string(run_id) +
-                               " AND `batch_seq` >= " + std::to_string(std::uint64_t{2} << 44));
+  const auto rows =
+      conn.query(ledger_seqs_select(conn.quote(instance_id), run_id, std::uint64_t{2} << 44));
   std::vector<std::uint64_t> seqs;
   for (const auto& row : rows) {
     if (row[0]) seqs.push_back(std::stoull(*row[0]));

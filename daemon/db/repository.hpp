@@ -9,6 +9,7 @@
 
 #include "db/connection.hpp"
 #include "db/sql.hpp"
+#include "ingest/increment.hpp"
 
 namespace slotted::db {
 
@@ -23,8 +24,8 @@ void migrate(connection& conn, const std::string& table);
 // Returns the largest record_type and record_id the table's columns can hold (an
 // existing seed-style table has INT columns).
 struct key_limits {
-  std::uint64_t max_record_type = 2147483647;
-  std::uint64_t max_record_id = UINT64_MAX;
+  std::uint64_t max_record_type = ingest::max_record_type;
+  std::uint64_t max_record_id = ingest::max_record_id;
 };
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups);
 
@@ -92,9 +93,8 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
                             std::span<const counter_row> rows,
                             std::span<const counter_row> dirty = {});
 
-// Deletes old ledger rows of this instance (see sql.hpp ledger_prune). Returns rows deleted.
-std::uint64_t prune_ledger(connection& conn, const batch_identity& keep_from,
-                           std::uint64_t max_age_seconds);
+// Deletes old ledger rows of this instance (see sql.hpp ledger_prune).
+void prune_ledger(connection& conn, const batch_identity& keep_from, std::uint64_t max_age_seconds);
 
 // The ledger's batch_seq values of this instance and run that are parts of split
 // batches (a split index above 1, see flush::split_batch): a batch replayed from the

@@ -37,6 +37,68 @@ std::string quote_identifier(std::string_view name) {
   return out;
 }
 
+namespace {
+constexpr std::string_view in_table = " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ";
+}  // namespace
+
+std::string table_exists_select(std::string_view quoted_table) {
+  return std::string("SELECT 1 FROM information_schema.TABLES")
+      .append(in_table)
+      .append(quoted_table);
+}
+
+std::string columns_select(std::string_view quoted_table) {
+  return std::string(
+             "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM "
+             "information_schema.COLUMNS")
+      .append(in_table)
+      .append(quoted_table);
+}
+
+std::string unique_index_columns_select(std::string_view quoted_table) {
+  return std::string("SELECT INDEX_NAME, LOWER(COLUMN_NAME) FROM information_schema.STATISTICS")
+      .append(in_table)
+      .append(quoted_table)
+      .append(" AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX");
+}
+
+std::string column_exists_select(std::string_view quoted_table, std::string_view quoted_column) {
+  return std::string("SELECT 1 FROM information_schema.COLUMNS")
+      .append(in_table)
+      .append(quoted_table)
+      .append(" AND COLUMN_NAME = ")
+      .append(quoted_column);
+}
+
+std::string autoincrement_column_select(std::string_view quoted_table) {
+  return std::string(
+             "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM "
+             "information_schema.COLUMNS")
+      .append(in_table)
+      .append(quoted_table)
+      .append(" AND EXTRA LIKE '%auto_increment%'");
+}
+
+std::string autoincrement_next_select(std::string_view quoted_table) {
+  return std::string(
+             "SELECT AUTO_INCREMENT, @@SESSION.auto_increment_increment FROM "
+             "information_schema.TABLES")
+      .append(in_table)
+      .append(quoted_table);
+}
+
+std::string ledger_seqs_select(std::string_view quoted_instance, std::uint64_t run_id,
+                               std::uint64_t min_seq) {
+  std::string sql =
+      "SELECT `batch_seq` FROM " + quote_identifier(ledger_table) + " WHERE `instance_id` = ";
+  sql += quoted_instance;
+  sql += " AND `run_id` = ";
+  append_int(sql, run_id);
+  sql += " AND `batch_seq` >= ";
+  append_int(sql, min_seq);
+  return sql;
+}
+
 std::string upsert_statement(std::string_view table, std::span<const counter_row> rows) {
   std::string sql;
   sql.reserve(128 + rows.size() * 40);

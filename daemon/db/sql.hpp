@@ -26,6 +26,51 @@ struct counter_row {
 // `name` backquoted. Precondition: config::is_valid_identifier(name).
 std::string quote_identifier(std::string_view name);
 
+// Statements without parameters.
+inline constexpr const char* start_transaction = "START TRANSACTION";
+inline constexpr const char* commit = "COMMIT";
+inline constexpr const char* rollback = "ROLLBACK";
+// A round trip that proves the connection alive and touches no table.
+inline constexpr const char* ping = "DO 1";
+// Sent on every new connection: READ COMMITTED, and a strict sql_mode whatever the
+// server's global one, so a value that does not fit its column is an error (the flusher
+// isolates and reports the row), never a silent clamp.
+inline constexpr const char* session_isolation =
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+inline constexpr const char* session_sql_mode =
+    "SET SESSION sql_mode = "
+    "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'";
+// Whether a node may take writes (db/pool.cpp require_ready_node), as (name, value)
+// rows: variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
+// a server built with Galera.
+inline constexpr const char* node_variables =
+    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_reject_queries')";
+inline constexpr const char* node_status =
+    "SHOW GLOBAL STATUS WHERE Variable_name IN "
+    "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')";
+// On a Galera node: reads wait until the node has applied what the cluster committed.
+inline constexpr const char* galera_sync_reads = "SET SESSION wsrep_sync_wait = 1";
+
+// Schema checks in information_schema, for a table of the current database. Every
+// argument named quoted_* is a quoted string literal (connection::quote), not an
+// identifier.
+// One row if the table exists.
+std::string table_exists_select(std::string_view quoted_table);
+// (name, data type, column type), lower case, one row per column.
+std::string columns_select(std::string_view quoted_table);
+// (index name, column), lower case, the columns of each unique index in order.
+std::string unique_index_columns_select(std::string_view quoted_table);
+// One row if the table has this column.
+std::string column_exists_select(std::string_view quoted_table, std::string_view quoted_column);
+// (name, data type, column type) of the AUTO_INCREMENT column; no row if none.
+std::string autoincrement_column_select(std::string_view quoted_table);
+// (next AUTO_INCREMENT value, this session's auto_increment_increment).
+std::string autoincrement_next_select(std::string_view quoted_table);
+
+// This instance's and run's ledger batch_seq values from `min_seq` on.
+std::string ledger_seqs_select(std::string_view quoted_instance, std::uint64_t run_id,
+                               std::uint64_t min_seq);
+
 // One multi-row upsert for `rows` (in the order given):
 // INSERT INTO `t` (`record_type`, `record_id`, `slot`, `count`) VALUES (...),...
 // ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)

@@ -446,7 +446,7 @@ flush_result flusher::cycle() {
       result.rows += write_queued(**lease);
     }
     if (result.rows == 0) {
-      (*lease)->execute("DO 1");  // proves the connection is alive
+      (*lease)->execute(db::ping);  // proves the connection is alive
     } else {
       check_autoincrement(**lease);
     }

@@ -128,7 +128,6 @@ class flusher final : public wal::batch_queue {
   // answering (a big backlog draining, lock waits retried) is healthy, and so is
   // waiting between cycles, even in a long backoff.
   bool healthy(std::chrono::steady_clock::duration limit) const;
-  std::uint64_t run_id() const { return run_id_; }
 
   // Sets pending_keys and pending_oldest_age_seconds from the store and the queue now
   // (at every flush cycle and every scrape).

@@ -2,6 +2,7 @@
 
 #include <charconv>
 
+#include "util/json.hpp"
 #include "util/log.hpp"
 
 namespace slotted::http {
@@ -21,24 +22,6 @@ std::string decimal(__int128 v) {
 using beast_http::field;
 using beast_http::status;
 using clock = std::chrono::steady_clock;
-
-void append_json_string(std::string& out, std::string_view s) {
-  out.push_back('"');
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-}
 
 response json_response(unsigned version, status s, std::string body) {
   response res{s, version};
@@ -139,7 +122,7 @@ void router::reconfigure(const config::daemon_config& cfg) {
 response router::error_response(unsigned version, status s, std::string_view message,
                                 std::optional<std::size_t> index) {
   std::string body = "{\"error\": ";
-  append_json_string(body, message);
+  json::append_string(body, message);
   if (index) body += ", \"index\": " + std::to_string(*index);
   body += "}";
   return json_response(version, s, std::move(body));
@@ -150,23 +133,23 @@ router::route_match router::match(const request_header& req) const {
   target = target.substr(0, target.find('?'));
   route_match m;
   if (target == "/v1/increments") {
-    m = {metrics::route::increments, "POST", beast_http::verb::post, true};
+    m = {metrics::route::increments, "POST", beast_http::verb::post, true, {}, {}};
   } else if (target == "/v1/flush") {
-    m = {metrics::route::flush, "POST", beast_http::verb::post, true};
+    m = {metrics::route::flush, "POST", beast_http::verb::post, true, {}, {}};
   } else if (target == "/v1/rollup") {
-    m = {metrics::route::rollup, "POST", beast_http::verb::post, true};
+    m = {metrics::route::rollup, "POST", beast_http::verb::post, true, {}, {}};
   } else if (target == "/metrics") {
-    m = {metrics::route::metrics, "GET, HEAD", beast_http::verb::get, false};
+    m = {metrics::route::metrics, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target == "/healthz") {
-    m = {metrics::route::healthz, "GET, HEAD", beast_http::verb::get, false};
+    m = {metrics::route::healthz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target == "/readyz") {
-    m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false};
+    m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target.starts_with("/v1/counters/")) {
     const std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
     const auto slash = rest.find('/');
     if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
         rest.find('/', slash + 1) == std::string_view::npos) {
-      m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true};
+      m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true, {}, {}};
       m.counter_type = rest.substr(0, slash);
       m.counter_id = rest.substr(slash + 1);
     }
@@ -192,10 +175,8 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
   if (m.needs_auth && live->auth) {
     const std::string_view header = req[field::authorization];
     constexpr std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 7235)
-    const bool bearer =
-        header.size() > prefix.size() &&
-        std::equal(prefix.begin(), prefix.end(), header.begin(),
-                   [](char p, char h) { return p == std::tolower(static_cast<unsigned char>(h)); });
+    const bool bearer = header.size() > prefix.size() &&
+                        boost::beast::iequals(header.substr(0, prefix.size()), prefix);
     if (!bearer || !live->auth->matches(header.substr(prefix.size()))) {
       auto res = error_response(v, status::unauthorized, "missing or wrong bearer token");
       res.set(field::www_authenticate, "Bearer");
@@ -367,12 +348,12 @@ void router::handle_counter(const request& req, const route_match& m, const repl
   std::uint32_t type = 0;
   std::uint64_t id = 0;
   const auto live = live_.load();
-  if (!parse_decimal(m.counter_type, type) || type > 2147483647u) {
+  if (!parse_decimal(m.counter_type, type) || type > ingest::max_record_type) {
     const auto named = live->types.by_name(m.counter_type);
     if (!named) {
-      return answer(error_response(
-          v, status::bad_request,
-          "record_type must be an integer in [0, 2147483647] or a declared counter name"));
+      return answer(error_response(v, status::bad_request,
+                                   std::string("record_type must be an integer in ") +
+                                       ingest::record_type_range + " or a declared counter name"));
     }
     type = *named;
   }
@@ -382,8 +363,9 @@ void router::handle_counter(const request& req, const route_match& m, const repl
                        "record_type " + std::to_string(type) + " is not declared under counters"));
   }
   if (!parse_decimal(m.counter_id, id)) {
-    return answer(error_response(v, status::bad_request,
-                                 "record_id must be an integer in [0, 18446744073709551615]"));
+    return answer(
+        error_response(v, status::bad_request,
+                       std::string("record_id must be an integer in ") + ingest::record_id_range));
   }
   backend_.read_counter(
       {type, id},

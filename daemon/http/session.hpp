@@ -18,8 +18,8 @@
 // passed. Re-arming a timer per read and per write cost about 5% of the CPU per request
 // (timer queue operations and clock reads) in the profile.
 //
-// Thread-safety: all work runs on the session's strand; drain() may be called from any
-// thread.
+// Thread-safety: all work runs on the one HTTP thread whose io_context the connection
+// was accepted on (see executor_type below); drain() may be called from any thread.
 
 #include <array>
 #include <atomic>

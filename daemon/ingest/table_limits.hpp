@@ -47,8 +47,8 @@ class table_limits {
   }
 
  private:
-  std::atomic<std::uint64_t> max_record_type_{2147483647};
-  std::atomic<std::uint64_t> max_record_id_{UINT64_MAX};
+  std::atomic<std::uint64_t> max_record_type_{ingest::max_record_type};
+  std::atomic<std::uint64_t> max_record_id_{ingest::max_record_id};
 };
 
 }  // namespace slotted::ingest

@@ -25,6 +25,29 @@ template <typename Builder>
 auto& family(Builder b, prometheus::Registry& r, const char* name, const char* help) {
   return b.Name(name).Help(help).Register(r);
 }
+
+// One series of a family. Registering a name again returns the family registered
+// first, so two series of one family (flushes_total{result}) each come through here.
+prometheus::Counter& counter(prometheus::Registry& r, const char* name, const char* help,
+                             const prometheus::Labels& labels = {}) {
+  return family(BuildCounter(), r, name, help).Add(labels);
+}
+prometheus::Gauge& gauge(prometheus::Registry& r, const char* name, const char* help,
+                         const prometheus::Labels& labels = {}) {
+  return family(BuildGauge(), r, name, help).Add(labels);
+}
+prometheus::Histogram& histogram(prometheus::Registry& r, const char* name, const char* help,
+                                 const prometheus::Histogram::BucketBoundaries& buckets) {
+  return family(BuildHistogram(), r, name, help).Add({}, buckets);
+}
+
+// One series per value of an enumerated label (0 .. N-1), created at start so that every
+// one is exported from the first scrape on, and found by index without a lookup.
+template <typename Metric, std::size_t N, typename NameOf>
+void label_children(prometheus::Family<Metric>& f, const char* label, NameOf name_of,
+                    std::array<Metric*, N>& out) {
+  for (std::size_t i = 0; i < N; ++i) out[i] = &f.Add({{label, name_of(i)}});
+}
 }  // namespace
 
 const char* route_name(route r) {
@@ -41,92 +64,63 @@ const char* reason_name(reject_reason r) {
 }
 
 registry::registry()
-    : increments_accepted(family(BuildCounter(), *registry_,
-                                 "slotted_counterd_increments_accepted_total",
-                                 "Increments answered 202 and queued for the database")
-                              .Add({})),
-      pending_keys(family(BuildGauge(), *registry_, "slotted_counterd_pending_keys",
-                          "Distinct counters held in memory and not yet written")
-                       .Add({})),
-      pending_oldest_age_seconds(family(BuildGauge(), *registry_,
-                                        "slotted_counterd_pending_oldest_age_seconds",
-                                        "Age of the oldest increment not yet written")
-                                     .Add({})),
-      flushes_ok(family(BuildCounter(), *registry_, "slotted_counterd_flushes_total",
-                        "Flush cycles by result")
-                     .Add({{"result", "ok"}})),
-      flushes_error(family(BuildCounter(), *registry_, "slotted_counterd_flushes_total",
-                           "Flush cycles by result")
-                        .Add({{"result", "error"}})),
-      flush_duration_seconds(family(BuildHistogram(), *registry_,
-                                    "slotted_counterd_flush_duration_seconds",
-                                    "Duration of flush cycles that wrote rows")
-                                 .Add({}, db_buckets)),
-      flush_rows(family(BuildCounter(), *registry_, "slotted_counterd_flush_rows_total",
-                        "Counter rows written to the database")
-                     .Add({})),
-      flush_statements(family(BuildCounter(), *registry_, "slotted_counterd_flush_statements_total",
-                              "Upsert statements committed")
-                           .Add({})),
+    : increments_accepted(counter(*registry_, "slotted_counterd_increments_accepted_total",
+                                  "Increments answered 202 and queued for the database")),
+      pending_keys(gauge(*registry_, "slotted_counterd_pending_keys",
+                         "Distinct counters held in memory and not yet written")),
+      pending_oldest_age_seconds(gauge(*registry_, "slotted_counterd_pending_oldest_age_seconds",
+                                       "Age of the oldest increment not yet written")),
+      flushes_ok(counter(*registry_, "slotted_counterd_flushes_total", "Flush cycles by result",
+                         {{"result", "ok"}})),
+      flushes_error(counter(*registry_, "slotted_counterd_flushes_total", "Flush cycles by result",
+                            {{"result", "error"}})),
+      flush_duration_seconds(histogram(*registry_, "slotted_counterd_flush_duration_seconds",
+                                       "Duration of flush cycles that wrote rows", db_buckets)),
+      flush_rows(counter(*registry_, "slotted_counterd_flush_rows_total",
+                         "Counter rows written to the database")),
+      flush_statements(counter(*registry_, "slotted_counterd_flush_statements_total",
+                               "Upsert statements committed")),
       last_flush_success_timestamp_seconds(
-          family(BuildGauge(), *registry_, "slotted_counterd_last_flush_success_timestamp_seconds",
-                 "Unix time of the last successful flush cycle")
-              .Add({})),
+          gauge(*registry_, "slotted_counterd_last_flush_success_timestamp_seconds",
+                "Unix time of the last successful flush cycle")),
       batches_already_applied(
-          family(BuildCounter(), *registry_, "slotted_counterd_flush_batches_already_applied_total",
-                 "Retried batches found committed in the ledger and not applied again")
-              .Add({})),
-      rows_refused(family(BuildCounter(), *registry_, "slotted_counterd_flush_rows_refused_total",
-                          "Counter rows the database refused for their values (out of range) and "
-                          "that were dropped")
-                       .Add({})),
-      ready(family(BuildGauge(), *registry_, "slotted_counterd_ready",
-                   "1 when the last flush cycle succeeded (database reachable, schema valid) and "
-                   "the probe still reaches the database")
-                .Add({})),
-      rollups_ok(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
-                        "Rollup runs by result")
-                     .Add({{"result", "ok"}})),
-      rollups_error(family(BuildCounter(), *registry_, "slotted_counterd_rollups_total",
-                           "Rollup runs by result")
-                        .Add({{"result", "error"}})),
-      rollup_duration_seconds(family(BuildHistogram(), *registry_,
-                                     "slotted_counterd_rollup_duration_seconds",
-                                     "Duration of rollup runs")
-                                  .Add({}, db_buckets)),
-      rollup_records(family(BuildCounter(), *registry_, "slotted_counterd_rollup_records_total",
-                            "Owning rows updated by rollups")
-                         .Add({})),
-      rollup_missing_owners(family(BuildCounter(), *registry_,
-                                   "slotted_counterd_rollup_missing_owners_total",
-                                   "Rolled-up counters whose owning row does not exist (skipped)")
-                                .Add({})),
+          counter(*registry_, "slotted_counterd_flush_batches_already_applied_total",
+                  "Retried batches found committed in the ledger and not applied again")),
+      rows_refused(counter(*registry_, "slotted_counterd_flush_rows_refused_total",
+                           "Counter rows the database refused for their values (out of range) "
+                           "and that were dropped")),
+      ready(gauge(*registry_, "slotted_counterd_ready",
+                  "1 when the last flush cycle succeeded (database reachable, schema valid) and "
+                  "the probe still reaches the database")),
+      rollups_ok(counter(*registry_, "slotted_counterd_rollups_total", "Rollup runs by result",
+                         {{"result", "ok"}})),
+      rollups_error(counter(*registry_, "slotted_counterd_rollups_total", "Rollup runs by result",
+                            {{"result", "error"}})),
+      rollup_duration_seconds(histogram(*registry_, "slotted_counterd_rollup_duration_seconds",
+                                        "Duration of rollup runs", db_buckets)),
+      rollup_records(counter(*registry_, "slotted_counterd_rollup_records_total",
+                             "Owning rows updated by rollups")),
+      rollup_missing_owners(
+          counter(*registry_, "slotted_counterd_rollup_missing_owners_total",
+                  "Rolled-up counters whose owning row does not exist (skipped)")),
       last_rollup_success_timestamp_seconds(
-          family(BuildGauge(), *registry_, "slotted_counterd_last_rollup_success_timestamp_seconds",
-                 "Unix time of the last successful rollup")
-              .Add({})),
-      wal_bytes(family(BuildGauge(), *registry_, "slotted_counterd_wal_bytes",
-                       "Bytes in write-ahead log segments")
-                    .Add({})),
-      wal_fsync_duration_seconds(family(BuildHistogram(), *registry_,
-                                        "slotted_counterd_wal_fsync_duration_seconds",
-                                        "Duration of write-ahead log syncs")
-                                     .Add({}, fsync_buckets)),
-      wal_torn_tails(family(BuildCounter(), *registry_, "slotted_counterd_wal_torn_tails_total",
-                            "Incomplete records cut off the end of the WAL at startup")
-                         .Add({})),
-      http_connections_open(family(BuildGauge(), *registry_,
-                                   "slotted_counterd_http_connections_open",
-                                   "HTTP connections open now (held until closed)")
-                                .Add({})),
+          gauge(*registry_, "slotted_counterd_last_rollup_success_timestamp_seconds",
+                "Unix time of the last successful rollup")),
+      wal_bytes(
+          gauge(*registry_, "slotted_counterd_wal_bytes", "Bytes in write-ahead log segments")),
+      wal_fsync_duration_seconds(histogram(*registry_,
+                                           "slotted_counterd_wal_fsync_duration_seconds",
+                                           "Duration of write-ahead log syncs", fsync_buckets)),
+      wal_torn_tails(counter(*registry_, "slotted_counterd_wal_torn_tails_total",
+                             "Incomplete records cut off the end of the WAL at startup")),
+      http_connections_open(gauge(*registry_, "slotted_counterd_http_connections_open",
+                                  "HTTP connections open now (held until closed)")),
       http_connections_rejected(
-          family(BuildCounter(), *registry_, "slotted_counterd_http_connections_rejected_total",
-                 "HTTP connections closed at accept because http.max_connections were open")
-              .Add({})),
+          counter(*registry_, "slotted_counterd_http_connections_rejected_total",
+                  "HTTP connections closed at accept because http.max_connections were open")),
       http_connections_accepted(
-          family(BuildCounter(), *registry_, "slotted_counterd_http_connections_accepted_total",
-                 "HTTP connections accepted (TCP and Unix socket), refused ones not counted")
-              .Add({})),
+          counter(*registry_, "slotted_counterd_http_connections_accepted_total",
+                  "HTTP connections accepted (TCP and Unix socket), refused ones not counted")),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,
@@ -140,24 +134,23 @@ registry::registry()
           family(BuildGauge(), *registry_, "slotted_counterd_autoincrement_remaining",
                  "Values left before the counters table's AUTO_INCREMENT column is exhausted "
                  "(absent when it has none)")) {
-  for (int r = 0; r < static_cast<int>(route::count_); ++r) {
-    const char* name = route_name(static_cast<route>(r));
-    durations_[r] = &request_duration_.Add({{"route", name}}, http_buckets);
+  const auto route_of = [](std::size_t r) { return route_name(static_cast<route>(r)); };
+  for (std::size_t r = 0; r < durations_.size(); ++r)
+    durations_[r] = &request_duration_.Add({{"route", route_of(r)}}, http_buckets);
+  for (std::size_t r = 0; r < requests_by_code_.size(); ++r) {
     for (std::size_t c = 0; c < known_codes.size(); ++c) {
       requests_by_code_[r][c] =
-          &requests_.Add({{"route", name}, {"code", std::to_string(known_codes[c])}});
+          &requests_.Add({{"route", route_of(r)}, {"code", std::to_string(known_codes[c])}});
     }
   }
-  for (int r = 0; r < static_cast<int>(reject_reason::count_); ++r) {
-    rejected_by_reason_[r] =
-        &rejected_.Add({{"reason", reason_name(static_cast<reject_reason>(r))}});
-  }
-  for (int k = 0; k < db::error_kind_count; ++k) {
-    db_errors_[k] =
-        &db_errors_family_.Add({{"kind", db::kind_name(static_cast<db::error_kind>(k))}});
-  }
-  family(BuildGauge(), *registry_, "slotted_counterd_build_info", "Build information, value 1")
-      .Add({{"version", slotted::version}})
+  label_children(
+      rejected_, "reason", [](std::size_t r) { return reason_name(static_cast<reject_reason>(r)); },
+      rejected_by_reason_);
+  label_children(
+      db_errors_family_, "kind",
+      [](std::size_t k) { return db::kind_name(static_cast<db::error_kind>(k)); }, db_errors_);
+  gauge(*registry_, "slotted_counterd_build_info", "Build information, value 1",
+        {{"version", slotted::version}})
       .Set(1);
 }
 

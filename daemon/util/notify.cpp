@@ -2,8 +2,6 @@
 
 #include <systemd/sd-daemon.h>
 
-#include <string>
-
 namespace slotted::notify {
 
 void ready() {
@@ -17,9 +15,6 @@ void reloading() {
 }
 void watchdog() {
   sd_notify(0, "WATCHDOG=1");
-}
-void status(std::string_view text) {
-  sd_notify(0, ("STATUS=" + std::string(text)).c_str());
 }
 
 std::optional<std::chrono::microseconds> watchdog_interval() {

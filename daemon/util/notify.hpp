@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <optional>
-#include <string_view>
 
 namespace slotted::notify {
 
@@ -13,7 +12,6 @@ void stopping();
 // A reload starts; ready() again once it is over.
 void reloading();
 void watchdog();
-void status(std::string_view text);
 // The watchdog interval systemd expects pings within, when it is enabled.
 std::optional<std::chrono::microseconds> watchdog_interval();
 

@@ -117,10 +117,7 @@ struct fixture {
 bool has_valid_token(const http::request_header& req) {
   const std::string_view h = req[beast_http::field::authorization];
   if (h.size() != 7 + token.size()) return false;
-  for (std::size_t i = 0; i < 7; ++i) {
-    if (std::tolower(static_cast<unsigned char>(h[i])) != "bearer "[i]) return false;
-  }
-  return h.substr(7) == token;
+  return boost::beast::iequals(h.substr(0, 7), "bearer ") && h.substr(7) == token;
 }
 
 void check_response(const http::response& res, bool secure, bool token_ok) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -67,12 +68,12 @@ TEST(AutoIncrement, ExhaustionHoldsEverythingUntilTheColumnIsWidened) {
   server.connect(database).execute(
       "ALTER TABLE slotted_counters MODIFY id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT");
   // Resumes by itself (the retry backoff), without a flush request.
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") !=
-             130 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-  }
+  EXPECT_TRUE(eventually(
+      [&] {
+        return server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") ==
+               130;
+      },
+      30s, 50ms));
   EXPECT_EQ(
       server.query_int(database, "SELECT SUM(count) FROM slotted_counters WHERE record_id <= 40"),
       120);

@@ -14,6 +14,7 @@
 #include "db/repository.hpp"
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/galera_cluster.hpp"
 #include "support/http_client.hpp"
 
@@ -21,7 +22,6 @@ namespace slotted::test {
 namespace {
 
 using namespace std::chrono_literals;
-using clock = std::chrono::steady_clock;
 
 sums node_totals(const galera_cluster& c, int node, const std::string& database) {
   sums totals;
@@ -61,17 +61,6 @@ double metric(std::uint16_t port, const std::string& series) {
 std::string host_series(const galera_cluster& c, int node) {
   return "slotted_counterd_mysql_host_info{host=\"127.0.0.1:" + std::to_string(c.port(node)) +
          "\"}";
-}
-
-// Polls `done` until true or the deadline; false on timeout.
-template <typename F>
-bool eventually(F done, std::chrono::seconds limit) {
-  const auto deadline = clock::now() + limit;
-  while (clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return false;
 }
 
 struct galera_setup {

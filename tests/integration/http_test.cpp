@@ -17,6 +17,7 @@
 #include "http/listener.hpp"
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -345,12 +346,12 @@ TEST(HttpConnectionLimit, ConnectionsBeyondMaxConnectionsAreRefusedAndCounted) {
   EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_open"), 3);
   // Closing one gives its place back.
   held.pop_back();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline &&
-         metric_value(metrics, "slotted_counterd_http_connections_open") != 2) {
-    metrics = held[0]->get("/metrics").body;
-  }
-  EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_open"), 2);
+  EXPECT_TRUE(eventually(
+      [&] {
+        return metric_value(held[0]->get("/metrics").body,
+                            "slotted_counterd_http_connections_open") == 2;
+      },
+      std::chrono::seconds(20)));
   EXPECT_EQ(http_client(daemon.port()).get("/healthz").status, 200u);
 }
 

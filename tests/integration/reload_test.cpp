@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -25,12 +26,8 @@ std::size_t occurrences(const std::string& text, const std::string& needle) {
 
 // Waits until the daemon's log holds `needle` at least `count` times.
 bool wait_for_log(const daemon_process& d, const std::string& needle, std::size_t count = 1) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (occurrences(d.log(), needle) >= count) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
+  return eventually([&] { return occurrences(d.log(), needle) >= count; },
+                    std::chrono::seconds(30));
 }
 
 struct token_files {

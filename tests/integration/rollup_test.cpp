@@ -12,6 +12,7 @@
 
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -118,10 +119,12 @@ TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
                                               {"record_type": 123, "record_id": 8}])")
                 .status,
             202u);
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (server.query_int(database, "SELECT download_count FROM repositories WHERE id = 7") != 5 &&
-         std::chrono::steady_clock::now() < deadline) {
-  }
+  eventually(
+      [&] {
+        return server.query_int(database, "SELECT download_count FROM repositories WHERE id = 7") ==
+               5;
+      },
+      20s);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 7"), 5);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 8"), 1);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 9"), -1);

@@ -6,6 +6,7 @@
 
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -31,11 +32,12 @@ TEST(Shutdown, SigtermUnderLoadLosesNothing) {
 
   // Wait until the load is well under way (a condition on the daemon's own metric).
   http_client probe(daemon.port());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (metric_value(probe.get("/metrics").body, "slotted_counterd_increments_accepted_total") <
-             20000 &&
-         std::chrono::steady_clock::now() < deadline) {
-  }
+  eventually(
+      [&] {
+        return metric_value(probe.get("/metrics").body,
+                            "slotted_counterd_increments_accepted_total") >= 20000;
+      },
+      std::chrono::seconds(60));
   daemon.signal(SIGTERM);
   const int code = daemon.wait(std::chrono::seconds(30));
   stop = true;

@@ -279,7 +279,7 @@ def migrate(binary, config):
 class Load:
     """Mixed traffic in one background thread, with per-kind answer bookkeeping."""
 
-    # kind -> statuses the spec allows at any time (the database may be down on purpose).
+    # kind -> statuses the README (HTTP API) allows at any time (the database may be down on purpose).
     ALLOWED = {
         "json": {202}, "ndjson": {202}, "malformed": {400}, "content_type": {415},
         "unknown_path": {404}, "healthz": {200}, "readyz": {200, 503},
@@ -740,7 +740,7 @@ def main():
             runner.run("metrics: promtool check metrics and pinned names", check_metrics, ctx)
             outage_ok = runner.run("dashboard: load with a database restart", run_outage, ctx)
             ctx.load.stop()
-            runner.run("load: answers as the spec says", check_load_answers, ctx)
+            runner.run("load: answers as the README says", check_load_answers, ctx)
             if outage_ok:
                 runner.run("dashboard: outage visible in Prometheus", check_db_outage_seen, ctx)
             runner.run("dashboard: every panel query returns data", check_dashboard_queries, ctx)

@@ -127,6 +127,14 @@ TEST(Parser, LongFieldNamesAreCutOnACharacterBoundary) {
   EXPECT_EQ(p.error->message, "unknown field \"" + std::string(63, 'a') + "...\"");
 }
 
+TEST(Parser, NamesQuotedInErrorsAreEscapedAsJson) {
+  // "a\"b" followed by U+0001: the excerpt keeps the quote and the control character,
+  // escaped, so the message is JSON-quoted text and says which name was wrong.
+  const auto p = parse(R"({"record_type": 7, "record_id": 1, "a\"b\u0001": 1})");
+  ASSERT_TRUE(p.error);
+  EXPECT_EQ(p.error->message, R"(unknown field "a\"b\u0001")");
+}
+
 TEST(Parser, UndeclaredTypes) {
   expect_error(R"({"record_type": 8, "record_id": 1})", "not declared", 0);
   expect_error(R"({"record_type": "nope", "record_id": 1})", "unknown counter name", 0);

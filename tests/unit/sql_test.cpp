@@ -27,6 +27,21 @@ TEST(Sql, SchemaStatementsAreIdempotent) {
             std::string::npos);
 }
 
+TEST(Sql, SchemaChecksReadTheCurrentDatabase) {
+  EXPECT_EQ(table_exists_select("'t'"),
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+            "TABLE_NAME = 't'");
+  EXPECT_EQ(column_exists_select("'t'", "'c'"),
+            "SELECT 1 FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND "
+            "TABLE_NAME = 't' AND COLUMN_NAME = 'c'");
+  EXPECT_NE(unique_index_columns_select("'t'").find(
+                "TABLE_NAME = 't' AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX"),
+            std::string::npos);
+  EXPECT_EQ(ledger_seqs_select("'w'", 7, 9),
+            "SELECT `batch_seq` FROM `slotted_counterd_ledger` WHERE `instance_id` = 'w' AND "
+            "`run_id` = 7 AND `batch_seq` >= 9");
+}
+
 TEST(Sql, LedgerStatements) {
   EXPECT_EQ(ledger_insert("'web-01'", 7, 9, 1000),
             "INSERT INTO `slotted_counterd_ledger` (`instance_id`, `run_id`, `batch_seq`, "
