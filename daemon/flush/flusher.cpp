@@ -148,9 +148,9 @@ bool flusher::take_from_store() {
     return batches;
   };
   bool logged = true;
-  if (wal_ != nullptr) {
-    // The log forms and logs them between two groups, then hands them over here.
-    logged = wal_->swap(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
+  if (source_ != nullptr) {
+    // The durable path forms and logs them between two groups, then queues them here.
+    logged = source_->take(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
   } else {
     std::vector<store::pending_delta> deltas;
     const auto oldest = store_.take_all(deltas);
@@ -188,14 +188,14 @@ void flusher::retag_all(std::uint64_t tag) {
   for (auto& b : queued_) b.wal_tag = tag;
 }
 
-void flusher::release_wal() {
-  if (wal_ == nullptr) return;
+void flusher::release_source() {
+  if (source_ == nullptr) return;
   std::uint64_t min_tag = UINT64_MAX;
   {
     std::lock_guard lock(queue_mutex_);
     for (const auto& b : queued_) min_tag = std::min(min_tag, b.wal_tag);
   }
-  wal_->release(min_tag);
+  source_->release(min_tag);
 }
 
 void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
@@ -327,10 +327,10 @@ std::size_t flusher::write_queued(db::connection& conn) {
   } catch (const db::db_error& e) {
     // Rolled back (outcome known) unless the connection went: then it stays in doubt.
     if (!e.connection_lost()) set_committing(false);
-    if (popped > 0) release_wal();
+    if (popped > 0) release_source();
     throw;
   }
-  if (popped > 0) release_wal();
+  if (popped > 0) release_source();
   return written;
 }
 
@@ -455,7 +455,7 @@ flush_result flusher::cycle() {
     // unloggable on a full disk) is replayed after a crash, and only its ledger row
     // makes that a no-op: prune only once the WAL has logged every batch committed.
     if (!deadline_hit_ && clock::now() - last_prune_ > prune_every &&
-        (wal_ == nullptr || wal_->batches_logged_committed())) {
+        (source_ == nullptr || source_->batches_logged_committed())) {
       std::uint64_t keep_from = next_seq_;
       {
         std::lock_guard lock(queue_mutex_);
@@ -545,7 +545,8 @@ void flusher::update_gauges() {
 }
 
 counter_reading flusher::read_total(const store::counter_key& key) {
-  const auto queued_delta = [&] {
+  // The pending sum, or nullopt when it is out of range.
+  const auto queued_delta = [&]() -> std::optional<std::int64_t> {
     std::int64_t sum = store_.pending(key);
     for (const auto& b : queued_) {
       const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
@@ -556,8 +557,7 @@ counter_reading flusher::read_total(const store::counter_key& key) {
           it->record_id == key.record_id) {
         // The store's sum and a queued batch's are each bounded (max_pending_sum), but
         // not their total: no wrap, a retry after the next flush.
-        if (__builtin_add_overflow(sum, it->delta, &sum))
-          throw db::db_error(0, "the counter's pending sum is out of range; retry");
+        if (__builtin_add_overflow(sum, it->delta, &sum)) return std::nullopt;
       }
     }
     return sum;
@@ -579,10 +579,15 @@ counter_reading flusher::read_total(const store::counter_key& key) {
       }
       reading.persisted = db::read_count(*lease, settings_.table, key.record_type, key.record_id);
       std::lock_guard lock(queue_mutex_);
-      reading.pending = queued_delta();
+      const auto pending = queued_delta();
+      if (!pending) {
+        reading.retry = "the counter's pending sum is out of range; retry after the next flush";
+        return reading;
+      }
+      reading.pending = *pending;
       exact = generation_ == before && stable();
     }
-    if (!exact) throw db::db_error(0, "the counter is being written; retry");
+    if (!exact) reading.retry = "the counter is being written; retry";
   } catch (const db::db_error& e) {
     if (e.connection_lost()) lease.discard();
     metrics_.db_error(e.kind());
