@@ -149,6 +149,21 @@ class flusher final : public store::batch_queue {
   // Commits queued batches oldest first, until the queue is empty or the stop deadline
   // has passed; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
+  // How one batch's commit ended: its outcome, or the database refused its data.
+  struct commit_attempt {
+    db::commit_outcome outcome{};
+    std::optional<std::string> refused;
+  };
+  // Commits `b` in one transaction with its ledger row, retrying deadlocks and lock
+  // wait timeouts a few times (not past the stop deadline). Throws db_error for
+  // anything else; a lost connection leaves the batch in doubt.
+  commit_attempt commit_with_retries(db::connection& conn, const flush_batch& b);
+  // Takes the front batch off the queue after `a`: counted as written or already
+  // applied, dropped (one refused row), or replaced by its two halves (refused, to
+  // find the bad rows). Returns rows written.
+  std::size_t pop_committed(const commit_attempt& a);
+  // Odd generation while a batch commits (see read_total).
+  void set_committing(bool committing);
   // A statement was answered or a batch committed: the cycle is not wedged.
   void progress();
   bool past_deadline() const;
