@@ -32,7 +32,10 @@ struct committer::job {
 
 committer::committer(wal::write_ahead_log& log, store::pending_store& store,
                      std::size_t max_pending_keys)
-    : log_(log), store_(store), max_pending_keys_(max_pending_keys) {}
+    : log_(log),
+      store_(store),
+      max_pending_keys_(max_pending_keys),
+      inline_(log.config().fsync != config::fsync_mode::always) {}
 
 committer::~committer() {
   stop();
@@ -56,6 +59,8 @@ void committer::stop() {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard log_lock(log_mutex_);
+  closed_ = true;
   // Tasks queued after the thread's last look still get their answer.
   for (auto& task : std::exchange(tasks_, {})) task();
   if (started_ && log_.unsynced()) log_.sync();
@@ -67,6 +72,7 @@ void committer::submit(std::vector<ingest::increment>&& increments, net::io_cont
   // Encoded here, on the submitting thread: the log thread only concatenates.
   wal::append_increments(r.record, r.increments);
   r.magnitude = store::pending_store::magnitude(r.increments);
+  if (inline_) return write_inline(std::move(r));
   {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
@@ -159,8 +165,9 @@ void committer::run() {
   const bool interval_mode = cfg.fsync == config::fsync_mode::interval;
   while (true) {
     const auto has_work = [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); };
-    if (interval_mode && log_.unsynced()) {
-      wake_.wait_until(lock, log_.last_sync() + cfg.fsync_interval, has_work);
+    if (interval_mode) {
+      // Appends happen on other threads without a word to this one: look every interval.
+      wake_.wait_for(lock, cfg.fsync_interval, has_work);
     } else {
       wake_.wait(lock, has_work);
     }
@@ -168,25 +175,84 @@ void committer::run() {
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
-      task();
+      {
+        std::lock_guard log_lock(log_mutex_);
+        task();
+      }
       lock.lock();
     }
     if (!pending_.empty()) {
       auto group = std::exchange(pending_, {});
       lock.unlock();
-      write_group(group);
+      {
+        std::lock_guard log_lock(log_mutex_);
+        write_group(group);
+      }
       lock.lock();
     }
-    if (interval_mode && log_.unsynced() && clock::now() >= log_.last_sync() + cfg.fsync_interval) {
-      lock.unlock();
-      log_.sync();
-      lock.lock();
-    }
-    if (stopping_ && pending_.empty() && tasks_.empty()) return;
+    const bool stop_now = stopping_ && pending_.empty() && tasks_.empty();
     lock.unlock();
-    if (log_.snapshot_due()) snapshot();
+    {
+      std::lock_guard log_lock(log_mutex_);
+      if (interval_mode && log_.unsynced() && clock::now() >= log_.last_sync() + cfg.fsync_interval)
+        log_.sync();
+      if (stop_now) return;
+      if (log_.snapshot_due()) snapshot();
+    }
     lock.lock();
   }
+}
+
+template <typename BeforeDrain>
+commit_result committer::admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
+                               BeforeDrain before_drain) {
+  // The pending limit, as without a WAL: checked before anything is logged, counting
+  // what is logged but not yet applied.
+  if (store_.over_pending_limit(max_pending_keys_, unapplied_keys_.load() + new_keys))
+    return commit_result::over_limit;
+  // And the bound on pending sums: what is logged must be applicable, or replay would
+  // apply what the client was told was refused.
+  std::uint64_t pending_change = 0;
+  if (__builtin_add_overflow(unapplied_magnitude_.load(), unapplied, &pending_change))
+    pending_change = UINT64_MAX;
+  auto fit = store_.fits(r.increments, pending_change);
+  if (fit == store::pending_store::fit::maybe) {
+    // Near the bound: what is logged so far goes into the store first, then an exact
+    // check (nothing else is logged, so nothing else adds, while log_mutex_ is held).
+    before_drain();
+    drain();
+    fit = store_.fits(r.increments, 0);
+  }
+  return fit == store::pending_store::fit::no ? commit_result::out_of_range
+                                              : commit_result::applied;
+}
+
+void committer::write_inline(request&& r) {
+  auto j = std::make_shared<job>();
+  {
+    std::lock_guard lock(log_mutex_);
+    if (closed_) {
+      r.result = commit_result::log_unavailable;
+    } else {
+      r.result = admit(r, 0, 0, [] {});
+      if (r.result == commit_result::applied && !log_.append(r.record, false))
+        r.result = commit_result::log_unavailable;
+    }
+    if (r.result == commit_result::applied) {
+      // Registered before the lock goes: a take that comes next applies it if this
+      // thread has not yet.
+      j->keys = r.increments.size();
+      j->magnitude = r.magnitude;
+      unapplied_keys_ += j->keys;
+      unapplied_magnitude_ += j->magnitude;
+      std::lock_guard l(unapplied_mutex_);
+      unapplied_.push_back(j);
+    } else {
+      j->applied = true;
+    }
+    j->requests.push_back(std::move(r));
+  }
+  apply_and_answer(*j);
 }
 
 void committer::write_group(std::vector<request>& group) {
@@ -211,28 +277,8 @@ void committer::write_group(std::vector<request>& group) {
     unapplied = 0;
   };
   for (auto& r : group) {
-    // The pending limit, as without a WAL: checked before anything is logged, counting
-    // what is logged but not yet applied.
-    if (store_.over_pending_limit(max_pending_keys_, unapplied_keys_.load() + new_keys)) {
-      r.result = commit_result::over_limit;
-      chunk.push_back(std::move(r));
-      continue;
-    }
-    // And the bound on pending sums: what is logged must be applicable, or replay would
-    // apply what the client was told was refused.
-    std::uint64_t pending_change = 0;
-    if (__builtin_add_overflow(unapplied_magnitude_.load(), unapplied, &pending_change))
-      pending_change = UINT64_MAX;
-    auto fit = store_.fits(r.increments, pending_change);
-    if (fit == store::pending_store::fit::maybe) {
-      // Near the bound: what is logged so far goes into the store first, then an exact
-      // check (nothing else adds while the log thread drains).
-      write_chunk();
-      drain();
-      fit = store_.fits(r.increments, 0);
-    }
-    if (fit == store::pending_store::fit::no) {
-      r.result = commit_result::out_of_range;
+    r.result = admit(r, new_keys, unapplied, write_chunk);
+    if (r.result != commit_result::applied) {
       chunk.push_back(std::move(r));
       continue;
     }

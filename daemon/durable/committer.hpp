@@ -2,14 +2,19 @@
 // The durable ingest path, with a WAL: log, then apply, then answer (README: Design).
 // This component alone owns that order; the WAL only writes, the store only holds.
 //
-// Group commit: a request's increments are encoded as a WAL record on the thread that
-// submits them and queued. One log thread is the group's leader: it takes every queued
-// request, checks the pending limit and the pending-sum bound, writes the group with one
-// write(2) and syncs once for all of it (wal.fsync: always). That is all it does. The
+// Group commit (wal.fsync: always): a request's increments are encoded as a WAL record
+// on the thread that submits them and queued. One log thread is the group's leader: it
+// takes every queued request, checks the pending limit and the pending-sum bound, writes
+// the group with one write(2) and syncs once for all of it. That is all it does. The
 // group's increments are applied to the sharded store and answered on the HTTP thread
 // that submitted them (one post per HTTP thread per group), so applying and answering
 // spread over http.threads as they do without a WAL (LevelDB's writer queue; RocksDB's
 // pipelined write with concurrent memtable inserts).
+//
+// Without a sync per answer (wal.fsync: interval or never) a hand-off to the log thread
+// would cost more than the write itself: the submitting thread checks, appends (under
+// the log's mutex) and applies and answers at once. The log thread then only syncs every
+// wal.fsync_interval and runs the flusher's takes and the snapshots.
 //
 // The cut: the flusher's take() and the snapshots run on the log thread between two
 // groups, and before either reads the store, every increment logged so far is applied
@@ -77,6 +82,15 @@ class committer final : public store::batch_source {
  private:
   struct request;
   struct job;
+  // Whether `r` may be logged: applied, or over_limit or out_of_range. `new_keys` and
+  // `unapplied` count what the caller logged and has not dispatched yet; near the
+  // pending-sum bound `before_drain` dispatches it, then everything logged is applied
+  // and the check is exact. Under log_mutex_.
+  template <typename BeforeDrain>
+  commit_result admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
+                      BeforeDrain before_drain);
+  // wal.fsync interval and never: logs, applies and answers on the calling thread.
+  void write_inline(request&& r);
   void run();
   void write_group(std::vector<request>& group);
   // Hands `chunk` (written, or refused) to the threads that apply and answer it.
@@ -94,6 +108,10 @@ class committer final : public store::batch_source {
   wal::write_ahead_log& log_;
   store::pending_store& store_;
   std::size_t max_pending_keys_;
+  const bool inline_;  // wal.fsync is not always: see write_inline
+  // Guards log_ (not thread-safe) and makes check-then-append one step.
+  std::mutex log_mutex_;
+  std::atomic<bool> closed_{false};  // stop() began: nothing more is logged
   store::batch_queue* queue_ = nullptr;
 
   std::mutex mutex_;
