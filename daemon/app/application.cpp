@@ -76,6 +76,10 @@ std::chrono::milliseconds probe_period(const config::daemon_config& c) {
   return std::min<std::chrono::milliseconds>(c.flush.interval, std::chrono::seconds(5));
 }
 
+// The HTTP loop running on this thread (null elsewhere): a durable request is applied
+// and answered on the loop that received it.
+thread_local net::io_context* this_thread_loop = nullptr;
+
 unsigned http_threads(const config::daemon_config& c) {
   if (c.http.threads > 0) return c.http.threads;
   const unsigned hw = std::thread::hardware_concurrency();
@@ -88,8 +92,10 @@ application::application(config::daemon_config cfg)
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
       wal_(cfg_.wal.dir.empty() ? nullptr
-                                : std::make_unique<wal::write_ahead_log>(
-                                      cfg_.wal, store_, metrics_, cfg_.flush.max_pending_keys)),
+                                : std::make_unique<wal::write_ahead_log>(cfg_.wal, metrics_)),
+      committer_(
+          wal_ ? std::make_unique<durable::committer>(*wal_, store_, cfg_.flush.max_pending_keys)
+               : nullptr),
       flusher_(flush_settings_for(cfg_, limits_), store_, pool_, metrics_),
       probe_(connect_options_for(cfg_.mysql), probe_period(cfg_),
              [this](bool reachable) { flusher_.probe_result(reachable); }),
@@ -108,6 +114,8 @@ application::application(config::daemon_config cfg)
 }
 
 application::~application() {
+  // Its thread uses the flusher's queue (snapshots), destroyed before it.
+  if (committer_) committer_->stop();
   if (!io_threads_.empty()) {
     for (auto& c : contexts_) c->stop();
     for (auto& t : io_threads_) t.join();
@@ -162,7 +170,7 @@ void application::start() {
     }
   } catch (...) {
     // The log thread uses the flusher's queue: stop it before anything is torn down.
-    if (wal_) wal_->stop();
+    if (committer_) committer_->stop();
     throw;
   }
   flusher_.start();
@@ -173,7 +181,10 @@ void application::start() {
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) {
     // Sessions come and go; the context must not run out of work in between.
-    io_threads_.emplace_back([ctx = contexts_[i].get()] { http::run_io_context(*ctx); });
+    io_threads_.emplace_back([ctx = contexts_[i].get()] {
+      this_thread_loop = ctx;
+      http::run_io_context(*ctx);
+    });
   }
   log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
             cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
@@ -191,9 +202,9 @@ void application::replay_wal(const wal::open_options& options) {
   const auto recovered = wal_->open(options);
   store_.add_deltas(recovered.deltas);
   flusher_.enqueue(recovered.batches);
-  flusher_.attach_wal(wal_.get());
+  flusher_.attach_source(committer_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
-  wal_->start(flusher_);
+  committer_->start(flusher_);
   if (recovered.segments > 0) {
     log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
               " pending counters and ", recovered.batches.size(), " logged batches");
@@ -206,7 +217,7 @@ int application::salvage_wal() {
     return 2;
   }
   replay_wal({.salvage = true});
-  wal_->stop();
+  committer_->stop();
   log::info("WAL salvage done: ", cfg_.wal.dir,
             " holds what was replayed; start the daemon normally to flush it");
   return 0;
@@ -290,7 +301,7 @@ int application::run_until_stopped() {
   roller_.stop();
   probe_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
-  if (wal_) wal_->stop();
+  if (committer_) committer_->stop();
   db_workers_.join();
   if (unwritten > 0) {
     if (wal_) {
@@ -307,33 +318,76 @@ int application::run_until_stopped() {
   return 0;
 }
 
-store::add_result application::add(std::span<const ingest::increment> increments) {
-  return store_.add(increments, cfg_.flush.max_pending_keys);
+namespace {
+http::backend_result from_store(store::add_result r) {
+  using status = http::backend_result::status;
+  switch (r) {
+    case store::add_result::applied:
+      return {status::done, {}};
+    case store::add_result::over_limit:
+      return {status::over_limit, {}};
+    case store::add_result::out_of_range:
+      return {status::out_of_range, {}};
+  }
+  return {status::unavailable, "internal error"};
 }
 
-void application::add_durable(std::vector<ingest::increment>&& increments,
-                              std::function<void(store::add_result)> done) {
-  wal_->submit(std::move(increments), std::move(done));
+http::backend_result from_commit(durable::commit_result r) {
+  using status = http::backend_result::status;
+  switch (r) {
+    case durable::commit_result::applied:
+      return {status::done, {}};
+    case durable::commit_result::over_limit:
+      return {status::over_limit, {}};
+    case durable::commit_result::out_of_range:
+      return {status::out_of_range, {}};
+    case durable::commit_result::log_unavailable:
+      break;
+  }
+  return {status::unavailable, "the write-ahead log cannot be written; retry later"};
+}
+}  // namespace
+
+http::backend_result application::add(std::span<const ingest::increment> increments) {
+  return from_store(store_.add(increments, cfg_.flush.max_pending_keys));
 }
 
-void application::read_counter(
-    store::counter_key key,
-    std::function<void(std::optional<flush::counter_reading>, std::string)> done) {
+void application::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
+  committer_->submit(std::move(increments), this_thread_loop,
+                     [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
+}
+
+void application::read_counter(store::counter_key key, done_fn done) {
   net::post(db_workers_, [this, key, done = std::move(done)] {
+    http::backend_result r;
     try {
-      done(flusher_.read_total(key), {});
+      const auto reading = flusher_.read_total(key);
+      if (!reading.retry.empty()) {
+        r = {http::backend_result::status::unavailable, reading.retry};
+      } else {
+        r.persisted = reading.persisted;
+        r.pending = reading.pending;
+      }
     } catch (const db::db_error& e) {
-      done(std::nullopt, e.what());
+      r = {http::backend_result::status::unavailable,
+           std::string("database not reachable: ") + e.what()};
     }
+    done(std::move(r));
   });
 }
 
-void application::flush_now(std::function<void(const flush::flush_result&)> done) {
-  flusher_.request_flush(std::move(done));
+void application::flush_now(done_fn done) {
+  flusher_.request_flush([done = std::move(done)](const flush::flush_result& f) {
+    if (!f.ok) return done({http::backend_result::status::unavailable, f.error});
+    done({http::backend_result::status::done, {}, f.rows});
+  });
 }
 
-void application::rollup_now(std::function<void(const rollup::rollup_result&)> done) {
-  roller_.request(std::move(done));
+void application::rollup_now(done_fn done) {
+  roller_.request([done = std::move(done)](const rollup::rollup_result& r) {
+    if (!r.ok) return done({http::backend_result::status::unavailable, r.error});
+    done({http::backend_result::status::done, {}, r.records});
+  });
 }
 
 std::string application::metrics_text() {

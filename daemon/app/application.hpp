@@ -1,6 +1,7 @@
 #pragma once
-// Wires the daemon together: config -> metrics, store, pool, flusher, router, listener.
-// Data flows one way: HTTP -> parser -> store -> flusher -> database.
+// Wires the daemon together: config -> metrics, store, WAL and committer, pool, flusher,
+// router, listener. Data flows one way: HTTP -> parser -> store (through the committer
+// and the WAL when wal.dir is set) -> flusher -> database -> rollup (README: Design).
 //
 // start() throws on startup errors (bind). The database may be down at start: the
 // daemon accepts into memory and /readyz answers 503 until the flusher connects.
@@ -19,6 +20,7 @@
 #include "config/config.hpp"
 #include "db/pool.hpp"
 #include "db/probe.hpp"
+#include "durable/committer.hpp"
 #include "flush/flusher.hpp"
 #include "http/listener.hpp"
 #include "http/router.hpp"
@@ -84,15 +86,12 @@ class application final : public http::backend {
   // http::backend
   bool draining() const override { return draining_.load(); }
   bool ready() const override { return flusher_.ready(); }
-  store::add_result add(std::span<const ingest::increment> increments) override;
-  bool durable() const override { return wal_ != nullptr; }
-  void add_durable(std::vector<ingest::increment>&& increments,
-                   std::function<void(store::add_result)> done) override;
-  void read_counter(
-      store::counter_key key,
-      std::function<void(std::optional<flush::counter_reading>, std::string)> done) override;
-  void flush_now(std::function<void(const flush::flush_result&)> done) override;
-  void rollup_now(std::function<void(const rollup::rollup_result&)> done) override;
+  http::backend_result add(std::span<const ingest::increment> increments) override;
+  bool durable() const override { return committer_ != nullptr; }
+  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
+  void read_counter(store::counter_key key, done_fn done) override;
+  void flush_now(done_fn done) override;
+  void rollup_now(done_fn done) override;
   std::string metrics_text() override;
 
  private:
@@ -106,6 +105,9 @@ class application final : public http::backend {
   db::pool pool_;
   ingest::table_limits limits_;
   std::unique_ptr<wal::write_ahead_log> wal_;
+  // Log, then apply, then answer (with wal_ only). Declared before the flusher and the
+  // HTTP loops: its thread is stopped before they go (see ~application).
+  std::unique_ptr<durable::committer> committer_;
   flush::flusher flusher_;
   // Tells the flusher, every min(flush.interval, 5s), whether the database answers.
   db::probe probe_;

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "store/batch.hpp"
+
 namespace slotted::db {
 
 // The bookkeeping table of committed flush batches (README: Guarantees, exactly once).
@@ -16,12 +18,8 @@ inline constexpr std::string_view ledger_table = "slotted_counterd_ledger";
 // Durable "needs rollup" marks, written in the flush transaction (see rollup/).
 inline constexpr std::string_view dirty_table = "slotted_counterd_dirty";
 
-struct counter_row {
-  std::uint32_t record_type = 0;
-  std::uint64_t record_id = 0;
-  std::uint16_t slot = 0;
-  std::int64_t delta = 0;
-};
+// Defined with the batches (store/batch.hpp), upstream of the database layer.
+using counter_row = store::counter_row;
 
 // `name` backquoted. Precondition: config::is_valid_identifier(name).
 std::string quote_identifier(std::string_view name);

@@ -148,9 +148,9 @@ bool flusher::take_from_store() {
     return batches;
   };
   bool logged = true;
-  if (wal_ != nullptr) {
-    // The log forms and logs them between two groups, then hands them over here.
-    logged = wal_->swap(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
+  if (source_ != nullptr) {
+    // The durable path forms and logs them between two groups, then queues them here.
+    logged = source_->take(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
   } else {
     std::vector<store::pending_delta> deltas;
     const auto oldest = store_.take_all(deltas);
@@ -188,14 +188,14 @@ void flusher::retag_all(std::uint64_t tag) {
   for (auto& b : queued_) b.wal_tag = tag;
 }
 
-void flusher::release_wal() {
-  if (wal_ == nullptr) return;
+void flusher::release_source() {
+  if (source_ == nullptr) return;
   std::uint64_t min_tag = UINT64_MAX;
   {
     std::lock_guard lock(queue_mutex_);
     for (const auto& b : queued_) min_tag = std::min(min_tag, b.wal_tag);
   }
-  wal_->release(min_tag);
+  source_->release(min_tag);
 }
 
 void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
@@ -215,18 +215,87 @@ std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::cou
   return dirty_rows_;
 }
 
+void flusher::set_committing(bool committing) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    if ((generation_ % 2 == 1) != committing) ++generation_;
+  }
+  generation_changed_.notify_all();
+}
+
+flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const flush_batch& b) {
+  const db::batch_identity id{settings_.instance_id, b.run_id, b.seq};
+  for (int attempt = 0;; ++attempt) {
+    try {
+      commit_attempt done;
+      done.outcome = db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows));
+      progress();
+      return done;
+    } catch (const db::db_error& e) {
+      progress();  // an answer, even an error, is a sign of life
+      // Not a bad row: no row can be written. Nothing is dropped; the batch stays
+      // queued until the column is widened (checked again at each retry).
+      if (db::is_autoincrement_exhaustion(e.code(), e.what()))
+        throw autoincrement_exhausted(conn, e);
+      if (e.data_error()) return {db::commit_outcome{}, e.what()};
+      const auto kind = e.kind();
+      if (kind == db::error_kind::connection) {
+        std::lock_guard lock(queue_mutex_);
+        in_doubt_ = true;
+      }
+      // Past the stop deadline a retry would hold the stop for another lock wait
+      // (up to innodb_lock_wait_timeout): the batch stays queued instead.
+      if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
+          attempt + 1 >= lock_retries || past_deadline()) {
+        throw;
+      }
+      metrics_.db_error(kind);
+      std::uniform_int_distribution<int> pause_ms(5, 20 << attempt);
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng_)));
+    }
+  }
+}
+
+std::size_t flusher::pop_committed(const commit_attempt& a) {
+  const flush_batch& batch = queued_.front();  // only this thread pops
+  if (a.refused && batch.rows.size() > 1) {
+    // Rolled back, so nothing of it was applied: split it to find the rows at fault
+    // and let the others through.
+    auto [left, right] = split_batch(batch);
+    std::lock_guard lock(queue_mutex_);
+    queued_.pop_front();
+    queued_.push_front(std::move(right));
+    queued_.push_front(std::move(left));
+    return 0;
+  }
+  std::size_t written = 0;
+  if (a.refused) {
+    // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
+    // total past BIGINT): dropped, loudly, so that it does not block every later
+    // batch forever.
+    const auto& r = batch.rows.front();
+    metrics_.rows_refused.Increment();
+    log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ",
+               r.record_id, "): ", *a.refused, "; it is dropped");
+  } else if (a.outcome == db::commit_outcome::applied) {
+    written = batch.rows.size();
+    metrics_.flush_rows.Increment(static_cast<double>(written));
+    metrics_.flush_statements.Increment();
+  } else {
+    metrics_.batches_already_applied.Increment();
+    log::info("batch ", batch.seq, " of run ", batch.run_id,
+              " was already committed (found in the ledger); not applied again");
+  }
+  std::lock_guard lock(queue_mutex_);
+  queued_rows_ -= batch.rows.size();
+  queued_.pop_front();
+  in_doubt_ = false;
+  store_.set_unwritten_rows(queued_rows_);
+  return written;
+}
+
 std::size_t flusher::write_queued(db::connection& conn) {
   std::size_t written = 0, popped = 0;
-  // Around each batch the generation is odd: a concurrent read_total() may or may not
-  // see it in the database. A batch whose commit outcome is unknown (the connection
-  // went during it) stays "in doubt" until a later attempt resolves it.
-  const auto set_committing = [&](bool committing) {
-    {
-      std::lock_guard lock(queue_mutex_);
-      if ((generation_ % 2 == 1) != committing) ++generation_;
-    }
-    generation_changed_.notify_all();
-  };
   try {
     while (true) {
       const flush_batch* batch = nullptr;
@@ -248,89 +317,23 @@ std::size_t flusher::write_queued(db::connection& conn) {
         ++popped;
         continue;
       }
+      // Around each batch the generation is odd: a concurrent read_total() may or may
+      // not see it in the database.
       set_committing(true);
-      const db::batch_identity id{settings_.instance_id, batch->run_id, batch->seq};
-      db::commit_outcome outcome{};
-      std::optional<std::string> refused;  // the database refused these rows' values
-      for (int attempt = 0;; ++attempt) {
-        try {
-          outcome =
-              db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
-          progress();
-          break;
-        } catch (const db::db_error& e) {
-          progress();  // an answer, even an error, is a sign of life
-          // Not a bad row: no row can be written. Nothing is dropped; the batch stays
-          // queued until the column is widened (checked again at each retry).
-          if (db::is_autoincrement_exhaustion(e.code(), e.what()))
-            throw autoincrement_exhausted(conn, e);
-          if (e.data_error()) {
-            refused = e.what();
-            break;
-          }
-          const auto kind = e.kind();
-          if (kind == db::error_kind::connection) {
-            std::lock_guard lock(queue_mutex_);
-            in_doubt_ = true;
-          }
-          // Past the stop deadline a retry would hold the stop for another lock wait
-          // (up to innodb_lock_wait_timeout): the batch stays queued instead.
-          if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
-              attempt + 1 >= lock_retries || past_deadline()) {
-            throw;
-          }
-          metrics_.db_error(kind);
-          std::uniform_int_distribution<int> pause_ms(5, 20 << attempt);
-          std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng_)));
-        }
-      }
-      if (refused && batch->rows.size() > 1) {
-        // Rolled back, so nothing of it was applied: split it to find the rows at fault
-        // and let the others through.
-        auto [left, right] = split_batch(*batch);
-        {
-          std::lock_guard lock(queue_mutex_);
-          queued_.pop_front();
-          queued_.push_front(std::move(right));
-          queued_.push_front(std::move(left));
-        }
-        set_committing(false);
-        continue;
-      }
-      if (refused) {
-        // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
-        // total past BIGINT): dropped, loudly, so that it does not block every later
-        // batch forever.
-        const auto& r = batch->rows.front();
-        metrics_.rows_refused.Increment();
-        log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ",
-                   r.record_id, "): ", *refused, "; it is dropped");
-      } else if (outcome == db::commit_outcome::applied) {
-        written += batch->rows.size();
-        metrics_.flush_rows.Increment(static_cast<double>(batch->rows.size()));
-        metrics_.flush_statements.Increment();
-      } else {
-        metrics_.batches_already_applied.Increment();
-        log::info("batch ", batch->seq, " of run ", batch->run_id,
-                  " was already committed (found in the ledger); not applied again");
-      }
-      {
-        std::lock_guard lock(queue_mutex_);
-        queued_rows_ -= queued_.front().rows.size();
-        queued_.pop_front();
-        in_doubt_ = false;
-        ++popped;
-        store_.set_unwritten_rows(queued_rows_);
-      }
+      const auto attempt = commit_with_retries(conn, *batch);
+      const bool splits = attempt.refused && batch->rows.size() > 1;
+      written += pop_committed(attempt);
+      if (!splits) ++popped;
       set_committing(false);
     }
   } catch (const db::db_error& e) {
-    // Rolled back (outcome known) unless the connection went: then it stays in doubt.
+    // Rolled back (outcome known) unless the connection went: then the batch stays in
+    // doubt (and the generation odd) until a later attempt resolves it.
     if (!e.connection_lost()) set_committing(false);
-    if (popped > 0) release_wal();
+    if (popped > 0) release_source();
     throw;
   }
-  if (popped > 0) release_wal();
+  if (popped > 0) release_source();
   return written;
 }
 
@@ -455,7 +458,7 @@ flush_result flusher::cycle() {
     // unloggable on a full disk) is replayed after a crash, and only its ledger row
     // makes that a no-op: prune only once the WAL has logged every batch committed.
     if (!deadline_hit_ && clock::now() - last_prune_ > prune_every &&
-        (wal_ == nullptr || wal_->batches_logged_committed())) {
+        (source_ == nullptr || source_->batches_logged_committed())) {
       std::uint64_t keep_from = next_seq_;
       {
         std::lock_guard lock(queue_mutex_);
@@ -545,7 +548,8 @@ void flusher::update_gauges() {
 }
 
 counter_reading flusher::read_total(const store::counter_key& key) {
-  const auto queued_delta = [&] {
+  // The pending sum, or nullopt when it is out of range.
+  const auto queued_delta = [&]() -> std::optional<std::int64_t> {
     std::int64_t sum = store_.pending(key);
     for (const auto& b : queued_) {
       const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
@@ -556,8 +560,7 @@ counter_reading flusher::read_total(const store::counter_key& key) {
           it->record_id == key.record_id) {
         // The store's sum and a queued batch's are each bounded (max_pending_sum), but
         // not their total: no wrap, a retry after the next flush.
-        if (__builtin_add_overflow(sum, it->delta, &sum))
-          throw db::db_error(0, "the counter's pending sum is out of range; retry");
+        if (__builtin_add_overflow(sum, it->delta, &sum)) return std::nullopt;
       }
     }
     return sum;
@@ -579,10 +582,15 @@ counter_reading flusher::read_total(const store::counter_key& key) {
       }
       reading.persisted = db::read_count(*lease, settings_.table, key.record_type, key.record_id);
       std::lock_guard lock(queue_mutex_);
-      reading.pending = queued_delta();
+      const auto pending = queued_delta();
+      if (!pending) {
+        reading.retry = "the counter's pending sum is out of range; retry after the next flush";
+        return reading;
+      }
+      reading.pending = *pending;
       exact = generation_ == before && stable();
     }
-    if (!exact) throw db::db_error(0, "the counter is being written; retry");
+    if (!exact) reading.retry = "the counter is being written; retry";
   } catch (const db::db_error& e) {
     if (e.connection_lost()) lease.discard();
     metrics_.db_error(e.kind());

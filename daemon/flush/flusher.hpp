@@ -30,14 +30,15 @@
 
 #include "db/pool.hpp"
 #include "db/repository.hpp"
-#include "flush/batch.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
+#include "store/batch.hpp"
 #include "store/pending_store.hpp"
 #include "util/worker.hpp"
-#include "wal/wal.hpp"
 
 namespace slotted::flush {
+
+using store::flush_batch;
 
 struct settings {
   std::string instance_id;
@@ -62,6 +63,9 @@ struct flush_result {
 struct counter_reading {
   std::int64_t persisted = 0;
   std::int64_t pending = 0;
+  // Empty when the figures are exact; else why none could be read now (a batch being
+  // committed or in doubt throughout, a sum out of range): not an error, retry later.
+  std::string retry;
 };
 
 // The two halves of a batch the database refused for its data (see write_queued):
@@ -82,7 +86,7 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
                                       std::uint64_t first_seq, std::mt19937_64& rng,
                                       std::chrono::steady_clock::time_point oldest_arrival);
 
-class flusher final : public wal::batch_queue {
+class flusher final : public store::batch_queue {
  public:
   flusher(settings s, store::pending_store& store, db::pool& pool, metrics::registry& metrics);
   ~flusher() override;
@@ -91,13 +95,14 @@ class flusher final : public wal::batch_queue {
 
   void start();
 
-  // Logs every batch in `log` before it may commit, and tells it what has committed.
-  // Call before start().
-  void attach_wal(wal::write_ahead_log* log) { wal_ = log; }
+  // Takes batches through `source` (the durable path: it logs every batch before it
+  // may commit) and tells it what has committed, instead of taking the store's content
+  // itself. Call before start().
+  void attach_source(store::batch_source* source) { source_ = source; }
   // Queues batches recovered from the WAL (they keep their ids). Call before start().
   void enqueue(std::vector<flush_batch> batches);
 
-  // wal::batch_queue
+  // store::batch_queue
   std::vector<flush_batch> queued_copy() override;
   void retag_all(std::uint64_t tag) override;
 
@@ -112,8 +117,9 @@ class flusher final : public wal::batch_queue {
   void request_flush(std::function<void(const flush_result&)> done);
 
   // Persisted SUM(count) plus what is still pending, never counting a batch twice or
-  // not at all while it commits. Blocking: call from a database worker thread.
-  // Throws db_error.
+  // not at all while it commits; when no exact figure can be had now, says why in
+  // `retry`. Blocking: call from a database worker thread. Throws db_error when the
+  // database cannot be read.
   counter_reading read_total(const store::counter_key& key);
 
   // The database was reachable and the schema valid at the last cycle, and the probe
@@ -142,6 +148,21 @@ class flusher final : public wal::batch_queue {
   // Commits queued batches oldest first, until the queue is empty or the stop deadline
   // has passed; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
+  // How one batch's commit ended: its outcome, or the database refused its data.
+  struct commit_attempt {
+    db::commit_outcome outcome{};
+    std::optional<std::string> refused;
+  };
+  // Commits `b` in one transaction with its ledger row, retrying deadlocks and lock
+  // wait timeouts a few times (not past the stop deadline). Throws db_error for
+  // anything else; a lost connection leaves the batch in doubt.
+  commit_attempt commit_with_retries(db::connection& conn, const flush_batch& b);
+  // Takes the front batch off the queue after `a`: counted as written or already
+  // applied, dropped (one refused row), or replaced by its two halves (refused, to
+  // find the bad rows). Returns rows written.
+  std::size_t pop_committed(const commit_attempt& a);
+  // Odd generation while a batch commits (see read_total).
+  void set_committing(bool committing);
   // A statement was answered or a batch committed: the cycle is not wedged.
   void progress();
   bool past_deadline() const;
@@ -152,14 +173,14 @@ class flusher final : public wal::batch_queue {
   // The fatal error for an exhausted AUTO_INCREMENT column: names it, the table and
   // the ALTER TABLE that fixes it.
   db::db_error autoincrement_exhausted(db::connection& conn, const db::db_error& cause);
-  // False when the WAL could not log the batches (what was taken went back).
+  // False when the source could not log the batches (what was taken went back).
   bool take_from_store();
   void publish(std::vector<flush_batch>&& batches);
   // The front batch came from the WAL: replaces it, and every queued batch of its run
   // that came from the WAL, by what is left of it when it had been split and parts of
   // it committed before the restart (one ledger query per run). Throws db_error.
   void expand_recovered(db::connection& conn);
-  void release_wal();
+  void release_source();
   // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
   std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows);
   void note_failure(const db::db_error& e);
@@ -173,7 +194,7 @@ class flusher final : public wal::batch_queue {
   std::uint64_t next_seq_ = 1;
   std::mt19937_64 rng_;
   std::vector<db::counter_row> dirty_rows_;
-  wal::write_ahead_log* wal_ = nullptr;
+  store::batch_source* source_ = nullptr;
 
   // Guards queued_ and generation_. The flusher thread alone changes them.
   mutable std::mutex queue_mutex_;

@@ -252,14 +252,16 @@ void router::handle(request&& req, respond_fn respond) {
     case metrics::route::counters:
       return handle_counter(req, m, answer);
     case metrics::route::flush:
-      return backend_.flush_now(guarded(answer, v, [v, answer](const flush::flush_result& r) {
-        if (!r.ok) return answer(retry_later(v, "flush failed: " + r.error, "5"));
-        answer(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.rows) + "}"));
+      return backend_.flush_now(guarded(answer, v, [v, answer](const backend_result& r) {
+        if (r.outcome != backend_result::status::done)
+          return answer(retry_later(v, "flush failed: " + r.error, "5"));
+        answer(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.count) + "}"));
       }));
     case metrics::route::rollup:
-      return backend_.rollup_now(guarded(answer, v, [v, answer](const rollup::rollup_result& r) {
-        if (!r.ok) return answer(retry_later(v, "rollup failed: " + r.error, "5"));
-        answer(json_response(v, status::ok, "{\"records\": " + std::to_string(r.records) + "}"));
+      return backend_.rollup_now(guarded(answer, v, [v, answer](const backend_result& r) {
+        if (r.outcome != backend_result::status::done)
+          return answer(retry_later(v, "rollup failed: " + r.error, "5"));
+        answer(json_response(v, status::ok, "{\"records\": " + std::to_string(r.count) + "}"));
       }));
     case metrics::route::metrics: {
       response res{status::ok, v};
@@ -305,7 +307,7 @@ void router::handle_increments(const request& req, const reply& answer) {
   if (backend_.durable()) {
     return backend_.add_durable(
         std::exchange(increments, {}),
-        guarded(answer, v, [this, v, n, minimal, answer](store::add_result r) {
+        guarded(answer, v, [this, v, n, minimal, answer](const backend_result& r) {
           answer_added(answer, v, n, minimal, r);
         }));
   }
@@ -313,9 +315,9 @@ void router::handle_increments(const request& req, const reply& answer) {
 }
 
 void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool minimal,
-                          store::add_result r) {
-  switch (r) {
-    case store::add_result::applied:
+                          const backend_result& r) {
+  switch (r.outcome) {
+    case backend_result::status::done:
       metrics_.increments_accepted.Increment(static_cast<double>(n));
       if (minimal) {
         // No body at all: an nginx mirror subrequest keeps its upstream connection
@@ -326,14 +328,14 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
       }
       return answer(
           json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
-    case store::add_result::over_limit:
+    case backend_result::status::over_limit:
       metrics_.reject(metrics::reject_reason::pending_limit, n);
       return answer(
           retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
-    case store::add_result::wal_unavailable:
+    case backend_result::status::unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
       return answer(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
-    case store::add_result::out_of_range:
+    case backend_result::status::out_of_range:
       // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
       metrics_.reject(metrics::reject_reason::invalid, n);
       return answer(error_response(
@@ -368,18 +370,15 @@ void router::handle_counter(const request& req, const route_match& m, const repl
                        std::string("record_id must be an integer in ") + ingest::record_id_range));
   }
   backend_.read_counter(
-      {type, id},
-      guarded(answer, v,
-              [v, type, id, answer](std::optional<flush::counter_reading> r, std::string error) {
-                if (!r) return answer(retry_later(v, "database not reachable: " + error, "5"));
-                answer(json_response(v, status::ok,
-                                     "{\"record_type\": " + std::to_string(type) +
-                                         ", \"record_id\": \"" + std::to_string(id) +
-                                         "\", \"count\": " +
-                                         decimal(static_cast<__int128>(r->persisted) + r->pending) +
-                                         ", \"persisted\": " + std::to_string(r->persisted) +
-                                         ", \"pending\": " + std::to_string(r->pending) + "}"));
-              }));
+      {type, id}, guarded(answer, v, [v, type, id, answer](const backend_result& r) {
+        if (r.outcome != backend_result::status::done) return answer(retry_later(v, r.error, "5"));
+        answer(json_response(v, status::ok,
+                             "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
+                                 std::to_string(id) + "\", \"count\": " +
+                                 decimal(static_cast<__int128>(r.persisted) + r.pending) +
+                                 ", \"persisted\": " + std::to_string(r.persisted) +
+                                 ", \"pending\": " + std::to_string(r.pending) + "}"));
+      }));
 }
 
 }  // namespace slotted::http

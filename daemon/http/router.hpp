@@ -15,13 +15,11 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "flush/flusher.hpp"
+#include "http/backend.hpp"
 #include "http/token_check.hpp"
 #include "ingest/parser.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
-#include "rollup/rollup.hpp"
-#include "store/pending_store.hpp"
 
 namespace slotted::http {
 
@@ -31,27 +29,6 @@ using request_header = beast_http::request_header<>;
 using response = beast_http::response<beast_http::string_body>;
 // Called exactly once per request, from any thread.
 using respond_fn = std::function<void(response&&)>;
-
-// What the router needs from the rest of the daemon.
-class backend {
- public:
-  virtual ~backend() = default;
-  virtual bool draining() const = 0;
-  virtual bool ready() const = 0;
-  virtual store::add_result add(std::span<const ingest::increment> increments) = 0;
-  // With a WAL, increments are acknowledged only once logged: add_durable() answers
-  // later, from the log's thread.
-  virtual bool durable() const = 0;
-  virtual void add_durable(std::vector<ingest::increment>&& increments,
-                           std::function<void(store::add_result)> done) = 0;
-  // Each `done` may be called from any thread.
-  virtual void read_counter(
-      store::counter_key key,
-      std::function<void(std::optional<flush::counter_reading>, std::string)> done) = 0;
-  virtual void flush_now(std::function<void(const flush::flush_result&)> done) = 0;
-  virtual void rollup_now(std::function<void(const rollup::rollup_result&)> done) = 0;
-  virtual std::string metrics_text() = 0;
-};
 
 class router {
  public:
@@ -83,7 +60,7 @@ class router {
   std::optional<response> refuse(const request_header& req, const route_match& m);
   void handle_increments(const request& req, const reply& answer);
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
-                    store::add_result r);
+                    const backend_result& r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
 
   // What reconfigure() replaces, swapped whole so a request sees one consistent set.

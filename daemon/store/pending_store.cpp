@@ -95,9 +95,7 @@ std::uint64_t pending_store::magnitude(std::span<const ingest::increment> increm
 
 add_result pending_store::add(std::span<const ingest::increment> increments,
                               std::size_t max_pending_keys) {
-  if (keys() + unwritten_rows_.load(std::memory_order_relaxed) >= max_pending_keys) {
-    return add_result::over_limit;
-  }
+  if (over_pending_limit(max_pending_keys)) return add_result::over_limit;
   const auto now = clock::now();
   // keys_ changes under the shard's lock, so take_all() can never subtract a key before
   // the add that inserted it was counted (the count would wrap below zero).

@@ -24,8 +24,9 @@ struct pending_delta {
   std::int64_t delta = 0;
 };
 
-// out_of_range: a counter's pending sum would pass max_pending_sum; nothing applied.
-enum class add_result { applied, over_limit, wal_unavailable, out_of_range };
+// over_limit: the pending limit is reached (see over_pending_limit); out_of_range: a
+// counter's pending sum would pass max_pending_sum. Nothing applied in either case.
+enum class add_result { applied, over_limit, out_of_range };
 
 // How far a counter's pending sum (what accumulates in memory between two flushes)
 // may go from zero: 2^62, half the int64 range. An add that would take one further is
@@ -50,10 +51,18 @@ class pending_store {
   // (out_of_range) when a counter's pending sum would pass max_pending_sum.
   add_result add(std::span<const ingest::increment> increments, std::size_t max_pending_keys);
 
+  // The pending limit, the one copy of it: true when the keys held, the rows handed to
+  // the flusher but not yet written, and `unapplied_keys` (keys logged by the WAL but
+  // not yet applied here, an upper bound) reach `max_pending_keys`.
+  bool over_pending_limit(std::size_t max_pending_keys, std::size_t unapplied_keys = 0) const {
+    return keys() + unwritten_rows() + unapplied_keys >= max_pending_keys;
+  }
+
   // Whether add() could apply `increments` without passing max_pending_sum, given
   // deltas of total magnitude `unapplied` that will be applied first (to any keys).
   // `maybe` only when unapplied > 0: apply those, then ask again with 0, which is
-  // exact when nothing else adds meanwhile (the WAL's log thread is the only writer).
+  // exact when nothing else adds meanwhile (with a WAL, durable::committer applies
+  // everything logged before it asks, and logs nothing new while it does).
   enum class fit { yes, no, maybe };
   fit fits(std::span<const ingest::increment> increments, std::uint64_t unapplied) const;
   // Sum of |delta| over `increments` (saturating).

@@ -36,7 +36,7 @@ void finish_record(std::string& out, std::size_t start) {
   encode_header(out.data() + start, payload.size(), crc_of(payload));
 }
 
-void put_batches(std::string& out, std::span<const flush::flush_batch> batches) {
+void put_batches(std::string& out, std::span<const store::flush_batch> batches) {
   put<std::uint32_t>(out, static_cast<std::uint32_t>(batches.size()));
   for (const auto& b : batches) {
     put<std::uint64_t>(out, b.run_id);
@@ -70,11 +70,11 @@ class reader {
   std::size_t pos_ = 0;
 };
 
-bool read_batches(reader& in, std::vector<flush::flush_batch>& out) {
+bool read_batches(reader& in, std::vector<store::flush_batch>& out) {
   std::uint32_t n = 0;
   if (!in.get(n)) return false;
   for (std::uint32_t i = 0; i < n; ++i) {
-    flush::flush_batch b;
+    store::flush_batch b;
     std::uint32_t rows = 0;
     if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows) || !in.has(std::size_t{rows} * 22))
       return false;
@@ -117,13 +117,13 @@ void append_increments(std::string& out, std::span<const ingest::increment> incr
   finish_record(out, start);
 }
 
-void append_batches(std::string& out, std::span<const flush::flush_batch> batches) {
+void append_batches(std::string& out, std::span<const store::flush_batch> batches) {
   const std::size_t start = begin_record(out, record_kind::batches);
   put_batches(out, batches);
   finish_record(out, start);
 }
 
-void append_snapshot(std::string& out, std::span<const flush::flush_batch> batches,
+void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
                      std::span<const store::pending_delta> deltas) {
   const std::size_t start = begin_record(out, record_kind::snapshot);
   put_batches(out, batches);
@@ -154,7 +154,7 @@ bool replay_state::apply(std::string_view payload) {
       return true;
     }
     case record_kind::batches: {
-      std::vector<flush::flush_batch> logged;
+      std::vector<store::flush_batch> logged;
       if (!read_batches(in, logged) || !in.done()) return false;
       // Everything logged so far is in these batches now.
       delta_log_.clear();
@@ -165,7 +165,7 @@ bool replay_state::apply(std::string_view payload) {
       batches_.clear();
       return in.done();
     case record_kind::snapshot: {
-      std::vector<flush::flush_batch> logged;
+      std::vector<store::flush_batch> logged;
       std::vector<std::pair<store::counter_key, std::int64_t>> read;
       std::uint64_t n = 0;
       if (!read_batches(in, logged) || !in.get(n) || !read_deltas<std::int64_t>(in, n, read) ||

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "flush/batch.hpp"
+#include "store/batch.hpp"
 #include "ingest/increment.hpp"
 #include "store/pending_store.hpp"
 
@@ -37,8 +37,8 @@ constexpr std::size_t record_header_bytes = 16;
 constexpr std::string_view segment_magic{"SCWAL02\n", 8};
 
 void append_increments(std::string& out, std::span<const ingest::increment> increments);
-void append_batches(std::string& out, std::span<const flush::flush_batch> batches);
-void append_snapshot(std::string& out, std::span<const flush::flush_batch> batches,
+void append_batches(std::string& out, std::span<const store::flush_batch> batches);
+void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
                      std::span<const store::pending_delta> deltas);
 void append_committed(std::string& out);
 
@@ -53,14 +53,14 @@ class replay_state {
   // counter when its logged deltas sum past the int64 range: the daemon never logs
   // such a sum (see pending_store::max_pending_sum), so the log is corrupt.
   std::vector<store::pending_delta> deltas() const;
-  const std::vector<flush::flush_batch>& batches() const { return batches_; }
+  const std::vector<store::flush_batch>& batches() const { return batches_; }
 
  private:
   struct key_hash {
     std::size_t operator()(const store::counter_key& k) const { return store::hash_of(k); }
   };
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
-  std::vector<flush::flush_batch> batches_;
+  std::vector<store::flush_batch> batches_;
 };
 
 struct scan_result {

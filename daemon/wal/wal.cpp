@@ -12,7 +12,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <future>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -74,12 +73,11 @@ std::string parent_of(const std::string& dir) {
 }
 }  // namespace
 
-write_ahead_log::write_ahead_log(config::wal_config cfg, store::pending_store& store,
-                                 metrics::registry& metrics, std::size_t max_pending_keys)
-    : cfg_(std::move(cfg)), store_(store), metrics_(metrics), max_pending_keys_(max_pending_keys) {}
+write_ahead_log::write_ahead_log(config::wal_config cfg, metrics::registry& metrics)
+    : cfg_(std::move(cfg)), metrics_(metrics) {}
 
 write_ahead_log::~write_ahead_log() {
-  stop();
+  if (unsynced_ && fd_ >= 0) sync();
   if (fd_ >= 0) ::close(fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
@@ -212,183 +210,18 @@ recovered write_ahead_log::open(const open_options& options) {
   return out;
 }
 
-void write_ahead_log::start(batch_queue& queue) {
-  queue_ = &queue;
-  last_sync_ = clock::now();
-  // Everything replayed is logged again as one snapshot; the old segments then go.
-  if (!checkpoint())
-    throw wal_error("cannot write to the WAL directory " + cfg_.dir + ": " + last_error_);
-  thread_ = std::thread([this] { run(); });
-}
-
-void write_ahead_log::stop() {
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
-  // Tasks queued after the thread's last look still get their answer.
-  for (auto& task : std::exchange(tasks_, {})) task();
-  if (unsynced_ && fd_ >= 0) sync();
-}
-
-void write_ahead_log::submit(std::vector<ingest::increment>&& increments,
-                             std::function<void(store::add_result)> done) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!stopping_) {
-      pending_.push_back({std::move(increments), std::move(done)});
-      wake_.notify_one();
-      return;
-    }
-  }
-  done(store::add_result::wal_unavailable);
-}
-
-bool write_ahead_log::swap(const former& form, const publisher& publish) {
-  std::promise<bool> result;
-  {
-    std::lock_guard lock(mutex_);
-    tasks_.push_back([&] {
-      std::vector<store::pending_delta> deltas;
-      const auto oldest = store_.take_all(deltas);
-      if (deltas.empty()) return result.set_value(true);
-      auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
-      if (batches.empty()) return result.set_value(true);  // only zero net deltas
-      bool ok = rotate();
-      if (ok) {
-        for (auto& b : batches) b.wal_tag = segment_;
-        std::string bytes;
-        append_batches(bytes, batches);
-        ok = append_synced(bytes, true);
-      }
-      if (!ok) {
-        // Nothing of these batches may commit unlogged: back into the store.
-        std::vector<store::pending_delta> back;
-        for (const auto& b : batches) {
-          for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
-        }
-        store_.add_deltas(back);
-        return result.set_value(false);
-      }
-      covering_.push_back(segment_);
-      uncommitted_batches_logged_ = true;
-      publish(std::move(batches));
-      result.set_value(true);
-    });
-  }
-  wake_.notify_one();
-  return result.get_future().get();
-}
-
-void write_ahead_log::release(std::uint64_t min_queued_tag) {
-  {
-    std::lock_guard lock(mutex_);
-    min_queued_tag_ = min_queued_tag;
-    tasks_.push_back([this] { delete_released(); });
-  }
-  wake_.notify_one();
-}
-
-bool write_ahead_log::batches_logged_committed() {
-  std::promise<bool> result;
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return false;  // stop() runs what is queued, nothing after it
-    tasks_.push_back([&] {
-      delete_released();  // logs the committed record if nothing is queued
-      result.set_value(!uncommitted_batches_logged_);
-    });
-  }
-  wake_.notify_one();
-  return result.get_future().get();
-}
-
-void write_ahead_log::run() {
-  std::unique_lock lock(mutex_);
-  while (true) {
-    const bool interval_mode = cfg_.fsync == config::fsync_mode::interval;
-    const auto has_work = [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); };
-    if (interval_mode && unsynced_) {
-      wake_.wait_until(lock, last_sync_ + cfg_.fsync_interval, has_work);
-    } else {
-      wake_.wait(lock, has_work);
-    }
-    while (!tasks_.empty()) {
-      auto task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-    if (!pending_.empty()) {
-      auto group = std::exchange(pending_, {});
-      lock.unlock();
-      write_group(group);
-      lock.lock();
-    }
-    if (interval_mode && unsynced_ && clock::now() >= last_sync_ + cfg_.fsync_interval) {
-      lock.unlock();
-      sync();
-      lock.lock();
-    }
-    if (stopping_ && pending_.empty() && tasks_.empty()) return;
-    lock.unlock();
-    maybe_checkpoint();
-    update_size_gauge();
-    lock.lock();
-  }
-}
-
-void write_ahead_log::write_group(std::vector<request>& group) {
+bool write_ahead_log::log_batches(std::vector<store::flush_batch>& batches) {
+  if (!rotate()) return false;
+  for (auto& b : batches) b.wal_tag = segment_;
   std::string bytes;
-  std::vector<request*> logged;
-  std::size_t new_keys_bound = 0;
-  std::uint64_t unapplied = 0;  // |delta| logged in `bytes`, not yet in the store
-  const auto log_and_apply = [&] {
-    if (logged.empty()) return;
-    const bool ok = append_synced(bytes, cfg_.fsync == config::fsync_mode::always);
-    for (auto* r : logged) {
-      // Checked by fits() below, and this thread is the store's only writer: applies.
-      if (ok && store_.add(r->increments, SIZE_MAX) != store::add_result::applied)
-        log::error("WAL: a logged request could not be applied to the store");
-      r->done(ok ? store::add_result::applied : store::add_result::wal_unavailable);
-    }
-    bytes.clear();
-    logged.clear();
-    unapplied = 0;
-  };
-  for (auto& r : group) {
-    // The pending limit, as without a WAL: checked before anything is logged.
-    if (store_.keys() + store_.unwritten_rows() + new_keys_bound >= max_pending_keys_) {
-      r.done(store::add_result::over_limit);
-      continue;
-    }
-    // And the bound on pending sums: what is logged must be applicable, or replay
-    // would apply what the client was told was refused.
-    auto fit = store_.fits(r.increments, unapplied);
-    if (fit == store::pending_store::fit::maybe) {
-      // Near the bound: what this group holds so far goes first, then an exact check.
-      log_and_apply();
-      fit = store_.fits(r.increments, 0);
-    }
-    if (fit == store::pending_store::fit::no) {
-      r.done(store::add_result::out_of_range);
-      continue;
-    }
-    new_keys_bound += r.increments.size();
-    if (__builtin_add_overflow(unapplied, store::pending_store::magnitude(r.increments),
-                               &unapplied))
-      unapplied = UINT64_MAX;
-    append_increments(bytes, r.increments);
-    logged.push_back(&r);
-  }
-  log_and_apply();
+  append_batches(bytes, batches);
+  if (!append(bytes, true)) return false;
+  covering_.push_back(segment_);
+  uncommitted_batches_logged_ = true;
+  return true;
 }
 
-bool write_ahead_log::append_synced(const std::string& bytes, bool synced) {
+bool write_ahead_log::append(std::string_view bytes, bool synced) {
   const std::size_t before = segment_bytes_;
   std::size_t done = 0;
   while (done < bytes.size()) {
@@ -464,19 +297,18 @@ bool write_ahead_log::rotate() {
   return true;
 }
 
-bool write_ahead_log::checkpoint() {
-  if (!rotate()) return false;
-  std::vector<store::pending_delta> deltas;
-  store_.copy_all(deltas);
-  auto batches = queue_->queued_copy();
+std::uint64_t write_ahead_log::snapshot(std::span<const store::flush_batch> batches,
+                                        std::span<const store::pending_delta> deltas) {
+  // A failed snapshot (a full disk) is not due again on every request group.
+  next_snapshot_try_ = clock::now() + std::chrono::seconds(1);
+  if (!rotate()) return 0;
   std::string bytes;
   append_snapshot(bytes, batches, deltas);
-  if (!append_synced(bytes, true)) return false;
-  // Only now that the snapshot holds them do the queued batches belong to it.
-  queue_->retag_all(segment_);
+  if (!append(bytes, true)) return 0;
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = !batches.empty();
   last_snapshot_bytes_ = bytes.size();
+  next_snapshot_try_ = {};
   // Everything before a snapshot is superseded by it, salvaged segments too. A crash
   // before they are moved leaves them in place: a salvage run again reads their prefix,
   // then this snapshot replaces it.
@@ -490,33 +322,26 @@ bool write_ahead_log::checkpoint() {
   closed_.clear();
   ::fsync(dir_fd_);
   update_size_gauge();
-  return true;
+  return segment_;
 }
 
-void write_ahead_log::maybe_checkpoint() {
+bool write_ahead_log::snapshot_due() const {
   std::size_t total = segment_bytes_;
   for (const auto& c : closed_) total += c.second;
-  if (total <= checkpoint_slack_bytes + 2 * last_snapshot_bytes_ ||
-      clock::now() < next_checkpoint_try_)
-    return;
-  // A failed checkpoint (a full disk) is not retried on every request group.
-  if (!checkpoint()) next_checkpoint_try_ = clock::now() + std::chrono::seconds(1);
+  return total > checkpoint_slack_bytes + 2 * last_snapshot_bytes_ &&
+         clock::now() >= next_snapshot_try_;
 }
 
-void write_ahead_log::delete_released() {
-  std::uint64_t min_tag = 0;
-  {
-    std::lock_guard lock(mutex_);
-    min_tag = min_queued_tag_;
-  }
+void write_ahead_log::release(std::uint64_t min_tag) {
   // Nothing queued: every batch logged so far has committed. Say so in the log, or a
   // replay long after (the current segment stays until the next rotation) would send
-  // them again when their ledger rows are already pruned. Swaps run on this thread in
-  // the order the flusher asked for them, so no batch was logged after this release.
+  // them again when their ledger rows are already pruned. The committer runs takes and
+  // releases on one thread in the order the flusher asked for them, so no batch was
+  // logged after this release.
   if (min_tag == UINT64_MAX && uncommitted_batches_logged_) {
     std::string bytes;
     append_committed(bytes);
-    if (append_synced(bytes, true)) uncommitted_batches_logged_ = false;
+    if (append(bytes, true)) uncommitted_batches_logged_ = false;
   }
   bool deleted = false;
   // Oldest first: a segment goes once a later segment logs batches (or a snapshot)

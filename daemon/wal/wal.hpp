@@ -1,43 +1,34 @@
 #pragma once
-// The write-ahead log (wal.dir): an increment is acknowledged only once it is logged
-// according to wal.fsync, so a SIGKILL or power cut loses nothing acknowledged (G1).
+// The write-ahead log (wal.dir): segments of records on disk. It appends, syncs,
+// rotates, snapshots and replays; it does not decide when. durable::committer owns the
+// one thread that calls it and the "log, then apply, then answer" order around it.
 //
-// One thread owns the log. Requests queue their increments; the thread writes every
-// queued request with one write(2), syncs once for all of them (group commit, under
-// fsync: always), then applies them to the store and answers them. A request whose
-// write or sync fails is answered `wal_unavailable` and was applied nowhere; the
-// segment is cut back to its last good length.
-//
-// Segments and batches: when the flusher takes the store's content, the log thread
-// does it between two groups, starts a new segment and logs the batches formed from
-// it as that segment's first record, synced, before any of them may commit. Replay
-// therefore sees each batch with its original id and rows, and the ledger turns a
-// batch that had committed before a crash into a no-op. A segment is deleted once
-// every batch covering its increments, and every batch it logged, has committed. While
-// nothing can be flushed (an outage), the log writes a snapshot of what is pending
-// once it has grown past a threshold and drops the segments before it, so disk use
-// stays bounded by what is pending, like memory.
+// Segments and batches: when the flusher takes the store's content, the batches formed
+// from it are logged as the first record of a new segment, synced, before any of them
+// may commit (log_batches). Replay therefore sees each batch with its original id and
+// rows, and the ledger turns a batch that had committed before a crash into a no-op. A
+// segment is deleted once every batch covering its increments, and every batch it
+// logged, has committed (release). A snapshot of what is pending replaces every older
+// segment, so disk use stays bounded by what is pending while nothing can be flushed.
 //
 // One process per directory: open() takes an exclusive flock on wal.dir/lock before it
 // reads anything there, so a second copy fails without touching the running one's log.
 //
-// Thread-safety: submit() and release() from any thread; swap() from the flusher.
+// Thread-safety: none; one thread at a time (the committer's log thread, or the
+// starting thread before it runs). A failed write or sync returns false, cuts the
+// segment back to its last good length and logs the error once per distinct cause.
 
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include "config/config.hpp"
-#include "flush/batch.hpp"
-#include "ingest/increment.hpp"
 #include "metrics/metrics.hpp"
-#include "store/pending_store.hpp"
+#include "store/batch.hpp"
 
 namespace slotted::wal {
 
@@ -48,7 +39,7 @@ class wal_error : public std::runtime_error {
 
 struct recovered {
   std::vector<store::pending_delta> deltas;
-  std::vector<flush::flush_batch> batches;
+  std::vector<store::flush_batch> batches;
   std::size_t segments = 0;
   std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept
 };
@@ -59,21 +50,17 @@ struct open_options {
   bool salvage = false;
 };
 
-// What the log needs from the flusher's queue of formed batches.
-class batch_queue {
- public:
-  virtual ~batch_queue() = default;
-  // Copies of every queued batch (for a snapshot).
-  virtual std::vector<flush::flush_batch> queued_copy() = 0;
-  // Sets every queued batch's wal_tag to `tag` (once a snapshot logs them).
-  virtual void retag_all(std::uint64_t tag) = 0;
-};
-
 class write_ahead_log {
  public:
-  write_ahead_log(config::wal_config cfg, store::pending_store& store, metrics::registry& metrics,
-                  std::size_t max_pending_keys);
+  using clock = std::chrono::steady_clock;
+
+  write_ahead_log(config::wal_config cfg, metrics::registry& metrics);
+  // Syncs what is appended but not synced, then releases the lock.
   ~write_ahead_log();
+  write_ahead_log(const write_ahead_log&) = delete;
+  write_ahead_log& operator=(const write_ahead_log&) = delete;
+
+  const config::wal_config& config() const { return cfg_; }
 
   // Creates the directory (0700) if needed, locks it (a lock file, flock) and replays
   // every segment. A torn tail is cut off with a warning; corruption anywhere else
@@ -83,68 +70,47 @@ class write_ahead_log {
   // be used. The lock is held until this object is destroyed.
   recovered open(const open_options& options = {});
 
-  // Logs what is pending (the store and `queue`, where the caller put what open()
-  // recovered) as a snapshot in a fresh segment, drops the older segments and starts
-  // the log thread. Throws wal_error when that cannot be written.
-  void start(batch_queue& queue);
-  void stop();
+  // Appends whole records (see record.hpp) at the end of the current segment, synced
+  // when `synced`. On failure cuts the segment back to where it was: false.
+  bool append(std::string_view bytes, bool synced);
+  // Syncs every appended record.
+  bool sync();
+  bool unsynced() const { return unsynced_; }
+  clock::time_point last_sync() const { return last_sync_; }
 
-  // Logs, then applies and answers: `done` runs on the log thread with `applied`,
-  // `over_limit` (nothing logged) or `wal_unavailable` (nothing applied).
-  void submit(std::vector<ingest::increment>&& increments,
-              std::function<void(store::add_result)> done);
+  // Starts a new segment whose first record logs `batches` (each tagged with that
+  // segment), synced: every increment appended before is covered by them.
+  bool log_batches(std::vector<store::flush_batch>& batches);
 
-  using former = std::function<std::vector<flush::flush_batch>(
-      std::vector<store::pending_delta>&&, std::chrono::steady_clock::time_point oldest)>;
-  using publisher = std::function<void(std::vector<flush::flush_batch>&&)>;
-  // On the log thread, between groups: takes the store's content, forms batches, logs
-  // them synced in a new segment (tagging them with it) and publishes them. When the
-  // log cannot be written the deltas go back to the store and false is returned.
-  bool swap(const former& form, const publisher& publish);
+  // Starts a new segment holding one snapshot of `batches` and `deltas` (everything
+  // pending), synced, and drops every older segment (salvaged ones move aside). Returns
+  // the new segment's tag for the batches, 0 when it could not be written.
+  std::uint64_t snapshot(std::span<const store::flush_batch> batches,
+                         std::span<const store::pending_delta> deltas);
+  // The segments have grown well past the last snapshot (and no failed snapshot was
+  // tried within the last second): time to replace them with a new one.
+  bool snapshot_due() const;
 
-  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued).
+  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued): logs
+  // that every batch has committed when none is queued, and deletes the segments no
+  // queued batch needs.
   void release(std::uint64_t min_queued_tag);
+  // No batch is logged that is not yet logged as committed.
+  bool batches_logged_committed() const { return !uncommitted_batches_logged_; }
 
-  // Waits until the log thread has handled every release() so far; true when the log
-  // holds no batch it has not logged as committed (false while one is queued, when the
-  // committed record cannot be written, and once stopped). Until then a replay may send
-  // committed batches again, and their ledger rows must not be pruned.
-  bool batches_logged_committed();
+  // The last write or sync error, empty once writable again.
+  const std::string& last_error() const { return last_error_; }
 
  private:
-  struct request {
-    std::vector<ingest::increment> increments;
-    std::function<void(store::add_result)> done;
-  };
   void lock_directory();
-  void run();
-  void write_group(std::vector<request>& group);
-  // Appends whole records at the end of the segment, synced when `synced`; on failure
-  // cuts the segment back to where it was.
-  bool append_synced(const std::string& bytes, bool synced);
-  bool sync();
   bool rotate();
-  void delete_released();
-  void maybe_checkpoint();
-  bool checkpoint();
   std::string segment_path(std::uint64_t n) const;
   void update_size_gauge();
   void failed(const std::string& what, int err);
 
   config::wal_config cfg_;
-  store::pending_store& store_;
   metrics::registry& metrics_;
-  std::size_t max_pending_keys_;
-  batch_queue* queue_ = nullptr;
 
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<request> pending_;
-  std::deque<std::function<void()>> tasks_;  // run on the log thread between groups
-  bool stopping_ = false;
-  std::uint64_t min_queued_tag_ = UINT64_MAX;
-
-  // Owned by the log thread.
   int fd_ = -1;
   int dir_fd_ = -1;
   int lock_fd_ = -1;
@@ -160,12 +126,11 @@ class write_ahead_log {
   std::size_t last_snapshot_bytes_ = 0;
   // Batches were logged since the last committed record (or snapshot without batches).
   bool uncommitted_batches_logged_ = false;
-  // After a failed checkpoint, none is tried again before this time.
-  std::chrono::steady_clock::time_point next_checkpoint_try_{};
+  // After a failed snapshot, none is due again before this time.
+  clock::time_point next_snapshot_try_{};
   bool unsynced_ = false;
-  std::chrono::steady_clock::time_point last_sync_;
+  clock::time_point last_sync_ = clock::now();
   std::string last_error_;
-  std::thread thread_;
 };
 
 }  // namespace slotted::wal

@@ -43,8 +43,8 @@ sums summed(const std::vector<store::pending_delta>& deltas) {
   return out;
 }
 
-bool same_batches(const std::vector<flush::flush_batch>& a,
-                  const std::vector<flush::flush_batch>& b) {
+bool same_batches(const std::vector<store::flush_batch>& a,
+                  const std::vector<store::flush_batch>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].run_id != b[i].run_id || a[i].seq != b[i].seq || a[i].rows.size() != b[i].rows.size())
@@ -77,8 +77,8 @@ void raw_segment(std::string_view data) {
     fail("the valid prefix replays to something else");
 }
 
-std::vector<flush::flush_batch> make_batches(FuzzedDataProvider& in) {
-  std::vector<flush::flush_batch> out(in.ConsumeIntegralInRange<std::size_t>(0, 3));
+std::vector<store::flush_batch> make_batches(FuzzedDataProvider& in) {
+  std::vector<store::flush_batch> out(in.ConsumeIntegralInRange<std::size_t>(0, 3));
   for (auto& b : out) {
     b.run_id = in.ConsumeIntegral<std::uint64_t>();
     b.seq = in.ConsumeIntegral<std::uint64_t>();
@@ -98,7 +98,7 @@ void written_log(FuzzedDataProvider& in) {
   std::string log(wal::segment_magic);
   std::vector<std::size_t> boundaries{log.size()};
   std::vector<std::pair<store::counter_key, std::int64_t>> model_log;
-  std::vector<flush::flush_batch> model_batches;
+  std::vector<store::flush_batch> model_batches;
   const std::size_t records = in.ConsumeIntegralInRange<std::size_t>(0, 8);
   for (std::size_t i = 0; i < records && in.remaining_bytes() > 0; ++i) {
     switch (in.ConsumeIntegralInRange<int>(0, 3)) {
@@ -192,11 +192,10 @@ void recovered_dir(std::string_view data) {
   };
   write("wal-0000000000000001.log", data.substr(0, split));
   if (split < data.size()) write("wal-0000000000000002.log", data.substr(split));
-  store::pending_store store(4);
   config::wal_config cfg;
   cfg.dir = dir;
   try {
-    wal::write_ahead_log log(cfg, store, metrics, 1000);
+    wal::write_ahead_log log(cfg, metrics);
     (void)log.open();
   } catch (const wal::wal_error&) {
   }

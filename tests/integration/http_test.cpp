@@ -18,6 +18,7 @@
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
+#include "support/fake_backend.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -356,22 +357,10 @@ TEST(HttpConnectionLimit, ConnectionsBeyondMaxConnectionsAreRefusedAndCounted) {
 }
 
 // A backend whose /metrics handler throws, as an allocation failing would.
-class throwing_backend : public http::backend {
- public:
-  bool draining() const override { return false; }
-  bool ready() const override { return true; }
-  store::add_result add(std::span<const ingest::increment>) override {
-    return store::add_result::applied;
+struct throwing_backend : fake_backend {
+  throwing_backend() {
+    metrics_text_ = []() -> std::string { throw std::bad_alloc(); };
   }
-  bool durable() const override { return false; }
-  void add_durable(std::vector<ingest::increment>&&,
-                   std::function<void(store::add_result)>) override {}
-  void read_counter(
-      store::counter_key,
-      std::function<void(std::optional<flush::counter_reading>, std::string)>) override {}
-  void flush_now(std::function<void(const flush::flush_result&)>) override {}
-  void rollup_now(std::function<void(const rollup::rollup_result&)>) override {}
-  std::string metrics_text() override { throw std::bad_alloc(); }
 };
 
 TEST(HttpFailures, AHandlerThatThrowsIsAnswered500AndTheServerGoesOn) {
@@ -434,19 +423,9 @@ TEST(HttpUnixListener, WithoutASharedCountItCountsItsOwnConnections) {
   ::rmdir(tmpl);
 }
 
-// A backend that keeps the flush requester's callback, to answer it later from its
-// own thread as the flusher does.
-class deferred_backend : public throwing_backend {
- public:
-  void flush_now(std::function<void(const flush::flush_result&)> done) override {
-    done_ = std::move(done);
-  }
-  std::function<void(const flush::flush_result&)> done_;
-};
-
 TEST(HttpFailures, AnAnswerThatThrowsOnABackendThreadDoesNotEndTheProcess) {
   config::daemon_config cfg;
-  deferred_backend backend;
+  fake_backend backend;  // keeps the flush's callback, to answer it from another thread
   metrics::registry metrics;
   ingest::table_limits limits;
   http::router router(cfg, backend, metrics, limits);
@@ -460,8 +439,8 @@ TEST(HttpFailures, AnAnswerThatThrowsOnABackendThreadDoesNotEndTheProcess) {
                   if (answered.size() == 1) throw std::bad_alloc();
                   EXPECT_FALSE(res.keep_alive());
                 });
-  ASSERT_TRUE(backend.done_);
-  std::thread db_thread([&] { backend.done_(flush::flush_result{true, 5, {}}); });
+  ASSERT_TRUE(backend.flush_done_);
+  std::thread db_thread([&] { backend.flush_done_({http::backend_result::status::done, {}, 5}); });
   db_thread.join();
   EXPECT_EQ(answered, (std::vector<unsigned>{200u, 500u}));
 }

@@ -10,8 +10,9 @@
 namespace slotted::wal {
 namespace {
 
-flush::flush_batch batch(std::uint64_t run, std::uint64_t seq, std::vector<db::counter_row> rows) {
-  flush::flush_batch b;
+store::flush_batch batch(std::uint64_t run, std::uint64_t seq,
+                         std::vector<store::counter_row> rows) {
+  store::flush_batch b;
   b.run_id = run;
   b.seq = seq;
   b.rows = std::move(rows);
@@ -158,7 +159,7 @@ TEST(WalRecord, AMalformedRecordChangesNothingInTheReplay) {
   // and what precedes it must stay as it was for a salvage to keep it.
   std::string log;
   append_increments(log, std::vector<ingest::increment>{{1, 7, 5}});
-  std::vector<flush::flush_batch> batches{batch(9, 1, {{1, 8, 0, 2}})};
+  std::vector<store::flush_batch> batches{batch(9, 1, {{1, 8, 0, 2}})};
   append_batches(log, batches);
   append_increments(log, std::vector<ingest::increment>{{1, 7, 3}});
   const std::string magic(segment_magic);

@@ -1,0 +1,368 @@
+#include "durable/committer.hpp"
+
+#include <boost/asio/post.hpp>
+#include <future>
+#include <utility>
+
+#include "util/log.hpp"
+#include "wal/record.hpp"
+
+namespace slotted::durable {
+
+namespace net = boost::asio;
+using clock = std::chrono::steady_clock;
+
+struct committer::request {
+  std::vector<ingest::increment> increments;
+  std::string record;  // the increments as one WAL record, encoded by the submitter
+  net::io_context* home = nullptr;
+  done_fn done;
+  commit_result result = commit_result::applied;
+  std::uint64_t magnitude = 0;  // sum of |delta|
+};
+
+// The requests of one group that one HTTP thread applies and answers.
+struct committer::job {
+  std::mutex mutex;
+  bool applied = false;  // under mutex: the logged increments are in the store
+  std::vector<request> requests;
+  std::size_t keys = 0;         // logged increments, counted in unapplied_keys_
+  std::uint64_t magnitude = 0;  // their |delta|, counted in unapplied_magnitude_
+};
+
+committer::committer(wal::write_ahead_log& log, store::pending_store& store,
+                     std::size_t max_pending_keys)
+    : log_(log),
+      store_(store),
+      max_pending_keys_(max_pending_keys),
+      inline_(log.config().fsync != config::fsync_mode::always) {}
+
+committer::~committer() {
+  stop();
+}
+
+void committer::start(store::batch_queue& queue) {
+  queue_ = &queue;
+  // Everything replayed is logged again as one snapshot; the old segments then go.
+  if (!snapshot())
+    throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
+                         log_.last_error());
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void committer::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard log_lock(log_mutex_);
+  closed_ = true;
+  // Tasks queued after the thread's last look still get their answer.
+  for (auto& task : std::exchange(tasks_, {})) task();
+  if (started_ && log_.unsynced()) log_.sync();
+}
+
+void committer::submit(std::vector<ingest::increment>&& increments, net::io_context* home,
+                       done_fn done) {
+  request r{std::move(increments), {}, home, std::move(done)};
+  // Encoded here, on the submitting thread: the log thread only concatenates.
+  wal::append_increments(r.record, r.increments);
+  r.magnitude = store::pending_store::magnitude(r.increments);
+  if (inline_) return write_inline(std::move(r));
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      pending_.push_back(std::move(r));
+      wake_.notify_one();
+      return;
+    }
+  }
+  r.done(commit_result::log_unavailable);
+}
+
+template <typename Task>
+auto committer::on_log_thread(Task task) {
+  std::promise<decltype(task())> result;
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back([&] {
+      if constexpr (std::is_void_v<decltype(task())>) {
+        task();
+        result.set_value();
+      } else {
+        result.set_value(task());
+      }
+    });
+  }
+  wake_.notify_one();
+  return result.get_future().get();
+}
+
+bool committer::take(const former& form, const publisher& publish) {
+  return on_log_thread([&] {
+    // The cut: everything logged before the batches record is in the store, and
+    // nothing logged after it can be (no group is written until this returns).
+    drain();
+    std::vector<store::pending_delta> deltas;
+    const auto oldest = store_.take_all(deltas);
+    if (deltas.empty()) return true;
+    auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
+    if (batches.empty()) return true;  // only zero net deltas
+    if (!log_.log_batches(batches)) {
+      // Nothing of these batches may commit unlogged: back into the store.
+      std::vector<store::pending_delta> back;
+      for (const auto& b : batches) {
+        for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
+      }
+      store_.add_deltas(back);
+      return false;
+    }
+    // Published before the next snapshot can copy the queue.
+    publish(std::move(batches));
+    return true;
+  });
+}
+
+void committer::release(std::uint64_t min_queued_tag) {
+  {
+    std::lock_guard lock(mutex_);
+    min_queued_tag_ = min_queued_tag;
+    tasks_.push_back([this] {
+      std::uint64_t min_tag = 0;
+      {
+        std::lock_guard l(mutex_);
+        min_tag = min_queued_tag_;
+      }
+      log_.release(min_tag);
+    });
+  }
+  wake_.notify_one();
+}
+
+bool committer::batches_logged_committed() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;  // stop() runs what is queued, nothing after it
+  }
+  return on_log_thread([this] {
+    std::uint64_t min_tag = 0;
+    {
+      std::lock_guard l(mutex_);
+      min_tag = min_queued_tag_;
+    }
+    log_.release(min_tag);  // logs the committed record if nothing is queued
+    return log_.batches_logged_committed();
+  });
+}
+
+void committer::run() {
+  std::unique_lock lock(mutex_);
+  const auto& cfg = log_.config();
+  const bool interval_mode = cfg.fsync == config::fsync_mode::interval;
+  while (true) {
+    const auto has_work = [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); };
+    if (interval_mode) {
+      // Appends happen on other threads without a word to this one: look every interval.
+      wake_.wait_for(lock, cfg.fsync_interval, has_work);
+    } else {
+      wake_.wait(lock, has_work);
+    }
+    while (!tasks_.empty()) {
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      {
+        std::lock_guard log_lock(log_mutex_);
+        task();
+      }
+      lock.lock();
+    }
+    if (!pending_.empty()) {
+      auto group = std::exchange(pending_, {});
+      lock.unlock();
+      {
+        std::lock_guard log_lock(log_mutex_);
+        write_group(group);
+      }
+      lock.lock();
+    }
+    const bool stop_now = stopping_ && pending_.empty() && tasks_.empty();
+    lock.unlock();
+    {
+      std::lock_guard log_lock(log_mutex_);
+      if (interval_mode && log_.unsynced() && clock::now() >= log_.last_sync() + cfg.fsync_interval)
+        log_.sync();
+      if (stop_now) return;
+      if (log_.snapshot_due()) snapshot();
+    }
+    lock.lock();
+  }
+}
+
+template <typename BeforeDrain>
+commit_result committer::admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
+                               BeforeDrain before_drain) {
+  // The pending limit, as without a WAL: checked before anything is logged, counting
+  // what is logged but not yet applied.
+  if (store_.over_pending_limit(max_pending_keys_, unapplied_keys_.load() + new_keys))
+    return commit_result::over_limit;
+  // And the bound on pending sums: what is logged must be applicable, or replay would
+  // apply what the client was told was refused.
+  std::uint64_t pending_change = 0;
+  if (__builtin_add_overflow(unapplied_magnitude_.load(), unapplied, &pending_change))
+    pending_change = UINT64_MAX;
+  auto fit = store_.fits(r.increments, pending_change);
+  if (fit == store::pending_store::fit::maybe) {
+    // Near the bound: what is logged so far goes into the store first, then an exact
+    // check (nothing else is logged, so nothing else adds, while log_mutex_ is held).
+    before_drain();
+    drain();
+    fit = store_.fits(r.increments, 0);
+  }
+  return fit == store::pending_store::fit::no ? commit_result::out_of_range
+                                              : commit_result::applied;
+}
+
+void committer::write_inline(request&& r) {
+  auto j = std::make_shared<job>();
+  {
+    std::lock_guard lock(log_mutex_);
+    if (closed_) {
+      r.result = commit_result::log_unavailable;
+    } else {
+      r.result = admit(r, 0, 0, [] {});
+      if (r.result == commit_result::applied && !log_.append(r.record, false))
+        r.result = commit_result::log_unavailable;
+    }
+    if (r.result == commit_result::applied) {
+      // Registered before the lock goes: a take that comes next applies it if this
+      // thread has not yet.
+      j->keys = r.increments.size();
+      j->magnitude = r.magnitude;
+      unapplied_keys_ += j->keys;
+      unapplied_magnitude_ += j->magnitude;
+      std::lock_guard l(unapplied_mutex_);
+      unapplied_.push_back(j);
+    } else {
+      j->applied = true;
+    }
+    j->requests.push_back(std::move(r));
+  }
+  apply_and_answer(*j);
+}
+
+void committer::write_group(std::vector<request>& group) {
+  const bool synced = log_.config().fsync == config::fsync_mode::always;
+  std::string bytes;
+  std::vector<request> chunk;
+  chunk.reserve(group.size());
+  bool any_logged = false;
+  std::size_t new_keys = 0;     // keys the requests logged in `bytes` may create
+  std::uint64_t unapplied = 0;  // their |delta|
+  const auto write_chunk = [&] {
+    if (any_logged && !log_.append(bytes, synced)) {
+      for (auto& r : chunk) {
+        if (r.result == commit_result::applied) r.result = commit_result::log_unavailable;
+      }
+    }
+    dispatch(chunk);
+    chunk.clear();
+    bytes.clear();
+    any_logged = false;
+    new_keys = 0;
+    unapplied = 0;
+  };
+  for (auto& r : group) {
+    r.result = admit(r, new_keys, unapplied, write_chunk);
+    if (r.result != commit_result::applied) {
+      chunk.push_back(std::move(r));
+      continue;
+    }
+    new_keys += r.increments.size();
+    if (__builtin_add_overflow(unapplied, r.magnitude, &unapplied)) unapplied = UINT64_MAX;
+    bytes += r.record;
+    any_logged = true;
+    chunk.push_back(std::move(r));
+  }
+  write_chunk();
+}
+
+void committer::dispatch(std::vector<request>& chunk) {
+  // One job per HTTP thread: a handful, so a linear search.
+  std::vector<std::shared_ptr<job>> jobs;
+  for (auto& r : chunk) {
+    std::shared_ptr<job>* j = nullptr;
+    for (auto& candidate : jobs) {
+      if (candidate->requests.front().home == r.home) j = &candidate;
+    }
+    if (j == nullptr) j = &jobs.emplace_back(std::make_shared<job>());
+    if (r.result == commit_result::applied) {
+      (*j)->keys += r.increments.size();
+      (*j)->magnitude += r.magnitude;
+    }
+    (*j)->requests.push_back(std::move(r));
+  }
+  for (auto& j : jobs) {
+    if (j->keys > 0) {
+      unapplied_keys_ += j->keys;
+      unapplied_magnitude_ += j->magnitude;
+      std::lock_guard lock(unapplied_mutex_);
+      unapplied_.push_back(j);
+    } else {
+      j->applied = true;  // nothing to apply
+    }
+    if (auto* home = j->requests.front().home) {
+      net::post(*home, [this, j] { apply_and_answer(*j); });
+    } else {
+      apply_and_answer(*j);
+    }
+  }
+}
+
+void committer::apply(job& j) {
+  std::lock_guard lock(j.mutex);
+  if (j.applied) return;
+  for (auto& r : j.requests) {
+    // Checked before it was logged (fits, the pending limit counted it): applies.
+    if (r.result == commit_result::applied &&
+        store_.add(r.increments, SIZE_MAX) != store::add_result::applied)
+      log::error("WAL: a logged request could not be applied to the store");
+  }
+  j.applied = true;
+  unapplied_keys_ -= j.keys;
+  unapplied_magnitude_ -= j.magnitude;
+  std::lock_guard l(unapplied_mutex_);
+  std::erase_if(unapplied_, [&](const std::shared_ptr<job>& p) { return p.get() == &j; });
+}
+
+void committer::apply_and_answer(job& j) {
+  apply(j);  // answered only once applied: a read after the answer sees it
+  for (auto& r : j.requests) r.done(r.result);
+}
+
+void committer::drain() {
+  std::vector<std::shared_ptr<job>> jobs;
+  {
+    std::lock_guard lock(unapplied_mutex_);
+    jobs = unapplied_;
+  }
+  for (auto& j : jobs) apply(*j);
+}
+
+bool committer::snapshot() {
+  drain();  // a snapshot holds everything logged, so it must all be in the store
+  std::vector<store::pending_delta> deltas;
+  store_.copy_all(deltas);
+  const auto batches = queue_->queued_copy();
+  const auto tag = log_.snapshot(batches, deltas);
+  if (tag == 0) return false;
+  // Only now that the snapshot holds them do the queued batches belong to it.
+  queue_->retag_all(tag);
+  return true;
+}
+
+}  // namespace slotted::durable

@@ -1,0 +1,53 @@
+#pragma once
+// What the HTTP layer needs from the rest of the daemon, and nothing more: the router
+// includes this header, not the flusher, the WAL or the database layer (README: Design).
+// Every call answers with one result type, mapped to a status by the router.
+//
+// Thread-safety: every member may be called from any HTTP thread at once; each `done`
+// is called exactly once, from any thread.
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ingest/increment.hpp"
+#include "store/counter_key.hpp"
+
+namespace slotted::http {
+
+struct backend_result {
+  enum class status {
+    done,          // applied (and, with a WAL, logged first); flushed; rolled up; read
+    over_limit,    // increments: the pending limit is reached; nothing applied
+    out_of_range,  // increments: a counter's pending sum would pass 2^62; nothing applied
+    unavailable,   // not now, retry: the WAL cannot be written (increments, nothing
+                   // applied), the database cannot be reached, a read is not exact yet
+  };
+  status outcome = status::done;
+  std::string error;        // why, for unavailable
+  std::uint64_t count = 0;  // rows flushed, records rolled up
+  // A counter read: the database's total and what is pending in memory.
+  std::int64_t persisted = 0;
+  std::int64_t pending = 0;
+};
+
+class backend {
+ public:
+  using done_fn = std::function<void(backend_result)>;
+  virtual ~backend() = default;
+  virtual bool draining() const = 0;
+  virtual bool ready() const = 0;
+  // Without a WAL increments are applied at once: add() answers. With one (durable()),
+  // they are acknowledged only once logged: add_durable() answers later.
+  virtual bool durable() const = 0;
+  virtual backend_result add(std::span<const ingest::increment> increments) = 0;
+  virtual void add_durable(std::vector<ingest::increment>&& increments, done_fn done) = 0;
+  virtual void read_counter(store::counter_key key, done_fn done) = 0;
+  virtual void flush_now(done_fn done) = 0;
+  virtual void rollup_now(done_fn done) = 0;
+  virtual std::string metrics_text() = 0;
+};
+
+}  // namespace slotted::http

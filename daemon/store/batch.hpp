@@ -1,0 +1,69 @@
+#pragma once
+// What moves downstream from the store: rows and the batches they are cut into, and the
+// two interfaces between the durable path and the flusher. A neutral place: the store,
+// the WAL, the flusher and the database layer all include it, and it includes none of
+// them, so the data still flows one way (README: Design).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "store/pending_store.hpp"
+
+namespace slotted::store {
+
+// One counter's delta as written: the slot is drawn per batch (see flush::form_batches).
+struct counter_row {
+  std::uint32_t record_type = 0;
+  std::uint64_t record_id = 0;
+  std::uint16_t slot = 0;
+  std::int64_t delta = 0;
+};
+
+// A unit of exactly-once writing: fixed rows (sorted by key, slots drawn) and a fixed
+// id (instance, run_id, seq), committed in one transaction with its ledger row.
+struct flush_batch {
+  std::uint64_t run_id = 0;
+  std::uint64_t seq = 0;
+  std::vector<counter_row> rows;
+  std::chrono::steady_clock::time_point oldest_arrival;
+  // The WAL segment holding the record that logged this batch (0 without a WAL).
+  std::uint64_t wal_tag = 0;
+  // Replayed from the WAL: parts of it may have committed already (see
+  // flusher::expand_recovered).
+  bool recovered = false;
+};
+
+// The flusher's queue of formed batches, as the durable path sees it (for a snapshot).
+class batch_queue {
+ public:
+  virtual ~batch_queue() = default;
+  // Copies of every queued batch.
+  virtual std::vector<flush_batch> queued_copy() = 0;
+  // Sets every queued batch's wal_tag to `tag` (once a snapshot logs them).
+  virtual void retag_all(std::uint64_t tag) = 0;
+};
+
+// Where the flusher takes its batches from when a WAL is on (durable::committer).
+class batch_source {
+ public:
+  virtual ~batch_source() = default;
+  // Forms batches from what the store held, oldest arrival given.
+  using former = std::function<std::vector<flush_batch>(std::vector<pending_delta>&&,
+                                                        std::chrono::steady_clock::time_point)>;
+  // Queues formed batches (runs before take() returns, so that nothing taken is ever
+  // in neither the store, the queue nor a snapshot).
+  using publisher = std::function<void(std::vector<flush_batch>&&)>;
+  // Takes the store's content, forms batches and logs them before any may commit, then
+  // publishes them. When they cannot be logged the content goes back to the store and
+  // false is returned.
+  virtual bool take(const former& form, const publisher& publish) = 0;
+  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued).
+  virtual void release(std::uint64_t min_queued_tag) = 0;
+  // True when the log holds no batch it has not logged as committed (see
+  // durable::committer); until then ledger rows must not be pruned.
+  virtual bool batches_logged_committed() = 0;
+};
+
+}  // namespace slotted::store

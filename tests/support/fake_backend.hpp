@@ -1,0 +1,59 @@
+#pragma once
+// A scripted http::backend for router and listener tests: answers what it is told to,
+// records what it was given, and keeps the callbacks of asynchronous calls so that a
+// test answers them later, from the thread it chooses.
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "http/backend.hpp"
+
+namespace slotted::test {
+
+class fake_backend : public http::backend {
+ public:
+  bool draining() const override { return draining_; }
+  bool ready() const override { return ready_; }
+  bool durable() const override { return durable_; }
+  http::backend_result add(std::span<const ingest::increment> increments) override {
+    std::lock_guard lock(mutex_);
+    added_.emplace_back(increments.begin(), increments.end());
+    return add_answer_;
+  }
+  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override {
+    std::lock_guard lock(mutex_);
+    added_.push_back(std::move(increments));
+    add_done_ = std::move(done);
+  }
+  void read_counter(store::counter_key key, done_fn done) override {
+    std::lock_guard lock(mutex_);
+    read_key_ = key;
+    read_done_ = std::move(done);
+  }
+  void flush_now(done_fn done) override {
+    std::lock_guard lock(mutex_);
+    flush_done_ = std::move(done);
+  }
+  void rollup_now(done_fn done) override {
+    std::lock_guard lock(mutex_);
+    rollup_done_ = std::move(done);
+  }
+  std::string metrics_text() override { return metrics_text_(); }
+
+  // The script (set before requests arrive).
+  bool draining_ = false;
+  bool ready_ = true;
+  bool durable_ = false;
+  http::backend_result add_answer_;
+  std::function<std::string()> metrics_text_ = [] { return std::string("# no metrics\n"); };
+
+  // What it was given.
+  std::mutex mutex_;
+  std::vector<std::vector<ingest::increment>> added_;
+  store::counter_key read_key_;
+  done_fn add_done_, read_done_, flush_done_, rollup_done_;
+};
+
+}  // namespace slotted::test

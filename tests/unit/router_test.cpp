@@ -1,0 +1,142 @@
+// The router against a scripted backend (tests/support/fake_backend.hpp): every backend
+// result maps to its status and body, synchronous or answered later from another thread.
+
+#include "http/router.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "support/fake_backend.hpp"
+
+namespace slotted::http {
+namespace {
+
+using status = backend_result::status;
+namespace bh = boost::beast::http;
+
+class Router : public ::testing::Test {
+ protected:
+  static config::daemon_config any_type() {
+    config::daemon_config cfg;
+    cfg.accept_undeclared_types = true;
+    return cfg;
+  }
+
+  // Sends one request; returns the answers it got (the router must give exactly one).
+  std::vector<response> send(bh::verb verb, std::string target, std::string body = {}) {
+    request req{verb, target, 11};
+    if (!body.empty()) {
+      req.set(bh::field::content_type, "application/json");
+      req.body() = std::move(body);
+      req.prepare_payload();
+    }
+    if (auto refused = router_.check_header(req)) return {std::move(*refused)};
+    auto answers = std::make_shared<std::vector<response>>();
+    router_.handle(std::move(req),
+                   [answers](response&& res) { answers->push_back(std::move(res)); });
+    last_ = answers;
+    return *answers;
+  }
+  // The answers of the last request so far (for one answered later).
+  std::vector<response> answers() const { return *last_; }
+
+  std::string metrics_text() { return metrics_.serialize(); }
+
+  config::daemon_config cfg_ = any_type();
+  test::fake_backend backend_;
+  metrics::registry metrics_;
+  ingest::table_limits limits_;
+  router router_{cfg_, backend_, metrics_, limits_};
+  std::shared_ptr<std::vector<response>> last_;
+};
+
+const std::string one = R"({"record_type": 3, "record_id": 9, "delta": 2})";
+
+TEST_F(Router, AnAppliedIncrementIsAnswered202AndReachesTheBackend) {
+  const auto got = send(bh::verb::post, "/v1/increments", one);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].result_int(), 202u);
+  EXPECT_EQ(got[0].body(), R"({"accepted": 1})");
+  ASSERT_EQ(backend_.added_.size(), 1u);
+  EXPECT_EQ(backend_.added_[0][0].record_type, 3u);
+  EXPECT_EQ(backend_.added_[0][0].record_id, 9u);
+  EXPECT_EQ(backend_.added_[0][0].delta, 2);
+}
+
+TEST_F(Router, EachRefusalOfTheBackendHasItsOwnStatus) {
+  backend_.add_answer_ = {status::over_limit, {}};
+  auto got = send(bh::verb::post, "/v1/increments", one);
+  EXPECT_EQ(got.at(0).result_int(), 503u);
+  EXPECT_EQ(got[0][bh::field::retry_after], "5");
+  EXPECT_NE(got[0].body().find("flush.max_pending_keys"), std::string::npos);
+  backend_.add_answer_ = {status::out_of_range, {}};
+  got = send(bh::verb::post, "/v1/increments", one);
+  EXPECT_EQ(got.at(0).result_int(), 422u);
+  EXPECT_NE(metrics_text().find(
+                R"(slotted_counterd_increments_rejected_total{reason="pending_limit"} 1)"),
+            std::string::npos);
+}
+
+TEST_F(Router, ADurableAddIsAnsweredOnceTheBackendAnswersFromItsThread) {
+  backend_.durable_ = true;
+  EXPECT_TRUE(send(bh::verb::post, "/v1/increments", one).empty()) << "answered before logged";
+  ASSERT_TRUE(backend_.add_done_);
+  std::thread log_thread([&] { backend_.add_done_({status::done, {}}); });
+  log_thread.join();
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 202u);
+
+  send(bh::verb::post, "/v1/increments", one);
+  backend_.add_done_({status::unavailable, "the write-ahead log cannot be written; retry later"});
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 503u);
+  EXPECT_NE(answers()[0].body().find("write-ahead log"), std::string::npos);
+  EXPECT_NE(metrics_text().find(
+                R"(slotted_counterd_increments_rejected_total{reason="wal_unavailable"} 1)"),
+            std::string::npos);
+}
+
+TEST_F(Router, ACounterReadShowsPersistedPlusPendingOrWhyNot) {
+  EXPECT_TRUE(send(bh::verb::get, "/v1/counters/3/9").empty());
+  EXPECT_EQ(backend_.read_key_.record_type, 3u);
+  EXPECT_EQ(backend_.read_key_.record_id, 9u);
+  backend_result r;
+  r.persisted = INT64_MAX;
+  r.pending = 5;  // the total passes int64 and is still printed exactly
+  backend_.read_done_(r);
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 200u);
+  EXPECT_NE(answers()[0].body().find(R"("count": 9223372036854775812)"), std::string::npos)
+      << answers()[0].body();
+
+  send(bh::verb::get, "/v1/counters/3/9");
+  backend_.read_done_({status::unavailable, "the counter is being written; retry"});
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 503u);
+  EXPECT_NE(answers()[0].body().find("being written"), std::string::npos);
+}
+
+TEST_F(Router, FlushAndRollupReportTheirCountOrTheirError) {
+  send(bh::verb::post, "/v1/flush");
+  backend_.flush_done_({status::done, {}, 12});
+  EXPECT_EQ(answers().at(0).body(), R"({"flushed_rows": 12})");
+  send(bh::verb::post, "/v1/rollup");
+  backend_.rollup_done_({status::unavailable, "no database"});
+  EXPECT_EQ(answers().at(0).result_int(), 503u);
+  EXPECT_NE(answers()[0].body().find("rollup failed: no database"), std::string::npos);
+}
+
+TEST_F(Router, ReadinessFollowsTheBackend) {
+  EXPECT_EQ(send(bh::verb::get, "/readyz").at(0).result_int(), 200u);
+  backend_.ready_ = false;
+  EXPECT_EQ(send(bh::verb::get, "/readyz").at(0).result_int(), 503u);
+  backend_.draining_ = true;
+  EXPECT_NE(send(bh::verb::get, "/readyz").at(0).body().find("draining"), std::string::npos);
+  // Draining: increments are refused before they reach the backend.
+  EXPECT_EQ(send(bh::verb::post, "/v1/increments", one).at(0).result_int(), 503u);
+  EXPECT_TRUE(backend_.added_.empty());
+}
+
+}  // namespace
+}  // namespace slotted::http
