@@ -479,9 +479,11 @@ std::optional<body_format> format_for(std::string_view content_type) {
   std::string_view media = content_type.substr(0, semi);
   while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
   while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
+  // ASCII case folding inline: std::tolower is a library call per character (and
+  // locale-dependent), and this runs twice for every increments request.
   const auto iequals = [](std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-             return std::tolower(static_cast<unsigned char>(x)) == y;
+             return (x >= 'A' && x <= 'Z' ? static_cast<char>(x - 'A' + 'a') : x) == y;
            });
   };
   if (iequals(media, "application/json")) return body_format::json;
