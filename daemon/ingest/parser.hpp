@@ -48,8 +48,17 @@ struct parse_error {
 
 // Appends the body's increments to `out` (cleared first). On error returns it, and
 // `out` must be ignored.
+// Bodies of the usual shape (plain field names, integer values) are read by a fast
+// scanner; everything else, errors included, by simdjson.
 std::optional<parse_error> parse_increments(std::string_view body, body_format format,
                                             const type_registry& types, std::size_t max_items,
                                             std::vector<increment>& out);
+
+// The same with simdjson alone, without the fast scanner: what parse_increments() must
+// agree with on every body, increments and errors alike (tests and increments_fuzz).
+std::optional<parse_error> parse_increments_reference(std::string_view body, body_format format,
+                                                      const type_registry& types,
+                                                      std::size_t max_items,
+                                                      std::vector<increment>& out);
 
 }  // namespace slotted::ingest

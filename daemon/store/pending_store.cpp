@@ -96,7 +96,13 @@ std::uint64_t pending_store::magnitude(std::span<const ingest::increment> increm
 add_result pending_store::add(std::span<const ingest::increment> increments,
                               std::size_t max_pending_keys) {
   if (over_pending_limit(max_pending_keys)) return add_result::over_limit;
-  const auto now = clock::now();
+  // Read only when a shard has no arrival time yet: a clock read per request showed in
+  // the single-event profile.
+  std::optional<clock::time_point> now;
+  const auto arrival = [&now] {
+    if (!now) now = clock::now();
+    return *now;
+  };
   // keys_ changes under the shard's lock, so take_all() can never subtract a key before
   // the add that inserted it was counted (the count would wrap below zero).
   const auto apply = [&](shard& s, const ingest::increment& inc, std::uint64_t hash) {
@@ -123,7 +129,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     // Stored sums stay within the bound, and a delta is an int32: no overflow here.
     const std::int64_t sum = (found ? it->second : 0) + inc.delta;
     if (abs_of(sum) > bound) return add_result::out_of_range;
-    if (!s.first_arrival) s.first_arrival = now;
+    if (!s.first_arrival) s.first_arrival = arrival();
     if (found) {
       it->second = sum;
     } else {
@@ -177,7 +183,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       shard& s = shards_[k];
       std::unique_lock<std::mutex> lock(s.mutex, std::defer_lock);
       if (!near) lock.lock();
-      if (!s.first_arrival) s.first_arrival = now;
+      if (!s.first_arrival) s.first_arrival = arrival();
       for (std::size_t j = begin; j < end; ++j) apply(s, increments[order[j]], hashes[order[j]]);
       begin = end;
     }

@@ -8,7 +8,8 @@
 // same body again (the parser's per-thread state is reused) gives the same answer; and
 // each line of an accepted NDJSON body, parsed alone as JSON, yields the same increment
 // (NDJSON lines are parsed in place inside the whole body, with the following lines as
-// simdjson's padding).
+// simdjson's padding); and parse_increments_reference() (simdjson without the fast
+// scanner) gives the same answer, increments or error.
 
 #include <cstddef>
 #include <cstdint>
@@ -70,6 +71,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (inc.record_type > 2147483647u) fail("record_type out of range");
     }
   }
+
+  // The fast scanner gives up on whatever it does not handle exactly, so the answer must
+  // be the reference parser's (simdjson alone), errors included.
+  std::vector<increment> reference;
+  const auto ref_err = parse_increments_reference(body, format, types, max_items, reference);
+  if (err.has_value() != ref_err.has_value()) fail("the reference parser disagrees on success");
+  if (err && (err->status != ref_err->status || err->message != ref_err->message ||
+              err->index != ref_err->index))
+    fail("the reference parser gives another error");
+  if (!err && !same(out, reference)) fail("the reference parser gives other increments");
 
   std::vector<increment> again;
   const auto err2 = parse_increments(body, format, types, max_items, again);

@@ -155,6 +155,93 @@ TEST(Parser, ItemLimitIs413) {
   EXPECT_FALSE(p.error);
 }
 
+// parse_increments() reads the usual shape with a fast scanner and gives up on the rest;
+// on every body it must answer what simdjson alone (the reference) answers. These are
+// the edges where a hand-written scanner goes wrong: numbers JSON forbids or simdjson
+// types differently, escapes, whitespace, limits, lines.
+TEST(Parser, FastPathAgreesWithReference) {
+  const std::vector<std::string> objects = {
+      R"({"record_type": 7, "record_id": 1})",
+      R"({"record_type":7,"record_id":18446744073709551615,"delta":-2147483648})",
+      "{\t\"record_id\" :\r 5 ,\"record_type\":7 , \"delta\": 2147483647 }",
+      "{\"record_type\":\n7, \"record_id\": 1}",
+      R"({"record_type": 7, "record_id": 18446744073709551616})",
+      R"({"record_type": 7, "record_id": 99999999999999999999})",
+      R"({"record_type": 7, "record_id": "18446744073709551615"})",
+      R"({"record_type": 7, "record_id": "18446744073709551616"})",
+      R"({"record_type": 7, "record_id": "007"})",
+      R"({"record_type": 7, "record_id": "7x"})",
+      R"({"record_type": 7, "record_id": ""})",
+      R"({"record_type": 7, "record_id": 007})",
+      R"({"record_type": 7, "record_id": 0})",
+      R"({"record_type": 7, "record_id": -0})",
+      R"({"record_type": 7, "record_id": 1, "delta": -0})",
+      R"({"record_type": 7, "record_id": 1, "delta": 0})",
+      R"({"record_type": 7, "record_id": 1, "delta": 2147483648})",
+      R"({"record_type": 7, "record_id": 1, "delta": -2147483649})",
+      R"({"record_type": 7, "record_id": 1, "delta": 1.0})",
+      R"({"record_type": 7, "record_id": 1e2})",
+      R"({"record_type": 7, "record_id": 1E2})",
+      R"({"record_type": 7, "record_id": 1, "delta": --1})",
+      R"({"record_type": 7, "record_id": 1, "delta": +1})",
+      R"({"record_type": 07, "record_id": 1})",
+      R"({"record_type": 2147483647, "record_id": 1})",
+      R"({"record_type": 2147483648, "record_id": 1})",
+      R"({"record_type": 8, "record_id": 1})",
+      R"({"record_type": "page_views", "record_id": 1})",
+      R"({"record\u005ftype": 7, "record_id": 1})",
+      R"({"record_type": 7, "record_id": 1, "record_id": 1})",
+      R"({"record_type": 7, "record_id": 1, "delta": 1, "delta": 1})",
+      R"({"record_type": 7, "record_type": 7, "record_id": 1})",
+      R"({"record_type": 7})",
+      R"({"record_id": 1})",
+      R"({})",
+      R"({"record_type": 7, "record_id": 1,})",
+      R"({"record_type": 7 "record_id": 1})",
+      R"({"record_type": 7, "record_id": 1})x",
+      R"({"record_type": 7, "record_id": 1}})",
+      R"({"record_type": 7, "record_id": 1, "other": 1})",
+      R"({"record_type": 7, "record_id": tru})",
+      "{\"record_type\": 7, \"record_id\": 1}\x0b",
+      std::string("{\"record_type\": 7, \"record_id\": 1\0}", 35),
+  };
+  std::vector<std::string> bodies;
+  for (const auto& o : objects) {
+    bodies.push_back(o);
+    bodies.push_back("[" + o + "]");
+    bodies.push_back("[" + o + ", " + objects[0] + "]");
+    bodies.push_back(objects[0] + "\n" + o + "\n");
+    bodies.push_back("\r\n  " + o + " \r\n\n" + objects[0]);
+  }
+  for (const std::string b : {"[]", "[ ]", " [\n] ", "[,]", "", " ", "\n", "[{}"})
+    bodies.push_back(b);
+  bodies.push_back("[" + objects[0]);
+  for (const auto& body : bodies) {
+    for (const auto f : {body_format::json, body_format::ndjson}) {
+      for (const std::size_t max_items : {1, 2, 100}) {
+        for (const auto* types : {&strict, &open_types}) {
+          std::vector<increment> fast, ref;
+          const auto e1 = parse_increments(body, f, *types, max_items, fast);
+          const auto e2 = parse_increments_reference(body, f, *types, max_items, ref);
+          ASSERT_EQ(e1.has_value(), e2.has_value()) << body;
+          if (e1) {
+            EXPECT_EQ(e1->status, e2->status) << body;
+            EXPECT_EQ(e1->message, e2->message) << body;
+            EXPECT_EQ(e1->index, e2->index) << body;
+            continue;
+          }
+          ASSERT_EQ(fast.size(), ref.size()) << body;
+          for (std::size_t i = 0; i < fast.size(); ++i) {
+            EXPECT_EQ(fast[i].record_type, ref[i].record_type) << body;
+            EXPECT_EQ(fast[i].record_id, ref[i].record_id) << body;
+            EXPECT_EQ(fast[i].delta, ref[i].delta) << body;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Parser, ContentTypes) {
   EXPECT_EQ(format_for("application/json"), body_format::json);
   EXPECT_EQ(format_for("Application/JSON; charset=utf-8"), body_format::json);
