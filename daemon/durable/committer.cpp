@@ -61,8 +61,14 @@ void committer::stop() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard log_lock(log_mutex_);
   closed_ = true;
-  // Tasks queued after the thread's last look still get their answer.
-  for (auto& task : std::exchange(tasks_, {})) task();
+  // Tasks queued after the thread's last look still get their answer (later ones run
+  // on their caller's thread, see on_log_thread).
+  std::deque<std::function<void()>> left;
+  {
+    std::lock_guard lock(mutex_);
+    left.swap(tasks_);
+  }
+  for (auto& task : left) task();
   if (started_ && log_.unsynced()) log_.sync();
 }
 
@@ -88,7 +94,13 @@ template <typename Task>
 auto committer::on_log_thread(Task task) {
   std::promise<decltype(task())> result;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    if (stopping_) {
+      // The log thread is gone or going: run it here, as it would, under the log's mutex.
+      lock.unlock();
+      std::lock_guard log_lock(log_mutex_);
+      return task();
+    }
     tasks_.push_back([&] {
       if constexpr (std::is_void_v<decltype(task())>) {
         task();
@@ -163,11 +175,13 @@ void committer::run() {
   std::unique_lock lock(mutex_);
   const auto& cfg = log_.config();
   const bool interval_mode = cfg.fsync == config::fsync_mode::interval;
+  // Appends happen on other threads without a word to this one: it looks at the log
+  // when the oldest unsynced append may be due, or an interval from now.
+  auto next_look = clock::now() + cfg.fsync_interval;
   while (true) {
     const auto has_work = [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); };
     if (interval_mode) {
-      // Appends happen on other threads without a word to this one: look every interval.
-      wake_.wait_for(lock, cfg.fsync_interval, has_work);
+      wake_.wait_until(lock, next_look, has_work);
     } else {
       wake_.wait(lock, has_work);
     }
@@ -196,6 +210,9 @@ void committer::run() {
       std::lock_guard log_lock(log_mutex_);
       if (interval_mode && log_.unsynced() && clock::now() >= log_.last_sync() + cfg.fsync_interval)
         log_.sync();
+      // Nothing unsynced: an append after this look is due an interval from now at most.
+      next_look = log_.unsynced() ? log_.last_sync() + cfg.fsync_interval
+                                  : clock::now() + cfg.fsync_interval;
       if (stop_now) return;
       if (log_.snapshot_due()) snapshot();
     }

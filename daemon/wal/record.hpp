@@ -24,8 +24,8 @@
 #include <string_view>
 #include <vector>
 
-#include "store/batch.hpp"
 #include "ingest/increment.hpp"
+#include "store/batch.hpp"
 #include "store/pending_store.hpp"
 
 namespace slotted::wal {

@@ -154,8 +154,8 @@ void Committer::takes_between_applies(config::fsync_mode mode) {
     c.start(queue);
     std::vector<std::unique_ptr<net::io_context>> loops;
     std::vector<std::thread> runners, clients;
+    for (int t = 0; t < threads; ++t) loops.push_back(std::make_unique<net::io_context>(1));
     for (int t = 0; t < threads; ++t) {
-      loops.push_back(std::make_unique<net::io_context>(1));
       runners.emplace_back([&, t] {
         auto guard = net::make_work_guard(*loops[t]);
         loops[t]->run();
