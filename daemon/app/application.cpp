@@ -63,6 +63,8 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
   s.max_retry_backoff = c.flush.max_retry_backoff;
   s.rollups = rollup_targets_for(c);
   s.limits = &limits;
+  s.idempotency_window =
+      std::chrono::duration_cast<std::chrono::milliseconds>(c.idempotency.window);
   return s;
 }
 
@@ -83,6 +85,7 @@ application::application(config::daemon_config cfg)
     : cfg_(std::move(cfg)),
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
+      keyed_(cfg_.idempotency.window, cfg_.flush.max_pending_keys, metrics_),
       wal_(cfg_.wal.dir.empty() ? nullptr
                                 : std::make_unique<wal::write_ahead_log>(
                                       cfg_.wal, store_, metrics_, cfg_.flush.max_pending_keys)),
@@ -95,6 +98,8 @@ application::application(config::daemon_config cfg)
       running_(cfg_) {
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
+  flusher_.attach_keyed(&keyed_);
+  if (wal_) wal_->attach_keyed(&keyed_);
   auto& connector = pool_.connector();
   metrics_.set_mysql_hosts(connector.host_names());
   connector.on_host_change([this, names = connector.host_names()](std::size_t i) {
@@ -184,8 +189,16 @@ void application::start() {
 
 void application::replay_wal(const wal::open_options& options) {
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
-  const auto recovered = wal_->open(options);
+  auto recovered = wal_->open(options);
   store_.add_deltas(recovered.deltas);
+  {
+    // Keyed requests come back pending, or in their logged batches; the index knows
+    // every one of them again (a retry to this instance is answered as a replay).
+    std::vector<idempotency::keyed_request> in_batches;
+    for (const auto& b : recovered.batches)
+      in_batches.insert(in_batches.end(), b.keyed.begin(), b.keyed.end());
+    keyed_.restore(std::move(recovered.keyed), in_batches);
+  }
   flusher_.enqueue(recovered.batches);
   flusher_.attach_wal(wal_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
@@ -310,6 +323,21 @@ store::add_result application::add(std::span<const ingest::increment> increments
 void application::add_durable(std::vector<ingest::increment>&& increments,
                               std::function<void(store::add_result)> done) {
   wal_->submit(std::move(increments), std::move(done));
+}
+
+void application::add_keyed(idempotency::keyed_request&& request,
+                            std::function<void(idempotency::keyed_answer)> done) {
+  using idempotency::admit_result;
+  // Without a WAL a fresh request is pending at once; with one, only once logged.
+  const auto a = keyed_.admit(request, store_.keys() + store_.unwritten_rows(),
+                              cfg_.flush.max_pending_keys, wal_ == nullptr);
+  if (a.result != admit_result::fresh) return done({a.result, a.accepted});
+  if (wal_) {
+    return wal_->submit_keyed(std::move(request), [done = std::move(done)](store::add_result r) {
+      done({admit_result::fresh, 0, r});
+    });
+  }
+  done({admit_result::fresh, 0, store::add_result::applied});
 }
 
 void application::read_counter(

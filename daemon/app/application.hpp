@@ -22,6 +22,7 @@
 #include "flush/flusher.hpp"
 #include "http/listener.hpp"
 #include "http/router.hpp"
+#include "idempotency/keyed_store.hpp"
 #include "metrics/metrics.hpp"
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
@@ -84,6 +85,8 @@ class application final : public http::backend {
   bool durable() const override { return wal_ != nullptr; }
   void add_durable(std::vector<ingest::increment>&& increments,
                    std::function<void(store::add_result)> done) override;
+  void add_keyed(idempotency::keyed_request&& request,
+                 std::function<void(idempotency::keyed_answer)> done) override;
   void read_counter(
       store::counter_key key,
       std::function<void(std::optional<flush::counter_reading>, std::string)> done) override;
@@ -101,6 +104,8 @@ class application final : public http::backend {
   store::pending_store store_;
   db::pool pool_;
   ingest::table_limits limits_;
+  // Requests with an Idempotency-Key, apart from store_ until their flush.
+  idempotency::keyed_store keyed_;
   std::unique_ptr<wal::write_ahead_log> wal_;
   flush::flusher flusher_;
   // Tells the flusher, every min(flush.interval, 5s), whether the database answers.

@@ -755,6 +755,16 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
                       [&](auto& a, auto& ap) { c.time_span(a, ap, 1ms, 10s, w.fsync_interval); }},
                  });
            }},
+          {"idempotency",
+           [&](const YAML::Node& v, const std::string& p) {
+             c.mapping(v, p,
+                       {
+                           {"window",
+                            [&](auto& a, auto& ap) {
+                              c.time_span(a, ap, 1s, 24h * 30, cfg.idempotency.window);
+                            }},
+                       });
+           }},
           {"shutdown_timeout",
            [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
           {"log",
@@ -845,6 +855,7 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   restart(a.wal.fsync != b.wal.fsync, "wal.fsync");
   restart(a.wal.fsync_interval != b.wal.fsync_interval, "wal.fsync_interval");
   restart(a.shutdown_timeout != b.shutdown_timeout, "shutdown_timeout");
+  restart(a.idempotency.window != b.idempotency.window, "idempotency.window");
   return plan;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "db/sql.hpp"
+#include "idempotency/keyed_request.hpp"
 
 namespace slotted::flush {
 
@@ -20,6 +21,9 @@ struct flush_batch {
   // Replayed from the WAL: parts of it may have committed already (see
   // flusher::expand_recovered).
   bool recovered = false;
+  // A keyed batch (see idempotency/keyed_batches.hpp): these requests, whose increments
+  // `rows` sums; each is applied only if its key is not committed yet.
+  std::vector<idempotency::keyed_request> keyed;
 };
 
 }  // namespace slotted::flush

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "db/errors.hpp"
+#include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
@@ -119,7 +120,7 @@ std::size_t flusher::stop(clock::time_point deadline) {
   }
   for (auto& w : waiters) w(result);
   std::lock_guard lock(queue_mutex_);
-  return queued_rows_ + store_.keys();
+  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_items() : 0);
 }
 
 std::chrono::milliseconds flusher::next_backoff() {
@@ -145,6 +146,17 @@ bool flusher::take_from_store() {
     auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement,
                                 settings_.slots, run_id_, next_seq_, rng_, oldest);
     next_seq_ += batches.size();
+    if (keyed_ != nullptr) {
+      // Keyed requests become batches of their own (taken here, on the WAL's thread
+      // when there is one, so the batches record covers them as it covers the deltas).
+      std::size_t dropped = 0;
+      auto keyed = idempotency::form_keyed_batches(
+          keyed_->take_pending(), settings_.max_rows_per_statement, settings_.slots, run_id_,
+          next_seq_, rng_, clock::now(), dropped);
+      next_seq_ += keyed.size();
+      keyed_->dropped_at_flush(dropped, 0);
+      std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));
+    }
     return batches;
   };
   bool logged = true;
@@ -154,7 +166,8 @@ bool flusher::take_from_store() {
   } else {
     std::vector<store::pending_delta> deltas;
     const auto oldest = store_.take_all(deltas);
-    if (!deltas.empty()) publish(form(std::move(deltas), oldest.value_or(clock::now())));
+    auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
+    if (!batches.empty()) publish(std::move(batches));
   }
   {
     std::lock_guard lock(queue_mutex_);
@@ -254,8 +267,9 @@ std::size_t flusher::write_queued(db::connection& conn) {
       std::optional<std::string> refused;  // the database refused these rows' values
       for (int attempt = 0;; ++attempt) {
         try {
-          outcome =
-              db::commit_batch(conn, settings_.table, id, batch->rows, rolled_up_rows(batch->rows));
+          outcome = batch->keyed.empty() ? db::commit_batch(conn, settings_.table, id, batch->rows,
+                                                            rolled_up_rows(batch->rows))
+                                         : commit_keyed(conn, id, *batch);
           progress();
           break;
         } catch (const db::db_error& e) {
@@ -284,10 +298,12 @@ std::size_t flusher::write_queued(db::connection& conn) {
           std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng_)));
         }
       }
-      if (refused && batch->rows.size() > 1) {
+      // A keyed batch is split by its requests: a request is applied whole or not at all.
+      if (refused && (batch->keyed.empty() ? batch->rows.size() > 1 : batch->keyed.size() > 1)) {
         // Rolled back, so nothing of it was applied: split it to find the rows at fault
         // and let the others through.
         auto [left, right] = split_batch(*batch);
+        if (!batch->keyed.empty()) idempotency::split_requests(*batch, left, right);
         {
           std::lock_guard lock(queue_mutex_);
           queued_.pop_front();
@@ -297,7 +313,13 @@ std::size_t flusher::write_queued(db::connection& conn) {
         set_committing(false);
         continue;
       }
-      if (refused) {
+      if (refused && !batch->keyed.empty()) {
+        // One keyed request the table cannot hold: dropped like a row (its key stays
+        // uncommitted, so a retry is refused the same way).
+        metrics_.rows_refused.Increment(static_cast<double>(batch->rows.size()));
+        log::error("the database refuses the increments of the request with Idempotency-Key ",
+                   batch->keyed.front().key, ": ", *refused, "; they are dropped");
+      } else if (refused) {
         // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
         // total past BIGINT): dropped, loudly, so that it does not block every later
         // batch forever.
@@ -305,6 +327,10 @@ std::size_t flusher::write_queued(db::connection& conn) {
         metrics_.rows_refused.Increment();
         log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ",
                    r.record_id, "): ", *refused, "; it is dropped");
+      } else if (outcome == db::commit_outcome::applied && !batch->keyed.empty()) {
+        written += last_keyed_rows_;
+        metrics_.flush_rows.Increment(static_cast<double>(last_keyed_rows_));
+        metrics_.flush_statements.Increment();
       } else if (outcome == db::commit_outcome::applied) {
         written += batch->rows.size();
         metrics_.flush_rows.Increment(static_cast<double>(batch->rows.size()));
@@ -332,6 +358,21 @@ std::size_t flusher::write_queued(db::connection& conn) {
   }
   if (popped > 0) release_wal();
   return written;
+}
+
+db::commit_outcome flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
+                                         const flush_batch& batch) {
+  const auto outcome = idempotency::commit_keyed_batch(
+      conn, settings_.table, id, batch, settings_.idempotency_window,
+      [this](std::span<const db::counter_row> rows) { return rolled_up_rows(rows); });
+  last_keyed_rows_ = outcome.rows;
+  if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
+    keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
+  if (outcome.duplicates + outcome.conflicts > 0) {
+    log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
+               outcome.conflicts, " committed with another body; not applied");
+  }
+  return outcome.outcome;
 }
 
 void flusher::progress() {
@@ -465,6 +506,14 @@ flush_result flusher::cycle() {
                        ledger_max_age_seconds);
       last_prune_ = clock::now();
     }
+    // Keys past idempotency.window, of every instance (any may do it), in bounded
+    // chunks; at least once a window, so that the table holds about one window of keys.
+    if (!deadline_hit_ && keyed_ != nullptr &&
+        clock::now() - last_key_prune_ >
+            std::min<clock::duration>(prune_every, settings_.idempotency_window)) {
+      idempotency::prune_keys(**lease, settings_.idempotency_window, 10000, 10);
+      last_key_prune_ = clock::now();
+    }
     result.ok = true;
   } catch (const db::db_error& e) {
     if (lease && e.connection_lost()) lease->discard();
@@ -546,7 +595,7 @@ void flusher::update_gauges() {
 
 counter_reading flusher::read_total(const store::counter_key& key) {
   const auto queued_delta = [&] {
-    std::int64_t sum = store_.pending(key);
+    std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
     for (const auto& b : queued_) {
       const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
                                        [](const db::counter_row& r, const store::counter_key& k) {
@@ -628,7 +677,9 @@ void flusher::expand_recovered(db::connection& conn) {
   std::lock_guard lock(queue_mutex_);
   std::deque<flush_batch> expanded;
   for (auto& b : queued_) {
-    const bool ours = b.recovered && b.run_id == run;
+    // A keyed batch stays whole: its keys tell which of its requests committed.
+    const bool ours = b.recovered && b.run_id == run && b.keyed.empty();
+    if (!b.keyed.empty() && b.run_id == run) b.recovered = false;
     if (ours) b.recovered = false;
     auto parts =
         ours && !committed.empty() ? uncommitted_parts(b, committed) : std::vector<flush_batch>{};

@@ -300,6 +300,19 @@ void router::handle(request&& req, respond_fn respond) {
 
 void router::handle_increments(const request& req, const reply& answer) {
   const unsigned v = req.version();
+  // Idempotency-Key (README: HTTP API): one field with a valid key, or nothing applied.
+  std::string_view idempotency_key;
+  bool keyed = false;
+  if (const auto [first, last] = req.equal_range("Idempotency-Key"); first != last) {
+    keyed = true;
+    idempotency_key = first->value();
+    if (std::next(first) != last || !idempotency::valid_key(idempotency_key)) {
+      metrics_.reject(metrics::reject_reason::invalid, 1);
+      return answer(error_response(v, status::bad_request,
+                                   "Idempotency-Key must be sent once, as 1 to 128 characters of "
+                                   "[A-Za-z0-9._:-]; nothing of this request was applied"));
+    }
+  }
   thread_local std::vector<ingest::increment> increments;
   const auto format = *ingest::format_for(req[field::content_type]);
   const auto live = live_.load();
@@ -321,6 +334,15 @@ void router::handle_increments(const request& req, const reply& answer) {
   }
   const std::size_t n = increments.size();
   const bool minimal = prefers_minimal(req);
+  if (keyed) {
+    idempotency::keyed_request r{std::string(idempotency_key), idempotency::hash_of(increments),
+                                 increments};
+    return backend_.add_keyed(
+        std::move(r),
+        guarded(answer, v, [this, v, n, minimal, answer](const idempotency::keyed_answer& a) {
+          answer_keyed(answer, v, n, minimal, a);
+        }));
+  }
   if (backend_.durable()) {
     return backend_.add_durable(
         std::exchange(increments, {}),
@@ -331,20 +353,43 @@ void router::handle_increments(const request& req, const reply& answer) {
   answer_added(answer, v, n, minimal, backend_.add(increments));
 }
 
+void router::answer_keyed(const reply& answer, unsigned v, std::size_t n, bool minimal,
+                          const idempotency::keyed_answer& a) {
+  switch (a.admitted) {
+    case idempotency::admit_result::fresh:
+      return answer_added(answer, v, n, minimal, a.added);
+    case idempotency::admit_result::replay:
+      // Applied once already: answered as the first time, and said to be a replay.
+      return answer_added(answer, v, a.accepted, minimal, store::add_result::applied, true);
+    case idempotency::admit_result::over_limit:
+      return answer_added(answer, v, n, minimal, store::add_result::over_limit);
+    case idempotency::admit_result::in_progress:
+      return answer(retry_later(v, "a request with this Idempotency-Key is being logged; retry"));
+    case idempotency::admit_result::conflict:
+      metrics_.reject(metrics::reject_reason::invalid, n);
+      return answer(error_response(v, status::unprocessable_entity,
+                                   "this Idempotency-Key was used with another body; nothing of "
+                                   "this request was applied"));
+  }
+}
+
 void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool minimal,
-                          store::add_result r) {
+                          store::add_result r, bool replayed) {
   switch (r) {
-    case store::add_result::applied:
-      metrics_.increments_accepted.Increment(static_cast<double>(n));
+    case store::add_result::applied: {
+      if (!replayed) metrics_.increments_accepted.Increment(static_cast<double>(n));
       if (minimal) {
         // No body at all: an nginx mirror subrequest keeps its upstream connection
         // only for answers without one.
         response res{status::no_content, v};
         res.set(field::preference_applied, "return=minimal");
+        if (replayed) res.set("Idempotent-Replayed", "true");
         return answer(std::move(res));
       }
-      return answer(
-          json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
+      auto res = json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}");
+      if (replayed) res.set("Idempotent-Replayed", "true");
+      return answer(std::move(res));
+    }
     case store::add_result::over_limit:
       metrics_.reject(metrics::reject_reason::pending_limit, n);
       return answer(

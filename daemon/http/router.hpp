@@ -17,6 +17,7 @@
 #include "config/config.hpp"
 #include "flush/flusher.hpp"
 #include "http/token_check.hpp"
+#include "idempotency/keyed_store.hpp"
 #include "ingest/parser.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
@@ -44,6 +45,10 @@ class backend {
   virtual bool durable() const = 0;
   virtual void add_durable(std::vector<ingest::increment>&& increments,
                            std::function<void(store::add_result)> done) = 0;
+  // A request with a valid Idempotency-Key (README: HTTP API): looked up, then logged
+  // and kept apart from the store's maps until its flush. `done` may run on any thread.
+  virtual void add_keyed(idempotency::keyed_request&& request,
+                         std::function<void(idempotency::keyed_answer)> done) = 0;
   // Each `done` may be called from any thread.
   virtual void read_counter(
       store::counter_key key,
@@ -83,7 +88,9 @@ class router {
   std::optional<response> refuse(const request_header& req, const route_match& m);
   void handle_increments(const request& req, const reply& answer);
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
-                    store::add_result r);
+                    store::add_result r, bool replayed = false);
+  void answer_keyed(const reply& answer, unsigned version, std::size_t n, bool minimal,
+                    const idempotency::keyed_answer& a);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
 
   // What reconfigure() replaces, swapped whole so a request sees one consistent set.

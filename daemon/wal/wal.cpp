@@ -204,6 +204,7 @@ recovered write_ahead_log::open(const open_options& options) {
   } catch (const std::overflow_error& e) {
     throw wal_error("WAL in " + cfg_.dir + " is corrupt: " + e.what());
   }
+  out.keyed = state.keyed();
   // A batch logged twice (a snapshot and a batches record) is one batch.
   std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
   for (const auto& b : state.batches()) {
@@ -247,6 +248,20 @@ void write_ahead_log::submit(std::vector<ingest::increment>&& increments,
   done(store::add_result::wal_unavailable);
 }
 
+void write_ahead_log::submit_keyed(idempotency::keyed_request&& keyed,
+                                   std::function<void(store::add_result)> done) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      pending_.push_back({{}, std::move(done), std::move(keyed)});
+      wake_.notify_one();
+      return;
+    }
+  }
+  keyed_->abandon(keyed.key);
+  done(store::add_result::wal_unavailable);
+}
+
 bool write_ahead_log::swap(const former& form, const publisher& publish) {
   std::promise<bool> result;
   {
@@ -254,9 +269,9 @@ bool write_ahead_log::swap(const former& form, const publisher& publish) {
     tasks_.push_back([&] {
       std::vector<store::pending_delta> deltas;
       const auto oldest = store_.take_all(deltas);
-      if (deltas.empty()) return result.set_value(true);
+      // `form` takes the keyed requests too (they may be all there is).
       auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
-      if (batches.empty()) return result.set_value(true);  // only zero net deltas
+      if (batches.empty()) return result.set_value(true);  // nothing, or zero net deltas
       bool ok = rotate();
       if (ok) {
         for (auto& b : batches) b.wal_tag = segment_;
@@ -267,10 +282,16 @@ bool write_ahead_log::swap(const former& form, const publisher& publish) {
       if (!ok) {
         // Nothing of these batches may commit unlogged: back into the store.
         std::vector<store::pending_delta> back;
-        for (const auto& b : batches) {
+        std::vector<idempotency::keyed_request> keyed_back;
+        for (auto& b : batches) {
+          if (!b.keyed.empty()) {
+            std::move(b.keyed.begin(), b.keyed.end(), std::back_inserter(keyed_back));
+            continue;
+          }
           for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
         }
         store_.add_deltas(back);
+        if (keyed_ != nullptr && !keyed_back.empty()) keyed_->put_back(std::move(keyed_back));
         return result.set_value(false);
       }
       covering_.push_back(segment_);
@@ -351,6 +372,15 @@ void write_ahead_log::write_group(std::vector<request>& group) {
     if (logged.empty()) return;
     const bool ok = append_synced(bytes, cfg_.fsync == config::fsync_mode::always);
     for (auto* r : logged) {
+      if (r->keyed) {
+        if (ok) {
+          keyed_->accept(std::move(*r->keyed));
+        } else {
+          keyed_->abandon(r->keyed->key);
+        }
+        r->done(ok ? store::add_result::applied : store::add_result::wal_unavailable);
+        continue;
+      }
       // Checked by fits() below, and this thread is the store's only writer: applies.
       if (ok && store_.add(r->increments, SIZE_MAX) != store::add_result::applied)
         log::error("WAL: a logged request could not be applied to the store");
@@ -361,6 +391,12 @@ void write_ahead_log::write_group(std::vector<request>& group) {
     unapplied = 0;
   };
   for (auto& r : group) {
+    if (r.keyed) {
+      // Admitted (pending limit included) by the keyed store; never in the store's maps.
+      append_keyed(bytes, *r.keyed);
+      logged.push_back(&r);
+      continue;
+    }
     // The pending limit, as without a WAL: checked before anything is logged.
     if (store_.keys() + store_.unwritten_rows() + new_keys_bound >= max_pending_keys_) {
       r.done(store::add_result::over_limit);
@@ -469,8 +505,10 @@ bool write_ahead_log::checkpoint() {
   std::vector<store::pending_delta> deltas;
   store_.copy_all(deltas);
   auto batches = queue_->queued_copy();
+  const auto keyed =
+      keyed_ != nullptr ? keyed_->pending_copy() : std::vector<idempotency::keyed_request>{};
   std::string bytes;
-  append_snapshot(bytes, batches, deltas);
+  append_snapshot(bytes, batches, deltas, keyed);
   if (!append_synced(bytes, true)) return false;
   // Only now that the snapshot holds them do the queued batches belong to it.
   queue_->retag_all(segment_);

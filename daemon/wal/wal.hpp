@@ -28,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -35,6 +36,7 @@
 
 #include "config/config.hpp"
 #include "flush/batch.hpp"
+#include "idempotency/keyed_store.hpp"
 #include "ingest/increment.hpp"
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
@@ -49,6 +51,7 @@ class wal_error : public std::runtime_error {
 struct recovered {
   std::vector<store::pending_delta> deltas;
   std::vector<flush::flush_batch> batches;
+  std::vector<idempotency::keyed_request> keyed;  // keyed requests not yet in a batch
   std::size_t segments = 0;
   std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept
 };
@@ -94,6 +97,15 @@ class write_ahead_log {
   void submit(std::vector<ingest::increment>&& increments,
               std::function<void(store::add_result)> done);
 
+  // Keyed requests (README: HTTP API, Idempotency-Key) are logged as keyed records and
+  // applied to `keyed` (set before start()), taken with the store's content at a swap
+  // and kept in snapshots. submit_keyed() logs one that keyed.admit() reserved, then
+  // accepts it there and answers `applied`, or abandons it and answers
+  // `wal_unavailable`.
+  void attach_keyed(idempotency::keyed_store* keyed) { keyed_ = keyed; }
+  void submit_keyed(idempotency::keyed_request&& request,
+                    std::function<void(store::add_result)> done);
+
   using former = std::function<std::vector<flush::flush_batch>(
       std::vector<store::pending_delta>&&, std::chrono::steady_clock::time_point oldest)>;
   using publisher = std::function<void(std::vector<flush::flush_batch>&&)>;
@@ -115,6 +127,7 @@ class write_ahead_log {
   struct request {
     std::vector<ingest::increment> increments;
     std::function<void(store::add_result)> done;
+    std::optional<idempotency::keyed_request> keyed;  // then `increments` is empty
   };
   void lock_directory();
   void run();
@@ -136,6 +149,7 @@ class write_ahead_log {
   metrics::registry& metrics_;
   std::size_t max_pending_keys_;
   batch_queue* queue_ = nullptr;
+  idempotency::keyed_store* keyed_ = nullptr;
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -73,6 +73,11 @@ class fuzz_backend : public http::backend {
                    std::function<void(store::add_result)> done) override {
     done(add(increments));
   }
+  // Keyed requests count like others here: the fuzzer checks what the router applies.
+  void add_keyed(idempotency::keyed_request&& request,
+                 std::function<void(idempotency::keyed_answer)> done) override {
+    done({idempotency::admit_result::fresh, 0, add(request.increments)});
+  }
   void read_counter(
       store::counter_key key,
       std::function<void(std::optional<flush::counter_reading>, std::string)> done) override {

@@ -365,6 +365,8 @@ class throwing_backend : public http::backend {
   bool durable() const override { return false; }
   void add_durable(std::vector<ingest::increment>&&,
                    std::function<void(store::add_result)>) override {}
+  void add_keyed(idempotency::keyed_request&&,
+                 std::function<void(idempotency::keyed_answer)>) override {}
   void read_counter(
       store::counter_key,
       std::function<void(std::optional<flush::counter_reading>, std::string)>) override {}
