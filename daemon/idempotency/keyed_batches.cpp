@@ -52,12 +52,13 @@ std::vector<flush::flush_batch> form_keyed_batches(std::vector<keyed_request> re
                    [](const keyed_request& a, const keyed_request& b) { return a.key < b.key; });
   std::vector<flush::flush_batch> batches;
   std::size_t items = 0;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    auto& r = requests[i];
-    if (i > 0 && r.key == requests[i - 1].key) {
+  std::string last_key;  // the previous request was moved from
+  for (auto& r : requests) {
+    if (!batches.empty() && r.key == last_key) {
       ++dropped;
       continue;
     }
+    last_key = r.key;
     if (batches.empty() || items + r.increments.size() > max_items) {
       flush::flush_batch b;
       b.run_id = run_id;
