@@ -85,7 +85,7 @@ application::application(config::daemon_config cfg)
     : cfg_(std::move(cfg)),
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
-      keyed_(cfg_.idempotency.window, cfg_.flush.max_pending_keys, metrics_),
+      keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_),
       wal_(cfg_.wal.dir.empty() ? nullptr
                                 : std::make_unique<wal::write_ahead_log>(
                                       cfg_.wal, store_, metrics_, cfg_.flush.max_pending_keys)),

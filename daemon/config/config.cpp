@@ -763,6 +763,11 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
                             [&](auto& a, auto& ap) {
                               c.time_span(a, ap, 1s, 24h * 30, cfg.idempotency.window);
                             }},
+                           {"max_keys",
+                            [&](auto& a, auto& ap) {
+                              c.integer<std::size_t>(a, ap, 1, 100'000'000,
+                                                     cfg.idempotency.max_keys);
+                            }},
                        });
            }},
           {"shutdown_timeout",
@@ -856,6 +861,7 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   restart(a.wal.fsync_interval != b.wal.fsync_interval, "wal.fsync_interval");
   restart(a.shutdown_timeout != b.shutdown_timeout, "shutdown_timeout");
   restart(a.idempotency.window != b.idempotency.window, "idempotency.window");
+  restart(a.idempotency.max_keys != b.idempotency.max_keys, "idempotency.max_keys");
   return plan;
 }
 

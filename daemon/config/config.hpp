@@ -99,6 +99,9 @@ struct wal_config {
 // Idempotency-Key (README: HTTP API): keys accepted longer ago are forgotten.
 struct idempotency_config {
   duration window = std::chrono::hours(24);
+  // Keys the local index remembers at most (oldest forgotten first); the database's
+  // keys table is the authority and is bounded by the window alone.
+  std::size_t max_keys = 1000000;
 };
 
 struct daemon_config {
