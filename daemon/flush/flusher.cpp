@@ -511,8 +511,16 @@ flush_result flusher::cycle() {
     if (!deadline_hit_ && keyed_ != nullptr &&
         clock::now() - last_key_prune_ >
             std::min<clock::duration>(prune_every, settings_.idempotency_window)) {
-      idempotency::prune_keys(**lease, settings_.idempotency_window, 10000, 10);
       last_key_prune_ = clock::now();
+      try {
+        idempotency::prune_keys(**lease, settings_.idempotency_window, 10000, 10);
+      } catch (const db::db_error& e) {
+        // Instances prune the same rows: a lock conflict there is not a failed flush.
+        if (e.connection_lost() || (e.kind() != db::error_kind::deadlock &&
+                                    e.kind() != db::error_kind::lock_wait_timeout))
+          throw;
+        metrics_.db_error(e.kind());
+      }
     }
     result.ok = true;
   } catch (const db::db_error& e) {

@@ -198,7 +198,7 @@ std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window,
   for (int i = 0; i < max_chunks; ++i) {
     conn.execute("DELETE FROM " + db::quote_identifier(keys_table) +
                  " WHERE `created` < NOW(3) - INTERVAL " + std::to_string(window.count() * 1000) +
-                 " MICROSECOND LIMIT " + std::to_string(chunk));
+                 " MICROSECOND ORDER BY `created` LIMIT " + std::to_string(chunk));
     const auto n = conn.affected_rows();
     deleted += n;
     if (n < chunk) break;

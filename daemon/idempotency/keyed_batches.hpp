@@ -75,8 +75,9 @@ keyed_outcome commit_keyed_batch(
     const flush::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty);
 
-// Deletes keys committed longer than `window` ago, in chunks of `chunk` rows, at most
-// `max_chunks` of them (each statement commits on its own). Returns rows deleted.
+// Deletes keys committed longer than `window` ago, oldest first (every instance in the
+// same order), in chunks of `chunk` rows, at most `max_chunks` of them (each statement
+// commits on its own). Returns rows deleted. Throws db_error.
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
                          int max_chunks);
 

@@ -9,12 +9,15 @@
 // this index does not know (accepted by another instance, forgotten, or lost with a
 // restart) is accepted again here and dropped by the flush that finds it committed.
 //
-// Thread-safety: every member may be called from any thread (one mutex; keyed requests
-// are the rarer path, and it is held for a map lookup and a move).
+// Thread-safety: every member may be called from any thread. The index is sharded by
+// key, each shard under its own mutex; the pending requests have one mutex, held for a
+// push or a swap.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -24,6 +27,7 @@
 #include "metrics/metrics.hpp"
 #include "store/counter_key.hpp"
 #include "store/pending_store.hpp"
+#include "util/siphash.hpp"
 
 namespace slotted::idempotency {
 
@@ -90,17 +94,37 @@ class keyed_store {
     clock::time_point at;
     bool in_flight = false;
   };
-  // Drops expired entries and, past max_keys_, the oldest (never one in flight).
-  void expire(clock::time_point now);
-  void remember(const keyed_request& r, clock::time_point now, bool in_flight);
+  // Keys come from clients: hashed with a random SipHash key, so nobody can pick keys
+  // that pile into one bucket or one shard (as the counter store's shards are).
+  struct key_hash {
+    util::sip_key sip;
+    std::size_t operator()(const std::string& k) const { return util::siphash<1, 3>(sip, k); }
+  };
+  // The index in shards, each under its own mutex: a shard's rehash (a few milliseconds
+  // at a million keys in all) blocks only the requests whose keys hash to it.
+  static constexpr std::size_t shard_count = 16;
+  struct shard {
+    explicit shard(const key_hash& h) : index(0, h) {}
+    std::mutex mutex;
+    std::unordered_map<std::string, entry, key_hash> index;
+    std::deque<std::pair<clock::time_point, std::string>> order;  // by insertion time
+  };
+  shard& shard_of(const std::string& key);
+  // Drops the shard's expired entries and, past its share of max_keys_, its oldest
+  // (never one in flight). Under the shard's mutex.
+  void expire(shard& sh, clock::time_point now);
+  void remember(shard& sh, const keyed_request& r, clock::time_point now, bool in_flight);
+  void add_pending(keyed_request&& r);
 
   const clock::duration window_;
-  const std::size_t max_keys_;
-  mutable std::mutex mutex_;
-  std::unordered_map<std::string, entry> index_;
-  std::deque<std::pair<clock::time_point, std::string>> order_;  // by insertion time
-  std::vector<keyed_request> pending_;
-  std::size_t pending_items_ = 0;
+  const std::size_t max_keys_per_shard_;
+  key_hash hash_;
+  std::vector<std::unique_ptr<shard>> shards_;
+  std::atomic<std::size_t> indexed_{0};
+  // Pending requests: a deque, so that growing never moves what it holds under the lock.
+  mutable std::mutex pending_mutex_;
+  std::deque<keyed_request> pending_;
+  std::atomic<std::size_t> pending_items_{0};
 
   prometheus::Counter& requests_;
   prometheus::Counter& replays_;
