@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -266,6 +268,76 @@ TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
                         metric(ca, "slotted_counterd_idempotency_duplicates_dropped_total") +
                         metric(cb, "slotted_counterd_idempotency_duplicates_dropped_total");
   EXPECT_EQ(caught, 3 * keys);
+}
+
+TEST_F(Idempotency, RetriesAcrossSigkillsAtRandomMomentsCountEveryKeyExactlyOnce) {
+  // Clients send keyed single increments; an attempt left unanswered by a SIGKILL is
+  // retried with its key after the restart, through the restarted instance (WAL on) or
+  // through a second one without a WAL that shares the database. In the end every key
+  // counts exactly once: no bounds here, unlike the test without keys.
+  const std::string wal = "wal: {dir: " + root_ + "/wal, fsync: always}\n";
+  daemon_process other(yaml("idem-other", "", "50ms"));
+  constexpr int clients = 3, ids = 10;
+  std::vector<std::vector<std::string>> unanswered(clients);  // keys to retry
+  std::vector<int> next(clients, 0), sent_keys(clients, 0);
+  std::mt19937 rng(11);
+  const auto body_of = [](const std::string& key) {
+    return event(500 + std::hash<std::string>{}(key) % ids);
+  };
+  for (int round = 0; round < 8; ++round) {
+    daemon_process a(yaml("idem-a", wal, "50ms"));
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([&, c] {
+        http_client ca(a.port(), 5s), cb(other.port(), 5s);
+        // First the keys a kill left unanswered: odd rounds through the other instance.
+        auto& retry = round % 2 ? cb : ca;
+        while (!unanswered[c].empty() && !stop) {
+          const auto& key = unanswered[c].back();
+          const auto r = post_keyed(retry, key, body_of(key));
+          if (r.status == 0) return;  // killed again: retried next round
+          ASSERT_EQ(r.status, 202u) << r.body;
+          unanswered[c].pop_back();
+        }
+        while (!stop) {
+          const std::string key = "c" + std::to_string(c) + "-" + std::to_string(next[c]++);
+          ++sent_keys[c];
+          const auto r = post_keyed(ca, key, body_of(key));
+          if (r.status != 202) {
+            ASSERT_EQ(r.status, 0u) << r.body;
+            unanswered[c].push_back(key);
+            return;
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
+    a.signal(SIGKILL);
+    EXPECT_EQ(a.wait(10s), -SIGKILL);
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+  // The last retries, then everything flushed by both.
+  daemon_process a(yaml("idem-a", wal, "50ms"));
+  http_client ca(a.port()), cb(other.port());
+  for (int c = 0; c < clients; ++c) {
+    for (const auto& key : unanswered[c]) {
+      ASSERT_EQ(post_keyed(cb, key, body_of(key)).status, 202u);
+      ASSERT_EQ(post_keyed(ca, key, body_of(key)).status, 202u);
+    }
+  }
+  ASSERT_TRUE(flush_until_ok(ca));
+  ASSERT_TRUE(flush_until_ok(cb));
+  int keys = 0;
+  for (int c = 0; c < clients; ++c) keys += sent_keys[c];
+  EXPECT_GT(keys, 100);
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_,
+                "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE "
+                "record_type = 7"),
+            keys);
+  EXPECT_EQ(keys_in_table(), keys);
 }
 
 TEST_F(Idempotency, KeysAreForgottenAfterTheWindow) {
