@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "idempotency/keyed_request.hpp"
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
 
@@ -268,6 +269,51 @@ TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
                         metric(ca, "slotted_counterd_idempotency_duplicates_dropped_total") +
                         metric(cb, "slotted_counterd_idempotency_duplicates_dropped_total");
   EXPECT_EQ(caught, 3 * keys);
+}
+
+// The race of two instances, made deterministic: "the other instance" is a transaction
+// of the test that holds the key row uncommitted while the daemon's flush inserts the
+// same key. The flush must wait on the row lock, then skip the request when the other
+// commits, and apply it when the other rolls back.
+TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItEnds) {
+  daemon_process a(yaml("idem-a"));
+  http_client c(a.port());
+  const auto waiting_for_lock = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (shared_mariadb().query_int(database_,
+                                     "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE "
+                                     "trx_state = 'LOCK WAIT'") > 0)
+        return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  };
+  for (const bool other_commits : {true, false}) {
+    const std::string key = other_commits ? "k-held-committed" : "k-held-rolled-back";
+    const std::uint64_t id = other_commits ? 60 : 61;
+    ASSERT_EQ(post_keyed(c, key, event(id, 4)).status, 202u);
+    auto other = shared_mariadb().connect(database_);
+    other.execute("START TRANSACTION");
+    other.execute(
+        "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
+        "instance_id, run_id, batch_seq) VALUES ('" +
+        key + "', '" +
+        idempotency::hex(idempotency::hash_of(std::vector<ingest::increment>{{7, id, 4}})) +
+        "', 1, 'the-other', 1, 1)");
+    std::atomic<unsigned> flushed{0};
+    std::thread flusher([&] {
+      http_client f(a.port(), 60s);
+      flushed = f.request("POST", "/v1/flush").status;
+    });
+    ASSERT_TRUE(waiting_for_lock()) << "the flush did not wait on the key's row lock";
+    EXPECT_EQ(flushed.load(), 0u);  // still waiting
+    other.execute(other_commits ? "COMMIT" : "ROLLBACK");
+    flusher.join();
+    EXPECT_EQ(flushed.load(), 200u);
+    EXPECT_EQ(db_total(id), other_commits ? 0 : 4) << key;
+  }
+  EXPECT_EQ(metric(c, "slotted_counterd_idempotency_duplicates_dropped_total"), 1);
 }
 
 TEST_F(Idempotency, RetriesAcrossSigkillsAtRandomMomentsCountEveryKeyExactlyOnce) {
