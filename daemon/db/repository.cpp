@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "db/errors.hpp"
+#include "idempotency/keyed_batches.hpp"
 
 namespace slotted::db {
 
@@ -14,6 +15,7 @@ void migrate(connection& conn, const std::string& table) {
   conn.execute(create_counters_table(table));
   conn.execute(create_ledger_table());
   conn.execute(create_dirty_table());
+  conn.execute(idempotency::create_keys_table());
 }
 
 namespace {
@@ -66,7 +68,7 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
                        "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE",
                    true);
   }
-  for (const auto needed : {ledger_table, dirty_table}) {
+  for (const auto needed : {ledger_table, dirty_table, idempotency::keys_table}) {
     if (needed == dirty_table && !with_rollups) continue;
     if (!table_exists(conn, needed)) {
       throw db_error(
