@@ -373,6 +373,11 @@ void application::add_durable(std::vector<ingest::increment>&& increments, done_
 void application::add_keyed(idempotency::keyed_request&& request, done_fn done) {
   using idempotency::admit_result;
   using status = http::backend_result::status;
+  if (!keyed_.table_present()) {
+    return done({status::unavailable,
+                 "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
+                 "creates it); nothing of this request was applied"});
+  }
   // Without a WAL a fresh request is pending at once; with one, only once logged.
   const auto a = keyed_.admit(request, store_.keys() + store_.unwritten_rows(),
                               cfg_.flush.max_pending_keys, committer_ == nullptr);

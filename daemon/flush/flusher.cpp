@@ -488,6 +488,16 @@ flush_result flusher::cycle() {
       progress();
       schema_verified_ = true;
       fatal_ = false;  // unless the writes below meet the problem again
+      if (keyed_ != nullptr) {
+        if (!limits.idempotency_keys && keyed_->table_present()) {
+          log::error("table `", db::idempotency_keys_table,
+                     "` does not exist: requests with an Idempotency-Key are refused (503) "
+                     "until slotted-counterd --migrate creates it; the others flush as ever");
+        }
+        keyed_->set_table_present(limits.idempotency_keys);
+        // Looked for again at every cycle until --migrate has made it.
+        if (!limits.idempotency_keys) schema_verified_ = false;
+      }
     }
     // The backlog first, oldest first; only then anything new from the store.
     result.rows = write_queued(**lease);

@@ -319,7 +319,7 @@ void router::handle_increments(const request& req, const reply& answer) {
   const bool minimal = prefers_minimal(req);
   if (keyed) {
     idempotency::keyed_request r{std::string(idempotency_key), idempotency::hash_of(increments),
-                                 increments};
+                                 increments, idempotency::now_ms()};
     return backend_.add_keyed(
         std::move(r), guarded(answer, v, [this, v, n, minimal, answer](const backend_result& r) {
           answer_added(answer, v, n, minimal, r);

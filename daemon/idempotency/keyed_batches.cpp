@@ -9,22 +9,6 @@
 
 namespace slotted::idempotency {
 
-std::string create_keys_table() {
-  // idem_key is binary: keys are compared byte for byte ("a" and "A" are two keys).
-  return "CREATE TABLE IF NOT EXISTS " + db::quote_identifier(keys_table) +
-         " (\n"
-         "  `idem_key` VARBINARY(128) NOT NULL,\n"
-         "  `body_hash` CHAR(32) CHARACTER SET ascii NOT NULL,\n"
-         "  `accepted` INT UNSIGNED NOT NULL,\n"
-         "  `instance_id` VARCHAR(64) NOT NULL,\n"
-         "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
-         "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-         "  `created` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
-         "  PRIMARY KEY (`idem_key`),\n"
-         "  KEY `by_age` (`created`)\n"
-         ") ENGINE=InnoDB";
-}
-
 std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, std::uint16_t slot) {
   // A batch holds at most max(max_rows_per_statement, one request's items) increments of
   // 32 bits each: their sum stays far inside int64.
@@ -86,18 +70,6 @@ void split_requests(const store::flush_batch& whole, store::flush_batch& left,
   right.rows = rows_of(right.keyed, slot);
 }
 
-namespace {
-template <typename F>
-std::string joined(std::span<const keyed_request> requests, F each) {
-  std::string out;
-  for (const auto& r : requests) {
-    if (!out.empty()) out.push_back(',');
-    each(out, r);
-  }
-  return out;
-}
-}  // namespace
-
 keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
@@ -106,44 +78,27 @@ keyed_outcome commit_keyed_batch(
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
-  conn.execute("START TRANSACTION");
+  conn.execute(db::start_transaction);
   try {
     try {
       conn.execute(db::ledger_insert(instance, id.run_id, id.seq, b.rows.size()));
     } catch (const db::db_error& e) {
       if (e.code() != 1062) throw;  // ER_DUP_ENTRY: committed before, reply lost
-      conn.execute("ROLLBACK");
+      conn.execute(db::rollback);
       out.outcome = db::commit_outcome::already_applied;
       return out;
     }
-    const std::string batch_id =
-        instance + "," + std::to_string(id.run_id) + "," + std::to_string(id.seq);
-    // A key committed longer than `window` ago is forgotten: this batch takes the row
-    // over (`created` is assigned last, so every IF sees the old value; NOW(3) is one
-    // value per statement). Otherwise the row stays as it is, like INSERT IGNORE.
-    const std::string expired =
-        "`created` < NOW(3) - INTERVAL " + std::to_string(window.count() * 1000) + " MICROSECOND";
-    const auto take = [&](const char* column) {
-      return std::string("`") + column + "` = IF(" + expired + ", VALUES(`" + column + "`), `" +
-             column + "`)";
-    };
-    conn.execute("INSERT INTO " + db::quote_identifier(keys_table) +
-                 " (`idem_key`, `body_hash`, `accepted`, `instance_id`, `run_id`, `batch_seq`) "
-                 "VALUES " +
-                 joined(requests,
-                        [&](std::string& s, const keyed_request& r) {
-                          s += "(" + conn.quote(r.key) + ",'" + hex(r.hash) + "'," +
-                               std::to_string(r.increments.size()) + "," + batch_id + ")";
-                        }) +
-                 " ON DUPLICATE KEY UPDATE " + take("body_hash") + ", " + take("accepted") + ", " +
-                 take("instance_id") + ", " + take("run_id") + ", " + take("batch_seq") +
-                 ", `created` = IF(" + expired + ", NOW(3), `created`)");
+    std::vector<std::string> quoted_keys;
+    quoted_keys.reserve(requests.size());
+    for (const auto& r : requests) quoted_keys.push_back(conn.quote(r.key));
+    // A key first received longer than `window` before this request is forgotten: this
+    // batch takes the row over. Judged by when each request arrived (`created` holds
+    // the first one's arrival), not by when this batch commits: a retry accepted inside
+    // the window stays a retry however late its flush.
+    conn.execute(
+        db::idempotency_keys_claim(requests, quoted_keys, instance, id.run_id, id.seq, window));
     // A locking read: the latest committed rows, whatever this transaction's snapshot.
-    const auto found = conn.query(
-        "SELECT `idem_key`, `body_hash`, `instance_id`, `run_id`, `batch_seq` FROM " +
-        db::quote_identifier(keys_table) + " WHERE `idem_key` IN (" +
-        joined(requests, [&](std::string& s, const keyed_request& r) { s += conn.quote(r.key); }) +
-        ") LOCK IN SHARE MODE");
+    const auto found = conn.query(db::idempotency_keys_select_locked(quoted_keys));
     const std::string run = std::to_string(id.run_id), seq = std::to_string(id.seq);
     std::unordered_set<std::string> ours;
     std::map<std::string, std::string> hash_of_key;
@@ -178,12 +133,12 @@ keyed_outcome commit_keyed_batch(
       }
       out.rows = rows.size();
     }
-    conn.execute("COMMIT");
+    conn.execute(db::commit);
     return out;
   } catch (const db::db_error& e) {
     if (!e.connection_lost()) {
       try {
-        conn.execute("ROLLBACK");
+        conn.execute(db::rollback);
       } catch (const db::db_error&) {
         // The original error is the one worth reporting.
       }
@@ -195,10 +150,12 @@ keyed_outcome commit_keyed_batch(
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
                          int max_chunks) {
   std::uint64_t deleted = 0;
+  // Two windows: a retry received inside the window may still be pending (in memory,
+  // or in another instance's WAL) when the first one's key passes the window, and must
+  // find that key when it commits. Only a retry pending for longer than a whole window
+  // (an instance cut off from the database that long) can miss it.
   for (int i = 0; i < max_chunks; ++i) {
-    conn.execute("DELETE FROM " + db::quote_identifier(keys_table) +
-                 " WHERE `created` < NOW(3) - INTERVAL " + std::to_string(window.count() * 1000) +
-                 " MICROSECOND ORDER BY `created` LIMIT " + std::to_string(chunk));
+    conn.execute(db::idempotency_keys_prune(2 * window, chunk));
     const auto n = conn.affected_rows();
     deleted += n;
     if (n < chunk) break;

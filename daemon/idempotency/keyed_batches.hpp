@@ -36,9 +36,6 @@
 
 namespace slotted::idempotency {
 
-// The database table of committed keys (created by --migrate).
-inline constexpr std::string_view keys_table = "slotted_counterd_idempotency_keys";
-std::string create_keys_table();
 
 // Batches of `requests` holding at most `max_items` increments each (at least one
 // request), keys sorted (one lock order for every instance), one random slot per
@@ -75,7 +72,7 @@ keyed_outcome commit_keyed_batch(
     const store::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty);
 
-// Deletes keys committed longer than `window` ago, oldest first (every instance in the
+// Deletes keys first received longer than two windows ago (see keyed_batches.cpp), oldest first (every instance in the
 // same order), in chunks of `chunk` rows, at most `max_chunks` of them (each statement
 // commits on its own). Returns rows deleted. Throws db_error.
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,

@@ -1,5 +1,7 @@
 #include "idempotency/keyed_request.hpp"
 
+#include <chrono>
+
 #include <cstring>
 
 #include "util/siphash.hpp"
@@ -40,6 +42,12 @@ std::string hex(const body_hash& h) {
     for (int i = 0; i < 16; ++i) out[w * 16 + i] = digits[(h[w] >> (60 - 4 * i)) & 0xf];
   }
   return out;
+}
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace slotted::idempotency

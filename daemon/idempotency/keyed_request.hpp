@@ -36,6 +36,13 @@ struct keyed_request {
   std::string key;
   body_hash hash{};
   std::vector<ingest::increment> increments;  // "accepted" is their number
+  // When the request arrived (unix milliseconds, this instance's clock): whether a key
+  // committed before is still inside idempotency.window is judged against this, not
+  // against when the request's batch happens to commit.
+  std::int64_t received_ms = 0;
 };
+
+// Unix milliseconds now, for keyed_request::received_ms.
+std::int64_t now_ms();
 
 }  // namespace slotted::idempotency

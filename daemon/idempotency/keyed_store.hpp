@@ -79,6 +79,12 @@ class keyed_store {
   // What a flush found in the database's keys table and dropped.
   void dropped_at_flush(std::size_t duplicates, std::size_t conflicts);
   clock::duration window() const { return window_; }
+  // Whether the database has the keys table (as last seen; true until a schema check
+  // says otherwise): without it a keyed request cannot be committed exactly once.
+  bool table_present() const { return table_present_.load(std::memory_order_relaxed); }
+  void set_table_present(bool present) {
+    table_present_.store(present, std::memory_order_relaxed);
+  }
 
  private:
   struct entry {
@@ -118,6 +124,7 @@ class keyed_store {
   mutable std::mutex pending_mutex_;
   std::deque<keyed_request> pending_;
   std::atomic<std::size_t> pending_items_{0};
+  std::atomic<bool> table_present_{true};
 
   prometheus::Counter& requests_;
   prometheus::Counter& replays_;

@@ -56,6 +56,7 @@ void put_keyed(std::string& out, const idempotency::keyed_request& r) {
   out += r.key;
   put<std::uint64_t>(out, r.hash[0]);
   put<std::uint64_t>(out, r.hash[1]);
+  put<std::int64_t>(out, r.received_ms);
   put<std::uint32_t>(out, static_cast<std::uint32_t>(r.increments.size()));
   for (const auto& inc : r.increments) {
     put<std::uint32_t>(out, inc.record_type);
@@ -111,7 +112,8 @@ bool read_keyed(reader& in, idempotency::keyed_request& r) {
   r.key.resize(len);
   for (auto& c : r.key) in.get(c);
   if (!idempotency::valid_key(r.key)) return false;
-  if (!in.get(r.hash[0]) || !in.get(r.hash[1]) || !in.get(n) || n > in.remaining() / 16)
+  if (!in.get(r.hash[0]) || !in.get(r.hash[1]) || !in.get(r.received_ms) || !in.get(n) ||
+      n > in.remaining() / 16)
     return false;
   r.increments.resize(n);
   for (auto& inc : r.increments) {

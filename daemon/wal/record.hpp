@@ -14,7 +14,8 @@
 //   snapshot:   the batches encoding, then u64 n, n x (u32 record_type, u64 record_id, i64 delta)
 //   committed:  nothing after the kind byte
 //   keyed:      one request with an Idempotency-Key: u8 key length, the key, u64 x 2 body
-//               hash, u32 n, n x (u32 record_type, u64 record_id, i32 delta)
+//               hash, i64 received (unix ms), u32 n, n x (u32 record_type, u64 record_id,
+//               i32 delta)
 // Batches and snapshot records end with the keyed requests they hold (absent in logs of
 // earlier versions): u32 m, m x (u32 batch index, or 0xffffffff for a request not yet
 // in a batch, then the keyed encoding after its kind byte).

@@ -409,5 +409,105 @@ TEST_F(Idempotency, KeysAreForgottenAfterTheWindow) {
   EXPECT_EQ(metric(c, "slotted_counterd_idempotency_keys"), 0);
 }
 
+std::string ev(std::uint64_t type, std::uint64_t id, long long delta) {
+  return R"({"record_type": )" + std::to_string(type) + R"(, "record_id": )" +
+         std::to_string(id) + R"(, "delta": )" + std::to_string(delta) + "}";
+}
+
+// A keyed batch the database refuses is split by its requests; the halves' rows may add
+// up to more than the whole's (a counter in both). The flusher's count of queued rows
+// must follow them, or it wraps below zero and the pending limit refuses everything.
+TEST(IdempotencyEdges, ASplitKeyedBatchKeepsThePendingCountExact) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  create_seed_table(server, database);  // INT count column
+  migrate(server, database);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);
+  cfg.flush.slots = 1;  // every flush adds to the same row
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_EQ(c.post_json("/v1/increments", ev(1, 40, 2147483646)).status, 202u);
+  ASSERT_TRUE(flush_until_ok(c));
+  // Two keyed requests on the same counter: one row (+2) in their keyed batch, which
+  // passes INT max (refused, 1264); the halves are one row each (+1, +1).
+  ASSERT_EQ(post_keyed(c, "split-a", ev(1, 40, 1)).status, 202u);
+  ASSERT_EQ(post_keyed(c, "split-b", ev(1, 40, 1)).status, 202u);
+  ASSERT_TRUE(flush_until_ok(c));
+  EXPECT_EQ(server.query_int(database, "SELECT count FROM slotted_counters WHERE record_id = 40"),
+            2147483647);
+  const auto metrics = c.get("/metrics").body;
+  EXPECT_LT(metric_value(metrics, "slotted_counterd_pending_keys"), 1e6)
+      << "pending_keys gauge after the split";
+  // An ordinary request afterwards must still be accepted.
+  const auto later = c.post_json("/v1/increments", ev(1, 41, 1));
+  EXPECT_EQ(later.status, 202u) << later.body;
+  const auto later_keyed = post_keyed(c, "after-split", ev(1, 42, 1));
+  EXPECT_EQ(later_keyed.status, 202u) << later_keyed.body;
+  ASSERT_TRUE(flush_until_ok(c));
+  EXPECT_EQ(c.post_json("/v1/increments", ev(1, 43, 1)).status, 202u);
+  // A clean shutdown with nothing pending reports nothing lost (exit 0).
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// A retry accepted inside idempotency.window is not applied again, even when its flush
+// commits after the window has passed: the window is judged by arrival.
+TEST(IdempotencyEdges, ARetryAcceptedInsideTheWindowStaysARetryWhenFlushedAfterIt) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);
+  cfg.idempotency.window = std::chrono::seconds(3);
+  cfg.instance_id = "rev-a";
+  in_process_daemon a(cfg);
+  cfg.instance_id = "rev-b";
+  in_process_daemon b(cfg);
+  http_client ca(a.port()), cb(b.port());
+  ASSERT_EQ(post_keyed(ca, "k-edge", ev(7, 2, 1)).status, 202u);
+  ASSERT_TRUE(flush_until_ok(ca));  // committed at T0
+  const auto retry_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(post_keyed(cb, "k-edge", ev(7, 2, 1)).status, 202u);  // T0 + ~0: inside
+  // B's flush comes later than the window (a slow flush, an outage, a long interval):
+  // wall time must pass, so this waits for it.
+  std::this_thread::sleep_until(retry_at + 3500ms);
+  ASSERT_TRUE(flush_until_ok(cb));
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "record_type = 7 AND record_id = 2"),
+            1);
+}
+
+
+TEST(IdempotencyEdges, WithoutTheKeysTableUnkeyedRequestsFlushAndKeyedOnesAre503) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  server.connect(database).execute("DROP TABLE slotted_counterd_idempotency_keys");
+  auto cfg = test_config(server, database);
+  cfg.flush.interval = std::chrono::hours(1);
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_EQ(c.post_json("/v1/increments", ev(7, 3, 1)).status, 202u);
+  const auto flushed = c.request("POST", "/v1/flush");
+  EXPECT_EQ(flushed.status, 200u) << flushed.body;
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "record_type = 7 AND record_id = 3"),
+            1);
+  // A keyed request cannot be committed exactly once without the table: refused whole.
+  const auto keyed = post_keyed(c, "no-table", ev(7, 4, 1));
+  EXPECT_EQ(keyed.status, 503u) << keyed.body;
+  EXPECT_NE(keyed.body.find("--migrate"), std::string::npos) << keyed.body;
+  // Once --migrate has made it, keyed requests are taken again.
+  migrate(server, database);
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  const auto later = post_keyed(c, "with-table", ev(7, 4, 1));
+  EXPECT_EQ(later.status, 202u) << later.body;
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "record_type = 7 AND record_id = 4"),
+            1);
+}
+
 }  // namespace
 }  // namespace slotted::test
