@@ -526,14 +526,21 @@ flush_result flusher::cycle() {
                        ledger_max_age_seconds);
       last_prune_ = clock::now();
     }
-    // Keys past idempotency.window, of every instance (any may do it), in bounded
-    // chunks; at least once a window, so that the table holds about one window of keys.
-    if (!deadline_hit_ && keyed_ != nullptr &&
-        clock::now() - last_key_prune_ >
-            std::min<clock::duration>(prune_every, settings_.idempotency_window)) {
+    // Keys past two windows, of every instance (any may do it), in bounded chunks: at
+    // least once per min(1 minute, window), and at every cycle while the last prune
+    // found more than its chunks could take (a keyed rate above what one prune a
+    // minute deletes), so that the table stays about two windows of keys.
+    if (!deadline_hit_ && keyed_ != nullptr && keyed_->table_present() &&
+        (keys_prune_behind_ ||
+         clock::now() - last_key_prune_ >
+             std::min<clock::duration>(prune_every, settings_.idempotency_window))) {
       last_key_prune_ = clock::now();
+      constexpr std::size_t chunk = 10000;
+      constexpr int chunks = 10;
       try {
-        idempotency::prune_keys(**lease, settings_.idempotency_window, 10000, 10);
+        keys_prune_behind_ =
+            idempotency::prune_keys(**lease, settings_.idempotency_window, chunk, chunks) ==
+            chunk * chunks;
       } catch (const db::db_error& e) {
         // Instances prune the same rows: a lock conflict there is not a failed flush.
         if (e.connection_lost() || (e.kind() != db::error_kind::deadlock &&
@@ -616,7 +623,9 @@ void flusher::update_gauges() {
       oldest = queued_.front().oldest_arrival;
     }
   }
-  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows));
+  // Keyed requests not yet in a batch count by their items, as against the limit.
+  const std::size_t keyed = keyed_ != nullptr ? keyed_->pending_items() : 0;
+  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows + keyed));
   metrics_.pending_oldest_age_seconds.Set(
       oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
 }

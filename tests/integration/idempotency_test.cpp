@@ -278,8 +278,10 @@ TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
 TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItEnds) {
   daemon_process a(yaml("idem-a"));
   http_client c(a.port());
+  // Generous: on a loaded 2-core machine under ASan the flush has been seen to take
+  // over 10 s to reach the key's INSERT.
   const auto waiting_for_lock = [&] {
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
     while (std::chrono::steady_clock::now() < deadline) {
       if (shared_mariadb().query_int(database_,
                                      "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE "
@@ -303,7 +305,7 @@ TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
         "', 1, 'the-other', 1, 1)");
     std::atomic<unsigned> flushed{0};
     std::thread flusher([&] {
-      http_client f(a.port(), 60s);
+      http_client f(a.port(), 150s);
       flushed = f.request("POST", "/v1/flush").status;
     });
     ASSERT_TRUE(waiting_for_lock()) << "the flush did not wait on the key's row lock";
