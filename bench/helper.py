@@ -167,7 +167,13 @@ def cmd_report(args):
 
     s = r.get
     rows = []
-    add = lambda *c: rows.append(c)  # noqa: E731
+    # bench/run --runs LIST: only the rows of the runs that ran.
+    group = {"2": "1", "3h": "3", "3c": "3", "4": "3", "6a": "6", "6b": "6", "8a": "7", "8b": "7"}
+    wanted = set(filter(None, (r.get("runs") or "").split(",")))
+
+    def add(*c):
+        if not wanted or group.get(c[0], c[0]) in wanted:
+            rows.append(c)
 
     r1, r2 = f("r1_rate"), f("r2_rate")
     add("1", f"Seed baseline: `UPDATE counters SET count = count + 1 WHERE id = 1` per event, "
@@ -266,6 +272,24 @@ def cmd_report(args):
         f"flushed_rows {s('r8_flushed_rows')}; rounds: {s('r8_flush_runs')}; mean)",
         f"{fnum(ft, 2)} s" + (f" ({fnum(scaled, 2)} s per 1M)" if s("r8_keys") != "1000000" else ""),
         abs_goal(scaled, 10, "s for 1M keys", higher_is_better=False))
+
+    rk, rp = f("r9_key_rate"), f("r9_pad_rate")
+    add("9", f"Single-event POSTs with a unique `Idempotency-Key` each vs the same POSTs with "
+        f"a header of the same length the daemon ignores, one daemon (WAL off, flush.interval "
+        f"1s), A B A B, {s('r3_conns') or 64} connections (keyed runs: {s('r9_key_runs')}; CPU daemon "
+        f"{s('r9k_daemon_cpu')}, mariadbd {s('r9k_db_cpu')}, wrk {s('r9k_wrk_cpu')}; without: "
+        f"{s('r9_pad_runs')}; CPU daemon {s('r9p_daemon_cpu')}, mariadbd {s('r9p_db_cpu')}, wrk "
+        f"{s('r9p_wrk_cpu')}; CPU in % of one core, mean of the two runs; afterwards the keys "
+        f"table held {s('r9_keys_table')} rows, one per keyed request)",
+        f"keyed {fnum(rk)} req/s, without {fnum(rp)} req/s",
+        "keyed / without = " + ratio_goal(rk, rp, 0.8))
+    ru, rt = f("r10_unix_rate"), f("r10_tcp_rate")
+    add("10", f"Single-event POSTs over the Unix socket vs TCP loopback, one daemon listening on "
+        f"both, the same closed-loop client (bench/sockload.c, {s('r3_conns') or 64} connections, "
+        f"2 threads), A B A B (Unix runs: {s('r10_unix_runs')}, CPU daemon {s('r10u_daemon_cpu')}; "
+        f"TCP runs: {s('r10_tcp_runs')}, CPU daemon {s('r10t_daemon_cpu')}; % of one core)",
+        f"Unix {fnum(ru)} req/s, TCP {fnum(rt)} req/s",
+        f"Unix / TCP = {ru / rt:.2f}x" if ru and rt else "")
 
     print("| # | measurement | result | goal |")
     print("|---|---|---|---|")

@@ -67,6 +67,8 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
   s.max_retry_backoff = c.flush.max_retry_backoff;
   s.rollups = rollup_targets_for(c);
   s.limits = &limits;
+  s.idempotency_window =
+      std::chrono::duration_cast<std::chrono::milliseconds>(c.idempotency.window);
   return s;
 }
 
@@ -91,6 +93,7 @@ application::application(config::daemon_config cfg)
     : cfg_(std::move(cfg)),
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
+      keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_),
       wal_(cfg_.wal.dir.empty() ? nullptr
                                 : std::make_unique<wal::write_ahead_log>(cfg_.wal, metrics_)),
       committer_(
@@ -105,6 +108,8 @@ application::application(config::daemon_config cfg)
       running_(cfg_) {
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
+  flusher_.attach_keyed(&keyed_);
+  if (committer_) committer_->attach_keyed(&keyed_);
   auto& connector = pool_.connector();
   metrics_.set_mysql_hosts(connector.host_names());
   connector.on_host_change([this, names = connector.host_names()](std::size_t i) {
@@ -199,8 +204,16 @@ void application::start() {
 
 void application::replay_wal(const wal::open_options& options) {
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
-  const auto recovered = wal_->open(options);
+  auto recovered = wal_->open(options);
   store_.add_deltas(recovered.deltas);
+  {
+    // Keyed requests come back pending, or in their logged batches; the index knows
+    // every one of them again (a retry to this instance is answered as a replay).
+    std::vector<idempotency::keyed_request> in_batches;
+    for (const auto& b : recovered.batches)
+      in_batches.insert(in_batches.end(), b.keyed.begin(), b.keyed.end());
+    keyed_.restore(std::move(recovered.keyed), in_batches);
+  }
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
@@ -355,6 +368,41 @@ http::backend_result application::add(std::span<const ingest::increment> increme
 void application::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
   committer_->submit(std::move(increments), this_thread_loop,
                      [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
+}
+
+void application::add_keyed(idempotency::keyed_request&& request, done_fn done) {
+  using idempotency::admit_result;
+  using status = http::backend_result::status;
+  if (!keyed_.table_present()) {
+    return done({status::unavailable,
+                 "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
+                 "creates it); nothing of this request was applied"});
+  }
+  // Without a WAL a fresh request is pending at once; with one, only once logged.
+  const auto a = keyed_.admit(request, store_.keys() + store_.unwritten_rows(),
+                              cfg_.flush.max_pending_keys, committer_ == nullptr);
+  switch (a.result) {
+    case admit_result::fresh:
+      break;
+    case admit_result::replay: {
+      http::backend_result r{status::replayed, {}};
+      r.count = a.accepted;
+      return done(std::move(r));
+    }
+    case admit_result::conflict:
+      return done({status::conflict, {}});
+    case admit_result::in_progress:
+      return done({status::unavailable,
+                   "a request with this Idempotency-Key is being logged; retry"});
+    case admit_result::over_limit:
+      return done({status::over_limit, {}});
+  }
+  if (committer_) {
+    return committer_->submit_keyed(
+        std::move(request), this_thread_loop,
+        [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
+  }
+  done({status::done, {}});
 }
 
 void application::read_counter(store::counter_key key, done_fn done) {

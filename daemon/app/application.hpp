@@ -24,6 +24,7 @@
 #include "flush/flusher.hpp"
 #include "http/listener.hpp"
 #include "http/router.hpp"
+#include "idempotency/keyed_store.hpp"
 #include "metrics/metrics.hpp"
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
@@ -89,6 +90,7 @@ class application final : public http::backend {
   http::backend_result add(std::span<const ingest::increment> increments) override;
   bool durable() const override { return committer_ != nullptr; }
   void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
+  void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
   void flush_now(done_fn done) override;
   void rollup_now(done_fn done) override;
@@ -104,6 +106,8 @@ class application final : public http::backend {
   store::pending_store store_;
   db::pool pool_;
   ingest::table_limits limits_;
+  // Requests with an Idempotency-Key, apart from store_ until their flush.
+  idempotency::keyed_store keyed_;
   std::unique_ptr<wal::write_ahead_log> wal_;
   // Log, then apply, then answer (with wal_ only). Declared before the flusher and the
   // HTTP loops: its thread is stopped before they go (see ~application).

@@ -702,6 +702,18 @@ void parse_wal(checker& c, const YAML::Node& v, const std::string& p, wal_config
             });
 }
 
+void parse_idempotency(checker& c, const YAML::Node& v, const std::string& p,
+                       idempotency_config& i) {
+  c.mapping(v, p,
+            {
+                {"window", [&](auto& a, auto& ap) { c.time_span(a, ap, 1s, 24h * 30, i.window); }},
+                {"max_keys",
+                 [&](auto& a, auto& ap) {
+                   c.integer<std::size_t>(a, ap, 1, 100'000'000, i.max_keys);
+                 }},
+            });
+}
+
 void parse_log(checker& c, const YAML::Node& v, const std::string& p, log_level& level) {
   c.mapping(v, p,
             {
@@ -758,6 +770,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
           {"flush", [&](auto& v, auto& p) { parse_flush(c, v, p, cfg.flush); }},
           {"rollup", [&](auto& v, auto& p) { parse_rollup(c, v, p, cfg.rollup); }},
           {"wal", [&](auto& v, auto& p) { parse_wal(c, v, p, cfg.wal); }},
+          {"idempotency", [&](auto& v, auto& p) { parse_idempotency(c, v, p, cfg.idempotency); }},
           {"shutdown_timeout",
            [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
           {"log", [&](auto& v, auto& p) { parse_log(c, v, p, cfg.log); }},
@@ -834,6 +847,8 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   restart(a.wal.fsync != b.wal.fsync, "wal.fsync");
   restart(a.wal.fsync_interval != b.wal.fsync_interval, "wal.fsync_interval");
   restart(a.shutdown_timeout != b.shutdown_timeout, "shutdown_timeout");
+  restart(a.idempotency.window != b.idempotency.window, "idempotency.window");
+  restart(a.idempotency.max_keys != b.idempotency.max_keys, "idempotency.max_keys");
   return plan;
 }
 

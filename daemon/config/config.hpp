@@ -96,6 +96,14 @@ struct wal_config {
   duration fsync_interval = std::chrono::milliseconds(10);
 };
 
+// Idempotency-Key (README: HTTP API): keys accepted longer ago are forgotten.
+struct idempotency_config {
+  duration window = std::chrono::hours(24);
+  // Keys the local index remembers at most (oldest forgotten first); the database's
+  // keys table is the authority and is bounded by the window alone.
+  std::size_t max_keys = 1000000;
+};
+
 struct daemon_config {
   std::string instance_id;  // default: hostname
   std::string listen_address = "127.0.0.1";
@@ -111,6 +119,7 @@ struct daemon_config {
   flush_config flush;
   rollup_config rollup;
   wal_config wal;
+  idempotency_config idempotency;
   duration shutdown_timeout = std::chrono::seconds(30);
   log_level log = log_level::info;
 };

@@ -14,6 +14,7 @@ void migrate(connection& conn, const std::string& table) {
   conn.execute(create_counters_table(table));
   conn.execute(create_ledger_table());
   conn.execute(create_dirty_table());
+  conn.execute(create_idempotency_keys_table());
 }
 
 namespace {
@@ -75,6 +76,9 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
     }
   }
   key_limits limits;
+  // Optional, so that a daemon upgraded before its --migrate keeps flushing what has no
+  // Idempotency-Key; keyed requests are refused until the table is there.
+  limits.idempotency_keys = table_exists(conn, idempotency_keys_table);
   for (const auto& r : columns) {
     const std::string name = r[0].value_or(""), type = r[1].value_or(""), full = r[2].value_or("");
     if (name == "record_type")

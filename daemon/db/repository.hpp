@@ -26,6 +26,7 @@ void migrate(connection& conn, const std::string& table);
 struct key_limits {
   std::uint64_t max_record_type = ingest::max_record_type;
   std::uint64_t max_record_id = ingest::max_record_id;
+  bool idempotency_keys = true;  // the Idempotency-Key table exists
 };
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups);
 

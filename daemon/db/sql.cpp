@@ -287,4 +287,68 @@ std::string select_count(std::string_view table, std::uint32_t record_type,
   return sql;
 }
 
+std::string create_idempotency_keys_table() {
+  // idem_key is binary: keys are compared byte for byte ("a" and "A" are two keys).
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(idempotency_keys_table) +
+         " (\n"
+         "  `idem_key` VARBINARY(128) NOT NULL,\n"
+         "  `body_hash` CHAR(32) CHARACTER SET ascii NOT NULL,\n"
+         "  `accepted` INT UNSIGNED NOT NULL,\n"
+         "  `instance_id` VARCHAR(64) NOT NULL,\n"
+         "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
+         "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
+         // When the first request with the key arrived (its instance's clock).
+         "  `created` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
+         "  PRIMARY KEY (`idem_key`),\n"
+         "  KEY `by_age` (`created`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> requests,
+                                   std::span<const std::string> quoted_keys,
+                                   std::string_view quoted_instance, std::uint64_t run_id,
+                                   std::uint64_t batch_seq, std::chrono::milliseconds window) {
+  const std::string batch_id = std::string(quoted_instance) + "," + std::to_string(run_id) + "," +
+                               std::to_string(batch_seq);
+  std::string out = "INSERT INTO " + quote_identifier(idempotency_keys_table) +
+                    " (`idem_key`, `body_hash`, `accepted`, `instance_id`, `run_id`, "
+                    "`batch_seq`, `created`) VALUES ";
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    if (i > 0) out.push_back(',');
+    out += "(" + quoted_keys[i] + ",'" + idempotency::hex(r.hash) + "'," +
+           std::to_string(r.increments.size()) + "," + batch_id +
+           (r.received_ms > 0 ? ",FROM_UNIXTIME(" + std::to_string(r.received_ms) + " / 1000))"
+                              : std::string(",NOW(3))"));
+  }
+  // `created` is assigned last, so every IF sees the row's old value; VALUES() is the
+  // arriving request's.
+  const std::string expired = "`created` < VALUES(`created`) - INTERVAL " +
+                              std::to_string(window.count() * 1000) + " MICROSECOND";
+  const auto take = [&](const char* column) {
+    return std::string("`") + column + "` = IF(" + expired + ", VALUES(`" + column + "`), `" +
+           column + "`)";
+  };
+  out += " ON DUPLICATE KEY UPDATE " + take("body_hash") + ", " + take("accepted") + ", " +
+         take("instance_id") + ", " + take("run_id") + ", " + take("batch_seq") + ", " +
+         take("created");
+  return out;
+}
+
+std::string idempotency_keys_select_locked(std::span<const std::string> quoted_keys) {
+  std::string out = "SELECT `idem_key`, `body_hash`, `instance_id`, `run_id`, `batch_seq` FROM " +
+                    quote_identifier(idempotency_keys_table) + " WHERE `idem_key` IN (";
+  for (std::size_t i = 0; i < quoted_keys.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += quoted_keys[i];
+  }
+  return out + ") LOCK IN SHARE MODE";
+}
+
+std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t limit) {
+  return "DELETE FROM " + quote_identifier(idempotency_keys_table) +
+         " WHERE `created` < NOW(3) - INTERVAL " + std::to_string(age.count() * 1000) +
+         " MICROSECOND ORDER BY `created` LIMIT " + std::to_string(limit);
+}
+
 }  // namespace slotted::db

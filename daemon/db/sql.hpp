@@ -3,6 +3,7 @@
 // Identifiers come from the validated config and are always backquoted; values are
 // numbers formatted here, never text taken from a request.
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -17,6 +18,9 @@ inline constexpr std::string_view ledger_table = "slotted_counterd_ledger";
 
 // Durable "needs rollup" marks, written in the flush transaction (see rollup/).
 inline constexpr std::string_view dirty_table = "slotted_counterd_dirty";
+
+// Committed Idempotency-Keys (README: HTTP API, Idempotency-Key), one row per key.
+inline constexpr std::string_view idempotency_keys_table = "slotted_counterd_idempotency_keys";
 
 // Defined with the batches (store/batch.hpp), upstream of the database layer.
 using counter_row = store::counter_row;
@@ -88,6 +92,21 @@ std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
                          std::size_t limit);
 
 std::string create_dirty_table();
+
+std::string create_idempotency_keys_table();
+// Claims the key of each of `requests` (`quoted_keys[i]` is requests[i].key quoted) for
+// batch (instance, run_id, seq): a new key gets a row naming the batch; a key whose row
+// records a first arrival more than `window` before this request's arrival is taken
+// over; any other row stays as it is (INSERT IGNORE, but waiting on an uncommitted one).
+std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> requests,
+                                   std::span<const std::string> quoted_keys,
+                                   std::string_view quoted_instance, std::uint64_t run_id,
+                                   std::uint64_t batch_seq, std::chrono::milliseconds window);
+// The rows of `quoted_keys`, read with a shared lock (the latest committed values):
+// idem_key, body_hash, instance_id, run_id, batch_seq.
+std::string idempotency_keys_select_locked(std::span<const std::string> quoted_keys);
+// Deletes up to `limit` of the oldest key rows first received more than `age` ago.
+std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t limit);
 
 // Marks each row's counter dirty for this instance with generation `gen` (unique per
 // batch), replacing the generation of a mark that is already there. A roller deletes a

@@ -2,6 +2,7 @@
 
 #include <boost/asio/post.hpp>
 #include <future>
+#include <optional>
 #include <utility>
 
 #include "util/log.hpp"
@@ -19,6 +20,9 @@ struct committer::request {
   done_fn done;
   commit_result result = commit_result::applied;
   std::uint64_t magnitude = 0;  // sum of |delta|
+  // A keyed request (then `increments` is empty): applying it is accepting it in the
+  // keyed store; admitted there, so the store's limits do not apply.
+  std::optional<idempotency::keyed_request> keyed{};
 };
 
 // The requests of one group that one HTTP thread applies and answers.
@@ -28,6 +32,7 @@ struct committer::job {
   std::vector<request> requests;
   std::size_t keys = 0;         // logged increments, counted in unapplied_keys_
   std::uint64_t magnitude = 0;  // their |delta|, counted in unapplied_magnitude_
+  bool keyed = false;           // holds a logged keyed request
 };
 
 committer::committer(wal::write_ahead_log& log, store::pending_store& store,
@@ -90,6 +95,28 @@ void committer::submit(std::vector<ingest::increment>&& increments, net::io_cont
   r.done(commit_result::log_unavailable);
 }
 
+void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context* home,
+                             done_fn done) {
+  const std::string key = keyed.key;
+  // Whatever is not applied (logged and accepted) gives the key's reservation back.
+  request r{{}, {}, home, [this, key, done = std::move(done)](commit_result result) {
+              if (result != commit_result::applied) keyed_->abandon(key);
+              done(result);
+            }};
+  wal::append_keyed(r.record, keyed);
+  r.keyed = std::move(keyed);
+  if (inline_) return write_inline(std::move(r));
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      pending_.push_back(std::move(r));
+      wake_.notify_one();
+      return;
+    }
+  }
+  r.done(commit_result::log_unavailable);
+}
+
 template <typename Task>
 auto committer::on_log_thread(Task task) {
   std::promise<decltype(task())> result;
@@ -121,16 +148,22 @@ bool committer::take(const former& form, const publisher& publish) {
     drain();
     std::vector<store::pending_delta> deltas;
     const auto oldest = store_.take_all(deltas);
-    if (deltas.empty()) return true;
+    // `form` takes the keyed requests too (they may be all there is).
     auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
-    if (batches.empty()) return true;  // only zero net deltas
+    if (batches.empty()) return true;  // nothing, or only zero net deltas
     if (!log_.log_batches(batches)) {
-      // Nothing of these batches may commit unlogged: back into the store.
+      // Nothing of these batches may commit unlogged: back where they came from.
       std::vector<store::pending_delta> back;
-      for (const auto& b : batches) {
+      std::vector<idempotency::keyed_request> keyed_back;
+      for (auto& b : batches) {
+        if (!b.keyed.empty()) {
+          std::move(b.keyed.begin(), b.keyed.end(), std::back_inserter(keyed_back));
+          continue;
+        }
         for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
       }
       store_.add_deltas(back);
+      if (!keyed_back.empty()) keyed_->put_back(std::move(keyed_back));
       return false;
     }
     // Published before the next snapshot can copy the queue.
@@ -223,6 +256,7 @@ void committer::run() {
 template <typename BeforeDrain>
 commit_result committer::admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
                                BeforeDrain before_drain) {
+  if (r.keyed) return commit_result::applied;  // admitted by the keyed store
   // The pending limit, as without a WAL: checked before anything is logged, counting
   // what is logged but not yet applied.
   if (store_.over_pending_limit(max_pending_keys_, unapplied_keys_.load() + new_keys))
@@ -260,6 +294,7 @@ void committer::write_inline(request&& r) {
       // thread has not yet.
       j->keys = r.increments.size();
       j->magnitude = r.magnitude;
+      j->keyed = r.keyed.has_value();
       unapplied_keys_ += j->keys;
       unapplied_magnitude_ += j->magnitude;
       std::lock_guard l(unapplied_mutex_);
@@ -320,11 +355,12 @@ void committer::dispatch(std::vector<request>& chunk) {
     if (r.result == commit_result::applied) {
       (*j)->keys += r.increments.size();
       (*j)->magnitude += r.magnitude;
+      if (r.keyed) (*j)->keyed = true;
     }
     (*j)->requests.push_back(std::move(r));
   }
   for (auto& j : jobs) {
-    if (j->keys > 0) {
+    if (j->keys > 0 || j->keyed) {
       unapplied_keys_ += j->keys;
       unapplied_magnitude_ += j->magnitude;
       std::lock_guard lock(unapplied_mutex_);
@@ -344,9 +380,13 @@ void committer::apply(job& j) {
   std::lock_guard lock(j.mutex);
   if (j.applied) return;
   for (auto& r : j.requests) {
+    if (r.result != commit_result::applied) continue;
+    if (r.keyed) {
+      keyed_->accept(std::move(*r.keyed));
+      continue;
+    }
     // Checked before it was logged (fits, the pending limit counted it): applies.
-    if (r.result == commit_result::applied &&
-        store_.add(r.increments, SIZE_MAX) != store::add_result::applied)
+    if (store_.add(r.increments, SIZE_MAX) != store::add_result::applied)
       log::error("WAL: a logged request could not be applied to the store");
   }
   j.applied = true;
@@ -375,7 +415,9 @@ bool committer::snapshot() {
   std::vector<store::pending_delta> deltas;
   store_.copy_all(deltas);
   const auto batches = queue_->queued_copy();
-  const auto tag = log_.snapshot(batches, deltas);
+  const auto keyed =
+      keyed_ != nullptr ? keyed_->pending_copy() : std::vector<idempotency::keyed_request>{};
+  const auto tag = log_.snapshot(batches, deltas, keyed);
   if (tag == 0) return false;
   // Only now that the snapshot holds them do the queued batches belong to it.
   queue_->retag_all(tag);

@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "idempotency/keyed_store.hpp"
 #include "ingest/increment.hpp"
 #include "store/batch.hpp"
 #include "store/pending_store.hpp"
@@ -73,6 +74,15 @@ class committer final : public store::batch_source {
   // out_of_range (nothing logged), or log_unavailable (nothing applied).
   void submit(std::vector<ingest::increment>&& increments, boost::asio::io_context* home,
               done_fn done);
+
+  // Requests with an Idempotency-Key (README: HTTP API, Idempotency-Key) live in `keyed`
+  // (set before start()) rather than the store: submit_keyed() logs one that
+  // keyed.admit() reserved, then accepts it there (its "apply") and answers applied, or
+  // abandons it and answers log_unavailable. Takes and snapshots cover them as they
+  // cover the store.
+  void attach_keyed(idempotency::keyed_store* keyed) { keyed_ = keyed; }
+  void submit_keyed(idempotency::keyed_request&& request, boost::asio::io_context* home,
+                    done_fn done);
 
   // store::batch_source
   bool take(const former& form, const publisher& publish) override;
@@ -113,6 +123,7 @@ class committer final : public store::batch_source {
   std::mutex log_mutex_;
   std::atomic<bool> closed_{false};  // stop() began: nothing more is logged
   store::batch_queue* queue_ = nullptr;
+  idempotency::keyed_store* keyed_ = nullptr;
 
   std::mutex mutex_;
   std::condition_variable wake_;

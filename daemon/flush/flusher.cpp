@@ -3,12 +3,19 @@
 #include <algorithm>
 
 #include "db/errors.hpp"
+#include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
 
 namespace {
 using clock = std::chrono::steady_clock;
+
+// A batch the database refused for its data can be split to find what is at fault: a
+// plain batch by its rows, a keyed batch by its requests (each applied whole or not).
+bool splittable(const flush_batch& b) {
+  return b.keyed.empty() ? b.rows.size() > 1 : b.keyed.size() > 1;
+}
 
 // Ledger rows older than this are pruned; a batch's outcome is only ever looked up by
 // the run that formed it, while it is still queued.
@@ -119,7 +126,7 @@ std::size_t flusher::stop(clock::time_point deadline) {
   }
   for (auto& w : waiters) w(result);
   std::lock_guard lock(queue_mutex_);
-  return queued_rows_ + store_.keys();
+  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_items() : 0);
 }
 
 std::chrono::milliseconds flusher::next_backoff() {
@@ -145,6 +152,17 @@ bool flusher::take_from_store() {
     auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement,
                                 settings_.slots, run_id_, next_seq_, rng_, oldest);
     next_seq_ += batches.size();
+    if (keyed_ != nullptr) {
+      // Keyed requests become batches of their own (taken here, on the WAL's thread
+      // when there is one, so the batches record covers them as it covers the deltas).
+      std::size_t dropped = 0;
+      auto keyed = idempotency::form_keyed_batches(
+          keyed_->take_pending(), settings_.max_rows_per_statement, settings_.slots, run_id_,
+          next_seq_, rng_, clock::now(), dropped);
+      next_seq_ += keyed.size();
+      keyed_->dropped_at_flush(dropped, 0);
+      std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));
+    }
     return batches;
   };
   bool logged = true;
@@ -154,7 +172,8 @@ bool flusher::take_from_store() {
   } else {
     std::vector<store::pending_delta> deltas;
     const auto oldest = store_.take_all(deltas);
-    if (!deltas.empty()) publish(form(std::move(deltas), oldest.value_or(clock::now())));
+    auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
+    if (!batches.empty()) publish(std::move(batches));
   }
   {
     std::lock_guard lock(queue_mutex_);
@@ -228,7 +247,9 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
   for (int attempt = 0;; ++attempt) {
     try {
       commit_attempt done;
-      done.outcome = db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows));
+      done.outcome = b.keyed.empty() ? db::commit_batch(conn, settings_.table, id, b.rows,
+                                                        rolled_up_rows(b.rows))
+                                     : commit_keyed(conn, id, b);
       progress();
       return done;
     } catch (const db::db_error& e) {
@@ -258,18 +279,29 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
 
 std::size_t flusher::pop_committed(const commit_attempt& a) {
   const flush_batch& batch = queued_.front();  // only this thread pops
-  if (a.refused && batch.rows.size() > 1) {
+  if (a.refused && splittable(batch)) {
     // Rolled back, so nothing of it was applied: split it to find the rows at fault
-    // and let the others through.
+    // and let the others through. A keyed batch is split by its requests (a request is
+    // applied whole or not at all); its halves' rows may then add up to more than the
+    // whole's (a counter in both halves), so the count of queued rows follows them.
     auto [left, right] = split_batch(batch);
+    if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right);
     std::lock_guard lock(queue_mutex_);
+    queued_rows_ = queued_rows_ - batch.rows.size() + left.rows.size() + right.rows.size();
     queued_.pop_front();
     queued_.push_front(std::move(right));
     queued_.push_front(std::move(left));
+    store_.set_unwritten_rows(queued_rows_);
     return 0;
   }
   std::size_t written = 0;
-  if (a.refused) {
+  if (a.refused && !batch.keyed.empty()) {
+    // One keyed request the table cannot hold: dropped like a row (its key stays
+    // uncommitted, so a retry is refused the same way).
+    metrics_.rows_refused.Increment(static_cast<double>(batch.rows.size()));
+    log::error("the database refuses the increments of the request with Idempotency-Key ",
+               batch.keyed.front().key, ": ", *a.refused, "; they are dropped");
+  } else if (a.refused) {
     // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
     // total past BIGINT): dropped, loudly, so that it does not block every later
     // batch forever.
@@ -278,7 +310,8 @@ std::size_t flusher::pop_committed(const commit_attempt& a) {
     log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ",
                r.record_id, "): ", *a.refused, "; it is dropped");
   } else if (a.outcome == db::commit_outcome::applied) {
-    written = batch.rows.size();
+    // A keyed batch writes only the rows of the requests whose keys were new.
+    written = batch.keyed.empty() ? batch.rows.size() : last_keyed_rows_;
     metrics_.flush_rows.Increment(static_cast<double>(written));
     metrics_.flush_statements.Increment();
   } else {
@@ -321,7 +354,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
       // not see it in the database.
       set_committing(true);
       const auto attempt = commit_with_retries(conn, *batch);
-      const bool splits = attempt.refused && batch->rows.size() > 1;
+      const bool splits = attempt.refused && splittable(*batch);
       written += pop_committed(attempt);
       if (!splits) ++popped;
       set_committing(false);
@@ -335,6 +368,21 @@ std::size_t flusher::write_queued(db::connection& conn) {
   }
   if (popped > 0) release_source();
   return written;
+}
+
+db::commit_outcome flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
+                                         const flush_batch& batch) {
+  const auto outcome = idempotency::commit_keyed_batch(
+      conn, settings_.table, id, batch, settings_.idempotency_window,
+      [this](std::span<const db::counter_row> rows) { return rolled_up_rows(rows); });
+  last_keyed_rows_ = outcome.rows;
+  if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
+    keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
+  if (outcome.duplicates + outcome.conflicts > 0) {
+    log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
+               outcome.conflicts, " committed with another body; not applied");
+  }
+  return outcome.outcome;
 }
 
 void flusher::progress() {
@@ -440,6 +488,16 @@ flush_result flusher::cycle() {
       progress();
       schema_verified_ = true;
       fatal_ = false;  // unless the writes below meet the problem again
+      if (keyed_ != nullptr) {
+        if (!limits.idempotency_keys && keyed_->table_present()) {
+          log::error("table `", db::idempotency_keys_table,
+                     "` does not exist: requests with an Idempotency-Key are refused (503) "
+                     "until slotted-counterd --migrate creates it; the others flush as ever");
+        }
+        keyed_->set_table_present(limits.idempotency_keys);
+        // Looked for again at every cycle until --migrate has made it.
+        if (!limits.idempotency_keys) schema_verified_ = false;
+      }
     }
     // The backlog first, oldest first; only then anything new from the store.
     result.rows = write_queued(**lease);
@@ -467,6 +525,29 @@ flush_result flusher::cycle() {
       db::prune_ledger(**lease, {settings_.instance_id, run_id_, keep_from},
                        ledger_max_age_seconds);
       last_prune_ = clock::now();
+    }
+    // Keys past two windows, of every instance (any may do it), in bounded chunks: at
+    // least once per min(1 minute, window), and at every cycle while the last prune
+    // found more than its chunks could take (a keyed rate above what one prune a
+    // minute deletes), so that the table stays about two windows of keys.
+    if (!deadline_hit_ && keyed_ != nullptr && keyed_->table_present() &&
+        (keys_prune_behind_ ||
+         clock::now() - last_key_prune_ >
+             std::min<clock::duration>(prune_every, settings_.idempotency_window))) {
+      last_key_prune_ = clock::now();
+      constexpr std::size_t chunk = 10000;
+      constexpr int chunks = 10;
+      try {
+        keys_prune_behind_ =
+            idempotency::prune_keys(**lease, settings_.idempotency_window, chunk, chunks) ==
+            chunk * chunks;
+      } catch (const db::db_error& e) {
+        // Instances prune the same rows: a lock conflict there is not a failed flush.
+        if (e.connection_lost() || (e.kind() != db::error_kind::deadlock &&
+                                    e.kind() != db::error_kind::lock_wait_timeout))
+          throw;
+        metrics_.db_error(e.kind());
+      }
     }
     result.ok = true;
   } catch (const db::db_error& e) {
@@ -542,7 +623,9 @@ void flusher::update_gauges() {
       oldest = queued_.front().oldest_arrival;
     }
   }
-  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows));
+  // Keyed requests not yet in a batch count by their items, as against the limit.
+  const std::size_t keyed = keyed_ != nullptr ? keyed_->pending_items() : 0;
+  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows + keyed));
   metrics_.pending_oldest_age_seconds.Set(
       oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
 }
@@ -550,7 +633,7 @@ void flusher::update_gauges() {
 counter_reading flusher::read_total(const store::counter_key& key) {
   // The pending sum, or nullopt when it is out of range.
   const auto queued_delta = [&]() -> std::optional<std::int64_t> {
-    std::int64_t sum = store_.pending(key);
+    std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
     for (const auto& b : queued_) {
       const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
                                        [](const db::counter_row& r, const store::counter_key& k) {
@@ -636,7 +719,9 @@ void flusher::expand_recovered(db::connection& conn) {
   std::lock_guard lock(queue_mutex_);
   std::deque<flush_batch> expanded;
   for (auto& b : queued_) {
-    const bool ours = b.recovered && b.run_id == run;
+    // A keyed batch stays whole: its keys tell which of its requests committed.
+    const bool ours = b.recovered && b.run_id == run && b.keyed.empty();
+    if (!b.keyed.empty() && b.run_id == run) b.recovered = false;
     if (ours) b.recovered = false;
     auto parts =
         ours && !committed.empty() ? uncommitted_parts(b, committed) : std::vector<flush_batch>{};

@@ -30,6 +30,7 @@
 
 #include "db/pool.hpp"
 #include "db/repository.hpp"
+#include "idempotency/keyed_store.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
 #include "store/batch.hpp"
@@ -52,6 +53,8 @@ struct settings {
   std::vector<db::rollup_target> rollups;
   // Told the table's key ranges at each schema check (may be null).
   ingest::table_limits* limits = nullptr;
+  // Committed Idempotency-Keys older than this are pruned from the keys table.
+  std::chrono::milliseconds idempotency_window{std::chrono::hours(24)};
 };
 
 struct flush_result {
@@ -99,6 +102,9 @@ class flusher final : public store::batch_queue {
   // may commit) and tells it what has committed, instead of taking the store's content
   // itself. Call before start().
   void attach_source(store::batch_source* source) { source_ = source; }
+  // Forms keyed batches of the keyed requests `keyed` holds, at every cycle. Call
+  // before start().
+  void attach_keyed(idempotency::keyed_store* keyed) { keyed_ = keyed; }
   // Queues batches recovered from the WAL (they keep their ids). Call before start().
   void enqueue(std::vector<flush_batch> batches);
 
@@ -195,6 +201,12 @@ class flusher final : public store::batch_queue {
   std::mt19937_64 rng_;
   std::vector<db::counter_row> dirty_rows_;
   store::batch_source* source_ = nullptr;
+  idempotency::keyed_store* keyed_ = nullptr;
+  // Commits a keyed batch (see idempotency/keyed_batches.hpp) and counts what it dropped.
+  // Sets last_keyed_rows_ to the rows it upserted. Throws db_error.
+  db::commit_outcome commit_keyed(db::connection& conn, const db::batch_identity& id,
+                                  const flush_batch& batch);
+  std::size_t last_keyed_rows_ = 0;
 
   // Guards queued_ and generation_. The flusher thread alone changes them.
   mutable std::mutex queue_mutex_;
@@ -227,6 +239,8 @@ class flusher final : public store::batch_queue {
   std::mutex rollups_mutex_;
   std::optional<std::vector<db::rollup_target>> next_rollups_;  // from set_rollups()
   std::chrono::steady_clock::time_point last_prune_{};
+  std::chrono::steady_clock::time_point last_key_prune_{};
+  bool keys_prune_behind_ = false;  // the last key prune deleted all it was allowed
   // Last member: its thread must stop before anything it uses is destroyed.
   util::worker<flush_result> worker_;
 };

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "idempotency/keyed_request.hpp"
 #include "ingest/increment.hpp"
 #include "store/counter_key.hpp"
 
@@ -24,6 +25,10 @@ struct backend_result {
     out_of_range,  // increments: a counter's pending sum would pass 2^62; nothing applied
     unavailable,   // not now, retry: the WAL cannot be written (increments, nothing
                    // applied), the database cannot be reached, a read is not exact yet
+    replayed,      // keyed increments: this key was accepted before with this body;
+                   // nothing applied again, `count` is what the first answer said
+    conflict,      // keyed increments: this key was accepted before with another body;
+                   // nothing applied
   };
   status outcome = status::done;
   std::string error;        // why, for unavailable
@@ -44,6 +49,10 @@ class backend {
   virtual bool durable() const = 0;
   virtual backend_result add(std::span<const ingest::increment> increments) = 0;
   virtual void add_durable(std::vector<ingest::increment>&& increments, done_fn done) = 0;
+  // A request with a valid Idempotency-Key (README: HTTP API, Idempotency-Key): looked up
+  // (replayed, conflict, or unavailable while its first copy is being logged), else
+  // logged when durable() and kept apart from the store until its flush.
+  virtual void add_keyed(idempotency::keyed_request&& request, done_fn done) = 0;
   virtual void read_counter(store::counter_key key, done_fn done) = 0;
   virtual void flush_now(done_fn done) = 0;
   virtual void rollup_now(done_fn done) = 0;

@@ -283,6 +283,19 @@ void router::handle(request&& req, respond_fn respond) {
 
 void router::handle_increments(const request& req, const reply& answer) {
   const unsigned v = req.version();
+  // Idempotency-Key (README: HTTP API): one field with a valid key, or nothing applied.
+  std::string_view idempotency_key;
+  bool keyed = false;
+  if (const auto [first, last] = req.equal_range("Idempotency-Key"); first != last) {
+    keyed = true;
+    idempotency_key = first->value();
+    if (std::next(first) != last || !idempotency::valid_key(idempotency_key)) {
+      metrics_.reject(metrics::reject_reason::invalid, 1);
+      return answer(error_response(v, status::bad_request,
+                                   "Idempotency-Key must be sent once, as 1 to 128 characters of "
+                                   "[A-Za-z0-9._:-]; nothing of this request was applied"));
+    }
+  }
   thread_local std::vector<ingest::increment> increments;
   const auto format = *ingest::format_for(req[field::content_type]);
   const auto live = live_.load();
@@ -304,6 +317,14 @@ void router::handle_increments(const request& req, const reply& answer) {
   }
   const std::size_t n = increments.size();
   const bool minimal = prefers_minimal(req);
+  if (keyed) {
+    idempotency::keyed_request r{std::string(idempotency_key), idempotency::hash_of(increments),
+                                 increments, idempotency::now_ms()};
+    return backend_.add_keyed(
+        std::move(r), guarded(answer, v, [this, v, n, minimal, answer](const backend_result& r) {
+          answer_added(answer, v, n, minimal, r);
+        }));
+  }
   if (backend_.durable()) {
     return backend_.add_durable(
         std::exchange(increments, {}),
@@ -316,25 +337,42 @@ void router::handle_increments(const request& req, const reply& answer) {
 
 void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool minimal,
                           const backend_result& r) {
+  // A replay (Idempotency-Key) was applied once already: answered as the first time
+  // (with its count), and said to be a replay.
+  const bool replayed = r.outcome == backend_result::status::replayed;
   switch (r.outcome) {
     case backend_result::status::done:
-      metrics_.increments_accepted.Increment(static_cast<double>(n));
+    case backend_result::status::replayed: {
+      if (replayed) {
+        n = r.count;
+      } else {
+        metrics_.increments_accepted.Increment(static_cast<double>(n));
+      }
       if (minimal) {
         // No body at all: an nginx mirror subrequest keeps its upstream connection
         // only for answers without one.
         response res{status::no_content, v};
         res.set(field::preference_applied, "return=minimal");
+        if (replayed) res.set("Idempotent-Replayed", "true");
         return answer(std::move(res));
       }
-      return answer(
-          json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}"));
+      auto res = json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}");
+      if (replayed) res.set("Idempotent-Replayed", "true");
+      return answer(std::move(res));
+    }
+    case backend_result::status::conflict:
+      metrics_.reject(metrics::reject_reason::invalid, n);
+      return answer(error_response(v, status::unprocessable_entity,
+                                   "this Idempotency-Key was used with another body; nothing of "
+                                   "this request was applied"));
     case backend_result::status::over_limit:
       metrics_.reject(metrics::reject_reason::pending_limit, n);
       return answer(
           retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
     case backend_result::status::unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
-      return answer(retry_later(v, "the write-ahead log cannot be written; retry later", "5"));
+      return answer(retry_later(
+          v, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error, "5"));
     case backend_result::status::out_of_range:
       // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
       metrics_.reject(metrics::reject_reason::invalid, n);

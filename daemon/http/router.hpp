@@ -17,6 +17,7 @@
 #include "config/config.hpp"
 #include "http/backend.hpp"
 #include "http/token_check.hpp"
+#include "idempotency/keyed_request.hpp"
 #include "ingest/parser.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"

@@ -95,6 +95,9 @@ class registry {
   // has none).
   void set_autoincrement_remaining(std::optional<double> values_left);
 
+  // For modules that register their own families (idempotency/keyed_store.cpp).
+  prometheus::Registry& prometheus() { return *registry_; }
+
   // Text exposition format 0.0.4, including the process_* metrics read from /proc.
   std::string serialize() const;
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "idempotency/keyed_request.hpp"
 #include "store/pending_store.hpp"
 
 namespace slotted::store {
@@ -33,6 +34,9 @@ struct flush_batch {
   // Replayed from the WAL: parts of it may have committed already (see
   // flusher::expand_recovered).
   bool recovered = false;
+  // A keyed batch (see idempotency/keyed_batches.hpp): these requests, whose increments
+  // `rows` sums; each is applied only if its key is not committed yet.
+  std::vector<idempotency::keyed_request> keyed;
 };
 
 // The flusher's queue of formed batches, as the durable path sees it (for a snapshot).

@@ -51,6 +51,41 @@ void put_batches(std::string& out, std::span<const store::flush_batch> batches) 
   }
 }
 
+void put_keyed(std::string& out, const idempotency::keyed_request& r) {
+  put<std::uint8_t>(out, static_cast<std::uint8_t>(r.key.size()));  // at most 128
+  out += r.key;
+  put<std::uint64_t>(out, r.hash[0]);
+  put<std::uint64_t>(out, r.hash[1]);
+  put<std::int64_t>(out, r.received_ms);
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(r.increments.size()));
+  for (const auto& inc : r.increments) {
+    put<std::uint32_t>(out, inc.record_type);
+    put<std::uint64_t>(out, inc.record_id);
+    put<std::int32_t>(out, inc.delta);
+  }
+}
+
+constexpr std::uint32_t not_in_batch = 0xffffffff;
+
+// The keyed requests of a batches or snapshot record: those of `batches`, then `pending`.
+void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
+                       std::span<const idempotency::keyed_request> pending) {
+  std::uint32_t m = static_cast<std::uint32_t>(pending.size());
+  for (const auto& b : batches) m += static_cast<std::uint32_t>(b.keyed.size());
+  if (m == 0) return;  // as earlier versions wrote it
+  put<std::uint32_t>(out, m);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    for (const auto& r : batches[i].keyed) {
+      put<std::uint32_t>(out, static_cast<std::uint32_t>(i));
+      put_keyed(out, r);
+    }
+  }
+  for (const auto& r : pending) {
+    put<std::uint32_t>(out, not_in_batch);
+    put_keyed(out, r);
+  }
+}
+
 class reader {
  public:
   explicit reader(std::string_view data) : data_(data) {}
@@ -69,6 +104,44 @@ class reader {
   std::string_view data_;
   std::size_t pos_ = 0;
 };
+
+bool read_keyed(reader& in, idempotency::keyed_request& r) {
+  std::uint8_t len = 0;
+  std::uint32_t n = 0;
+  if (!in.get(len) || len == 0 || len > idempotency::max_key_length || !in.has(len)) return false;
+  r.key.resize(len);
+  for (auto& c : r.key) in.get(c);
+  if (!idempotency::valid_key(r.key)) return false;
+  if (!in.get(r.hash[0]) || !in.get(r.hash[1]) || !in.get(r.received_ms) || !in.get(n) ||
+      n > in.remaining() / 16)
+    return false;
+  r.increments.resize(n);
+  for (auto& inc : r.increments) {
+    if (!in.get(inc.record_type) || !in.get(inc.record_id) || !in.get(inc.delta)) return false;
+  }
+  return true;
+}
+
+// Reads a keyed trailer (nothing when the record ends here) into `batches` and `pending`.
+bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
+                        std::vector<idempotency::keyed_request>& pending) {
+  if (in.done()) return true;
+  std::uint32_t m = 0;
+  if (!in.get(m) || m == 0) return false;
+  for (std::uint32_t i = 0; i < m; ++i) {
+    std::uint32_t index = 0;
+    idempotency::keyed_request r;
+    if (!in.get(index) || !read_keyed(in, r)) return false;
+    if (index == not_in_batch) {
+      pending.push_back(std::move(r));
+    } else if (index < batches.size()) {
+      batches[index].keyed.push_back(std::move(r));
+    } else {
+      return false;
+    }
+  }
+  return in.done();
+}
 
 bool read_batches(reader& in, std::vector<store::flush_batch>& out) {
   std::uint32_t n = 0;
@@ -120,11 +193,19 @@ void append_increments(std::string& out, std::span<const ingest::increment> incr
 void append_batches(std::string& out, std::span<const store::flush_batch> batches) {
   const std::size_t start = begin_record(out, record_kind::batches);
   put_batches(out, batches);
+  put_keyed_trailer(out, batches, {});
+  finish_record(out, start);
+}
+
+void append_keyed(std::string& out, const idempotency::keyed_request& request) {
+  const std::size_t start = begin_record(out, record_kind::keyed);
+  put_keyed(out, request);
   finish_record(out, start);
 }
 
 void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                     std::span<const store::pending_delta> deltas) {
+                     std::span<const store::pending_delta> deltas,
+                     std::span<const idempotency::keyed_request> keyed) {
   const std::size_t start = begin_record(out, record_kind::snapshot);
   put_batches(out, batches);
   put<std::uint64_t>(out, deltas.size());
@@ -133,6 +214,7 @@ void append_snapshot(std::string& out, std::span<const store::flush_batch> batch
     put<std::uint64_t>(out, d.key.record_id);
     put<std::int64_t>(out, d.delta);
   }
+  put_keyed_trailer(out, batches, keyed);
   finish_record(out, start);
 }
 
@@ -153,11 +235,20 @@ bool replay_state::apply(std::string_view payload) {
       delta_log_.insert(delta_log_.end(), read.begin(), read.end());
       return true;
     }
+    case record_kind::keyed: {
+      idempotency::keyed_request r;
+      if (!read_keyed(in, r) || !in.done()) return false;
+      keyed_.push_back(std::move(r));
+      return true;
+    }
     case record_kind::batches: {
       std::vector<store::flush_batch> logged;
-      if (!read_batches(in, logged) || !in.done()) return false;
+      std::vector<idempotency::keyed_request> none;
+      if (!read_batches(in, logged) || !read_keyed_trailer(in, logged, none) || !none.empty())
+        return false;
       // Everything logged so far is in these batches now.
       delta_log_.clear();
+      keyed_.clear();
       for (auto& b : logged) batches_.push_back(std::move(b));
       return true;
     }
@@ -168,11 +259,13 @@ bool replay_state::apply(std::string_view payload) {
       std::vector<store::flush_batch> logged;
       std::vector<std::pair<store::counter_key, std::int64_t>> read;
       std::uint64_t n = 0;
+      std::vector<idempotency::keyed_request> keyed;
       if (!read_batches(in, logged) || !in.get(n) || !read_deltas<std::int64_t>(in, n, read) ||
-          !in.done())
+          !read_keyed_trailer(in, logged, keyed))
         return false;
       delta_log_ = std::move(read);
       batches_ = std::move(logged);
+      keyed_ = std::move(keyed);
       return true;
     }
   }

@@ -13,10 +13,17 @@
 //               rows x (u32 record_type, u64 record_id, u16 slot, i64 delta))
 //   snapshot:   the batches encoding, then u64 n, n x (u32 record_type, u64 record_id, i64 delta)
 //   committed:  nothing after the kind byte
+//   keyed:      one request with an Idempotency-Key: u8 key length, the key, u64 x 2 body
+//               hash, i64 received (unix ms), u32 n, n x (u32 record_type, u64 record_id,
+//               i32 delta)
+// Batches and snapshot records end with the keyed requests they hold (absent in logs of
+// earlier versions): u32 m, m x (u32 batch index, or 0xffffffff for a request not yet
+// in a batch, then the keyed encoding after its kind byte).
 // A batches record means: every increment logged before it (since the previous batches
 // or snapshot record) now lives in these batches. A snapshot replaces everything logged
 // before it. A committed record means every batch logged before it has committed, so
-// replay must not send them again (their ledger rows may be pruned by then).
+// replay must not send them again (their ledger rows may be pruned by then). Keyed
+// requests follow the same rules as increments.
 
 #include <cstdint>
 #include <span>
@@ -30,7 +37,13 @@
 
 namespace slotted::wal {
 
-enum class record_kind : std::uint8_t { increments = 1, batches = 2, snapshot = 3, committed = 4 };
+enum class record_kind : std::uint8_t {
+  increments = 1,
+  batches = 2,
+  snapshot = 3,
+  committed = 4,
+  keyed = 5
+};
 
 constexpr std::size_t record_header_bytes = 16;
 // The first bytes of every segment this version writes.
@@ -39,7 +52,9 @@ constexpr std::string_view segment_magic{"SCWAL02\n", 8};
 void append_increments(std::string& out, std::span<const ingest::increment> increments);
 void append_batches(std::string& out, std::span<const store::flush_batch> batches);
 void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                     std::span<const store::pending_delta> deltas);
+                     std::span<const store::pending_delta> deltas,
+                     std::span<const idempotency::keyed_request> keyed = {});
+void append_keyed(std::string& out, const idempotency::keyed_request& request);
 void append_committed(std::string& out);
 
 // What replaying records yields: deltas not yet in any batch, and the batches logged
@@ -54,6 +69,8 @@ class replay_state {
   // such a sum (see pending_store::max_pending_sum), so the log is corrupt.
   std::vector<store::pending_delta> deltas() const;
   const std::vector<store::flush_batch>& batches() const { return batches_; }
+  // Keyed requests not yet in any batch.
+  const std::vector<idempotency::keyed_request>& keyed() const { return keyed_; }
 
  private:
   struct key_hash {
@@ -61,6 +78,7 @@ class replay_state {
   };
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
   std::vector<store::flush_batch> batches_;
+  std::vector<idempotency::keyed_request> keyed_;
 };
 
 struct scan_result {

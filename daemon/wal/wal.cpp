@@ -202,6 +202,7 @@ recovered write_ahead_log::open(const open_options& options) {
   } catch (const std::overflow_error& e) {
     throw wal_error("WAL in " + cfg_.dir + " is corrupt: " + e.what());
   }
+  out.keyed = state.keyed();
   // A batch logged twice (a snapshot and a batches record) is one batch.
   std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
   for (const auto& b : state.batches()) {
@@ -298,12 +299,13 @@ bool write_ahead_log::rotate() {
 }
 
 std::uint64_t write_ahead_log::snapshot(std::span<const store::flush_batch> batches,
-                                        std::span<const store::pending_delta> deltas) {
+                                        std::span<const store::pending_delta> deltas,
+                                        std::span<const idempotency::keyed_request> keyed) {
   // A failed snapshot (a full disk) is not due again on every request group.
   next_snapshot_try_ = clock::now() + std::chrono::seconds(1);
   if (!rotate()) return 0;
   std::string bytes;
-  append_snapshot(bytes, batches, deltas);
+  append_snapshot(bytes, batches, deltas, keyed);
   if (!append(bytes, true)) return 0;
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = !batches.empty();

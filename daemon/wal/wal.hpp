@@ -40,6 +40,7 @@ class wal_error : public std::runtime_error {
 struct recovered {
   std::vector<store::pending_delta> deltas;
   std::vector<store::flush_batch> batches;
+  std::vector<idempotency::keyed_request> keyed;  // keyed requests not yet in a batch
   std::size_t segments = 0;
   std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept
 };
@@ -86,7 +87,8 @@ class write_ahead_log {
   // pending), synced, and drops every older segment (salvaged ones move aside). Returns
   // the new segment's tag for the batches, 0 when it could not be written.
   std::uint64_t snapshot(std::span<const store::flush_batch> batches,
-                         std::span<const store::pending_delta> deltas);
+                         std::span<const store::pending_delta> deltas,
+                         std::span<const idempotency::keyed_request> keyed = {});
   // The segments have grown well past the last snapshot (and no failed snapshot was
   // tried within the last second): time to replace them with a new one.
   bool snapshot_due() const;

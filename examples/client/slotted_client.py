@@ -7,9 +7,13 @@
     client.post([{"record_type": 123, "record_id": 7, "delta": 2}])
 
 Every POST carries an `Idempotency-Key` (a fresh random one per call unless you pass
-your own), the same on every retry of that call. The daemon does not act on the key
-yet: until it does, a retry after an answer that was lost (not refused) may count
-twice, and one not retried may be lost; idempotent ingest is planned.
+your own), the same on every retry of that call, so a retry after an answer that was
+lost (not refused) is applied once: the daemon answers it as the first time (with
+`Idempotent-Replayed: true` when it knows it is a retry) and counts it once, also when
+the retry reaches another instance sharing the database. That holds while retries
+come within the daemon's `idempotency.window` (24h by default) of the first attempt.
+Pass your own key (e.g. derived from your event's id) to make retries across process
+restarts of the caller idempotent too.
 Retries: on a connection error, a timeout, or a 502/503/504, with exponential
 backoff and full jitter, honouring `Retry-After`; at most `attempts` tries, then
 the last error is raised. A 4xx answer is never retried: the request is wrong, and

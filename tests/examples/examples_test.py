@@ -7,7 +7,8 @@
   nginx: every download of /downloads/<id> is counted exactly once, nothing else is
   counted, and the mirrored POSTs reuse upstream keep-alive connections.
 - examples/client/slotted_client.py: posts to the real daemon; retries with one
-  Idempotency-Key on 503 (honouring Retry-After) and on a timeout; never retries a 400.
+  Idempotency-Key on 503 (honouring Retry-After) and on a timeout; never retries a 400;
+  a retry after an answer lost on the way back is counted once.
 
 Starts its own MariaDB and nginx on 127.0.0.1 (free ports) and stops them by pid.
 Prints one line per check and ends with "N passed, M failed".
@@ -254,6 +255,68 @@ def check_client_retries(ctx, client_mod):
     return "503 + Retry-After, a timeout, then 202: 3 attempts, one key; gives up after `attempts`"
 
 
+class LosingProxy(http.server.BaseHTTPRequestHandler):
+    """Forwards each POST to the real daemon, headers and body unchanged; drops the
+    daemon's answer to the first `lose` of them (the connection closes with no answer),
+    as a network failure after the daemon applied the request would."""
+
+    daemon_port = 0
+    lose = 0
+    forwarded = []  # (Idempotency-Key, status, Idempotent-Replayed) per request
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        conn = http.client.HTTPConnection("127.0.0.1", LosingProxy.daemon_port, timeout=10)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        conn.request("POST", self.path, body=body, headers=headers)
+        r = conn.getresponse()
+        payload = r.read()
+        conn.close()
+        LosingProxy.forwarded.append((self.headers.get("Idempotency-Key"), r.status,
+                                      r.getheader("Idempotent-Replayed")))
+        if LosingProxy.lose > 0:
+            LosingProxy.lose -= 1
+            self.close_connection = True
+            return
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "keep-alive", "date", "server"):
+                self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def check_client_lost_answer(ctx, client_mod):
+    LosingProxy.daemon_port = ctx.daemon.port
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LosingProxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        before = table_counts(ctx.db).get((123, 901), 0)
+        LosingProxy.forwarded = []
+        LosingProxy.lose = 2
+        client = client_mod.SlottedClient(f"http://127.0.0.1:{server.server_address[1]}",
+                                          backoff=0.01, sleep=lambda s: None)
+        if client.post([{"record_type": 123, "record_id": 901, "delta": 5}]) != 1:
+            raise Failure("the retry's answer did not report 1 accepted")
+        seen = LosingProxy.forwarded
+        keys = {k for k, _, _ in seen}
+        if len(seen) != 3 or len(keys) != 1 or [s for _, s, _ in seen] != [202] * 3:
+            raise Failure(f"want 3 attempts with one key, each answered 202; saw {seen}")
+        if [r for _, _, r in seen] != [None, "true", "true"]:
+            raise Failure(f"want the retries marked Idempotent-Replayed, saw {seen}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    flush(ctx.daemon)
+    got = table_counts(ctx.db).get((123, 901), 0) - before
+    if got != 5:
+        raise Failure(f"table gained {got} for record 901, want 5 (applied once)")
+    return "two answers lost on the way back: 3 attempts with one key, counted once"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
@@ -304,6 +367,8 @@ def main():
                    slotted_client)
         runner.run("client: retries with one key, honours Retry-After", check_client_retries, ctx,
                    slotted_client)
+        runner.run("client: a retry after a lost answer is counted once", check_client_lost_answer,
+                   ctx, slotted_client)
     finally:
         for part in (ctx.nginx, ctx.daemon, ctx.db):
             if part is not None:

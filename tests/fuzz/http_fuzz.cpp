@@ -27,6 +27,7 @@
 #include <memory>
 
 #include "http/router.hpp"
+#include "store/pending_store.hpp"
 #include "http/session.hpp"
 
 namespace beast = boost::beast;
@@ -60,36 +61,43 @@ class fuzz_backend : public http::backend {
 
   bool draining() const override { return draining_; }
   bool ready() const override { return ready_; }
-  store::add_result add(std::span<const ingest::increment> increments) override {
+  http::backend_result add(std::span<const ingest::increment> increments) override {
+    using status = http::backend_result::status;
     const auto r = store_.add(increments, max_pending_keys);
-    if (r == store::add_result::applied) {
-      ++applied_calls_;
-      for (const auto& inc : increments) expected_[{inc.record_type, inc.record_id}] += inc.delta;
+    switch (r) {
+      case store::add_result::applied:
+        ++applied_calls_;
+        for (const auto& inc : increments) expected_[{inc.record_type, inc.record_id}] += inc.delta;
+        return {status::done, {}};
+      case store::add_result::over_limit:
+        return {status::over_limit, {}};
+      case store::add_result::out_of_range:
+        return {status::out_of_range, {}};
     }
-    return r;
+    return {status::unavailable, "fuzz: unknown store result"};
   }
   bool durable() const override { return durable_; }
-  void add_durable(std::vector<ingest::increment>&& increments,
-                   std::function<void(store::add_result)> done) override {
+  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override {
     done(add(increments));
   }
-  void read_counter(
-      store::counter_key key,
-      std::function<void(std::optional<flush::counter_reading>, std::string)> done) override {
-    if (!ready_) return done(std::nullopt, "fuzz: no database");
-    done(flush::counter_reading{7, store_.pending(key)}, "");
+  // Keyed requests count like others here: the fuzzer checks what the router applies.
+  void add_keyed(idempotency::keyed_request&& request, done_fn done) override {
+    done(add(request.increments));
   }
-  void flush_now(std::function<void(const flush::flush_result&)> done) override {
-    flush::flush_result r;
-    r.ok = ready_;
-    if (!r.ok) r.error = "fuzz: no database";
-    done(r);
+  void read_counter(store::counter_key key, done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    http::backend_result r;
+    r.persisted = 7;
+    r.pending = store_.pending(key);
+    done(std::move(r));
   }
-  void rollup_now(std::function<void(const rollup::rollup_result&)> done) override {
-    rollup::rollup_result r;
-    r.ok = ready_;
-    if (!r.ok) r.error = "fuzz: no database";
-    done(r);
+  void flush_now(done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    done({});
+  }
+  void rollup_now(done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    done({});
   }
   std::string metrics_text() override { return metrics_->serialize(); }
 };

@@ -27,6 +27,11 @@ class fake_backend : public http::backend {
     added_.push_back(std::move(increments));
     add_done_ = std::move(done);
   }
+  void add_keyed(idempotency::keyed_request&& request, done_fn done) override {
+    std::lock_guard lock(mutex_);
+    keyed_.push_back(std::move(request));
+    add_done_ = std::move(done);
+  }
   void read_counter(store::counter_key key, done_fn done) override {
     std::lock_guard lock(mutex_);
     read_key_ = key;
@@ -52,6 +57,7 @@ class fake_backend : public http::backend {
   // What it was given.
   std::mutex mutex_;
   std::vector<std::vector<ingest::increment>> added_;
+  std::vector<idempotency::keyed_request> keyed_;
   store::counter_key read_key_;
   done_fn add_done_, read_done_, flush_done_, rollup_done_;
 };

@@ -332,5 +332,23 @@ TEST(Config, ReloadSeesANewTokenOrPasswordInTheSameFileWithoutShowingIt) {
   for (const auto& k : plan.live) EXPECT_EQ(k.find("secret"), std::string::npos);
 }
 
+TEST(Config, IdempotencyWindow) {
+  EXPECT_EQ(parse_config("", "a.yaml").idempotency.window, std::chrono::hours(24));
+  EXPECT_EQ(parse_config("", "a.yaml").idempotency.max_keys, 1000000u);
+  const auto cfg = parse_config("idempotency: {window: 90m, max_keys: 5000}\n", "a.yaml");
+  EXPECT_EQ(cfg.idempotency.window, std::chrono::minutes(90));
+  EXPECT_EQ(cfg.idempotency.max_keys, 5000u);
+  for (const char* bad : {"idempotency: {window: 0s}\n", "idempotency: {window: 721h}\n",
+                          "idempotency: {window: soon}\n", "idempotency: {size: 3}\n",
+                          "idempotency: {max_keys: 0}\n"}) {
+    EXPECT_THROW(parse_config(bad, "a.yaml"), config_error) << bad;
+  }
+  // Restart-only: the index and the flusher read it at start.
+  const auto plan = plan_reload(parse_config("", "a.yaml"), cfg);
+  EXPECT_TRUE(plan.live.empty());
+  EXPECT_EQ(plan.needs_restart,
+            (std::vector<std::string>{"idempotency.window", "idempotency.max_keys"}));
+}
+
 }  // namespace
 }  // namespace slotted::config

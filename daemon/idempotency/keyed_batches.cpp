@@ -1,0 +1,166 @@
+#include "idempotency/keyed_batches.hpp"
+
+#include <algorithm>
+#include <map>
+#include <unordered_set>
+
+#include "db/errors.hpp"
+#include "db/sql.hpp"
+
+namespace slotted::idempotency {
+
+std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, std::uint16_t slot) {
+  // A batch holds at most max(max_rows_per_statement, one request's items) increments of
+  // 32 bits each: their sum stays far inside int64.
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> sums;
+  for (const auto& r : requests) {
+    for (const auto& inc : r.increments) sums[{inc.record_type, inc.record_id}] += inc.delta;
+  }
+  std::vector<db::counter_row> rows;
+  rows.reserve(sums.size());
+  for (const auto& [k, delta] : sums) {
+    if (delta != 0) rows.push_back({k.first, k.second, slot, delta});
+  }
+  return rows;
+}
+
+std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> requests,
+                                                   std::size_t max_items, unsigned slots,
+                                                   std::uint64_t run_id, std::uint64_t first_seq,
+                                                   std::mt19937_64& rng,
+                                                   std::chrono::steady_clock::time_point oldest,
+                                                   std::size_t& dropped) {
+  dropped = 0;
+  // Stable: of one key twice, the first accepted stays.
+  std::stable_sort(requests.begin(), requests.end(),
+                   [](const keyed_request& a, const keyed_request& b) { return a.key < b.key; });
+  std::vector<store::flush_batch> batches;
+  std::size_t items = 0;
+  std::string last_key;  // the previous request was moved from
+  for (auto& r : requests) {
+    if (!batches.empty() && r.key == last_key) {
+      ++dropped;
+      continue;
+    }
+    last_key = r.key;
+    if (batches.empty() || items + r.increments.size() > max_items) {
+      store::flush_batch b;
+      b.run_id = run_id;
+      b.seq = first_seq + batches.size();
+      b.oldest_arrival = oldest;
+      batches.push_back(std::move(b));
+      items = 0;
+    }
+    items += r.increments.size();
+    batches.back().keyed.push_back(std::move(r));
+  }
+  for (auto& b : batches) {
+    b.rows = rows_of(b.keyed, static_cast<std::uint16_t>(rng() % slots));
+  }
+  return batches;
+}
+
+void split_requests(const store::flush_batch& whole, store::flush_batch& left,
+                    store::flush_batch& right) {
+  const auto middle = whole.keyed.begin() + static_cast<std::ptrdiff_t>(whole.keyed.size() / 2);
+  const std::uint16_t slot = whole.rows.empty() ? 0 : whole.rows.front().slot;
+  left.keyed.assign(whole.keyed.begin(), middle);
+  right.keyed.assign(middle, whole.keyed.end());
+  left.rows = rows_of(left.keyed, slot);
+  right.rows = rows_of(right.keyed, slot);
+}
+
+keyed_outcome commit_keyed_batch(
+    db::connection& conn, const std::string& table, const db::batch_identity& id,
+    const store::flush_batch& b, std::chrono::milliseconds window,
+    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>&
+        dirty) {
+  keyed_outcome out;
+  const std::string instance = conn.quote(id.instance_id);
+  const std::span<const keyed_request> requests(b.keyed);
+  conn.execute(db::start_transaction);
+  try {
+    try {
+      conn.execute(db::ledger_insert(instance, id.run_id, id.seq, b.rows.size()));
+    } catch (const db::db_error& e) {
+      if (e.code() != 1062) throw;  // ER_DUP_ENTRY: committed before, reply lost
+      conn.execute(db::rollback);
+      out.outcome = db::commit_outcome::already_applied;
+      return out;
+    }
+    std::vector<std::string> quoted_keys;
+    quoted_keys.reserve(requests.size());
+    for (const auto& r : requests) quoted_keys.push_back(conn.quote(r.key));
+    // A key first received longer than `window` before this request is forgotten: this
+    // batch takes the row over. Judged by when each request arrived (`created` holds
+    // the first one's arrival), not by when this batch commits: a retry accepted inside
+    // the window stays a retry however late its flush.
+    conn.execute(
+        db::idempotency_keys_claim(requests, quoted_keys, instance, id.run_id, id.seq, window));
+    // A locking read: the latest committed rows, whatever this transaction's snapshot.
+    const auto found = conn.query(db::idempotency_keys_select_locked(quoted_keys));
+    const std::string run = std::to_string(id.run_id), seq = std::to_string(id.seq);
+    std::unordered_set<std::string> ours;
+    std::map<std::string, std::string> hash_of_key;
+    for (const auto& row : found) {
+      const std::string key = row[0].value_or("");
+      if (row[2].value_or("") == id.instance_id && row[3].value_or("") == run &&
+          row[4].value_or("") == seq) {
+        ours.insert(key);
+      } else {
+        hash_of_key[key] = row[1].value_or("");
+      }
+    }
+    std::vector<keyed_request> applied;
+    for (const auto& r : requests) {
+      if (ours.contains(r.key)) {
+        applied.push_back(r);
+      } else if (hash_of_key[r.key] == hex(r.hash)) {
+        ++out.duplicates;
+      } else {
+        ++out.conflicts;
+      }
+    }
+    if (!applied.empty()) {
+      const auto rows = rows_of(applied, b.rows.empty() ? 0 : b.rows.front().slot);
+      if (!rows.empty()) {
+        conn.execute(db::upsert_statement(table, rows));
+        if (const auto marks = dirty(rows); !marks.empty()) {
+          std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
+          gen ^= gen >> 31;
+          conn.execute(db::dirty_upsert(instance, marks, gen & 0x7fffffffffffffffull));
+        }
+      }
+      out.rows = rows.size();
+    }
+    conn.execute(db::commit);
+    return out;
+  } catch (const db::db_error& e) {
+    if (!e.connection_lost()) {
+      try {
+        conn.execute(db::rollback);
+      } catch (const db::db_error&) {
+        // The original error is the one worth reporting.
+      }
+    }
+    throw;
+  }
+}
+
+std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
+                         int max_chunks) {
+  std::uint64_t deleted = 0;
+  // Two windows: a retry received inside the window may still be pending (in memory,
+  // or in another instance's WAL) when the first one's key passes the window, and must
+  // find that key when it commits. Only a retry pending for longer than a whole window
+  // (an instance cut off from the database that long) can miss it.
+  for (int i = 0; i < max_chunks; ++i) {
+    conn.execute(db::idempotency_keys_prune(2 * window, chunk));
+    const auto n = conn.affected_rows();
+    deleted += n;
+    if (n < chunk) break;
+  }
+  return deleted;
+}
+
+}  // namespace slotted::idempotency

@@ -1,0 +1,81 @@
+#pragma once
+// Keyed flush batches (README: HTTP API, Idempotency-Key): how keyed requests become
+// batches and how one commits, exactly once per key across every instance sharing the
+// database.
+//
+// A keyed batch is a flush_batch whose `keyed` holds its requests; its rows are their
+// increments summed per counter (one slot for the batch, like any batch), so the
+// flusher's queue, the WAL and GET /v1/counters treat it like any other. Committing
+// one, in one transaction:
+//   INSERT INTO ledger ...                       -- a retry of a committed batch stops here
+//   INSERT INTO keys (key, hash, batch id) VALUES ...   (keys sorted)
+//     ON DUPLICATE KEY UPDATE: only a row older than idempotency.window is taken over
+//   SELECT key, hash, batch id FROM keys WHERE key IN (...) LOCK IN SHARE MODE
+//   upsert the rows of the requests whose key row carries this batch's id; COMMIT
+// A key another transaction committed first carries that batch's id: the request is a
+// duplicate (or, with another hash, a conflict) and none of it is applied. A key
+// another transaction inserted but has not committed makes the INSERT wait on its
+// row lock: when it commits, this one sees the duplicate; when it rolls back, this one
+// inserts. So two instances racing with one key apply it once.
+//
+// Failures throw db_error; the transaction is then rolled back (when the connection
+// allows).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "db/connection.hpp"
+#include "db/repository.hpp"
+#include "store/batch.hpp"
+#include "idempotency/keyed_request.hpp"
+
+namespace slotted::idempotency {
+
+
+// Batches of `requests` holding at most `max_items` increments each (at least one
+// request), keys sorted (one lock order for every instance), one random slot per
+// batch, seqs from `first_seq` on. A key twice among `requests` (a retry this instance
+// had forgotten) is kept once; `dropped` counts the others. Pure.
+std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> requests,
+                                                   std::size_t max_items, unsigned slots,
+                                                   std::uint64_t run_id, std::uint64_t first_seq,
+                                                   std::mt19937_64& rng,
+                                                   std::chrono::steady_clock::time_point oldest,
+                                                   std::size_t& dropped);
+
+// The rows of `requests` under `slot`: their deltas summed per counter, sorted, zero
+// sums left out. Pure.
+std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, std::uint16_t slot);
+
+// `left` and `right` (the halves split_batch() made of `whole`, with their ids) get
+// half of whole's requests each, and their rows. Pure.
+void split_requests(const store::flush_batch& whole, store::flush_batch& left,
+                    store::flush_batch& right);
+
+struct keyed_outcome {
+  db::commit_outcome outcome = db::commit_outcome::applied;
+  std::size_t rows = 0;        // counter rows upserted
+  std::size_t duplicates = 0;  // requests whose key was committed before, same body
+  std::size_t conflicts = 0;   // ... with another body
+};
+
+// Commits keyed batch `b` as described above; keys committed longer than `window` ago
+// count as not committed. `dirty` gives the rows whose counters are rolled up among
+// those it is passed.
+keyed_outcome commit_keyed_batch(
+    db::connection& conn, const std::string& table, const db::batch_identity& id,
+    const store::flush_batch& b, std::chrono::milliseconds window,
+    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty);
+
+// Deletes keys first received longer than two windows ago (see keyed_batches.cpp), oldest first (every instance in the
+// same order), in chunks of `chunk` rows, at most `max_chunks` of them (each statement
+// commits on its own). Returns rows deleted. Throws db_error.
+std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
+                         int max_chunks);
+
+}  // namespace slotted::idempotency

@@ -1,0 +1,136 @@
+#pragma once
+// This instance's view of Idempotency-Keys (README: HTTP API, Idempotency-Key): a
+// bounded index of the keys it accepted, and the keyed requests not yet formed into
+// flush batches.
+//
+// The index answers retries that reach this instance (a replay, or 422 for another
+// body) without the database; it forgets keys older than idempotency.window and, past
+// `max_keys`, the oldest first. The database's keys table stays the authority: a key
+// this index does not know (accepted by another instance, forgotten, or lost with a
+// restart) is accepted again here and dropped by the flush that finds it committed.
+//
+// Thread-safety: every member may be called from any thread. The index is sharded by
+// key, each shard under its own mutex; the pending requests have one mutex, held for a
+// push or a swap.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "idempotency/keyed_request.hpp"
+#include "metrics/metrics.hpp"
+#include "store/counter_key.hpp"
+#include "store/pending_store.hpp"
+#include "util/siphash.hpp"
+
+namespace slotted::idempotency {
+
+enum class admit_result {
+  fresh,        // new: pending, or reserved until accept() / abandon()
+  replay,       // accepted before with the same body: answer as then
+  conflict,     // accepted before with another body: 422
+  in_progress,  // the first request with this key is being logged right now: 503
+  over_limit,   // flush.max_pending_keys reached: 503
+};
+
+struct admission {
+  admit_result result = admit_result::fresh;
+  std::uint32_t accepted = 0;  // for replay
+};
+
+class keyed_store {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  keyed_store(clock::duration window, std::size_t max_keys, metrics::registry& metrics);
+
+  // Looks `r` up in the index. `pending_elsewhere` is what else counts against
+  // `max_pending` (the store's keys and the flusher's unwritten rows). With
+  // `accept_now` (no WAL), a fresh request is moved in and pending at once; else it is
+  // reserved until accept() or abandon().
+  admission admit(keyed_request& r, std::size_t pending_elsewhere, std::size_t max_pending,
+                  bool accept_now);
+  // The request admitted fresh is logged (or needs no log): it is pending now.
+  void accept(keyed_request&& r);
+  // It could not be logged: forget the reservation (nothing was applied).
+  void abandon(const std::string& key);
+
+  // Moves every pending request out (the flusher forms batches of them).
+  std::vector<keyed_request> take_pending();
+  // Puts requests taken by take_pending() back, in front (their batches could not be logged).
+  void put_back(std::vector<keyed_request>&& requests);
+  std::vector<keyed_request> pending_copy() const;
+  // After a WAL replay: `pending` is pending again; every request of `in_batches` is
+  // known to the index as accepted.
+  void restore(std::vector<keyed_request>&& pending, const std::vector<keyed_request>& in_batches);
+
+  // Increments pending here (not yet in a batch): they count against max_pending_keys.
+  std::size_t pending_items() const;
+  // The sum of pending deltas for one counter (for GET /v1/counters).
+  std::int64_t pending(const store::counter_key& key) const;
+  std::size_t indexed_keys() const;
+
+  // What a flush found in the database's keys table and dropped.
+  void dropped_at_flush(std::size_t duplicates, std::size_t conflicts);
+  clock::duration window() const { return window_; }
+  // Whether the database has the keys table (as last seen; true until a schema check
+  // says otherwise): without it a keyed request cannot be committed exactly once.
+  bool table_present() const { return table_present_.load(std::memory_order_relaxed); }
+  void set_table_present(bool present) {
+    table_present_.store(present, std::memory_order_relaxed);
+  }
+
+ private:
+  struct entry {
+    body_hash hash{};
+    std::uint32_t accepted = 0;
+    clock::time_point at;
+    bool in_flight = false;
+  };
+  // Keys come from clients: hashed with a random SipHash key, so nobody can pick keys
+  // that pile into one bucket or one shard (as the counter store's shards are).
+  struct key_hash {
+    util::sip_key sip;
+    std::size_t operator()(const std::string& k) const { return util::siphash<1, 3>(sip, k); }
+  };
+  // The index in shards, each under its own mutex: a shard's rehash (a few milliseconds
+  // at a million keys in all) blocks only the requests whose keys hash to it.
+  static constexpr std::size_t shard_count = 16;
+  struct shard {
+    explicit shard(const key_hash& h) : index(0, h) {}
+    std::mutex mutex;
+    std::unordered_map<std::string, entry, key_hash> index;
+    std::deque<std::pair<clock::time_point, std::string>> order;  // by insertion time
+  };
+  shard& shard_of(const std::string& key);
+  // Drops the shard's expired entries and, past its share of max_keys_, its oldest
+  // (never one in flight). Under the shard's mutex.
+  void expire(shard& sh, clock::time_point now);
+  void remember(shard& sh, const keyed_request& r, clock::time_point now, bool in_flight);
+  void add_pending(keyed_request&& r);
+
+  const clock::duration window_;
+  const std::size_t max_keys_per_shard_;
+  key_hash hash_;
+  std::vector<std::unique_ptr<shard>> shards_;
+  std::atomic<std::size_t> indexed_{0};
+  // Pending requests: a deque, so that growing never moves what it holds under the lock.
+  mutable std::mutex pending_mutex_;
+  std::deque<keyed_request> pending_;
+  std::atomic<std::size_t> pending_items_{0};
+  std::atomic<bool> table_present_{true};
+
+  prometheus::Counter& requests_;
+  prometheus::Counter& replays_;
+  prometheus::Counter& duplicates_;
+  prometheus::Counter& conflicts_;
+  prometheus::Gauge& keys_;
+};
+
+}  // namespace slotted::idempotency

@@ -1,0 +1,222 @@
+// Idempotency-Key pieces without a database: key syntax, the body hash, the local
+// index, keyed batch forming and splitting, and keyed requests in WAL records.
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "idempotency/keyed_batches.hpp"
+#include "idempotency/keyed_store.hpp"
+#include "wal/record.hpp"
+
+namespace slotted::idempotency {
+namespace {
+
+using namespace std::chrono_literals;
+
+keyed_request req(std::string key, std::vector<ingest::increment> incs) {
+  keyed_request r;
+  r.key = std::move(key);
+  r.hash = hash_of(incs);
+  r.increments = std::move(incs);
+  return r;
+}
+
+TEST(IdempotencyKey, SyntaxIsOneTo128OfTheAllowedCharacters) {
+  EXPECT_TRUE(valid_key("a"));
+  EXPECT_TRUE(valid_key("AZaz09._:-"));
+  EXPECT_TRUE(valid_key(std::string(128, 'k')));
+  EXPECT_FALSE(valid_key(""));
+  EXPECT_FALSE(valid_key(std::string(129, 'k')));
+  for (const char* bad : {"a b", "a/b", "a;b", "a\"b", "a\tb", "\xc3\xbc", "a,b", "a'b"}) {
+    EXPECT_FALSE(valid_key(bad)) << bad;
+  }
+}
+
+TEST(IdempotencyKey, TheBodyHashIsFixedAcrossProcessesAndTellsBodiesApart) {
+  const std::vector<ingest::increment> a{{7, 42, 1}};
+  // Pinned: two instances (and a restarted one) must compute the same value.
+  EXPECT_EQ(hex(hash_of(a)), hex(hash_of(std::vector<ingest::increment>{{7, 42, 1}})));
+  EXPECT_EQ(hex(hash_of(a)).size(), 32u);
+  EXPECT_NE(hash_of(a), hash_of(std::vector<ingest::increment>{{7, 42, 2}}));
+  EXPECT_NE(hash_of(a), hash_of(std::vector<ingest::increment>{{7, 43, 1}}));
+  EXPECT_NE(hash_of(a), hash_of(std::vector<ingest::increment>{{8, 42, 1}}));
+  EXPECT_NE(hash_of(a), hash_of(std::vector<ingest::increment>{{7, 42, 1}, {7, 42, 1}}));
+  // Pinned: a change of the hash makes every key committed before it a conflict.
+  EXPECT_EQ(hex(hash_of(a)), "af8d468453a557e1555ec26fc63761ea");
+}
+
+TEST(KeyedStore, AnswersRetriesConflictsAndTheLimit) {
+  metrics::registry m;
+  keyed_store s(1h, 100, m);
+  auto first = req("k1", {{7, 1, 2}, {7, 2, 3}});
+  auto retry = first;
+  auto other = req("k1", {{7, 1, 9}});
+  EXPECT_EQ(s.admit(first, 0, 1000, true).result, admit_result::fresh);
+  EXPECT_EQ(s.pending_items(), 2u);
+  EXPECT_EQ(s.pending({7, 1}), 2);
+  const auto again = s.admit(retry, 0, 1000, true);
+  EXPECT_EQ(again.result, admit_result::replay);
+  EXPECT_EQ(again.accepted, 2u);
+  EXPECT_EQ(s.admit(other, 0, 1000, true).result, admit_result::conflict);
+  EXPECT_EQ(s.pending_items(), 2u);  // neither was added
+  // The pending limit counts what the store holds and the keyed requests pending.
+  auto k2 = req("k2", {{7, 3, 1}});
+  EXPECT_EQ(s.admit(k2, 998, 1000, true).result, admit_result::over_limit);
+  EXPECT_EQ(s.admit(k2, 997, 1000, true).result, admit_result::fresh);
+  // Taken for a flush: still known, no longer pending.
+  EXPECT_EQ(s.take_pending().size(), 2u);
+  EXPECT_EQ(s.pending_items(), 0u);
+  EXPECT_EQ(s.admit(retry, 0, 1000, true).result, admit_result::replay);
+  EXPECT_EQ(s.indexed_keys(), 2u);
+}
+
+TEST(KeyedStore, AReservationIsInProgressUntilAcceptedOrAbandoned) {
+  metrics::registry m;
+  keyed_store s(1h, 100, m);
+  auto r = req("k", {{1, 1, 1}});
+  auto copy = r;
+  EXPECT_EQ(s.admit(r, 0, 1000, false).result, admit_result::fresh);
+  EXPECT_EQ(s.pending_items(), 0u);
+  EXPECT_EQ(s.admit(copy, 0, 1000, false).result, admit_result::in_progress);
+  s.abandon("k");  // the log could not be written: as if never seen
+  EXPECT_EQ(s.admit(copy, 0, 1000, false).result, admit_result::fresh);
+  s.accept(std::move(copy));
+  EXPECT_EQ(s.pending_items(), 1u);
+  auto again = r;
+  EXPECT_EQ(s.admit(again, 0, 1000, false).result, admit_result::replay);
+}
+
+TEST(KeyedStore, ForgetsKeysPastTheWindowAndBeyondItsBound) {
+  metrics::registry m;
+  {
+    keyed_store s(50ms, 100, m);
+    auto r = req("old", {{1, 1, 1}});
+    auto retry = r;
+    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    std::this_thread::sleep_for(60ms);  // the window is the condition
+    EXPECT_EQ(s.admit(retry, 0, 1000, true).result, admit_result::fresh);
+  }
+  metrics::registry m2;
+  // 16 shards, one key each: every shard forgets its oldest beyond its share.
+  keyed_store s(1h, 16, m2);
+  for (int i = 0; i < 200; ++i) {
+    auto r = req("k" + std::to_string(i), {{1, 1, 1}});
+    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+  }
+  s.take_pending();
+  EXPECT_LE(s.indexed_keys(), 16u);
+  auto newest = req("k199", {{1, 1, 1}});
+  EXPECT_EQ(s.admit(newest, 0, 1000, true).result, admit_result::replay);
+  auto oldest = req("k0", {{1, 1, 1}});
+  EXPECT_EQ(s.admit(oldest, 0, 1000, true).result, admit_result::fresh);
+}
+
+TEST(KeyedBatches, SortedByKeyCutByItemsAndAKeyTwiceKeptOnce) {
+  std::mt19937_64 rng(1);
+  std::vector<keyed_request> rs{req("c", {{1, 1, 1}, {1, 2, 1}}), req("a", {{1, 1, 2}}),
+                                req("b", {{1, 1, 4}, {1, 1, -4}}), req("a", {{1, 9, 9}})};
+  std::size_t dropped = 0;
+  const auto batches = form_keyed_batches(rs, 2, 10, 77, 5, rng, {}, dropped);
+  EXPECT_EQ(dropped, 1u);
+  // a (1 item) | b (2: with a it would make 3) | c (2).
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].seq, 5u);
+  EXPECT_EQ(batches[2].seq, 7u);
+  ASSERT_EQ(batches[0].keyed.size(), 1u);
+  EXPECT_EQ(batches[0].keyed[0].key, "a");
+  EXPECT_EQ(batches[0].keyed[0].increments[0].delta, 2);  // the first "a" stays
+  ASSERT_EQ(batches[0].rows.size(), 1u);
+  EXPECT_EQ(batches[0].rows[0].delta, 2);
+  ASSERT_EQ(batches[1].keyed.size(), 1u);
+  EXPECT_EQ(batches[1].keyed[0].key, "b");
+  EXPECT_TRUE(batches[1].rows.empty());  // b sums to zero
+  EXPECT_EQ(batches[2].keyed[0].key, "c");
+  EXPECT_EQ(batches[2].rows.size(), 2u);
+  // "c" has two items and starts a batch of its own.
+  std::vector<keyed_request> one{req("c", {{1, 1, 1}, {1, 2, 1}})};
+  const auto alone = form_keyed_batches(one, 1, 10, 77, 1, rng, {}, dropped);
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].rows.size(), 2u);
+}
+
+TEST(KeyedBatches, ASplitDividesRequestsNotRows) {
+  std::mt19937_64 rng(1);
+  std::size_t dropped = 0;
+  auto b = form_keyed_batches(
+               {req("a", {{1, 1, 1}}), req("b", {{1, 1, 2}, {1, 2, 3}}), req("c", {{1, 3, 4}})},
+               100, 10, 1, 1, rng, {}, dropped)
+               .front();
+  store::flush_batch left = b, right = b;
+  split_requests(b, left, right);
+  ASSERT_EQ(left.keyed.size(), 1u);
+  ASSERT_EQ(right.keyed.size(), 2u);
+  EXPECT_EQ(left.rows.size(), 1u);
+  EXPECT_EQ(right.rows.size(), 3u);
+  EXPECT_EQ(right.rows.front().slot, b.rows.front().slot);
+}
+
+TEST(KeyedWal, KeyedRecordsAndBatchesReplay) {
+  using namespace slotted::wal;
+  std::mt19937_64 rng(1);
+  std::size_t dropped = 0;
+  std::string log{segment_magic};
+  append_keyed(log, req("k1", {{1, 1, 5}}));
+  append_increments(log, std::vector<ingest::increment>{{2, 2, 1}});
+  // The swap: k1 and the increments go into batches.
+  auto batches = form_keyed_batches({req("k1", {{1, 1, 5}})}, 10, 10, 3, 2, rng, {}, dropped);
+  store::flush_batch plain;
+  plain.run_id = 3;
+  plain.seq = 1;
+  plain.rows = {{2, 2, 0, 1}};
+  batches.insert(batches.begin(), plain);
+  append_batches(log, batches);
+  append_keyed(log, req("k2", {{1, 2, 7}, {1, 3, 8}}));
+  replay_state state;
+  ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
+  ASSERT_EQ(state.batches().size(), 2u);
+  EXPECT_TRUE(state.batches()[0].keyed.empty());
+  ASSERT_EQ(state.batches()[1].keyed.size(), 1u);
+  EXPECT_EQ(state.batches()[1].keyed[0].key, "k1");
+  EXPECT_EQ(state.batches()[1].keyed[0].hash, hash_of(std::vector<ingest::increment>{{1, 1, 5}}));
+  ASSERT_EQ(state.keyed().size(), 1u);  // k2 is not in a batch yet
+  EXPECT_EQ(state.keyed()[0].key, "k2");
+  EXPECT_EQ(state.keyed()[0].increments.size(), 2u);
+  EXPECT_TRUE(state.deltas().empty());
+
+  // A snapshot keeps both the batched and the pending keyed requests.
+  std::string snap{segment_magic};
+  append_snapshot(snap, state.batches(), {}, state.keyed());
+  replay_state after;
+  ASSERT_EQ(scan_segment(snap, after).outcome, scan_result::status::ok);
+  ASSERT_EQ(after.batches().size(), 2u);
+  EXPECT_EQ(after.batches()[1].keyed.size(), 1u);
+  ASSERT_EQ(after.keyed().size(), 1u);
+  EXPECT_EQ(after.keyed()[0].key, "k2");
+  // A committed record ends the batches; the pending keyed request stays.
+  append_committed(snap);
+  replay_state committed;
+  ASSERT_EQ(scan_segment(snap, committed).outcome, scan_result::status::ok);
+  EXPECT_TRUE(committed.batches().empty());
+  EXPECT_EQ(committed.keyed().size(), 1u);
+}
+
+TEST(KeyedWal, AMalformedKeyedRecordIsRefused) {
+  std::string good;
+  wal::append_keyed(good, req("k1", {{1, 1, 5}}));
+  const std::string payload = good.substr(wal::record_header_bytes);
+  wal::replay_state state;
+  EXPECT_TRUE(state.apply(payload));
+  std::string bad_key = payload;
+  bad_key[2] = '/';  // not a key character
+  EXPECT_FALSE(state.apply(bad_key));
+  EXPECT_FALSE(state.apply(payload.substr(0, payload.size() - 1)));
+  std::string zero = payload;
+  zero[1] = 0;  // an empty key
+  EXPECT_FALSE(state.apply(zero));
+  EXPECT_EQ(state.keyed().size(), 1u);
+}
+
+}  // namespace
+}  // namespace slotted::idempotency
