@@ -66,14 +66,23 @@ void committer::stop() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard log_lock(log_mutex_);
   closed_ = true;
-  // Tasks queued after the thread's last look still get their answer (later ones run
-  // on their caller's thread, see on_log_thread).
+  // Releases queued after the thread's last look, in their order (takes and the other
+  // waited-for tasks are refused once stopping_ is set, see on_log_thread). A release
+  // after this one is dropped: the committed record it may log is then missing, and a
+  // replay sends those batches again, which the ledger makes no-ops.
   std::deque<std::function<void()>> left;
   {
     std::lock_guard lock(mutex_);
     left.swap(tasks_);
   }
   for (auto& task : left) task();
+  // What an HTTP loop that stopped first was to apply (a group written after the loops
+  // stopped, its post never run): into the store now, and out of unapplied_. The last
+  // reference to its job, and so to the answer callbacks and the sessions they hold, is
+  // then the loop's queued handler, destroyed with its io_context, not by this object
+  // after the loops are gone. Those requests are never answered; they replay from the
+  // WAL.
+  drain();
   if (started_ && log_.unsynced()) log_.sync();
 }
 
@@ -84,6 +93,10 @@ void committer::submit(std::vector<ingest::increment>&& increments, net::io_cont
   wal::append_increments(r.record, r.increments);
   r.magnitude = store::pending_store::magnitude(r.increments);
   if (inline_) return write_inline(std::move(r));
+  enqueue(std::move(r));
+}
+
+void committer::enqueue(request&& r) {
   {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
@@ -119,15 +132,15 @@ void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context
 
 template <typename Task>
 auto committer::on_log_thread(Task task) {
-  std::promise<decltype(task())> result;
+  using result_type = decltype(task());
+  std::promise<result_type> result;
   {
-    std::unique_lock lock(mutex_);
-    if (stopping_) {
-      // The log thread is gone or going: run it here, as it would, under the log's mutex.
-      lock.unlock();
-      std::lock_guard log_lock(log_mutex_);
-      return task();
-    }
+    std::lock_guard lock(mutex_);
+    // Checked as it is queued: the log thread exits only once stopping_ is set and
+    // tasks_ is empty, so a task queued before runs. Run here instead, a take could
+    // overtake a release still queued, which would then log the take's batches as
+    // committed.
+    if (stopping_) return result_type{};
     tasks_.push_back([&] {
       if constexpr (std::is_void_v<decltype(task())>) {
         task();
@@ -142,6 +155,7 @@ auto committer::on_log_thread(Task task) {
 }
 
 bool committer::take(const former& form, const publisher& publish) {
+  // Once stop() began: false, nothing taken, the store keeps it.
   return on_log_thread([&] {
     // The cut: everything logged before the batches record is in the store, and
     // nothing logged after it can be (no group is written until this returns).
@@ -189,10 +203,7 @@ void committer::release(std::uint64_t min_queued_tag) {
 }
 
 bool committer::batches_logged_committed() {
-  {
-    std::lock_guard lock(mutex_);
-    if (stopping_) return false;  // stop() runs what is queued, nothing after it
-  }
+  // Once stop() began: false (stop() runs what is queued, nothing after it).
   return on_log_thread([this] {
     std::uint64_t min_tag = 0;
     {
@@ -212,7 +223,9 @@ void committer::run() {
   // when the oldest unsynced append may be due, or an interval from now.
   auto next_look = clock::now() + cfg.fsync_interval;
   while (true) {
-    const auto has_work = [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); };
+    const auto has_work = [&] {
+      return stopping_ || snapshot_wanted_ || !pending_.empty() || !tasks_.empty();
+    };
     if (interval_mode) {
       wake_.wait_until(lock, next_look, has_work);
     } else {
@@ -238,6 +251,7 @@ void committer::run() {
       lock.lock();
     }
     const bool stop_now = stopping_ && pending_.empty() && tasks_.empty();
+    snapshot_wanted_ = false;  // looked at below
     lock.unlock();
     {
       std::lock_guard log_lock(log_mutex_);
@@ -280,8 +294,17 @@ commit_result committer::admit(const request& r, std::size_t new_keys, std::uint
 
 void committer::write_inline(request&& r) {
   auto j = std::make_shared<job>();
+  bool snapshot_due = false;
   {
-    std::lock_guard lock(log_mutex_);
+    // The log thread holds the log through whole takes, snapshots and syncs (disk I/O,
+    // seconds on a slow disk): an HTTP loop (and /healthz, the watchdog ping) must not
+    // wait for those. It queues instead, as with wal.fsync always: the log thread writes
+    // the request once it is done, after the cut if the log was busy with a take, and
+    // the request is answered once applied, as an inline one. Also when another HTTP
+    // thread holds the log for its append: the log thread then writes what queued up
+    // with one write(2).
+    std::unique_lock lock(log_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return enqueue(std::move(r));
     if (closed_) {
       r.result = commit_result::log_unavailable;
     } else {
@@ -297,12 +320,24 @@ void committer::write_inline(request&& r) {
       j->keyed = r.keyed.has_value();
       unapplied_keys_ += j->keys;
       unapplied_magnitude_ += j->magnitude;
-      std::lock_guard l(unapplied_mutex_);
-      unapplied_.push_back(j);
+      {
+        std::lock_guard l(unapplied_mutex_);
+        unapplied_.push_back(j);
+      }
+      snapshot_due = log_.snapshot_due();
     } else {
       j->applied = true;
     }
     j->requests.push_back(std::move(r));
+  }
+  if (snapshot_due) {
+    // With wal.fsync never nothing else wakes the log thread while nothing is taken (a
+    // database outage): without this the segments would only grow.
+    {
+      std::lock_guard lock(mutex_);
+      snapshot_wanted_ = true;
+    }
+    wake_.notify_one();
   }
   apply_and_answer(*j);
 }
@@ -376,6 +411,11 @@ void committer::dispatch(std::vector<request>& chunk) {
   }
 }
 
+// Known limitation: store_.add throwing (bad_alloc) in the middle of a request leaves
+// part of the job applied with j.applied false, so a later drain applies that part again;
+// on an HTTP loop the exception leaves the posted handler and the job's requests are
+// never answered. Making this exact needs an add() that applies a request whole or not
+// at all; the process is then short of memory in any case.
 void committer::apply(job& j) {
   std::lock_guard lock(j.mutex);
   if (j.applied) return;

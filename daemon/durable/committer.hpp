@@ -26,7 +26,15 @@
 //
 // Failures: a request whose write or sync fails is answered log_unavailable and was
 // applied nowhere (the WAL cut its segment back). Requests submitted once stop() began
-// are answered log_unavailable at once.
+// are answered log_unavailable at once. A store_.add that throws (bad_alloc) in the
+// middle of a logged request is not handled: see apply().
+//
+// Shutdown: stop() applies whatever is logged and not yet applied (a group handed to an
+// HTTP loop that stopped first), so the committer keeps no answer callback, nor the
+// session it holds, past stop(): those die with the loop's queued handler, while the
+// loop still exists. Such a request is never answered and replays from the WAL. Once
+// stop() began, take() returns false (the store keeps its content) and nothing more is
+// logged but what was queued before.
 //
 // Thread-safety: submit(), take(), release() and batches_logged_committed() from any
 // thread; start() and stop() from one.
@@ -66,7 +74,9 @@ class committer final : public store::batch_source {
   // recovered) as a snapshot in a fresh segment, dropping the older segments, and starts
   // the log thread. Throws wal::wal_error when that cannot be written.
   void start(store::batch_queue& queue);
-  // Handles what is queued, then stops the log thread. Idempotent.
+  // Handles what is queued, then stops the log thread and applies what is logged and
+  // not yet applied. Call it before the io_contexts passed to submit() are destroyed.
+  // Idempotent.
   void stop();
 
   // Logs `increments`, then applies them and calls `done` on `home` (the submitting
@@ -99,8 +109,11 @@ class committer final : public store::batch_source {
   template <typename BeforeDrain>
   commit_result admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
                       BeforeDrain before_drain);
-  // wal.fsync interval and never: logs, applies and answers on the calling thread.
+  // wal.fsync interval and never: logs, applies and answers on the calling thread, or
+  // queues `r` for the log thread when that holds the log (a take, a snapshot, a sync).
   void write_inline(request&& r);
+  // Queues `r` for the log thread, or answers log_unavailable once stop() began.
+  void enqueue(request&& r);
   void run();
   void write_group(std::vector<request>& group);
   // Hands `chunk` (written, or refused) to the threads that apply and answer it.
@@ -111,7 +124,8 @@ class committer final : public store::batch_source {
   // Applies every increment logged so far (on the log thread, between groups).
   void drain();
   bool snapshot();
-  // Runs `task` on the log thread between two groups and waits for it.
+  // Runs `task` on the log thread between two groups and waits for it; once stop()
+  // began, runs nothing and returns a value-initialised result (false).
   template <typename Task>
   auto on_log_thread(Task task);
 
@@ -131,6 +145,9 @@ class committer final : public store::batch_source {
   std::deque<std::function<void()>> tasks_;  // run on the log thread between groups
   bool stopping_ = false;
   bool started_ = false;
+  // wal.fsync never: an inline append found a snapshot due (the log thread has no other
+  // reason to wake while nothing is taken, as during a database outage).
+  bool snapshot_wanted_ = false;
   std::uint64_t min_queued_tag_ = UINT64_MAX;
 
   // Jobs logged and not yet applied, and upper bounds of what they will add: the keys

@@ -195,6 +195,7 @@ recovered write_ahead_log::open(const open_options& options) {
       continue;
     }
     closed_.push_back({n, scan.valid_bytes});
+    closed_bytes_ += scan.valid_bytes;
     ++out.segments;
   }
   try {
@@ -244,6 +245,7 @@ bool write_ahead_log::append(std::string_view bytes, bool synced) {
     segment_bytes_ = before;
     return false;
   }
+  update_size_gauge();  // one atomic store: the gauge follows every append
   if (!last_error_.empty()) {
     log::info("WAL writable again");
     last_error_.clear();
@@ -289,6 +291,7 @@ bool write_ahead_log::rotate() {
   if (fd_ >= 0) {
     ::close(fd_);
     closed_.push_back({segment_, segment_bytes_});
+    closed_bytes_ += segment_bytes_;
   }
   fd_ = fd;
   segment_ = next;
@@ -322,14 +325,14 @@ std::uint64_t write_ahead_log::snapshot(std::span<const store::flush_batch> batc
   }
   for (const auto& [n, size] : closed_) ::unlink(segment_path(n).c_str());
   closed_.clear();
+  closed_bytes_ = 0;
   ::fsync(dir_fd_);
   update_size_gauge();
   return segment_;
 }
 
 bool write_ahead_log::snapshot_due() const {
-  std::size_t total = segment_bytes_;
-  for (const auto& c : closed_) total += c.second;
+  const std::size_t total = segment_bytes_ + closed_bytes_;
   return total > checkpoint_slack_bytes + 2 * last_snapshot_bytes_ &&
          clock::now() >= next_snapshot_try_;
 }
@@ -354,6 +357,7 @@ void write_ahead_log::release(std::uint64_t min_tag) {
         std::any_of(covering_.begin(), covering_.end(), [&](std::uint64_t c) { return c > n; });
     if (!covered || min_tag <= n) break;
     ::unlink(segment_path(n).c_str());
+    closed_bytes_ -= closed_.front().second;
     closed_.erase(closed_.begin());
     deleted = true;
   }
@@ -365,9 +369,7 @@ void write_ahead_log::release(std::uint64_t min_tag) {
 }
 
 void write_ahead_log::update_size_gauge() {
-  std::size_t total = segment_bytes_;
-  for (const auto& c : closed_) total += c.second;
-  metrics_.wal_bytes.Set(static_cast<double>(total));
+  metrics_.wal_bytes.Set(static_cast<double>(segment_bytes_ + closed_bytes_));
 }
 
 void write_ahead_log::failed(const std::string& what, int err) {

@@ -119,6 +119,7 @@ class write_ahead_log {
   std::uint64_t segment_ = 0;      // the segment being appended to
   std::size_t segment_bytes_ = 0;  // its length, all of it written and (per mode) synced
   std::vector<std::pair<std::uint64_t, std::size_t>> closed_;  // older segments and their sizes
+  std::size_t closed_bytes_ = 0;                               // the sum of those sizes
   // Segments that begin with a batches or snapshot record: every increment logged
   // before such a segment is covered by it.
   std::vector<std::uint64_t> covering_;
