@@ -119,15 +119,7 @@ void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context
   wal::append_keyed(r.record, keyed);
   r.keyed = std::move(keyed);
   if (inline_) return write_inline(std::move(r));
-  {
-    std::lock_guard lock(mutex_);
-    if (!stopping_) {
-      pending_.push_back(std::move(r));
-      wake_.notify_one();
-      return;
-    }
-  }
-  r.done(commit_result::log_unavailable);
+  enqueue(std::move(r));
 }
 
 template <typename Task>
