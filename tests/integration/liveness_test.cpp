@@ -46,10 +46,13 @@ struct single_row_flusher {
 TEST(Liveness, LongDrainThatKeepsCommittingIsHealthy) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  // About 8000 single-row transactions a second here: several seconds of draining.
-  constexpr int keys = 40000;
+  // About 8000 single-row transactions a second here (fewer under ThreadSanitizer):
+  // several seconds of draining.
+  constexpr int keys = 60000;
   single_row_flusher f(server, database, keys);
-  const auto limit = 1s;
+  // One commit stalled past 1 s on a 2-core machine running two test suites under
+  // ThreadSanitizer; the daemon's own limit is the watchdog's, tens of seconds.
+  const auto limit = 2s;
   std::atomic<bool> done{false};
   std::size_t unwritten = 1;
   const auto started = steady::now();
