@@ -205,8 +205,9 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
     return;
   }
   if (open_->load() >= max_connections_) {
-    refuse(socket);
+    // Counted before the close, so that whoever sees the close sees the count.
     metrics_.http_connections_rejected.Increment();
+    refuse(socket);
     return do_accept();
   }
   metrics_.http_connections_accepted.Increment();
