@@ -9,35 +9,11 @@ keyed_store::keyed_store(clock::duration window, std::size_t max_keys, metrics::
     : window_(window),
       max_keys_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)),
       hash_{util::random_sip_key()},
-      requests_(prometheus::BuildCounter()
-                    .Name("slotted_counterd_idempotency_requests_total")
-                    .Help("POST /v1/increments requests that carried a valid Idempotency-Key")
-                    .Register(m.prometheus())
-                    .Add({})),
-      replays_(prometheus::BuildCounter()
-                   .Name("slotted_counterd_idempotency_replays_total")
-                   .Help("Keyed requests this instance recognised at ingest as a retry of one "
-                         "it had accepted (answered as then, not applied again)")
-                   .Register(m.prometheus())
-                   .Add({})),
-      duplicates_(prometheus::BuildCounter()
-                      .Name("slotted_counterd_idempotency_duplicates_dropped_total")
-                      .Help("Keyed requests a flush dropped because their key was already "
-                            "committed (by this or another instance)")
-                      .Register(m.prometheus())
-                      .Add({})),
-      conflicts_(prometheus::BuildCounter()
-                     .Name("slotted_counterd_idempotency_conflicts_dropped_total")
-                     .Help("Keyed requests a flush dropped because their key was committed "
-                           "with another body")
-                     .Register(m.prometheus())
-                     .Add({})),
-      keys_(prometheus::BuildGauge()
-                .Name("slotted_counterd_idempotency_keys")
-                .Help("Idempotency keys this instance remembers (accepted within "
-                      "idempotency.window, bounded by idempotency.max_keys)")
-                .Register(m.prometheus())
-                .Add({})) {
+      requests_(m.idempotency_requests),
+      replays_(m.idempotency_replays),
+      duplicates_(m.idempotency_duplicates_dropped),
+      conflicts_(m.idempotency_conflicts_dropped),
+      keys_(m.idempotency_keys) {
   for (std::size_t i = 0; i < shard_count; ++i) shards_.push_back(std::make_unique<shard>(hash_));
 }
 

@@ -121,6 +121,23 @@ registry::registry()
       http_connections_accepted(
           counter(*registry_, "slotted_counterd_http_connections_accepted_total",
                   "HTTP connections accepted (TCP and Unix socket), refused ones not counted")),
+      idempotency_requests(
+          counter(*registry_, "slotted_counterd_idempotency_requests_total",
+                  "POST /v1/increments requests that carried a valid Idempotency-Key")),
+      idempotency_replays(counter(*registry_, "slotted_counterd_idempotency_replays_total",
+                                  "Keyed requests this instance recognised at ingest as a retry "
+                                  "of one it had accepted (answered as then, not applied again)")),
+      idempotency_duplicates_dropped(
+          counter(*registry_, "slotted_counterd_idempotency_duplicates_dropped_total",
+                  "Keyed requests a flush dropped because their key was already committed (by "
+                  "this or another instance)")),
+      idempotency_conflicts_dropped(
+          counter(*registry_, "slotted_counterd_idempotency_conflicts_dropped_total",
+                  "Keyed requests a flush dropped because their key was committed with another "
+                  "body")),
+      idempotency_keys(gauge(*registry_, "slotted_counterd_idempotency_keys",
+                             "Idempotency keys this instance remembers (accepted within "
+                             "idempotency.window, bounded by idempotency.max_keys)")),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

@@ -89,14 +89,17 @@ class registry {
   prometheus::Gauge& http_connections_open;
   prometheus::Counter& http_connections_rejected;
   prometheus::Counter& http_connections_accepted;
+  // Idempotency-Key (README: HTTP API, Idempotency-Key).
+  prometheus::Counter& idempotency_requests;
+  prometheus::Counter& idempotency_replays;
+  prometheus::Counter& idempotency_duplicates_dropped;
+  prometheus::Counter& idempotency_conflicts_dropped;
+  prometheus::Gauge& idempotency_keys;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table
   // has none).
   void set_autoincrement_remaining(std::optional<double> values_left);
-
-  // For modules that register their own families (idempotency/keyed_store.cpp).
-  prometheus::Registry& prometheus() { return *registry_; }
 
   // Text exposition format 0.0.4, including the process_* metrics read from /proc.
   std::string serialize() const;
