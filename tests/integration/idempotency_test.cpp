@@ -80,6 +80,7 @@ class Idempotency : public ::testing::Test {
 
 TEST_F(Idempotency, RetriesToTheSameInstanceAreAnsweredAsTheFirstAndAppliedOnce) {
   daemon_process a(yaml("idem-a"));
+  ASSERT_EQ(a.settle(), 200u);
   http_client c(a.port());
   const auto first = post_keyed(c, "order-1:download.7", event(1, 5));
   ASSERT_EQ(first.status, 202u) << first.body;
@@ -118,6 +119,8 @@ TEST_F(Idempotency, RetriesToTheSameInstanceAreAnsweredAsTheFirstAndAppliedOnce)
 
 TEST_F(Idempotency, RetriesToTheOtherInstanceBeforeAndAfterFlushesAreAppliedOnce) {
   daemon_process a(yaml("idem-a")), b(yaml("idem-b"));
+  ASSERT_EQ(a.settle(), 200u);
+  ASSERT_EQ(b.settle(), 200u);
   http_client ca(a.port()), cb(b.port());
 
   // Neither has flushed: both accept (B cannot know yet), the flushes apply it once,
@@ -152,6 +155,8 @@ TEST_F(Idempotency, RetriesToTheOtherInstanceBeforeAndAfterFlushesAreAppliedOnce
 
 TEST_F(Idempotency, AnotherBodyUnderAUsedKeyIs422OrDroppedAndChangesNothing) {
   daemon_process a(yaml("idem-a")), b(yaml("idem-b"));
+  ASSERT_EQ(a.settle(), 200u);
+  ASSERT_EQ(b.settle(), 200u);
   http_client ca(a.port()), cb(b.port());
   ASSERT_EQ(post_keyed(ca, "k-conflict", event(10, 2)).status, 202u);
   // The same instance knows the key: 422 with a JSON error, before and after the flush.
@@ -278,6 +283,8 @@ TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
 // commits, and apply it when the other rolls back.
 TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItEnds) {
   daemon_process a(yaml("idem-a"));
+  // Or the first cycle, run at start, may flush the request before the other holds it.
+  ASSERT_EQ(a.settle(), 200u);
   http_client c(a.port());
   // The flush's INSERT of the key has been waiting a while. (information_schema.INNODB_TRX
   // does not always list a waiting transaction; its statement in PROCESSLIST is there.)
@@ -412,8 +419,8 @@ TEST_F(Idempotency, KeysAreForgottenAfterTheWindow) {
 }
 
 std::string ev(std::uint64_t type, std::uint64_t id, long long delta) {
-  return R"({"record_type": )" + std::to_string(type) + R"(, "record_id": )" +
-         std::to_string(id) + R"(, "delta": )" + std::to_string(delta) + "}";
+  return R"({"record_type": )" + std::to_string(type) + R"(, "record_id": )" + std::to_string(id) +
+         R"(, "delta": )" + std::to_string(delta) + "}";
 }
 
 // A keyed batch the database refuses is split by its requests; the halves' rows may add
@@ -478,7 +485,6 @@ TEST(IdempotencyEdges, ARetryAcceptedInsideTheWindowStaysARetryWhenFlushedAfterI
                              "record_type = 7 AND record_id = 2"),
             1);
 }
-
 
 TEST(IdempotencyEdges, WithoutTheKeysTableUnkeyedRequestsFlushAndKeyedOnesAre503) {
   auto& server = shared_mariadb();

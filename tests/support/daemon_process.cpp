@@ -157,6 +157,10 @@ daemon_process::~daemon_process() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
+unsigned daemon_process::settle() {
+  return http_client(port()).request("POST", "/v1/flush").status;
+}
+
 void daemon_process::signal(int signo) {
   ::kill(pid_, signo);
 }

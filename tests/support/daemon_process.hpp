@@ -71,6 +71,11 @@ class daemon_process {
 
   std::uint16_t port() const { return port_; }
   pid_t pid() const { return pid_; }
+  // Returns once a flush cycle started after the call is over, with its HTTP status.
+  // The first cycle runs at start and takes whatever arrived by then: a test that
+  // flushes only when it asks (a long flush.interval) calls this before its first
+  // request, or that request may be flushed by the first cycle.
+  unsigned settle();
   void signal(int signo);
   // Waits for exit; returns the exit code, or -signal when killed, or -1000 on timeout.
   int wait(std::chrono::milliseconds timeout);
