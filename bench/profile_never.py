@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""bench/profile_never: where a request's extra CPU goes with the WAL on, `fsync: never`.
+
+    bench/profile_never [--binary PATH]
+
+Runs the daemon (http.threads 1, flush.interval 1h: no flush shares the cores) WAL off,
+then WAL `never`, each under 64 keep-alive connections of single-event POSTs (wrk, one
+thread, 12 s, 127.0.0.1 only), and records 8 s of `perf record -g` of the daemon into a
+scratch directory; prints req/s and where the profiles are. Read them with
+`perf report -i DIR/never.data --children --sort symbol -g none`. Use a RelWithDebInfo
+build for symbols. Every process is bounded and stopped by pid.
+"""
+import argparse, os, re, subprocess, sys, tempfile, time, signal, shutil
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from throwaway_mariadb import throwaway_mariadb  # noqa: E402
+ap = argparse.ArgumentParser()
+ap.add_argument("--binary", default=f"{os.path.dirname(here)}/build/release/slotted-counterd")
+binary = ap.parse_args().binary
+work = tempfile.mkdtemp(prefix="slotted-profile-")
+
+
+def run(db, mode):
+    cfg = f"{work}/{mode}.yaml"
+    lines = [f"instance_id: p-{mode}", "listen: {address: 127.0.0.1, port: 0}", "http: {threads: 1}",
+             f"mysql: {{socket: {db.socket}, user: root, database: daemon}}",
+             "accept_undeclared_types: true", "flush: {interval: 1h}", "shutdown_timeout: 30s"]
+    if mode != "off":
+        lines.append(f"wal: {{dir: {work}/{mode}-wal, fsync: never}}")
+    with open(cfg, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    log = open(f"{work}/{mode}.log", "w")
+    subprocess.run([binary, "--config", cfg, "--migrate"], stdout=log, stderr=log, check=True, timeout=60)
+    daemon = subprocess.Popen([binary, "--config", cfg], stdout=log, stderr=log)
+    wrk = None
+    try:
+        port, deadline = None, time.time() + 30
+        while port is None and time.time() < deadline:
+            m = re.search(r"listening on 127\.0\.0\.1:(\d+)", open(f"{work}/{mode}.log").read())
+            if m:
+                port = int(m.group(1))
+            else:
+                time.sleep(0.05)
+        if port is None:
+            raise RuntimeError(f"{mode}: the daemon did not start")
+        url = f"http://127.0.0.1:{port}/v1/increments"
+        wrk = subprocess.Popen(["timeout", "60", "wrk", "-t1", "-c64", "-d12s", "-s", f"{here}/wrk/single.lua",
+                                url, "--", "100000"], stdout=subprocess.PIPE, text=True)
+        time.sleep(2)  # past the ramp-up
+        subprocess.run(["perf", "record", "-F", "2999", "-g", "-o", f"{work}/{mode}.data", "-p",
+                        str(daemon.pid), "--", "sleep", "8"], capture_output=True, timeout=60)
+        out = wrk.communicate(timeout=60)[0]
+        print(mode, "req/s", re.search(r"Requests/sec:\s+([\d.]+)", out).group(1), f"profile {work}/{mode}.data")
+    finally:
+        if wrk and wrk.poll() is None:
+            wrk.kill()
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(40)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+
+
+with throwaway_mariadb("256M") as db:
+    db.sql("CREATE DATABASE daemon")
+    for m in ["off", "never"]:
+        run(db, m)
