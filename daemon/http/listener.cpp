@@ -1,5 +1,6 @@
 #include "http/listener.hpp"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -111,7 +112,10 @@ listener::listener(std::vector<net::io_context*> contexts, const std::string& pa
       net::local::stream_protocol::endpoint{path});
   acceptor_.open(generic.protocol());
   acceptor_.bind(generic);
-  if (::chmod(path.c_str(), mode) != 0) {
+  // Not chmod(): between bind() and here, whoever may write the directory could swap the
+  // socket for a symlink, and chmod() would then change the mode of the link's target.
+  // AT_SYMLINK_NOFOLLOW fails on a symlink instead (EOPNOTSUPP).
+  if (::fchmodat(AT_FDCWD, path.c_str(), mode, AT_SYMLINK_NOFOLLOW) != 0) {
     const int err = errno;
     ::unlink(path.c_str());
     throw std::runtime_error("listen.unix_socket: chmod " + path + ": " + std::strerror(err));
