@@ -85,6 +85,27 @@ write_ahead_log::~write_ahead_log() {
 
 void write_ahead_log::lock_directory() {
   const std::string path = cfg_.dir + "/lock";
+  const auto in_use = [&](int holder_fd) {
+    char buf[32] = {};
+    const ssize_t n = holder_fd < 0 ? 0 : ::pread(holder_fd, buf, sizeof buf - 1, 0);
+    std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    return wal_error("WAL directory " + cfg_.dir + " is in use by another process (pid " +
+                     (holder.empty() ? "unknown" : holder) +
+                     "): two daemons must never share a wal.dir; stop that one or give this one "
+                     "its own wal.dir");
+  };
+  // The directory itself first: an operator who deletes a "stale" lock file (or a
+  // cleanup job) must not let a second copy in. The file lock below stays for the pid
+  // it names and for older versions, which lock only the file.
+  if (::flock(dir_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) throw wal_error("cannot lock " + cfg_.dir + ": " + std::strerror(err));
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    const auto error = in_use(fd);
+    if (fd >= 0) ::close(fd);
+    throw error;
+  }
   // O_CREAT without O_TRUNC: opening the holder's lock file changes nothing in it.
   // O_NOFOLLOW and a regular file only: the pid is written into it, and a planted
   // symlink must not make this process truncate a file it points to.
@@ -101,14 +122,7 @@ void write_ahead_log::lock_directory() {
   if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err != EWOULDBLOCK) throw wal_error("cannot lock " + path + ": " + std::strerror(err));
-    char buf[32] = {};
-    const ssize_t n = ::pread(lock_fd_, buf, sizeof buf - 1, 0);
-    std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    throw wal_error("WAL directory " + cfg_.dir + " is in use by another process (pid " +
-                    (holder.empty() ? "unknown" : holder) +
-                    "): two daemons must never share a wal.dir; stop that one or give this one "
-                    "its own wal.dir");
+    throw in_use(lock_fd_);
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(lock_fd_, 0) != 0 ||
@@ -131,10 +145,10 @@ recovered write_ahead_log::open(const open_options& options) {
   }
   // Before anything in the directory is read: a second copy must not replay, and then
   // delete, the log of a daemon that is running on it.
-  lock_directory();
   dir_fd_ = ::open(cfg_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd_ < 0)
     throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+  lock_directory();
 
   std::set<std::uint64_t> segments;
   if (DIR* d = ::opendir(cfg_.dir.c_str())) {

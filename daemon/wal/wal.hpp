@@ -11,8 +11,10 @@
 // logged, has committed (release). A snapshot of what is pending replaces every older
 // segment, so disk use stays bounded by what is pending while nothing can be flushed.
 //
-// One process per directory: open() takes an exclusive flock on wal.dir/lock before it
-// reads anything there, so a second copy fails without touching the running one's log.
+// One process per directory: open() takes an exclusive flock on wal.dir itself and on
+// wal.dir/lock (which names the holder's pid) before it reads anything there, so a
+// second copy fails without touching the running one's log, even if the lock file was
+// deleted.
 //
 // Thread-safety: none; one thread at a time (the committer's log thread, or the
 // starting thread before it runs). A failed write or sync returns false, cuts the
@@ -63,12 +65,12 @@ class write_ahead_log {
 
   const config::wal_config& config() const { return cfg_; }
 
-  // Creates the directory (0700) if needed, locks it (a lock file, flock) and replays
-  // every segment. A torn tail is cut off with a warning; corruption anywhere else
-  // throws wal_error naming the file and offset (or, with options.salvage, keeps what
-  // precedes it). Throws wal_error, having read and changed nothing, when another
-  // process holds the lock (the message names its pid); and when the directory cannot
-  // be used. The lock is held until this object is destroyed.
+  // Creates the directory (0700) if needed, locks it (flock on the directory and a lock file) and
+  // replays every segment. A torn tail is cut off with a warning; corruption anywhere else throws
+  // wal_error naming the file and offset (or, with options.salvage, keeps what precedes it). Throws
+  // wal_error, having read and changed nothing, when another process holds the lock (the message
+  // names its pid); and when the directory cannot be used. The lock is held until this object is
+  // destroyed.
   recovered open(const open_options& options = {});
 
   // Appends whole records (see record.hpp) at the end of the current segment, synced

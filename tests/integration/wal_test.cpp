@@ -385,6 +385,19 @@ TEST_F(Wal, SecondCopyOnTheSameDirectoryExits1AndTouchesNothing) {
         << message;
   }
   EXPECT_EQ(wal_files(), before) << "the second copy changed the first one's log";
+  // An operator who deletes the "stale" lock file does not let a second copy in either.
+  fs::remove(wal_dir_ + "/lock");
+  try {
+    daemon_process second(yaml("always", "1h"));
+    FAIL() << "a second daemon started on the same wal.dir once its lock file was deleted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("WAL directory " + wal_dir_ +
+                                         " is in use by another "
+                                         "process (pid unknown)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(wal_files(), before) << "the second copy changed the first one's log";
 
   // The first one's log is whole: more increments, a SIGKILL, and a restart replays
   // every acknowledged one exactly.
