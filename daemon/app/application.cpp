@@ -392,8 +392,8 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
     case admit_result::conflict:
       return done({status::conflict, {}});
     case admit_result::in_progress:
-      return done({status::unavailable,
-                   "a request with this Idempotency-Key is being logged; retry"});
+      return done(
+          {status::unavailable, "a request with this Idempotency-Key is being logged; retry"});
     case admit_result::over_limit:
       return done({status::over_limit, {}});
   }
@@ -420,6 +420,16 @@ void application::read_counter(store::counter_key key, done_fn done) {
       r = {http::backend_result::status::unavailable,
            std::string("database not reachable: ") + e.what()};
     }
+    done(std::move(r));
+  });
+}
+
+void application::reset_counter(store::counter_key key, done_fn done) {
+  // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
+  flusher_.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {
+    if (!f.ok) return done({http::backend_result::status::unavailable, f.error});
+    http::backend_result r;
+    r.cleared = f.persisted + f.pending;
     done(std::move(r));
   });
 }
