@@ -198,7 +198,9 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
         // Nothing else is flushed meanwhile, so the order stays as it was.
         log::warn("reset of counter (", key.record_type, ", ", key.record_id,
                   "): connection lost during its COMMIT; asking the ledger: ", e.what());
-        std::this_thread::sleep_for(pause);
+        // Never past the stop deadline (a stop waits for this job).
+        const auto deadline = clock::time_point(clock::duration(deadline_.load()));
+        std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
         pause = std::min<std::chrono::milliseconds>(pause * 2, settings_.max_retry_backoff);
         continue;
       }
