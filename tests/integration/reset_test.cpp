@@ -37,6 +37,14 @@ class Reset : public ::testing::Test {
     c.flush.interval = 1h;  // only the flushes a test asks for (and those a reset runs)
     return c;
   }
+  // cfg(), connecting through `proxy` (which can cut a connection at a statement).
+  config::daemon_config through(const fault_proxy& proxy) const {
+    auto c = cfg();
+    c.mysql.socket.clear();
+    c.mysql.host = "127.0.0.1";
+    c.mysql.port = proxy.port();
+    return c;
+  }
   std::int64_t db_total(std::uint32_t type, std::uint64_t id) const {
     return shared_mariadb().query_int(
         database_,
@@ -151,11 +159,7 @@ TEST_F(Reset, DuringAnOutageIs503WithRetryAfterAndChangesNothing) {
 TEST_F(Reset, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
   auto& server = shared_mariadb();
   fault_proxy proxy(server.port());
-  auto c0 = cfg();
-  c0.mysql.socket.clear();
-  c0.mysql.host = "127.0.0.1";
-  c0.mysql.port = proxy.port();
-  in_process_daemon d(c0);
+  in_process_daemon d(through(proxy));
   http_client c(d.port());
   ASSERT_TRUE(flush_until_ok(c));
 
@@ -186,13 +190,8 @@ TEST_F(Reset, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
 // ledger answers. The reset is re-sent under its id, finds its ledger row and answers
 // what the first attempt cleared.
 TEST_F(Reset, ALostCommitReplyIsResolvedByTheLedger) {
-  auto& server = shared_mariadb();
-  fault_proxy proxy(server.port());
-  auto c0 = cfg();
-  c0.mysql.socket.clear();
-  c0.mysql.host = "127.0.0.1";
-  c0.mysql.port = proxy.port();
-  in_process_daemon d(c0);
+  fault_proxy proxy(shared_mariadb().port());
+  in_process_daemon d(through(proxy));
   http_client c(d.port());
   ASSERT_EQ(post(c, 1, 12, 9), 202u);
   ASSERT_TRUE(flush_until_ok(c));  // the reset's cycle then commits nothing: its COMMIT is cut
