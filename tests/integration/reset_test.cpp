@@ -262,6 +262,64 @@ TEST_F(Reset, AnotherInstancesPendingLandsAfterTheReset) {
   EXPECT_EQ(b.stop(), 0);
 }
 
+// Resets while clients keep incrementing the counter and flushes run every 50 ms, with
+// and without the WAL: every acknowledged increment is either in exactly one reset's
+// `cleared` or in the final total (never both, never neither), and another counter is
+// untouched.
+class ResetUnderLoad : public Reset, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ResetUnderLoad, EveryAcknowledgedIncrementIsClearedOnceOrCountsAfter) {
+  char tmpl[] = "/tmp/slotted-reset-load-XXXXXX";
+  const std::string root = mkdtemp(tmpl);
+  auto c0 = cfg();
+  c0.flush.interval = 50ms;
+  if (GetParam() != "none") {
+    c0.wal.dir = root + "/wal";
+    c0.wal.fsync = GetParam() == "always" ? config::fsync_mode::always : config::fsync_mode::never;
+  }
+  in_process_daemon d(c0);
+  constexpr int clients = 3, per_client = 300;
+  std::atomic<std::int64_t> acked_hot{0}, acked_other{0};
+  std::atomic<int> failed{0}, finished{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t) {
+    threads.emplace_back([&, t] {
+      http_client c(d.port());
+      for (int i = 0; i < per_client; ++i) {
+        const int delta = 1 + (i + t) % 3;
+        const bool hot = i % 4 != 0;
+        if (post(c, 1, hot ? 40 : 41, delta) != 202) {
+          ++failed;
+          continue;
+        }
+        (hot ? acked_hot : acked_other) += delta;
+      }
+      ++finished;
+    });
+  }
+  http_client c(d.port());
+  std::int64_t cleared = 0;
+  int resets = 0;
+  while (finished.load() < clients) {
+    const auto r = reset(c, "1/40");
+    ASSERT_EQ(r.status, 200u) << r.body;
+    cleared += json_int(r.body, "cleared");
+    ++resets;
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failed.load(), 0);
+  ASSERT_TRUE(flush_until_ok(c));
+  EXPECT_GE(resets, 3) << "too few resets ran during the load to prove anything";
+  EXPECT_GT(cleared, 0);
+  EXPECT_EQ(cleared + db_total(1, 40), acked_hot.load());
+  EXPECT_EQ(db_total(1, 41), acked_other.load());
+  EXPECT_EQ(d.stop(), 0);
+  fs::remove_all(root);
+}
+
+INSTANTIATE_TEST_SUITE_P(WalModes, ResetUnderLoad, ::testing::Values("none", "always", "never"),
+                         [](const auto& info) { return info.param; });
+
 // With the WAL on, a SIGKILL right after the 200 keeps the reset: the increments it
 // cleared (flushed before it, or pending and dropped by it) are not replayed on top,
 // and those acknowledged after it are not lost. A transaction of the test holds the
