@@ -392,8 +392,8 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
     case admit_result::conflict:
       return done({status::conflict, {}});
     case admit_result::in_progress:
-      return done(
-          {status::unavailable, "a request with this Idempotency-Key is being logged; retry"});
+      return done({status::unavailable,
+                   "a request with this Idempotency-Key is being logged; retry"});
     case admit_result::over_limit:
       return done({status::over_limit, {}});
   }

@@ -356,8 +356,8 @@ std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> r
                                    std::span<const std::string> quoted_keys,
                                    std::string_view quoted_instance, std::uint64_t run_id,
                                    std::uint64_t batch_seq, std::chrono::milliseconds window) {
-  const std::string batch_id =
-      std::string(quoted_instance) + "," + std::to_string(run_id) + "," + std::to_string(batch_seq);
+  const std::string batch_id = std::string(quoted_instance) + "," + std::to_string(run_id) + "," +
+                               std::to_string(batch_seq);
   std::string out = "INSERT INTO " + quote_identifier(idempotency_keys_table) +
                     " (`idem_key`, `body_hash`, `accepted`, `instance_id`, `run_id`, "
                     "`batch_seq`, `created`) VALUES ";

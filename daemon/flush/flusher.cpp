@@ -649,12 +649,13 @@ flush_result flusher::cycle() {
       constexpr std::size_t chunk = 10000;
       constexpr int chunks = 10;
       try {
-        keys_prune_behind_ = idempotency::prune_keys(**lease, settings_.idempotency_window, chunk,
-                                                     chunks) == chunk * chunks;
+        keys_prune_behind_ =
+            idempotency::prune_keys(**lease, settings_.idempotency_window, chunk, chunks) ==
+            chunk * chunks;
       } catch (const db::db_error& e) {
         // Instances prune the same rows: a lock conflict there is not a failed flush.
-        if (e.connection_lost() ||
-            (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
+        if (e.connection_lost() || (e.kind() != db::error_kind::deadlock &&
+                                    e.kind() != db::error_kind::lock_wait_timeout))
           throw;
         metrics_.db_error(e.kind());
       }

@@ -379,8 +379,7 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
     case backend_result::status::unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
       return answer(retry_later(
-          v, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error,
-          "5"));
+          v, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error, "5"));
     case backend_result::status::out_of_range:
       // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
       metrics_.reject(metrics::reject_reason::invalid, n);

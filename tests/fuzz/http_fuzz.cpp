@@ -27,8 +27,8 @@
 #include <memory>
 
 #include "http/router.hpp"
-#include "http/session.hpp"
 #include "store/pending_store.hpp"
+#include "http/session.hpp"
 
 namespace beast = boost::beast;
 namespace beast_http = boost::beast::http;
