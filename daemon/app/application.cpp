@@ -424,6 +424,16 @@ void application::read_counter(store::counter_key key, done_fn done) {
   });
 }
 
+void application::reset_counter(store::counter_key key, done_fn done) {
+  // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
+  flusher_.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {
+    if (!f.ok) return done({http::backend_result::status::unavailable, f.error});
+    http::backend_result r;
+    r.cleared = f.persisted + f.pending;
+    done(std::move(r));
+  });
+}
+
 void application::flush_now(done_fn done) {
   flusher_.request_flush([done = std::move(done)](const flush::flush_result& f) {
     if (!f.ok) return done({http::backend_result::status::unavailable, f.error});

@@ -92,6 +92,7 @@ class application final : public http::backend {
   void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
   void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
+  void reset_counter(store::counter_key key, done_fn done) override;
   void flush_now(done_fn done) override;
   void rollup_now(done_fn done) override;
   std::string metrics_text() override;

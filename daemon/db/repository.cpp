@@ -152,6 +152,26 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
   return r;
 }
 
+namespace {
+// The generation of a batch's dirty marks: unique per batch (run ids are random), so a
+// fresh mark never repeats an old one.
+std::uint64_t dirty_gen_of(const batch_identity& id) {
+  std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
+  gen ^= gen >> 31;
+  return gen & 0x7fffffffffffffffull;
+}
+
+// Rolls back after `e` when the connection still allows it.
+void roll_back_after(connection& conn, const db_error& e) {
+  if (e.connection_lost()) return;
+  try {
+    conn.execute(rollback);
+  } catch (const db_error&) {
+    // The original error is the one worth reporting.
+  }
+}
+}  // namespace
+
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
                             std::span<const counter_row> rows, std::span<const counter_row> dirty) {
   conn.execute(start_transaction);
@@ -164,22 +184,49 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       return commit_outcome::already_applied;
     }
     conn.execute(upsert_statement(table, rows));
-    if (!dirty.empty()) {
-      // Unique per batch (run ids are random): a fresh mark never repeats an old one.
-      std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
-      gen ^= gen >> 31;
-      conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, gen & 0x7fffffffffffffffull));
-    }
+    if (!dirty.empty())
+      conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
     conn.execute(commit);
     return commit_outcome::applied;
   } catch (const db_error& e) {
-    if (!e.connection_lost()) {
-      try {
-        conn.execute(rollback);
-      } catch (const db_error&) {
-        // The original error is the one worth reporting.
-      }
+    roll_back_after(conn, e);
+    throw;
+  }
+}
+
+commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
+                             const store::counter_key& key, bool rolled_up,
+                             reset_progress& progress) {
+  conn.execute(start_transaction);
+  try {
+    const std::string instance = conn.quote(id.instance_id);
+    try {
+      // First, as for a batch: a retry after a lost COMMIT reply waits here on the
+      // first attempt's row lock, then finds it committed or takes the id over.
+      conn.execute(ledger_insert(instance, id.run_id, id.seq, 0));
+    } catch (const db_error& e) {
+      if (e.code() != ER_DUP_ENTRY) throw;
+      conn.execute(rollback);
+      return commit_outcome::already_applied;
     }
+    reset_progress read;
+    std::vector<std::int64_t> slots;
+    for (const auto& row :
+         conn.query(reset_rows_select_locked(table, key.record_type, key.record_id))) {
+      slots.push_back(std::stoll(row[0].value_or("0")));
+      read.persisted += std::stoll(row[1].value_or("0"));
+    }
+    read.rows = slots.size();
+    for (const auto& sql :
+         reset_statements(table, key.record_type, key.record_id, slots, instance,
+                          rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt))
+      conn.execute(sql);
+    read.commit_sent = true;
+    progress = read;
+    conn.execute(commit);
+    return commit_outcome::applied;
+  } catch (const db_error& e) {
+    roll_back_after(conn, e);
     throw;
   }
 }

@@ -94,6 +94,25 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
                             std::span<const counter_row> rows,
                             std::span<const counter_row> dirty = {});
 
+// How far a reset_counter() call got: its locking read's figures, and whether COMMIT
+// was sent (then a lost connection leaves the outcome unknown until the ledger tells).
+struct reset_progress {
+  bool commit_sent = false;
+  __int128 persisted = 0;  // SUM(count) of the slot rows deleted
+  std::size_t rows = 0;    // slot rows deleted
+};
+
+// Resets one counter (README: HTTP API, Reset) in one transaction: the reset's ledger
+// row under `id` (from the batches' sequence), a locking read of its slot rows, the
+// statements of sql.hpp reset_statements (with a dirty mark when `rolled_up`), COMMIT.
+// When the ledger already holds `id` (an earlier attempt committed, its reply lost),
+// nothing is done and already_applied is returned: `progress` then still holds that
+// attempt's figures. On error the transaction is rolled back when the connection allows
+// it and db_error is thrown.
+commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
+                             const store::counter_key& key, bool rolled_up,
+                             reset_progress& progress);
+
 // Deletes old ledger rows of this instance (see sql.hpp ledger_prune).
 void prune_ledger(connection& conn, const batch_identity& keep_from, std::uint64_t max_age_seconds);
 

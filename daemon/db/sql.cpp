@@ -256,14 +256,18 @@ void append_id_list(std::string& sql, std::span<const std::uint64_t> ids) {
 std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
                           std::string_view owner_table, std::string_view id_column,
                           std::string_view count_column, std::span<const std::uint64_t> ids) {
+  // A LEFT JOIN: a marked counter without slot rows (reset) is set to 0, not skipped.
   std::string sql = "UPDATE " + quote_identifier(owner_table) +
-                    " AS o JOIN (SELECT `record_id`, SUM(`count`) AS total FROM " +
+                    " AS o LEFT JOIN (SELECT `record_id`, SUM(`count`) AS total FROM " +
                     quote_identifier(counters_table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` IN (";
   append_id_list(sql, ids);
   sql += ") GROUP BY `record_id`) AS s ON o." + quote_identifier(id_column) +
-         " = s.`record_id` SET o." + quote_identifier(count_column) + " = s.total";
+         " = s.`record_id` SET o." + quote_identifier(count_column) +
+         " = COALESCE(s.total, 0) WHERE o." + quote_identifier(id_column) + " IN (";
+  append_id_list(sql, ids);
+  sql.push_back(')');
   return sql;
 }
 
@@ -285,6 +289,50 @@ std::string select_count(std::string_view table, std::uint32_t record_type,
   sql += " AND `record_id` = ";
   append_int(sql, record_id);
   return sql;
+}
+
+namespace {
+// " WHERE `record_type` = T AND `record_id` = I"
+void append_counter_key(std::string& sql, std::uint32_t record_type, std::uint64_t record_id) {
+  sql += " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `record_id` = ";
+  append_int(sql, record_id);
+}
+}  // namespace
+
+std::string reset_rows_select_locked(std::string_view table, std::uint32_t record_type,
+                                     std::uint64_t record_id) {
+  std::string sql = "SELECT `slot`, `count` FROM " + quote_identifier(table);
+  append_counter_key(sql, record_type, record_id);
+  sql += " FOR UPDATE";
+  return sql;
+}
+
+std::vector<std::string> reset_statements(std::string_view table, std::uint32_t record_type,
+                                          std::uint64_t record_id,
+                                          std::span<const std::int64_t> slots,
+                                          std::string_view quoted_instance,
+                                          std::optional<std::uint64_t> dirty_gen) {
+  std::vector<std::string> out;
+  if (!slots.empty()) {
+    std::string sql = "DELETE FROM " + quote_identifier(table);
+    append_counter_key(sql, record_type, record_id);
+    sql += " AND `slot` IN (";
+    bool first = true;
+    for (const auto slot : slots) {
+      if (!first) sql.push_back(',');
+      first = false;
+      append_int(sql, slot);
+    }
+    sql.push_back(')');
+    out.push_back(std::move(sql));
+  }
+  if (dirty_gen) {
+    const counter_row row{record_type, record_id, 0, 0};
+    out.push_back(dirty_upsert(quoted_instance, std::span(&row, 1), *dirty_gen));
+  }
+  return out;
 }
 
 std::string create_idempotency_keys_table() {

@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "store/batch.hpp"
 
@@ -143,7 +145,7 @@ struct dirty_mark {
 std::string dirty_delete(std::uint32_t record_type, std::span<const dirty_mark> marks);
 
 // Sets owner.count_column = SUM(count) over the slots, for the given ids, in one
-// set-based statement.
+// set-based statement; 0 for an id without slot rows (a counter reset since).
 std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
                           std::string_view owner_table, std::string_view id_column,
                           std::string_view count_column, std::span<const std::uint64_t> ids);
@@ -154,5 +156,19 @@ std::string owner_ids_select(std::string_view owner_table, std::string_view id_c
 
 std::string select_count(std::string_view table, std::uint32_t record_type,
                          std::uint64_t record_id);
+
+// A reset of one counter (README: HTTP API, Reset), in its transaction after its ledger
+// row: first this locking read of its slot rows, (slot, count) ...
+std::string reset_rows_select_locked(std::string_view table, std::uint32_t record_type,
+                                     std::uint64_t record_id);
+// ... then these statements, in order: delete exactly the slot rows read (`slots`; a
+// row another instance inserts meanwhile lands after the reset), and, when the counter
+// is rolled up (`dirty_gen` set), mark it dirty so that the next rollup sets its
+// target to 0 with no slot row left. Every table a reset clears is listed here.
+std::vector<std::string> reset_statements(std::string_view table, std::uint32_t record_type,
+                                          std::uint64_t record_id,
+                                          std::span<const std::int64_t> slots,
+                                          std::string_view quoted_instance,
+                                          std::optional<std::uint64_t> dirty_gen);
 
 }  // namespace slotted::db

@@ -207,6 +207,20 @@ bool committer::batches_logged_committed() {
   });
 }
 
+std::optional<std::int64_t> committer::drop_pending(const store::counter_key& key) {
+  // Once stop() began: nullopt, nothing dropped.
+  return on_log_thread([&]() -> std::optional<std::int64_t> {
+    // The cut, as for a take: everything logged so far is in the store, and nothing
+    // logged after the record can be (no group is written until this returns).
+    drain();
+    std::string record;
+    wal::append_reset(record, key);
+    // Synced in every wal.fsync mode: the reset is answered only once it holds.
+    if (!log_.append(record, true)) return std::nullopt;
+    return store_.drop(key);
+  });
+}
+
 void committer::run() {
   std::unique_lock lock(mutex_);
   const auto& cfg = log_.config();

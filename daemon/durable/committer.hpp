@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -98,6 +99,7 @@ class committer final : public store::batch_source {
   bool take(const former& form, const publisher& publish) override;
   void release(std::uint64_t min_queued_tag) override;
   bool batches_logged_committed() override;
+  std::optional<std::int64_t> drop_pending(const store::counter_key& key) override;
 
  private:
   struct request;

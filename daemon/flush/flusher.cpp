@@ -115,6 +115,7 @@ void flusher::request_flush(std::function<void(const flush_result&)> done) {
 }
 
 std::size_t flusher::stop(clock::time_point deadline) {
+  stopping_.store(true);
   // Before the join: a cycle already draining a long backlog must stop at it too.
   deadline_.store(deadline.time_since_epoch().count());
   auto waiters = worker_.stop();
@@ -127,6 +128,116 @@ std::size_t flusher::stop(clock::time_point deadline) {
   for (auto& w : waiters) w(result);
   std::lock_guard lock(queue_mutex_);
   return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_items() : 0);
+}
+
+void flusher::request_reset(const store::counter_key& key,
+                            std::function<void(const reset_result&)> done) {
+  // A waiter of the worker: it runs on the flusher thread right after the cycle that
+  // starts after this request, before any later cycle can take from the store.
+  const bool queued = worker_.request(
+      [this, key, done](const flush_result& flushed) { done(reset_now(key, flushed)); });
+  if (!queued) {
+    metrics_.resets_error.Increment();
+    reset_result r;
+    r.error = "shutting down";
+    done(r);
+  }
+}
+
+reset_result flusher::reset_now(const store::counter_key& key, const flush_result& flushed) {
+  reset_result r;
+  const auto refuse = [&](std::string why) {
+    metrics_.resets_error.Increment();
+    r.error = std::move(why);
+    return r;
+  };
+  if (stopping_.load()) return refuse("shutting down");
+  // Every batch formed before the reset must commit before it, or it would bring back
+  // what the reset cleared: the cycle wrote them all, or the reset does not happen.
+  if (!flushed.ok) return refuse("the flush before the reset failed: " + flushed.error);
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (!queued_.empty() || in_doubt_)
+      return refuse("batches formed before the reset are not yet written; retry");
+  }
+  // An id from the batches' sequence: the ledger answers "did it commit" after a lost
+  // connection, as for a batch.
+  const db::batch_identity id{settings_.instance_id, run_id_, next_seq_++};
+  const bool rolled_up =
+      std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
+                  [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
+  // Odd throughout: a concurrent read_total() retries rather than see the slot rows
+  // gone and the pending delta not yet dropped.
+  set_committing(true);
+  db::reset_progress known;  // the figures of the attempt that committed (or may have)
+  bool in_doubt = false;
+  auto pause = std::chrono::milliseconds(100);
+  for (int attempt = 0;; ++attempt) {
+    db::reset_progress p;
+    std::optional<db::pool::lease> lease;
+    try {
+      lease.emplace(pool_.acquire());
+      const auto outcome = db::reset_counter(**lease, settings_.table, id, key, rolled_up, p);
+      progress();
+      // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
+      if (outcome == db::commit_outcome::applied) known = p;
+      break;
+    } catch (const db::db_error& e) {
+      progress();
+      if (lease && e.connection_lost()) lease->discard();
+      metrics_.db_error(e.kind());
+      if (e.connection_lost() && p.commit_sent) {
+        known = p;
+        in_doubt = true;
+      }
+      const bool lock_conflict =
+          e.kind() == db::error_kind::deadlock || e.kind() == db::error_kind::lock_wait_timeout;
+      if (in_doubt && !past_deadline()) {
+        // Resolved only by the ledger: re-sent under the same id until an attempt gets
+        // an answer (its ledger insert finds the row, or takes the id over and commits).
+        // Nothing else is flushed meanwhile, so the order stays as it was.
+        log::warn("reset of counter (", key.record_type, ", ", key.record_id,
+                  "): connection lost during its COMMIT; asking the ledger: ", e.what());
+        // Never past the stop deadline (a stop waits for this job).
+        const auto deadline = clock::time_point(clock::duration(deadline_.load()));
+        std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
+        pause = std::min<std::chrono::milliseconds>(pause * 2, settings_.max_retry_backoff);
+        continue;
+      }
+      if (!in_doubt && lock_conflict && attempt + 1 < lock_retries && !past_deadline()) continue;
+      set_committing(false);
+      if (in_doubt)
+        return refuse(
+            "the reset's outcome is unknown (connection lost during its COMMIT, "
+            "not resolved before the shutdown deadline): " +
+            std::string(e.what()));
+      return refuse(std::string("database: ") + e.what());
+    }
+  }
+  // The cut: what this instance holds pending for the counter now arrived after the
+  // cycle above took the store, i.e. concurrently with the reset; it is dropped (and
+  // counted in `cleared`). With a WAL the drop is logged, synced, before the answer.
+  std::int64_t dropped = 0;
+  if (source_ != nullptr) {
+    if (const auto d = source_->drop_pending(key)) {
+      dropped = *d;
+    } else {
+      // The reset committed; only the drop could not be made durable, so it is not made:
+      // what is pending (concurrent increments) lands after the reset, a valid order.
+      log::warn("reset of counter (", key.record_type, ", ", key.record_id,
+                "): the WAL cannot log it; increments pending for it land after the reset");
+    }
+  } else {
+    dropped = store_.drop(key);
+  }
+  set_committing(false);
+  metrics_.resets_ok.Increment();
+  r.ok = true;
+  r.persisted = known.persisted;
+  r.pending = dropped;
+  log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.rows,
+             " slot rows deleted, ", dropped, " pending dropped");
+  return r;
 }
 
 std::chrono::milliseconds flusher::next_backoff() {

@@ -71,6 +71,16 @@ struct counter_reading {
   std::string retry;
 };
 
+// A counter reset (README: HTTP API, Reset): what it cleared, or why nothing changed.
+struct reset_result {
+  bool ok = false;
+  // When !ok: why. Nothing changed, except after "outcome unknown" (a connection lost
+  // during the reset's COMMIT and not resolved before the stop deadline).
+  std::string error;
+  __int128 persisted = 0;    // SUM(count) of the slot rows deleted
+  std::int64_t pending = 0;  // what this instance held pending for it, dropped
+};
+
 // The two halves of a batch the database refused for its data (see write_queued):
 // their ids derive from the parent's, so a replay splits the same way under the same
 // ids and the ledger still recognises halves that committed. Pure, exposed for tests.
@@ -122,6 +132,19 @@ class flusher final : public store::batch_queue {
   // thread with its result. The cycle takes everything added before this call.
   void request_flush(std::function<void(const flush_result&)> done);
 
+  // Resets one counter (README: HTTP API, Reset), ordered with the batches: right after
+  // a flush cycle that starts after this call (so every increment acknowledged before
+  // it is in the database, nothing queued and nothing in flight), on the flusher
+  // thread, one transaction (db::reset_counter) deletes its slot rows with a ledger row
+  // of its own; then the store's pending delta for it is dropped, through the batch
+  // source (which logs it, synced) when there is one. `done` is called once, on the
+  // flusher thread (or the thread calling stop()), with what was cleared, or why
+  // nothing changed: the cycle failed (database down, WAL unwritable), shutting down,
+  // or the transaction failed. A connection lost after its COMMIT was sent leaves the
+  // outcome unknown: like a batch in doubt, it is re-sent under the same id until the
+  // ledger tells, holding the flusher meanwhile (bounded by the stop deadline).
+  void request_reset(const store::counter_key& key, std::function<void(const reset_result&)> done);
+
   // Persisted SUM(count) plus what is still pending, never counting a batch twice or
   // not at all while it commits; when no exact figure can be had now, says why in
   // `retry`. Blocking: call from a database worker thread. Throws db_error when the
@@ -151,6 +174,8 @@ class flusher final : public store::batch_queue {
 
  private:
   flush_result cycle();
+  // The reset job of request_reset, after the cycle that ended with `flushed`.
+  reset_result reset_now(const store::counter_key& key, const flush_result& flushed);
   // Commits queued batches oldest first, until the queue is empty or the stop deadline
   // has passed; returns rows committed; throws db_error.
   std::size_t write_queued(db::connection& conn);
@@ -231,6 +256,8 @@ class flusher final : public store::batch_queue {
   std::atomic<std::chrono::steady_clock::rep> deadline_{
       std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
   bool deadline_hit_ = false;
+  // stop() began: resets still waiting are refused (the final cycle is for batches).
+  std::atomic<bool> stopping_{false};
   bool schema_verified_ = false;
   bool autoincrement_warned_ = false;
   bool fatal_ = false;

@@ -20,7 +20,8 @@ namespace slotted::http {
 
 struct backend_result {
   enum class status {
-    done,          // applied (and, with a WAL, logged first); flushed; rolled up; read
+    done,          // applied (and, with a WAL, logged first); flushed; rolled up; read;
+                   // reset
     over_limit,    // increments: the pending limit is reached; nothing applied
     out_of_range,  // increments: a counter's pending sum would pass 2^62; nothing applied
     unavailable,   // not now, retry: the WAL cannot be written (increments, nothing
@@ -36,6 +37,8 @@ struct backend_result {
   // A counter read: the database's total and what is pending in memory.
   std::int64_t persisted = 0;
   std::int64_t pending = 0;
+  // A reset: what the counter had (persisted + pending here), now cleared.
+  __int128 cleared = 0;
 };
 
 class backend {
@@ -54,6 +57,10 @@ class backend {
   // logged when durable() and kept apart from the store until its flush.
   virtual void add_keyed(idempotency::keyed_request&& request, done_fn done) = 0;
   virtual void read_counter(store::counter_key key, done_fn done) = 0;
+  // Sets one counter to zero (README: HTTP API, Reset): done with `cleared`, or
+  // unavailable (nothing changed: the database or the WAL cannot be written, or
+  // draining).
+  virtual void reset_counter(store::counter_key key, done_fn done) = 0;
   virtual void flush_now(done_fn done) = 0;
   virtual void rollup_now(done_fn done) = 0;
   virtual std::string metrics_text() = 0;

@@ -149,7 +149,12 @@ router::route_match router::match(const request_header& req) const {
     const auto slash = rest.find('/');
     if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
         rest.find('/', slash + 1) == std::string_view::npos) {
-      m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true, {}, {}};
+      // DELETE resets the counter (its own route for metrics), GET reads it.
+      if (req.method() == beast_http::verb::delete_) {
+        m = {metrics::route::reset, "GET, HEAD, DELETE", beast_http::verb::delete_, true, {}, {}};
+      } else {
+        m = {metrics::route::counters, "GET, HEAD, DELETE", beast_http::verb::get, true, {}, {}};
+      }
       m.counter_type = rest.substr(0, slash);
       m.counter_id = rest.substr(slash + 1);
     }
@@ -251,6 +256,8 @@ void router::handle(request&& req, respond_fn respond) {
       return handle_increments(req, answer);
     case metrics::route::counters:
       return handle_counter(req, m, answer);
+    case metrics::route::reset:
+      return handle_reset(req, m, answer);
     case metrics::route::flush:
       return backend_.flush_now(guarded(answer, v, [v, answer](const backend_result& r) {
         if (r.outcome != backend_result::status::done)
@@ -383,32 +390,41 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
   }
 }
 
-void router::handle_counter(const request& req, const route_match& m, const reply& answer) {
-  const unsigned v = req.version();
+std::variant<store::counter_key, response> router::counter_of(const route_match& m, unsigned v) {
   std::uint32_t type = 0;
   std::uint64_t id = 0;
   const auto live = live_.load();
   if (!parse_decimal(m.counter_type, type) || type > ingest::max_record_type) {
     const auto named = live->types.by_name(m.counter_type);
     if (!named) {
-      return answer(error_response(v, status::bad_request,
-                                   std::string("record_type must be an integer in ") +
-                                       ingest::record_type_range + " or a declared counter name"));
+      return error_response(v, status::bad_request,
+                            std::string("record_type must be an integer in ") +
+                                ingest::record_type_range + " or a declared counter name");
     }
     type = *named;
   }
   if (!live->types.allows(type)) {
-    return answer(
-        error_response(v, status::bad_request,
-                       "record_type " + std::to_string(type) + " is not declared under counters"));
+    return error_response(
+        v, status::bad_request,
+        "record_type " + std::to_string(type) + " is not declared under counters");
   }
   if (!parse_decimal(m.counter_id, id)) {
-    return answer(
-        error_response(v, status::bad_request,
-                       std::string("record_id must be an integer in ") + ingest::record_id_range));
+    return error_response(
+        v, status::bad_request,
+        std::string("record_id must be an integer in ") + ingest::record_id_range);
   }
+  return store::counter_key{type, id};
+}
+
+void router::handle_counter(const request& req, const route_match& m, const reply& answer) {
+  const unsigned v = req.version();
+  auto parsed = counter_of(m, v);
+  if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
+  const auto key = std::get<store::counter_key>(parsed);
+  const auto type = key.record_type;
+  const auto id = key.record_id;
   backend_.read_counter(
-      {type, id}, guarded(answer, v, [v, type, id, answer](const backend_result& r) {
+      key, guarded(answer, v, [v, type, id, answer](const backend_result& r) {
         if (r.outcome != backend_result::status::done) return answer(retry_later(v, r.error, "5"));
         answer(json_response(v, status::ok,
                              "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
@@ -416,6 +432,24 @@ void router::handle_counter(const request& req, const route_match& m, const repl
                                  decimal(static_cast<__int128>(r.persisted) + r.pending) +
                                  ", \"persisted\": " + std::to_string(r.persisted) +
                                  ", \"pending\": " + std::to_string(r.pending) + "}"));
+      }));
+}
+
+void router::handle_reset(const request& req, const route_match& m, const reply& answer) {
+  const unsigned v = req.version();
+  auto parsed = counter_of(m, v);
+  if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
+  const auto key = std::get<store::counter_key>(parsed);
+  if (backend_.draining()) return answer(retry_later(v, "shutting down"));
+  backend_.reset_counter(
+      key, guarded(answer, v, [v, key, answer](const backend_result& r) {
+        // Nothing changed: a retry is safe and needed.
+        if (r.outcome != backend_result::status::done)
+          return answer(retry_later(v, "reset failed: " + r.error, "5"));
+        answer(json_response(v, status::ok,
+                             "{\"record_type\": " + std::to_string(key.record_type) +
+                                 ", \"record_id\": \"" + std::to_string(key.record_id) +
+                                 "\", \"cleared\": " + decimal(r.cleared) + "}"));
       }));
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <variant>
 
 #include "config/config.hpp"
 #include "http/backend.hpp"
@@ -63,6 +64,10 @@ class router {
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
                     const backend_result& r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
+  void handle_reset(const request& req, const route_match& m, const reply& answer);
+  // The counter a /v1/counters/{record_type}/{record_id} path names, or the 400 that
+  // says why it names none (a bad number, an undeclared type).
+  std::variant<store::counter_key, response> counter_of(const route_match& m, unsigned version);
 
   // What reconfigure() replaces, swapped whole so a request sees one consistent set.
   struct live_settings {

@@ -51,7 +51,7 @@ void label_children(prometheus::Family<Metric>& f, const char* label, NameOf nam
 }  // namespace
 
 const char* route_name(route r) {
-  static constexpr const char* names[] = {"increments", "counters", "flush",  "rollup",
+  static constexpr const char* names[] = {"increments", "counters", "flush",  "rollup",   "reset",
                                           "metrics",    "healthz",  "readyz", "not_found"};
   return names[static_cast<int>(r)];
 }
@@ -138,6 +138,14 @@ registry::registry()
       idempotency_keys(gauge(*registry_, "slotted_counterd_idempotency_keys",
                              "Idempotency keys this instance remembers (accepted within "
                              "idempotency.window, bounded by idempotency.max_keys)")),
+      resets_ok(counter(*registry_, "slotted_counterd_resets_total",
+                        "DELETE /v1/counters resets by result: ok (cleared, answered 200) or "
+                        "error (nothing changed, answered 503)",
+                        {{"result", "ok"}})),
+      resets_error(counter(*registry_, "slotted_counterd_resets_total",
+                           "DELETE /v1/counters resets by result: ok (cleared, answered 200) or "
+                           "error (nothing changed, answered 503)",
+                           {{"result", "error"}})),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

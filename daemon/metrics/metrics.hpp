@@ -28,6 +28,7 @@ enum class route {
   counters,
   flush,
   rollup,
+  reset,
   metrics,
   healthz,
   readyz,
@@ -95,6 +96,9 @@ class registry {
   prometheus::Counter& idempotency_duplicates_dropped;
   prometheus::Counter& idempotency_conflicts_dropped;
   prometheus::Gauge& idempotency_keys;
+  // Counter resets (README: HTTP API, Reset), by result.
+  prometheus::Counter& resets_ok;
+  prometheus::Counter& resets_error;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table

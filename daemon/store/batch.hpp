@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "idempotency/keyed_request.hpp"
@@ -68,6 +69,12 @@ class batch_source {
   // True when the log holds no batch it has not logged as committed (see
   // durable::committer); until then ledger rows must not be pruned.
   virtual bool batches_logged_committed() = 0;
+  // A reset's cut (README: HTTP API, Reset): drops `key`'s pending delta from the store
+  // and logs a reset record, synced whatever wal.fsync says, between two groups: every
+  // increment logged before it is dropped with it, none logged after. Returns the delta
+  // dropped; nullopt, having dropped nothing, when the record cannot be written (or
+  // stop() began).
+  virtual std::optional<std::int64_t> drop_pending(const counter_key& key) = 0;
 };
 
 }  // namespace slotted::store

@@ -273,6 +273,20 @@ std::int64_t pending_store::pending(const counter_key& key) const {
   return it == s.deltas.end() ? 0 : it->second;
 }
 
+std::int64_t pending_store::drop(const counter_key& key) {
+  shard& s = shards_[shard_of(hash_of(key))];
+  std::lock_guard lock(s.mutex);
+  const auto it = s.deltas.find(key);
+  if (it == s.deltas.end()) return 0;
+  const std::int64_t delta = it->second;
+  s.deltas.erase(it);
+  // Under the shard's lock, as in add() and take_all(), so the count never wraps.
+  keys_.fetch_sub(1, std::memory_order_relaxed);
+  // max_abs stays an upper bound; first_arrival stays as it is (an older time, which
+  // only makes the oldest-age gauge err on the safe side until the next take).
+  return delta;
+}
+
 std::optional<pending_store::clock::time_point> pending_store::oldest() const {
   std::optional<clock::time_point> oldest;
   for (std::size_t i = 0; i < shard_count_; ++i) {

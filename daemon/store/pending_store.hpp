@@ -81,6 +81,11 @@ class pending_store {
   // The delta accumulated for one key, 0 when none.
   std::int64_t pending(const counter_key& key) const;
 
+  // Removes one key (a reset, README: HTTP API, Reset) and returns the delta it held,
+  // 0 when none. An add() running at the same time lands wholly before (dropped with
+  // it) or after (kept): the shard's lock orders them.
+  std::int64_t drop(const counter_key& key);
+
   // Keys held in the shards now.
   std::size_t keys() const { return keys_.load(std::memory_order_relaxed); }
 

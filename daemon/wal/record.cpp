@@ -223,6 +223,13 @@ void append_committed(std::string& out) {
   finish_record(out, start);
 }
 
+void append_reset(std::string& out, const store::counter_key& key) {
+  const std::size_t start = begin_record(out, record_kind::reset);
+  put<std::uint32_t>(out, key.record_type);
+  put<std::uint64_t>(out, key.record_id);
+  finish_record(out, start);
+}
+
 bool replay_state::apply(std::string_view payload) {
   // A malformed record changes nothing: a salvage keeps exactly the records before it.
   if (payload.empty()) return false;
@@ -255,6 +262,15 @@ bool replay_state::apply(std::string_view payload) {
     case record_kind::committed:
       batches_.clear();
       return in.done();
+    case record_kind::reset: {
+      store::counter_key key;
+      if (!in.get(key.record_type) || !in.get(key.record_id) || !in.done()) return false;
+      // What the store held for it was dropped when this was logged: what was logged
+      // for it since the last batches or snapshot record. Batches logged before had all
+      // committed (a reset writes the queue first), and keyed requests stay whole.
+      std::erase_if(delta_log_, [&](const auto& entry) { return entry.first == key; });
+      return true;
+    }
     case record_kind::snapshot: {
       std::vector<store::flush_batch> logged;
       std::vector<std::pair<store::counter_key, std::int64_t>> read;

@@ -16,6 +16,7 @@
 //   keyed:      one request with an Idempotency-Key: u8 key length, the key, u64 x 2 body
 //               hash, i64 received (unix ms), u32 n, n x (u32 record_type, u64 record_id,
 //               i32 delta)
+//   reset:      u32 record_type, u64 record_id (README: HTTP API, Reset)
 // Batches and snapshot records end with the keyed requests they hold (absent in logs of
 // earlier versions): u32 m, m x (u32 batch index, or 0xffffffff for a request not yet
 // in a batch, then the keyed encoding after its kind byte).
@@ -23,7 +24,9 @@
 // or snapshot record) now lives in these batches. A snapshot replaces everything logged
 // before it. A committed record means every batch logged before it has committed, so
 // replay must not send them again (their ledger rows may be pruned by then). Keyed
-// requests follow the same rules as increments.
+// requests follow the same rules as increments. A reset record means: the counter's
+// increments logged before it and not yet in a batch were dropped (its reset cleared
+// them); keyed requests are kept whole (a reset leaves them pending, see README).
 
 #include <cstdint>
 #include <span>
@@ -42,7 +45,8 @@ enum class record_kind : std::uint8_t {
   batches = 2,
   snapshot = 3,
   committed = 4,
-  keyed = 5
+  keyed = 5,
+  reset = 6
 };
 
 constexpr std::size_t record_header_bytes = 16;
@@ -56,6 +60,7 @@ void append_snapshot(std::string& out, std::span<const store::flush_batch> batch
                      std::span<const idempotency::keyed_request> keyed = {});
 void append_keyed(std::string& out, const idempotency::keyed_request& request);
 void append_committed(std::string& out);
+void append_reset(std::string& out, const store::counter_key& key);
 
 // What replaying records yields: deltas not yet in any batch, and the batches logged
 // (some may have committed already; the ledger tells).

@@ -91,6 +91,14 @@ class fuzz_backend : public http::backend {
     r.pending = store_.pending(key);
     done(std::move(r));
   }
+  // A reset clears the counter in the store and in what it must hold.
+  void reset_counter(store::counter_key key, done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    http::backend_result r;
+    r.cleared = store_.drop(key);
+    expected_.erase(key);
+    done(std::move(r));
+  }
   void flush_now(done_fn done) override {
     if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
     done({});

@@ -53,6 +53,7 @@ PINNED_METRICS = [
     "slotted_counterd_idempotency_duplicates_dropped_total",
     "slotted_counterd_idempotency_conflicts_dropped_total",
     "slotted_counterd_idempotency_keys",
+    "slotted_counterd_resets_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",
@@ -289,6 +290,7 @@ class Load:
         "json": {202}, "ndjson": {202}, "malformed": {400}, "content_type": {415},
         "unknown_path": {404}, "healthz": {200}, "readyz": {200, 503},
         "counter": {200, 503}, "flush": {200, 503}, "wrong_method": {405},
+        "reset": {200, 503},
     }
 
     def __init__(self, base):
@@ -329,6 +331,8 @@ class Load:
         if n % 5 == 0:
             reqs.append(("flush", "POST", "/v1/flush", None, None))
             reqs.append(("wrong_method", "GET", "/v1/increments", None, None))
+            # A counter of its own: the others' totals stay what the load sent.
+            reqs.append(("reset", "DELETE", "/v1/counters/9/1", None, None))
         for kind, method, path, body, ctype in reqs:
             if self.stop_event.is_set():
                 return
@@ -413,7 +417,8 @@ def check_load_answers(ctx):
         raise Failure("requests failed: " + "; ".join(load.exceptions[:5]))
     if load.unexpected:
         raise Failure("unexpected answers: " + "; ".join(load.unexpected[:5]))
-    for kind, ok in (("counter", 200), ("flush", 200), ("json", 202), ("ndjson", 202)):
+    for kind, ok in (("counter", 200), ("flush", 200), ("json", 202), ("ndjson", 202),
+                     ("reset", 200)):
         if load.answers.get(kind, {}).get(ok, 0) == 0:
             raise Failure(f"no {kind} request was ever answered {ok}: {load.summary()}")
     return f"{load.rounds} rounds: {load.summary()}"

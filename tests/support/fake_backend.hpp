@@ -37,6 +37,11 @@ class fake_backend : public http::backend {
     read_key_ = key;
     read_done_ = std::move(done);
   }
+  void reset_counter(store::counter_key key, done_fn done) override {
+    std::lock_guard lock(mutex_);
+    reset_key_ = key;
+    reset_done_ = std::move(done);
+  }
   void flush_now(done_fn done) override {
     std::lock_guard lock(mutex_);
     flush_done_ = std::move(done);
@@ -58,8 +63,8 @@ class fake_backend : public http::backend {
   std::mutex mutex_;
   std::vector<std::vector<ingest::increment>> added_;
   std::vector<idempotency::keyed_request> keyed_;
-  store::counter_key read_key_;
-  done_fn add_done_, read_done_, flush_done_, rollup_done_;
+  store::counter_key read_key_, reset_key_;
+  done_fn add_done_, read_done_, reset_done_, flush_done_, rollup_done_;
 };
 
 }  // namespace slotted::test

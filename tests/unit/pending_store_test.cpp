@@ -31,6 +31,25 @@ TEST(PendingStore, AccumulatesPerKeyAndTakesEverythingOut) {
   EXPECT_TRUE(out.empty());
 }
 
+TEST(PendingStore, DropRemovesOneKeyAndReturnsItsDelta) {
+  pending_store s(4);
+  ASSERT_EQ(s.add(std::vector<increment>{{1, 10, 5}, {1, 10, -2}, {1, 11, 7}}, 100),
+            add_result::applied);
+  EXPECT_EQ(s.drop({1, 10}), 3);
+  EXPECT_EQ(s.keys(), 1u);
+  EXPECT_EQ(s.pending({1, 10}), 0);
+  EXPECT_EQ(s.drop({1, 10}), 0) << "dropped once";
+  EXPECT_EQ(s.drop({9, 9}), 0);
+  // The key starts again from zero; the other is untouched.
+  ASSERT_EQ(s.add(std::vector<increment>{{1, 10, 4}}, 100), add_result::applied);
+  std::vector<pending_delta> out;
+  s.take_all(out);
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> got;
+  for (const auto& d : out) got[{d.key.record_type, d.key.record_id}] = d.delta;
+  EXPECT_EQ(got, (decltype(got){{{1, 10}, 4}, {{1, 11}, 7}}));
+  EXPECT_EQ(s.keys(), 0u);
+}
+
 TEST(PendingStore, LimitRefusesAWholeRequestAndCountsUnwrittenRows) {
   pending_store s(2);
   const std::vector<increment> two{{1, 1, 1}, {1, 2, 1}};

@@ -117,6 +117,58 @@ TEST_F(Router, ACounterReadShowsPersistedPlusPendingOrWhyNot) {
   EXPECT_NE(answers()[0].body().find("being written"), std::string::npos);
 }
 
+TEST_F(Router, AResetAnswersWhatItClearedOr503) {
+  EXPECT_TRUE(send(bh::verb::delete_, "/v1/counters/3/18446744073709551615").empty());
+  EXPECT_EQ(backend_.reset_key_.record_type, 3u);
+  EXPECT_EQ(backend_.reset_key_.record_id, 18446744073709551615ull);
+  backend_result r;
+  r.cleared = static_cast<__int128>(INT64_MAX) + 5;  // persisted plus pending, exactly
+  backend_.reset_done_(r);
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 200u);
+  EXPECT_EQ(
+      answers()[0].body(),
+      R"({"record_type": 3, "record_id": "18446744073709551615", "cleared": 9223372036854775812})");
+
+  send(bh::verb::delete_, "/v1/counters/3/9");
+  backend_.reset_done_({status::unavailable, "database: gone"});
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 503u);
+  EXPECT_EQ(answers()[0][bh::field::retry_after], "5");
+  EXPECT_NE(answers()[0].body().find("reset failed: database: gone"), std::string::npos);
+  EXPECT_NE(
+      metrics_text().find(R"(slotted_counterd_http_requests_total{code="503",route="reset"} 1)"),
+      std::string::npos);
+}
+
+TEST_F(Router, AResetOfABadCounterIsRefused400WithoutReachingTheBackend) {
+  cfg_.accept_undeclared_types = false;
+  cfg_.counters.push_back({});
+  cfg_.counters.back().name = "downloads";
+  cfg_.counters.back().record_type = 7;
+  router_.reconfigure(cfg_);
+  for (const auto* target : {"/v1/counters/8/1", "/v1/counters/x/1", "/v1/counters/7/-1",
+                             "/v1/counters/7/18446744073709551616", "/v1/counters/7/1x"}) {
+    const auto got = send(bh::verb::delete_, target);
+    ASSERT_EQ(got.size(), 1u) << target;
+    EXPECT_EQ(got[0].result_int(), 400u) << target;
+  }
+  EXPECT_FALSE(backend_.reset_done_);
+  EXPECT_EQ(send(bh::verb::delete_, "/v1/counters/7/1/x").at(0).result_int(), 404u);
+  // A declared name works as in a read.
+  EXPECT_TRUE(send(bh::verb::delete_, "/v1/counters/downloads/1").empty());
+  EXPECT_EQ(backend_.reset_key_.record_type, 7u);
+  // Draining: refused before the backend, with Retry-After.
+  backend_.reset_done_ = nullptr;
+  backend_.draining_ = true;
+  const auto got = send(bh::verb::delete_, "/v1/counters/7/1");
+  EXPECT_EQ(got.at(0).result_int(), 503u);
+  EXPECT_TRUE(got[0].count(bh::field::retry_after));
+  EXPECT_FALSE(backend_.reset_done_);
+  // Another method on the path names DELETE among those allowed.
+  EXPECT_EQ(send(bh::verb::post, "/v1/counters/7/1").at(0)[bh::field::allow], "GET, HEAD, DELETE");
+}
+
 TEST_F(Router, FlushAndRollupReportTheirCountOrTheirError) {
   send(bh::verb::post, "/v1/flush");
   backend_.flush_done_({status::done, {}, 12});

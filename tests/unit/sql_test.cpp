@@ -69,6 +69,31 @@ TEST(Sql, DirtyMarksCarryTheBatchGenerationAndAreDeletedOnlyWithIt) {
             "((2,'a',77),(5,'b',9))");
 }
 
+TEST(Sql, AResetDeletesExactlyTheSlotRowsItReadAndMarksARolledUpCounter) {
+  EXPECT_EQ(reset_rows_select_locked("c", 3, 18446744073709551615ull),
+            "SELECT `slot`, `count` FROM `c` WHERE `record_type` = 3 AND `record_id` = "
+            "18446744073709551615 FOR UPDATE");
+  const std::vector<std::int64_t> slots{0, 7};
+  EXPECT_EQ(reset_statements("c", 3, 9, slots, "'a'", std::nullopt),
+            std::vector<std::string>{"DELETE FROM `c` WHERE `record_type` = 3 AND `record_id` = 9 "
+                                     "AND `slot` IN (0,7)"});
+  // No slot rows: nothing to delete, but a rolled-up target must still go to 0.
+  EXPECT_EQ(reset_statements("c", 3, 9, {}, "'a'", 5),
+            std::vector<std::string>{
+                "INSERT INTO `slotted_counterd_dirty` (`record_type`, `record_id`, "
+                "`instance_id`, `gen`) VALUES (3,9,'a',5) ON DUPLICATE KEY UPDATE `gen` = "
+                "VALUES(`gen`)"});
+}
+
+TEST(Sql, RollupSetsACounterWithoutSlotRowsToZero) {
+  const std::vector<std::uint64_t> ids{4, 5};
+  EXPECT_EQ(rollup_update("c", 3, "repos", "id", "downloads", ids),
+            "UPDATE `repos` AS o LEFT JOIN (SELECT `record_id`, SUM(`count`) AS total FROM `c` "
+            "WHERE `record_type` = 3 AND `record_id` IN (4,5) GROUP BY `record_id`) AS s ON "
+            "o.`id` = s.`record_id` SET o.`downloads` = COALESCE(s.total, 0) WHERE o.`id` IN "
+            "(4,5)");
+}
+
 TEST(Sql, DirtySelectReadsAfterTheCursorUpToTheRunsBound) {
   dirty_cursor cursor;
   cursor.max_record_id = 90;

@@ -73,6 +73,37 @@ TEST(WalRecord, CommittedRecordDropsTheBatchesBeforeIt) {
   EXPECT_TRUE(state.deltas().empty());
 }
 
+// A reset drops what was logged for its counter since the last batches record, and
+// nothing else: the counter's later increments, other counters, logged batches and keyed
+// requests stay (README: HTTP API, Reset).
+TEST(WalRecord, AResetDropsItsCountersUnbatchedIncrementsLoggedBeforeIt) {
+  std::string log(segment_magic);
+  append_increments(log, std::vector<ingest::increment>{{1, 7, 5}, {1, 8, 2}});
+  append_batches(log, std::vector{batch(1, 1, {{1, 7, 0, 5}, {1, 8, 0, 2}})});
+  append_increments(log, std::vector<ingest::increment>{{1, 7, 3}, {1, 8, 4}});
+  idempotency::keyed_request keyed{"k1", {1, 2}, {{1, 7, 9}}, 1000};
+  append_keyed(log, keyed);
+  append_increments(log, std::vector<ingest::increment>{{1, 7, 10}});
+  append_reset(log, {1, 7});
+  append_increments(log, std::vector<ingest::increment>{{1, 7, 100}});
+  replay_state state;
+  EXPECT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
+  EXPECT_EQ(as_map(state.deltas()), (decltype(as_map({})){{{1, 7}, 100}, {{1, 8}, 4}}));
+  ASSERT_EQ(state.batches().size(), 1u);
+  ASSERT_EQ(state.keyed().size(), 1u);
+  EXPECT_EQ(state.keyed()[0].increments.at(0).delta, 9);
+
+  // Its payload is exactly the counter: anything more or less is malformed.
+  std::string reset;
+  append_reset(reset, {1, 7});
+  std::string payload = reset.substr(record_header_bytes);
+  EXPECT_EQ(payload.size(), 1u + 4 + 8);
+  replay_state other;
+  EXPECT_TRUE(other.apply(payload));
+  EXPECT_FALSE(other.apply(payload + "x"));
+  EXPECT_FALSE(other.apply(payload.substr(0, payload.size() - 1)));
+}
+
 TEST(WalRecord, TornTailVersusCorruptionInTheMiddle) {
   const std::string magic(segment_magic);
   std::string one, two;
