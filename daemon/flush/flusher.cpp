@@ -4,9 +4,8 @@
 #include <array>
 #include <exception>
 
-#include "flush/batch_schedule.hpp"
-
 #include "db/errors.hpp"
+#include "flush/batch_schedule.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 
@@ -278,8 +277,8 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
     try {
       commit_attempt done;
       if (b.keyed.empty()) {
-        done.outcome = db::commit_batch(conn, settings_.table, id, b.rows,
-                                        rolled_up_rows(b.rows, dirty));
+        done.outcome =
+            db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows, dirty));
       } else {
         done = commit_keyed(conn, id, b, dirty);
       }
@@ -500,7 +499,9 @@ flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::ba
                                               std::vector<db::counter_row>& dirty) {
   const auto outcome = idempotency::commit_keyed_batch(
       conn, settings_.table, id, batch, settings_.idempotency_window,
-      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); });
+      [this, &dirty](std::span<const db::counter_row> rows) {
+        return rolled_up_rows(rows, dirty);
+      });
   if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
     keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
   if (outcome.duplicates + outcome.conflicts > 0) {
@@ -666,13 +667,12 @@ flush_result flusher::cycle() {
       constexpr std::size_t chunk = 10000;
       constexpr int chunks = 10;
       try {
-        keys_prune_behind_ =
-            idempotency::prune_keys(**lease, settings_.idempotency_window, chunk, chunks) ==
-            chunk * chunks;
+        keys_prune_behind_ = idempotency::prune_keys(**lease, settings_.idempotency_window, chunk,
+                                                     chunks) == chunk * chunks;
       } catch (const db::db_error& e) {
         // Instances prune the same rows: a lock conflict there is not a failed flush.
-        if (e.connection_lost() || (e.kind() != db::error_kind::deadlock &&
-                                    e.kind() != db::error_kind::lock_wait_timeout))
+        if (e.connection_lost() ||
+            (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
           throw;
         metrics_.db_error(e.kind());
       }

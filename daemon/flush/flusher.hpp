@@ -163,7 +163,7 @@ class flusher final : public store::batch_queue {
   using queue_position = std::list<flush_batch>::iterator;
   // One call of write_queued: its writers' shared state, under queue_mutex_.
   struct write_round {
-    bool stop = false;  // an error or the stop deadline: no writer starts another batch
+    bool stop = false;         // an error or the stop deadline: no writer starts another batch
     std::exception_ptr error;  // the first writer's error, rethrown once all have ended
     std::size_t written = 0;
     bool popped = false;  // a batch left the queue: the WAL may release segments
