@@ -362,23 +362,24 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
   return written;
 }
 
-void flusher::write_batches(db::connection& conn, write_round& round,
+bool flusher::write_batches(db::connection& conn, write_round& round,
                             std::vector<db::counter_row>& dirty) {
+  bool lost = false;
   for (;;) {
     queue_position it;
     {
       std::unique_lock lock(queue_mutex_);
       for (;;) {
-        if (round.stop) return;
+        if (round.stop) return lost;
         // Nothing left that is not in flight: this writer is done (another one's
         // refused batch may still be split; that writer writes its halves).
-        if (queued_.size() == in_flight_.size()) return;
+        if (queued_.size() == in_flight_.size()) return lost;
         if (past_deadline()) {
           // Shutting down: what is left stays queued (and in the WAL, when there is one).
           deadline_hit_ = true;
           round.stop = true;
           writers_wake_.notify_all();
-          return;
+          return lost;
         }
         it = next_batch();
         if (it != queued_.end()) break;
@@ -394,15 +395,20 @@ void flusher::write_batches(db::connection& conn, write_round& round,
       std::lock_guard lock(queue_mutex_);
       round.written += written;
       round.popped = true;
-    } catch (const db::db_error& e) {
+    } catch (...) {
       // Rolled back (outcome known) unless the connection went: then the batch stays
       // in doubt until a later attempt resolves it. Either way it stays queued, and the
       // round stops: the other writers finish the batch they hold and start no other.
-      std::lock_guard lock(queue_mutex_);
-      if (e.connection_lost()) {
-        if (std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
-          in_doubt_.push_back(&*it);
+      try {
+        throw;
+      } catch (const db::db_error& e) {
+        lost = e.connection_lost();
+      } catch (...) {
+        // Not a database error: rethrown by write_queued all the same.
       }
+      std::lock_guard lock(queue_mutex_);
+      if (lost && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
+        in_doubt_.push_back(&*it);
       unmark_in_flight(it);
       round.stop = true;
       if (!round.error) round.error = std::current_exception();
@@ -417,26 +423,10 @@ void flusher::write_batches_on_lease(write_round& round) {
   try {
     auto lease = pool_.acquire();
     progress();
-    try {
-      write_batches(*lease, round, dirty);
-    } catch (...) {
-      // write_batches keeps its errors; nothing else can throw here but be safe.
-    }
-    std::exception_ptr error;
-    {
-      std::lock_guard lock(queue_mutex_);
-      error = round.error;
-    }
     // A lease whose connection was lost is closed rather than lent out again.
-    if (error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const db::db_error& e) {
-        if (e.connection_lost()) lease.discard();
-      }
-    }
-  } catch (const db::db_error&) {
-    // No connection for this writer: the round stops like after any connection error.
+    if (write_batches(*lease, round, dirty)) lease.discard();
+  } catch (...) {
+    // No connection for this writer: the round stops as after any writer's error.
     std::lock_guard lock(queue_mutex_);
     round.stop = true;
     if (!round.error) round.error = std::current_exception();
@@ -487,6 +477,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
   writers.reserve(helpers);
   for (std::size_t i = 0; i < helpers; ++i)
     writers.emplace_back([this, &round] { write_batches_on_lease(round); });
+  // Its connection, when lost, is discarded by cycle() as the error comes out.
   write_batches(conn, round, dirty_rows_);
   for (auto& w : writers) w.join();
   if (round.popped) release_source();

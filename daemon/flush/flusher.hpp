@@ -175,8 +175,8 @@ class flusher final : public store::batch_queue {
   std::size_t write_queued(db::connection& conn);
   // One writer: takes the oldest batch that may start (see batch_schedule.hpp), commits
   // it on `conn`, again until none is left to start or the round stops. Never throws:
-  // an error stops the round and is kept in it.
-  void write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
+  // an error stops the round and is kept in it. Returns true when `conn` was lost.
+  bool write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
   // A writer of its own connection from the pool, beside the cycle's.
   void write_batches_on_lease(write_round& round);
   // Under queue_mutex_: the oldest batch that may start now, or queued_.end().
