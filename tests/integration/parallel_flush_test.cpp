@@ -209,6 +209,39 @@ TEST(ParallelFlushOrder, DisjointBatchesPassABlockedOneAndOverlappingOnesWait) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+// A batch the database refuses for one row is split where it stands while the other
+// writers go on: the row at fault is dropped, every other row written once.
+TEST(ParallelFlushOrder, ARefusedBatchIsSplitInPlaceBesideTheOtherWriters) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  create_seed_table(server, database);  // INT count: a total past 2147483647 is refused
+  migrate(server, database);
+  auto cfg = parallel_config(server, database, 4);
+  cfg.flush.interval = 1h;
+  cfg.flush.slots = 1;
+  cfg.flush.max_rows_per_statement = 8;
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  std::string body = "[";
+  for (int i = 1; i <= 80; ++i)
+    body += R"({"record_type": 1, "record_id": )" + std::to_string(i) + "},";
+  body += R"({"record_type": 1, "record_id": 20, "delta": 2147483646}])";
+  ASSERT_EQ(client.post_json("/v1/increments", body).status, 202u);
+  ASSERT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 80);
+  ASSERT_EQ(client.post_json("/v1/increments", body).status, 202u);
+  const auto flushed = client.request("POST", "/v1/flush");
+  ASSERT_EQ(flushed.status, 200u) << flushed.body;
+  EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 79);
+  EXPECT_EQ(
+      server.query_int(database, "SELECT SUM(count) FROM slotted_counters WHERE record_id <> 20"),
+      2 * 79);
+  EXPECT_EQ(server.query_int(database, "SELECT count FROM slotted_counters WHERE record_id = 20"),
+            2147483647);
+  EXPECT_EQ(metric_value(client.get("/metrics").body, "slotted_counterd_flush_rows_refused_total"),
+            1);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
 // A connection cut after COMMIT reached the server (its outcome unknown to the daemon)
 // while four writers run: the cycle fails, the other writers start nothing more, and the
 // next cycle finds the batch in the ledger and applies nothing twice.
