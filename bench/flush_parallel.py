@@ -8,7 +8,11 @@ same keys again (updates of existing rows). Connection counts are alternated (1 
 4 2 1, ...) so that load from the rest of the machine falls on all of them alike.
 
 usage: bench/flush_parallel.py --daemon build/release/slotted-counterd [--keys 200000]
-       [--rounds 4] [--conns 1,2,4] [--wait-quiet S]
+       [--rounds 4] [--conns 1,2,4] [--wait-quiet S] [--baseline OTHER_BINARY]
+
+--baseline adds a daemon of another build (e.g. the commit before flush.connections
+existed, started without that key) as connection count 0, measured in turn with the
+others: one connection must flush as fast as before.
 
 --wait-quiet S waits up to S seconds, as bench/run does, for the CPUs together to be
 under 15% busy for two consecutive 5 s windows, and says whether they were.
@@ -20,17 +24,20 @@ from throwaway_mariadb import throwaway_mariadb
 
 
 def start(a, sock, tmp, conns):
+    """conns 0: the --baseline binary, one connection, without the key."""
     port = free_port()
     cfg = f"{tmp}/c{conns}.yaml"
+    binary = a.baseline if conns == 0 else a.daemon
+    key = "" if conns == 0 else f", connections: {conns}"
     with open(cfg, "w") as f:
         f.write(f"instance_id: bench-{conns}\n"
                 f"listen: {{address: 127.0.0.1, port: {port}}}\n"
-                f"mysql: {{socket: {sock}, user: root, database: app{conns}, pool_size: {conns + 1}}}\n"
+                f"mysql: {{socket: {sock}, user: root, database: app{conns}, pool_size: {max(conns, 1) + 1}}}\n"
                 "accept_undeclared_types: true\n"
-                f"flush: {{interval: 1h, max_pending_keys: 10000000, connections: {conns}}}\n"
+                f"flush: {{interval: 1h, max_pending_keys: 10000000{key}}}\n"
                 "http: {max_body_bytes: 67108864}\n")
-    subprocess.run([a.daemon, "--config", cfg, "--migrate"], check=True, capture_output=True)
-    d = subprocess.Popen([a.daemon, "--config", cfg], stderr=subprocess.DEVNULL)
+    subprocess.run([binary, "--config", cfg, "--migrate"], check=True, capture_output=True)
+    d = subprocess.Popen([binary, "--config", cfg], stderr=subprocess.DEVNULL)
     for _ in range(300):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
@@ -80,10 +87,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--conns", default="1,2,4")
     ap.add_argument("--wait-quiet", type=int, default=0)
+    ap.add_argument("--baseline")
     a = ap.parse_args()
     if a.wait_quiet > 0:
         wait_quiet(a.wait_quiet)
     conns = [int(c) for c in a.conns.split(",")]
+    if a.baseline:
+        conns = [0] + conns
     print(f"load average at start: {os.getloadavg()}")
     with throwaway_mariadb("512M") as db:
         db.sql("".join(f"CREATE DATABASE app{c};" for c in conns))
@@ -106,7 +116,7 @@ def main():
                               f"(load {os.getloadavg()[0]:.2f})", flush=True)
                     first[c] += a.keys
             print(f"load average at end: {os.getloadavg()}")
-            print("| connections | kind | rows/s per round | mean | vs 1 connection |")
+            print("| connections (0: --baseline) | kind | rows/s per round | mean | vs the first |")
             print("|---|---|---|---|---|")
             for kind in ("insert", "update"):
                 base = sum(results[(conns[0], kind)]) / a.rounds
