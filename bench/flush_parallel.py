@@ -17,9 +17,9 @@ others: one connection must flush as fast as before.
 --wait-quiet S waits up to S seconds, as bench/run does, for the CPUs together to be
 under 15% busy for two consecutive 5 s windows, and says whether they were.
 """
-import argparse, json, os, shutil, signal, subprocess, tempfile, time, urllib.request
+import argparse, os, shutil, tempfile, time
 
-from dirty_marks import free_port, post
+from dirty_marks import fill, free_port, post, start_daemon, stop_daemons
 from throwaway_mariadb import throwaway_mariadb
 
 
@@ -36,23 +36,7 @@ def start(a, sock, tmp, conns):
                 "accept_undeclared_types: true\n"
                 f"flush: {{interval: 1h, max_pending_keys: 10000000{key}}}\n"
                 "http: {max_body_bytes: 67108864}\n")
-    subprocess.run([binary, "--config", cfg, "--migrate"], check=True, capture_output=True)
-    d = subprocess.Popen([binary, "--config", cfg], stderr=subprocess.DEVNULL)
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            break
-        except Exception:
-            time.sleep(0.05)
-    post(port, "/v1/flush")
-    return d, port
-
-
-def fill(port, first, keys):
-    for start in range(first, first + keys, 20000):
-        body = "".join(f'{{"record_type":7,"record_id":{i}}}\n'
-                       for i in range(start, min(start + 20000, first + keys)))
-        post(port, "/v1/increments", body.encode(), "application/x-ndjson")
+    return start_daemon(binary, cfg, port), port
 
 
 def timed_flush(port, keys):
@@ -109,7 +93,7 @@ def main():
                 for c in order:
                     port = daemons[c][1]
                     for kind in ("insert", "update"):
-                        fill(port, first[c], a.keys)
+                        fill(port, 7, first[c], a.keys)
                         rate = timed_flush(port, a.keys)
                         results[(c, kind)].append(rate)
                         print(f"round {r + 1} connections {c} {kind}: {rate:,.0f} rows/s "
@@ -126,12 +110,7 @@ def main():
                     print(f"| {c} | {kind} | {', '.join(f'{x:,.0f}' for x in runs)} | {mean:,.0f} | "
                           f"{mean / base:.2f}x |")
         finally:
-            for d, _ in daemons.values():
-                d.send_signal(signal.SIGTERM)
-                try:
-                    d.wait(60)
-                except subprocess.TimeoutExpired:
-                    d.kill()
+            stop_daemons([d for d, _ in daemons.values()])
             shutil.rmtree(tmp, ignore_errors=True)
 
 
