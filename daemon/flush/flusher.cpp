@@ -252,9 +252,9 @@ void flusher::unmark_in_flight(queue_position it) {
 
 flusher::queue_position flusher::next_batch() {
   // Only a prefix is looked at: a batch further back waits for a later look, which
-  // keeps a pick cheap when an outage left thousands queued. It holds every batch in
-  // flight and the oldest waiting one, so something can always start when nothing is
-  // in flight.
+  // keeps a pick cheap when an outage left thousands queued. Every batch before the
+  // oldest waiting one is in flight (at most max_flush_connections), so the prefix
+  // holds that one, which can start once nothing before it is in flight.
   constexpr std::size_t lookahead = 64;
   std::array<batch_span, lookahead> spans;
   std::array<queue_position, lookahead> where;
