@@ -208,6 +208,62 @@ TEST(ParallelFlushOrder, DisjointBatchesPassABlockedOneAndOverlappingOnesWait) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+// The stop deadline holds for every writer: past it none starts another batch, even one
+// that only waited for a batch in flight. The first batch waits on a row the test holds
+// past the deadline; the keyed batch behind it is never started, and what it holds is
+// reported unwritten (exit 1, no WAL).
+TEST(ParallelFlushOrder, NoWriterStartsABatchPastTheStopDeadline) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto cfg = parallel_config(server, database, 2);
+  cfg.flush.interval = 1h;
+  cfg.flush.slots = 1;
+  cfg.flush.max_rows_per_statement = 10;
+  cfg.shutdown_timeout = 2s;
+  auto daemon = std::make_unique<in_process_daemon>(cfg);
+  http_client client(daemon->port());
+
+  auto holder = server.connect(database);
+  holder.execute(
+      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (1, 5, 0, 0)");
+  holder.execute("START TRANSACTION");
+  holder.execute(
+      "SELECT count FROM slotted_counters WHERE record_type = 1 AND record_id = 5 AND slot = 0 "
+      "FOR UPDATE");
+  std::string body = "[";
+  for (int id = 1; id <= 100; ++id)
+    body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
+            std::to_string(id) + "}";
+  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
+  ASSERT_EQ(client
+                .request("POST", "/v1/increments",
+                         R"([{"record_type": 1, "record_id": 5, "delta": 10},)"
+                         R"({"record_type": 1, "record_id": 60, "delta": 10}])",
+                         "application/json", {{"Idempotency-Key", "late-1"}})
+                .status,
+            202u);
+
+  const auto stop_started = std::chrono::steady_clock::now();
+  auto stopped = std::async(std::launch::async, [&] { return daemon->stop(); });
+  const auto sum = [&](const std::string& where) {
+    return server.query_int(database,
+                            "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
+                            "WHERE " +
+                                where);
+  };
+  ASSERT_TRUE(eventually([&] { return sum("record_id > 10") == 90; }, 30s));
+  // Past the deadline (shutdown_timeout from the stop), the blocked batch goes through.
+  std::this_thread::sleep_until(stop_started + cfg.shutdown_timeout + 500ms);
+  EXPECT_EQ(stopped.wait_for(0s), std::future_status::timeout)
+      << "the stop returned with a batch in flight";
+  holder.execute("ROLLBACK");
+  EXPECT_EQ(stopped.get(), 1) << "the keyed batch's counters must be reported unwritten";
+  EXPECT_EQ(sum("record_id <= 10"), 10);  // the batch in flight finished
+  EXPECT_EQ(sum("record_id > 10"), 90);   // the keyed batch (+10 on 60) never started
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"),
+            0);
+}
+
 // A connection cut after COMMIT reached the server (its outcome unknown to the daemon)
 // while four writers run: the cycle fails, the other writers start nothing more, and the
 // next cycle finds the batch in the ledger and applies nothing twice.
