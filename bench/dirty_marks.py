@@ -25,6 +25,38 @@ def post(port, path, body=b"", ctype="application/json"):
         return json.loads(r.read())
 
 
+def start_daemon(binary, cfg, port):
+    """Migrates, starts the daemon on config file `cfg` (listening on `port`), waits for
+    /healthz and lets its first flush cycle pass; returns the process."""
+    subprocess.run([binary, "--config", cfg, "--migrate"], check=True, capture_output=True)
+    d = subprocess.Popen([binary, "--config", cfg], stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            break
+        except Exception:
+            time.sleep(0.05)
+    post(port, "/v1/flush")
+    return d
+
+
+def fill(port, rtype, first, keys):
+    """Increments keys first .. first + keys - 1 of `rtype` once each (NDJSON, 20,000 a request)."""
+    for start in range(first, first + keys, 20000):
+        body = "".join(f'{{"record_type":{rtype},"record_id":{i}}}\n'
+                       for i in range(start, min(start + 20000, first + keys)))
+        post(port, "/v1/increments", body.encode(), "application/x-ndjson")
+
+
+def stop_daemons(procs):
+    for p in reversed(procs):
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
@@ -49,24 +81,12 @@ def run(a, sock):
                     "  - {name: downloads, record_type: 123, rollup: {table: repositories, id_column: id, count_column: download_count}}\n"
                     "flush: {interval: 1h, max_pending_keys: 10000000}\nrollup: {interval: 24h}\n"
                     "http: {max_body_bytes: 67108864}\n")
-        subprocess.run([a.daemon, "--config", cfg, "--migrate"], check=True, capture_output=True)
-        d = subprocess.Popen([a.daemon, "--config", cfg], stderr=subprocess.DEVNULL)
-        procs.append(d)
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.05)
-        post(port, "/v1/flush")
+        procs.append(start_daemon(a.daemon, cfg, port))
         results = {7: [], 123: []}
         base = 1
         for _ in range(a.rounds):
             for rtype in (7, 123):
-                for start in range(base, base + a.keys, 20000):
-                    body = "".join(f'{{"record_type":{rtype},"record_id":{i}}}\n'
-                                   for i in range(start, min(start + 20000, base + a.keys)))
-                    post(port, "/v1/increments", body.encode(), "application/x-ndjson")
+                fill(port, rtype, base, a.keys)
                 t0 = time.monotonic()
                 rows = post(port, "/v1/flush")["flushed_rows"]
                 results[rtype].append(time.monotonic() - t0)
@@ -78,12 +98,7 @@ def run(a, sock):
         print(f"B with dirty marks: {marked:.3f} s  ({a.keys / marked:,.0f} rows/s)  all: {['%.3f' % x for x in results[123]]}")
         print(f"cost of dirty marks on the flush path: B/A = {marked / plain:.2f}x")
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(60)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_daemons(procs)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

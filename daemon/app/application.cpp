@@ -65,6 +65,7 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
   s.max_rows_per_statement = c.flush.max_rows_per_statement;
   s.slots = c.flush.slots;
   s.max_retry_backoff = c.flush.max_retry_backoff;
+  s.connections = c.flush.connections;
   s.rollups = rollup_targets_for(c);
   s.limits = &limits;
   s.idempotency_window =

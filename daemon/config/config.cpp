@@ -672,7 +672,24 @@ void parse_flush(checker& c, const YAML::Node& v, const std::string& p, flush_co
            }},
           {"max_retry_backoff",
            [&](auto& a, auto& ap) { c.time_span(a, ap, 10ms, 1h, f.max_retry_backoff); }},
+          {"connections",
+           [&](auto& a, auto& ap) {
+             c.integer<unsigned>(a, ap, 1, max_flush_connections, f.connections);
+             c.remember_line(ap, a);
+           }},
       });
+}
+
+// The flusher holds flush.connections connections while it writes; reads (GET
+// /v1/counters) and the rollup need one more, or they wait for the whole flush.
+void check_flush_connections(const daemon_config& cfg, checker& c) {
+  if (cfg.flush.connections > 1 && cfg.mysql.pool_size < cfg.flush.connections + 1) {
+    c.fail_plain("flush.connections",
+                 std::to_string(cfg.flush.connections) + " connections need mysql.pool_size >= " +
+                     std::to_string(cfg.flush.connections + 1) +
+                     " (one more for reads and the rollup), but mysql.pool_size is " +
+                     std::to_string(cfg.mysql.pool_size));
+  }
 }
 
 void parse_rollup(checker& c, const YAML::Node& v, const std::string& p, rollup_config& r) {
@@ -779,6 +796,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
   resolve_secrets(cfg, c);
   check_tls(cfg, c);
+  check_flush_connections(cfg, c);
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }
@@ -841,6 +859,8 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   restart(a.flush.slots != b.flush.slots, "flush.slots");
   restart(a.flush.max_pending_keys != b.flush.max_pending_keys, "flush.max_pending_keys");
   restart(a.flush.max_retry_backoff != b.flush.max_retry_backoff, "flush.max_retry_backoff");
+  // Sizes the flusher's writers against the pool, which is sized at start.
+  restart(a.flush.connections != b.flush.connections, "flush.connections");
   restart(a.rollup.interval != b.rollup.interval, "rollup.interval");
   restart(a.rollup.batch_size != b.rollup.batch_size, "rollup.batch_size");
   restart(a.wal.dir != b.wal.dir, "wal.dir");

@@ -77,12 +77,19 @@ struct mysql_config {
   tls_config tls;
 };
 
+// Beyond a few connections a flush gains nothing (bench/RESULTS.md, flushing over
+// several connections) and only takes connections from the server.
+inline constexpr unsigned max_flush_connections = 16;
+
 struct flush_config {
   duration interval = std::chrono::seconds(1);
   std::size_t max_rows_per_statement = 1000;
   unsigned slots = 100;
   std::size_t max_pending_keys = 5000000;
   duration max_retry_backoff = std::chrono::seconds(30);
+  // Connections the queued batches are written over at once (README: Configuration),
+  // 1 to max_flush_connections.
+  unsigned connections = 1;
 };
 
 struct rollup_config {

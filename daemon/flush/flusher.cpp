@@ -1,8 +1,11 @@
 #include "flush/flusher.hpp"
 
 #include <algorithm>
+#include <array>
+#include <exception>
 
 #include "db/errors.hpp"
+#include "flush/batch_schedule.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 
@@ -157,7 +160,7 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
   if (!flushed.ok) return refuse("the flush before the reset failed: " + flushed.error);
   {
     std::lock_guard lock(queue_mutex_);
-    if (!queued_.empty() || in_doubt_)
+    if (!queued_.empty() || !in_doubt_.empty())
       return refuse("batches formed before the reset are not yet written; retry");
   }
   // An id from the batches' sequence: the ledger answers "did it commit" after a lost
@@ -238,6 +241,14 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
   log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.rows,
              " slot rows deleted, ", dropped, " pending dropped");
   return r;
+}
+
+void flusher::set_committing(bool committing) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    if ((generation_ % 2 == 1) != committing) ++generation_;
+  }
+  generation_changed_.notify_all();
 }
 
 std::chrono::milliseconds flusher::next_backoff() {
@@ -333,34 +344,63 @@ void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
   next_rollups_ = std::move(rollups);
 }
 
-std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows) {
-  dirty_rows_.clear();
+std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows,
+                                                         std::vector<db::counter_row>& out) {
+  out.clear();
   if (settings_.rollups.empty()) return {};
   for (const auto& r : rows) {
     const bool rolled_up =
         std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
                     [&](const db::rollup_target& t) { return t.record_type == r.record_type; });
-    if (rolled_up) dirty_rows_.push_back(r);
+    if (rolled_up) out.push_back(r);
   }
-  return dirty_rows_;
+  return out;
 }
 
-void flusher::set_committing(bool committing) {
-  {
-    std::lock_guard lock(queue_mutex_);
-    if ((generation_ % 2 == 1) != committing) ++generation_;
-  }
-  generation_changed_.notify_all();
+void flusher::mark_in_flight(queue_position it) {
+  if (in_flight_.empty()) ++generation_;  // odd: a read now may or may not see it
+  in_flight_.push_back(&*it);
+  metrics_.flush_batches_in_flight.Set(static_cast<double>(in_flight_.size()));
 }
 
-flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const flush_batch& b) {
+void flusher::unmark_in_flight(queue_position it) {
+  std::erase(in_flight_, &*it);
+  if (in_flight_.empty()) ++generation_;
+  metrics_.flush_batches_in_flight.Set(static_cast<double>(in_flight_.size()));
+}
+
+flusher::queue_position flusher::next_batch() {
+  // Only a prefix is looked at: a batch further back waits for a later look, which
+  // keeps a pick cheap when an outage left thousands queued. Every batch before the
+  // oldest waiting one is in flight (at most max_flush_connections), so the prefix
+  // holds that one, which can start once nothing before it is in flight.
+  constexpr std::size_t lookahead = 64;
+  std::array<batch_span, lookahead> spans;
+  std::array<queue_position, lookahead> where;
+  std::size_t n = 0;
+  for (auto it = queued_.begin(); it != queued_.end() && n < lookahead; ++it, ++n) {
+    const bool flying = std::find(in_flight_.begin(), in_flight_.end(), &*it) != in_flight_.end();
+    spans[n] = span_of(*it, flying);
+    where[n] = it;
+  }
+  const auto pick = next_startable(std::span<const batch_span>(spans.data(), n));
+  return pick ? where[*pick] : queued_.end();
+}
+
+flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const flush_batch& b,
+                                                     std::vector<db::counter_row>& dirty) {
   const db::batch_identity id{settings_.instance_id, b.run_id, b.seq};
+  // Each writer thread pauses by a generator of its own.
+  thread_local std::minstd_rand jitter_rng{std::random_device{}()};
   for (int attempt = 0;; ++attempt) {
     try {
       commit_attempt done;
-      done.outcome = b.keyed.empty() ? db::commit_batch(conn, settings_.table, id, b.rows,
-                                                        rolled_up_rows(b.rows))
-                                     : commit_keyed(conn, id, b);
+      if (b.keyed.empty()) {
+        done.outcome =
+            db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows, dirty));
+      } else {
+        done = commit_keyed(conn, id, b, dirty);
+      }
       progress();
       return done;
     } catch (const db::db_error& e) {
@@ -371,10 +411,6 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
         throw autoincrement_exhausted(conn, e);
       if (e.data_error()) return {db::commit_outcome{}, e.what()};
       const auto kind = e.kind();
-      if (kind == db::error_kind::connection) {
-        std::lock_guard lock(queue_mutex_);
-        in_doubt_ = true;
-      }
       // Past the stop deadline a retry would hold the stop for another lock wait
       // (up to innodb_lock_wait_timeout): the batch stays queued instead.
       if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
@@ -383,25 +419,29 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
       }
       metrics_.db_error(kind);
       std::uniform_int_distribution<int> pause_ms(5, 20 << attempt);
-      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng_)));
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(jitter_rng)));
     }
   }
 }
 
-std::size_t flusher::pop_committed(const commit_attempt& a) {
-  const flush_batch& batch = queued_.front();  // only this thread pops
+std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
+  const flush_batch& batch = *it;  // in flight: only this writer removes it
   if (a.refused && splittable(batch)) {
     // Rolled back, so nothing of it was applied: split it to find the rows at fault
     // and let the others through. A keyed batch is split by its requests (a request is
     // applied whole or not at all); its halves' rows may then add up to more than the
     // whole's (a counter in both halves), so the count of queued rows follows them.
+    // The halves take its place in the queue (the left one first), so they keep its
+    // order against the batches before and after it.
     auto [left, right] = split_batch(batch);
     if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right);
     std::lock_guard lock(queue_mutex_);
     queued_rows_ = queued_rows_ - batch.rows.size() + left.rows.size() + right.rows.size();
-    queued_.pop_front();
-    queued_.push_front(std::move(right));
-    queued_.push_front(std::move(left));
+    queued_.insert(it, std::move(left));
+    queued_.insert(it, std::move(right));
+    std::erase(in_doubt_, &*it);
+    unmark_in_flight(it);
+    queued_.erase(it);
     store_.set_unwritten_rows(queued_rows_);
     return 0;
   }
@@ -422,7 +462,7 @@ std::size_t flusher::pop_committed(const commit_attempt& a) {
                r.record_id, "): ", *a.refused, "; it is dropped");
   } else if (a.outcome == db::commit_outcome::applied) {
     // A keyed batch writes only the rows of the requests whose keys were new.
-    written = batch.keyed.empty() ? batch.rows.size() : last_keyed_rows_;
+    written = batch.keyed.empty() ? batch.rows.size() : a.keyed_rows;
     metrics_.flush_rows.Increment(static_cast<double>(written));
     metrics_.flush_statements.Increment();
   } else {
@@ -432,68 +472,156 @@ std::size_t flusher::pop_committed(const commit_attempt& a) {
   }
   std::lock_guard lock(queue_mutex_);
   queued_rows_ -= batch.rows.size();
-  queued_.pop_front();
-  in_doubt_ = false;
+  std::erase(in_doubt_, &*it);
+  // Gone from the queue before the generation turns even: a read that waited for the
+  // flight to end finds it in the table and no longer pending.
+  unmark_in_flight(it);
+  queued_.erase(it);
   store_.set_unwritten_rows(queued_rows_);
   return written;
 }
 
-std::size_t flusher::write_queued(db::connection& conn) {
-  std::size_t written = 0, popped = 0;
-  try {
-    while (true) {
-      const flush_batch* batch = nullptr;
-      {
-        std::lock_guard lock(queue_mutex_);
-        if (queued_.empty()) break;
-        batch = &queued_.front();  // only this thread pops, so it stays valid
+bool flusher::write_batches(db::connection& conn, write_round& round,
+                            std::vector<db::counter_row>& dirty) {
+  bool lost = false;
+  for (;;) {
+    queue_position it;
+    {
+      std::unique_lock lock(queue_mutex_);
+      for (;;) {
+        if (round.stop) return lost;
+        // Nothing left that is not in flight: this writer is done (another one's
+        // refused batch may still be split; that writer writes its halves).
+        if (queued_.size() == in_flight_.size()) return lost;
+        if (past_deadline()) {
+          // Shutting down: what is left stays queued (and in the WAL, when there is one).
+          deadline_hit_ = true;
+          round.stop = true;
+          writers_wake_.notify_all();
+          return lost;
+        }
+        it = next_batch();
+        if (it != queued_.end()) break;
+        // Every waiting batch conflicts with one before it: wait for a flight to end.
+        writers_wake_.wait(lock);
       }
-      if (past_deadline()) {
-        // Shutting down: what is left stays queued (and in the WAL, when there is one).
-        deadline_hit_ = true;
-        break;
-      }
-      if (batch->recovered) {
-        // Committed parts leave the queue: the WAL must hear of it (release below) as
-        // of any committed batch, or a later replay could send them again.
-        expand_recovered(conn);
-        progress();
-        ++popped;
-        continue;
-      }
-      // Around each batch the generation is odd: a concurrent read_total() may or may
-      // not see it in the database.
-      set_committing(true);
-      const auto attempt = commit_with_retries(conn, *batch);
-      const bool splits = attempt.refused && splittable(*batch);
-      written += pop_committed(attempt);
-      if (!splits) ++popped;
-      set_committing(false);
+      mark_in_flight(it);
     }
-  } catch (const db::db_error& e) {
-    // Rolled back (outcome known) unless the connection went: then the batch stays in
-    // doubt (and the generation odd) until a later attempt resolves it.
-    if (!e.connection_lost()) set_committing(false);
-    if (popped > 0) release_source();
-    throw;
+    generation_changed_.notify_all();
+    try {
+      const auto attempt = commit_with_retries(conn, *it, dirty);
+      const std::size_t written = pop_committed(it, attempt);
+      std::lock_guard lock(queue_mutex_);
+      round.written += written;
+      round.popped = true;
+    } catch (...) {
+      // Rolled back (outcome known) unless the connection went: then the batch stays
+      // in doubt until a later attempt resolves it. Either way it stays queued, and the
+      // round stops: the other writers finish the batch they hold and start no other.
+      try {
+        throw;
+      } catch (const db::db_error& e) {
+        lost = e.connection_lost();
+      } catch (...) {
+        // Not a database error: rethrown by write_queued all the same.
+      }
+      std::lock_guard lock(queue_mutex_);
+      if (lost && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
+        in_doubt_.push_back(&*it);
+      unmark_in_flight(it);
+      round.stop = true;
+      if (!round.error) round.error = std::current_exception();
+    }
+    writers_wake_.notify_all();
+    generation_changed_.notify_all();
   }
-  if (popped > 0) release_source();
-  return written;
 }
 
-db::commit_outcome flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
-                                         const flush_batch& batch) {
+void flusher::write_batches_on_lease(write_round& round) {
+  std::vector<db::counter_row> dirty;
+  try {
+    auto lease = pool_.acquire();
+    progress();
+    // A lease whose connection was lost is closed rather than lent out again.
+    if (write_batches(*lease, round, dirty)) lease.discard();
+  } catch (...) {
+    // No connection for this writer: the round stops as after any writer's error.
+    std::lock_guard lock(queue_mutex_);
+    round.stop = true;
+    if (!round.error) round.error = std::current_exception();
+    writers_wake_.notify_all();
+  }
+}
+
+std::size_t flusher::write_queued(db::connection& conn) {
+  write_round round;
+  // Batches replayed from the WAL first, one run at a time, before any batch is in
+  // flight: their committed parts leave the queue (the WAL must hear of it, below, as
+  // of any committed batch, or a later replay could send them again).
+  for (;;) {
+    std::optional<std::uint64_t> run;
+    {
+      std::lock_guard lock(queue_mutex_);
+      for (const auto& b : queued_) {
+        if (b.recovered) {
+          run = b.run_id;
+          break;
+        }
+      }
+    }
+    if (!run) break;
+    if (past_deadline()) {
+      std::lock_guard lock(queue_mutex_);
+      deadline_hit_ = true;
+      return 0;
+    }
+    try {
+      expand_recovered(conn, *run);
+    } catch (const db::db_error&) {
+      if (round.popped) release_source();
+      throw;
+    }
+    progress();
+    round.popped = true;
+  }
+  // Writers beside this thread's: one per extra connection, as far as batches wait
+  // for them. They start with the round and end with it.
+  std::size_t helpers = 0;
+  {
+    std::lock_guard lock(queue_mutex_);
+    const std::size_t waiting = queued_.size();
+    helpers = std::min<std::size_t>(settings_.connections - 1, waiting > 0 ? waiting - 1 : 0);
+  }
+  std::vector<std::thread> writers;
+  writers.reserve(helpers);
+  for (std::size_t i = 0; i < helpers; ++i)
+    writers.emplace_back([this, &round] { write_batches_on_lease(round); });
+  // Its connection, when lost, is discarded by cycle() as the error comes out.
+  write_batches(conn, round, dirty_rows_);
+  for (auto& w : writers) w.join();
+  if (round.popped) release_source();
+  if (round.error) std::rethrow_exception(round.error);
+  return round.written;
+}
+
+flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
+                                              const flush_batch& batch,
+                                              std::vector<db::counter_row>& dirty) {
   const auto outcome = idempotency::commit_keyed_batch(
       conn, settings_.table, id, batch, settings_.idempotency_window,
-      [this](std::span<const db::counter_row> rows) { return rolled_up_rows(rows); });
-  last_keyed_rows_ = outcome.rows;
+      [this, &dirty](std::span<const db::counter_row> rows) {
+        return rolled_up_rows(rows, dirty);
+      });
   if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
     keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
   if (outcome.duplicates + outcome.conflicts > 0) {
     log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
                outcome.conflicts, " committed with another body; not applied");
   }
-  return outcome.outcome;
+  commit_attempt done;
+  done.outcome = outcome.outcome;
+  done.keyed_rows = outcome.rows;
+  return done;
 }
 
 void flusher::progress() {
@@ -649,13 +777,12 @@ flush_result flusher::cycle() {
       constexpr std::size_t chunk = 10000;
       constexpr int chunks = 10;
       try {
-        keys_prune_behind_ =
-            idempotency::prune_keys(**lease, settings_.idempotency_window, chunk, chunks) ==
-            chunk * chunks;
+        keys_prune_behind_ = idempotency::prune_keys(**lease, settings_.idempotency_window, chunk,
+                                                     chunks) == chunk * chunks;
       } catch (const db::db_error& e) {
         // Instances prune the same rows: a lock conflict there is not a failed flush.
-        if (e.connection_lost() || (e.kind() != db::error_kind::deadlock &&
-                                    e.kind() != db::error_kind::lock_wait_timeout))
+        if (e.connection_lost() ||
+            (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
           throw;
         metrics_.db_error(e.kind());
       }
@@ -765,7 +892,7 @@ counter_reading flusher::read_total(const store::counter_key& key) {
     // Retry until no commit started or ended during the database read and no batch is
     // in doubt; rather than answer a figure that may count a batch twice or not at
     // all, give up (503) after a few tries.
-    const auto stable = [&] { return generation_ % 2 == 0 && !in_doubt_; };
+    const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
     bool exact = false;
     for (int attempt = 0; attempt < 20 && !exact; ++attempt) {
       std::uint64_t before = 0;
@@ -819,17 +946,12 @@ std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
   return out;
 }
 
-void flusher::expand_recovered(db::connection& conn) {
-  std::uint64_t run = 0;
-  {
-    std::lock_guard lock(queue_mutex_);
-    run = queued_.front().run_id;
-  }
+void flusher::expand_recovered(db::connection& conn, std::uint64_t run) {
   // One look at the ledger for every queued batch of that run.
   const auto committed = db::committed_split_parts(conn, settings_.instance_id, run);
   std::lock_guard lock(queue_mutex_);
-  std::deque<flush_batch> expanded;
-  for (auto& b : queued_) {
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    flush_batch& b = *it;
     // A keyed batch stays whole: its keys tell which of its requests committed.
     const bool ours = b.recovered && b.run_id == run && b.keyed.empty();
     if (!b.keyed.empty() && b.run_id == run) b.recovered = false;
@@ -837,20 +959,22 @@ void flusher::expand_recovered(db::connection& conn) {
     auto parts =
         ours && !committed.empty() ? uncommitted_parts(b, committed) : std::vector<flush_batch>{};
     if (!ours || committed.empty() || (parts.size() == 1 && parts.front().seq == b.seq)) {
-      expanded.push_back(std::move(b));
+      ++it;
       continue;
     }
-    // The committed parts are in the table already and leave the queue.
+    // The committed parts are in the table already and leave the queue; the others
+    // take its place.
     log::info("batch ", b.seq, " of run ", b.run_id,
               " was split before the restart and parts of it committed; ", parts.size(),
               " parts left to write");
     queued_rows_ -= b.rows.size();
     for (auto& part : parts) {
       queued_rows_ += part.rows.size();
-      expanded.push_back(std::move(part));
+      queued_.insert(it, std::move(part));
     }
+    std::erase(in_doubt_, &b);
+    it = queued_.erase(it);
   }
-  queued_.swap(expanded);
   store_.set_unwritten_rows(queued_rows_);
 }
 

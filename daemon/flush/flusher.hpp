@@ -12,8 +12,13 @@
 // exponential backoff and jitter before anything new is taken from the store, so
 // hot keys keep aggregating in memory during an outage.
 //
-// Thread-safety: one background thread does all writes. request_flush(), read_total(),
-// ready() and the accessors may be called from any thread.
+// With `connections` above 1 the queued batches of a cycle are written over that many
+// connections at once, a batch starting only when it conflicts with no batch before it
+// in the queue (see batch_schedule.hpp); the cycle ends once none is in flight.
+//
+// Thread-safety: one background thread runs the cycles; within one it may hand batches
+// to writer threads of its own (one per extra connection). request_flush(),
+// read_total(), ready() and the accessors may be called from any thread.
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -48,6 +54,9 @@ struct settings {
   std::size_t max_rows_per_statement = 1000;
   unsigned slots = 100;
   std::chrono::milliseconds max_retry_backoff{30000};
+  // Connections the queued batches are written over at once (flush.connections); the
+  // pool must lend that many to the flusher besides what reads need.
+  unsigned connections = 1;
   // Counters rolled up into an owning table: their rows get dirty marks in the flush
   // transaction, and the targets are verified with the schema.
   std::vector<db::rollup_target> rollups;
@@ -176,24 +185,51 @@ class flusher final : public store::batch_queue {
   flush_result cycle();
   // The reset job of request_reset, after the cycle that ended with `flushed`.
   reset_result reset_now(const store::counter_key& key, const flush_result& flushed);
-  // Commits queued batches oldest first, until the queue is empty or the stop deadline
-  // has passed; returns rows committed; throws db_error.
+  // Makes the generation odd (true) or even again (false) around a reset's commit, so a
+  // concurrent read_total() retries. Only while no batch is in flight (the reset runs
+  // after its cycle, whose writers have all ended), or the parity would be the writers'.
+  void set_committing(bool committing);
+  using queue_position = std::list<flush_batch>::iterator;
+  // One call of write_queued: its writers' shared state, under queue_mutex_.
+  struct write_round {
+    bool stop = false;         // an error or the stop deadline: no writer starts another batch
+    std::exception_ptr error;  // the first writer's error, rethrown once all have ended
+    std::size_t written = 0;
+    bool popped = false;  // a batch left the queue: the WAL may release segments
+  };
+  // Commits queued batches, oldest first, over up to settings_.connections connections
+  // (`conn` and, when more than one batch waits, leases of its own), until the queue is
+  // empty, a writer fails or the stop deadline has passed. Returns once no batch is in
+  // flight: rows committed; throws the first writer's db_error.
   std::size_t write_queued(db::connection& conn);
+  // One writer: takes the oldest batch that may start (see batch_schedule.hpp), commits
+  // it on `conn`, again until none is left to start or the round stops. Never throws:
+  // an error stops the round and is kept in it. Returns true when `conn` was lost.
+  bool write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
+  // A writer of its own connection from the pool, beside the cycle's.
+  void write_batches_on_lease(write_round& round);
+  // Under queue_mutex_: the oldest batch that may start now, or queued_.end().
+  queue_position next_batch();
+  // Under queue_mutex_: a batch is or is no longer in flight; the generation is odd
+  // while any is (see read_total).
+  void mark_in_flight(queue_position it);
+  void unmark_in_flight(queue_position it);
   // How one batch's commit ended: its outcome, or the database refused its data.
   struct commit_attempt {
     db::commit_outcome outcome{};
     std::optional<std::string> refused;
+    std::size_t keyed_rows = 0;  // rows a keyed batch upserted
   };
   // Commits `b` in one transaction with its ledger row, retrying deadlocks and lock
   // wait timeouts a few times (not past the stop deadline). Throws db_error for
-  // anything else; a lost connection leaves the batch in doubt.
-  commit_attempt commit_with_retries(db::connection& conn, const flush_batch& b);
-  // Takes the front batch off the queue after `a`: counted as written or already
-  // applied, dropped (one refused row), or replaced by its two halves (refused, to
-  // find the bad rows). Returns rows written.
-  std::size_t pop_committed(const commit_attempt& a);
-  // Odd generation while a batch commits (see read_total).
-  void set_committing(bool committing);
+  // anything else (a lost connection leaves the batch in doubt: see write_batches).
+  // `dirty` is the writer's buffer for the batch's rolled-up rows.
+  commit_attempt commit_with_retries(db::connection& conn, const flush_batch& b,
+                                     std::vector<db::counter_row>& dirty);
+  // Takes batch `it`, in flight until now, off the queue after `a`: counted as written
+  // or already applied, dropped (one refused row), or replaced where it stands by its
+  // two halves (refused, to find the bad rows). Returns rows written.
+  std::size_t pop_committed(queue_position it, const commit_attempt& a);
   // A statement was answered or a batch committed: the cycle is not wedged.
   void progress();
   bool past_deadline() const;
@@ -207,13 +243,14 @@ class flusher final : public store::batch_queue {
   // False when the source could not log the batches (what was taken went back).
   bool take_from_store();
   void publish(std::vector<flush_batch>&& batches);
-  // The front batch came from the WAL: replaces it, and every queued batch of its run
-  // that came from the WAL, by what is left of it when it had been split and parts of
-  // it committed before the restart (one ledger query per run). Throws db_error.
-  void expand_recovered(db::connection& conn);
+  // Replaces every queued batch of `run` that came from the WAL by what is left of it
+  // when it had been split and parts of it committed before the restart (one ledger
+  // query). Only while no batch is in flight. Throws db_error.
+  void expand_recovered(db::connection& conn, std::uint64_t run);
   void release_source();
-  // The rows of `rows` whose counters are rolled up (a view of dirty_rows_).
-  std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows);
+  // The rows of `rows` whose counters are rolled up (a view of `out`, refilled).
+  std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows,
+                                                  std::vector<db::counter_row>& out);
   void note_failure(const db::db_error& e);
   std::chrono::milliseconds next_backoff();
 
@@ -227,22 +264,28 @@ class flusher final : public store::batch_queue {
   std::vector<db::counter_row> dirty_rows_;
   store::batch_source* source_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;
-  // Commits a keyed batch (see idempotency/keyed_batches.hpp) and counts what it dropped.
-  // Sets last_keyed_rows_ to the rows it upserted. Throws db_error.
-  db::commit_outcome commit_keyed(db::connection& conn, const db::batch_identity& id,
-                                  const flush_batch& batch);
-  std::size_t last_keyed_rows_ = 0;
+  // Commits a keyed batch (see idempotency/keyed_batches.hpp) and counts what it
+  // dropped. Throws db_error.
+  commit_attempt commit_keyed(db::connection& conn, const db::batch_identity& id,
+                              const flush_batch& batch, std::vector<db::counter_row>& dirty);
 
-  // Guards queued_ and generation_. The flusher thread alone changes them.
+  // Guards queued_, the in-flight and in-doubt lists and generation_. The flusher's
+  // threads alone change them. A list: a batch in flight stays where it is (and is
+  // read by its writer without the lock) while others leave or are split around it.
   mutable std::mutex queue_mutex_;
   std::condition_variable generation_changed_;
-  std::deque<flush_batch> queued_;
+  // A batch left the flight or the round stopped: waiting writers look again.
+  std::condition_variable writers_wake_;
+  std::list<flush_batch> queued_;
   std::size_t queued_rows_ = 0;
+  // Queued batches being committed now (at most settings_.connections).
+  std::vector<const flush_batch*> in_flight_;
+  // Queued batches whose commit outcome is unknown (the connection was lost during it)
+  // until a later attempt resolves it.
+  std::vector<const flush_batch*> in_doubt_;
   // Odd while batches are being committed: a concurrent read of the database may or
   // may not include them (see read_total).
   std::uint64_t generation_ = 0;
-  // The front batch's commit outcome is unknown (connection lost during it).
-  bool in_doubt_ = false;
 
   std::atomic<bool> ready_{false};
   std::atomic<bool> reachable_{true};
@@ -255,7 +298,7 @@ class flusher final : public store::batch_queue {
   // progress, which reads it on the flusher thread, hence atomic.
   std::atomic<std::chrono::steady_clock::rep> deadline_{
       std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
-  bool deadline_hit_ = false;
+  bool deadline_hit_ = false;  // under queue_mutex_ while writers run
   // stop() began: resets still waiting are refused (the final cycle is for batches).
   std::atomic<bool> stopping_{false};
   bool schema_verified_ = false;

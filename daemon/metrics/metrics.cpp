@@ -89,6 +89,8 @@ registry::registry()
       rows_refused(counter(*registry_, "slotted_counterd_flush_rows_refused_total",
                            "Counter rows the database refused for their values (out of range) "
                            "and that were dropped")),
+      flush_batches_in_flight(gauge(*registry_, "slotted_counterd_flush_batches_in_flight",
+                                    "Flush batches being committed now (at most flush.connections)")),
       ready(gauge(*registry_, "slotted_counterd_ready",
                   "1 when the last flush cycle succeeded (database reachable, schema valid) and "
                   "the probe still reaches the database")),

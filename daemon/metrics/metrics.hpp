@@ -77,6 +77,8 @@ class registry {
   prometheus::Gauge& last_flush_success_timestamp_seconds;
   prometheus::Counter& batches_already_applied;
   prometheus::Counter& rows_refused;
+  // Batches being committed now, over flush.connections connections at most.
+  prometheus::Gauge& flush_batches_in_flight;
   prometheus::Gauge& ready;
   prometheus::Counter& rollups_ok;
   prometheus::Counter& rollups_error;

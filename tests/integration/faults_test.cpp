@@ -77,11 +77,18 @@ INSTANTIATE_TEST_SUITE_P(
                                 fault_proxy::cut::after_statement, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
-TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
+// With flush.connections 1 and 4: with 4, the kills cut several batches in flight at
+// once, each left in doubt until the reconnect resolves it in the ledger.
+class DatabaseKilled : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = 100ms;
+  cfg.flush.connections = GetParam();
+  cfg.mysql.pool_size = GetParam() + 1;
+  if (GetParam() > 1) cfg.flush.max_rows_per_statement = 25;  // batches to share out
   in_process_daemon daemon(cfg);
 
   std::atomic<bool> stop{false};
@@ -119,6 +126,8 @@ TEST(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   EXPECT_GT(metric_value(m, "slotted_counterd_db_errors_total{kind=\"connection\"}"), 0);
   EXPECT_EQ(daemon.stop(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(FlushConnections, DatabaseKilled, ::testing::Values(1u, 4u));
 
 TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
   auto& server = shared_mariadb();

@@ -93,7 +93,11 @@ TEST(Pipeline, IdsTheTableCannotHoldAreRefusedAtIngest) {
   EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 0);
 }
 
-TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
+// With flush.connections 1 and 4: with 4, the batch at fault is split where it stands
+// while the other writers write the other batches.
+class PipelineRefused : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(PipelineRefused, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
   create_seed_table(server, database);
@@ -101,6 +105,9 @@ TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
   auto cfg = test_config(server, database);
   cfg.flush.interval = std::chrono::hours(1);
   cfg.flush.slots = 1;  // every flush adds to the same row
+  cfg.flush.max_rows_per_statement = 8;
+  cfg.flush.connections = GetParam();
+  cfg.mysql.pool_size = GetParam() + 1;
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
   // The seed-style INT count of counter 40 overflows on the second flush (strict mode:
@@ -127,6 +134,8 @@ TEST(Pipeline, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
             202u);
   EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(FlushConnections, PipelineRefused, ::testing::Values(1u, 4u));
 
 TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
   auto& server = shared_mariadb();

@@ -58,11 +58,12 @@ std::string migrated_database(mariadb_server& server) {
 }
 
 std::string daemon_yaml(const mariadb_server& server, const std::string& database,
-                        const std::string& rest) {
+                        const std::string& rest, const std::string& mysql_extra) {
   return "listen: {address: 127.0.0.1, port: 0}\n"
          "http: {threads: 2}\n"
          "mysql: {socket: " +
-         server.socket() + ", user: root, database: " + database + "}\n" + rest;
+         server.socket() + ", user: root, database: " + database +
+         (mysql_extra.empty() ? "" : ", " + mysql_extra) + "}\n" + rest;
 }
 
 int run_binary(const std::string& yaml, const std::string& flags, std::string& output) {

@@ -23,9 +23,10 @@ config::daemon_config test_config(const mariadb_server& server, const std::strin
 std::string migrated_database(mariadb_server& server);
 
 // The YAML every test daemon starts from (loopback port 0, 2 HTTP threads, the shared
-// server's socket, `database`), followed by `rest`.
+// server's socket, `database`, then `mysql_extra` keys such as "pool_size: 5"), followed
+// by `rest`.
 std::string daemon_yaml(const mariadb_server& server, const std::string& database,
-                        const std::string& rest);
+                        const std::string& rest, const std::string& mysql_extra = "");
 
 // Creates the schema in `database` with the daemon's own migration.
 void migrate(const mariadb_server& server, const std::string& database,

@@ -138,6 +138,23 @@ TEST(Config, CountersAreChecked) {
             std::string::npos);
 }
 
+TEST(Config, FlushConnectionsAreBoundedAndNeedAPoolWithOneMore) {
+  EXPECT_EQ(parse_config("", "t.yaml").flush.connections, 1u);
+  EXPECT_EQ(only_problem("flush: {connections: 0}\n"),
+            "test.yaml:1: flush.connections: expected an integer in [1, 16], got '0'");
+  EXPECT_EQ(only_problem("mysql: {pool_size: 20}\nflush: {connections: 17}\n"),
+            "test.yaml:2: flush.connections: expected an integer in [1, 16], got '17'");
+  EXPECT_EQ(only_problem("mysql: {pool_size: 2}\nflush:\n  connections: 2\n"),
+            "test.yaml:3: flush.connections: 2 connections need mysql.pool_size >= 3 (one more "
+            "for reads and the rollup), but mysql.pool_size is 2");
+  const auto ok = parse_config("mysql: {pool_size: 5}\nflush: {connections: 4}\n", "t.yaml");
+  EXPECT_EQ(ok.flush.connections, 4u);
+  // One connection with a pool of one stays valid, as before the key existed.
+  EXPECT_EQ(parse_config("mysql: {pool_size: 1}\n", "t.yaml").flush.connections, 1u);
+  EXPECT_EQ(plan_reload(parse_config("", "a.yaml"), ok).needs_restart,
+            (std::vector<std::string>{"mysql.pool_size", "flush.connections"}));
+}
+
 TEST(Config, EveryProblemIsReported) {
   EXPECT_EQ(problems_of("shards: 0\nflush: {slots: x}\nbogus: 1\n").size(), 3u);
 }
