@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "db/repository.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -399,6 +400,35 @@ TEST_F(Reset, SigkillRightAfterTheAnswerNeitherLosesItNorReplaysWhatItCleared) {
   d.signal(SIGTERM);
   EXPECT_EQ(d.wait(30s), 0) << d.log();
   fs::remove_all(root);
+}
+
+// The daemon adopts an existing table whatever its `count` column's type (only the four
+// columns and the unique key are checked), and a read sums in SQL; the reset must not
+// fail where the read does not: a slot row whose count lies outside the signed 64-bit
+// range (an unsigned BIGINT column) is summed exactly, not thrown out of the flusher's
+// thread as std::out_of_range (which ends the process, the transaction still open).
+TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute(
+      "CREATE TABLE wide_counters (record_type INT UNSIGNED NOT NULL, record_id BIGINT "
+      "UNSIGNED NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT UNSIGNED NOT NULL, "
+      "PRIMARY KEY (record_type, record_id, slot)) ENGINE=InnoDB");
+  conn.execute(
+      "INSERT INTO wide_counters VALUES (1, 5, 0, 18446744073709551615), (1, 5, 1, 1), "
+      "(1, 6, 0, 7)");
+  db::reset_progress p;
+  db::commit_outcome outcome{};
+  ASSERT_NO_THROW(outcome = db::reset_counter(conn, "wide_counters", {"rv", 1, 1},
+                                              store::counter_key{1, 5}, false, p));
+  EXPECT_EQ(outcome, db::commit_outcome::applied);
+  EXPECT_TRUE(p.persisted == (static_cast<__int128>(1) << 64)) << "persisted is not 2^64";
+  EXPECT_EQ(p.rows, 2u);
+  EXPECT_EQ(shared_mariadb().query_int(database_,
+                                       "SELECT COUNT(*) FROM wide_counters WHERE record_id = 5"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(database_,
+                                       "SELECT COUNT(*) FROM wide_counters WHERE record_id = 6"),
+            1);
 }
 
 }  // namespace
