@@ -445,7 +445,10 @@ void router::handle_reset(const request& req, const route_match& m, const reply&
   const ingest::increment named{key.record_type, key.record_id, 0};
   if (auto bad = limits_.check(std::span(&named, 1)))
     return answer(error_response(v, status::bad_request, bad->message));
-  if (backend_.draining()) return answer(retry_later(v, "shutting down"));
+  if (backend_.draining()) {
+    metrics_.resets_error.Increment();  // a 503, as those the flusher refuses
+    return answer(retry_later(v, "shutting down"));
+  }
   backend_.reset_counter(
       key, guarded(answer, v, [v, key, answer](const backend_result& r) {
         // Nothing changed: a retry is safe and needed.

@@ -190,6 +190,16 @@ TEST_F(Router, AResetOfAnIdTheTableCannotHoldIsRefused400AsForIncrements) {
   EXPECT_EQ(backend_.reset_key_.record_id, 2147483647u);
 }
 
+// README (Reset): resets_total{result="error"} counts resets answered 503; the flusher
+// counts those it refuses ("shutting down" included), and a reset refused by the router
+// while draining is one too, or the dashboard's refused resets miss every shutdown.
+TEST_F(Router, AResetRefusedWhileDrainingIsCountedAsAnError) {
+  backend_.draining_ = true;
+  ASSERT_EQ(send(bh::verb::delete_, "/v1/counters/3/1").at(0).result_int(), 503u);
+  EXPECT_NE(metrics_text().find(R"(slotted_counterd_resets_total{result="error"} 1)"),
+            std::string::npos);
+}
+
 TEST_F(Router, FlushAndRollupReportTheirCountOrTheirError) {
   send(bh::verb::post, "/v1/flush");
   backend_.flush_done_({status::done, {}, 12});
