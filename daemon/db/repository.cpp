@@ -161,6 +161,27 @@ std::uint64_t dirty_gen_of(const batch_identity& id) {
   return gen & 0x7fffffffffffffffull;
 }
 
+// A slot row's count as the server prints it, exactly: an adopted table's `count` may be
+// of any integer type (unsigned BIGINT too), so it is read into 128 bits; text that is
+// no integer is a db_error (the caller's contract), never a std:: exception.
+__int128 slot_count(const std::optional<std::string>& text) {
+  const std::string_view s = text ? std::string_view(*text) : std::string_view("0");
+  const bool negative = !s.empty() && s.front() == '-';
+  std::size_t i = negative ? 1 : 0;
+  __int128 v = 0;
+  const std::size_t first = i;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9' && i - first < 38; ++i)
+    v = v * 10 + (s[i] - '0');
+  // A DECIMAL column prints a fraction: accepted when it is zero.
+  if (i < s.size() && s[i] == '.' && i > first) {
+    ++i;
+    while (i < s.size() && s[i] == '0') ++i;
+  }
+  if (i == first || i != s.size())
+    throw db_error(0, "a slot row's count is not an integer: " + std::string(s));
+  return negative ? -v : v;
+}
+
 // Rolls back after `e` when the connection still allows it.
 void roll_back_after(connection& conn, const db_error& e) {
   if (e.connection_lost()) return;
@@ -213,8 +234,8 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
     std::vector<std::int64_t> slots;
     for (const auto& row :
          conn.query(reset_rows_select_locked(table, key.record_type, key.record_id))) {
-      slots.push_back(std::stoll(row[0].value_or("0")));
-      read.persisted += std::stoll(row[1].value_or("0"));
+      slots.push_back(static_cast<std::int64_t>(slot_count(row[0])));
+      read.persisted += slot_count(row[1]);
     }
     read.rows = slots.size();
     for (const auto& sql :

@@ -169,6 +169,16 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
   const bool rolled_up =
       std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
                   [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
+  // The connection first, as a cycle does: a read holds its connection while it waits
+  // for an even generation, so a reset that went odd first could wait for a connection
+  // held by reads that wait for it (each answering 503 after its retries).
+  std::optional<db::pool::lease> lease;
+  try {
+    lease.emplace(pool_.acquire());
+  } catch (const db::db_error& e) {
+    metrics_.db_error(e.kind());
+    return refuse(std::string("database: ") + e.what());
+  }
   // Odd throughout: a concurrent read_total() retries rather than see the slot rows
   // gone and the pending delta not yet dropped.
   set_committing(true);
@@ -177,9 +187,9 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
   auto pause = std::chrono::milliseconds(100);
   for (int attempt = 0;; ++attempt) {
     db::reset_progress p;
-    std::optional<db::pool::lease> lease;
     try {
-      lease.emplace(pool_.acquire());
+      // Kept across retries; taken again only after a lost connection.
+      if (!lease) lease.emplace(pool_.acquire());
       const auto outcome = db::reset_counter(**lease, settings_.table, id, key, rolled_up, p);
       progress();
       // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
@@ -187,7 +197,10 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
       break;
     } catch (const db::db_error& e) {
       progress();
-      if (lease && e.connection_lost()) lease->discard();
+      if (lease && e.connection_lost()) {
+        lease->discard();
+        lease.reset();
+      }
       metrics_.db_error(e.kind());
       if (e.connection_lost() && p.commit_sent) {
         known = p;

@@ -440,7 +440,15 @@ void router::handle_reset(const request& req, const route_match& m, const reply&
   auto parsed = counter_of(m, v);
   if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
   const auto key = std::get<store::counter_key>(parsed);
-  if (backend_.draining()) return answer(retry_later(v, "shutting down"));
+  // As for increments: an id the counters table's columns cannot hold names no counter,
+  // so it is a 400 rather than a ledger row, a synced WAL record and a flush cycle.
+  const ingest::increment named{key.record_type, key.record_id, 0};
+  if (auto bad = limits_.check(std::span(&named, 1)))
+    return answer(error_response(v, status::bad_request, bad->message));
+  if (backend_.draining()) {
+    metrics_.resets_error.Increment();  // a 503, as those the flusher refuses
+    return answer(retry_later(v, "shutting down"));
+  }
   backend_.reset_counter(
       key, guarded(answer, v, [v, key, answer](const backend_result& r) {
         // Nothing changed: a retry is safe and needed.

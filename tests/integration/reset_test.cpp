@@ -11,7 +11,9 @@
 #include <atomic>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
+#include "db/repository.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -399,6 +401,96 @@ TEST_F(Reset, SigkillRightAfterTheAnswerNeitherLosesItNorReplaysWhatItCleared) {
   d.signal(SIGTERM);
   EXPECT_EQ(d.wait(30s), 0) << d.log();
   fs::remove_all(root);
+}
+
+// Reads of other counters go on during resets. A reset makes the generation odd (reads
+// wait for it, up to 20 x 200 ms, then 503) and must hold its connection before it does:
+// otherwise reads take the connections (mysql.pool_size, 2 by default) while it is odd,
+// each waits for the reset while the reset waits for a connection, and every read in
+// flight answers 503 after ~4 s while the flusher stalls. With the WAL, a reset gives its
+// connection back before its synced record and stays odd meanwhile; resets that share a
+// cycle then follow each other on the flusher thread, so reads hold both connections
+// when the next one goes odd.
+TEST_F(Reset, ReadsDoNotStallConcurrentResetsNorFail) {
+  char tmpl[] = "/tmp/slotted-reset-reads-XXXXXX";
+  const std::string root = mkdtemp(tmpl);
+  auto c0 = cfg();
+  ASSERT_EQ(c0.mysql.pool_size, 2u);
+  c0.wal.dir = root + "/wal";
+  c0.wal.fsync = config::fsync_mode::always;
+  in_process_daemon d(c0);
+  http_client c(d.port());
+  ASSERT_EQ(post(c, 1, 41, 5), 202u);
+  ASSERT_TRUE(flush_until_ok(c));
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, refused{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 8; ++i) {
+    readers.emplace_back([&] {
+      http_client r(d.port(), 30s);
+      const auto until = std::chrono::steady_clock::now() + 90s;  // bounded whatever happens
+      while (!stop && std::chrono::steady_clock::now() < until)
+        (r.get("/v1/counters/1/41").status == 200 ? ok : refused)++;
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return ok.load() >= 40; }, 30s));
+  std::atomic<int> resets_ok{0};
+  std::atomic<long> slowest_ms{0};
+  std::vector<std::thread> resetters;
+  for (int i = 0; i < 4; ++i) {
+    resetters.emplace_back([&, i] {
+      http_client r(d.port(), 60s);
+      for (int k = 0; k < 2; ++k) {
+        const auto started = std::chrono::steady_clock::now();
+        if (reset(r, "1/" + std::to_string(50 + i)).status == 200) ++resets_ok;
+        const long ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - started)
+                            .count();
+        if (ms > slowest_ms) slowest_ms = ms;
+      }
+    });
+  }
+  for (auto& t : resetters) t.join();
+  const int ok_at_answer = ok.load();
+  ASSERT_TRUE(eventually([&] { return ok.load() >= ok_at_answer + 20; }, 30s));
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(resets_ok.load(), 8);
+  EXPECT_EQ(refused.load(), 0) << "reads of another counter were refused during resets "
+                               << "(the slowest reset took " << slowest_ms.load() << " ms)";
+  EXPECT_EQ(count(c, 1, 41), 5);
+  EXPECT_EQ(d.stop(), 0);
+  fs::remove_all(root);
+}
+
+// The daemon adopts an existing table whatever its `count` column's type (only the four
+// columns and the unique key are checked), and a read sums in SQL; the reset must not
+// fail where the read does not: a slot row whose count lies outside the signed 64-bit
+// range (an unsigned BIGINT column) is summed exactly, not thrown out of the flusher's
+// thread as std::out_of_range (which ends the process, the transaction still open).
+TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute(
+      "CREATE TABLE wide_counters (record_type INT UNSIGNED NOT NULL, record_id BIGINT "
+      "UNSIGNED NOT NULL, slot SMALLINT UNSIGNED NOT NULL, count BIGINT UNSIGNED NOT NULL, "
+      "PRIMARY KEY (record_type, record_id, slot)) ENGINE=InnoDB");
+  conn.execute(
+      "INSERT INTO wide_counters VALUES (1, 5, 0, 18446744073709551615), (1, 5, 1, 1), "
+      "(1, 6, 0, 7)");
+  db::reset_progress p;
+  db::commit_outcome outcome{};
+  ASSERT_NO_THROW(outcome = db::reset_counter(conn, "wide_counters", {"rv", 1, 1},
+                                              store::counter_key{1, 5}, false, p));
+  EXPECT_EQ(outcome, db::commit_outcome::applied);
+  EXPECT_TRUE(p.persisted == (static_cast<__int128>(1) << 64)) << "persisted is not 2^64";
+  EXPECT_EQ(p.rows, 2u);
+  EXPECT_EQ(shared_mariadb().query_int(database_,
+                                       "SELECT COUNT(*) FROM wide_counters WHERE record_id = 5"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(database_,
+                                       "SELECT COUNT(*) FROM wide_counters WHERE record_id = 6"),
+            1);
 }
 
 }  // namespace

@@ -169,6 +169,37 @@ TEST_F(Router, AResetOfABadCounterIsRefused400WithoutReachingTheBackend) {
   EXPECT_EQ(send(bh::verb::post, "/v1/counters/7/1").at(0)[bh::field::allow], "GET, HEAD, DELETE");
 }
 
+// README (Reset): "an id out of range is a 400, as for increments" -- and increments
+// refuse an id the counters table's column cannot hold (a seed-style INT table). A
+// reset of such an id must not reach the backend (a ledger row, a synced WAL record,
+// a flush cycle, and a 200 "cleared 0" for a counter that cannot exist).
+TEST_F(Router, AResetOfAnIdTheTableCannotHoldIsRefused400AsForIncrements) {
+  limits_.set(2147483647u, 2147483647u);  // a seed-style INT table
+  ASSERT_EQ(send(bh::verb::post, "/v1/increments",
+                 R"({"record_type": 3, "record_id": 2147483648, "delta": 1})")
+                .at(0)
+                .result_int(),
+            400u);
+  const auto got = send(bh::verb::delete_, "/v1/counters/3/2147483648");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].result_int(), 400u);
+  EXPECT_NE(got[0].body().find("record_id"), std::string::npos) << got[0].body();
+  EXPECT_FALSE(backend_.reset_done_);
+  // The largest id the column holds still reaches the backend.
+  EXPECT_TRUE(send(bh::verb::delete_, "/v1/counters/3/2147483647").empty());
+  EXPECT_EQ(backend_.reset_key_.record_id, 2147483647u);
+}
+
+// README (Reset): resets_total{result="error"} counts resets answered 503; the flusher
+// counts those it refuses ("shutting down" included), and a reset refused by the router
+// while draining is one too, or the dashboard's refused resets miss every shutdown.
+TEST_F(Router, AResetRefusedWhileDrainingIsCountedAsAnError) {
+  backend_.draining_ = true;
+  ASSERT_EQ(send(bh::verb::delete_, "/v1/counters/3/1").at(0).result_int(), 503u);
+  EXPECT_NE(metrics_text().find(R"(slotted_counterd_resets_total{result="error"} 1)"),
+            std::string::npos);
+}
+
 TEST_F(Router, FlushAndRollupReportTheirCountOrTheirError) {
   send(bh::verb::post, "/v1/flush");
   backend_.flush_done_({status::done, {}, 12});
