@@ -92,6 +92,8 @@ class application final : public http::backend {
   void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
   void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
+  void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
+                   done_fn done) override;
   void flush_now(done_fn done) override;
   void rollup_now(done_fn done) override;
   std::string metrics_text() override;

@@ -155,4 +155,28 @@ std::string owner_ids_select(std::string_view owner_table, std::string_view id_c
 std::string select_count(std::string_view table, std::uint32_t record_type,
                          std::uint64_t record_id);
 
+// Counts per bucket (README: Schema). One slotted table per granularity, named
+// `<table>_hour` and `<table>_day`, keyed (record_type, record_id, bucket, slot).
+// `bucket` is the UTC start of the hour (DATETIME) or of the day (DATE): readable as it
+// is in SQL whatever the session's time_zone (the daemon writes and reads it as UTC
+// text, never through FROM_UNIXTIME or UNIX_TIMESTAMP, which convert by time_zone),
+// 5 and 3 bytes in the key instead of 8 for a BIGINT of unix seconds.
+std::string bucket_table(std::string_view table, store::granularity g);
+// The bucket's start as an SQL literal: '2026-11-23 06:00:00' (hour), '2026-11-23' (day).
+std::string bucket_literal(store::granularity g, std::int64_t start);
+std::string create_bucket_table(std::string_view table, store::granularity g);
+// One multi-row upsert into the granularity's table (rows of that granularity only).
+std::string bucket_upsert_statement(std::string_view table, store::granularity g,
+                                    std::span<const store::bucket_row> rows);
+// (bucket start in unix seconds, SUM(count)) of one counter's buckets in [from, to]
+// (unix seconds), in bucket order.
+std::string bucket_series_select(std::string_view table, store::granularity g,
+                                 std::uint32_t record_type, std::uint64_t record_id,
+                                 std::int64_t from, std::int64_t to);
+// Deletes up to `limit` rows of one record type whose bucket starts before `before`
+// (unix seconds), oldest first, through the (record_type, bucket) index: a bounded
+// range, never a table-wide lock.
+std::string bucket_prune(std::string_view table, store::granularity g, std::uint32_t record_type,
+                         std::int64_t before, std::size_t limit);
+
 }  // namespace slotted::db

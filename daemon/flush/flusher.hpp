@@ -55,6 +55,9 @@ struct settings {
   ingest::table_limits* limits = nullptr;
   // Committed Idempotency-Keys older than this are pruned from the keys table.
   std::chrono::milliseconds idempotency_window{std::chrono::hours(24)};
+  // Counters with buckets: their tables are verified with the schema (missing ones stop
+  // the flush, see cycle()), and keyed batches derive their bucket rows with it.
+  store::bucket_spec buckets;
 };
 
 struct flush_result {
@@ -69,6 +72,13 @@ struct counter_reading {
   // Empty when the figures are exact; else why none could be read now (a batch being
   // committed or in doubt throughout, a sum out of range): not an error, retry later.
   std::string retry;
+};
+
+// One counter's counts per bucket (GET .../series): (bucket start, persisted + pending),
+// in bucket order, buckets whose count is 0 left out.
+struct series_reading {
+  std::vector<std::pair<std::int64_t, __int128>> points;
+  std::string retry;  // as counter_reading::retry
 };
 
 // The two halves of a batch the database refused for its data (see write_queued):
@@ -128,6 +138,12 @@ class flusher final : public store::batch_queue {
   // database cannot be read.
   counter_reading read_total(const store::counter_key& key);
 
+  // The counter's buckets of granularity `g` starting in [from, to] (bucket-aligned):
+  // persisted plus pending, exact as read_total() is (the same generation and in-doubt
+  // rules). Blocking: call from a database worker thread. Throws db_error.
+  series_reading read_series(const store::counter_key& key, store::granularity g, std::int64_t from,
+                             std::int64_t to);
+
   // The database was reachable and the schema valid at the last cycle, and the probe
   // (see db/probe.hpp) has not found it gone since.
   bool ready() const { return ready_.load() && reachable_.load(); }
@@ -176,6 +192,9 @@ class flusher final : public store::batch_queue {
   // Reads the counters table's AUTO_INCREMENT headroom into the gauge; warns once when
   // it falls below autoincrement_warn_fraction of the column's range.
   void check_autoincrement(db::connection& conn);
+  // Throws a fatal db_error naming the bucket tables settings_.buckets needs that do not
+  // exist.
+  void verify_bucket_tables(db::connection& conn);
   // The fatal error for an exhausted AUTO_INCREMENT column: names it, the table and
   // the ALTER TABLE that fixes it.
   db::db_error autoincrement_exhausted(db::connection& conn, const db::db_error& cause);

@@ -14,6 +14,7 @@
 
 #include "idempotency/keyed_request.hpp"
 #include "ingest/increment.hpp"
+#include "store/buckets.hpp"
 #include "store/counter_key.hpp"
 
 namespace slotted::http {
@@ -36,6 +37,9 @@ struct backend_result {
   // A counter read: the database's total and what is pending in memory.
   std::int64_t persisted = 0;
   std::int64_t pending = 0;
+  // A counter's series: (bucket start in unix seconds, persisted + pending), in bucket
+  // order, buckets whose count is 0 left out.
+  std::vector<std::pair<std::int64_t, __int128>> points{};
 };
 
 class backend {
@@ -54,6 +58,11 @@ class backend {
   // logged when durable() and kept apart from the store until its flush.
   virtual void add_keyed(idempotency::keyed_request&& request, done_fn done) = 0;
   virtual void read_counter(store::counter_key key, done_fn done) = 0;
+  // The counter's buckets of granularity `g` whose start is in [from, to] (both
+  // bucket-aligned, validated by the router): `points` of the result, exact like
+  // read_counter's total, or unavailable.
+  virtual void read_series(store::counter_key key, store::granularity g, std::int64_t from,
+                           std::int64_t to, done_fn done) = 0;
   virtual void flush_now(done_fn done) = 0;
   virtual void rollup_now(done_fn done) = 0;
   virtual std::string metrics_text() = 0;

@@ -63,6 +63,11 @@ class router {
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
                     const backend_result& r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
+  // GET /v1/counters/{type}/{id}/series?granularity=G&from=F&to=T (README: HTTP API).
+  void handle_series(const request& req, const route_match& m, const reply& answer);
+  // The counter a /v1/counters path names, or the 400 that says why not.
+  std::optional<response> counter_of(const route_match& m, unsigned version, std::uint32_t& type,
+                                     std::uint64_t& id) const;
 
   // What reconfigure() replaces, swapped whole so a request sees one consistent set.
   struct live_settings {
@@ -72,6 +77,10 @@ class router {
   static std::shared_ptr<const live_settings> make_live(const config::daemon_config& cfg);
 
   std::atomic<std::shared_ptr<const live_settings>> live_;
+  // At most this many buckets in one series request (README: HTTP API).
+  static constexpr std::int64_t max_series_points = 1000;
+  // Fixed for the process's life, as the store's (see config::plan_reload).
+  const store::bucket_spec buckets_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
   backend& backend_;

@@ -33,6 +33,23 @@ struct key_equal {
 };
 using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash, key_equal>;
 
+// One counter's bucket. Kept in the counter's shard (hashed by the counter's keyed
+// hash, mixed with the bucket): a counter's total and its buckets change under one lock.
+struct bucket_key {
+  counter_key key;
+  granularity gran = granularity::none;
+  std::int64_t bucket = 0;
+  friend bool operator==(const bucket_key&, const bucket_key&) = default;
+};
+struct bucket_hash {
+  // Not avalanching: boost mixes the combination once more.
+  std::size_t operator()(const bucket_key& k) const {
+    return hash_of(k.key) ^ (static_cast<std::uint64_t>(k.bucket) * 0x9E3779B97F4A7C15ull +
+                             static_cast<std::uint64_t>(k.gran));
+  }
+};
+using bucket_map = boost::unordered_flat_map<bucket_key, std::int64_t, bucket_hash>;
+
 std::uint64_t abs_of(std::int64_t v) {
   return v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
 }
@@ -70,6 +87,7 @@ bool passes_bound(std::span<const ingest::increment> increments,
 struct pending_store::shard {
   mutable std::mutex mutex;
   delta_map deltas;
+  bucket_map buckets;
   std::optional<clock::time_point> first_arrival;
   // An upper bound of |delta| in `deltas` (written under `mutex`, read without it for
   // a quick "far from the bound" test); reset when the map is taken.
@@ -79,6 +97,30 @@ struct pending_store::shard {
   void note_sum(std::int64_t sum) {
     const std::uint64_t m = abs_of(sum);
     if (m > max_abs.load(std::memory_order_relaxed)) max_abs.store(m, std::memory_order_relaxed);
+  }
+
+  // Adds `delta` to one bucket (under `mutex`); returns 1 when that created it.
+  std::size_t add_bucket(const bucket_key& k, std::int64_t delta) {
+    auto [it, inserted] = buckets.try_emplace(k, 0);
+    // A bucket's sum is bounded by the deltas of one flush interval, as a total is; a
+    // sum past int64 would be a bug, and is clamped rather than wrapped.
+    if (__builtin_add_overflow(it->second, delta, &it->second))
+      it->second = delta < 0 ? INT64_MIN : INT64_MAX;
+    return inserted ? 1 : 0;
+  }
+
+  // Counts `inc` in its buckets, when its counter keeps any (under `mutex`); returns the
+  // buckets created.
+  std::size_t count_in_buckets(const bucket_spec& spec, const ingest::increment& inc) {
+    const auto* c = spec.find(inc.record_type);
+    if (c == nullptr) return 0;
+    std::size_t created = 0;
+    for (const auto g : all_granularities) {
+      if (c->keeps(g))
+        created +=
+            add_bucket({{inc.record_type, inc.record_id}, g, bucket_start(g, inc.at)}, inc.delta);
+    }
+    return created;
   }
 };
 
@@ -103,6 +145,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     if (!now) now = clock::now();
     return *now;
   };
+  const bool with_buckets = !buckets_.empty();
   // keys_ changes under the shard's lock, so take_all() can never subtract a key before
   // the add that inserted it was counted (the count would wrap below zero).
   const auto apply = [&](shard& s, const ingest::increment& inc, std::uint64_t hash) {
@@ -115,6 +158,10 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       keys_.fetch_add(1, std::memory_order_relaxed);
     }
     s.note_sum(it->second);
+    if (with_buckets) {
+      if (const auto created = s.count_in_buckets(buckets_, inc))
+        keys_.fetch_add(created, std::memory_order_relaxed);
+    }
   };
   const std::uint64_t bound = abs_of(max_pending_sum);
   if (increments.size() == 1) {
@@ -137,6 +184,10 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       keys_.fetch_add(1, std::memory_order_relaxed);
     }
     s.note_sum(sum);
+    if (with_buckets) {
+      if (const auto created = s.count_in_buckets(buckets_, inc))
+        keys_.fetch_add(created, std::memory_order_relaxed);
+    }
   } else {
     // Grouped by shard (a counting sort), so each shard is locked once per request
     // rather than once per increment.
@@ -225,6 +276,11 @@ void pending_store::add_deltas(std::span<const pending_delta> deltas) {
     shard& s = shards_[shard_of(hash_of(d.key))];
     std::lock_guard lock(s.mutex);
     if (!s.first_arrival) s.first_arrival = now;
+    if (d.gran != granularity::none) {
+      if (s.add_bucket({d.key, d.gran, d.bucket}, d.delta) != 0)
+        keys_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     auto [it, inserted] = s.deltas.try_emplace(d.key, 0);
     // Recovered sums start from an empty store and handed-back ones restore what was
     // taken, so this stays within the bound; a sum past int64 would be a bug, and is
@@ -243,6 +299,8 @@ void pending_store::copy_all(std::vector<pending_delta>& out) const {
   for (std::size_t i = 0; i < shard_count_; ++i) {
     std::lock_guard lock(shards_[i].mutex);
     for (const auto& [key, delta] : shards_[i].deltas) out.push_back({key, delta});
+    for (const auto& [k, delta] : shards_[i].buckets)
+      out.push_back({k.key, delta, k.gran, k.bucket});
   }
 }
 
@@ -251,17 +309,22 @@ std::optional<pending_store::clock::time_point> pending_store::take_all(
   std::optional<clock::time_point> oldest;
   for (std::size_t i = 0; i < shard_count_; ++i) {
     delta_map taken;
+    bucket_map taken_buckets;
     std::optional<clock::time_point> arrival;
     {
+      // A counter's total and its buckets leave together, so no batch holds one
+      // without the other.
       std::lock_guard lock(shards_[i].mutex);
       taken.swap(shards_[i].deltas);
+      taken_buckets.swap(shards_[i].buckets);
       shards_[i].max_abs.store(0, std::memory_order_relaxed);
       arrival = std::exchange(shards_[i].first_arrival, std::nullopt);
-      keys_.fetch_sub(taken.size(), std::memory_order_relaxed);
+      keys_.fetch_sub(taken.size() + taken_buckets.size(), std::memory_order_relaxed);
     }
     if (arrival && (!oldest || *arrival < *oldest)) oldest = arrival;
-    out.reserve(out.size() + taken.size());
+    out.reserve(out.size() + taken.size() + taken_buckets.size());
     for (const auto& [key, delta] : taken) out.push_back({key, delta});
+    for (const auto& [k, delta] : taken_buckets) out.push_back({k.key, delta, k.gran, k.bucket});
   }
   return oldest;
 }
@@ -271,6 +334,30 @@ std::int64_t pending_store::pending(const counter_key& key) const {
   std::lock_guard lock(s.mutex);
   const auto it = s.deltas.find(key);
   return it == s.deltas.end() ? 0 : it->second;
+}
+
+void pending_store::pending_buckets(const counter_key& key, granularity g, std::int64_t from,
+                                    std::int64_t to,
+                                    std::vector<std::pair<std::int64_t, std::int64_t>>& out) const {
+  const shard& s = shards_[shard_of(hash_of(key))];
+  std::lock_guard lock(s.mutex);
+  if (s.buckets.empty() || from > to) return;
+  // Whichever is shorter under the shard's lock: a look-up per bucket of the range, or
+  // a scan of the shard's buckets.
+  const std::int64_t step = seconds_of(g);
+  const std::int64_t first = bucket_start(g, std::max<std::int64_t>(from, 0));
+  if (static_cast<std::uint64_t>((to - first) / step) < s.buckets.size()) {
+    for (std::int64_t b = first; b <= to; b += step) {
+      if (b < from) continue;
+      const auto it = s.buckets.find(bucket_key{key, g, b});
+      if (it != s.buckets.end()) out.emplace_back(b, it->second);
+    }
+    return;
+  }
+  for (const auto& [k, delta] : s.buckets) {
+    if (k.key == key && k.gran == g && k.bucket >= from && k.bucket <= to)
+      out.emplace_back(k.bucket, delta);
+  }
 }
 
 std::optional<pending_store::clock::time_point> pending_store::oldest() const {
