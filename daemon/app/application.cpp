@@ -104,6 +104,7 @@ application::application(config::daemon_config cfg)
       probe_(connect_options_for(cfg_.mysql), probe_period(cfg_),
              [this](bool reachable) { flusher_.probe_result(reachable); }),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
+      pruner_({cfg_.mysql.table, config::bucket_spec_of(cfg_)}, pool_, metrics_),
       router_(cfg_, *this, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size),
       running_(cfg_) {
@@ -194,6 +195,7 @@ void application::start() {
   flusher_.start();
   probe_.start();
   roller_.start();
+  pruner_.start();
   listener_->run();
   if (unix_listener_) unix_listener_->run();
   const unsigned n = http_threads(cfg_);
@@ -327,6 +329,7 @@ int application::run_until_stopped() {
   io_threads_.clear();
 
   roller_.stop();
+  pruner_.stop();
   probe_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
   if (committer_) committer_->stop();

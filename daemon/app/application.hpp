@@ -26,6 +26,7 @@
 #include "http/router.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "metrics/metrics.hpp"
+#include "retention/pruner.hpp"
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
 #include "util/log.hpp"
@@ -118,6 +119,8 @@ class application final : public http::backend {
   // Tells the flusher, every min(flush.interval, 5s), whether the database answers.
   db::probe probe_;
   rollup::roller roller_;
+  // Deletes buckets past their retention (counters[].buckets).
+  retention::pruner pruner_;
   http::router router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;

@@ -138,6 +138,8 @@ registry::registry()
       idempotency_keys(gauge(*registry_, "slotted_counterd_idempotency_keys",
                              "Idempotency keys this instance remembers (accepted within "
                              "idempotency.window, bounded by idempotency.max_keys)")),
+      buckets_pruned(counter(*registry_, "slotted_counterd_buckets_pruned_total",
+                             "Bucket rows (counts per hour or day) deleted by retention")),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

@@ -95,6 +95,8 @@ class registry {
   prometheus::Counter& idempotency_duplicates_dropped;
   prometheus::Counter& idempotency_conflicts_dropped;
   prometheus::Gauge& idempotency_keys;
+  // Counts per bucket (README: Counts per bucket): bucket rows deleted by retention.
+  prometheus::Counter& buckets_pruned;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table

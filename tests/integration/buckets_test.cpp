@@ -11,7 +11,9 @@
 #include <map>
 #include <thread>
 
+#include "retention/pruner.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -339,6 +341,75 @@ TEST_F(Buckets, SeriesReadsAreExactUnderConcurrentFlushes) {
   for (const auto n : days) day_sum += n;
   EXPECT_EQ(day_sum, 2 * requests);
   EXPECT_EQ(total(1), 2 * requests);
+}
+
+// Retention with a short one: the hour buckets older than 1 s go, by the pruning job,
+// counted in the metric; the day buckets and another counter's hours stay.
+TEST_F(Buckets, RetentionPrunesOldBucketsPerCounterAndGranularity) {
+  const std::string config =
+      daemon_yaml(shared_mariadb(), database_,
+                  "counters:\n"
+                  "  - {name: short_hours, record_type: 123, buckets: {hour: 1s, day: 2d}}\n"
+                  "  - {name: long_hours, record_type: 124, buckets: {hour: 48h}}\n"
+                  "flush: {interval: 1h}\n");
+  std::string out;
+  ASSERT_EQ(run_binary(config, "--migrate", out), 0) << out;
+  // A row of a type that declares no buckets (any more): nobody's to delete.
+  shared_mariadb().connect(database_).execute(
+      "INSERT INTO slotted_counters_hour VALUES (999, 1, '2001-01-01 00:00:00', 0, 5)");
+  daemon_process d(config);
+  ASSERT_EQ(d.settle(), 200u);
+  http_client c(d.port());
+  const std::int64_t two_hours_ago = unix_now() - 7200;
+  for (const int type : {123, 124}) {
+    ASSERT_EQ(c.request("POST", "/v1/increments",
+                        "{\"record_type\": " + std::to_string(type) +
+                            ", \"record_id\": 1, \"delta\": 3, \"at\": " +
+                            std::to_string(two_hours_ago) + "}",
+                        "application/x-ndjson")
+                  .status,
+              202u);
+  }
+  ASSERT_TRUE(flush_until_ok(c));
+  const auto hours_of = [&](int type) {
+    return query("SELECT COUNT(*) FROM slotted_counters_hour WHERE record_type = " +
+                 std::to_string(type));
+  };
+  // Flushed, then pruned within a few of the pruner's 1 s periods.
+  ASSERT_TRUE(eventually([&] { return hours_of(123) == 0; }, 30s));
+  EXPECT_EQ(hours_of(124), 1);
+  EXPECT_EQ(hours_of(999), 1);
+  EXPECT_EQ(bucket_sum("slotted_counters_day", 1), 3);
+  EXPECT_EQ(total(1), 3);
+  EXPECT_GE(metric_value(c.get("/metrics").body, "slotted_counterd_buckets_pruned_total"), 1.0);
+}
+
+// The chunks: at most `chunk` rows a statement, `max_chunks` statements a call, and the
+// caller told it was cut short.
+TEST_F(Buckets, PruningDeletesInBoundedChunksOldestFirst) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  for (int day = 1; day <= 5; ++day) {
+    conn.execute("INSERT INTO slotted_counters_day VALUES (123, 1, '2020-01-0" +
+                 std::to_string(day) + "', 0, 1)");
+  }
+  conn.execute("INSERT INTO slotted_counters_day VALUES (123, 1, '2020-02-01', 0, 1)");
+  store::bucket_spec spec;
+  spec.declare(123, store::granularity::day, std::chrono::hours(24));
+  const std::int64_t now = 1580515200 + 3600;  // 2020-02-01 01:00 UTC: keeps 2020-01-31 on
+  bool behind = false;
+  EXPECT_EQ(retention::prune_counter(conn, "slotted_counters", *spec.find(123),
+                                     store::granularity::day, now, 2, 2, behind),
+            4u);
+  EXPECT_TRUE(behind);
+  // The oldest went first.
+  EXPECT_EQ(query("SELECT DATE_FORMAT(MIN(bucket), '%d') FROM slotted_counters_day"), 5);
+  behind = false;
+  EXPECT_EQ(retention::prune_counter(conn, "slotted_counters", *spec.find(123),
+                                     store::granularity::day, now, 2, 2, behind),
+            1u);
+  EXPECT_FALSE(behind);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_day"), 1);
 }
 
 }  // namespace
