@@ -46,10 +46,25 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
   // Totals and bucket counts arrive mixed (see store::pending_delta); buckets sort after
   // their counter's total. A total of 0 stays when the counter has bucket counts (a
   // +1 in one hour and a -1 in another), so that its buckets have a row to travel with.
-  std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
   std::sort(deltas.begin(), deltas.end(), [](const auto& a, const auto& b) {
     return std::tie(a.key, a.gran, a.bucket) < std::tie(b.key, b.gran, b.bucket);
   });
+  // One bucket may come in parts (a day from each of its hours in the store): summed.
+  // The parts' sum stays within what the store's clamp allows (README, Counts per
+  // bucket); a total comes once.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    if (kept > 0 && deltas[i].gran != store::granularity::none &&
+        deltas[kept - 1].key == deltas[i].key && deltas[kept - 1].gran == deltas[i].gran &&
+        deltas[kept - 1].bucket == deltas[i].bucket) {
+      if (__builtin_add_overflow(deltas[kept - 1].delta, deltas[i].delta, &deltas[kept - 1].delta))
+        deltas[kept - 1].delta = deltas[i].delta < 0 ? INT64_MIN : INT64_MAX;
+      continue;
+    }
+    deltas[kept++] = deltas[i];
+  }
+  deltas.resize(kept);
+  std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
   std::vector<flush_batch> batches;
   std::size_t in_batch = max_rows;  // rows of the last batch: a new one first
   std::uint16_t slot = 0;

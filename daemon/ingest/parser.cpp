@@ -539,9 +539,15 @@ std::optional<parse_error> parse_increments_reference(std::string_view body, bod
 std::optional<parse_error> resolve_times(std::span<increment> increments,
                                          const store::bucket_spec& buckets, std::int64_t now) {
   if (buckets.empty()) return std::nullopt;
+  // A request's items are nearly always of one type: its entry is looked up once.
+  std::uint32_t last_type = 0;
+  const store::bucket_spec::counter* counter = nullptr;
   for (std::size_t i = 0; i < increments.size(); ++i) {
     auto& inc = increments[i];
-    const auto* counter = buckets.find(inc.record_type);
+    if (i == 0 || inc.record_type != last_type) {
+      counter = buckets.find(inc.record_type);
+      last_type = inc.record_type;
+    }
     if (counter == nullptr) continue;
     if (!inc.at_given) {
       inc.at = now;

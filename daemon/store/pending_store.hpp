@@ -95,7 +95,8 @@ class pending_store {
   std::int64_t pending(const counter_key& key) const;
 
   // The pending counts of one counter's buckets of granularity `g` that start in
-  // [from, to], appended to `out` as (bucket start, count), unordered.
+  // [from, to], appended to `out` as (bucket start, count), unordered, a bucket possibly
+  // in several parts (sum them).
   void pending_buckets(const counter_key& key, granularity g, std::int64_t from, std::int64_t to,
                        std::vector<std::pair<std::int64_t, std::int64_t>>& out) const;
 
