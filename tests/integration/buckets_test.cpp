@@ -268,6 +268,40 @@ TEST_F(Buckets, MissingBucketTablesAreNamedAndMigrateCreatesThem) {
       1);
 }
 
+// A bucket table that goes away while the daemon runs: the flush stops with an error
+// naming it and --migrate (no total is written without its buckets), nothing is
+// dropped, and once --migrate has run the next flush writes both, exactly.
+TEST_F(Buckets, ABucketTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
+  run_migrate();
+  daemon_process d(yaml());
+  ASSERT_EQ(d.settle(), 200u);
+  http_client c(d.port());
+  shared_mariadb().connect(database_).execute("DROP TABLE slotted_counters_day");
+  ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": 4, \"delta\": 7}")
+                .status,
+            202u);
+  auto r = c.request("POST", "/v1/flush");
+  EXPECT_EQ(r.status, 503u) << r.body;
+  // The cycle after the failed write checks the schema and says what is missing.
+  ASSERT_TRUE(eventually(
+      [&] {
+        c.request("POST", "/v1/flush");
+        return d.log().find(
+                   "slotted_counters_day` does not exist but counters[].buckets "
+                   "needs it; run slotted-counterd --migrate") != std::string::npos;
+      },
+      30s))
+      << d.log();
+  EXPECT_EQ(c.get("/readyz").status, 503u);
+  EXPECT_EQ(total(4), 0);
+  EXPECT_EQ(bucket_sum("slotted_counters_hour", 4), 0);
+  run_migrate();
+  ASSERT_TRUE(flush_until_ok(c));
+  EXPECT_EQ(total(4), 7);
+  EXPECT_EQ(bucket_sum("slotted_counters_hour", 4), 7);
+  EXPECT_EQ(bucket_sum("slotted_counters_day", 4), 7);
+}
+
 // Reads of a series while flushes commit every few milliseconds: every answer lies
 // between what was acknowledged before it was asked and what was sent by its answer;
 // a batch counted twice (in the table and still as pending) or not at all (between
