@@ -45,8 +45,10 @@ std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> req
   bool added = false;
   for (const auto& [k, delta] : sums) {
     if (delta == 0) continue;
-    const auto& [type, id, g, bucket] = k;
-    out.push_back({type, id, g, bucket, slot, delta});
+    // Copies, not bindings: clang 14 (the fuzz build) cannot capture a binding.
+    const std::uint32_t type = std::get<0>(k);
+    const std::uint64_t id = std::get<1>(k);
+    out.push_back({type, id, std::get<2>(k), std::get<3>(k), slot, delta});
     const bool has_row = std::any_of(rows.begin(), rows.end(), [&](const db::counter_row& r) {
       return r.record_type == type && r.record_id == id;
     });
