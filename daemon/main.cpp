@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     if (migrate) {
       auto conn = slotted::connect_once(cfg.mysql);
       slotted::db::migrate(conn, cfg.mysql.table);
+      slotted::db::migrate_buckets(conn, cfg.mysql.table, slotted::config::bucket_spec_of(cfg));
       slotted::db::verify_schema(conn, cfg.mysql.table, true);
       slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");
       return 0;

@@ -70,6 +70,7 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
   s.limits = &limits;
   s.idempotency_window =
       std::chrono::duration_cast<std::chrono::milliseconds>(c.idempotency.window);
+  s.buckets = config::bucket_spec_of(c);
   return s;
 }
 
@@ -104,9 +105,12 @@ application::application(config::daemon_config cfg)
       probe_(connect_options_for(cfg_.mysql), probe_period(cfg_),
              [this](bool reachable) { flusher_.probe_result(reachable); }),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
+      pruner_({cfg_.mysql.table, config::bucket_spec_of(cfg_)}, pool_, metrics_),
       router_(cfg_, *this, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size),
       running_(cfg_) {
+  // Buckets are fixed for the process's life (a reload does not change them).
+  store_.set_buckets(config::bucket_spec_of(cfg_));
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
   flusher_.attach_keyed(&keyed_);
@@ -140,6 +144,16 @@ bool verify_database(const config::daemon_config& cfg) {
   const auto targets = rollup_targets_for(cfg);
   db::verify_schema(*conn, cfg.mysql.table, !targets.empty());
   for (const auto& t : targets) db::verify_rollup_target(*conn, t);
+  // Counters with buckets need their tables (--migrate creates them).
+  if (const auto missing =
+          db::missing_bucket_tables(*conn, cfg.mysql.table, config::bucket_spec_of(cfg));
+      !missing.empty()) {
+    throw db::db_error(0,
+                       "table `" + missing.front() +
+                           "` does not exist but counters[].buckets needs it; run "
+                           "slotted-counterd --migrate",
+                       true);
+  }
   return true;
 }
 
@@ -182,6 +196,7 @@ void application::start() {
   flusher_.start();
   probe_.start();
   roller_.start();
+  pruner_.start();
   listener_->run();
   if (unix_listener_) unix_listener_->run();
   const unsigned n = http_threads(cfg_);
@@ -205,7 +220,9 @@ void application::start() {
 
 void application::replay_wal(const wal::open_options& options) {
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
-  auto recovered = wal_->open(options);
+  wal::open_options with_buckets = options;
+  with_buckets.buckets = store_.buckets();
+  auto recovered = wal_->open(with_buckets);
   store_.add_deltas(recovered.deltas);
   {
     // Keyed requests come back pending, or in their logged batches; the index knows
@@ -313,6 +330,7 @@ int application::run_until_stopped() {
   io_threads_.clear();
 
   roller_.stop();
+  pruner_.stop();
   probe_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
   if (committer_) committer_->stop();
@@ -393,8 +411,8 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
     case admit_result::conflict:
       return done({status::conflict, {}});
     case admit_result::in_progress:
-      return done({status::unavailable,
-                   "a request with this Idempotency-Key is being logged; retry"});
+      return done(
+          {status::unavailable, "a request with this Idempotency-Key is being logged; retry"});
     case admit_result::over_limit:
       return done({status::over_limit, {}});
   }
@@ -431,6 +449,25 @@ void application::reset_counter(store::counter_key key, done_fn done) {
     if (!f.ok) return done({http::backend_result::status::unavailable, f.error});
     http::backend_result r;
     r.cleared = f.persisted + f.pending;
+    done(std::move(r));
+  });
+}
+
+void application::read_series(store::counter_key key, store::granularity g, std::int64_t from,
+                              std::int64_t to, done_fn done) {
+  net::post(db_workers_, [this, key, g, from, to, done = std::move(done)] {
+    http::backend_result r;
+    try {
+      auto reading = flusher_.read_series(key, g, from, to);
+      if (!reading.retry.empty()) {
+        r = {http::backend_result::status::unavailable, reading.retry};
+      } else {
+        r.points = std::move(reading.points);
+      }
+    } catch (const db::db_error& e) {
+      r = {http::backend_result::status::unavailable,
+           std::string("database not reachable: ") + e.what()};
+    }
     done(std::move(r));
   });
 }

@@ -26,6 +26,7 @@
 #include "http/router.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "metrics/metrics.hpp"
+#include "retention/pruner.hpp"
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
 #include "util/log.hpp"
@@ -93,6 +94,8 @@ class application final : public http::backend {
   void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
   void reset_counter(store::counter_key key, done_fn done) override;
+  void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
+                   done_fn done) override;
   void flush_now(done_fn done) override;
   void rollup_now(done_fn done) override;
   std::string metrics_text() override;
@@ -117,6 +120,8 @@ class application final : public http::backend {
   // Tells the flusher, every min(flush.interval, 5s), whether the database answers.
   db::probe probe_;
   rollup::roller roller_;
+  // Deletes buckets past their retention (counters[].buckets).
+  retention::pruner pruner_;
   http::router router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;

@@ -9,6 +9,20 @@
 
 namespace slotted {
 
+namespace {
+// The buckets stay those the process started with (see config::plan_reload): a later
+// reload compares against them, and reports a change again until a restart.
+void keep_started_buckets(std::vector<config::counter_decl>& counters,
+                          const std::vector<config::counter_decl>& started) {
+  for (auto& c : counters) {
+    c.buckets.clear();
+    for (const auto& s : started) {
+      if (s.record_type == c.record_type) c.buckets = s.buckets;
+    }
+  }
+}
+}  // namespace
+
 namespace net = boost::asio;
 
 log::level log_level_for(config::log_level l) {
@@ -63,6 +77,7 @@ bool application::reload(const std::string& config_path) {
     // With the running connection settings: those keys are not reloaded.
     auto probe = running_;
     probe.counters = next.counters;
+    keep_started_buckets(probe.counters, cfg_.counters);
     try {
       if (!verify_database(probe)) {
         log::warn(
@@ -88,6 +103,7 @@ bool application::reload(const std::string& config_path) {
   running_.http.auth_token_file = next.http.auth_token_file;
   running_.http.auth_token = next.http.auth_token;
   running_.counters = next.counters;
+  keep_started_buckets(running_.counters, cfg_.counters);
   running_.accept_undeclared_types = next.accept_undeclared_types;
   std::string applied;
   for (const auto& k : plan.live) applied += (applied.empty() ? "" : ", ") + k;

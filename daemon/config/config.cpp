@@ -611,7 +611,48 @@ void parse_rollup_target(checker& c, const YAML::Node& a, const std::string& ap,
   out = t;
 }
 
-// counters: a list of {name, record_type[, rollup]}, names and types each unique.
+// counters[i].buckets: {hour: RETENTION, day: RETENTION}, at least one of them.
+void parse_buckets(checker& c, const YAML::Node& a, const std::string& ap,
+                   std::vector<bucket_decl>& out) {
+  if (!a.IsMap() || a.size() == 0) {
+    c.fail(
+        a, ap,
+        "expected a mapping of granularity (hour, day) to retention, e.g. {hour: 48h, day: 400d}");
+    return;
+  }
+  std::vector<bucket_decl> found;
+  for (const auto& entry : a) {
+    const std::string key = entry.first.as<std::string>("");
+    const std::string kp = ap + "." + key;
+    const auto g = store::granularity_named(key);
+    if (!g) {
+      c.fail(entry.first, kp, "unknown granularity '" + key + "'; expected hour or day");
+      continue;
+    }
+    std::string text;
+    if (entry.second.IsScalar()) text = entry.second.Scalar();
+    const auto d = parse_duration(text);
+    if (!d) {
+      c.fail(entry.second, kp,
+             "expected a retention like 48h or 400d (a positive duration), got '" + text + "'");
+      continue;
+    }
+    // A bucket's row is written before it can be pruned, so a retention below a second
+    // would only churn; 100 years is far past any use and far inside every range.
+    if (*d < std::chrono::seconds(1) || *d > std::chrono::hours(24) * 36500) {
+      c.fail(entry.second, kp, "retention must be between 1s and 36500d, got '" + text + "'");
+      continue;
+    }
+    found.push_back({*g, *d});
+  }
+  std::sort(found.begin(), found.end(), [](const bucket_decl& x, const bucket_decl& y) {
+    return x.granularity < y.granularity;
+  });
+  out = std::move(found);
+}
+
+// counters: a list of {name, record_type[, rollup][, buckets]}, names and types each
+// unique.
 void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                     std::vector<counter_decl>& counters) {
   if (v.IsNull()) return;
@@ -643,6 +684,7 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                      has_type = true;
                    }},
                   {"rollup", [&](auto& a, auto& ap) { parse_rollup_target(c, a, ap, d.rollup); }},
+                  {"buckets", [&](auto& a, auto& ap) { parse_buckets(c, a, ap, d.buckets); }},
               });
     if (!has_name) c.fail(item, ip + ".name", "missing");
     if (!has_type) c.fail(item, ip + ".record_type", "missing");
@@ -721,14 +763,13 @@ void parse_wal(checker& c, const YAML::Node& v, const std::string& p, wal_config
 
 void parse_idempotency(checker& c, const YAML::Node& v, const std::string& p,
                        idempotency_config& i) {
-  c.mapping(v, p,
-            {
-                {"window", [&](auto& a, auto& ap) { c.time_span(a, ap, 1s, 24h * 30, i.window); }},
-                {"max_keys",
-                 [&](auto& a, auto& ap) {
-                   c.integer<std::size_t>(a, ap, 1, 100'000'000, i.max_keys);
-                 }},
-            });
+  c.mapping(
+      v, p,
+      {
+          {"window", [&](auto& a, auto& ap) { c.time_span(a, ap, 1s, 24h * 30, i.window); }},
+          {"max_keys",
+           [&](auto& a, auto& ap) { c.integer<std::size_t>(a, ap, 1, 100'000'000, i.max_keys); }},
+      });
 }
 
 void parse_log(checker& c, const YAML::Node& v, const std::string& p, log_level& level) {
@@ -797,6 +838,12 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   resolve_secrets(cfg, c);
   check_tls(cfg, c);
   check_flush_connections(cfg, c);
+  // The bucket tables are named after the counters table: `<table>_hour`, `<table>_day`.
+  if (!bucket_spec_of(cfg).empty() && cfg.mysql.table.size() + 5 > 64) {
+    c.fail_plain("mysql.table",
+                 "with counters[].buckets the table name may have at most 59 characters "
+                 "(its bucket tables are named `<table>_hour` and `<table>_day`)");
+  }
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }
@@ -807,6 +854,16 @@ daemon_config load_config(const std::string& path) {
     throw config_error({path + ": cannot read config: " + why});
   }
   return parse_config(text, path);
+}
+
+store::bucket_spec bucket_spec_of(const daemon_config& cfg) {
+  store::bucket_spec spec;
+  for (const auto& c : cfg.counters) {
+    for (const auto& b : c.buckets)
+      spec.declare(c.record_type, b.granularity,
+                   std::chrono::duration_cast<std::chrono::seconds>(b.retention));
+  }
+  return spec;
 }
 
 reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
@@ -820,7 +877,13 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   live(a.log != b.log, "log.level");
   live(a.http.auth_token_file != b.http.auth_token_file || a.http.auth_token != b.http.auth_token,
        "http.auth_token_file");
-  live(a.counters != b.counters, "counters");
+  // Buckets need a restart (see the header); the rest of counters is live.
+  const auto without_buckets = [](std::vector<counter_decl> counters) {
+    for (auto& c : counters) c.buckets.clear();
+    return counters;
+  };
+  live(without_buckets(a.counters) != without_buckets(b.counters), "counters");
+  restart(bucket_spec_of(a) != bucket_spec_of(b), "counters[].buckets");
   live(a.accept_undeclared_types != b.accept_undeclared_types, "accept_undeclared_types");
 
   restart(a.instance_id != b.instance_id, "instance_id");

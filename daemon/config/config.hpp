@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/duration.hpp"
+#include "store/buckets.hpp"
 
 namespace slotted::config {
 
@@ -23,10 +24,18 @@ struct rollup_target {
   bool operator==(const rollup_target&) const = default;
 };
 
+// counters[i].buckets: a granularity and its retention (README: Configuration).
+struct bucket_decl {
+  store::granularity granularity = store::granularity::hour;
+  duration retention{0};
+  bool operator==(const bucket_decl&) const = default;
+};
+
 struct counter_decl {
   std::string name;
   std::uint32_t record_type = 0;
   std::optional<rollup_target> rollup;
+  std::vector<bucket_decl> buckets{};  // hour before day, each at most once
   bool operator==(const counter_decl&) const = default;
 };
 
@@ -151,13 +160,19 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
 // YAML. Applied live: log.level, http.auth_token_file (the token is read again, so a
 // changed token in the same file counts), counters (names, record types, rollup
 // targets) and accept_undeclared_types. Every other changed key is listed in
-// needs_restart and keeps its running value until the next start. Secrets are
+// needs_restart and keeps its running value until the next start; so does
+// counters[].buckets (reported as "counters[].buckets"): the WAL and the pending
+// buckets are formed under the buckets the daemon started with. Secrets are
 // compared but never shown: a changed password is reported by its source key.
 struct reload_plan {
   std::vector<std::string> live;
   std::vector<std::string> needs_restart;
 };
 reload_plan plan_reload(const daemon_config& running, const daemon_config& next);
+
+// The counters of `cfg` that keep buckets (counters[].buckets), as the store, the
+// router and the flusher take them.
+store::bucket_spec bucket_spec_of(const daemon_config& cfg);
 
 // README, Configuration: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
 bool is_valid_identifier(std::string_view name);

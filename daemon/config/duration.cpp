@@ -21,9 +21,14 @@ std::optional<duration> parse_duration(std::string_view text) {
     factor = 60'000;
   else if (unit == "h")
     factor = 3'600'000;
+  else if (unit == "d")
+    factor = 86'400'000;
   else
     return std::nullopt;
-  return duration{static_cast<duration::rep>(value * factor)};
+  std::uint64_t ms = 0;
+  if (__builtin_mul_overflow(value, factor, &ms) || ms > static_cast<std::uint64_t>(INT64_MAX))
+    return std::nullopt;
+  return duration{static_cast<duration::rep>(ms)};
 }
 
 std::string format_duration(duration d) {

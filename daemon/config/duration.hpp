@@ -1,5 +1,6 @@
 #pragma once
-// Durations in the config are strings with a unit: "250ms", "1s", "5m", "2h".
+// Durations in the config are strings with a unit: "250ms", "1s", "5m", "2h", "400d"
+// (a day is 24 hours).
 
 #include <chrono>
 #include <optional>
@@ -10,7 +11,7 @@ namespace slotted::config {
 
 using duration = std::chrono::milliseconds;
 
-// Returns nullopt for anything but digits followed by one of ms, s, m, h
+// Returns nullopt for anything but digits followed by one of ms, s, m, h, d
 // (no sign, no fraction, no spaces) or a value that overflows.
 std::optional<duration> parse_duration(std::string_view text);
 

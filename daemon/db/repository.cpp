@@ -194,7 +194,8 @@ void roll_back_after(connection& conn, const db_error& e) {
 }  // namespace
 
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
-                            std::span<const counter_row> rows, std::span<const counter_row> dirty) {
+                            std::span<const counter_row> rows, std::span<const counter_row> dirty,
+                            std::span<const store::bucket_row> buckets) {
   conn.execute(start_transaction);
   try {
     try {
@@ -205,6 +206,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       return commit_outcome::already_applied;
     }
     conn.execute(upsert_statement(table, rows));
+    upsert_buckets(conn, table, buckets);
     if (!dirty.empty())
       conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
     conn.execute(commit);
@@ -217,6 +219,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
 
 commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
                              const store::counter_key& key, bool rolled_up,
+                             std::span<const store::granularity> bucket_grans,
                              reset_progress& progress) {
   conn.execute(start_transaction);
   try {
@@ -240,7 +243,7 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
     read.rows = slots.size();
     for (const auto& sql :
          reset_statements(table, key.record_type, key.record_id, slots, instance,
-                          rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt))
+                          rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt, bucket_grans))
       conn.execute(sql);
     read.commit_sent = true;
     progress = read;
@@ -276,6 +279,56 @@ std::int64_t read_count(connection& conn, const std::string& table, std::uint32_
   const auto rows = conn.query(select_count(table, record_type, record_id));
   if (rows.empty() || !rows[0][0]) return 0;
   return std::stoll(*rows[0][0]);
+}
+
+void migrate_buckets(connection& conn, const std::string& table,
+                     const store::bucket_spec& buckets) {
+  for (const auto g : store::all_granularities) {
+    if (buckets.uses(g)) conn.execute(create_bucket_table(table, g));
+  }
+}
+
+std::vector<std::string> missing_bucket_tables(connection& conn, const std::string& table,
+                                               const store::bucket_spec& buckets) {
+  std::vector<std::string> missing;
+  for (const auto g : store::all_granularities) {
+    if (buckets.uses(g) && !table_exists(conn, bucket_table(table, g)))
+      missing.push_back(bucket_table(table, g));
+  }
+  return missing;
+}
+
+void upsert_buckets(connection& conn, const std::string& table,
+                    std::span<const store::bucket_row> rows, std::size_t max_rows) {
+  if (rows.empty()) return;
+  for (const auto g : store::all_granularities) {
+    std::vector<store::bucket_row> of_g;
+    for (const auto& r : rows) {
+      if (r.gran == g) of_g.push_back(r);
+    }
+    for (std::size_t i = 0; i < of_g.size(); i += max_rows) {
+      const std::size_t n = std::min(max_rows, of_g.size() - i);
+      conn.execute(bucket_upsert_statement(table, g, std::span(of_g).subspan(i, n)));
+    }
+  }
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
+    connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
+    std::uint64_t record_id, std::int64_t from, std::int64_t to) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  for (const auto& row :
+       conn.query(bucket_series_select(table, g, record_type, record_id, from, to))) {
+    if (!row[0] || !row[1]) continue;
+    out.emplace_back(std::stoll(*row[0]), std::stoll(*row[1]));
+  }
+  return out;
+}
+
+std::uint64_t prune_buckets(connection& conn, const std::string& table, store::granularity g,
+                            std::uint32_t record_type, std::int64_t before, std::size_t limit) {
+  conn.execute(bucket_prune(table, g, record_type, before, limit));
+  return conn.affected_rows();
 }
 
 }  // namespace slotted::db

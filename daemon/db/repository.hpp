@@ -6,6 +6,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "db/connection.hpp"
 #include "db/sql.hpp"
@@ -16,6 +18,30 @@ namespace slotted::db {
 // Creates the counters table and the ledger if missing. Idempotent; never alters an
 // existing table (a seed-style table is left as it is).
 void migrate(connection& conn, const std::string& table);
+
+// Creates the bucket tables (`<table>_hour`, `<table>_day`) that `buckets` uses, if
+// missing (--migrate). Idempotent.
+void migrate_buckets(connection& conn, const std::string& table, const store::bucket_spec& buckets);
+
+// The bucket tables `buckets` uses that do not exist (empty: all there).
+std::vector<std::string> missing_bucket_tables(connection& conn, const std::string& table,
+                                               const store::bucket_spec& buckets);
+
+// Upserts `rows` into their granularities' tables, in statements of at most
+// `max_rows` rows; inside the caller's transaction. Throws db_error.
+void upsert_buckets(connection& conn, const std::string& table,
+                    std::span<const store::bucket_row> rows, std::size_t max_rows = 1000);
+
+// One counter's persisted buckets of granularity `g` starting in [from, to], as
+// (bucket start, SUM(count)) in bucket order. Throws db_error.
+std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
+    connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
+    std::uint64_t record_id, std::int64_t from, std::int64_t to);
+
+// Deletes up to `limit` rows of `record_type`'s `g` buckets that start before `before`
+// (one statement, committed on its own). Returns the rows deleted. Throws db_error.
+std::uint64_t prune_buckets(connection& conn, const std::string& table, store::granularity g,
+                            std::uint32_t record_type, std::int64_t before, std::size_t limit);
 
 // Checks that `table` has record_type, record_id, slot and count and a unique key on
 // exactly (record_type, record_id, slot), and that the ledger (and, with rollups, the
@@ -90,9 +116,12 @@ struct batch_identity {
 // ledger already holds the batch (an earlier attempt committed but its reply was
 // lost), nothing is applied and already_applied is returned. On error the transaction
 // is rolled back (when the connection still allows it) and db_error is thrown.
+// `buckets`: the batch's bucket rows, upserted in the same transaction (see
+// upsert_buckets).
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
                             std::span<const counter_row> rows,
-                            std::span<const counter_row> dirty = {});
+                            std::span<const counter_row> dirty = {},
+                            std::span<const store::bucket_row> buckets = {});
 
 // How far a reset_counter() call got: its locking read's figures, and whether COMMIT
 // was sent (then a lost connection leaves the outcome unknown until the ledger tells).
@@ -111,6 +140,7 @@ struct reset_progress {
 // it and db_error is thrown.
 commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
                              const store::counter_key& key, bool rolled_up,
+                             std::span<const store::granularity> bucket_grans,
                              reset_progress& progress);
 
 // Deletes old ledger rows of this instance (see sql.hpp ledger_prune).

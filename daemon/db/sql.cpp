@@ -1,6 +1,7 @@
 #include "db/sql.hpp"
 
 #include <charconv>
+#include <cstdio>
 
 namespace slotted::db {
 
@@ -313,7 +314,8 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
                                           std::uint64_t record_id,
                                           std::span<const std::int64_t> slots,
                                           std::string_view quoted_instance,
-                                          std::optional<std::uint64_t> dirty_gen) {
+                                          std::optional<std::uint64_t> dirty_gen,
+                                          std::span<const store::granularity> bucket_grans) {
   std::vector<std::string> out;
   if (!slots.empty()) {
     std::string sql = "DELETE FROM " + quote_identifier(table);
@@ -331,6 +333,12 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
   if (dirty_gen) {
     const counter_row row{record_type, record_id, 0, 0};
     out.push_back(dirty_upsert(quoted_instance, std::span(&row, 1), *dirty_gen));
+  }
+  for (const auto g : bucket_grans) {
+    // Every bucket and slot of the counter: a range of the primary key's prefix.
+    std::string sql = "DELETE FROM " + quote_identifier(bucket_table(table, g));
+    append_counter_key(sql, record_type, record_id);
+    out.push_back(std::move(sql));
   }
   return out;
 }
@@ -356,8 +364,8 @@ std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> r
                                    std::span<const std::string> quoted_keys,
                                    std::string_view quoted_instance, std::uint64_t run_id,
                                    std::uint64_t batch_seq, std::chrono::milliseconds window) {
-  const std::string batch_id = std::string(quoted_instance) + "," + std::to_string(run_id) + "," +
-                               std::to_string(batch_seq);
+  const std::string batch_id =
+      std::string(quoted_instance) + "," + std::to_string(run_id) + "," + std::to_string(batch_seq);
   std::string out = "INSERT INTO " + quote_identifier(idempotency_keys_table) +
                     " (`idem_key`, `body_hash`, `accepted`, `instance_id`, `run_id`, "
                     "`batch_seq`, `created`) VALUES ";
@@ -397,6 +405,102 @@ std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t li
   return "DELETE FROM " + quote_identifier(idempotency_keys_table) +
          " WHERE `created` < NOW(3) - INTERVAL " + std::to_string(age.count() * 1000) +
          " MICROSECOND ORDER BY `created` LIMIT " + std::to_string(limit);
+}
+
+std::string bucket_table(std::string_view table, store::granularity g) {
+  return std::string(table) + "_" + std::string(store::name_of(g));
+}
+
+std::string bucket_literal(store::granularity g, std::int64_t start) {
+  // Civil date of a day count (H. Hinnant's days_from_civil, inverted): no time zone,
+  // no locale, no libc state.
+  const std::int64_t days = start / 86400, secs = start % 86400;
+  const std::int64_t z = days + 719468;
+  const std::int64_t era = z / 146097;
+  const std::int64_t doe = z - era * 146097;
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const std::int64_t mp = (5 * doy + 2) / 153;
+  const std::int64_t d = doy - (153 * mp + 2) / 5 + 1;
+  const std::int64_t m = mp < 10 ? mp + 3 : mp - 9;
+  const std::int64_t y = yoe + era * 400 + (m <= 2 ? 1 : 0);
+  char buf[128];  // room for any int64 fields, though a valid time needs 21
+  if (g == store::granularity::day) {
+    std::snprintf(buf, sizeof buf, "'%04lld-%02lld-%02lld'", static_cast<long long>(y),
+                  static_cast<long long>(m), static_cast<long long>(d));
+  } else {
+    std::snprintf(buf, sizeof buf, "'%04lld-%02lld-%02lld %02lld:%02lld:%02lld'",
+                  static_cast<long long>(y), static_cast<long long>(m), static_cast<long long>(d),
+                  static_cast<long long>(secs / 3600), static_cast<long long>(secs / 60 % 60),
+                  static_cast<long long>(secs % 60));
+  }
+  return buf;
+}
+
+std::string create_bucket_table(std::string_view table, store::granularity g) {
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(bucket_table(table, g)) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+         // The UTC start of the bucket (see sql.hpp).
+         "  `bucket` " +
+         std::string(g == store::granularity::day ? "DATE" : "DATETIME") +
+         " NOT NULL,\n"
+         "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
+         "  `count` BIGINT NOT NULL,\n"
+         "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
+         // Retention deletes the oldest buckets of one record type through this.
+         "  KEY `by_age` (`record_type`, `bucket`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string bucket_upsert_statement(std::string_view table, store::granularity g,
+                                    std::span<const store::bucket_row> rows) {
+  std::string sql;
+  sql.reserve(128 + rows.size() * 64);
+  sql += "INSERT INTO ";
+  sql += quote_identifier(bucket_table(table, g));
+  sql += " (`record_type`, `record_id`, `bucket`, `slot`, `count`) VALUES ";
+  append_tuples(sql, rows, [&](const store::bucket_row& r) {
+    append_int(sql, r.record_type);
+    sql.push_back(',');
+    append_int(sql, r.record_id);
+    sql.push_back(',');
+    sql += bucket_literal(g, r.bucket);
+    sql.push_back(',');
+    append_int(sql, r.slot);
+    sql.push_back(',');
+    append_int(sql, r.delta);
+  });
+  sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+  return sql;
+}
+
+std::string bucket_series_select(std::string_view table, store::granularity g,
+                                 std::uint32_t record_type, std::uint64_t record_id,
+                                 std::int64_t from, std::int64_t to) {
+  // TIMESTAMPDIFF from the epoch as text: unix seconds of a UTC value, whatever the
+  // session's time_zone.
+  std::string sql =
+      "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), "
+      "CAST(SUM(`count`) AS SIGNED) FROM " +
+      quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `record_id` = ";
+  append_int(sql, record_id);
+  sql += " AND `bucket` BETWEEN " + bucket_literal(g, from) + " AND " + bucket_literal(g, to);
+  sql += " GROUP BY `bucket` ORDER BY `bucket`";
+  return sql;
+}
+
+std::string bucket_prune(std::string_view table, store::granularity g, std::uint32_t record_type,
+                         std::int64_t before, std::size_t limit) {
+  std::string sql =
+      "DELETE FROM " + quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `bucket` < " + bucket_literal(g, before) + " ORDER BY `bucket` LIMIT ";
+  append_int(sql, limit);
+  return sql;
 }
 
 }  // namespace slotted::db

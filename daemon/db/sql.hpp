@@ -164,11 +164,37 @@ std::string reset_rows_select_locked(std::string_view table, std::uint32_t recor
 // ... then these statements, in order: delete exactly the slot rows read (`slots`; a
 // row another instance inserts meanwhile lands after the reset), and, when the counter
 // is rolled up (`dirty_gen` set), mark it dirty so that the next rollup sets its
-// target to 0 with no slot row left. Every table a reset clears is listed here.
+// target to 0 with no slot row left; delete all its rows in the bucket tables of
+// `bucket_grans` (the granularities it keeps, README: Counts per bucket), so that its
+// buckets still add up to its total. Every table a reset clears is listed here.
 std::vector<std::string> reset_statements(std::string_view table, std::uint32_t record_type,
                                           std::uint64_t record_id,
                                           std::span<const std::int64_t> slots,
                                           std::string_view quoted_instance,
-                                          std::optional<std::uint64_t> dirty_gen);
+                                          std::optional<std::uint64_t> dirty_gen,
+                                          std::span<const store::granularity> bucket_grans = {});
+// Counts per bucket (README: Schema). One slotted table per granularity, named
+// `<table>_hour` and `<table>_day`, keyed (record_type, record_id, bucket, slot).
+// `bucket` is the UTC start of the hour (DATETIME) or of the day (DATE): readable as it
+// is in SQL whatever the session's time_zone (the daemon writes and reads it as UTC
+// text, never through FROM_UNIXTIME or UNIX_TIMESTAMP, which convert by time_zone),
+// 5 and 3 bytes in the key instead of 8 for a BIGINT of unix seconds.
+std::string bucket_table(std::string_view table, store::granularity g);
+// The bucket's start as an SQL literal: '2026-11-23 06:00:00' (hour), '2026-11-23' (day).
+std::string bucket_literal(store::granularity g, std::int64_t start);
+std::string create_bucket_table(std::string_view table, store::granularity g);
+// One multi-row upsert into the granularity's table (rows of that granularity only).
+std::string bucket_upsert_statement(std::string_view table, store::granularity g,
+                                    std::span<const store::bucket_row> rows);
+// (bucket start in unix seconds, SUM(count)) of one counter's buckets in [from, to]
+// (unix seconds), in bucket order.
+std::string bucket_series_select(std::string_view table, store::granularity g,
+                                 std::uint32_t record_type, std::uint64_t record_id,
+                                 std::int64_t from, std::int64_t to);
+// Deletes up to `limit` rows of one record type whose bucket starts before `before`
+// (unix seconds), oldest first, through the (record_type, bucket) index: a bounded
+// range, never a table-wide lock.
+std::string bucket_prune(std::string_view table, store::granularity g, std::uint32_t record_type,
+                         std::int64_t before, std::size_t limit);
 
 }  // namespace slotted::db

@@ -167,6 +167,8 @@ bool committer::take(const former& form, const publisher& publish) {
           continue;
         }
         for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
+        for (const auto& r : b.bucket_rows)
+          back.push_back({{r.record_type, r.record_id}, r.delta, r.gran, r.bucket});
       }
       store_.add_deltas(back);
       if (!keyed_back.empty()) keyed_->put_back(std::move(keyed_back));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <exception>
+#include <map>
 
 #include "db/errors.hpp"
 #include "flush/batch_schedule.hpp"
@@ -18,6 +19,12 @@ using clock = std::chrono::steady_clock;
 // plain batch by its rows, a keyed batch by its requests (each applied whole or not).
 bool splittable(const flush_batch& b) {
   return b.keyed.empty() ? b.rows.size() > 1 : b.keyed.size() > 1;
+}
+
+// The rows a queued batch holds against flush.max_pending_keys: its totals and its
+// bucket counts.
+std::size_t rows_held(const flush_batch& b) {
+  return b.rows.size() + b.bucket_rows.size();
 }
 
 // Ledger rows older than this are pruned; a batch's outcome is only ever looked up by
@@ -39,28 +46,57 @@ std::vector<flush_batch> form_batches(std::vector<store::pending_delta> deltas,
                                       std::size_t max_rows, unsigned slots, std::uint64_t run_id,
                                       std::uint64_t first_seq, std::mt19937_64& rng,
                                       clock::time_point oldest_arrival) {
-  std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
-  std::sort(deltas.begin(), deltas.end(),
-            [](const auto& a, const auto& b) { return a.key < b.key; });
-  std::vector<flush_batch> batches;
-  batches.reserve((deltas.size() + max_rows - 1) / max_rows);
-  for (std::size_t i = 0; i < deltas.size(); i += max_rows) {
-    flush_batch b;
-    b.run_id = run_id;
-    b.seq = first_seq + batches.size();
-    b.oldest_arrival = oldest_arrival;
-    const std::size_t end = std::min(deltas.size(), i + max_rows);
-    b.rows.reserve(end - i);
-    // One slot for the whole batch, drawn afresh per batch: two writers' batches then
-    // share a row only when they drew the same slot (1 in `slots`), instead of almost
-    // surely somewhere when each row draws its own. Fewer lock waits on one server,
-    // fewer certification failures on Galera (bench/RESULTS.md, Galera).
-    const auto slot = static_cast<std::uint16_t>(rng() % slots);
-    for (std::size_t j = i; j < end; ++j) {
-      const auto& d = deltas[j];
-      b.rows.push_back({d.key.record_type, d.key.record_id, slot, d.delta});
+  // Totals and bucket counts arrive mixed (see store::pending_delta); buckets sort after
+  // their counter's total. A total of 0 stays when the counter has bucket counts (a
+  // +1 in one hour and a -1 in another), so that its buckets have a row to travel with.
+  std::sort(deltas.begin(), deltas.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.key, a.gran, a.bucket) < std::tie(b.key, b.gran, b.bucket);
+  });
+  // One bucket may come in parts (a day from each of its hours in the store): summed.
+  // The parts' sum stays within what the store's clamp allows (README, Counts per
+  // bucket); a total comes once.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    if (kept > 0 && deltas[i].gran != store::granularity::none &&
+        deltas[kept - 1].key == deltas[i].key && deltas[kept - 1].gran == deltas[i].gran &&
+        deltas[kept - 1].bucket == deltas[i].bucket) {
+      if (__builtin_add_overflow(deltas[kept - 1].delta, deltas[i].delta, &deltas[kept - 1].delta))
+        deltas[kept - 1].delta = deltas[i].delta < 0 ? INT64_MIN : INT64_MAX;
+      continue;
     }
-    batches.push_back(std::move(b));
+    deltas[kept++] = deltas[i];
+  }
+  deltas.resize(kept);
+  std::erase_if(deltas, [](const store::pending_delta& d) { return d.delta == 0; });
+  std::vector<flush_batch> batches;
+  std::size_t in_batch = max_rows;  // rows of the last batch: a new one first
+  std::uint16_t slot = 0;
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    const auto& d = deltas[i];
+    const bool total = d.gran == store::granularity::none;
+    const bool new_counter = i == 0 || !(deltas[i - 1].key == d.key);
+    if (new_counter) {
+      if (in_batch >= max_rows) {
+        flush_batch b;
+        b.run_id = run_id;
+        b.seq = first_seq + batches.size();
+        b.oldest_arrival = oldest_arrival;
+        // One slot for the whole batch, drawn afresh per batch: two writers' batches then
+        // share a row only when they drew the same slot (1 in `slots`), instead of almost
+        // surely somewhere when each row draws its own. Fewer lock waits on one server,
+        // fewer certification failures on Galera (bench/RESULTS.md, Galera).
+        slot = static_cast<std::uint16_t>(rng() % slots);
+        batches.push_back(std::move(b));
+        in_batch = 0;
+      }
+      batches.back().rows.push_back(
+          {d.key.record_type, d.key.record_id, slot, total ? d.delta : 0});
+      ++in_batch;
+    }
+    if (!total) {
+      batches.back().bucket_rows.push_back(
+          {d.key.record_type, d.key.record_id, d.gran, d.bucket, slot, d.delta});
+    }
   }
   return batches;
 }
@@ -84,6 +120,15 @@ std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b) {
   const auto middle = b.rows.begin() + static_cast<std::ptrdiff_t>(b.rows.size() / 2);
   left.rows.assign(b.rows.begin(), middle);
   right.rows.assign(middle, b.rows.end());
+  // Each counter's bucket rows go with its row.
+  left.bucket_rows.clear();
+  right.bucket_rows.clear();
+  for (const auto& r : b.bucket_rows) {
+    const bool to_left =
+        middle != b.rows.end() && store::counter_key{r.record_type, r.record_id} <
+                                      store::counter_key{middle->record_type, middle->record_id};
+    (to_left ? left : right).bucket_rows.push_back(r);
+  }
   left.seq = ((node * 2) << split_low_bits) | formed;
   right.seq = ((node * 2 + 1) << split_low_bits) | formed;
   return {std::move(left), std::move(right)};
@@ -169,6 +214,12 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
   const bool rolled_up =
       std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
                   [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
+  // Its bucket rows go with it (README: Counts per bucket): the buckets it keeps now.
+  std::vector<store::granularity> bucket_grans;
+  if (const auto* c = settings_.buckets.find(key.record_type)) {
+    for (const auto g : store::all_granularities)
+      if (c->keeps(g)) bucket_grans.push_back(g);
+  }
   // The connection first, as a cycle does: a read holds its connection while it waits
   // for an even generation, so a reset that went odd first could wait for a connection
   // held by reads that wait for it (each answering 503 after its retries).
@@ -190,7 +241,8 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
     try {
       // Kept across retries; taken again only after a lost connection.
       if (!lease) lease.emplace(pool_.acquire());
-      const auto outcome = db::reset_counter(**lease, settings_.table, id, key, rolled_up, p);
+      const auto outcome =
+          db::reset_counter(**lease, settings_.table, id, key, rolled_up, bucket_grans, p);
       progress();
       // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
       if (outcome == db::commit_outcome::applied) known = p;
@@ -293,7 +345,7 @@ bool flusher::take_from_store() {
       std::size_t dropped = 0;
       auto keyed = idempotency::form_keyed_batches(
           keyed_->take_pending(), settings_.max_rows_per_statement, settings_.slots, run_id_,
-          next_seq_, rng_, clock::now(), dropped);
+          next_seq_, rng_, clock::now(), dropped, settings_.buckets);
       next_seq_ += keyed.size();
       keyed_->dropped_at_flush(dropped, 0);
       std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));
@@ -321,7 +373,7 @@ bool flusher::take_from_store() {
 void flusher::publish(std::vector<flush_batch>&& batches) {
   std::lock_guard lock(queue_mutex_);
   for (auto& b : batches) {
-    queued_rows_ += b.rows.size();
+    queued_rows_ += rows_held(b);
     queued_.push_back(std::move(b));
   }
   store_.set_unwritten_rows(queued_rows_);
@@ -409,8 +461,8 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
     try {
       commit_attempt done;
       if (b.keyed.empty()) {
-        done.outcome =
-            db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows, dirty));
+        done.outcome = db::commit_batch(conn, settings_.table, id, b.rows,
+                                        rolled_up_rows(b.rows, dirty), b.bucket_rows);
       } else {
         done = commit_keyed(conn, id, b, dirty);
       }
@@ -447,9 +499,9 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
     // The halves take its place in the queue (the left one first), so they keep its
     // order against the batches before and after it.
     auto [left, right] = split_batch(batch);
-    if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right);
+    if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right, settings_.buckets);
     std::lock_guard lock(queue_mutex_);
-    queued_rows_ = queued_rows_ - batch.rows.size() + left.rows.size() + right.rows.size();
+    queued_rows_ = queued_rows_ - rows_held(batch) + rows_held(left) + rows_held(right);
     queued_.insert(it, std::move(left));
     queued_.insert(it, std::move(right));
     std::erase(in_doubt_, &*it);
@@ -484,7 +536,7 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
               " was already committed (found in the ledger); not applied again");
   }
   std::lock_guard lock(queue_mutex_);
-  queued_rows_ -= batch.rows.size();
+  queued_rows_ -= rows_held(batch);
   std::erase(in_doubt_, &*it);
   // Gone from the queue before the generation turns even: a read that waited for the
   // flight to end finds it in the table and no longer pending.
@@ -622,9 +674,8 @@ flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::ba
                                               std::vector<db::counter_row>& dirty) {
   const auto outcome = idempotency::commit_keyed_batch(
       conn, settings_.table, id, batch, settings_.idempotency_window,
-      [this, &dirty](std::span<const db::counter_row> rows) {
-        return rolled_up_rows(rows, dirty);
-      });
+      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
+      settings_.buckets);
   if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
     keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
   if (outcome.duplicates + outcome.conflicts > 0) {
@@ -736,6 +787,7 @@ flush_result flusher::cycle() {
       if (settings_.limits != nullptr)
         settings_.limits->set(limits.max_record_type, limits.max_record_id);
       for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
+      verify_bucket_tables(**lease);
       check_autoincrement(**lease);
       progress();
       schema_verified_ = true;
@@ -845,6 +897,23 @@ flush_result flusher::cycle() {
   return result;
 }
 
+void flusher::verify_bucket_tables(db::connection& conn) {
+  // Missing bucket tables stop the flush of everything (a fatal schema error, checked
+  // again at every cycle, so --migrate resumes it): writing the totals without their
+  // buckets would leave the two disagreeing for good. Nothing is dropped meanwhile:
+  // what is pending stays in memory (and the WAL) up to flush.max_pending_keys.
+  const auto missing = db::missing_bucket_tables(conn, settings_.table, settings_.buckets);
+  if (missing.empty()) return;
+  std::string names;
+  for (const auto& t : missing) names += (names.empty() ? "`" : ", `") + t + "`";
+  throw db::db_error(0,
+                     "table " + names +
+                         " does not exist but counters[].buckets needs it; run "
+                         "slotted-counterd --migrate (nothing is flushed until then, nothing "
+                         "is dropped)",
+                     true);
+}
+
 void flusher::note_failure(const db::db_error& e) {
   ++consecutive_failures_;
   ready_.store(false);
@@ -933,6 +1002,62 @@ counter_reading flusher::read_total(const store::counter_key& key) {
   return reading;
 }
 
+series_reading flusher::read_series(const store::counter_key& key, store::granularity g,
+                                    std::int64_t from, std::int64_t to) {
+  // What is pending for these buckets: the store, keyed requests not yet in a batch,
+  // and the queued batches' bucket rows (under queue_mutex_).
+  const auto queued_buckets = [&](std::map<std::int64_t, __int128>& sums) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> found;
+    store_.pending_buckets(key, g, from, to, found);
+    if (keyed_ != nullptr) keyed_->pending_buckets(key, g, from, to, found);
+    for (const auto& [bucket, delta] : found) sums[bucket] += delta;
+    for (const auto& b : queued_) {
+      // Sorted by counter, granularity, bucket: the counter's rows are one run.
+      auto it = std::lower_bound(b.bucket_rows.begin(), b.bucket_rows.end(), key,
+                                 [](const store::bucket_row& r, const store::counter_key& k) {
+                                   return store::counter_key{r.record_type, r.record_id} < k;
+                                 });
+      for (; it != b.bucket_rows.end() && it->record_type == key.record_type &&
+             it->record_id == key.record_id;
+           ++it) {
+        if (it->gran == g && it->bucket >= from && it->bucket <= to) sums[it->bucket] += it->delta;
+      }
+    }
+  };
+  auto lease = pool_.acquire();
+  series_reading reading;
+  try {
+    // As read_total(): retry until no commit started or ended during the database read
+    // and no batch is in doubt, else give up (503).
+    const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::uint64_t before = 0;
+      {
+        std::unique_lock lock(queue_mutex_);
+        if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
+        before = generation_;
+      }
+      const auto persisted =
+          db::read_series(*lease, settings_.table, g, key.record_type, key.record_id, from, to);
+      std::map<std::int64_t, __int128> sums;
+      for (const auto& [bucket, count] : persisted) sums[bucket] += count;
+      std::lock_guard lock(queue_mutex_);
+      queued_buckets(sums);
+      if (generation_ != before || !stable()) continue;
+      for (const auto& [bucket, count] : sums) {
+        if (count != 0) reading.points.emplace_back(bucket, count);
+      }
+      return reading;
+    }
+    reading.retry = "the counter is being written; retry";
+  } catch (const db::db_error& e) {
+    if (e.connection_lost()) lease.discard();
+    metrics_.db_error(e.kind());
+    throw;
+  }
+  return reading;
+}
+
 std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
                                            const std::vector<std::uint64_t>& committed) {
   const std::uint64_t formed = formed_seq(b.seq);
@@ -980,9 +1105,9 @@ void flusher::expand_recovered(db::connection& conn, std::uint64_t run) {
     log::info("batch ", b.seq, " of run ", b.run_id,
               " was split before the restart and parts of it committed; ", parts.size(),
               " parts left to write");
-    queued_rows_ -= b.rows.size();
+    queued_rows_ -= rows_held(b);
     for (auto& part : parts) {
-      queued_rows_ += part.rows.size();
+      queued_rows_ += rows_held(part);
       queued_.insert(it, std::move(part));
     }
     std::erase(in_doubt_, &b);

@@ -64,6 +64,9 @@ struct settings {
   ingest::table_limits* limits = nullptr;
   // Committed Idempotency-Keys older than this are pruned from the keys table.
   std::chrono::milliseconds idempotency_window{std::chrono::hours(24)};
+  // Counters with buckets: their tables are verified with the schema (missing ones stop
+  // the flush, see cycle()), and keyed batches derive their bucket rows with it.
+  store::bucket_spec buckets;
 };
 
 struct flush_result {
@@ -88,6 +91,13 @@ struct reset_result {
   std::string error;
   __int128 persisted = 0;    // SUM(count) of the slot rows deleted
   std::int64_t pending = 0;  // what this instance held pending for it, dropped
+};
+
+// One counter's counts per bucket (GET .../series): (bucket start, persisted + pending),
+// in bucket order, buckets whose count is 0 left out.
+struct series_reading {
+  std::vector<std::pair<std::int64_t, __int128>> points;
+  std::string retry;  // as counter_reading::retry
 };
 
 // The two halves of a batch the database refused for its data (see write_queued):
@@ -159,6 +169,12 @@ class flusher final : public store::batch_queue {
   // `retry`. Blocking: call from a database worker thread. Throws db_error when the
   // database cannot be read.
   counter_reading read_total(const store::counter_key& key);
+
+  // The counter's buckets of granularity `g` starting in [from, to] (bucket-aligned):
+  // persisted plus pending, exact as read_total() is (the same generation and in-doubt
+  // rules). Blocking: call from a database worker thread. Throws db_error.
+  series_reading read_series(const store::counter_key& key, store::granularity g, std::int64_t from,
+                             std::int64_t to);
 
   // The database was reachable and the schema valid at the last cycle, and the probe
   // (see db/probe.hpp) has not found it gone since.
@@ -237,6 +253,9 @@ class flusher final : public store::batch_queue {
   // Reads the counters table's AUTO_INCREMENT headroom into the gauge; warns once when
   // it falls below autoincrement_warn_fraction of the column's range.
   void check_autoincrement(db::connection& conn);
+  // Throws a fatal db_error naming the bucket tables settings_.buckets needs that do not
+  // exist.
+  void verify_bucket_tables(db::connection& conn);
   // The fatal error for an exhausted AUTO_INCREMENT column: names it, the table and
   // the ALTER TABLE that fixes it.
   db::db_error autoincrement_exhausted(db::connection& conn, const db::db_error& cause);

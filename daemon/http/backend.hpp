@@ -14,6 +14,7 @@
 
 #include "idempotency/keyed_request.hpp"
 #include "ingest/increment.hpp"
+#include "store/buckets.hpp"
 #include "store/counter_key.hpp"
 
 namespace slotted::http {
@@ -39,6 +40,9 @@ struct backend_result {
   std::int64_t pending = 0;
   // A reset: what the counter had (persisted + pending here), now cleared.
   __int128 cleared = 0;
+  // A counter's series: (bucket start in unix seconds, persisted + pending), in bucket
+  // order, buckets whose count is 0 left out.
+  std::vector<std::pair<std::int64_t, __int128>> points{};
 };
 
 class backend {
@@ -61,6 +65,11 @@ class backend {
   // unavailable (nothing changed: the database or the WAL cannot be written, or
   // draining).
   virtual void reset_counter(store::counter_key key, done_fn done) = 0;
+  // The counter's buckets of granularity `g` whose start is in [from, to] (both
+  // bucket-aligned, validated by the router): `points` of the result, exact like
+  // read_counter's total, or unavailable.
+  virtual void read_series(store::counter_key key, store::granularity g, std::int64_t from,
+                           std::int64_t to, done_fn done) = 0;
   virtual void flush_now(done_fn done) = 0;
   virtual void rollup_now(done_fn done) = 0;
   virtual std::string metrics_text() = 0;

@@ -81,6 +81,12 @@ bool prefers_minimal(const request& req) {
   return false;
 }
 
+std::int64_t unix_seconds_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 template <typename Int>
 bool parse_decimal(std::string_view s, Int& out) {
   if (s.empty() || s.size() > 20) return false;
@@ -96,11 +102,13 @@ struct router::route_match {
   bool needs_auth = false;
   std::string_view counter_type;  // for GET /v1/counters/{t}/{id}
   std::string_view counter_id;
+  bool series = false;  // GET /v1/counters/{t}/{id}/series
 };
 
 router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
                const ingest::table_limits& limits)
     : live_(make_live(cfg)),
+      buckets_(config::bucket_spec_of(cfg)),
       limits_(limits),
       max_items_(cfg.http.max_items_per_request),
       backend_(b),
@@ -145,7 +153,10 @@ router::route_match router::match(const request_header& req) const {
   } else if (target == "/readyz") {
     m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
   } else if (target.starts_with("/v1/counters/")) {
-    const std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
+    std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
+    constexpr std::string_view series_suffix = "/series";
+    const bool series = rest.ends_with(series_suffix);
+    if (series) rest.remove_suffix(series_suffix.size());
     const auto slash = rest.find('/');
     if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
         rest.find('/', slash + 1) == std::string_view::npos) {
@@ -157,6 +168,7 @@ router::route_match router::match(const request_header& req) const {
       }
       m.counter_type = rest.substr(0, slash);
       m.counter_id = rest.substr(slash + 1);
+      m.series = series;
     }
   }
   return m;
@@ -255,7 +267,7 @@ void router::handle(request&& req, respond_fn respond) {
     case metrics::route::increments:
       return handle_increments(req, answer);
     case metrics::route::counters:
-      return handle_counter(req, m, answer);
+      return m.series ? handle_series(req, m, answer) : handle_counter(req, m, answer);
     case metrics::route::reset:
       return handle_reset(req, m, answer);
     case metrics::route::flush:
@@ -315,6 +327,10 @@ void router::handle_increments(const request& req, const reply& answer) {
                                  err->message, err->index));
   }
   if (auto bad = limits_.check(increments)) {
+    metrics_.reject(metrics::reject_reason::invalid, increments.size());
+    return answer(error_response(v, status::bad_request, bad->message, bad->index));
+  }
+  if (auto bad = ingest::resolve_times(increments, buckets_, unix_seconds_now())) {
     metrics_.reject(metrics::reject_reason::invalid, increments.size());
     return answer(error_response(v, status::bad_request, bad->message, bad->index));
   }
@@ -379,7 +395,8 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
     case backend_result::status::unavailable:
       metrics_.reject(metrics::reject_reason::wal_unavailable, n);
       return answer(retry_later(
-          v, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error, "5"));
+          v, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error,
+          "5"));
     case backend_result::status::out_of_range:
       // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
       metrics_.reject(metrics::reject_reason::invalid, n);
@@ -459,6 +476,82 @@ void router::handle_reset(const request& req, const route_match& m, const reply&
                                  ", \"record_id\": \"" + std::to_string(key.record_id) +
                                  "\", \"cleared\": " + decimal(r.cleared) + "}"));
       }));
+}
+
+void router::handle_series(const request& req, const route_match& m, const reply& answer) {
+  const unsigned v = req.version();
+  auto parsed = counter_of(m, v);
+  if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
+  const auto [type, id] = std::get<store::counter_key>(parsed);
+  const auto bad_request = [&](const std::string& message) {
+    answer(error_response(v, status::bad_request, message));
+  };
+  // granularity, from and to, each exactly once; nothing else.
+  std::string_view target = req.target();
+  const auto q = target.find('?');
+  std::string_view query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+  std::optional<std::string_view> gran_text, from_text, to_text;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view param = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const auto eq = param.find('=');
+    const std::string_view name = param.substr(0, eq);
+    const std::string_view value =
+        eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
+    std::optional<std::string_view>* slot = name == "granularity" ? &gran_text
+                                            : name == "from"      ? &from_text
+                                            : name == "to"        ? &to_text
+                                                                  : nullptr;
+    if (slot == nullptr)
+      return bad_request("unknown query parameter " + json::excerpt(name) +
+                         "; expected granularity, from and to");
+    if (*slot) return bad_request("query parameter \"" + std::string(name) + "\" given twice");
+    *slot = value;
+  }
+  if (!gran_text || !from_text || !to_text)
+    return bad_request(
+        "granularity, from and to are required (e.g. ?granularity=day&from="
+        "1700000000&to=1702592000, unix seconds)");
+  const auto g = store::granularity_named(*gran_text);
+  if (!g) return bad_request("granularity must be hour or day");
+  std::int64_t from = 0, to = 0;
+  if (!parse_decimal(*from_text, from) || from < 0 || from > ingest::max_at ||
+      !parse_decimal(*to_text, to) || to < 0 || to > ingest::max_at)
+    return bad_request(std::string("from and to must be unix seconds in ") + ingest::at_range);
+  if (from > to) return bad_request("from must not be after to");
+  const auto* counter = buckets_.find(type);
+  if (counter == nullptr || !counter->keeps(*g)) {
+    return bad_request("record_type " + std::to_string(type) + " keeps no " +
+                       std::string(store::name_of(*g)) + " buckets (counters[].buckets)");
+  }
+  // The buckets that start in [from, to].
+  const std::int64_t step = store::seconds_of(*g);
+  const std::int64_t first = store::bucket_start(*g, from) + (from % step == 0 ? 0 : step);
+  const std::int64_t last = store::bucket_start(*g, to);
+  if (first <= last && (last - first) / step + 1 > max_series_points) {
+    return bad_request("the range holds more than " + std::to_string(max_series_points) + " " +
+                       std::string(store::name_of(*g)) + " buckets; ask for a shorter one");
+  }
+  const std::string gran_name(store::name_of(*g));
+  if (first > last) {
+    return answer(
+        json_response(v, status::ok, "{\"granularity\": \"" + gran_name + "\", \"points\": []}"));
+  }
+  backend_.read_series({type, id}, *g, first, last,
+                       guarded(answer, v, [v, gran_name, answer](const backend_result& r) {
+                         if (r.outcome != backend_result::status::done)
+                           return answer(retry_later(v, r.error, "5"));
+                         std::string body =
+                             "{\"granularity\": \"" + gran_name + "\", \"points\": [";
+                         for (std::size_t i = 0; i < r.points.size(); ++i) {
+                           if (i > 0) body += ", ";
+                           body += "{\"bucket\": " + std::to_string(r.points[i].first) +
+                                   ", \"count\": " + decimal(r.points[i].second) + "}";
+                         }
+                         body += "]}";
+                         answer(json_response(v, status::ok, std::move(body)));
+                       }));
 }
 
 }  // namespace slotted::http

@@ -65,6 +65,8 @@ class router {
                     const backend_result& r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);
   void handle_reset(const request& req, const route_match& m, const reply& answer);
+  // GET /v1/counters/{type}/{id}/series?granularity=G&from=F&to=T (README: HTTP API).
+  void handle_series(const request& req, const route_match& m, const reply& answer);
   // The counter a /v1/counters/{record_type}/{record_id} path names, or the 400 that
   // says why it names none (a bad number, an undeclared type).
   std::variant<store::counter_key, response> counter_of(const route_match& m, unsigned version);
@@ -77,6 +79,10 @@ class router {
   static std::shared_ptr<const live_settings> make_live(const config::daemon_config& cfg);
 
   std::atomic<std::shared_ptr<const live_settings>> live_;
+  // At most this many buckets in one series request (README: HTTP API).
+  static constexpr std::int64_t max_series_points = 1000;
+  // Fixed for the process's life, as the store's (see config::plan_reload).
+  const store::bucket_spec buckets_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
   backend& backend_;

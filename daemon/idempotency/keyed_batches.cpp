@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include "db/errors.hpp"
@@ -24,12 +25,53 @@ std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, st
   return rows;
 }
 
+std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> requests,
+                                              std::uint16_t slot, const store::bucket_spec& buckets,
+                                              std::vector<db::counter_row>& rows) {
+  std::vector<store::bucket_row> out;
+  if (buckets.empty()) return out;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, store::granularity, std::int64_t>, std::int64_t>
+      sums;
+  for (const auto& r : requests) {
+    for (const auto& inc : r.increments) {
+      const auto* c = buckets.find(inc.record_type);
+      if (c == nullptr) continue;
+      for (const auto g : store::all_granularities) {
+        if (c->keeps(g))
+          sums[{inc.record_type, inc.record_id, g, store::bucket_start(g, inc.at)}] += inc.delta;
+      }
+    }
+  }
+  bool added = false;
+  for (const auto& [k, delta] : sums) {
+    if (delta == 0) continue;
+    // Copies, not bindings: clang 14 (the fuzz build) cannot capture a binding.
+    const std::uint32_t type = std::get<0>(k);
+    const std::uint64_t id = std::get<1>(k);
+    out.push_back({type, id, std::get<2>(k), std::get<3>(k), slot, delta});
+    const bool has_row = std::any_of(rows.begin(), rows.end(), [&](const db::counter_row& r) {
+      return r.record_type == type && r.record_id == id;
+    });
+    if (!has_row) {
+      rows.push_back({type, id, slot, 0});
+      added = true;
+    }
+  }
+  if (added) {
+    std::sort(rows.begin(), rows.end(), [](const db::counter_row& a, const db::counter_row& b) {
+      return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
+    });
+  }
+  return out;
+}
+
 std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> requests,
                                                    std::size_t max_items, unsigned slots,
                                                    std::uint64_t run_id, std::uint64_t first_seq,
                                                    std::mt19937_64& rng,
                                                    std::chrono::steady_clock::time_point oldest,
-                                                   std::size_t& dropped) {
+                                                   std::size_t& dropped,
+                                                   const store::bucket_spec& buckets) {
   dropped = 0;
   // Stable: of one key twice, the first accepted stays.
   std::stable_sort(requests.begin(), requests.end(),
@@ -55,26 +97,30 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
     batches.back().keyed.push_back(std::move(r));
   }
   for (auto& b : batches) {
-    b.rows = rows_of(b.keyed, static_cast<std::uint16_t>(rng() % slots));
+    const auto slot = static_cast<std::uint16_t>(rng() % slots);
+    b.rows = rows_of(b.keyed, slot);
+    b.bucket_rows = bucket_rows_of(b.keyed, slot, buckets, b.rows);
   }
   return batches;
 }
 
 void split_requests(const store::flush_batch& whole, store::flush_batch& left,
-                    store::flush_batch& right) {
+                    store::flush_batch& right, const store::bucket_spec& buckets) {
   const auto middle = whole.keyed.begin() + static_cast<std::ptrdiff_t>(whole.keyed.size() / 2);
   const std::uint16_t slot = whole.rows.empty() ? 0 : whole.rows.front().slot;
   left.keyed.assign(whole.keyed.begin(), middle);
   right.keyed.assign(middle, whole.keyed.end());
   left.rows = rows_of(left.keyed, slot);
   right.rows = rows_of(right.keyed, slot);
+  left.bucket_rows = bucket_rows_of(left.keyed, slot, buckets, left.rows);
+  right.bucket_rows = bucket_rows_of(right.keyed, slot, buckets, right.rows);
 }
 
 keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
-    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>&
-        dirty) {
+    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
+    const store::bucket_spec& buckets) {
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
@@ -122,7 +168,11 @@ keyed_outcome commit_keyed_batch(
       }
     }
     if (!applied.empty()) {
-      const auto rows = rows_of(applied, b.rows.empty() ? 0 : b.rows.front().slot);
+      const std::uint16_t slot = b.rows.empty() ? 0 : b.rows.front().slot;
+      auto rows = rows_of(applied, slot);
+      // The applied requests' buckets, in this transaction with their totals.
+      const auto bucket_rows = bucket_rows_of(applied, slot, buckets, rows);
+      db::upsert_buckets(conn, table, bucket_rows);
       if (!rows.empty()) {
         conn.execute(db::upsert_statement(table, rows));
         if (const auto marks = dirty(rows); !marks.empty()) {

@@ -31,31 +31,38 @@
 
 #include "db/connection.hpp"
 #include "db/repository.hpp"
-#include "store/batch.hpp"
 #include "idempotency/keyed_request.hpp"
+#include "store/batch.hpp"
 
 namespace slotted::idempotency {
-
 
 // Batches of `requests` holding at most `max_items` increments each (at least one
 // request), keys sorted (one lock order for every instance), one random slot per
 // batch, seqs from `first_seq` on. A key twice among `requests` (a retry this instance
 // had forgotten) is kept once; `dropped` counts the others. Pure.
-std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> requests,
-                                                   std::size_t max_items, unsigned slots,
-                                                   std::uint64_t run_id, std::uint64_t first_seq,
-                                                   std::mt19937_64& rng,
-                                                   std::chrono::steady_clock::time_point oldest,
-                                                   std::size_t& dropped);
+std::vector<store::flush_batch> form_keyed_batches(
+    std::vector<keyed_request> requests, std::size_t max_items, unsigned slots,
+    std::uint64_t run_id, std::uint64_t first_seq, std::mt19937_64& rng,
+    std::chrono::steady_clock::time_point oldest, std::size_t& dropped,
+    const store::bucket_spec& buckets = store::no_buckets());
 
 // The rows of `requests` under `slot`: their deltas summed per counter, sorted, zero
 // sums left out. Pure.
 std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, std::uint16_t slot);
 
+// The bucket rows of `requests` under `slot` (their increments' `at`, for counters that
+// keep buckets under `buckets`), summed per bucket, sorted, zero sums left out; and
+// rows gets a row of delta 0 for a counter whose buckets have no row there (see
+// store::flush_batch). Pure.
+std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> requests,
+                                              std::uint16_t slot, const store::bucket_spec& buckets,
+                                              std::vector<db::counter_row>& rows);
+
 // `left` and `right` (the halves split_batch() made of `whole`, with their ids) get
 // half of whole's requests each, and their rows. Pure.
 void split_requests(const store::flush_batch& whole, store::flush_batch& left,
-                    store::flush_batch& right);
+                    store::flush_batch& right,
+                    const store::bucket_spec& buckets = store::no_buckets());
 
 struct keyed_outcome {
   db::commit_outcome outcome = db::commit_outcome::applied;
@@ -70,11 +77,12 @@ struct keyed_outcome {
 keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
-    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty);
+    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
+    const store::bucket_spec& buckets = store::no_buckets());
 
-// Deletes keys first received longer than two windows ago (see keyed_batches.cpp), oldest first (every instance in the
-// same order), in chunks of `chunk` rows, at most `max_chunks` of them (each statement
-// commits on its own). Returns rows deleted. Throws db_error.
+// Deletes keys first received longer than two windows ago (see keyed_batches.cpp), oldest first
+// (every instance in the same order), in chunks of `chunk` rows, at most `max_chunks` of them (each
+// statement commits on its own). Returns rows deleted. Throws db_error.
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
                          int max_chunks);
 

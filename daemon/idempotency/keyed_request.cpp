@@ -1,7 +1,7 @@
 #include "idempotency/keyed_request.hpp"
 
+#include <algorithm>
 #include <chrono>
-
 #include <cstring>
 
 #include "util/siphash.hpp"
@@ -31,6 +31,20 @@ body_hash hash_of(std::span<const ingest::increment> increments) {
     std::memcpy(p + 4, &inc.delta, 4);
     std::memcpy(p + 8, &inc.record_id, 8);
     p += 16;
+  }
+  // `at` as the client sent it (a retry without one arrives later, and is the same
+  // request). Appended only when some item has one, so that every body without `at`
+  // hashes as before (keys committed by an earlier version still match their retries);
+  // then 16n + 3 + 8n bytes, odd, never the even length of a body without `at`.
+  if (std::any_of(increments.begin(), increments.end(),
+                  [](const ingest::increment& inc) { return inc.at_given; })) {
+    bytes.append("\x01at", 3);
+    for (const auto& inc : increments) {
+      const std::int64_t at = inc.at_given ? inc.at : -1;
+      char b[8];
+      std::memcpy(b, &at, 8);
+      bytes.append(b, 8);
+    }
   }
   return {util::siphash<2, 4>(k0, bytes), util::siphash<2, 4>(k1, bytes)};
 }

@@ -26,7 +26,7 @@ bool valid_key(std::string_view key);
 // it only tells an honest client's changed body from its retry (a client who sends
 // another body under its own key hurts nobody but itself).
 using body_hash = std::array<std::uint64_t, 2>;
-// Of the parsed increments (record_type, record_id, delta, in order): a retry that
+// Of the parsed increments (record_type, record_id, delta, `at` as sent, in order): a retry that
 // serialises the same events differently (spacing, names for types, JSON or NDJSON) is
 // the same request.
 body_hash hash_of(std::span<const ingest::increment> increments);

@@ -175,6 +175,19 @@ std::int64_t keyed_store::pending(const store::counter_key& key) const {
   return sum;
 }
 
+void keyed_store::pending_buckets(const store::counter_key& key, store::granularity g,
+                                  std::int64_t from, std::int64_t to,
+                                  std::vector<std::pair<std::int64_t, std::int64_t>>& out) const {
+  std::lock_guard lock(pending_mutex_);
+  for (const auto& r : pending_) {
+    for (const auto& inc : r.increments) {
+      if (inc.record_type != key.record_type || inc.record_id != key.record_id) continue;
+      const std::int64_t b = store::bucket_start(g, inc.at);
+      if (b >= from && b <= to) out.emplace_back(b, inc.delta);
+    }
+  }
+}
+
 std::size_t keyed_store::indexed_keys() const {
   return indexed_.load();
 }

@@ -25,6 +25,7 @@
 
 #include "idempotency/keyed_request.hpp"
 #include "metrics/metrics.hpp"
+#include "store/buckets.hpp"
 #include "store/counter_key.hpp"
 #include "store/pending_store.hpp"
 #include "util/siphash.hpp"
@@ -74,6 +75,11 @@ class keyed_store {
   std::size_t pending_items() const;
   // The sum of pending deltas for one counter (for GET /v1/counters).
   std::int64_t pending(const store::counter_key& key) const;
+  // The pending deltas of one counter per bucket of granularity `g` starting in
+  // [from, to] (by each increment's `at`), appended to `out` (for its series).
+  void pending_buckets(const store::counter_key& key, store::granularity g, std::int64_t from,
+                       std::int64_t to,
+                       std::vector<std::pair<std::int64_t, std::int64_t>>& out) const;
   std::size_t indexed_keys() const;
 
   // What a flush found in the database's keys table and dropped.
@@ -82,9 +88,7 @@ class keyed_store {
   // Whether the database has the keys table (as last seen; true until a schema check
   // says otherwise): without it a keyed request cannot be committed exactly once.
   bool table_present() const { return table_present_.load(std::memory_order_relaxed); }
-  void set_table_present(bool present) {
-    table_present_.store(present, std::memory_order_relaxed);
-  }
+  void set_table_present(bool present) { table_present_.store(present, std::memory_order_relaxed); }
 
  private:
   struct entry {

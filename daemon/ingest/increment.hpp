@@ -16,16 +16,27 @@ inline constexpr std::uint64_t max_record_id = 18446744073709551615ull;  // UINT
 // counter's pending sum (2^62, store/pending_store.cpp).
 inline constexpr std::int32_t min_delta = -2147483647 - 1;  // INT32_MIN
 inline constexpr std::int32_t max_delta = 2147483647;       // INT32_MAX
+// at: unix seconds, 0 up to the end of year 9999 (what a DATETIME holds).
+inline constexpr std::int64_t max_at = 253402300799;
+// How far past the receive time an `at` may be, for a counter with buckets: clocks
+// disagree by seconds, not by more.
+inline constexpr std::int64_t max_at_ahead_seconds = 300;
 // The same bounds as error messages print them.
 inline constexpr const char* record_type_range = "[0, 2147483647]";
 inline constexpr const char* record_id_range = "[0, 18446744073709551615]";
 inline constexpr const char* delta_range = "[-2147483648, 2147483647]";
+inline constexpr const char* at_range = "[0, 253402300799]";
 
 // One validated event: add `delta` to counter (record_type, record_id).
 struct increment {
   std::uint32_t record_type = 0;  // 0..max_record_type
   std::uint64_t record_id = 0;
   std::int32_t delta = 1;
+  // When the event happened, unix seconds: as the client sent it (`at_given`), else the
+  // time the daemon received it (set by resolve_times, before anything is applied).
+  // Only counters with buckets use it.
+  bool at_given = false;
+  std::int64_t at = 0;
 };
 
 }  // namespace slotted::ingest

@@ -74,7 +74,7 @@ class object_reader {
 
   // Fills `out` from one JSON object; returns an empty string on success.
   std::string read(ondemand::object obj, increment& out) {
-    bool have_type = false, have_id = false, have_delta = false;
+    bool have_type = false, have_id = false, have_delta = false, have_at = false;
     out = increment{};
     for (auto field_result : obj) {
       ondemand::field field;
@@ -89,6 +89,8 @@ class object_reader {
         key = "record_id";
       else if (raw == "delta")
         key = "delta";
+      else if (raw == "at")
+        key = "at";
       else if (const auto e = field.unescaped_key().get(key))
         return malformed(e);
       ondemand::value value = field.value();
@@ -105,6 +107,11 @@ class object_reader {
         if (have_delta) return "duplicate field \"delta\"";
         have_delta = true;
         problem = read_delta(value, out.delta);
+      } else if (key == "at") {
+        if (have_at) return "duplicate field \"at\"";
+        have_at = true;
+        problem = read_at(value, out.at);
+        out.at_given = true;
       } else {
         return "unknown field " + json::excerpt(key);
       }
@@ -178,12 +185,21 @@ class object_reader {
     return {};
   }
 
+  std::string read_at(ondemand::value& v, std::int64_t& out) {
+    ondemand::json_type t;
+    if (const auto e = v.type().get(t)) return malformed(e);
+    if (t != ondemand::json_type::number) return "\"at\" must be an integer (unix seconds)";
+    const auto s = read_signed(v, 0, max_at, out);
+    if (s != int_status::ok) return int_problem(s, "at", at_range);
+    return {};
+  }
+
   const type_registry& types_;
 };
 
 // ---------------------------------------------------------------------------------
 // The fast path: a hand-written scanner for the shape nearly every client sends,
-// {"record_type": N, "record_id": N or "digits", "delta": N} with plain field names and
+// {"record_type": N, "record_id": N or "digits", "delta": N, "at": N} with plain field names and
 // integers. It only ever accepts: anything it does not handle exactly (an escape, a
 // counter name, a fraction, an exponent, "-0", a leading zero, a number out of range, an
 // unknown or duplicate field, an undeclared type, a missing field, any other byte) makes
@@ -217,7 +233,7 @@ class fast_scanner {
   // include '\n' only when `newline` (JSON bodies; an NDJSON object sits on one line).
   bool object(increment& out, bool newline) {
     if (!eat('{')) return false;
-    bool have_type = false, have_id = false, have_delta = false;
+    bool have_type = false, have_id = false, have_delta = false, have_at = false;
     out = increment{};
     for (;;) {
       skip_space(newline);
@@ -248,6 +264,11 @@ class fast_scanner {
         out.delta = static_cast<std::int32_t>(negative ? -static_cast<std::int64_t>(v)
                                                        : static_cast<std::int64_t>(v));
         have_delta = true;
+      } else if (name == "at") {
+        if (have_at || !unsigned_number(v) || v > static_cast<std::uint64_t>(max_at)) return false;
+        out.at = static_cast<std::int64_t>(v);
+        out.at_given = true;
+        have_at = true;
       } else {
         return false;
       }
@@ -513,6 +534,45 @@ std::optional<parse_error> parse_increments_reference(std::string_view body, bod
   out.clear();
   return format == body_format::json ? parse_json(body, types, max_items, out)
                                      : parse_ndjson(body, types, max_items, out, false);
+}
+
+std::optional<parse_error> resolve_times(std::span<increment> increments,
+                                         const store::bucket_spec& buckets, std::int64_t now) {
+  if (buckets.empty()) return std::nullopt;
+  // A request's items are nearly always of one type: its entry is looked up once.
+  std::uint32_t last_type = 0;
+  const store::bucket_spec::counter* counter = nullptr;
+  for (std::size_t i = 0; i < increments.size(); ++i) {
+    auto& inc = increments[i];
+    if (i == 0 || inc.record_type != last_type) {
+      counter = buckets.find(inc.record_type);
+      last_type = inc.record_type;
+    }
+    if (counter == nullptr) continue;
+    if (!inc.at_given) {
+      inc.at = now;
+      continue;
+    }
+    const std::int64_t oldest = now - counter->longest().count();
+    if (inc.at < oldest) {
+      return parse_error{400,
+                         "\"at\" " + std::to_string(inc.at) +
+                             " is older than the longest retention of "
+                             "record_type " +
+                             std::to_string(inc.record_type) + "'s buckets (" +
+                             std::to_string(counter->longest().count()) + " s before now, " +
+                             std::to_string(now) + "); nothing of this request was applied",
+                         i};
+    }
+    if (inc.at > now + max_at_ahead_seconds) {
+      return parse_error{400,
+                         "\"at\" " + std::to_string(inc.at) + " is more than " +
+                             std::to_string(max_at_ahead_seconds) + " s in the future (now " +
+                             std::to_string(now) + "); nothing of this request was applied",
+                         i};
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace slotted::ingest

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "ingest/increment.hpp"
+#include "store/buckets.hpp"
 
 namespace slotted::ingest {
 
@@ -60,5 +62,14 @@ std::optional<parse_error> parse_increments_reference(std::string_view body, bod
                                                       const type_registry& types,
                                                       std::size_t max_items,
                                                       std::vector<increment>& out);
+
+// The times of counters with buckets (README: HTTP API, `at`), once a body is parsed:
+// an increment of such a counter without `at` gets `now` (unix seconds, the time the
+// daemon received it); one with `at` older than the counter's longest retention or more
+// than max_at_ahead_seconds after `now` is an error for the whole request (400, the
+// item to blame), and the increments must then be ignored. Counters without buckets
+// are left alone: their `at` was checked as an integer and means nothing more.
+std::optional<parse_error> resolve_times(std::span<increment> increments,
+                                         const store::bucket_spec& buckets, std::int64_t now);
 
 }  // namespace slotted::ingest

@@ -89,8 +89,9 @@ registry::registry()
       rows_refused(counter(*registry_, "slotted_counterd_flush_rows_refused_total",
                            "Counter rows the database refused for their values (out of range) "
                            "and that were dropped")),
-      flush_batches_in_flight(gauge(*registry_, "slotted_counterd_flush_batches_in_flight",
-                                    "Flush batches being committed now (at most flush.connections)")),
+      flush_batches_in_flight(
+          gauge(*registry_, "slotted_counterd_flush_batches_in_flight",
+                "Flush batches being committed now (at most flush.connections)")),
       ready(gauge(*registry_, "slotted_counterd_ready",
                   "1 when the last flush cycle succeeded (database reachable, schema valid) and "
                   "the probe still reaches the database")),
@@ -148,6 +149,8 @@ registry::registry()
                            "DELETE /v1/counters resets by result: ok (cleared, answered 200) or "
                            "error (nothing changed, answered 503)",
                            {{"result", "error"}})),
+      buckets_pruned(counter(*registry_, "slotted_counterd_buckets_pruned_total",
+                             "Bucket rows (counts per hour or day) deleted by retention")),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

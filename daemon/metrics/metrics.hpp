@@ -101,6 +101,8 @@ class registry {
   // Counter resets (README: HTTP API, Reset), by result.
   prometheus::Counter& resets_ok;
   prometheus::Counter& resets_error;
+  // Counts per bucket (README: Counts per bucket): bucket rows deleted by retention.
+  prometheus::Counter& buckets_pruned;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table

@@ -23,12 +23,28 @@ struct counter_row {
   std::int64_t delta = 0;
 };
 
+// One counter's delta in one bucket (README: Counts per bucket): written to
+// `<table>_hour` or `<table>_day` under the slot of its batch, in the same transaction
+// as the batch's totals.
+struct bucket_row {
+  std::uint32_t record_type = 0;
+  std::uint64_t record_id = 0;
+  granularity gran = granularity::hour;
+  std::int64_t bucket = 0;  // the bucket's start, unix seconds (UTC)
+  std::uint16_t slot = 0;
+  std::int64_t delta = 0;
+};
+
 // A unit of exactly-once writing: fixed rows (sorted by key, slots drawn) and a fixed
 // id (instance, run_id, seq), committed in one transaction with its ledger row.
 struct flush_batch {
   std::uint64_t run_id = 0;
   std::uint64_t seq = 0;
   std::vector<counter_row> rows;
+  // The bucket counts of the counters in `rows` (sorted by counter, granularity,
+  // bucket): every counter with a bucket row has a row in `rows` (its delta may be 0),
+  // so a split by rows keeps each counter's total and buckets together.
+  std::vector<bucket_row> bucket_rows{};
   std::chrono::steady_clock::time_point oldest_arrival;
   // The WAL segment holding the record that logged this batch (0 without a WAL).
   std::uint64_t wal_tag = 0;

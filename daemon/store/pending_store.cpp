@@ -33,6 +33,52 @@ struct key_equal {
 };
 using delta_map = boost::unordered_flat_map<counter_key, std::int64_t, key_hash, key_equal>;
 
+// One counter's bucket. Kept in the counter's shard (hashed by the counter's keyed
+// hash, mixed with the bucket): a counter's total and its buckets change under one lock.
+// The counter's hash rides along, computed once per increment for its shard: a second
+// and third SipHash per increment (one per bucket) showed as most of the cost of
+// buckets at ingest (bench/RESULTS.md, Counts per bucket).
+struct bucket_key {
+  counter_key key;
+  granularity gran = granularity::none;
+  std::int64_t bucket = 0;
+  std::uint64_t counter_hash = 0;  // hash_of(key)
+  friend bool operator==(const bucket_key& a, const bucket_key& b) {
+    return a.key == b.key && a.gran == b.gran && a.bucket == b.bucket;
+  }
+};
+struct bucket_hash {
+  // Not avalanching: boost mixes the combination once more.
+  std::size_t operator()(const bucket_key& k) const {
+    return k.counter_hash ^ (static_cast<std::uint64_t>(k.bucket) * 0x9E3779B97F4A7C15ull +
+                             static_cast<std::uint64_t>(k.gran));
+  }
+};
+using bucket_map = boost::unordered_flat_map<bucket_key, std::int64_t, bucket_hash>;
+
+// An increment of a counter that keeps hour and day buckets is held once, in its hour,
+// as this store-only granularity: it stands for the hour row and its part of the day
+// row (a UTC hour lies within one UTC day), and becomes both only when it leaves the
+// store (see emit_buckets). One map update per increment instead of two: the second
+// was a third of the cost of buckets at ingest (bench/RESULTS.md, Counts per bucket).
+// Hand-backs and replays bring hour and day rows apart, and stay apart.
+constexpr granularity hour_and_day = static_cast<granularity>(3);
+
+// The rows (keys) an entry stands for, against the pending limit.
+std::size_t weight_of(granularity g) {
+  return g == hour_and_day ? 2 : 1;
+}
+
+// Appends an entry's rows to `out`.
+void emit_bucket(const bucket_key& k, std::int64_t delta, std::vector<pending_delta>& out) {
+  if (k.gran == hour_and_day) {
+    out.push_back({k.key, delta, granularity::hour, k.bucket});
+    out.push_back({k.key, delta, granularity::day, bucket_start(granularity::day, k.bucket)});
+  } else {
+    out.push_back({k.key, delta, k.gran, k.bucket});
+  }
+}
+
 std::uint64_t abs_of(std::int64_t v) {
   return v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
 }
@@ -70,6 +116,7 @@ bool passes_bound(std::span<const ingest::increment> increments,
 struct pending_store::shard {
   mutable std::mutex mutex;
   delta_map deltas;
+  bucket_map buckets;
   std::optional<clock::time_point> first_arrival;
   // An upper bound of |delta| in `deltas` (written under `mutex`, read without it for
   // a quick "far from the bound" test); reset when the map is taken.
@@ -79,6 +126,32 @@ struct pending_store::shard {
   void note_sum(std::int64_t sum) {
     const std::uint64_t m = abs_of(sum);
     if (m > max_abs.load(std::memory_order_relaxed)) max_abs.store(m, std::memory_order_relaxed);
+  }
+
+  // Adds `delta` to one bucket (under `mutex`); returns the keys that created (see
+  // weight_of), 0 when it existed.
+  std::size_t add_bucket(const bucket_key& k, std::int64_t delta) {
+    auto [it, inserted] = buckets.try_emplace(k, 0);
+    // A sum past int64 would take about 2^32 increments of the largest delta with
+    // opposite signs in two buckets within one flush interval; it is clamped rather
+    // than wrapped (see README, Counts per bucket).
+    if (__builtin_add_overflow(it->second, delta, &it->second))
+      it->second = delta < 0 ? INT64_MIN : INT64_MAX;
+    return inserted ? weight_of(k.gran) : 0;
+  }
+
+  // Counts `inc` in its buckets, when its counter keeps any (under `mutex`); returns the
+  // buckets created.
+  std::size_t count_in_buckets(const bucket_spec::counter* c, const ingest::increment& inc,
+                               std::uint64_t hash) {
+    if (c == nullptr) return 0;
+    const counter_key key{inc.record_type, inc.record_id};
+    const bool hour = c->keeps(granularity::hour), day = c->keeps(granularity::day);
+    if (hour && day)
+      return add_bucket({key, hour_and_day, bucket_start(granularity::hour, inc.at), hash},
+                        inc.delta);
+    const granularity g = hour ? granularity::hour : granularity::day;
+    return add_bucket({key, g, bucket_start(g, inc.at), hash}, inc.delta);
   }
 };
 
@@ -103,6 +176,20 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     if (!now) now = clock::now();
     return *now;
   };
+  const bool with_buckets = !buckets_.empty();
+  // The spec's entry of a type, remembered for the next increment: a request's items are
+  // nearly always of one type.
+  std::uint32_t last_type = 0;
+  const bucket_spec::counter* last_counter = nullptr;
+  bool looked_up = false;
+  const auto counter_of = [&](std::uint32_t type) {
+    if (!looked_up || type != last_type) {
+      last_counter = buckets_.find(type);
+      last_type = type;
+      looked_up = true;
+    }
+    return last_counter;
+  };
   // keys_ changes under the shard's lock, so take_all() can never subtract a key before
   // the add that inserted it was counted (the count would wrap below zero).
   const auto apply = [&](shard& s, const ingest::increment& inc, std::uint64_t hash) {
@@ -115,6 +202,10 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       keys_.fetch_add(1, std::memory_order_relaxed);
     }
     s.note_sum(it->second);
+    if (with_buckets) {
+      if (const auto created = s.count_in_buckets(counter_of(inc.record_type), inc, hash))
+        keys_.fetch_add(created, std::memory_order_relaxed);
+    }
   };
   const std::uint64_t bound = abs_of(max_pending_sum);
   if (increments.size() == 1) {
@@ -137,6 +228,10 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       keys_.fetch_add(1, std::memory_order_relaxed);
     }
     s.note_sum(sum);
+    if (with_buckets) {
+      if (const auto created = s.count_in_buckets(buckets_.find(inc.record_type), inc, hash))
+        keys_.fetch_add(created, std::memory_order_relaxed);
+    }
   } else {
     // Grouped by shard (a counting sort), so each shard is locked once per request
     // rather than once per increment.
@@ -225,6 +320,11 @@ void pending_store::add_deltas(std::span<const pending_delta> deltas) {
     shard& s = shards_[shard_of(hash_of(d.key))];
     std::lock_guard lock(s.mutex);
     if (!s.first_arrival) s.first_arrival = now;
+    if (d.gran != granularity::none) {
+      if (s.add_bucket({d.key, d.gran, d.bucket, hash_of(d.key)}, d.delta) != 0)
+        keys_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     auto [it, inserted] = s.deltas.try_emplace(d.key, 0);
     // Recovered sums start from an empty store and handed-back ones restore what was
     // taken, so this stays within the bound; a sum past int64 would be a bug, and is
@@ -243,6 +343,7 @@ void pending_store::copy_all(std::vector<pending_delta>& out) const {
   for (std::size_t i = 0; i < shard_count_; ++i) {
     std::lock_guard lock(shards_[i].mutex);
     for (const auto& [key, delta] : shards_[i].deltas) out.push_back({key, delta});
+    for (const auto& [k, delta] : shards_[i].buckets) emit_bucket(k, delta, out);
   }
 }
 
@@ -251,17 +352,24 @@ std::optional<pending_store::clock::time_point> pending_store::take_all(
   std::optional<clock::time_point> oldest;
   for (std::size_t i = 0; i < shard_count_; ++i) {
     delta_map taken;
+    bucket_map taken_buckets;
     std::optional<clock::time_point> arrival;
     {
+      // A counter's total and its buckets leave together, so no batch holds one
+      // without the other.
       std::lock_guard lock(shards_[i].mutex);
       taken.swap(shards_[i].deltas);
+      taken_buckets.swap(shards_[i].buckets);
       shards_[i].max_abs.store(0, std::memory_order_relaxed);
       arrival = std::exchange(shards_[i].first_arrival, std::nullopt);
-      keys_.fetch_sub(taken.size(), std::memory_order_relaxed);
+      std::size_t bucket_keys = 0;
+      for (const auto& [k, delta] : taken_buckets) bucket_keys += weight_of(k.gran);
+      keys_.fetch_sub(taken.size() + bucket_keys, std::memory_order_relaxed);
     }
     if (arrival && (!oldest || *arrival < *oldest)) oldest = arrival;
-    out.reserve(out.size() + taken.size());
+    out.reserve(out.size() + taken.size() + taken_buckets.size());
     for (const auto& [key, delta] : taken) out.push_back({key, delta});
+    for (const auto& [k, delta] : taken_buckets) emit_bucket(k, delta, out);
   }
   return oldest;
 }
@@ -276,15 +384,66 @@ std::int64_t pending_store::pending(const counter_key& key) const {
 std::int64_t pending_store::drop(const counter_key& key) {
   shard& s = shards_[shard_of(hash_of(key))];
   std::lock_guard lock(s.mutex);
-  const auto it = s.deltas.find(key);
-  if (it == s.deltas.end()) return 0;
-  const std::int64_t delta = it->second;
-  s.deltas.erase(it);
+  std::int64_t delta = 0;
+  std::size_t dropped = 0;
+  if (const auto it = s.deltas.find(key); it != s.deltas.end()) {
+    delta = it->second;
+    s.deltas.erase(it);
+    dropped = 1;
+  }
+  // Its buckets too, or the buckets would outnumber the total they are part of. A scan
+  // of the shard's buckets: resets are rare, and this keeps add() free of an index.
+  boost::unordered::erase_if(s.buckets, [&](const auto& entry) {
+    if (!(entry.first.key == key)) return false;
+    dropped += weight_of(entry.first.gran);
+    return true;
+  });
   // Under the shard's lock, as in add() and take_all(), so the count never wraps.
-  keys_.fetch_sub(1, std::memory_order_relaxed);
+  keys_.fetch_sub(dropped, std::memory_order_relaxed);
   // max_abs stays an upper bound; first_arrival stays as it is (an older time, which
   // only makes the oldest-age gauge err on the safe side until the next take).
   return delta;
+}
+
+void pending_store::pending_buckets(const counter_key& key, granularity g, std::int64_t from,
+                                    std::int64_t to,
+                                    std::vector<std::pair<std::int64_t, std::int64_t>>& out) const {
+  const auto hash = hash_of(key);
+  const shard& s = shards_[shard_of(hash)];
+  std::lock_guard lock(s.mutex);
+  if (s.buckets.empty() || from > to) return;
+  // An entry's bucket of granularity `g`, if it has one (see hour_and_day).
+  const auto as_g = [g](const bucket_key& k) -> std::optional<std::int64_t> {
+    if (k.gran == g) return k.bucket;
+    if (k.gran == hour_and_day) return bucket_start(g, k.bucket);
+    return std::nullopt;
+  };
+  const auto add = [&](const bucket_key& k, std::int64_t delta) {
+    const auto b = as_g(k);
+    if (b && *b >= from && *b <= to) out.emplace_back(*b, delta);
+  };
+  // Whichever is shorter under the shard's lock: a look-up per bucket of the range (and
+  // per hour of it, for the hours held for both granularities), or a scan of the
+  // shard's buckets.
+  const std::int64_t step = seconds_of(g);
+  const std::int64_t first = bucket_start(g, std::max<std::int64_t>(from, 0));
+  const std::uint64_t points = static_cast<std::uint64_t>((to - first) / step) + 1;
+  const std::uint64_t hours_per_point = static_cast<std::uint64_t>(step / 3600);
+  if (points * (1 + hours_per_point) < s.buckets.size()) {
+    for (std::int64_t b = first; b <= to; b += step) {
+      if (b < from) continue;
+      if (const auto it = s.buckets.find(bucket_key{key, g, b, hash}); it != s.buckets.end())
+        out.emplace_back(b, it->second);
+      for (std::int64_t h = b; h < b + step; h += 3600) {
+        const auto it = s.buckets.find(bucket_key{key, hour_and_day, h, hash});
+        if (it != s.buckets.end()) out.emplace_back(b, it->second);
+      }
+    }
+    return;
+  }
+  for (const auto& [k, delta] : s.buckets) {
+    if (k.key == key) add(k, delta);
+  }
 }
 
 std::optional<pending_store::clock::time_point> pending_store::oldest() const {

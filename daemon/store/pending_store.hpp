@@ -15,13 +15,19 @@
 #include <vector>
 
 #include "ingest/increment.hpp"
+#include "store/buckets.hpp"
 #include "store/counter_key.hpp"
 
 namespace slotted::store {
 
+// A counter's pending total (granularity none), or its pending count in one bucket
+// (hour or day, `bucket` its start in unix seconds): totals and buckets travel
+// together, so that what is taken, handed back, logged and replayed is one set.
 struct pending_delta {
   counter_key key;
   std::int64_t delta = 0;
+  granularity gran = granularity::none;
+  std::int64_t bucket = 0;
 };
 
 // over_limit: the pending limit is reached (see over_pending_limit); out_of_range: a
@@ -41,6 +47,13 @@ class pending_store {
 
   explicit pending_store(unsigned shards);
   ~pending_store();
+
+  // Which counters keep buckets: add() then also counts each of their increments in
+  // its hour and day buckets (by its `at`), in the counter's shard, under the same
+  // lock. Each pending bucket counts as a key against the pending limit. Call before
+  // any other member.
+  void set_buckets(bucket_spec spec) { buckets_ = std::move(spec); }
+  const bucket_spec& buckets() const { return buckets_; }
   pending_store(const pending_store&) = delete;
   pending_store& operator=(const pending_store&) = delete;
 
@@ -81,12 +94,19 @@ class pending_store {
   // The delta accumulated for one key, 0 when none.
   std::int64_t pending(const counter_key& key) const;
 
-  // Removes one key (a reset, README: HTTP API, Reset) and returns the delta it held,
-  // 0 when none. An add() running at the same time lands wholly before (dropped with
-  // it) or after (kept): the shard's lock orders them.
+  // Removes one counter (a reset, README: HTTP API, Reset), its total and its pending
+  // buckets, and returns the total's delta, 0 when none. An add() running at the same
+  // time lands wholly before (dropped with it) or after (kept): the shard's lock orders
+  // them.
   std::int64_t drop(const counter_key& key);
 
-  // Keys held in the shards now.
+  // The pending counts of one counter's buckets of granularity `g` that start in
+  // [from, to], appended to `out` as (bucket start, count), unordered, a bucket possibly
+  // in several parts (sum them).
+  void pending_buckets(const counter_key& key, granularity g, std::int64_t from, std::int64_t to,
+                       std::vector<std::pair<std::int64_t, std::int64_t>>& out) const;
+
+  // Keys held in the shards now: counters and pending buckets.
   std::size_t keys() const { return keys_.load(std::memory_order_relaxed); }
 
   // The flusher reports how many rows it holds that are not yet written; they count
@@ -105,6 +125,7 @@ class pending_store {
 
   std::size_t shard_count_;
   std::unique_ptr<shard[]> shards_;
+  bucket_spec buckets_;
   std::atomic<std::size_t> keys_{0};
   std::atomic<std::size_t> unwritten_rows_{0};
 };

@@ -1,9 +1,12 @@
 #include "wal/record.hpp"
 
+#include <algorithm>
 #include <boost/crc.hpp>
 #include <boost/unordered/unordered_flat_map.hpp>
 #include <cstring>
+#include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace slotted::wal {
 
@@ -36,23 +39,47 @@ void finish_record(std::string& out, std::size_t start) {
   encode_header(out.data() + start, payload.size(), crc_of(payload));
 }
 
+// The marks of the bucket extensions (see record.hpp).
+constexpr std::uint8_t keyed_with_at = 0x80;
+constexpr std::uint32_t batch_with_buckets = 0x80000000u;
+constexpr std::uint64_t snapshot_with_buckets = std::uint64_t{1} << 63;
+
 void put_batches(std::string& out, std::span<const store::flush_batch> batches) {
   put<std::uint32_t>(out, static_cast<std::uint32_t>(batches.size()));
   for (const auto& b : batches) {
     put<std::uint64_t>(out, b.run_id);
     put<std::uint64_t>(out, b.seq);
-    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()));
+    const std::uint32_t flag = b.bucket_rows.empty() ? 0 : batch_with_buckets;
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()) | flag);
     for (const auto& r : b.rows) {
       put<std::uint32_t>(out, r.record_type);
       put<std::uint64_t>(out, r.record_id);
       put<std::uint16_t>(out, r.slot);
       put<std::int64_t>(out, r.delta);
     }
+    if (flag == 0) continue;
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.bucket_rows.size()));
+    for (const auto& r : b.bucket_rows) {
+      put<std::uint32_t>(out, r.record_type);
+      put<std::uint64_t>(out, r.record_id);
+      put<std::uint8_t>(out, static_cast<std::uint8_t>(r.gran));
+      put<std::int64_t>(out, r.bucket);
+      put<std::uint16_t>(out, r.slot);
+      put<std::int64_t>(out, r.delta);
+    }
   }
 }
 
+// Whether any of `increments` carries a time to log (see record.hpp).
+bool any_at(std::span<const ingest::increment> increments) {
+  return std::any_of(increments.begin(), increments.end(),
+                     [](const ingest::increment& inc) { return inc.at != 0 || inc.at_given; });
+}
+
 void put_keyed(std::string& out, const idempotency::keyed_request& r) {
-  put<std::uint8_t>(out, static_cast<std::uint8_t>(r.key.size()));  // at most 128
+  const bool with_at = any_at(r.increments);
+  // The key is at most 128 bytes: the length's top bit is free.
+  put<std::uint8_t>(out, static_cast<std::uint8_t>(r.key.size() | (with_at ? keyed_with_at : 0)));
   out += r.key;
   put<std::uint64_t>(out, r.hash[0]);
   put<std::uint64_t>(out, r.hash[1]);
@@ -62,7 +89,15 @@ void put_keyed(std::string& out, const idempotency::keyed_request& r) {
     put<std::uint32_t>(out, inc.record_type);
     put<std::uint64_t>(out, inc.record_id);
     put<std::int32_t>(out, inc.delta);
+    if (with_at) put<std::int64_t>(out, inc.at_given ? -inc.at - 1 : inc.at);
   }
+}
+
+// A logged time: >= 0 the receive time, < 0 a time the client sent (-at - 1), which
+// the body hash covers (see idempotency::hash_of).
+void set_logged_at(ingest::increment& inc, std::int64_t logged) {
+  inc.at_given = logged < 0;
+  inc.at = logged < 0 ? -(logged + 1) : logged;
 }
 
 constexpr std::uint32_t not_in_batch = 0xffffffff;
@@ -108,7 +143,10 @@ class reader {
 bool read_keyed(reader& in, idempotency::keyed_request& r) {
   std::uint8_t len = 0;
   std::uint32_t n = 0;
-  if (!in.get(len) || len == 0 || len > idempotency::max_key_length || !in.has(len)) return false;
+  if (!in.get(len)) return false;
+  const bool with_at = (len & keyed_with_at) != 0;
+  len &= static_cast<std::uint8_t>(~keyed_with_at);
+  if (len == 0 || len > idempotency::max_key_length || !in.has(len)) return false;
   r.key.resize(len);
   for (auto& c : r.key) in.get(c);
   if (!idempotency::valid_key(r.key)) return false;
@@ -118,8 +156,18 @@ bool read_keyed(reader& in, idempotency::keyed_request& r) {
   r.increments.resize(n);
   for (auto& inc : r.increments) {
     if (!in.get(inc.record_type) || !in.get(inc.record_id) || !in.get(inc.delta)) return false;
+    if (with_at) {
+      std::int64_t at = 0;
+      if (!in.get(at)) return false;
+      set_logged_at(inc, at);
+    }
   }
   return true;
+}
+
+bool valid_granularity(std::uint8_t g) {
+  return g == static_cast<std::uint8_t>(store::granularity::hour) ||
+         g == static_cast<std::uint8_t>(store::granularity::day);
 }
 
 // Reads a keyed trailer (nothing when the record ends here) into `batches` and `pending`.
@@ -149,12 +197,26 @@ bool read_batches(reader& in, std::vector<store::flush_batch>& out) {
   for (std::uint32_t i = 0; i < n; ++i) {
     store::flush_batch b;
     std::uint32_t rows = 0;
-    if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows) || !in.has(std::size_t{rows} * 22))
-      return false;
+    if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows)) return false;
+    const bool with_buckets = (rows & batch_with_buckets) != 0;
+    rows &= ~batch_with_buckets;
+    if (!in.has(std::size_t{rows} * 22)) return false;
     b.rows.resize(rows);
     for (auto& r : b.rows) {
       if (!in.get(r.record_type) || !in.get(r.record_id) || !in.get(r.slot) || !in.get(r.delta))
         return false;
+    }
+    if (with_buckets) {
+      std::uint32_t k = 0;
+      if (!in.get(k) || !in.has(std::size_t{k} * 31)) return false;
+      b.bucket_rows.resize(k);
+      for (auto& r : b.bucket_rows) {
+        std::uint8_t g = 0;
+        if (!in.get(r.record_type) || !in.get(r.record_id) || !in.get(g) || !valid_granularity(g) ||
+            !in.get(r.bucket) || !in.get(r.slot) || !in.get(r.delta))
+          return false;
+        r.gran = static_cast<store::granularity>(g);
+      }
     }
     out.push_back(std::move(b));
   }
@@ -187,6 +249,9 @@ void append_increments(std::string& out, std::span<const ingest::increment> incr
     put<std::uint64_t>(out, inc.record_id);
     put<std::int32_t>(out, inc.delta);
   }
+  if (any_at(increments)) {
+    for (const auto& inc : increments) put<std::int64_t>(out, inc.at);
+  }
   finish_record(out, start);
 }
 
@@ -208,11 +273,18 @@ void append_snapshot(std::string& out, std::span<const store::flush_batch> batch
                      std::span<const idempotency::keyed_request> keyed) {
   const std::size_t start = begin_record(out, record_kind::snapshot);
   put_batches(out, batches);
-  put<std::uint64_t>(out, deltas.size());
+  const bool with_buckets = std::any_of(deltas.begin(), deltas.end(), [](const auto& d) {
+    return d.gran != store::granularity::none;
+  });
+  put<std::uint64_t>(out, deltas.size() | (with_buckets ? snapshot_with_buckets : 0));
   for (const auto& d : deltas) {
     put<std::uint32_t>(out, d.key.record_type);
     put<std::uint64_t>(out, d.key.record_id);
     put<std::int64_t>(out, d.delta);
+    if (with_buckets) {
+      put<std::uint8_t>(out, static_cast<std::uint8_t>(d.gran));
+      put<std::int64_t>(out, d.bucket);
+    }
   }
   put_keyed_trailer(out, batches, keyed);
   finish_record(out, start);
@@ -238,8 +310,23 @@ bool replay_state::apply(std::string_view payload) {
     case record_kind::increments: {
       std::uint32_t n = 0;
       std::vector<std::pair<store::counter_key, std::int64_t>> read;
-      if (!in.get(n) || !read_deltas<std::int32_t>(in, n, read) || !in.done()) return false;
+      if (!in.get(n) || !read_deltas<std::int32_t>(in, n, read)) return false;
+      std::vector<store::pending_delta> buckets;
+      if (!in.done()) {
+        // Their times (see record.hpp): counted in the buckets of their counters.
+        if (in.remaining() != std::size_t{n} * 8) return false;
+        for (const auto& [key, delta] : read) {
+          std::int64_t at = 0;
+          in.get(at);
+          const auto* c = buckets_.find(key.record_type);
+          if (c == nullptr || at < 0) continue;
+          for (const auto g : store::all_granularities) {
+            if (c->keeps(g)) buckets.push_back({key, delta, g, store::bucket_start(g, at)});
+          }
+        }
+      }
       delta_log_.insert(delta_log_.end(), read.begin(), read.end());
+      bucket_log_.insert(bucket_log_.end(), buckets.begin(), buckets.end());
       return true;
     }
     case record_kind::keyed: {
@@ -255,6 +342,7 @@ bool replay_state::apply(std::string_view payload) {
         return false;
       // Everything logged so far is in these batches now.
       delta_log_.clear();
+      bucket_log_.clear();
       keyed_.clear();
       for (auto& b : logged) batches_.push_back(std::move(b));
       return true;
@@ -269,17 +357,43 @@ bool replay_state::apply(std::string_view payload) {
       // for it since the last batches or snapshot record. Batches logged before had all
       // committed (a reset writes the queue first), and keyed requests stay whole.
       std::erase_if(delta_log_, [&](const auto& entry) { return entry.first == key; });
+      // Its buckets with it, as the store drops them (pending_store::drop).
+      std::erase_if(bucket_log_, [&](const auto& d) { return d.key == key; });
       return true;
     }
     case record_kind::snapshot: {
       std::vector<store::flush_batch> logged;
       std::vector<std::pair<store::counter_key, std::int64_t>> read;
+      std::vector<store::pending_delta> buckets;
       std::uint64_t n = 0;
       std::vector<idempotency::keyed_request> keyed;
-      if (!read_batches(in, logged) || !in.get(n) || !read_deltas<std::int64_t>(in, n, read) ||
-          !read_keyed_trailer(in, logged, keyed))
+      if (!read_batches(in, logged) || !in.get(n)) return false;
+      if ((n & snapshot_with_buckets) != 0) {
+        n &= ~snapshot_with_buckets;
+        if (n > in.remaining() / 29) return false;
+        for (std::uint64_t i = 0; i < n; ++i) {
+          store::pending_delta d;
+          std::uint8_t g = 0;
+          in.get(d.key.record_type);
+          in.get(d.key.record_id);
+          in.get(d.delta);
+          in.get(g);
+          in.get(d.bucket);
+          if (g == 0) {
+            read.push_back({d.key, d.delta});
+          } else if (valid_granularity(g)) {
+            d.gran = static_cast<store::granularity>(g);
+            buckets.push_back(d);
+          } else {
+            return false;
+          }
+        }
+      } else if (!read_deltas<std::int64_t>(in, n, read)) {
         return false;
+      }
+      if (!read_keyed_trailer(in, logged, keyed)) return false;
       delta_log_ = std::move(read);
+      bucket_log_ = std::move(buckets);
       batches_ = std::move(logged);
       keyed_ = std::move(keyed);
       return true;
@@ -302,6 +416,21 @@ std::vector<store::pending_delta> replay_state::deltas() const {
   out.reserve(sums.size());
   for (const auto& [key, delta] : sums) {
     if (delta != 0) out.push_back({key, delta});
+  }
+  // Bucket counts, summed per bucket (a bucket's sum is bounded as a total's is; past
+  // int64 the log is corrupt, as above).
+  std::map<std::tuple<store::counter_key, store::granularity, std::int64_t>, std::int64_t> buckets;
+  for (const auto& d : bucket_log_) {
+    auto& sum = buckets[{d.key, d.gran, d.bucket}];
+    if (__builtin_add_overflow(sum, d.delta, &sum)) {
+      throw std::overflow_error("the logged bucket counts of counter (" +
+                                std::to_string(d.key.record_type) + ", " +
+                                std::to_string(d.key.record_id) + ") sum past the 64-bit range");
+    }
+  }
+  for (const auto& [k, delta] : buckets) {
+    const auto& [key, g, bucket] = k;
+    if (delta != 0) out.push_back({key, delta, g, bucket});
   }
   return out;
 }

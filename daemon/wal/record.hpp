@@ -17,6 +17,18 @@
 //               hash, i64 received (unix ms), u32 n, n x (u32 record_type, u64 record_id,
 //               i32 delta)
 //   reset:      u32 record_type, u64 record_id (README: HTTP API, Reset)
+// Counts per bucket extend three encodings, each marked by a bit earlier versions never
+// set, so every older log still replays (and an older daemon refuses a log with them):
+//   increments: when any increment has an `at`, n x i64 at follow the n items.
+//   keyed:      0x80 in the key length byte: each item is followed by its i64 at.
+//   batches:    0x80000000 in a batch's row count: its rows are followed by u32 k,
+//               k x (u32 record_type, u64 record_id, u8 granularity, i64 bucket start,
+//               u16 slot, i64 delta).
+//   snapshot:   the top bit of its u64 n: each delta is followed by u8 granularity
+//               (0: the counter's total) and i64 bucket start.
+// Replay counts a logged `at` in the buckets its counter keeps under the config it
+// replays with (a counter whose buckets were removed just drops them); logged batches
+// and snapshots carry their bucket counts as they were formed.
 // Batches and snapshot records end with the keyed requests they hold (absent in logs of
 // earlier versions): u32 m, m x (u32 batch index, or 0xffffffff for a request not yet
 // in a batch, then the keyed encoding after its kind byte).
@@ -66,12 +78,14 @@ void append_reset(std::string& out, const store::counter_key& key);
 // (some may have committed already; the ledger tells).
 class replay_state {
  public:
+  explicit replay_state(store::bucket_spec buckets = {}) : buckets_(std::move(buckets)) {}
+
   // Applies one record's payload; false when the payload is malformed.
   bool apply(std::string_view payload);
 
-  // The net pending delta of every counter. Throws std::overflow_error naming the
-  // counter when its logged deltas sum past the int64 range: the daemon never logs
-  // such a sum (see pending_store::max_pending_sum), so the log is corrupt.
+  // The net pending delta of every counter, then of every bucket. Throws std::overflow_error naming
+  // the counter when its logged deltas sum past the int64 range: the daemon never logs such a sum
+  // (see pending_store::max_pending_sum), so the log is corrupt.
   std::vector<store::pending_delta> deltas() const;
   const std::vector<store::flush_batch>& batches() const { return batches_; }
   // Keyed requests not yet in any batch.
@@ -82,6 +96,9 @@ class replay_state {
     std::size_t operator()(const store::counter_key& k) const { return store::hash_of(k); }
   };
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
+  // Bucket counts not yet in any batch, alongside delta_log_.
+  std::vector<store::pending_delta> bucket_log_;
+  store::bucket_spec buckets_;
   std::vector<store::flush_batch> batches_;
   std::vector<idempotency::keyed_request> keyed_;
 };

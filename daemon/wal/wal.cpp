@@ -158,7 +158,7 @@ recovered write_ahead_log::open(const open_options& options) {
     }
     ::closedir(d);
   }
-  replay_state state;
+  replay_state state(options.buckets);
   recovered out;
   for (const auto n : segments) {
     const std::string path = segment_path(n);

@@ -51,6 +51,9 @@ struct open_options {
   // Keep the valid records before the damage in a damaged segment and move the file
   // aside (logging what is dropped), rather than refusing to start.
   bool salvage = false;
+  // Counters with buckets: increments logged with their `at` count in these buckets
+  // again (see wal::replay_state).
+  store::bucket_spec buckets{};
 };
 
 class write_ahead_log {

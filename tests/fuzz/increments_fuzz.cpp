@@ -33,7 +33,7 @@ bool same(const std::vector<increment>& a, const std::vector<increment>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].record_type != b[i].record_type || a[i].record_id != b[i].record_id ||
-        a[i].delta != b[i].delta)
+        a[i].delta != b[i].delta || a[i].at_given != b[i].at_given || a[i].at != b[i].at)
       return false;
   }
   return true;

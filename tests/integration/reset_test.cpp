@@ -481,7 +481,7 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
   db::reset_progress p;
   db::commit_outcome outcome{};
   ASSERT_NO_THROW(outcome = db::reset_counter(conn, "wide_counters", {"rv", 1, 1},
-                                              store::counter_key{1, 5}, false, p));
+                                              store::counter_key{1, 5}, false, {}, p));
   EXPECT_EQ(outcome, db::commit_outcome::applied);
   EXPECT_TRUE(p.persisted == (static_cast<__int128>(1) << 64)) << "persisted is not 2^64";
   EXPECT_EQ(p.rows, 2u);

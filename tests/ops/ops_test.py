@@ -54,6 +54,7 @@ PINNED_METRICS = [
     "slotted_counterd_idempotency_conflicts_dropped_total",
     "slotted_counterd_idempotency_keys",
     "slotted_counterd_resets_total",
+    "slotted_counterd_buckets_pruned_total",
     "process_resident_memory_bytes",
     "process_cpu_seconds_total",
     "process_open_fds",

@@ -42,6 +42,13 @@ class fake_backend : public http::backend {
     reset_key_ = key;
     reset_done_ = std::move(done);
   }
+  void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
+                   done_fn done) override {
+    std::lock_guard lock(mutex_);
+    read_key_ = key;
+    series_ = {g, from, to};
+    read_done_ = std::move(done);
+  }
   void flush_now(done_fn done) override {
     std::lock_guard lock(mutex_);
     flush_done_ = std::move(done);
@@ -64,6 +71,10 @@ class fake_backend : public http::backend {
   std::vector<std::vector<ingest::increment>> added_;
   std::vector<idempotency::keyed_request> keyed_;
   store::counter_key read_key_, reset_key_;
+  struct series_args {
+    store::granularity g = store::granularity::none;
+    std::int64_t from = 0, to = 0;
+  } series_;
   done_fn add_done_, read_done_, reset_done_, flush_done_, rollup_done_;
 };
 

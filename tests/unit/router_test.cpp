@@ -221,5 +221,87 @@ TEST_F(Router, ReadinessFollowsTheBackend) {
   EXPECT_TRUE(backend_.added_.empty());
 }
 
+// Type 3 keeps day buckets; type 4 is declared without buckets.
+class SeriesRouter : public Router {
+ protected:
+  static config::daemon_config with_buckets() {
+    config::daemon_config cfg;
+    cfg.counters = {
+        {"downloads", 3, std::nullopt, {{store::granularity::day, std::chrono::hours(24 * 400)}}},
+        {"views", 4, std::nullopt, {}}};
+    return cfg;
+  }
+  config::daemon_config series_cfg_ = with_buckets();
+  router series_router_{series_cfg_, backend_, metrics_, limits_};
+
+  std::vector<response> get(std::string target) {
+    request req{bh::verb::get, target, 11};
+    if (auto refused = series_router_.check_header(req)) return {std::move(*refused)};
+    auto answers = std::make_shared<std::vector<response>>();
+    series_router_.handle(std::move(req),
+                          [answers](response&& res) { answers->push_back(std::move(res)); });
+    last_ = answers;
+    return *answers;
+  }
+};
+
+TEST_F(SeriesRouter, ASeriesReadAsksForWholeBucketsAndPrintsThePoints) {
+  // From mid-day: the first bucket is the next day's (buckets that start in the range).
+  EXPECT_TRUE(get("/v1/counters/downloads/9/series?granularity=day&from=86401&to=259200").empty());
+  EXPECT_EQ(backend_.read_key_.record_type, 3u);
+  EXPECT_EQ(backend_.read_key_.record_id, 9u);
+  EXPECT_EQ(backend_.series_.g, store::granularity::day);
+  EXPECT_EQ(backend_.series_.from, 172800);
+  EXPECT_EQ(backend_.series_.to, 259200);
+  backend_result r;
+  r.points = {{172800, 5}, {259200, static_cast<__int128>(INT64_MAX) + 1}};
+  backend_.read_done_(r);
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 200u);
+  EXPECT_EQ(answers()[0].body(),
+            R"({"granularity": "day", "points": [{"bucket": 172800, "count": 5}, )"
+            R"({"bucket": 259200, "count": 9223372036854775808}]})");
+  get("/v1/counters/3/9/series?granularity=day&from=0&to=86400");
+  backend_.read_done_({status::unavailable, "the counter is being written; retry"});
+  EXPECT_EQ(answers().at(0).result_int(), 503u);
+  // No bucket starts in the range: nothing to read.
+  const auto empty = get("/v1/counters/3/9/series?granularity=day&from=1&to=86399");
+  ASSERT_EQ(empty.size(), 1u);
+  EXPECT_EQ(empty[0].body(), R"({"granularity": "day", "points": []})");
+}
+
+TEST_F(SeriesRouter, BadSeriesParametersAre400WithAReason) {
+  const auto reason = [&](const std::string& target) {
+    const auto got = get(target);
+    EXPECT_EQ(got.size(), 1u) << target;
+    if (got.empty()) return std::string();
+    EXPECT_EQ(got[0].result_int(), 400u) << target;
+    return got[0].body();
+  };
+  const std::string base = "/v1/counters/3/9/series";
+  EXPECT_NE(reason(base).find("granularity, from and to are required"), std::string::npos);
+  EXPECT_NE(reason(base + "?granularity=week&from=0&to=1").find("hour or day"), std::string::npos);
+  EXPECT_NE(reason(base + "?granularity=day&from=-1&to=1").find("unix seconds"), std::string::npos);
+  EXPECT_NE(reason(base + "?granularity=day&from=x&to=1").find("unix seconds"), std::string::npos);
+  EXPECT_NE(reason(base + "?granularity=day&from=5&to=1").find("must not be after"),
+            std::string::npos);
+  EXPECT_NE(reason(base + "?granularity=day&from=0&to=1&from=2").find("given twice"),
+            std::string::npos);
+  EXPECT_NE(reason(base + "?granularity=day&from=0&to=1&limit=2").find("unknown query"),
+            std::string::npos);
+  // One request cannot ask for a million points.
+  EXPECT_NE(reason(base + "?granularity=day&from=0&to=" + std::to_string(86400 * 1000))
+                .find("more than 1000 day buckets"),
+            std::string::npos);
+  EXPECT_TRUE(get(base + "?granularity=day&from=0&to=" + std::to_string(86400 * 999)).empty());
+  // A counter without such buckets, an undeclared one.
+  EXPECT_NE(reason(base + "?granularity=hour&from=0&to=1").find("keeps no hour buckets"),
+            std::string::npos);
+  EXPECT_NE(reason("/v1/counters/4/9/series?granularity=day&from=0&to=1").find("keeps no day"),
+            std::string::npos);
+  EXPECT_NE(reason("/v1/counters/5/9/series?granularity=day&from=0&to=1").find("not declared"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace slotted::http

@@ -1,0 +1,96 @@
+#include "retention/pruner.hpp"
+
+#include <algorithm>
+
+#include "db/errors.hpp"
+#include "db/repository.hpp"
+#include "util/log.hpp"
+
+namespace slotted::retention {
+
+std::chrono::milliseconds prune_period(const store::bucket_spec& buckets) {
+  std::chrono::milliseconds shortest = std::chrono::minutes(1);
+  for (const auto& c : buckets.counters()) {
+    for (const auto g : store::all_granularities) {
+      if (c.keeps(g))
+        shortest = std::min<std::chrono::milliseconds>(shortest, c.retention[static_cast<int>(g)]);
+    }
+  }
+  return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::seconds(1),
+                                               std::chrono::minutes(1));
+}
+
+std::uint64_t prune_counter(db::connection& conn, const std::string& table,
+                            const store::bucket_spec::counter& counter, store::granularity g,
+                            std::int64_t now, std::size_t chunk, int max_chunks, bool& behind) {
+  const std::int64_t cut =
+      std::max<std::int64_t>(0, now - counter.retention[static_cast<int>(g)].count());
+  const std::int64_t before = store::bucket_start(g, cut);
+  std::uint64_t deleted = 0;
+  for (int i = 0; i < max_chunks; ++i) {
+    const auto n = db::prune_buckets(conn, table, g, counter.record_type, before, chunk);
+    deleted += n;
+    if (n < chunk) return deleted;
+  }
+  behind = true;
+  return deleted;
+}
+
+pruner::pruner(settings s, db::pool& pool, metrics::registry& metrics)
+    : settings_(std::move(s)),
+      pool_(pool),
+      metrics_(metrics),
+      worker_([this] { return run_once(); },
+              [this](const prune_result& r) {
+                // Behind: again soon (the chunks of one run were all full).
+                return r.behind ? std::chrono::milliseconds(100) : prune_period(settings_.buckets);
+              },
+              prune_period(settings_.buckets)) {}
+
+void pruner::start() {
+  if (!settings_.buckets.empty()) worker_.start();
+}
+
+void pruner::stop() {
+  worker_.stop();
+}
+
+prune_result pruner::run_once() {
+  prune_result result;
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  try {
+    auto lease = pool_.acquire();
+    try {
+      for (const auto& c : settings_.buckets.counters()) {
+        for (const auto g : store::all_granularities) {
+          if (!c.keeps(g)) continue;
+          const auto n = prune_counter(*lease, settings_.table, c, g, now, settings_.chunk,
+                                       settings_.max_chunks, result.behind);
+          result.rows += n;
+          metrics_.buckets_pruned.Increment(static_cast<double>(n));
+        }
+      }
+    } catch (const db::db_error& e) {
+      if (e.connection_lost()) lease.discard();
+      throw;
+    }
+    result.ok = true;
+  } catch (const db::db_error& e) {
+    metrics_.db_error(e.kind());
+    result.error = e.what();
+  }
+  if (result.ok) {
+    if (!last_error_.empty()) log::info("bucket retention works again");
+    last_error_.clear();
+    if (result.rows > 0) log::debug("bucket retention: ", result.rows, " rows deleted");
+  } else if (result.error != last_error_) {
+    // Instances prune the same rows: a lock conflict is retried at the next run.
+    log::warn("bucket retention failed (retried at the next run): ", result.error);
+    last_error_ = result.error;
+  }
+  return result;
+}
+
+}  // namespace slotted::retention

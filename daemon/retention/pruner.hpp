@@ -1,0 +1,72 @@
+#pragma once
+// Retention of counts per bucket (README: Counts per bucket): deletes the buckets of each
+// counter older than its granularity's retention.
+//
+// Every period (a quarter of the shortest retention, between 1 s and 1 minute) the
+// pruner deletes, per counter and granularity, the rows whose bucket starts before the
+// bucket holding now - retention: with {hour: 48h} the hour buckets of the last 48
+// hours and the one the cut falls in stay. It deletes in chunks (DELETE ... WHERE
+// record_type = ? AND bucket < ? ORDER BY bucket LIMIT n, through the (record_type,
+// bucket) index), each statement committing on its own, so no lock outlives a chunk and
+// none covers the table; a run deletes at most max_chunks chunks per counter and
+// granularity, and the next run comes at once while one was cut short. Every instance
+// may prune: they delete the same rows, and a lock conflict between them is retried at
+// the next run. Rows deleted are counted in slotted_counterd_buckets_pruned_total.
+//
+// Thread-safety: its own thread does the work; start() and stop() from one owner.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "db/pool.hpp"
+#include "metrics/metrics.hpp"
+#include "store/buckets.hpp"
+#include "util/worker.hpp"
+
+namespace slotted::retention {
+
+struct prune_result {
+  bool ok = false;
+  std::uint64_t rows = 0;  // rows deleted by this run
+  bool behind = false;     // a counter had more to delete than one run's chunks
+  std::string error;
+};
+
+struct settings {
+  std::string table;  // the counters table; the bucket tables are named after it
+  store::bucket_spec buckets;
+  std::size_t chunk = 10000;
+  int max_chunks = 10;
+};
+
+// The period between runs for `buckets` (see above).
+std::chrono::milliseconds prune_period(const store::bucket_spec& buckets);
+
+// Deletes `counter`'s buckets of granularity `g` older than its retention at `now`
+// (unix seconds) in chunks; returns rows deleted, and sets `behind` when max_chunks
+// were all full. Throws db_error.
+std::uint64_t prune_counter(db::connection& conn, const std::string& table,
+                            const store::bucket_spec::counter& counter, store::granularity g,
+                            std::int64_t now, std::size_t chunk, int max_chunks, bool& behind);
+
+class pruner {
+ public:
+  pruner(settings s, db::pool& pool, metrics::registry& metrics);
+
+  // Does nothing when no counter keeps buckets.
+  void start();
+  void stop();
+
+ private:
+  prune_result run_once();
+
+  settings settings_;
+  db::pool& pool_;
+  metrics::registry& metrics_;
+  std::string last_error_;
+  util::worker<prune_result> worker_;
+};
+
+}  // namespace slotted::retention
