@@ -266,12 +266,13 @@ TEST(ParallelFlushOrder, NoWriterStartsABatchPastTheStopDeadline) {
 
 // A writer beside the cycle's that the server refuses a connection (the account's
 // connection limit, or max_connections) only means fewer writers: the cycle's own
-// connection writes every batch, the flush succeeds and the daemon stays ready. A
+// connection writes every batch and the flush succeeds, an error to no one. A
 // failed flush here would back off and leave all but a batch or so per cycle queued.
 TEST(ParallelFlushLimits, AWriterRefusedAConnectionDoesNotFailTheFlush) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  // Two connections for the account: the probe's and the cycle's.
+  // Two connections for the account (the probe's and the cycle's, or two of the pool):
+  // of the three extra writers at least two are refused.
   const std::string user = "limited_" + database;
   auto admin = server.connect();
   admin.execute("CREATE USER '" + user + "'@'localhost' WITH MAX_USER_CONNECTIONS 2");
@@ -294,7 +295,8 @@ TEST(ParallelFlushLimits, AWriterRefusedAConnectionDoesNotFailTheFlush) {
                 database, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters"),
             100);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 10);
-  EXPECT_EQ(client.get("/readyz").status, 200u);
+  // Not /readyz: which of the probe and a writer got the second connection is a race,
+  // and a refused probe is not ready, rightly.
   EXPECT_EQ(metric_value(client.get("/metrics").body,
                          R"(slotted_counterd_flushes_total{result="error"})"),
             0);
