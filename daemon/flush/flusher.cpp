@@ -441,7 +441,8 @@ void flusher::write_batches_on_lease(write_round& round) {
     // A lease whose connection was lost is closed rather than lent out again.
     if (write_batches(**lease, round, dirty)) lease->discard();
   } catch (...) {
-    // No connection for this writer: the round stops as after any writer's error.
+    // Not a database error (a refused connection is handled above): the round stops as
+    // after any writer's error.
     std::lock_guard lock(queue_mutex_);
     round.stop = true;
     if (!round.error) round.error = std::current_exception();
