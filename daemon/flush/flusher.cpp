@@ -605,12 +605,28 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
 void flusher::write_batches_on_lease(write_round& round) {
   std::vector<db::counter_row> dirty;
   try {
-    auto lease = pool_.acquire();
+    std::optional<db::pool::lease> lease;
+    try {
+      lease.emplace(pool_.acquire());
+    } catch (const db::db_error& e) {
+      // Refused a connection (the server's max_connections, the account's
+      // max_user_connections, or it is down): one writer fewer, not a failed flush. The
+      // cycle's own connection writes what this one would have, and meets the database
+      // itself if it is gone.
+      metrics_.db_error(e.kind());
+      if (!helper_refused_.exchange(true)) {
+        log::warn("flush: an extra connection for flush.connections was refused (", e.what(),
+                  "); flushing over fewer connections");
+      }
+      return;
+    }
+    helper_refused_.store(false);
     progress();
     // A lease whose connection was lost is closed rather than lent out again.
-    if (write_batches(*lease, round, dirty)) lease.discard();
+    if (write_batches(**lease, round, dirty)) lease->discard();
   } catch (...) {
-    // No connection for this writer: the round stops as after any writer's error.
+    // Not a database error (a refused connection is handled above): the round stops as
+    // after any writer's error.
     std::lock_guard lock(queue_mutex_);
     round.stop = true;
     if (!round.error) round.error = std::current_exception();

@@ -222,7 +222,8 @@ class flusher final : public store::batch_queue {
   // it on `conn`, again until none is left to start or the round stops. Never throws:
   // an error stops the round and is kept in it. Returns true when `conn` was lost.
   bool write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
-  // A writer of its own connection from the pool, beside the cycle's.
+  // A writer of its own connection from the pool, beside the cycle's. A connection the
+  // pool cannot open leaves the round to the other writers (one fewer, not an error).
   void write_batches_on_lease(write_round& round);
   // Under queue_mutex_: the oldest batch that may start now, or queued_.end().
   queue_position next_batch();
@@ -320,6 +321,8 @@ class flusher final : public store::batch_queue {
   bool deadline_hit_ = false;  // under queue_mutex_ while writers run
   // stop() began: resets still waiting are refused (the final cycle is for batches).
   std::atomic<bool> stopping_{false};
+  // An extra writer's connection was refused (logged once until one is lent again).
+  std::atomic<bool> helper_refused_{false};
   bool schema_verified_ = false;
   bool autoincrement_warned_ = false;
   bool fatal_ = false;

@@ -264,6 +264,45 @@ TEST(ParallelFlushOrder, NoWriterStartsABatchPastTheStopDeadline) {
             0);
 }
 
+// A writer beside the cycle's that the server refuses a connection (the account's
+// connection limit, or max_connections) only means fewer writers: the cycle's own
+// connection writes every batch and the flush succeeds, an error to no one. A
+// failed flush here would back off and leave all but a batch or so per cycle queued.
+TEST(ParallelFlushLimits, AWriterRefusedAConnectionDoesNotFailTheFlush) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  // Two connections for the account (the probe's and the cycle's, or two of the pool):
+  // of the three extra writers at least two are refused.
+  const std::string user = "limited_" + database;
+  auto admin = server.connect();
+  admin.execute("CREATE USER '" + user + "'@'localhost' WITH MAX_USER_CONNECTIONS 2");
+  admin.execute("GRANT ALL ON `" + database + "`.* TO '" + user + "'@'localhost'");
+  auto cfg = parallel_config(server, database, 4);
+  cfg.mysql.user = user;
+  cfg.flush.interval = 1h;  // only explicit flushes
+  cfg.flush.max_rows_per_statement = 10;
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+
+  std::string body = "[";
+  for (int id = 1; id <= 100; ++id)
+    body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
+            std::to_string(id) + "}";
+  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
+  const auto reply = client.request("POST", "/v1/flush");
+  EXPECT_EQ(reply.status, 200u) << reply.body;
+  EXPECT_EQ(server.query_int(
+                database, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters"),
+            100);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 10);
+  // Not /readyz: which of the probe and a writer got the second connection is a race,
+  // and a refused probe is not ready, rightly.
+  EXPECT_EQ(metric_value(client.get("/metrics").body,
+                         R"(slotted_counterd_flushes_total{result="error"})"),
+            0);
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
 // A connection cut after COMMIT reached the server (its outcome unknown to the daemon)
 // while four writers run: the cycle fails, the other writers start nothing more, and the
 // next cycle finds the batch in the ledger and applies nothing twice.
