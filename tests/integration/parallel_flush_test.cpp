@@ -23,6 +23,38 @@
 namespace slotted::test {
 namespace {
 
+// Inserts counter (1, 5) and holds its row in a transaction of the test (returned):
+// a batch holding it waits until the connection commits, rolls back or closes.
+db::connection hold_counter_5(const mariadb_server& server, const std::string& database) {
+  auto holder = server.connect(database);
+  holder.execute(
+      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (1, 5, 0, 0)");
+  holder.execute("START TRANSACTION");
+  holder.execute(
+      "SELECT count FROM slotted_counters WHERE record_type = 1 AND record_id = 5 AND slot = 0 "
+      "FOR UPDATE");
+  return holder;
+}
+
+// One increment of each of counters (1, 1) .. (1, 100), in one request.
+void post_ids_1_to_100(http_client& client) {
+  std::string body = "[";
+  for (int id = 1; id <= 100; ++id)
+    body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
+            std::to_string(id) + "}";
+  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
+}
+
+// A keyed request on counters (1, 5) and (1, 60): one keyed batch spanning [5, 60].
+unsigned post_keyed_5_and_60(http_client& client, const std::string& key) {
+  return client
+      .request("POST", "/v1/increments",
+               R"([{"record_type": 1, "record_id": 5, "delta": 10},)"
+               R"({"record_type": 1, "record_id": 60, "delta": 10}])",
+               "application/json", {{"Idempotency-Key", key}})
+      .status;
+}
+
 using namespace std::chrono_literals;
 
 config::daemon_config parallel_config(mariadb_server& server, const std::string& database,
@@ -154,28 +186,12 @@ TEST(ParallelFlushOrder, DisjointBatchesPassABlockedOneAndOverlappingOnesWait) {
   http_client client(daemon.port());
 
   // Counter (1, 5) exists; a transaction of the test holds its row.
-  auto holder = server.connect(database);
-  holder.execute(
-      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (1, 5, 0, 0)");
-  holder.execute("START TRANSACTION");
-  holder.execute(
-      "SELECT count FROM slotted_counters WHERE record_type = 1 AND record_id = 5 AND slot = 0 "
-      "FOR UPDATE");
+  auto holder = hold_counter_5(server, database);
 
-  std::string body = "[";
-  for (int id = 1; id <= 100; ++id)
-    body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
-            std::to_string(id) + "}";
-  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
+  post_ids_1_to_100(client);
   // A keyed request on the locked counter and one far from it: one keyed batch,
   // [5, 60], behind the blocked batch [1, 10].
-  ASSERT_EQ(client
-                .request("POST", "/v1/increments",
-                         R"([{"record_type": 1, "record_id": 5, "delta": 10},)"
-                         R"({"record_type": 1, "record_id": 60, "delta": 10}])",
-                         "application/json", {{"Idempotency-Key", "order-1"}})
-                .status,
-            202u);
+  ASSERT_EQ(post_keyed_5_and_60(client, "order-1"), 202u);
 
   auto flushed = std::async(std::launch::async, [&] {
     http_client c(daemon.port(), 120s);
@@ -223,25 +239,9 @@ TEST(ParallelFlushOrder, NoWriterStartsABatchPastTheStopDeadline) {
   auto daemon = std::make_unique<in_process_daemon>(cfg);
   http_client client(daemon->port());
 
-  auto holder = server.connect(database);
-  holder.execute(
-      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES (1, 5, 0, 0)");
-  holder.execute("START TRANSACTION");
-  holder.execute(
-      "SELECT count FROM slotted_counters WHERE record_type = 1 AND record_id = 5 AND slot = 0 "
-      "FOR UPDATE");
-  std::string body = "[";
-  for (int id = 1; id <= 100; ++id)
-    body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
-            std::to_string(id) + "}";
-  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
-  ASSERT_EQ(client
-                .request("POST", "/v1/increments",
-                         R"([{"record_type": 1, "record_id": 5, "delta": 10},)"
-                         R"({"record_type": 1, "record_id": 60, "delta": 10}])",
-                         "application/json", {{"Idempotency-Key", "late-1"}})
-                .status,
-            202u);
+  auto holder = hold_counter_5(server, database);
+  post_ids_1_to_100(client);
+  ASSERT_EQ(post_keyed_5_and_60(client, "late-1"), 202u);
 
   const auto stop_started = std::chrono::steady_clock::now();
   auto stopped = std::async(std::launch::async, [&] { return daemon->stop(); });
@@ -284,11 +284,7 @@ TEST(ParallelFlushLimits, AWriterRefusedAConnectionDoesNotFailTheFlush) {
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
 
-  std::string body = "[";
-  for (int id = 1; id <= 100; ++id)
-    body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
-            std::to_string(id) + "}";
-  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
+  post_ids_1_to_100(client);
   const auto reply = client.request("POST", "/v1/flush");
   EXPECT_EQ(reply.status, 200u) << reply.body;
   EXPECT_EQ(server.query_int(
