@@ -4,6 +4,7 @@
 #include <array>
 #include <exception>
 #include <map>
+#include <system_error>
 
 #include "db/errors.hpp"
 #include "flush/batch_schedule.hpp"
@@ -675,10 +676,20 @@ std::size_t flusher::write_queued(db::connection& conn) {
   }
   std::vector<std::thread> writers;
   writers.reserve(helpers);
-  for (std::size_t i = 0; i < helpers; ++i)
-    writers.emplace_back([this, &round] { write_batches_on_lease(round); });
-  // Its connection, when lost, is discarded by cycle() as the error comes out.
-  write_batches(conn, round, dirty_rows_);
+  for (std::size_t i = 0; i < helpers; ++i) {
+    try {
+      writers.emplace_back([this, &round] { write_batches_on_lease(round); });
+    } catch (const std::system_error& e) {
+      // No thread (a process or memory limit): fewer writers, not a failed flush, and
+      // never std::terminate with the started ones still joinable.
+      log::warn("flush: cannot start another writer thread (", e.what(), "); ", writers.size() + 1,
+                " write this round");
+      break;
+    }
+  }
+  // Its connection, when lost, is discarded by cycle() as the error comes out, even
+  // when the error rethrown below is another writer's.
+  conn_lost_ = write_batches(conn, round, dirty_rows_);
   for (auto& w : writers) w.join();
   if (round.popped) release_source();
   if (round.error) std::rethrow_exception(round.error);
@@ -784,6 +795,7 @@ flush_result flusher::cycle() {
   progress();
   in_cycle_.store(true);
   deadline_hit_ = false;
+  conn_lost_ = false;
   {
     std::lock_guard lock(rollups_mutex_);
     if (next_rollups_) {
@@ -870,7 +882,7 @@ flush_result flusher::cycle() {
     }
     result.ok = true;
   } catch (const db::db_error& e) {
-    if (lease && e.connection_lost()) lease->discard();
+    if (lease && (e.connection_lost() || conn_lost_)) lease->discard();
     note_failure(e);
     result.error = e.what();
   }

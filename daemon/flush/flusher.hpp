@@ -319,6 +319,9 @@ class flusher final : public store::batch_queue {
   std::atomic<std::chrono::steady_clock::rep> deadline_{
       std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
   bool deadline_hit_ = false;  // under queue_mutex_ while writers run
+  // The cycle's own connection was lost in write_queued (flusher thread only): cycle()
+  // discards it whichever writer's error came out first.
+  bool conn_lost_ = false;
   // stop() began: resets still waiting are refused (the final cycle is for batches).
   std::atomic<bool> stopping_{false};
   // An extra writer's connection was refused (logged once until one is lent again).
