@@ -29,8 +29,8 @@ std::uint64_t prune_counter(db::connection& conn, const std::string& table,
   std::uint64_t deleted = 0;
   for (int i = 0; i < max_chunks; ++i) {
     const auto n = db::prune_buckets(conn, table, g, counter.record_type, before, chunk);
-    deleted += n;
-    if (n < chunk) return deleted;
+    deleted += n.deleted;
+    if (n.read < chunk) return deleted;
   }
   behind = true;
   return deleted;

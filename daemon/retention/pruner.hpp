@@ -5,10 +5,11 @@
 // Every period (a quarter of the shortest retention, between 1 s and 1 minute) the
 // pruner deletes, per counter and granularity, the rows whose bucket starts before the
 // bucket holding now - retention: with {hour: 48h} the hour buckets of the last 48
-// hours and the one the cut falls in stay. It deletes in chunks (DELETE ... WHERE
-// record_type = ? AND bucket < ? ORDER BY bucket LIMIT n, through the (record_type,
-// bucket) index), each statement committing on its own, so no lock outlives a chunk and
-// none covers the table; a run deletes at most max_chunks chunks per counter and
+// hours and the one the cut falls in stay. It deletes in chunks (the keys of the n
+// oldest rows read through the (record_type, bucket) index, then deleted through the
+// primary key, see db::prune_buckets), each statement committing on its own and locking
+// only the rows it deletes, so no lock outlives a chunk and none reaches the buckets
+// flushes write; a run deletes at most max_chunks chunks per counter and
 // granularity, and the next run comes at once while one was cut short. Every instance
 // may prune: they delete the same rows, and a lock conflict between them is retried at
 // the next run. Rows deleted are counted in slotted_counterd_buckets_pruned_total.

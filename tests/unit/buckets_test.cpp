@@ -127,9 +127,14 @@ TEST(BucketSql, StatementsNameTheTablesAndBuckets) {
   EXPECT_NE(create.find("`bucket` DATE NOT NULL"), std::string::npos);
   EXPECT_NE(create.find("PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`)"),
             std::string::npos);
-  EXPECT_EQ(db::bucket_prune("c", granularity::day, 9, 86400, 500),
-            "DELETE FROM `c_day` WHERE `record_type` = 9 AND `bucket` < '1970-01-02' ORDER BY "
-            "`bucket` LIMIT 500");
+  EXPECT_EQ(db::bucket_prune_select("c", granularity::day, 9, 86400, 500),
+            "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `record_id` FROM "
+            "`c_day` FORCE INDEX (`by_age`) WHERE `record_type` = 9 AND `bucket` < '1970-01-02' "
+            "ORDER BY `bucket`, `record_id` LIMIT 500");
+  const std::vector<std::uint64_t> ids{4, 5};
+  EXPECT_EQ(db::bucket_prune_delete("c", granularity::hour, 9, 3600, ids),
+            "DELETE FROM `c_hour` WHERE `record_type` = 9 AND `bucket` = '1970-01-01 01:00:00' "
+            "AND `record_id` IN (4,5)");
 }
 
 ingest::type_registry types() {
