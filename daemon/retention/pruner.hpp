@@ -40,6 +40,11 @@ struct settings {
   store::bucket_spec buckets;
   std::size_t chunk = 10000;
   int max_chunks = 10;
+  // This host's clock, unix seconds (tests replace it). A run cuts at the earlier of it
+  // and the database's clock: a clock stepped forward on one side (a bad NTP source, a
+  // restored VM) must not delete, at once and for good, buckets still inside their
+  // retention; a disagreement past a few minutes is logged.
+  std::function<std::int64_t()> clock = nullptr;
 };
 
 // The period between runs for `buckets` (see above).
@@ -67,6 +72,7 @@ class pruner {
   db::pool& pool_;
   metrics::registry& metrics_;
   std::string last_error_;
+  bool clocks_apart_ = false;  // logged once per episode
   util::worker<prune_result> worker_;
 };
 

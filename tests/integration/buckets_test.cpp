@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "app/application.hpp"
 #include "retention/pruner.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -530,6 +531,39 @@ TEST_F(Buckets, APruneChunkLocksOnlyTheRowsItDeletes) {
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_hour WHERE bucket < '2020-02-01'"), 0);
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_hour"), 10000);
   EXPECT_EQ(query("SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters_hour"), 10001);
+}
+
+// A clock stepped forward on the daemon's host must not delete buckets still inside
+// their retention by the database's clock: the pruner cuts at the earlier of the two.
+// (Before, a run cut at the local clock alone: a year's step with day: 400d deleted all
+// but the last 35 days, for good.)
+TEST_F(Buckets, APruneAfterTheHostClockJumpedForwardKeepsBucketsInsideTheRetention) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute(
+      "INSERT INTO slotted_counters_day VALUES (123, 1, UTC_DATE() - INTERVAL 40 DAY, 0, 1), "
+      "(123, 1, UTC_DATE() - INTERVAL 500 DAY, 0, 1)");
+  metrics::registry metrics;
+  db::pool pool(connect_options_for(test_config(shared_mariadb(), database_).mysql), 1);
+  retention::settings s;
+  s.table = "slotted_counters";
+  s.buckets.declare(123, store::granularity::day, std::chrono::hours(24 * 400));
+  // A short retention elsewhere: runs every second.
+  s.buckets.declare(124, store::granularity::hour, std::chrono::seconds(4));
+  s.clock = [] { return unix_now() + 365 * 86400; };
+  retention::pruner p(s, pool, metrics);
+  p.start();
+  // A run happened: the bucket older than the retention by any clock is gone.
+  const bool ran = eventually(
+      [&] {
+        return query(
+                   "SELECT COUNT(*) FROM slotted_counters_day WHERE bucket < UTC_DATE() - "
+                   "INTERVAL 400 DAY") == 0;
+      },
+      60s);
+  p.stop();
+  ASSERT_TRUE(ran);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_day"), 1);
 }
 
 // A retry of an accepted keyed request is answered as the first time (README: HTTP API,
