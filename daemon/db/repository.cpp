@@ -325,10 +325,30 @@ std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
   return out;
 }
 
-std::uint64_t prune_buckets(connection& conn, const std::string& table, store::granularity g,
-                            std::uint32_t record_type, std::int64_t before, std::size_t limit) {
-  conn.execute(bucket_prune(table, g, record_type, before, limit));
-  return conn.affected_rows();
+prune_chunk prune_buckets(connection& conn, const std::string& table, store::granularity g,
+                          std::uint32_t record_type, std::int64_t before, std::size_t limit) {
+  const auto rows = conn.query(bucket_prune_select(table, g, record_type, before, limit));
+  // In (bucket, record_id) order: one DELETE per bucket met, each committing on its own.
+  std::uint64_t deleted = 0;
+  std::vector<std::uint64_t> ids;
+  std::int64_t bucket = 0;
+  const auto flush_ids = [&] {
+    if (ids.empty()) return;
+    conn.execute(bucket_prune_delete(table, g, record_type, bucket, ids));
+    deleted += conn.affected_rows();
+    ids.clear();
+  };
+  for (const auto& row : rows) {
+    if (!row[0] || !row[1]) continue;
+    const std::int64_t b = std::stoll(*row[0]);
+    const std::uint64_t id = std::stoull(*row[1]);
+    if (!ids.empty() && b != bucket) flush_ids();
+    bucket = b;
+    // A counter's slots are consecutive rows: one id each.
+    if (ids.empty() || ids.back() != id) ids.push_back(id);
+  }
+  flush_ids();
+  return {rows.size(), deleted};
 }
 
 }  // namespace slotted::db

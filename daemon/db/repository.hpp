@@ -38,10 +38,19 @@ std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
     std::uint64_t record_id, std::int64_t from, std::int64_t to);
 
-// Deletes up to `limit` rows of `record_type`'s `g` buckets that start before `before`
-// (one statement, committed on its own). Returns the rows deleted. Throws db_error.
-std::uint64_t prune_buckets(connection& conn, const std::string& table, store::granularity g,
-                            std::uint32_t record_type, std::int64_t before, std::size_t limit);
+// Deletes up to `limit` rows of `record_type`'s `g` buckets that start before `before`,
+// oldest first: reads their keys through the (record_type, bucket) index without a
+// lock, then deletes them through the primary key, one statement per bucket, each
+// committed on its own (see sql.hpp, bucket_prune_delete). `read` is the rows found
+// (fewer than `limit`: nothing older is left); `deleted` may differ by the rows another
+// instance deleted first, and by the other slots of the last counter read, which go
+// with it. Throws db_error.
+struct prune_chunk {
+  std::size_t read = 0;
+  std::uint64_t deleted = 0;
+};
+prune_chunk prune_buckets(connection& conn, const std::string& table, store::granularity g,
+                          std::uint32_t record_type, std::int64_t before, std::size_t limit);
 
 // Checks that `table` has record_type, record_id, slot and count and a unique key on
 // exactly (record_type, record_id, slot), and that the ledger (and, with rollups, the

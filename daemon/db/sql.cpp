@@ -493,13 +493,35 @@ std::string bucket_series_select(std::string_view table, store::granularity g,
   return sql;
 }
 
-std::string bucket_prune(std::string_view table, store::granularity g, std::uint32_t record_type,
-                         std::int64_t before, std::size_t limit) {
+std::string bucket_prune_select(std::string_view table, store::granularity g,
+                                std::uint32_t record_type, std::int64_t before, std::size_t limit) {
+  // A plain (consistent, lock-free) read of the index alone: it holds record_id and
+  // slot after (record_type, bucket), in the order asked for.
+  std::string sql =
+      "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `record_id` FROM " +
+      quote_identifier(bucket_table(table, g)) + " FORCE INDEX (`by_age`) WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `bucket` < " + bucket_literal(g, before) + " ORDER BY `bucket`, `record_id` LIMIT ";
+  append_int(sql, limit);
+  return sql;
+}
+
+std::string bucket_prune_delete(std::string_view table, store::granularity g,
+                                std::uint32_t record_type, std::int64_t bucket,
+                                std::span<const std::uint64_t> record_ids) {
+  // Primary-key prefixes (record_type, record_id, bucket): MariaDB reads and locks
+  // those rows only, whatever share of the type's rows is old.
   std::string sql =
       "DELETE FROM " + quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
   append_int(sql, record_type);
-  sql += " AND `bucket` < " + bucket_literal(g, before) + " ORDER BY `bucket` LIMIT ";
-  append_int(sql, limit);
+  sql += " AND `bucket` = " + bucket_literal(g, bucket) + " AND `record_id` IN (";
+  bool first = true;
+  for (const auto id : record_ids) {
+    if (!first) sql.push_back(',');
+    first = false;
+    append_int(sql, id);
+  }
+  sql.push_back(')');
   return sql;
 }
 

@@ -191,10 +191,18 @@ std::string bucket_upsert_statement(std::string_view table, store::granularity g
 std::string bucket_series_select(std::string_view table, store::granularity g,
                                  std::uint32_t record_type, std::uint64_t record_id,
                                  std::int64_t from, std::int64_t to);
-// Deletes up to `limit` rows of one record type whose bucket starts before `before`
-// (unix seconds), oldest first, through the (record_type, bucket) index: a bounded
-// range, never a table-wide lock.
-std::string bucket_prune(std::string_view table, store::granularity g, std::uint32_t record_type,
-                         std::int64_t before, std::size_t limit);
+// Retention (db::prune_buckets): the (bucket start, record_id) of up to `limit` rows of
+// one record type whose bucket starts before `before` (unix seconds), oldest first,
+// read through the (record_type, bucket) index without locking anything.
+std::string bucket_prune_select(std::string_view table, store::granularity g,
+                                std::uint32_t record_type, std::int64_t before, std::size_t limit);
+// Deletes every slot of `record_ids` in one bucket of one record type, through the
+// primary key: it reads and locks those rows only. (`DELETE ... WHERE bucket < X ORDER
+// BY bucket LIMIT n` does not: once the old rows are a few percent of the type's,
+// MariaDB takes the primary key's record_type prefix and locks every row of the type,
+// current buckets too.) `record_ids` must not be empty.
+std::string bucket_prune_delete(std::string_view table, store::granularity g,
+                                std::uint32_t record_type, std::int64_t bucket,
+                                std::span<const std::uint64_t> record_ids);
 
 }  // namespace slotted::db

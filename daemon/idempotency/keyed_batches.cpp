@@ -42,26 +42,30 @@ std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> req
       }
     }
   }
-  bool added = false;
+  // `rows` is sorted by counter (rows_of, or an earlier call): a binary search per
+  // bucket row. A linear scan made one request of n distinct counters cost n^2 / 2
+  // comparisons here (seconds for the 20,000 a 1 MiB body holds), at forming, at every
+  // split and at commit, inside the batch's transaction.
+  const auto by_counter = [](const db::counter_row& r, const db::counter_row& s) {
+    return std::tie(r.record_type, r.record_id) < std::tie(s.record_type, s.record_id);
+  };
+  const std::size_t had = rows.size();
   for (const auto& [k, delta] : sums) {
     if (delta == 0) continue;
     // Copies, not bindings: clang 14 (the fuzz build) cannot capture a binding.
     const std::uint32_t type = std::get<0>(k);
     const std::uint64_t id = std::get<1>(k);
     out.push_back({type, id, std::get<2>(k), std::get<3>(k), slot, delta});
-    const bool has_row = std::any_of(rows.begin(), rows.end(), [&](const db::counter_row& r) {
-      return r.record_type == type && r.record_id == id;
-    });
-    if (!has_row) {
-      rows.push_back({type, id, slot, 0});
-      added = true;
-    }
+    const db::counter_row row{type, id, slot, 0};
+    const bool has_row =
+        std::binary_search(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(had), row,
+                           by_counter) ||
+        (rows.size() > had && !by_counter(rows.back(), row) && !by_counter(row, rows.back()));
+    if (!has_row) rows.push_back(row);
   }
-  if (added) {
-    std::sort(rows.begin(), rows.end(), [](const db::counter_row& a, const db::counter_row& b) {
-      return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
-    });
-  }
+  // The added rows come in counter order (the map's), after the sorted ones: one merge.
+  std::inplace_merge(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(had), rows.end(),
+                     by_counter);
   return out;
 }
 

@@ -53,7 +53,8 @@ std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, st
 // The bucket rows of `requests` under `slot` (their increments' `at`, for counters that
 // keep buckets under `buckets`), summed per bucket, sorted, zero sums left out; and
 // rows gets a row of delta 0 for a counter whose buckets have no row there (see
-// store::flush_batch). Pure.
+// store::flush_batch). `rows` must be sorted by counter (as rows_of makes it) and stays
+// so. Pure; O(n log n) in the increments.
 std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> requests,
                                               std::uint16_t slot, const store::bucket_spec& buckets,
                                               std::vector<db::counter_row>& rows);

@@ -29,8 +29,8 @@ std::uint64_t prune_counter(db::connection& conn, const std::string& table,
   std::uint64_t deleted = 0;
   for (int i = 0; i < max_chunks; ++i) {
     const auto n = db::prune_buckets(conn, table, g, counter.record_type, before, chunk);
-    deleted += n;
-    if (n < chunk) return deleted;
+    deleted += n.deleted;
+    if (n.read < chunk) return deleted;
   }
   behind = true;
   return deleted;
@@ -57,12 +57,27 @@ void pruner::stop() {
 
 prune_result pruner::run_once() {
   prune_result result;
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
+  const std::int64_t local = settings_.clock
+                                 ? settings_.clock()
+                                 : std::chrono::duration_cast<std::chrono::seconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count();
   try {
     auto lease = pool_.acquire();
     try {
+      // The earlier of the two clocks (see settings::clock).
+      std::int64_t now = local;
+      const auto rows = lease->query("SELECT UNIX_TIMESTAMP()");
+      if (!rows.empty() && !rows[0].empty() && rows[0][0]) {
+        const std::int64_t database = std::stoll(*rows[0][0]);
+        now = std::min(local, database);
+        const bool apart = local - database > 300 || database - local > 300;
+        if (apart && !clocks_apart_) {
+          log::warn("bucket retention: this host's clock (", local, ") and the database's (",
+                    database, ") differ by more than 5 minutes; pruning by the earlier one");
+        }
+        clocks_apart_ = apart;
+      }
       for (const auto& c : settings_.buckets.counters()) {
         for (const auto g : store::all_granularities) {
           if (!c.keeps(g)) continue;

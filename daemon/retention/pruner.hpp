@@ -5,10 +5,11 @@
 // Every period (a quarter of the shortest retention, between 1 s and 1 minute) the
 // pruner deletes, per counter and granularity, the rows whose bucket starts before the
 // bucket holding now - retention: with {hour: 48h} the hour buckets of the last 48
-// hours and the one the cut falls in stay. It deletes in chunks (DELETE ... WHERE
-// record_type = ? AND bucket < ? ORDER BY bucket LIMIT n, through the (record_type,
-// bucket) index), each statement committing on its own, so no lock outlives a chunk and
-// none covers the table; a run deletes at most max_chunks chunks per counter and
+// hours and the one the cut falls in stay. It deletes in chunks (the keys of the n
+// oldest rows read through the (record_type, bucket) index, then deleted through the
+// primary key, see db::prune_buckets), each statement committing on its own and locking
+// only the rows it deletes, so no lock outlives a chunk and none reaches the buckets
+// flushes write; a run deletes at most max_chunks chunks per counter and
 // granularity, and the next run comes at once while one was cut short. Every instance
 // may prune: they delete the same rows, and a lock conflict between them is retried at
 // the next run. Rows deleted are counted in slotted_counterd_buckets_pruned_total.
@@ -39,6 +40,11 @@ struct settings {
   store::bucket_spec buckets;
   std::size_t chunk = 10000;
   int max_chunks = 10;
+  // This host's clock, unix seconds (tests replace it). A run cuts at the earlier of it
+  // and the database's clock: a clock stepped forward on one side (a bad NTP source, a
+  // restored VM) must not delete, at once and for good, buckets still inside their
+  // retention; a disagreement past a few minutes is logged.
+  std::function<std::int64_t()> clock = nullptr;
 };
 
 // The period between runs for `buckets` (see above).
@@ -66,6 +72,7 @@ class pruner {
   db::pool& pool_;
   metrics::registry& metrics_;
   std::string last_error_;
+  bool clocks_apart_ = false;  // logged once per episode
   util::worker<prune_result> worker_;
 };
 

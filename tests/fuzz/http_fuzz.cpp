@@ -91,6 +91,16 @@ class fuzz_backend : public http::backend {
     r.pending = store_.pending(key);
     done(std::move(r));
   }
+  // The store's pending buckets (none unless the fuzzed config declares buckets).
+  void read_series(store::counter_key key, store::granularity g, std::int64_t from,
+                   std::int64_t to, done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    std::vector<std::pair<std::int64_t, std::int64_t>> found;
+    store_.pending_buckets(key, g, from, to, found);
+    http::backend_result r;
+    for (const auto& [bucket, count] : found) r.points.emplace_back(bucket, count);
+    done(std::move(r));
+  }
   // A reset clears the counter in the store and in what it must hold.
   void reset_counter(store::counter_key key, done_fn done) override {
     if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});

@@ -11,6 +11,7 @@
 #include <map>
 #include <thread>
 
+#include "app/application.hpp"
 #include "retention/pruner.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -488,6 +489,111 @@ TEST_F(Buckets, PruningDeletesInBoundedChunksOldestFirst) {
             1u);
   EXPECT_FALSE(behind);
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_day"), 1);
+}
+
+// A chunk of the pruner locks the rows it deletes, not the counter's current buckets: a
+// flush's transaction holding a current row (here an UPDATE left open) must not stop
+// it. With `DELETE ... WHERE record_type = ? AND bucket < ? ORDER BY bucket LIMIT n`
+// MariaDB takes the primary key's `record_type` prefix (and a filesort) once the old
+// rows are more than a few percent of the type's (a backlog after an outage, a shorter
+// retention): it then reads and locks every row of the record type, the current ones
+// too, for each chunk, and waits behind (or blocks) every flush of that type.
+TEST_F(Buckets, APruneChunkLocksOnlyTheRowsItDeletes) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  // 20 old hours (January 2020) and 20 current ones (ending 2020-03-01 00:00) of 500
+  // counters each: half the type's rows are to be pruned.
+  conn.execute(
+      "INSERT INTO slotted_counters_hour SELECT 123, seq % 500, '2020-01-01 00:00:00' + "
+      "INTERVAL (seq DIV 500) HOUR, 0, 1 FROM seq_0_to_9999");
+  conn.execute(
+      "INSERT INTO slotted_counters_hour SELECT 123, seq % 500, '2020-02-29 05:00:00' + "
+      "INTERVAL (seq DIV 500) HOUR, 0, 1 FROM seq_0_to_9999");
+  conn.execute("ANALYZE TABLE slotted_counters_hour");
+  // A flush of a current row, not yet committed.
+  auto flush = shared_mariadb().connect(database_);
+  flush.execute("BEGIN");
+  flush.execute(
+      "UPDATE slotted_counters_hour SET count = count + 1 WHERE record_type = 123 AND "
+      "record_id = 7 AND bucket = '2020-02-29 23:00:00' AND slot = 0");
+  conn.execute("SET SESSION innodb_lock_wait_timeout = 2");
+  store::bucket_spec spec;
+  spec.declare(123, store::granularity::hour, std::chrono::hours(48));
+  const std::int64_t now = 1583020800;  // 2020-03-01 00:00 UTC
+  bool behind = false;
+  std::uint64_t deleted = 0;
+  EXPECT_NO_THROW(deleted =
+                      retention::prune_counter(conn, "slotted_counters", *spec.find(123),
+                                               store::granularity::hour, now, 4000, 10, behind));
+  EXPECT_EQ(deleted, 10000u);
+  EXPECT_FALSE(behind);
+  flush.execute("COMMIT");
+  EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_hour WHERE bucket < '2020-02-01'"), 0);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_hour"), 10000);
+  EXPECT_EQ(query("SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters_hour"), 10001);
+}
+
+// A clock stepped forward on the daemon's host must not delete buckets still inside
+// their retention by the database's clock: the pruner cuts at the earlier of the two.
+// (Before, a run cut at the local clock alone: a year's step with day: 400d deleted all
+// but the last 35 days, for good.)
+TEST_F(Buckets, APruneAfterTheHostClockJumpedForwardKeepsBucketsInsideTheRetention) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute(
+      "INSERT INTO slotted_counters_day VALUES (123, 1, UTC_DATE() - INTERVAL 40 DAY, 0, 1), "
+      "(123, 1, UTC_DATE() - INTERVAL 500 DAY, 0, 1)");
+  metrics::registry metrics;
+  db::pool pool(connect_options_for(test_config(shared_mariadb(), database_).mysql), 1);
+  retention::settings s;
+  s.table = "slotted_counters";
+  s.buckets.declare(123, store::granularity::day, std::chrono::hours(24 * 400));
+  // A short retention elsewhere: runs every second.
+  s.buckets.declare(124, store::granularity::hour, std::chrono::seconds(4));
+  s.clock = [] { return unix_now() + 365 * 86400; };
+  retention::pruner p(s, pool, metrics);
+  p.start();
+  // A run happened: the bucket older than the retention by any clock is gone.
+  const bool ran = eventually(
+      [&] {
+        return query(
+                   "SELECT COUNT(*) FROM slotted_counters_day WHERE bucket < UTC_DATE() - "
+                   "INTERVAL 400 DAY") == 0;
+      },
+      60s);
+  p.stop();
+  ASSERT_TRUE(ran);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_day"), 1);
+}
+
+// A retry of an accepted keyed request is answered as the first time (README: HTTP API,
+// Idempotency-Key), whatever the clock did meanwhile: the `at` it carries was checked
+// when it was accepted. Today the `at` check runs before the key is looked up, so once
+// the first request's `at` has slipped past the retention the retry is a 400 "nothing
+// of this request was applied", although it was applied: the client is told its
+// counted event was refused (and the bundled client never retries a 4xx). Review
+// finding (reviews/buckets.md); disabled until the check is made after the look-up.
+TEST_F(Buckets, DISABLED_AKeyedRetryIsAReplayAfterItsAtLeftTheRetention) {
+  run_migrate();
+  daemon_process d(yaml("{hour: 5s}"));
+  ASSERT_EQ(d.settle(), 200u);
+  http_client c(d.port());
+  const std::int64_t now = unix_now();
+  const std::string body =
+      "{\"record_type\": 123, \"record_id\": 31, \"at\": " + std::to_string(now - 3) + "}";
+  const auto send = [&] {
+    return c.request("POST", "/v1/increments", body, "application/json",
+                     {{"Idempotency-Key", "edge-of-retention-1"}});
+  };
+  const auto first = send();
+  ASSERT_EQ(first.status, 202u) << first.body;
+  // The `at` is now older than the 5 s retention (the daemon's now > at + 5).
+  ASSERT_TRUE(eventually([&] { return unix_now() >= now + 4; }, 30s));
+  const auto retry = send();
+  EXPECT_EQ(retry.status, 202u) << retry.body;
+  EXPECT_EQ(retry.headers.count("idempotent-replayed"), 1u) << retry.body;
+  ASSERT_TRUE(flush_until_ok(c));
+  EXPECT_EQ(total(31), 1);
 }
 
 }  // namespace
