@@ -12,6 +12,18 @@ void append_int(std::string& out, Int value) {
   const auto r = std::to_chars(buf, buf + sizeof buf, value);
   out.append(buf, r.ptr);
 }
+// Appends "(a,b,...)": the values of an IN list.
+template <typename Ints>
+void append_int_list(std::string& out, const Ints& values) {
+  out.push_back('(');
+  bool first = true;
+  for (const auto v : values) {
+    if (!first) out.push_back(',');
+    first = false;
+    append_int(out, v);
+  }
+  out.push_back(')');
+}
 // Appends "(a,b,...),(...)" with one tuple per row, written by `tuple`.
 template <typename Row, typename Tuple>
 void append_tuples(std::string& sql, std::span<const Row> rows, Tuple tuple) {
@@ -320,14 +332,8 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
   if (!slots.empty()) {
     std::string sql = "DELETE FROM " + quote_identifier(table);
     append_counter_key(sql, record_type, record_id);
-    sql += " AND `slot` IN (";
-    bool first = true;
-    for (const auto slot : slots) {
-      if (!first) sql.push_back(',');
-      first = false;
-      append_int(sql, slot);
-    }
-    sql.push_back(')');
+    sql += " AND `slot` IN ";
+    append_int_list(sql, slots);
     out.push_back(std::move(sql));
   }
   if (dirty_gen) {
@@ -514,14 +520,8 @@ std::string bucket_prune_delete(std::string_view table, store::granularity g,
   std::string sql =
       "DELETE FROM " + quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
   append_int(sql, record_type);
-  sql += " AND `bucket` = " + bucket_literal(g, bucket) + " AND `record_id` IN (";
-  bool first = true;
-  for (const auto id : record_ids) {
-    if (!first) sql.push_back(',');
-    first = false;
-    append_int(sql, id);
-  }
-  sql.push_back(')');
+  sql += " AND `bucket` = " + bucket_literal(g, bucket) + " AND `record_id` IN ";
+  append_int_list(sql, record_ids);
   return sql;
 }
 
