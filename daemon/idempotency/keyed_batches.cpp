@@ -35,7 +35,7 @@ std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> req
   for (const auto& r : requests) {
     for (const auto& inc : r.increments) {
       const auto* c = buckets.find(inc.record_type);
-      if (c == nullptr) continue;
+      if (c == nullptr || !inc.has_time()) continue;
       for (const auto g : store::all_granularities) {
         if (c->keeps(g))
           sums[{inc.record_type, inc.record_id, g, store::bucket_start(g, inc.at)}] += inc.delta;

@@ -181,7 +181,8 @@ void keyed_store::pending_buckets(const store::counter_key& key, store::granular
   std::lock_guard lock(pending_mutex_);
   for (const auto& r : pending_) {
     for (const auto& inc : r.increments) {
-      if (inc.record_type != key.record_type || inc.record_id != key.record_id) continue;
+      if (inc.record_type != key.record_type || inc.record_id != key.record_id || !inc.has_time())
+        continue;
       const std::int64_t b = store::bucket_start(g, inc.at);
       if (b >= from && b <= to) out.emplace_back(b, inc.delta);
     }

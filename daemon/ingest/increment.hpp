@@ -37,6 +37,10 @@ struct increment {
   // Only counters with buckets use it.
   bool at_given = false;
   std::int64_t at = 0;
+  // Whether `at` holds a time. Not when the counter had no buckets on arrival
+  // (resolve_times left it 0) and the increment comes back from the WAL after its
+  // counter gained some: it was never in a bucket, and is not counted in 1970's.
+  bool has_time() const { return at_given || at != 0; }
 };
 
 }  // namespace slotted::ingest

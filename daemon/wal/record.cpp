@@ -319,7 +319,8 @@ bool replay_state::apply(std::string_view payload) {
           std::int64_t at = 0;
           in.get(at);
           const auto* c = buckets_.find(key.record_type);
-          if (c == nullptr || at < 0) continue;
+          // 0: no time (its counter had no buckets when it was logged).
+          if (c == nullptr || at <= 0) continue;
           for (const auto g : store::all_granularities) {
             if (c->keeps(g)) buckets.push_back({key, delta, g, store::bucket_start(g, at)});
           }

@@ -27,7 +27,8 @@
 //   snapshot:   the top bit of its u64 n: each delta is followed by u8 granularity
 //               (0: the counter's total) and i64 bucket start.
 // Replay counts a logged `at` in the buckets its counter keeps under the config it
-// replays with (a counter whose buckets were removed just drops them); logged batches
+// replays with (a counter whose buckets were removed just drops them, and an increment
+// logged without a time, its counter then having none, counts in no bucket); logged batches
 // and snapshots carry their bucket counts as they were formed.
 // Batches and snapshot records end with the keyed requests they hold (absent in logs of
 // earlier versions): u32 m, m x (u32 batch index, or 0xffffffff for a request not yet

@@ -360,6 +360,32 @@ TEST(BucketWal, IncrementsWithTimesReplayIntoTheirBuckets) {
   EXPECT_EQ(sums.size(), 4u);  // nothing for type 2 (no buckets), one total per id
 }
 
+// A counter that gains buckets across a restart: what was logged before, without a
+// time (it had no buckets), counts in its total only, not in 1970's buckets.
+TEST(BucketWal, IncrementsLoggedWithoutATimeCountInNoBucketAfterTheirCounterGainsSome) {
+  std::string log(wal::segment_magic);
+  // Type 1 had buckets when logged (a time), type 2 had none (0).
+  wal::append_increments(log, std::vector{at(1, 1, 2, 7200), at(2, 5, 3, 0)});
+  idempotency::keyed_request k{"key-1", {1, 2}, {at(2, 6, 4, 0)}, 99};
+  wal::append_keyed(log, k);
+  store::bucket_spec both = hour_and_day(1);
+  both.declare(2, granularity::hour, std::chrono::hours(48));
+  wal::replay_state state(both);
+  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  EXPECT_EQ(sums_of(state.deltas()), (bucket_sums{{{1, granularity::none, 0}, 2},
+                                                  {{1, granularity::hour, 7200}, 2},
+                                                  {{1, granularity::day, 0}, 2},
+                                                  {{5, granularity::none, 0}, 3}}));
+  ASSERT_EQ(state.keyed().size(), 1u);
+  std::mt19937_64 rng(1);
+  std::size_t dropped = 0;
+  const auto batches = idempotency::form_keyed_batches(
+      state.keyed(), 100, 10, 1, 1, rng, std::chrono::steady_clock::now(), dropped, both);
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].rows.size(), 1u);
+  EXPECT_TRUE(batches[0].bucket_rows.empty());
+}
+
 TEST(BucketWal, BatchesSnapshotsAndKeyedRequestsKeepTheirBuckets) {
   store::flush_batch b;
   b.run_id = 3;
@@ -410,7 +436,7 @@ TEST(BucketKeyed, AtAsSentIsPartOfTheBodyHash) {
 }
 
 TEST(BucketKeyed, KeyedBatchesDeriveTheirBucketRows) {
-  idempotency::keyed_request a{"a", {}, {at(1, 1, 2, 3600), at(1, 2, 1, 0), at(1, 2, -1, 7200)}, 0};
+  idempotency::keyed_request a{"a", {}, {at(1, 1, 2, 3600), at(1, 2, 1, 1), at(1, 2, -1, 7200)}, 0};
   std::mt19937_64 rng(1);
   std::size_t dropped = 0;
   const auto batches = idempotency::form_keyed_batches(
