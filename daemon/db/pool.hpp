@@ -11,10 +11,12 @@
 // that fails mid-batch leaves the batch in doubt; the flusher resolves it against the
 // ledger through whichever host it reaches next (the ledger lives in the cluster).
 //
-// acquire() blocks while every connection is lent out. A lease whose connection met a
-// connection-lost error is discarded and the connection is closed; idle connections
-// to a host that is no longer current are closed instead of being lent out.
-// Thread-safety: connect() and acquire() may be called from any thread.
+// acquire() blocks while every connection is lent out; try_acquire() does not wait for
+// one to come back (opening a new one may still take connect_timeout per host tried).
+// A lease whose connection met a connection-lost error is discarded and the connection
+// is closed; idle connections to a host that is no longer current are closed instead
+// of being lent out.
+// Thread-safety: connect(), acquire() and try_acquire() may be called from any thread.
 
 #include <atomic>
 #include <condition_variable>
@@ -94,6 +96,9 @@ class pool {
 
   // Throws db_error when a new connection cannot be made (the slot is returned).
   lease acquire();
+  // As acquire(), but nullopt at once when every connection is lent out, instead of
+  // waiting for one to come back. Throws db_error as acquire() does.
+  std::optional<lease> try_acquire();
 
   failover_connector& connector() { return connector_; }
 
@@ -103,6 +108,9 @@ class pool {
     std::size_t host;
   };
   void give_back(std::optional<connection> conn, std::size_t host);
+  // With a slot taken (under mutex_ until `lock` is released): an idle connection to
+  // the current host, else a new one. Returns the slot when connecting throws.
+  lease lend(std::unique_lock<std::mutex>& lock);
 
   failover_connector connector_;
   std::mutex mutex_;

@@ -608,7 +608,9 @@ void flusher::write_batches_on_lease(write_round& round) {
   try {
     std::optional<db::pool::lease> lease;
     try {
-      lease.emplace(pool_.acquire());
+      // Never waits for a lease to come back: a read or a rollup run may hold one for
+      // long, and the round (and a stop's deadline) would wait for this writer.
+      if (auto free = pool_.try_acquire()) lease.emplace(std::move(*free));
     } catch (const db::db_error& e) {
       // Refused a connection (the server's max_connections, the account's
       // max_user_connections, or it is down): one writer fewer, not a failed flush. The
@@ -619,6 +621,12 @@ void flusher::write_batches_on_lease(write_round& round) {
         log::warn("flush: an extra connection for flush.connections was refused (", e.what(),
                   "); flushing over fewer connections");
       }
+      return;
+    }
+    if (!lease) {
+      // Every connection of the pool is lent out (to reads, the rollup or the pruner):
+      // one writer fewer this round, as above.
+      log::debug("flush: no free connection in the pool for an extra writer");
       return;
     }
     helper_refused_.store(false);

@@ -223,7 +223,8 @@ class flusher final : public store::batch_queue {
   // an error stops the round and is kept in it. Returns true when `conn` was lost.
   bool write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
   // A writer of its own connection from the pool, beside the cycle's. A connection the
-  // pool cannot open leaves the round to the other writers (one fewer, not an error).
+  // pool cannot open, or none free in it now (it does not wait for one), leaves the
+  // round to the other writers (one fewer, not an error).
   void write_batches_on_lease(write_round& round);
   // Under queue_mutex_: the oldest batch that may start now, or queued_.end().
   queue_position next_batch();
