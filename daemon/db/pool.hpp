@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "db/connection.hpp"
+#include "db/errors.hpp"
 
 namespace slotted::db {
 
@@ -82,6 +83,17 @@ class pool {
     connection* operator->() { return &*conn_; }
     // Close the connection instead of returning it to the pool.
     void discard() { conn_.reset(); }
+    // Runs `work(connection&)` on the lease's connection and returns what it returns. A
+    // db_error from it is rethrown, the connection discarded first when it was lost.
+    template <typename Work>
+    decltype(auto) use(Work&& work) {
+      try {
+        return work(*conn_);
+      } catch (const db_error& e) {
+        if (e.connection_lost()) discard();
+        throw;
+      }
+    }
 
    private:
     friend class pool;

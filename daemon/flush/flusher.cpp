@@ -1065,28 +1065,29 @@ std::string flusher::read_stable(const std::function<void(db::connection&)>& rea
                                  const std::function<std::string()>& add_pending) {
   auto lease = pool_.acquire();
   try {
-    // Retry until no commit started or ended during the database read and no batch is
-    // in doubt; rather than answer a figure that may count a batch twice or not at
-    // all, give up (503) after a few tries.
-    const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
-    for (int attempt = 0; attempt < 20; ++attempt) {
-      std::uint64_t before = 0;
-      {
-        std::unique_lock lock(queue_mutex_);
-        if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
-        before = generation_;
+    return lease.use([&](db::connection& conn) -> std::string {
+      // Retry until no commit started or ended during the database read and no batch
+      // is in doubt; rather than answer a figure that may count a batch twice or not
+      // at all, give up (503) after a few tries.
+      const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        std::uint64_t before = 0;
+        {
+          std::unique_lock lock(queue_mutex_);
+          if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
+          before = generation_;
+        }
+        read_db(conn);
+        std::lock_guard lock(queue_mutex_);
+        if (auto why = add_pending(); !why.empty()) return why;
+        if (generation_ == before && stable()) return {};
       }
-      read_db(*lease);
-      std::lock_guard lock(queue_mutex_);
-      if (auto why = add_pending(); !why.empty()) return why;
-      if (generation_ == before && stable()) return {};
-    }
+      return "the counter is being written; retry";
+    });
   } catch (const db::db_error& e) {
-    if (e.connection_lost()) lease.discard();
     metrics_.db_error(e.kind());
     throw;
   }
-  return "the counter is being written; retry";
 }
 
 std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
