@@ -94,19 +94,32 @@ pool::pool(connect_options options, unsigned size)
     : connector_(std::move(options)), free_slots_(size) {}
 
 pool::lease pool::acquire() {
+  std::unique_lock lock(mutex_);
+  available_.wait(lock, [&] { return free_slots_ > 0; });
+  --free_slots_;
+  return lend(lock);
+}
+
+std::optional<pool::lease> pool::try_acquire() {
+  std::unique_lock lock(mutex_);
+  if (free_slots_ == 0) return std::nullopt;
+  --free_slots_;
+  return lend(lock);
+}
+
+pool::lease pool::lend(std::unique_lock<std::mutex>& lock) {
   std::vector<idle_connection> stale;  // closed outside the lock
-  {
-    std::unique_lock lock(mutex_);
-    available_.wait(lock, [&] { return free_slots_ > 0; });
-    --free_slots_;
-    const std::size_t current = connector_.current();
-    while (!idle_.empty()) {
-      idle_connection c = std::move(idle_.back());
-      idle_.pop_back();
-      if (c.host == current) return lease(this, std::move(c.conn), c.host);
-      stale.push_back(std::move(c));
+  const std::size_t current = connector_.current();
+  while (!idle_.empty()) {
+    idle_connection c = std::move(idle_.back());
+    idle_.pop_back();
+    if (c.host == current) {
+      lock.unlock();  // before `stale` closes
+      return lease(this, std::move(c.conn), c.host);
     }
+    stale.push_back(std::move(c));
   }
+  lock.unlock();
   // Connect outside the lock: it may take up to connect_timeout per host tried.
   try {
     auto c = connector_.connect();

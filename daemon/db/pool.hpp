@@ -11,10 +11,12 @@
 // that fails mid-batch leaves the batch in doubt; the flusher resolves it against the
 // ledger through whichever host it reaches next (the ledger lives in the cluster).
 //
-// acquire() blocks while every connection is lent out. A lease whose connection met a
-// connection-lost error is discarded and the connection is closed; idle connections
-// to a host that is no longer current are closed instead of being lent out.
-// Thread-safety: connect() and acquire() may be called from any thread.
+// acquire() blocks while every connection is lent out; try_acquire() does not wait for
+// one to come back (opening a new one may still take connect_timeout per host tried).
+// A lease whose connection met a connection-lost error is discarded and the connection
+// is closed; idle connections to a host that is no longer current are closed instead
+// of being lent out.
+// Thread-safety: connect(), acquire() and try_acquire() may be called from any thread.
 
 #include <atomic>
 #include <condition_variable>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "db/connection.hpp"
+#include "db/errors.hpp"
 
 namespace slotted::db {
 
@@ -80,6 +83,17 @@ class pool {
     connection* operator->() { return &*conn_; }
     // Close the connection instead of returning it to the pool.
     void discard() { conn_.reset(); }
+    // Runs `work(connection&)` on the lease's connection and returns what it returns. A
+    // db_error from it is rethrown, the connection discarded first when it was lost.
+    template <typename Work>
+    decltype(auto) use(Work&& work) {
+      try {
+        return work(*conn_);
+      } catch (const db_error& e) {
+        if (e.connection_lost()) discard();
+        throw;
+      }
+    }
 
    private:
     friend class pool;
@@ -94,6 +108,9 @@ class pool {
 
   // Throws db_error when a new connection cannot be made (the slot is returned).
   lease acquire();
+  // As acquire(), but nullopt at once when every connection is lent out, instead of
+  // waiting for one to come back. Throws db_error as acquire() does.
+  std::optional<lease> try_acquire();
 
   failover_connector& connector() { return connector_; }
 
@@ -103,6 +120,9 @@ class pool {
     std::size_t host;
   };
   void give_back(std::optional<connection> conn, std::size_t host);
+  // With a slot taken (under mutex_ until `lock` is released): an idle connection to
+  // the current host, else a new one. Returns the slot when connecting throws.
+  lease lend(std::unique_lock<std::mutex>& lock);
 
   failover_connector connector_;
   std::mutex mutex_;

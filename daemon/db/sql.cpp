@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <type_traits>
 
 namespace slotted::db {
 
@@ -23,6 +24,22 @@ void append_int_list(std::string& out, const Ints& values) {
     append_int(out, v);
   }
   out.push_back(')');
+}
+// Appends "a,b,...": integers as numbers, anything else (a quoted string, a bucket
+// literal) as it is.
+template <typename... Values>
+void append_values(std::string& out, const Values&... values) {
+  bool first = true;
+  const auto one = [&](const auto& v) {
+    if (!first) out.push_back(',');
+    first = false;
+    if constexpr (std::is_integral_v<std::remove_cvref_t<decltype(v)>>) {
+      append_int(out, v);
+    } else {
+      out += v;
+    }
+  };
+  (one(values), ...);
 }
 // Appends "(a,b,...),(...)" with one tuple per row, written by `tuple`.
 template <typename Row, typename Tuple>
@@ -119,13 +136,7 @@ std::string upsert_statement(std::string_view table, std::span<const counter_row
   sql += quote_identifier(table);
   sql += " (`record_type`, `record_id`, `slot`, `count`) VALUES ";
   append_tuples(sql, rows, [&](const counter_row& r) {
-    append_int(sql, r.record_type);
-    sql.push_back(',');
-    append_int(sql, r.record_id);
-    sql.push_back(',');
-    append_int(sql, r.slot);
-    sql.push_back(',');
-    append_int(sql, r.delta);
+    append_values(sql, r.record_type, r.record_id, r.slot, r.delta);
   });
   sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
   return sql;
@@ -159,13 +170,7 @@ std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id
                           std::uint64_t batch_seq, std::size_t rows) {
   std::string sql = "INSERT INTO " + quote_identifier(ledger_table) +
                     " (`instance_id`, `run_id`, `batch_seq`, `row_count`) VALUES (";
-  sql += quoted_instance;
-  sql.push_back(',');
-  append_int(sql, run_id);
-  sql.push_back(',');
-  append_int(sql, batch_seq);
-  sql.push_back(',');
-  append_int(sql, rows);
+  append_values(sql, quoted_instance, run_id, batch_seq, rows);
   sql.push_back(')');
   return sql;
 }
@@ -203,13 +208,7 @@ std::string dirty_upsert(std::string_view quoted_instance, std::span<const count
                     " (`record_type`, `record_id`, `instance_id`, `gen`) VALUES ";
   sql.reserve(sql.size() + rows.size() * (32 + quoted_instance.size()));
   append_tuples(sql, rows, [&](const counter_row& r) {
-    append_int(sql, r.record_type);
-    sql.push_back(',');
-    append_int(sql, r.record_id);
-    sql.push_back(',');
-    sql += quoted_instance;
-    sql.push_back(',');
-    append_int(sql, gen);
+    append_values(sql, r.record_type, r.record_id, quoted_instance, gen);
   });
   sql += " ON DUPLICATE KEY UPDATE `gen` = VALUES(`gen`)";
   return sql;
@@ -245,11 +244,7 @@ std::string dirty_delete(std::uint32_t record_type, std::span<const dirty_mark> 
   append_int(sql, record_type);
   sql += " AND (`record_id`, `instance_id`, `gen`) IN (";
   append_tuples(sql, marks, [&](const dirty_mark& m) {
-    append_int(sql, m.record_id);
-    sql.push_back(',');
-    sql += m.quoted_instance;
-    sql.push_back(',');
-    append_int(sql, m.gen);
+    append_values(sql, m.record_id, m.quoted_instance, m.gen);
   });
   sql.push_back(')');
   return sql;
@@ -468,15 +463,7 @@ std::string bucket_upsert_statement(std::string_view table, store::granularity g
   sql += quote_identifier(bucket_table(table, g));
   sql += " (`record_type`, `record_id`, `bucket`, `slot`, `count`) VALUES ";
   append_tuples(sql, rows, [&](const store::bucket_row& r) {
-    append_int(sql, r.record_type);
-    sql.push_back(',');
-    append_int(sql, r.record_id);
-    sql.push_back(',');
-    sql += bucket_literal(g, r.bucket);
-    sql.push_back(',');
-    append_int(sql, r.slot);
-    sql.push_back(',');
-    append_int(sql, r.delta);
+    append_values(sql, r.record_type, r.record_id, bucket_literal(g, r.bucket), r.slot, r.delta);
   });
   sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
   return sql;

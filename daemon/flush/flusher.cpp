@@ -608,7 +608,9 @@ void flusher::write_batches_on_lease(write_round& round) {
   try {
     std::optional<db::pool::lease> lease;
     try {
-      lease.emplace(pool_.acquire());
+      // Never waits for a lease to come back: a read or a rollup run may hold one for
+      // long, and the round (and a stop's deadline) would wait for this writer.
+      if (auto free = pool_.try_acquire()) lease.emplace(std::move(*free));
     } catch (const db::db_error& e) {
       // Refused a connection (the server's max_connections, the account's
       // max_user_connections, or it is down): one writer fewer, not a failed flush. The
@@ -619,6 +621,12 @@ void flusher::write_batches_on_lease(write_round& round) {
         log::warn("flush: an extra connection for flush.connections was refused (", e.what(),
                   "); flushing over fewer connections");
       }
+      return;
+    }
+    if (!lease) {
+      // Every connection of the pool is lent out (to reads, the rollup or the pruner):
+      // one writer fewer this round, as above.
+      log::debug("flush: no free connection in the pool for an extra writer");
       return;
     }
     helper_refused_.store(false);
@@ -996,37 +1004,18 @@ counter_reading flusher::read_total(const store::counter_key& key) {
     }
     return sum;
   };
-  auto lease = pool_.acquire();
   counter_reading reading;
-  try {
-    // Retry until no commit started or ended during the database read and no batch is
-    // in doubt; rather than answer a figure that may count a batch twice or not at
-    // all, give up (503) after a few tries.
-    const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
-    bool exact = false;
-    for (int attempt = 0; attempt < 20 && !exact; ++attempt) {
-      std::uint64_t before = 0;
-      {
-        std::unique_lock lock(queue_mutex_);
-        if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
-        before = generation_;
-      }
-      reading.persisted = db::read_count(*lease, settings_.table, key.record_type, key.record_id);
-      std::lock_guard lock(queue_mutex_);
-      const auto pending = queued_delta();
-      if (!pending) {
-        reading.retry = "the counter's pending sum is out of range; retry after the next flush";
-        return reading;
-      }
-      reading.pending = *pending;
-      exact = generation_ == before && stable();
-    }
-    if (!exact) reading.retry = "the counter is being written; retry";
-  } catch (const db::db_error& e) {
-    if (e.connection_lost()) lease.discard();
-    metrics_.db_error(e.kind());
-    throw;
-  }
+  reading.retry = read_stable(
+      [&](db::connection& conn) {
+        reading.persisted = db::read_count(conn, settings_.table, key.record_type, key.record_id);
+      },
+      [&]() -> std::string {
+        const auto pending = queued_delta();
+        if (!pending)
+          return "the counter's pending sum is out of range; retry after the next flush";
+        reading.pending = *pending;
+        return {};
+      });
   return reading;
 }
 
@@ -1052,38 +1041,53 @@ series_reading flusher::read_series(const store::counter_key& key, store::granul
       }
     }
   };
-  auto lease = pool_.acquire();
+  std::map<std::int64_t, __int128> sums;
   series_reading reading;
+  reading.retry = read_stable(
+      [&](db::connection& conn) {
+        sums.clear();
+        for (const auto& [bucket, count] :
+             db::read_series(conn, settings_.table, g, key.record_type, key.record_id, from, to))
+          sums[bucket] += count;
+      },
+      [&] {
+        queued_buckets(sums);
+        return std::string();
+      });
+  if (!reading.retry.empty()) return reading;
+  for (const auto& [bucket, count] : sums) {
+    if (count != 0) reading.points.emplace_back(bucket, count);
+  }
+  return reading;
+}
+
+std::string flusher::read_stable(const std::function<void(db::connection&)>& read_db,
+                                 const std::function<std::string()>& add_pending) {
+  auto lease = pool_.acquire();
   try {
-    // As read_total(): retry until no commit started or ended during the database read
-    // and no batch is in doubt, else give up (503).
-    const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
-    for (int attempt = 0; attempt < 20; ++attempt) {
-      std::uint64_t before = 0;
-      {
-        std::unique_lock lock(queue_mutex_);
-        if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
-        before = generation_;
+    return lease.use([&](db::connection& conn) -> std::string {
+      // Retry until no commit started or ended during the database read and no batch
+      // is in doubt; rather than answer a figure that may count a batch twice or not
+      // at all, give up (503) after a few tries.
+      const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        std::uint64_t before = 0;
+        {
+          std::unique_lock lock(queue_mutex_);
+          if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
+          before = generation_;
+        }
+        read_db(conn);
+        std::lock_guard lock(queue_mutex_);
+        if (auto why = add_pending(); !why.empty()) return why;
+        if (generation_ == before && stable()) return {};
       }
-      const auto persisted =
-          db::read_series(*lease, settings_.table, g, key.record_type, key.record_id, from, to);
-      std::map<std::int64_t, __int128> sums;
-      for (const auto& [bucket, count] : persisted) sums[bucket] += count;
-      std::lock_guard lock(queue_mutex_);
-      queued_buckets(sums);
-      if (generation_ != before || !stable()) continue;
-      for (const auto& [bucket, count] : sums) {
-        if (count != 0) reading.points.emplace_back(bucket, count);
-      }
-      return reading;
-    }
-    reading.retry = "the counter is being written; retry";
+      return "the counter is being written; retry";
+    });
   } catch (const db::db_error& e) {
-    if (e.connection_lost()) lease.discard();
     metrics_.db_error(e.kind());
     throw;
   }
-  return reading;
 }
 
 std::vector<flush_batch> uncommitted_parts(const flush_batch& b,

@@ -199,6 +199,15 @@ class flusher final : public store::batch_queue {
 
  private:
   flush_result cycle();
+  // The exact read of read_total() and read_series(), on a connection of the pool:
+  // `read_db` reads the database, then `add_pending` (under queue_mutex_) adds what is
+  // pending, again until no commit started or ended during the read and no batch is in
+  // doubt; at most 20 tries, each waiting up to 200 ms for that. Returns "" when the
+  // figures are exact, else why not: what add_pending returned (not empty: give up
+  // now) or that the counter is being written. Throws db_error (counted; a lost
+  // connection is closed).
+  std::string read_stable(const std::function<void(db::connection&)>& read_db,
+                          const std::function<std::string()>& add_pending);
   // The reset job of request_reset, after the cycle that ended with `flushed`.
   reset_result reset_now(const store::counter_key& key, const flush_result& flushed);
   // Makes the generation odd (true) or even again (false) around a reset's commit, so a
@@ -223,7 +232,8 @@ class flusher final : public store::batch_queue {
   // an error stops the round and is kept in it. Returns true when `conn` was lost.
   bool write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
   // A writer of its own connection from the pool, beside the cycle's. A connection the
-  // pool cannot open leaves the round to the other writers (one fewer, not an error).
+  // pool cannot open, or none free in it now (it does not wait for one), leaves the
+  // round to the other writers (one fewer, not an error).
   void write_batches_on_lease(write_round& round);
   // Under queue_mutex_: the oldest batch that may start now, or queued_.end().
   queue_position next_batch();

@@ -64,10 +64,10 @@ prune_result pruner::run_once() {
                                        .count();
   try {
     auto lease = pool_.acquire();
-    try {
+    lease.use([&](db::connection& conn) {
       // The earlier of the two clocks (see settings::clock).
       std::int64_t now = local;
-      const auto rows = lease->query("SELECT UNIX_TIMESTAMP()");
+      const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
       if (!rows.empty() && !rows[0].empty() && rows[0][0]) {
         const std::int64_t database = std::stoll(*rows[0][0]);
         now = std::min(local, database);
@@ -81,16 +81,13 @@ prune_result pruner::run_once() {
       for (const auto& c : settings_.buckets.counters()) {
         for (const auto g : store::all_granularities) {
           if (!c.keeps(g)) continue;
-          const auto n = prune_counter(*lease, settings_.table, c, g, now, settings_.chunk,
+          const auto n = prune_counter(conn, settings_.table, c, g, now, settings_.chunk,
                                        settings_.max_chunks, result.behind);
           result.rows += n;
           metrics_.buckets_pruned.Increment(static_cast<double>(n));
         }
       }
-    } catch (const db::db_error& e) {
-      if (e.connection_lost()) lease.discard();
-      throw;
-    }
+    });
     result.ok = true;
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());

@@ -45,24 +45,21 @@ rollup_result roller::run_once() {
   std::size_t missing = 0;
   try {
     auto lease = pool_.acquire();
-    try {
+    lease.use([&](db::connection& conn) {
       for (const auto& target : targets_now) {
         // Bounded to the marks there are now: under steady load new marks keep coming,
         // and a run that chased them would never end (later targets would starve and
         // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
-        auto cursor = db::rollup_start(*lease, target.record_type);
+        auto cursor = db::rollup_start(conn, target.record_type);
         while (cursor) {
-          const auto chunk = db::rollup_chunk(*lease, settings_.counters_table, target,
+          const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
                                               settings_.batch_size, *cursor);
           result.records += chunk.records;
           missing += chunk.missing_owners;
           if (chunk.marks < settings_.batch_size) break;
         }
       }
-    } catch (const db::db_error& e) {
-      if (e.connection_lost()) lease.discard();
-      throw;
-    }
+    });
     result.ok = true;
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());

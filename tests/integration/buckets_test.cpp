@@ -68,6 +68,21 @@ class Buckets : public ::testing::Test {
     std::string out;
     ASSERT_EQ(run_binary(yaml(), "--migrate", out), 0) << out;
   }
+  // The schema, and a connection for a test that writes its rows itself.
+  db::connection migrated_connection() const {
+    run_migrate();
+    return shared_mariadb().connect(database_);
+  }
+  // One call of the pruner's chunked delete on counter 123's `g` buckets, kept for
+  // `retention`, at unix time `now`.
+  static std::uint64_t prune_123(db::connection& conn, store::granularity g,
+                                 std::chrono::seconds retention, std::int64_t now,
+                                 std::size_t chunk, int max_chunks, bool& behind) {
+    store::bucket_spec spec;
+    spec.declare(123, g, retention);
+    return retention::prune_counter(conn, "slotted_counters", *spec.find(123), g, now, chunk,
+                                    max_chunks, behind);
+  }
 
   std::int64_t query(const std::string& sql) const {
     return shared_mariadb().query_int(database_, sql);
@@ -466,27 +481,20 @@ TEST_F(Buckets, RetentionPrunesOldBucketsPerCounterAndGranularity) {
 // The chunks: at most `chunk` rows a statement, `max_chunks` statements a call, and the
 // caller told it was cut short.
 TEST_F(Buckets, PruningDeletesInBoundedChunksOldestFirst) {
-  run_migrate();
-  auto conn = shared_mariadb().connect(database_);
+  auto conn = migrated_connection();
   for (int day = 1; day <= 5; ++day) {
     conn.execute("INSERT INTO slotted_counters_day VALUES (123, 1, '2020-01-0" +
                  std::to_string(day) + "', 0, 1)");
   }
   conn.execute("INSERT INTO slotted_counters_day VALUES (123, 1, '2020-02-01', 0, 1)");
-  store::bucket_spec spec;
-  spec.declare(123, store::granularity::day, std::chrono::hours(24));
   const std::int64_t now = 1580515200 + 3600;  // 2020-02-01 01:00 UTC: keeps 2020-01-31 on
   bool behind = false;
-  EXPECT_EQ(retention::prune_counter(conn, "slotted_counters", *spec.find(123),
-                                     store::granularity::day, now, 2, 2, behind),
-            4u);
+  EXPECT_EQ(prune_123(conn, store::granularity::day, 24h, now, 2, 2, behind), 4u);
   EXPECT_TRUE(behind);
   // The oldest went first.
   EXPECT_EQ(query("SELECT DATE_FORMAT(MIN(bucket), '%d') FROM slotted_counters_day"), 5);
   behind = false;
-  EXPECT_EQ(retention::prune_counter(conn, "slotted_counters", *spec.find(123),
-                                     store::granularity::day, now, 2, 2, behind),
-            1u);
+  EXPECT_EQ(prune_123(conn, store::granularity::day, 24h, now, 2, 2, behind), 1u);
   EXPECT_FALSE(behind);
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_day"), 1);
 }
@@ -499,8 +507,7 @@ TEST_F(Buckets, PruningDeletesInBoundedChunksOldestFirst) {
 // retention): it then reads and locks every row of the record type, the current ones
 // too, for each chunk, and waits behind (or blocks) every flush of that type.
 TEST_F(Buckets, APruneChunkLocksOnlyTheRowsItDeletes) {
-  run_migrate();
-  auto conn = shared_mariadb().connect(database_);
+  auto conn = migrated_connection();
   // 20 old hours (January 2020) and 20 current ones (ending 2020-03-01 00:00) of 500
   // counters each: half the type's rows are to be pruned.
   conn.execute(
@@ -517,14 +524,10 @@ TEST_F(Buckets, APruneChunkLocksOnlyTheRowsItDeletes) {
       "UPDATE slotted_counters_hour SET count = count + 1 WHERE record_type = 123 AND "
       "record_id = 7 AND bucket = '2020-02-29 23:00:00' AND slot = 0");
   conn.execute("SET SESSION innodb_lock_wait_timeout = 2");
-  store::bucket_spec spec;
-  spec.declare(123, store::granularity::hour, std::chrono::hours(48));
   const std::int64_t now = 1583020800;  // 2020-03-01 00:00 UTC
   bool behind = false;
   std::uint64_t deleted = 0;
-  EXPECT_NO_THROW(deleted =
-                      retention::prune_counter(conn, "slotted_counters", *spec.find(123),
-                                               store::granularity::hour, now, 4000, 10, behind));
+  EXPECT_NO_THROW(deleted = prune_123(conn, store::granularity::hour, 48h, now, 4000, 10, behind));
   EXPECT_EQ(deleted, 10000u);
   EXPECT_FALSE(behind);
   flush.execute("COMMIT");
@@ -538,8 +541,7 @@ TEST_F(Buckets, APruneChunkLocksOnlyTheRowsItDeletes) {
 // (Before, a run cut at the local clock alone: a year's step with day: 400d deleted all
 // but the last 35 days, for good.)
 TEST_F(Buckets, APruneAfterTheHostClockJumpedForwardKeepsBucketsInsideTheRetention) {
-  run_migrate();
-  auto conn = shared_mariadb().connect(database_);
+  auto conn = migrated_connection();
   conn.execute(
       "INSERT INTO slotted_counters_day VALUES (123, 1, UTC_DATE() - INTERVAL 40 DAY, 0, 1), "
       "(123, 1, UTC_DATE() - INTERVAL 500 DAY, 0, 1)");

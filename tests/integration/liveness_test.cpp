@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
+#include <optional>
 #include <thread>
 
 #include "app/application.hpp"
@@ -18,27 +20,29 @@ using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
 // A flusher on its own, writing one row per batch (a transaction each), so that
-// draining `keys` keys takes long.
+// draining `keys` keys takes long; over `connections` writers, from a pool of 2.
 struct single_row_flusher {
   metrics::registry metrics;
   store::pending_store store{8};
   db::pool pool;
   flush::flusher flusher;
 
-  single_row_flusher(const mariadb_server& server, const std::string& database, int keys)
+  single_row_flusher(const mariadb_server& server, const std::string& database, int keys,
+                     unsigned connections = 1)
       : pool(connect_options_for(test_config(server, database).mysql), 2),
-        flusher(settings(), store, pool, metrics) {
+        flusher(settings(connections), store, pool, metrics) {
     std::vector<ingest::increment> incs;
     for (int i = 1; i <= keys; ++i) incs.push_back({1, static_cast<std::uint64_t>(i), 1});
     store.add(incs, SIZE_MAX);
   }
-  static flush::settings settings() {
+  static flush::settings settings(unsigned connections) {
     flush::settings s;
     s.instance_id = "liveness";
     s.table = "slotted_counters";
     s.interval = 1h;
     s.max_rows_per_statement = 1;
     s.slots = 1;
+    s.connections = connections;
     return s;
   }
 };
@@ -166,6 +170,36 @@ TEST(Liveness, StopDoesNotRetryLockWaitsPastItsDeadline) {
   EXPECT_EQ(unwritten, 3u);
   // The statement already sent waits its 2 s; three retries would take 6 s and more.
   EXPECT_LT(took, 4500ms) << "lock waits were retried past the stop deadline";
+}
+
+// An extra writer of a parallel flush that finds the pool's connections all lent out
+// (a rollup run, a read waiting for a stable generation) does not wait for one: it
+// would hold the round, and the stop, until the lease came back. The cycle's own
+// connection writes every batch, within the deadline.
+TEST(Liveness, AnExtraWriterDoesNotWaitForALentOutConnection) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  constexpr int keys = 20;
+  single_row_flusher f(server, database, keys, 2);
+  // The pool's second connection, held by someone else: the cycle takes the first.
+  std::optional<db::pool::lease> held;
+  held.emplace(f.pool.acquire());
+  // Given back only once the stop has returned, or long after its deadline (so that a
+  // writer waiting for it makes this test fail rather than hang).
+  std::promise<void> stopped;
+  std::thread holder([&, done = stopped.get_future()] {
+    done.wait_for(20s);
+    held.reset();
+  });
+  const auto started = steady::now();
+  const std::size_t unwritten = f.flusher.stop(started + 3s);
+  const auto took = steady::now() - started;
+  stopped.set_value();
+  holder.join();
+  EXPECT_LT(took, 6s) << "the deadline was 3 s: a writer waited for a connection in the pool";
+  EXPECT_EQ(unwritten, 0u) << "the cycle's own connection writes every batch";
+  EXPECT_EQ(server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters"),
+            keys);
 }
 
 }  // namespace

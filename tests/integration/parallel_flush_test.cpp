@@ -36,13 +36,17 @@ db::connection hold_counter_5(const mariadb_server& server, const std::string& d
   return holder;
 }
 
-// One increment of each of counters (1, 1) .. (1, 100), in one request.
-void post_ids_1_to_100(http_client& client) {
+// One increment of each of counters (1, 1) .. (1, 100), in one request; a failure
+// names the answer (ASSERT_TRUE on it: the test cannot go on without them).
+testing::AssertionResult post_ids_1_to_100(http_client& client) {
   std::string body = "[";
   for (int id = 1; id <= 100; ++id)
     body += std::string(id > 1 ? "," : "") + R"({"record_type": 1, "record_id": )" +
             std::to_string(id) + "}";
-  ASSERT_EQ(client.post_json("/v1/increments", body + "]").status, 202u);
+  const auto reply = client.post_json("/v1/increments", body + "]");
+  if (reply.status == 202u) return testing::AssertionSuccess();
+  return testing::AssertionFailure()
+         << "POST /v1/increments answered " << reply.status << ": " << reply.body;
 }
 
 // A keyed request on counters (1, 5) and (1, 60): one keyed batch spanning [5, 60].
@@ -188,7 +192,7 @@ TEST(ParallelFlushOrder, DisjointBatchesPassABlockedOneAndOverlappingOnesWait) {
   // Counter (1, 5) exists; a transaction of the test holds its row.
   auto holder = hold_counter_5(server, database);
 
-  post_ids_1_to_100(client);
+  ASSERT_TRUE(post_ids_1_to_100(client));
   // A keyed request on the locked counter and one far from it: one keyed batch,
   // [5, 60], behind the blocked batch [1, 10].
   ASSERT_EQ(post_keyed_5_and_60(client, "order-1"), 202u);
@@ -240,7 +244,7 @@ TEST(ParallelFlushOrder, NoWriterStartsABatchPastTheStopDeadline) {
   http_client client(daemon->port());
 
   auto holder = hold_counter_5(server, database);
-  post_ids_1_to_100(client);
+  ASSERT_TRUE(post_ids_1_to_100(client));
   ASSERT_EQ(post_keyed_5_and_60(client, "late-1"), 202u);
 
   const auto stop_started = std::chrono::steady_clock::now();
@@ -284,7 +288,7 @@ TEST(ParallelFlushLimits, AWriterRefusedAConnectionDoesNotFailTheFlush) {
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
 
-  post_ids_1_to_100(client);
+  ASSERT_TRUE(post_ids_1_to_100(client));
   const auto reply = client.request("POST", "/v1/flush");
   EXPECT_EQ(reply.status, 200u) << reply.body;
   EXPECT_EQ(server.query_int(

@@ -31,10 +31,13 @@ class Router : public ::testing::Test {
       req.body() = std::move(body);
       req.prepare_payload();
     }
-    if (auto refused = router_.check_header(req)) return {std::move(*refused)};
+    return send_to(router_, std::move(req));
+  }
+  // `req` through router `r`, as a session passes it: its header first.
+  std::vector<response> send_to(router& r, request req) {
+    if (auto refused = r.check_header(req)) return {std::move(*refused)};
     auto answers = std::make_shared<std::vector<response>>();
-    router_.handle(std::move(req),
-                   [answers](response&& res) { answers->push_back(std::move(res)); });
+    r.handle(std::move(req), [answers](response&& res) { answers->push_back(std::move(res)); });
     last_ = answers;
     return *answers;
   }
@@ -235,13 +238,7 @@ class SeriesRouter : public Router {
   router series_router_{series_cfg_, backend_, metrics_, limits_};
 
   std::vector<response> get(std::string target) {
-    request req{bh::verb::get, target, 11};
-    if (auto refused = series_router_.check_header(req)) return {std::move(*refused)};
-    auto answers = std::make_shared<std::vector<response>>();
-    series_router_.handle(std::move(req),
-                          [answers](response&& res) { answers->push_back(std::move(res)); });
-    last_ = answers;
-    return *answers;
+    return send_to(series_router_, request{bh::verb::get, target, 11});
   }
 };
 
