@@ -9,6 +9,7 @@
 #include <csignal>
 
 #include "db/errors.hpp"
+#include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
 
@@ -422,6 +423,66 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
         [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
   }
   done({status::done, {}});
+}
+
+void application::find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
+                             done_fn done) {
+  using idempotency::admit_result;
+  using status = http::backend_result::status;
+  // The index first: it knows what this instance accepted, flushed or not.
+  const auto a = keyed_.lookup(key, hash);
+  switch (a.result) {
+    case admit_result::replay: {
+      http::backend_result r{status::replayed, {}};
+      r.count = a.accepted;
+      return done(std::move(r));
+    }
+    case admit_result::conflict:
+      return done({status::conflict, {}});
+    case admit_result::in_progress:
+      return done(
+          {status::unavailable, "a request with this Idempotency-Key is being logged; retry"});
+    case admit_result::fresh:
+    case admit_result::over_limit:
+      break;
+  }
+  if (!keyed_.table_present()) {
+    return done({status::unavailable,
+                 "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
+                 "creates it); nothing of this request was applied"});
+  }
+  // Then the keys table: what any instance committed (this one's index may have forgotten
+  // it, or never seen it). A read on a database worker, like a counter's.
+  const auto window = std::chrono::duration_cast<std::chrono::milliseconds>(keyed_.window());
+  net::post(db_workers_, [this, key = std::move(key), hash, received_ms, window,
+                          done = std::move(done)] {
+    http::backend_result r;
+    try {
+      auto lease = pool_.acquire();
+      try {
+        const auto found = idempotency::find_committed_key(*lease, key, received_ms, window);
+        if (!found) {
+          r = {status::done, {}};
+        } else if (found->body_hash != idempotency::hex(hash)) {
+          r = {status::conflict, {}};
+        } else {
+          keyed_.count_replay();
+          r = {status::replayed, {}};
+          r.count = found->accepted;
+        }
+      } catch (const db::db_error& e) {
+        if (e.connection_lost()) lease.discard();
+        throw;
+      }
+    } catch (const db::db_error& e) {
+      metrics_.db_error(e.kind());
+      r = {
+          status::unavailable,
+          std::string("this Idempotency-Key cannot be looked up, the database is not reachable (") +
+              e.what() + "); nothing of this request was applied"};
+    }
+    done(std::move(r));
+  });
 }
 
 void application::read_counter(store::counter_key key, done_fn done) {

@@ -92,6 +92,8 @@ class application final : public http::backend {
   bool durable() const override { return committer_ != nullptr; }
   void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
   void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
+  void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
+                  done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
   void reset_counter(store::counter_key key, done_fn done) override;
   void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,

@@ -402,6 +402,16 @@ std::string idempotency_keys_select_locked(std::span<const std::string> quoted_k
   return out + ") LOCK IN SHARE MODE";
 }
 
+std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t received_ms,
+                                  std::chrono::milliseconds window) {
+  // The claim's test for a row to take over, negated: `created` compared with the
+  // arrival as FROM_UNIXTIME gives it, in the same session time zone.
+  return "SELECT `body_hash`, `accepted` FROM " + quote_identifier(idempotency_keys_table) +
+         " WHERE `idem_key` = " + std::string(quoted_key) + " AND `created` >= FROM_UNIXTIME(" +
+         std::to_string(received_ms) + " / 1000) - INTERVAL " +
+         std::to_string(window.count() * 1000) + " MICROSECOND";
+}
+
 std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t limit) {
   return "DELETE FROM " + quote_identifier(idempotency_keys_table) +
          " WHERE `created` < NOW(3) - INTERVAL " + std::to_string(age.count() * 1000) +

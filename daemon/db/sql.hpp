@@ -107,6 +107,12 @@ std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> r
 // The rows of `quoted_keys`, read with a shared lock (the latest committed values):
 // idem_key, body_hash, instance_id, run_id, batch_seq.
 std::string idempotency_keys_select_locked(std::span<const std::string> quoted_keys);
+// The body_hash and accepted of key `quoted_key` when its row records a first arrival
+// no more than `window` before `received_ms` (unix milliseconds): the rows a claim by a
+// request that arrived then would leave as they are (see idempotency_keys_claim). A
+// plain read: the latest committed row under READ COMMITTED, no lock taken or awaited.
+std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t received_ms,
+                                  std::chrono::milliseconds window);
 // Deletes up to `limit` of the oldest key rows first received more than `age` ago.
 std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t limit);
 

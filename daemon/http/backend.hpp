@@ -60,6 +60,14 @@ class backend {
   // (replayed, conflict, or unavailable while its first copy is being logged), else
   // logged when durable() and kept apart from the store until its flush.
   virtual void add_keyed(idempotency::keyed_request&& request, done_fn done) = 0;
+  // A keyed request that cannot be admitted as new (an `at` it cannot file): whether key
+  // `key` was accepted with body `hash` within idempotency.window of `received_ms` (unix
+  // milliseconds), by this instance's index or else the database's keys table. Answers
+  // replayed (`count`), conflict, unavailable (its first copy is being logged, or the
+  // database cannot be asked), or done: the key is not known, the caller answers the
+  // request's own error. Never applies or remembers anything.
+  virtual void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
+                          done_fn done) = 0;
   virtual void read_counter(store::counter_key key, done_fn done) = 0;
   // Sets one counter to zero (README: HTTP API, Reset): done with `cleared`, or
   // unavailable (nothing changed: the database or the WAL cannot be written, or

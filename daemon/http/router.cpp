@@ -331,6 +331,8 @@ void router::handle_increments(const request& req, const reply& answer) {
     return answer(error_response(v, status::bad_request, bad->message, bad->index));
   }
   if (auto bad = ingest::resolve_times(increments, buckets_, unix_seconds_now())) {
+    if (keyed)
+      return refuse_unless_known(req, idempotency_key, increments, std::move(*bad), answer);
     metrics_.reject(metrics::reject_reason::invalid, increments.size());
     return answer(error_response(v, status::bad_request, bad->message, bad->index));
   }
@@ -356,6 +358,29 @@ void router::handle_increments(const request& req, const reply& answer) {
         }));
   }
   answer_added(answer, v, n, minimal, backend_.add(increments));
+}
+
+void router::refuse_unless_known(const request& req, std::string_view key,
+                                 std::span<const ingest::increment> increments,
+                                 ingest::parse_error bad, const reply& answer) {
+  // The key's answer comes first (README: HTTP API, Idempotency-Key): a retry of a
+  // request accepted before is a replay (or a 422 for another body) even when its `at`
+  // has left the retention since, or is ahead of this instance's clock; only a key
+  // nobody accepted gets the request's own 400. hash_of() reads `at` as sent alone, so
+  // the hash is the first copy's whether or not resolve_times() got through the items.
+  const unsigned v = req.version();
+  const std::size_t n = increments.size();
+  const bool minimal = prefers_minimal(req);
+  backend_.find_keyed(
+      std::string(key), idempotency::hash_of(increments), idempotency::now_ms(),
+      guarded(answer, v,
+              [this, v, n, minimal, answer, bad = std::move(bad)](const backend_result& r) {
+                if (r.outcome != backend_result::status::done) {
+                  return answer_added(answer, v, n, minimal, r);
+                }
+                metrics_.reject(metrics::reject_reason::invalid, n);
+                answer(error_response(v, status::bad_request, bad.message, bad.index));
+              }));
 }
 
 void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool minimal,

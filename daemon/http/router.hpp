@@ -61,6 +61,11 @@ class router {
   route_match match(const request_header& req) const;
   std::optional<response> refuse(const request_header& req, const route_match& m);
   void handle_increments(const request& req, const reply& answer);
+  // A keyed request whose times resolve_times() refused (`bad`): answered as a replay or
+  // a conflict when the backend knows its key (find_keyed), else with `bad` (400).
+  void refuse_unless_known(const request& req, std::string_view key,
+                           std::span<const ingest::increment> increments, ingest::parse_error bad,
+                           const reply& answer);
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
                     const backend_result& r);
   void handle_counter(const request& req, const route_match& m, const reply& answer);

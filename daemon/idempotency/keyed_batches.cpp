@@ -201,6 +201,14 @@ keyed_outcome commit_keyed_batch(
   }
 }
 
+std::optional<committed_key> find_committed_key(db::connection& conn, const std::string& key,
+                                                std::int64_t received_ms,
+                                                std::chrono::milliseconds window) {
+  const auto rows = conn.query(db::idempotency_keys_find(conn.quote(key), received_ms, window));
+  if (rows.empty() || !rows[0][0] || !rows[0][1]) return std::nullopt;
+  return committed_key{*rows[0][0], static_cast<std::uint32_t>(std::stoul(*rows[0][1]))};
+}
+
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
                          int max_chunks) {
   std::uint64_t deleted = 0;

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -80,6 +81,21 @@ keyed_outcome commit_keyed_batch(
     const store::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
     const store::bucket_spec& buckets = store::no_buckets());
+
+// A key's row in the keys table, as committed.
+struct committed_key {
+  std::string body_hash;  // hex(), 32 lowercase hex digits
+  std::uint32_t accepted = 0;
+};
+
+// The committed row of `key` if the request that arrived at `received_ms` (unix
+// milliseconds) would find the key still inside `window` (its first arrival no more
+// than `window` before), as commit_keyed_batch() judges it; nullopt otherwise, and for
+// a key another transaction has inserted but not yet committed. Answers retries this
+// instance cannot admit (see http::backend::find_keyed). Throws db_error.
+std::optional<committed_key> find_committed_key(db::connection& conn, const std::string& key,
+                                                std::int64_t received_ms,
+                                                std::chrono::milliseconds window);
 
 // Deletes keys first received longer than two windows ago (see keyed_batches.cpp), oldest first
 // (every instance in the same order), in chunks of `chunk` rows, at most `max_chunks` of them (each

@@ -75,13 +75,7 @@ admission keyed_store::admit(keyed_request& r, std::size_t pending_elsewhere,
   {
     std::lock_guard lock(sh.mutex);
     expire(sh, now);
-    if (const auto it = sh.index.find(r.key); it != sh.index.end()) {
-      const auto& e = it->second;
-      if (e.in_flight) return {admit_result::in_progress};
-      if (e.hash != r.hash) return {admit_result::conflict};
-      replays_.Increment();
-      return {admit_result::replay, e.accepted};
-    }
+    if (const auto known = find(sh, r.key, r.hash)) return *known;
     if (pending_elsewhere + pending_items_.load() >= max_pending) return {admit_result::over_limit};
     // Remembered before it is pending: a retry racing this one finds it (in flight
     // until accept() with a WAL; without one, as accepted, and it is pending below).
@@ -90,6 +84,25 @@ admission keyed_store::admit(keyed_request& r, std::size_t pending_elsewhere,
   keys_.Set(static_cast<double>(indexed_.load()));
   if (accept_now) add_pending(std::move(r));
   return {admit_result::fresh};
+}
+
+std::optional<admission> keyed_store::find(shard& sh, const std::string& key,
+                                           const body_hash& hash) {
+  const auto it = sh.index.find(key);
+  if (it == sh.index.end()) return std::nullopt;
+  const auto& e = it->second;
+  if (e.in_flight) return admission{admit_result::in_progress};
+  if (e.hash != hash) return admission{admit_result::conflict};
+  replays_.Increment();
+  return admission{admit_result::replay, e.accepted};
+}
+
+admission keyed_store::lookup(const std::string& key, const body_hash& hash) {
+  requests_.Increment();
+  auto& sh = shard_of(key);
+  std::lock_guard lock(sh.mutex);
+  expire(sh, clock::now());
+  return find(sh, key, hash).value_or(admission{admit_result::fresh});
 }
 
 void keyed_store::accept(keyed_request&& r) {

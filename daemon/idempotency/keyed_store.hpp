@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -57,6 +58,13 @@ class keyed_store {
   // reserved until accept() or abandon().
   admission admit(keyed_request& r, std::size_t pending_elsewhere, std::size_t max_pending,
                   bool accept_now);
+  // Looks key `key` with body `hash` up in the index alone, for a request that is not to
+  // be admitted (its `at` cannot be filed, see http::backend::find_keyed): replay,
+  // conflict or in_progress as admit() says them, else fresh (not in the index), and
+  // nothing is remembered or pending. Counted like admit() (a request, a replay).
+  admission lookup(const std::string& key, const body_hash& hash);
+  // A replay recognised elsewhere (the database's keys table): counted as one.
+  void count_replay() { replays_.Increment(); }
   // The request admitted fresh is logged (or needs no log): it is pending now.
   void accept(keyed_request&& r);
   // It could not be logged: forget the reservation (nothing was applied).
@@ -117,6 +125,9 @@ class keyed_store {
   // (never one in flight). Under the shard's mutex.
   void expire(shard& sh, clock::time_point now);
   void remember(shard& sh, const keyed_request& r, clock::time_point now, bool in_flight);
+  // What the index says of `key` with body `hash` (a replay counted), or nullopt when it
+  // does not know the key. Under the shard's mutex.
+  std::optional<admission> find(shard& sh, const std::string& key, const body_hash& hash);
   void add_pending(keyed_request&& r);
 
   const clock::duration window_;

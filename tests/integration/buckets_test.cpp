@@ -15,6 +15,7 @@
 #include "retention/pruner.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -570,32 +571,100 @@ TEST_F(Buckets, APruneAfterTheHostClockJumpedForwardKeepsBucketsInsideTheRetenti
 
 // A retry of an accepted keyed request is answered as the first time (README: HTTP API,
 // Idempotency-Key), whatever the clock did meanwhile: the `at` it carries was checked
-// when it was accepted. Today the `at` check runs before the key is looked up, so once
-// the first request's `at` has slipped past the retention the retry is a 400 "nothing
-// of this request was applied", although it was applied: the client is told its
-// counted event was refused (and the bundled client never retries a 4xx). Review
-// finding (reviews/buckets.md); disabled until the check is made after the look-up.
-TEST_F(Buckets, DISABLED_AKeyedRetryIsAReplayAfterItsAtLeftTheRetention) {
+// when it was accepted. Once the first request's `at` has slipped past the retention, a
+// new request with it is a 400, but the retry is looked up first: a replay (202,
+// Idempotent-Replayed), or a 422 for another body, never a 400 "nothing of this request
+// was applied" for a request that was applied. Here the instance's index knows the key.
+TEST_F(Buckets, AKeyedRetryIsAReplayAfterItsAtLeftTheRetention) {
   run_migrate();
   daemon_process d(yaml("{hour: 5s}"));
   ASSERT_EQ(d.settle(), 200u);
   http_client c(d.port());
   const std::int64_t now = unix_now();
-  const std::string body =
-      "{\"record_type\": 123, \"record_id\": 31, \"at\": " + std::to_string(now - 3) + "}";
-  const auto send = [&] {
-    return c.request("POST", "/v1/increments", body, "application/json",
+  const std::string at = std::to_string(now - 3);
+  const std::string body = "{\"record_type\": 123, \"record_id\": 31, \"at\": " + at + "}";
+  const auto send = [&](const std::string& b) {
+    return c.request("POST", "/v1/increments", b, "application/json",
                      {{"Idempotency-Key", "edge-of-retention-1"}});
   };
-  const auto first = send();
+  const auto first = send(body);
   ASSERT_EQ(first.status, 202u) << first.body;
   // The `at` is now older than the 5 s retention (the daemon's now > at + 5).
   ASSERT_TRUE(eventually([&] { return unix_now() >= now + 4; }, 30s));
-  const auto retry = send();
+  const auto retry = send(body);
   EXPECT_EQ(retry.status, 202u) << retry.body;
+  EXPECT_EQ(retry.body, "{\"accepted\": 1}");
   EXPECT_EQ(retry.headers.count("idempotent-replayed"), 1u) << retry.body;
+  const auto other =
+      send("{\"record_type\": 123, \"record_id\": 31, \"delta\": 2, \"at\": " + at + "}");
+  EXPECT_EQ(other.status, 422u) << other.body;
   ASSERT_TRUE(flush_until_ok(c));
   EXPECT_EQ(total(31), 1);
+}
+
+// The same when the retry reaches another instance sharing the database, after the
+// first one flushed: that instance's index has never seen the key, so the keys table
+// answers (a replay, a 422 for another body). A key nobody accepted still gets the 400
+// of its `at`, and a look-up the database does not answer is a 503 to retry, not a 400.
+TEST_F(Buckets, AKeyedRetryReachingAnotherInstanceAfterItsAtLeftTheRetentionIsAReplay) {
+  run_migrate();
+  daemon_process a(yaml("{hour: 5s}"));
+  ASSERT_EQ(a.settle(), 200u);
+  // B reaches the database through a proxy that can cut the look-up's statement.
+  fault_proxy proxy(shared_mariadb().port());
+  auto cfg = test_config(shared_mariadb(), database_);
+  cfg.instance_id = "buckets-test-b";
+  cfg.mysql.socket.clear();
+  cfg.mysql.host = "127.0.0.1";
+  cfg.mysql.port = proxy.port();
+  cfg.flush.interval = 1h;
+  cfg.counters = {{"repo_downloads", 123, std::nullopt, {{store::granularity::hour, 5s}}}};
+  in_process_daemon b(cfg);
+  http_client ca(a.port()), cb(b.port());
+
+  const std::int64_t now = unix_now();
+  const std::string at = std::to_string(now - 3);
+  const std::string body = "{\"record_type\": 123, \"record_id\": 32, \"at\": " + at + "}";
+  const auto send = [&](http_client& c, const std::string& key, const std::string& b) {
+    return c.request("POST", "/v1/increments", b, "application/json", {{"Idempotency-Key", key}});
+  };
+  const auto first = send(ca, "elsewhere-1", body);
+  ASSERT_EQ(first.status, 202u) << first.body;
+  ASSERT_TRUE(flush_until_ok(ca));
+  ASSERT_EQ(query("SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"), 1);
+  ASSERT_TRUE(eventually([&] { return unix_now() >= now + 4; }, 30s));
+
+  proxy.arm("SELECT `body_hash`", fault_proxy::cut::before_statement, 1);
+  const auto cut = send(cb, "elsewhere-1", body);
+  EXPECT_EQ(cut.status, 503u) << cut.body;
+  EXPECT_EQ(cut.headers.count("retry-after"), 1u) << cut.body;
+  EXPECT_EQ(proxy.cuts(), 1);
+
+  const auto retry = send(cb, "elsewhere-1", body);
+  EXPECT_EQ(retry.status, 202u) << retry.body;
+  EXPECT_EQ(retry.body, "{\"accepted\": 1}");
+  EXPECT_EQ(retry.headers.count("idempotent-replayed"), 1u) << retry.body;
+  const auto minimal =
+      cb.request("POST", "/v1/increments", body, "application/json",
+                 {{"Idempotency-Key", "elsewhere-1"}, {"Prefer", "return=minimal"}});
+  EXPECT_EQ(minimal.status, 204u) << minimal.body;
+  EXPECT_EQ(minimal.headers.count("idempotent-replayed"), 1u);
+
+  const auto other =
+      send(cb, "elsewhere-1",
+           "{\"record_type\": 123, \"record_id\": 32, \"delta\": 2, \"at\": " + at + "}");
+  EXPECT_EQ(other.status, 422u) << other.body;
+  const auto unknown = send(cb, "elsewhere-2", body);
+  EXPECT_EQ(unknown.status, 400u) << unknown.body;
+  EXPECT_NE(unknown.body.find("older than the longest retention"), std::string::npos)
+      << unknown.body;
+
+  EXPECT_EQ(metric_value(cb.get("/metrics").body, "slotted_counterd_idempotency_replays_total"),
+            2.0);
+  ASSERT_TRUE(flush_until_ok(cb));
+  ASSERT_TRUE(flush_until_ok(ca));
+  EXPECT_EQ(total(32), 1);
+  EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"), 1);
 }
 
 }  // namespace

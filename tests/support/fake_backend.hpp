@@ -32,6 +32,12 @@ class fake_backend : public http::backend {
     keyed_.push_back(std::move(request));
     add_done_ = std::move(done);
   }
+  void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t,
+                  done_fn done) override {
+    std::lock_guard lock(mutex_);
+    found_.push_back({std::move(key), hash});
+    find_done_ = std::move(done);
+  }
   void read_counter(store::counter_key key, done_fn done) override {
     std::lock_guard lock(mutex_);
     read_key_ = key;
@@ -70,12 +76,13 @@ class fake_backend : public http::backend {
   std::mutex mutex_;
   std::vector<std::vector<ingest::increment>> added_;
   std::vector<idempotency::keyed_request> keyed_;
+  std::vector<std::pair<std::string, idempotency::body_hash>> found_;  // find_keyed's keys
   store::counter_key read_key_, reset_key_;
   struct series_args {
     store::granularity g = store::granularity::none;
     std::int64_t from = 0, to = 0;
   } series_;
-  done_fn add_done_, read_done_, reset_done_, flush_done_, rollup_done_;
+  done_fn add_done_, find_done_, read_done_, reset_done_, flush_done_, rollup_done_;
 };
 
 }  // namespace slotted::test

@@ -435,6 +435,28 @@ TEST(BucketKeyed, AtAsSentIsPartOfTheBodyHash) {
   EXPECT_NE(idempotency::hash_of(other), idempotency::hash_of(given));
 }
 
+// A keyed retry is looked up by the hash of its body whether its times resolve or not
+// (README: HTTP API, Idempotency-Key): resolve_times() gives the items without `at` a
+// receive time, and may stop at an `at` past the retention, but neither changes the hash.
+TEST(BucketKeyed, TheBodyHashIsTheSameWhetherOrNotTheTimesResolve) {
+  store::bucket_spec spec;
+  spec.declare(1, granularity::hour, std::chrono::hours(1));
+  const std::int64_t at = 1'800'000'000;
+  std::vector<ingest::increment> sent{{1, 1, 1}, {1, 2, 3}, {1, 3, 1}};
+  sent[1].at_given = true;
+  sent[1].at = at;
+  const auto h = idempotency::hash_of(sent);
+  // Pinned: hashes are stored in the WAL and the keys table, and must not change.
+  EXPECT_EQ(idempotency::hex(h), "68b1a15036c6a7084aa5382306c49256");
+  auto first = sent;  // accepted when it was sent
+  ASSERT_FALSE(ingest::resolve_times(first, spec, at + 10));
+  EXPECT_EQ(idempotency::hash_of(first), h);
+  auto retry = sent;  // retried once `at` had left the hour's retention
+  ASSERT_TRUE(ingest::resolve_times(retry, spec, at + 3601));
+  EXPECT_EQ(retry[0].at, at + 3601);  // given a time before it stopped
+  EXPECT_EQ(idempotency::hash_of(retry), h);
+}
+
 TEST(BucketKeyed, KeyedBatchesDeriveTheirBucketRows) {
   idempotency::keyed_request a{"a", {}, {at(1, 1, 2, 3600), at(1, 2, 1, 1), at(1, 2, -1, 7200)}, 0};
   std::mt19937_64 rng(1);

@@ -88,6 +88,30 @@ TEST(KeyedStore, AReservationIsInProgressUntilAcceptedOrAbandoned) {
   EXPECT_EQ(s.admit(again, 0, 1000, false).result, admit_result::replay);
 }
 
+// For a request that is not admitted (its `at` cannot be filed): what the index knows,
+// and nothing remembered or pending because of the look-up.
+TEST(KeyedStore, ALookUpAnswersAsAdmitButAdmitsNothing) {
+  metrics::registry m;
+  keyed_store s(1h, 100, m);
+  auto r = req("k", {{7, 1, 2}, {7, 2, 3}});
+  const auto h = r.hash;
+  EXPECT_EQ(s.lookup("k", h).result, admit_result::fresh);
+  EXPECT_EQ(s.indexed_keys(), 0u);
+  EXPECT_EQ(s.pending_items(), 0u);
+  ASSERT_EQ(s.admit(r, 0, 1000, false).result, admit_result::fresh);
+  EXPECT_EQ(s.lookup("k", h).result, admit_result::in_progress);
+  s.accept(std::move(r));
+  const auto found = s.lookup("k", h);
+  EXPECT_EQ(found.result, admit_result::replay);
+  EXPECT_EQ(found.accepted, 2u);
+  EXPECT_EQ(s.lookup("k", hash_of(std::vector<ingest::increment>{{7, 1, 9}})).result,
+            admit_result::conflict);
+  EXPECT_EQ(s.pending_items(), 2u);
+  EXPECT_EQ(s.indexed_keys(), 1u);
+  EXPECT_NE(m.serialize().find("slotted_counterd_idempotency_replays_total 1\n"),
+            std::string::npos);
+}
+
 TEST(KeyedStore, ForgetsKeysPastTheWindowAndBeyondItsBound) {
   metrics::registry m;
   {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <thread>
 
 #include "support/fake_backend.hpp"
@@ -298,6 +299,79 @@ TEST_F(SeriesRouter, BadSeriesParametersAre400WithAReason) {
             std::string::npos);
   EXPECT_NE(reason("/v1/counters/5/9/series?granularity=day&from=0&to=1").find("not declared"),
             std::string::npos);
+}
+
+// A keyed request whose `at` the router refuses (older than the retention of type 3's
+// day buckets here): its key is looked up first (README: HTTP API, Idempotency-Key), and
+// only a key the backend does not know gets the 400. Without the header the 400 comes at
+// once, without asking the backend anything.
+class KeyedRouter : public SeriesRouter {
+ protected:
+  std::vector<response> post(const std::string& body, const std::string& key) {
+    request req{bh::verb::post, "/v1/increments", 11};
+    req.set(bh::field::content_type, "application/json");
+    if (!key.empty()) req.set("Idempotency-Key", key);
+    req.body() = body;
+    req.prepare_payload();
+    auto answers = std::make_shared<std::vector<response>>();
+    series_router_.handle(std::move(req),
+                          [answers](response&& res) { answers->push_back(std::move(res)); });
+    last_ = answers;
+    return *answers;
+  }
+  // 401 days ago: past the 400-day retention.
+  const std::string aged_ = R"({"record_type": 3, "record_id": 9, "at": )" +
+                            std::to_string(std::time(nullptr) - 401 * 86400) + "}";
+};
+
+TEST_F(KeyedRouter, AnAtTheRouterRefusesIsAReplayWhenTheKeyWasAccepted) {
+  EXPECT_TRUE(post(aged_, "k1").empty()) << "answered before the key was looked up";
+  ASSERT_EQ(backend_.found_.size(), 1u);
+  EXPECT_EQ(backend_.found_[0].first, "k1");
+  // The hash of the increments as sent: the one the first, accepted copy was stored with.
+  std::vector<ingest::increment> sent;
+  ASSERT_FALSE(ingest::parse_increments(aged_, ingest::body_format::json,
+                                        ingest::type_registry({}, true), 10, sent));
+  EXPECT_EQ(backend_.found_[0].second, idempotency::hash_of(sent));
+  EXPECT_TRUE(backend_.keyed_.empty());  // nothing admitted
+  backend_result replay{status::replayed, {}};
+  replay.count = 1;
+  std::thread db_thread([&] { backend_.find_done_(replay); });
+  db_thread.join();
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 202u);
+  EXPECT_EQ(answers()[0]["Idempotent-Replayed"], "true");
+  EXPECT_EQ(answers()[0].body(), R"({"accepted": 1})");
+
+  post(aged_, "k1");
+  backend_.find_done_({status::conflict, {}});
+  EXPECT_EQ(answers().at(0).result_int(), 422u);
+  post(aged_, "k1");
+  backend_.find_done_({status::unavailable, "the database is not reachable"});
+  EXPECT_EQ(answers().at(0).result_int(), 503u);
+  EXPECT_FALSE(answers()[0][bh::field::retry_after].empty());
+  // Not known: the request's own 400.
+  post(aged_, "k2");
+  backend_.find_done_({status::done, {}});
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 400u);
+  EXPECT_NE(answers()[0].body().find("older than the longest retention"), std::string::npos);
+  EXPECT_NE(answers()[0].body().find("\"index\": 0"), std::string::npos);
+  EXPECT_TRUE(backend_.keyed_.empty());
+  EXPECT_TRUE(backend_.added_.empty());
+}
+
+TEST_F(KeyedRouter, WithoutAKeyAnAtTheRouterRefusesIs400AtOnce) {
+  const auto got = post(aged_, "");
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].result_int(), 400u);
+  EXPECT_TRUE(backend_.found_.empty());
+  // An `at` more than 5 minutes ahead is refused the same way, and looked up with a key.
+  const std::string ahead = R"({"record_type": 3, "record_id": 9, "at": )" +
+                            std::to_string(std::time(nullptr) + 3600) + "}";
+  EXPECT_EQ(post(ahead, "").at(0).result_int(), 400u);
+  EXPECT_TRUE(post(ahead, "k3").empty());
+  EXPECT_EQ(backend_.found_.size(), 1u);
 }
 
 }  // namespace
