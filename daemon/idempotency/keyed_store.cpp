@@ -3,62 +3,131 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <algorithm>
+#include <boost/unordered/unordered_flat_set.hpp>
+
 namespace slotted::idempotency {
+
+// A shard's index: a boost::unordered_flat_set (open addressing, SIMD-probed tags) of
+// entries, each allocated once and holding its key once. The set finds an entry by the
+// key's hash, computed once per call (it picks the shard too), and its key; the entries
+// are linked in the order they were remembered, the oldest first, for expiry and
+// eviction. Unlinking is O(1), so a forgotten reservation (abandon) leaves nothing behind.
+// It replaced a std::unordered_map by key string plus a deque of (time, key) copies, whose
+// lookups of new keys walked bucket chains through cold nodes and which hashed each key
+// four times (bench/RESULTS.md, "Idempotency-Key: the daemon's CPU per request").
+struct keyed_store::entry {
+  std::string key;
+  std::uint64_t key_hash = 0;  // hash_key(key)
+  body_hash hash{};
+  std::uint32_t accepted = 0;
+  bool in_flight = false;
+  clock::time_point at;
+  entry* older = nullptr;  // the age list: every entry of the shard's index
+  entry* newer = nullptr;
+};
+
+struct keyed_store::shard {
+  struct key_ref {
+    std::string_view key;
+    std::uint64_t hash;
+  };
+  struct entry_hash {
+    using is_avalanching = std::true_type;  // SipHash mixes fully; no second mix needed
+    using is_transparent = void;
+    std::size_t operator()(const std::unique_ptr<entry>& e) const { return e->key_hash; }
+    std::size_t operator()(const key_ref& k) const { return k.hash; }
+  };
+  struct entry_equal {
+    using is_transparent = void;
+    bool operator()(const std::unique_ptr<entry>& a, const std::unique_ptr<entry>& b) const {
+      return a->key_hash == b->key_hash && a->key == b->key;
+    }
+    bool operator()(const key_ref& a, const std::unique_ptr<entry>& b) const {
+      return a.hash == b->key_hash && a.key == b->key;
+    }
+    bool operator()(const std::unique_ptr<entry>& a, const key_ref& b) const {
+      return a->key_hash == b.hash && a->key == b.key;
+    }
+  };
+
+  std::mutex mutex;
+  boost::unordered_flat_set<std::unique_ptr<entry>, entry_hash, entry_equal> index;
+  entry* oldest = nullptr;
+  entry* newest = nullptr;
+
+  entry* find(std::string_view key, std::uint64_t h) const {
+    const auto it = index.find(key_ref{key, h});
+    return it == index.end() ? nullptr : it->get();
+  }
+  void unlink(entry* e) {
+    (e->older != nullptr ? e->older->newer : oldest) = e->newer;
+    (e->newer != nullptr ? e->newer->older : newest) = e->older;
+    e->older = e->newer = nullptr;
+  }
+  void link_newest(entry* e) {
+    e->older = newest;
+    e->newer = nullptr;
+    (newest != nullptr ? newest->newer : oldest) = e;
+    newest = e;
+  }
+  // Unlinks and deletes `e`.
+  void forget(entry* e) {
+    unlink(e);
+    index.erase(key_ref{e->key, e->key_hash});
+  }
+};
 
 keyed_store::keyed_store(clock::duration window, std::size_t max_keys, metrics::registry& m)
     : window_(window),
       max_keys_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)),
-      hash_{util::random_sip_key()},
+      sip_{util::random_sip_key()},
       requests_(m.idempotency_requests),
       replays_(m.idempotency_replays),
       duplicates_(m.idempotency_duplicates_dropped),
       conflicts_(m.idempotency_conflicts_dropped),
       keys_(m.idempotency_keys) {
-  for (std::size_t i = 0; i < shard_count; ++i) shards_.push_back(std::make_unique<shard>(hash_));
+  for (std::size_t i = 0; i < shard_count; ++i) shards_.push_back(std::make_unique<shard>());
 }
 
-keyed_store::shard& keyed_store::shard_of(const std::string& key) {
-  // The map hashes the same key again: the bits above the ones it uses pick the shard.
-  return *shards_[(hash_(key) >> 56) % shard_count];
+keyed_store::~keyed_store() = default;
+
+keyed_store::shard& keyed_store::shard_of(std::uint64_t key_hash) {
+  // The set probes by the hash's top bits and tags by its lowest byte: bits between
+  // them pick the shard, so that a shard's keys still spread over its whole table.
+  return *shards_[(key_hash >> 32) % shard_count];
 }
 
 void keyed_store::expire(shard& sh, clock::time_point now) {
   const std::size_t before = sh.index.size();
-  while (!sh.order.empty()) {
-    auto& [at, key] = sh.order.front();
-    const auto it = sh.index.find(key);
-    if (it == sh.index.end() || it->second.at != at) {
-      sh.order.pop_front();  // abandoned, or remembered again later (a newer entry)
-      continue;
-    }
-    const bool expired = now - at >= window_;
+  while (sh.oldest != nullptr) {
+    entry* e = sh.oldest;
+    const bool expired = now - e->at >= window_;
     if (!expired && sh.index.size() <= max_keys_per_shard_) break;
-    if (it->second.in_flight) break;  // answered within moments; dropped after
-    sh.index.erase(it);
-    sh.order.pop_front();
-  }
-  // Entries of keys abandoned or remembered again stay in `order` until they reach its
-  // front; while the WAL fails, every request leaves one. Dropped here in one pass when
-  // they are as many as the live ones, so `order` stays within twice the index.
-  if (sh.order.size() > 2 * sh.index.size() + 1024) {
-    std::erase_if(sh.order, [&](const auto& o) {
-      const auto it = sh.index.find(o.second);
-      return it == sh.index.end() || it->second.at != o.first;
-    });
+    if (e->in_flight) break;  // answered within moments; dropped after
+    sh.forget(e);
   }
   indexed_ -= before - sh.index.size();
 }
 
-void keyed_store::remember(shard& sh, const keyed_request& r, clock::time_point now,
-                           bool in_flight) {
-  const auto [it, fresh] = sh.index.try_emplace(r.key);
-  if (fresh) ++indexed_;
-  auto& e = it->second;
-  e.hash = r.hash;
-  e.accepted = static_cast<std::uint32_t>(r.increments.size());
-  e.at = now;
-  e.in_flight = in_flight;
-  sh.order.emplace_back(now, r.key);
+void keyed_store::remember(shard& sh, const keyed_request& r, std::uint64_t h,
+                           clock::time_point now, bool in_flight) {
+  entry* e = sh.find(r.key, h);
+  if (e != nullptr) {
+    sh.unlink(e);
+  } else {
+    auto fresh = std::make_unique<entry>();
+    fresh->key = r.key;
+    fresh->key_hash = h;
+    e = fresh.get();
+    sh.index.insert(std::move(fresh));
+    ++indexed_;
+  }
+  e->hash = r.hash;
+  e->accepted = static_cast<std::uint32_t>(r.increments.size());
+  e->at = now;
+  e->in_flight = in_flight;
+  sh.link_newest(e);
 }
 
 void keyed_store::add_pending(keyed_request&& r) {
@@ -71,54 +140,57 @@ admission keyed_store::admit(keyed_request& r, std::size_t pending_elsewhere,
                              std::size_t max_pending, bool accept_now) {
   requests_.Increment();
   const auto now = clock::now();
-  auto& sh = shard_of(r.key);
+  const auto h = hash_key(r.key);
+  auto& sh = shard_of(h);
   {
     std::lock_guard lock(sh.mutex);
     expire(sh, now);
-    if (const auto known = find(sh, r.key, r.hash)) return *known;
+    if (const auto known = find(sh, r.key, h, r.hash)) return *known;
     if (pending_elsewhere + pending_items_.load() >= max_pending) return {admit_result::over_limit};
     // Remembered before it is pending: a retry racing this one finds it (in flight
     // until accept() with a WAL; without one, as accepted, and it is pending below).
-    remember(sh, r, now, !accept_now);
+    remember(sh, r, h, now, !accept_now);
   }
   keys_.Set(static_cast<double>(indexed_.load()));
   if (accept_now) add_pending(std::move(r));
   return {admit_result::fresh};
 }
 
-std::optional<admission> keyed_store::find(shard& sh, const std::string& key,
+std::optional<admission> keyed_store::find(shard& sh, const std::string& key, std::uint64_t h,
                                            const body_hash& hash) {
-  const auto it = sh.index.find(key);
-  if (it == sh.index.end()) return std::nullopt;
-  const auto& e = it->second;
-  if (e.in_flight) return admission{admit_result::in_progress};
-  if (e.hash != hash) return admission{admit_result::conflict};
+  const entry* e = sh.find(key, h);
+  if (e == nullptr) return std::nullopt;
+  if (e->in_flight) return admission{admit_result::in_progress};
+  if (e->hash != hash) return admission{admit_result::conflict};
   replays_.Increment();
-  return admission{admit_result::replay, e.accepted};
+  return admission{admit_result::replay, e->accepted};
 }
 
 admission keyed_store::lookup(const std::string& key, const body_hash& hash) {
   requests_.Increment();
-  auto& sh = shard_of(key);
+  const auto h = hash_key(key);
+  auto& sh = shard_of(h);
   std::lock_guard lock(sh.mutex);
   expire(sh, clock::now());
-  return find(sh, key, hash).value_or(admission{admit_result::fresh});
+  return find(sh, key, h, hash).value_or(admission{admit_result::fresh});
 }
 
 void keyed_store::accept(keyed_request&& r) {
-  auto& sh = shard_of(r.key);
+  const auto h = hash_key(r.key);
+  auto& sh = shard_of(h);
   {
     std::lock_guard lock(sh.mutex);
-    if (const auto it = sh.index.find(r.key); it != sh.index.end()) it->second.in_flight = false;
+    if (entry* e = sh.find(r.key, h)) e->in_flight = false;
   }
   add_pending(std::move(r));
 }
 
 void keyed_store::abandon(const std::string& key) {
-  auto& sh = shard_of(key);
+  const auto h = hash_key(key);
+  auto& sh = shard_of(h);
   std::lock_guard lock(sh.mutex);
-  if (const auto it = sh.index.find(key); it != sh.index.end() && it->second.in_flight) {
-    sh.index.erase(it);
+  if (entry* e = sh.find(key, h); e != nullptr && e->in_flight) {
+    sh.forget(e);
     --indexed_;
   }
   expire(sh, clock::now());
@@ -160,9 +232,10 @@ void keyed_store::restore(std::vector<keyed_request>&& pending,
                           const std::vector<keyed_request>& in_batches) {
   const auto now = clock::now();
   const auto known = [&](const keyed_request& r) {
-    auto& sh = shard_of(r.key);
+    const auto h = hash_key(r.key);
+    auto& sh = shard_of(h);
     std::lock_guard lock(sh.mutex);
-    remember(sh, r, now, false);
+    remember(sh, r, h, now, false);
     expire(sh, now);
   };
   for (const auto& r : in_batches) known(r);

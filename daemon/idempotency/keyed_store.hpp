@@ -21,7 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "idempotency/keyed_request.hpp"
@@ -51,6 +51,9 @@ class keyed_store {
   using clock = std::chrono::steady_clock;
 
   keyed_store(clock::duration window, std::size_t max_keys, metrics::registry& metrics);
+  ~keyed_store();
+  keyed_store(const keyed_store&) = delete;
+  keyed_store& operator=(const keyed_store&) = delete;
 
   // Looks `r` up in the index. `pending_elsewhere` is what else counts against
   // `max_pending` (the store's keys and the flusher's unwritten rows). With
@@ -58,8 +61,7 @@ class keyed_store {
   // reserved until accept() or abandon().
   admission admit(keyed_request& r, std::size_t pending_elsewhere, std::size_t max_pending,
                   bool accept_now);
-  // Looks key `key` with body `hash` up in the index alone, for a request that is not to
-  // be admitted (its `at` cannot be filed, see http::backend::find_keyed): replay,
+  // What the index says of `key` with body `hash`, without admitting anything: replay,
   // conflict or in_progress as admit() says them, else fresh (not in the index), and
   // nothing is remembered or pending. Counted like admit() (a request, a replay).
   admission lookup(const std::string& key, const body_hash& hash);
@@ -99,40 +101,32 @@ class keyed_store {
   void set_table_present(bool present) { table_present_.store(present, std::memory_order_relaxed); }
 
  private:
-  struct entry {
-    body_hash hash{};
-    std::uint32_t accepted = 0;
-    clock::time_point at;
-    bool in_flight = false;
-  };
-  // Keys come from clients: hashed with a random SipHash key, so nobody can pick keys
-  // that pile into one bucket or one shard (as the counter store's shards are).
-  struct key_hash {
-    util::sip_key sip;
-    std::size_t operator()(const std::string& k) const { return util::siphash<1, 3>(sip, k); }
-  };
-  // The index in shards, each under its own mutex: a shard's rehash (a few milliseconds
-  // at a million keys in all) blocks only the requests whose keys hash to it.
+  // The index of one shard: each remembered key once, in an entry found by hash and
+  // linked into the shard's age list (see keyed_store.cpp).
+  struct entry;
+  struct shard;
   static constexpr std::size_t shard_count = 16;
-  struct shard {
-    explicit shard(const key_hash& h) : index(0, h) {}
-    std::mutex mutex;
-    std::unordered_map<std::string, entry, key_hash> index;
-    std::deque<std::pair<clock::time_point, std::string>> order;  // by insertion time
-  };
-  shard& shard_of(const std::string& key);
+  // Keys come from clients: hashed with a random SipHash key, so nobody can pick keys
+  // that pile into one probe sequence or one shard (as the counter store's shards are).
+  // Hashed once per call: the shard and the index's probe use the same hash.
+  std::uint64_t hash_key(std::string_view key) const { return util::siphash<1, 3>(sip_, key); }
+  shard& shard_of(std::uint64_t key_hash);
   // Drops the shard's expired entries and, past its share of max_keys_, its oldest
   // (never one in flight). Under the shard's mutex.
   void expire(shard& sh, clock::time_point now);
-  void remember(shard& sh, const keyed_request& r, clock::time_point now, bool in_flight);
-  // What the index says of `key` with body `hash` (a replay counted), or nullopt when it
-  // does not know the key. Under the shard's mutex.
-  std::optional<admission> find(shard& sh, const std::string& key, const body_hash& hash);
+  // Remembers `r` (key hash `h`) as the shard's newest entry: a new entry, or the one
+  // the key had (updated and moved to the newest end). Under the shard's mutex.
+  void remember(shard& sh, const keyed_request& r, std::uint64_t h, clock::time_point now,
+                bool in_flight);
+  // What the index says of `key` (key hash `h`) with body `hash` (a replay counted), or
+  // nullopt when it does not know the key. Under the shard's mutex.
+  std::optional<admission> find(shard& sh, const std::string& key, std::uint64_t h,
+                                const body_hash& hash);
   void add_pending(keyed_request&& r);
 
   const clock::duration window_;
   const std::size_t max_keys_per_shard_;
-  key_hash hash_;
+  const util::sip_key sip_;
   std::vector<std::unique_ptr<shard>> shards_;
   std::atomic<std::size_t> indexed_{0};
   // Pending requests: a deque, so that growing never moves what it holds under the lock.

@@ -137,6 +137,97 @@ TEST(KeyedStore, ForgetsKeysPastTheWindowAndBeyondItsBound) {
   EXPECT_EQ(s.admit(oldest, 0, 1000, true).result, admit_result::fresh);
 }
 
+// Whether `s` remembers `key` (with the body {1, 1, 1}), without changing what it
+// remembers: an unknown key asked with no pending room left is refused, not remembered.
+bool remembers(keyed_store& s, const std::string& key) {
+  auto probe = req(key, {{1, 1, 1}});
+  const auto r = s.admit(probe, 0, 0, true).result;
+  EXPECT_NE(r, admit_result::fresh);
+  return r != admit_result::over_limit;
+}
+
+// The index holds each key once, in an age list (oldest first) beside the hash set:
+// expiry must drop from the old end, stop at an entry in flight until it is accepted,
+// and keep the list and the set the same entries.
+TEST(KeyedStore, ExpiryDropsTheOldestFirstAndNeverAnEntryInFlight) {
+  metrics::registry m;
+  // A window long enough that the keys admitted after the sleep outlive the test on a
+  // loaded machine.
+  keyed_store s(1s, 100000, m);
+  auto held = req("held", {{1, 1, 1}});
+  auto held_copy = held;
+  ASSERT_EQ(s.admit(held, 0, 1000, false).result, admit_result::fresh);  // in flight
+  for (int i = 0; i < 40; ++i) {
+    auto r = req("a" + std::to_string(i), {{1, 1, 1}});
+    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+  }
+  std::this_thread::sleep_for(1100ms);  // the window is the condition
+  for (int i = 0; i < 40; ++i) {
+    auto r = req("b" + std::to_string(i), {{1, 1, 1}});
+    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+  }
+  s.take_pending();  // expires every shard
+  // Past its window, but in flight: still answered as being logged.
+  EXPECT_EQ(s.admit(held_copy, 0, 1000, false).result, admit_result::in_progress);
+  for (int i = 0; i < 40; ++i) EXPECT_TRUE(remembers(s, "b" + std::to_string(i))) << i;
+  // The "a" keys behind "held" in its shard wait for it; every other one is gone.
+  std::size_t a_left = 0;
+  for (int i = 0; i < 40; ++i) a_left += remembers(s, "a" + std::to_string(i)) ? 1 : 0;
+  EXPECT_LT(a_left, 40u);
+  EXPECT_EQ(s.indexed_keys(), 1 + 40 + a_left);
+  s.accept(std::move(held));
+  s.take_pending();
+  EXPECT_EQ(s.indexed_keys(), 40u);
+  for (int i = 0; i < 40; ++i) EXPECT_FALSE(remembers(s, "a" + std::to_string(i))) << i;
+  EXPECT_FALSE(remembers(s, "held"));
+}
+
+TEST(KeyedStore, BeyondMaxKeysTheOldestGoButNeverAReservation) {
+  metrics::registry m;
+  keyed_store s(1h, 16, m);  // 16 shards: one key each
+  auto held = req("held", {{1, 1, 1}});
+  auto held_copy = held;
+  ASSERT_EQ(s.admit(held, 0, 1000, false).result, admit_result::fresh);  // in flight
+  // A reservation abandoned in the middle of a shard's age list: unlinked at once.
+  auto gone = req("gone", {{1, 1, 1}});
+  for (int i = 0; i < 200; ++i) {
+    auto r = req("k" + std::to_string(i), {{1, 1, 1}});
+    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    if (i == 100) ASSERT_EQ(s.admit(gone, 0, 1000, false).result, admit_result::fresh);
+  }
+  s.abandon("gone");
+  s.take_pending();
+  EXPECT_EQ(s.admit(held_copy, 0, 1000, false).result, admit_result::in_progress);
+  EXPECT_FALSE(remembers(s, "gone"));
+  EXPECT_TRUE(remembers(s, "k199"));  // the newest of its shard
+  std::size_t left = 0;
+  for (int i = 0; i < 200; ++i) left += remembers(s, "k" + std::to_string(i)) ? 1 : 0;
+  // Each shard keeps its newest; the one of "held" also what came after it.
+  EXPECT_EQ(s.indexed_keys(), 1 + left);
+  EXPECT_LT(left, 200u);
+  s.accept(std::move(held));
+  s.take_pending();
+  EXPECT_LE(s.indexed_keys(), 16u);
+  EXPECT_FALSE(remembers(s, "k0"));
+  EXPECT_TRUE(remembers(s, "k199"));
+}
+
+// A key remembered again (restore() after a WAL replay) moves to the newest end: expiry
+// then drops the entries before it in its shard and stops at it.
+TEST(KeyedStore, AKeyRememberedAgainMovesToTheNewestEnd) {
+  metrics::registry m;
+  keyed_store s(1s, 100000, m);
+  std::vector<keyed_request> first;
+  for (int i = 0; i < 100; ++i) first.push_back(req("k" + std::to_string(i), {{1, 1, 1}}));
+  s.restore({}, first);                 // k0 the oldest of its shard, behind it about 6 others
+  std::this_thread::sleep_for(1100ms);  // the window is the condition
+  s.restore({}, {req("k0", {{1, 1, 1}})});
+  s.take_pending();  // expires every shard
+  EXPECT_TRUE(remembers(s, "k0"));
+  EXPECT_EQ(s.indexed_keys(), 1u);
+  for (int i = 1; i < 100; ++i) EXPECT_FALSE(remembers(s, "k" + std::to_string(i))) << i;
+}
+
 TEST(KeyedBatches, SortedByKeyCutByItemsAndAKeyTwiceKeptOnce) {
   std::mt19937_64 rng(1);
   std::vector<keyed_request> rs{req("c", {{1, 1, 1}, {1, 2, 1}}), req("a", {{1, 1, 2}}),
