@@ -32,7 +32,7 @@ keyed_request longest(char c, bool with_at) {
 // replay reads as "length 0, with `at`": the record is malformed, so the WAL of any
 // instance that accepted such a request (one valid client request) stops the next
 // start as corrupt, and --wal-salvage cuts it and everything logged after it.
-TEST(KeyedWalReview, DISABLED_AKeyOf128CharactersReplaysWithAndWithoutAt) {
+TEST(KeyedWalReview, AKeyOf128CharactersReplaysWithAndWithoutAt) {
   using namespace slotted::wal;
   for (const bool with_at : {false, true}) {
     SCOPED_TRACE(with_at ? "with at" : "without at");
