@@ -97,7 +97,7 @@ mariadb_server& berlin_mariadb() {
 // with a key length byte the replay reads as malformed: after a SIGKILL the instance
 // does not start again (the WAL is "corrupt"), and --wal-salvage would cut the request
 // and everything logged after it.
-TEST(IdempotencyReview, DISABLED_AKeyOf128CharactersSurvivesASigkillWithTheWal) {
+TEST(IdempotencyReview, AKeyOf128CharactersSurvivesASigkillWithTheWal) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   char tmpl[] = "/tmp/slotted-idem-review-XXXXXX";
@@ -133,7 +133,7 @@ TEST(IdempotencyReview, DISABLED_AKeyOf128CharactersSurvivesASigkillWithTheWal) 
 // daylight saving (MariaDB's default time_zone is SYSTEM), the window is wall-clock
 // hours, one hour short across the spring change. A retry 23 h 45 min after the first
 // request, across it, was taken for a new request and applied a second time.
-TEST(IdempotencyReview, DISABLED_AServerInADaylightSavingZoneKeepsTheWholeWindow) {
+TEST(IdempotencyReview, AServerInADaylightSavingZoneKeepsTheWholeWindow) {
   auto& server = berlin_mariadb();
   ASSERT_EQ(server.query_int("", "SELECT @@system_time_zone IN ('CET', 'CEST')"), 1);
   const auto database = server.create_database();
