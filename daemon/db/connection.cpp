@@ -113,6 +113,7 @@ connection::connection(const connect_options& o) {
   try {
     execute(session_isolation);
     execute(session_sql_mode);
+    execute(session_time_zone);
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     mysql_close(handle_);

@@ -44,6 +44,13 @@ inline constexpr const char* session_isolation =
 inline constexpr const char* session_sql_mode =
     "SET SESSION sql_mode = "
     "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'";
+// And UTC: the TIMESTAMP columns (the keys table's `created`, the ledger's
+// `committed_at`) are written through FROM_UNIXTIME and NOW() and compared with INTERVAL
+// arithmetic, all in the session's time_zone. In a zone with daylight saving (the
+// server's default is SYSTEM, its host's zone) that arithmetic is on the wall clock: an
+// hour is missing across the spring change, so a keyed retry 23 h 45 min after the
+// first was past a window of 24 h and counted twice.
+inline constexpr const char* session_time_zone = "SET SESSION time_zone = '+00:00'";
 // Whether a node may take writes (db/pool.cpp require_ready_node), as (name, value)
 // rows: variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
 // a server built with Galera.

@@ -78,8 +78,10 @@ bool any_at(std::span<const ingest::increment> increments) {
 
 void put_keyed(std::string& out, const idempotency::keyed_request& r) {
   const bool with_at = any_at(r.increments);
-  // The key is at most 128 bytes: the length's top bit is free.
-  put<std::uint8_t>(out, static_cast<std::uint8_t>(r.key.size() | (with_at ? keyed_with_at : 0)));
+  // The length's top bit is the `at` mark, so a length of 128 (the longest key) is
+  // written as 0, which no key has. (128 itself was the mark alone: "empty key".)
+  const std::size_t length = r.key.size() == idempotency::max_key_length ? 0 : r.key.size();
+  put<std::uint8_t>(out, static_cast<std::uint8_t>(length | (with_at ? keyed_with_at : 0)));
   out += r.key;
   put<std::uint64_t>(out, r.hash[0]);
   put<std::uint64_t>(out, r.hash[1]);
@@ -146,8 +148,9 @@ bool read_keyed(reader& in, idempotency::keyed_request& r) {
   if (!in.get(len)) return false;
   const bool with_at = (len & keyed_with_at) != 0;
   len &= static_cast<std::uint8_t>(~keyed_with_at);
-  if (len == 0 || len > idempotency::max_key_length || !in.has(len)) return false;
-  r.key.resize(len);
+  const std::size_t length = len == 0 ? idempotency::max_key_length : len;
+  if (!in.has(length)) return false;
+  r.key.resize(length);
   for (auto& c : r.key) in.get(c);
   if (!idempotency::valid_key(r.key)) return false;
   if (!in.get(r.hash[0]) || !in.get(r.hash[1]) || !in.get(r.received_ms) || !in.get(n) ||

@@ -13,14 +13,16 @@
 //               rows x (u32 record_type, u64 record_id, u16 slot, i64 delta))
 //   snapshot:   the batches encoding, then u64 n, n x (u32 record_type, u64 record_id, i64 delta)
 //   committed:  nothing after the kind byte
-//   keyed:      one request with an Idempotency-Key: u8 key length, the key, u64 x 2 body
-//               hash, i64 received (unix ms), u32 n, n x (u32 record_type, u64 record_id,
-//               i32 delta)
+//   keyed:      one request with an Idempotency-Key: u8 key length (1 to 127, or 0 for
+//               the longest key, 128), the key, u64 x 2 body hash, i64 received (unix
+//               ms), u32 n, n x (u32 record_type, u64 record_id, i32 delta)
 //   reset:      u32 record_type, u64 record_id (README: HTTP API, Reset)
 // Counts per bucket extend three encodings, each marked by a bit earlier versions never
 // set, so every older log still replays (and an older daemon refuses a log with them):
 //   increments: when any increment has an `at`, n x i64 at follow the n items.
 //   keyed:      0x80 in the key length byte: each item is followed by its i64 at.
+//               (Earlier versions logged a 128-character key as 0x80 alone: it reads as
+//               128 with `at`, and where its items had none the record is malformed.)
 //   batches:    0x80000000 in a batch's row count: its rows are followed by u32 k,
 //               k x (u32 record_type, u64 record_id, u8 granularity, i64 bucket start,
 //               u16 slot, i64 delta).

@@ -328,7 +328,7 @@ TEST(KeyedWal, AMalformedKeyedRecordIsRefused) {
   EXPECT_FALSE(state.apply(bad_key));
   EXPECT_FALSE(state.apply(payload.substr(0, payload.size() - 1)));
   std::string zero = payload;
-  zero[1] = 0;  // an empty key
+  zero[1] = 0;  // the longest key, 128 characters, where there are 2
   EXPECT_FALSE(state.apply(zero));
   EXPECT_EQ(state.keyed().size(), 1u);
 }
