@@ -193,7 +193,9 @@ TEST(KeyedStore, BeyondMaxKeysTheOldestGoButNeverAReservation) {
   for (int i = 0; i < 200; ++i) {
     auto r = req("k" + std::to_string(i), {{1, 1, 1}});
     ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
-    if (i == 100) ASSERT_EQ(s.admit(gone, 0, 1000, false).result, admit_result::fresh);
+    if (i == 100) {
+      ASSERT_EQ(s.admit(gone, 0, 1000, false).result, admit_result::fresh);
+    }
   }
   s.abandon("gone");
   s.take_pending();
