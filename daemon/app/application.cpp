@@ -7,6 +7,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
+#include <optional>
 
 #include "db/errors.hpp"
 #include "idempotency/keyed_batches.hpp"
@@ -379,6 +380,29 @@ http::backend_result from_commit(durable::commit_result r) {
   }
   return {status::unavailable, "the write-ahead log cannot be written; retry later"};
 }
+
+// What the key index's answer means for the request, or nullopt when the index leaves it
+// open (fresh: not known here; over_limit, which only admit() can say).
+std::optional<http::backend_result> from_index(const idempotency::admission& a) {
+  using idempotency::admit_result;
+  using status = http::backend_result::status;
+  switch (a.result) {
+    case admit_result::replay: {
+      http::backend_result r{status::replayed, {}};
+      r.count = a.accepted;
+      return r;
+    }
+    case admit_result::conflict:
+      return http::backend_result{status::conflict, {}};
+    case admit_result::in_progress:
+      return http::backend_result{status::unavailable,
+                                  "a request with this Idempotency-Key is being logged; retry"};
+    case admit_result::fresh:
+    case admit_result::over_limit:
+      break;
+  }
+  return std::nullopt;
+}
 }  // namespace
 
 http::backend_result application::add(std::span<const ingest::increment> increments) {
@@ -401,22 +425,8 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
   // Without a WAL a fresh request is pending at once; with one, only once logged.
   const auto a = keyed_.admit(request, store_.keys() + store_.unwritten_rows(),
                               cfg_.flush.max_pending_keys, committer_ == nullptr);
-  switch (a.result) {
-    case admit_result::fresh:
-      break;
-    case admit_result::replay: {
-      http::backend_result r{status::replayed, {}};
-      r.count = a.accepted;
-      return done(std::move(r));
-    }
-    case admit_result::conflict:
-      return done({status::conflict, {}});
-    case admit_result::in_progress:
-      return done(
-          {status::unavailable, "a request with this Idempotency-Key is being logged; retry"});
-    case admit_result::over_limit:
-      return done({status::over_limit, {}});
-  }
+  if (auto known = from_index(a)) return done(std::move(*known));
+  if (a.result == admit_result::over_limit) return done({status::over_limit, {}});
   if (committer_) {
     return committer_->submit_keyed(
         std::move(request), this_thread_loop,
@@ -427,25 +437,9 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
 
 void application::find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
                              done_fn done) {
-  using idempotency::admit_result;
   using status = http::backend_result::status;
   // The index first: it knows what this instance accepted, flushed or not.
-  const auto a = keyed_.lookup(key, hash);
-  switch (a.result) {
-    case admit_result::replay: {
-      http::backend_result r{status::replayed, {}};
-      r.count = a.accepted;
-      return done(std::move(r));
-    }
-    case admit_result::conflict:
-      return done({status::conflict, {}});
-    case admit_result::in_progress:
-      return done(
-          {status::unavailable, "a request with this Idempotency-Key is being logged; retry"});
-    case admit_result::fresh:
-    case admit_result::over_limit:
-      break;
-  }
+  if (auto known = from_index(keyed_.lookup(key, hash))) return done(std::move(*known));
   if (!keyed_.table_present()) {
     return done({status::unavailable,
                  "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
@@ -458,21 +452,17 @@ void application::find_keyed(std::string key, idempotency::body_hash hash, std::
                           done = std::move(done)] {
     http::backend_result r;
     try {
-      auto lease = pool_.acquire();
-      try {
-        const auto found = idempotency::find_committed_key(*lease, key, received_ms, window);
-        if (!found) {
-          r = {status::done, {}};
-        } else if (found->body_hash != idempotency::hex(hash)) {
-          r = {status::conflict, {}};
-        } else {
-          keyed_.count_replay();
-          r = {status::replayed, {}};
-          r.count = found->accepted;
-        }
-      } catch (const db::db_error& e) {
-        if (e.connection_lost()) lease.discard();
-        throw;
+      const auto found = pool_.acquire().use([&](db::connection& conn) {
+        return idempotency::find_committed_key(conn, key, received_ms, window);
+      });
+      if (!found) {
+        r = {status::done, {}};
+      } else if (found->body_hash != idempotency::hex(hash)) {
+        r = {status::conflict, {}};
+      } else {
+        keyed_.count_replay();
+        r = {status::replayed, {}};
+        r.count = found->accepted;
       }
     } catch (const db::db_error& e) {
       metrics_.db_error(e.kind());
