@@ -73,8 +73,11 @@ void put_batches(std::string& out, std::span<const store::flush_batch> batches) 
 // Whether any of `increments` carries a time to log (see record.hpp).
 bool any_at(std::span<const ingest::increment> increments) {
   return std::any_of(increments.begin(), increments.end(),
-                     [](const ingest::increment& inc) { return inc.at != 0 || inc.at_given; });
+                     [](const ingest::increment& inc) { return inc.has_time(); });
 }
+
+// A timed_increments record's time of one increment: its `at`, or no_time.
+constexpr std::int64_t no_time = -1;
 
 void put_keyed(std::string& out, const idempotency::keyed_request& r) {
   const bool with_at = any_at(r.increments);
@@ -245,15 +248,16 @@ bool read_deltas(reader& in, std::uint64_t n,
 }  // namespace
 
 void append_increments(std::string& out, std::span<const ingest::increment> increments) {
-  const std::size_t start = begin_record(out, record_kind::increments);
+  // With a time: a record kind of its own, whose encoding tells "no time" from `at: 0`.
+  const bool timed = any_at(increments);
+  const std::size_t start =
+      begin_record(out, timed ? record_kind::timed_increments : record_kind::increments);
   put<std::uint32_t>(out, static_cast<std::uint32_t>(increments.size()));
   for (const auto& inc : increments) {
     put<std::uint32_t>(out, inc.record_type);
     put<std::uint64_t>(out, inc.record_id);
     put<std::int32_t>(out, inc.delta);
-  }
-  if (any_at(increments)) {
-    for (const auto& inc : increments) put<std::int64_t>(out, inc.at);
+    if (timed) put<std::int64_t>(out, inc.has_time() ? inc.at : no_time);
   }
   finish_record(out, start);
 }
@@ -321,14 +325,34 @@ bool replay_state::apply(std::string_view payload) {
         for (const auto& [key, delta] : read) {
           std::int64_t at = 0;
           in.get(at);
-          const auto* c = buckets_.find(key.record_type);
-          // 0: no time (its counter had no buckets when it was logged).
-          if (c == nullptr || at <= 0) continue;
-          for (const auto g : store::all_granularities) {
-            if (c->keeps(g)) buckets.push_back({key, delta, g, store::bucket_start(g, at)});
-          }
+          // 0: no time (its counter had no buckets when it was logged). This encoding
+          // cannot tell `at: 0` from that; timed_increments records can.
+          if (at > 0) count_in_buckets(key, delta, at, buckets);
         }
       }
+      delta_log_.insert(delta_log_.end(), read.begin(), read.end());
+      bucket_log_.insert(bucket_log_.end(), buckets.begin(), buckets.end());
+      return true;
+    }
+    case record_kind::timed_increments: {
+      std::uint32_t n = 0;
+      if (!in.get(n) || n > in.remaining() / 24) return false;
+      std::vector<std::pair<store::counter_key, std::int64_t>> read;
+      std::vector<store::pending_delta> buckets;
+      read.reserve(n);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        store::counter_key key;
+        std::int32_t delta = 0;
+        std::int64_t at = 0;
+        in.get(key.record_type);
+        in.get(key.record_id);
+        in.get(delta);
+        in.get(at);
+        if (at < no_time || at > ingest::max_at) return false;
+        read.push_back({key, delta});
+        if (at != no_time) count_in_buckets(key, delta, at, buckets);
+      }
+      if (!in.done()) return false;
       delta_log_.insert(delta_log_.end(), read.begin(), read.end());
       bucket_log_.insert(bucket_log_.end(), buckets.begin(), buckets.end());
       return true;
@@ -404,6 +428,15 @@ bool replay_state::apply(std::string_view payload) {
     }
   }
   return false;
+}
+
+void replay_state::count_in_buckets(const store::counter_key& key, std::int64_t delta,
+                                    std::int64_t at, std::vector<store::pending_delta>& out) const {
+  const auto* c = buckets_.find(key.record_type);
+  if (c == nullptr) return;
+  for (const auto g : store::all_granularities) {
+    if (c->keeps(g)) out.push_back({key, delta, g, store::bucket_start(g, at)});
+  }
 }
 
 std::vector<store::pending_delta> replay_state::deltas() const {

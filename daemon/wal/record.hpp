@@ -17,9 +17,15 @@
 //               the longest key, 128), the key, u64 x 2 body hash, i64 received (unix
 //               ms), u32 n, n x (u32 record_type, u64 record_id, i32 delta)
 //   reset:      u32 record_type, u64 record_id (README: HTTP API, Reset)
-// Counts per bucket extend three encodings, each marked by a bit earlier versions never
+//   timed_increments: increments of which any has a time: u32 n, n x (u32 record_type,
+//               u64 record_id, i32 delta, i64 at), at -1 for one without a time (its
+//               counter had no buckets), else its `at` (0 included: 1970-01-01 is a time).
+//               An older daemon refuses a log with them as corrupt (an unknown kind).
+// Counts per bucket extended three encodings, each marked by a bit earlier versions never
 // set, so every older log still replays (and an older daemon refuses a log with them):
-//   increments: when any increment has an `at`, n x i64 at follow the n items.
+//   increments: when any increment has an `at`, n x i64 at follow the n items (0 read
+//               as no time, so an `at` of 0 lost its buckets: no longer written, this
+//               version logs timed_increments instead, and only reads these).
 //   keyed:      0x80 in the key length byte: each item is followed by its i64 at.
 //               (Earlier versions logged a 128-character key as 0x80 alone: it reads as
 //               128 with `at`, and where its items had none the record is malformed.)
@@ -61,7 +67,8 @@ enum class record_kind : std::uint8_t {
   snapshot = 3,
   committed = 4,
   keyed = 5,
-  reset = 6
+  reset = 6,
+  timed_increments = 7
 };
 
 constexpr std::size_t record_header_bytes = 16;
@@ -98,6 +105,10 @@ class replay_state {
   struct key_hash {
     std::size_t operator()(const store::counter_key& k) const { return store::hash_of(k); }
   };
+  // Appends the bucket counts of `delta` at unix time `at` for the buckets its counter
+  // keeps now.
+  void count_in_buckets(const store::counter_key& key, std::int64_t delta, std::int64_t at,
+                        std::vector<store::pending_delta>& out) const;
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
   // Bucket counts not yet in any batch, alongside delta_log_.
   std::vector<store::pending_delta> bucket_log_;

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/crc.hpp>
 #include <map>
 #include <random>
 #include <tuple>
@@ -384,6 +385,72 @@ TEST(BucketWal, IncrementsLoggedWithoutATimeCountInNoBucketAfterTheirCounterGain
   ASSERT_EQ(batches.size(), 1u);
   EXPECT_EQ(batches[0].rows.size(), 1u);
   EXPECT_TRUE(batches[0].bucket_rows.empty());
+}
+
+// `at: 0` (1970-01-01T00:00Z) is a valid time, accepted where a retention reaches that
+// far back (36500d): its buckets survive a replay like any other time's, in a plain
+// request and in a keyed one, while an increment logged without a time still counts in
+// no bucket.
+TEST(BucketWal, AnAtOfZeroKeepsItsBucketsThroughAReplay) {
+  store::bucket_spec spec;
+  spec.declare(1, granularity::hour, std::chrono::hours(24 * 36500));
+  spec.declare(1, granularity::day, std::chrono::hours(24 * 36500));
+  std::vector<ingest::increment> sent{{1, 1, 2}, {1, 2, 5}};
+  ASSERT_FALSE(ingest::resolve_times(sent, spec, 1'800'000'000));  // receive times
+  sent[0].at_given = true;
+  sent[0].at = 0;
+  ASSERT_FALSE(ingest::resolve_times(sent, spec, 1'800'000'000)) << "retention accepts it";
+  std::string log(wal::segment_magic);
+  wal::append_increments(log, sent);
+  wal::append_increments(log, std::vector{at(1, 3, 7, 0)});  // no time: no buckets then
+  idempotency::keyed_request k{"key-1", {1, 2}, {sent[0]}, 99};
+  wal::append_keyed(log, k);
+  wal::replay_state state(spec);
+  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  const std::int64_t day = store::bucket_start(granularity::day, 1'800'000'000);
+  EXPECT_EQ(sums_of(state.deltas()),
+            (bucket_sums{{{1, granularity::none, 0}, 2},
+                         {{1, granularity::hour, 0}, 2},
+                         {{1, granularity::day, 0}, 2},
+                         {{2, granularity::none, 0}, 5},
+                         {{2, granularity::hour, store::bucket_start(granularity::hour,
+                                                                     1'800'000'000)},
+                          5},
+                         {{2, granularity::day, day}, 5},
+                         {{3, granularity::none, 0}, 7}}));
+  ASSERT_EQ(state.keyed().size(), 1u);
+  EXPECT_TRUE(state.keyed()[0].increments[0].has_time());
+  EXPECT_EQ(state.keyed()[0].increments[0].at, 0);
+}
+
+// The encoding earlier versions wrote for increments with times (kind 1, the times
+// after the items, 0 for none) still replays into the buckets.
+TEST(BucketWal, IncrementsRecordsWithTimesOfEarlierVersionsStillReplay) {
+  std::string payload(1, static_cast<char>(wal::record_kind::increments));
+  const auto put = [&](const auto v) {
+    payload.append(reinterpret_cast<const char*>(&v), sizeof v);
+  };
+  put(std::uint32_t{2});
+  for (const std::uint64_t id : {1, 2}) {
+    put(std::uint32_t{1});
+    put(id);
+    put(static_cast<std::int32_t>(id == 1 ? 4 : 6));
+  }
+  put(std::int64_t{7200});  // the times, after the items
+  put(std::int64_t{0});
+  boost::crc_32_type crc;
+  crc.process_bytes(payload.data(), payload.size());
+  char header[wal::record_header_bytes];
+  wal::encode_header(header, payload.size(), crc.checksum());
+  std::string log(wal::segment_magic);
+  log.append(header, sizeof header);
+  log += payload;
+  wal::replay_state state(hour_and_day(1));
+  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  EXPECT_EQ(sums_of(state.deltas()), (bucket_sums{{{1, granularity::none, 0}, 4},
+                                                  {{1, granularity::hour, 7200}, 4},
+                                                  {{1, granularity::day, 0}, 4},
+                                                  {{2, granularity::none, 0}, 6}}));
 }
 
 TEST(BucketWal, BatchesSnapshotsAndKeyedRequestsKeepTheirBuckets) {
