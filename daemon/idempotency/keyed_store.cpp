@@ -231,18 +231,34 @@ std::vector<keyed_request> keyed_store::pending_copy() const {
 void keyed_store::restore(std::vector<keyed_request>&& pending,
                           const std::vector<keyed_request>& in_batches) {
   const auto now = clock::now();
-  const auto known = [&](const keyed_request& r) {
-    const auto h = hash_key(r.key);
+  const std::int64_t now_unix_ms = now_ms();
+  const auto window_ms = std::chrono::duration_cast<std::chrono::milliseconds>(window_).count();
+  // Each key is remembered as of when it was received (logged with it), not as of the
+  // restart: it is forgotten a window after it first arrived, restart or not. The age
+  // is capped at the window (older is forgotten in any case); a time ahead of this
+  // clock counts as now, and so does none (0, a request never stamped).
+  const auto received = [&](const keyed_request& r) {
+    if (r.received_ms <= 0) return now;
+    const std::int64_t age = std::clamp<std::int64_t>(now_unix_ms - r.received_ms, 0, window_ms);
+    return now - std::chrono::duration_cast<clock::duration>(std::chrono::milliseconds(age));
+  };
+  // Remembered oldest first: each remember() links its key as the newest, and expiry
+  // walks from the oldest end, stopping at the first entry inside the window.
+  std::vector<std::pair<clock::time_point, const keyed_request*>> order;
+  order.reserve(in_batches.size() + pending.size());
+  for (const auto& r : in_batches) order.emplace_back(received(r), &r);
+  for (const auto& r : pending) order.emplace_back(received(r), &r);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [at, r] : order) {
+    const auto h = hash_key(r->key);
     auto& sh = shard_of(h);
     std::lock_guard lock(sh.mutex);
-    remember(sh, r, h, now, false);
+    remember(sh, *r, h, at, false);
     expire(sh, now);
-  };
-  for (const auto& r : in_batches) known(r);
-  for (auto& r : pending) {
-    known(r);
-    add_pending(std::move(r));
   }
+  // Pending again, in their logged order, whether or not the index still knows them.
+  for (auto& r : pending) add_pending(std::move(r));
   keys_.Set(static_cast<double>(indexed_.load()));
 }
 

@@ -78,7 +78,8 @@ class keyed_store {
   void put_back(std::vector<keyed_request>&& requests);
   std::vector<keyed_request> pending_copy() const;
   // After a WAL replay: `pending` is pending again; every request of `in_batches` is
-  // known to the index as accepted.
+  // known to the index as accepted, as of its received_ms (forgotten a window after it,
+  // as if there had been no restart).
   void restore(std::vector<keyed_request>&& pending, const std::vector<keyed_request>& in_batches);
 
   // Increments pending here (not yet in a batch): they count against max_pending_keys.

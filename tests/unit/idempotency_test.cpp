@@ -230,6 +230,37 @@ TEST(KeyedStore, AKeyRememberedAgainMovesToTheNewestEnd) {
   for (int i = 1; i < 100; ++i) EXPECT_FALSE(remembers(s, "k" + std::to_string(i))) << i;
 }
 
+// Keys a WAL replay brings back are remembered as of when they were received (logged
+// with them), not as of the restart: a window after that they are forgotten. Given in
+// any order (batches first, fresh keys before expired ones), the index still forgets
+// the expired ones, and every pending request is pending again, forgotten key or not.
+TEST(KeyedStore, KeysRestoredFromTheWalAreForgottenAWindowAfterTheyWereReceived) {
+  metrics::registry m;
+  keyed_store s(1h, 100000, m);
+  const std::int64_t now = now_ms();
+  const auto at = [](keyed_request r, std::int64_t received_ms) {
+    r.received_ms = received_ms;
+    return r;
+  };
+  std::vector<keyed_request> in_batches, pending;
+  for (int i = 0; i < 50; ++i) {
+    in_batches.push_back(at(req("fresh-b" + std::to_string(i), {{1, 1, 1}}), now - 59 * 60'000));
+    in_batches.push_back(at(req("old-b" + std::to_string(i), {{1, 1, 1}}), now - 3'601'000));
+    pending.push_back(at(req("fresh-p" + std::to_string(i), {{1, 1, 1}}), now - 1000));
+    pending.push_back(at(req("old-p" + std::to_string(i), {{1, 1, 1}}), now - 2 * 3'600'000));
+  }
+  s.restore(std::move(pending), in_batches);
+  EXPECT_EQ(s.indexed_keys(), 100u);
+  for (int i = 0; i < 50; ++i) {
+    const auto n = std::to_string(i);
+    EXPECT_TRUE(remembers(s, "fresh-b" + n));
+    EXPECT_TRUE(remembers(s, "fresh-p" + n));
+    EXPECT_FALSE(remembers(s, "old-b" + n));
+    EXPECT_FALSE(remembers(s, "old-p" + n));
+  }
+  EXPECT_EQ(s.pending_items(), 100u);
+}
+
 TEST(KeyedBatches, SortedByKeyCutByItemsAndAKeyTwiceKeptOnce) {
   std::mt19937_64 rng(1);
   std::vector<keyed_request> rs{req("c", {{1, 1, 1}, {1, 2, 1}}), req("a", {{1, 1, 2}}),
