@@ -222,6 +222,9 @@ void application::start() {
 
 void application::replay_wal(const wal::open_options& options) {
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
+  // Replay and snapshot grow with what the WAL holds: under systemd the start timeout is
+  // extended while they make progress (see notify::startup_extender).
+  notify::startup_extender extend_start;
   wal::open_options with_buckets = options;
   with_buckets.buckets = store_.buckets();
   auto recovered = wal_->open(with_buckets);

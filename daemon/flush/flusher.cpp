@@ -381,8 +381,19 @@ void flusher::publish(std::vector<flush_batch>&& batches) {
 }
 
 void flusher::enqueue(std::vector<flush_batch> batches) {
-  for (auto& b : batches) b.recovered = true;
-  publish(std::move(batches));
+  // Each may have committed before the restart, its committed record never logged: in
+  // doubt, as after a connection lost during its COMMIT, until the ledger answers for it
+  // (expand_recovered for the parts of a split one, else its own commit attempt). Until
+  // then a read would count it twice, in the table and as queued: reads wait for the
+  // answer or say retry (read_stable).
+  std::lock_guard lock(queue_mutex_);
+  for (auto& b : batches) {
+    b.recovered = true;
+    queued_rows_ += rows_held(b);
+    queued_.push_back(std::move(b));
+    in_doubt_.push_back(&queued_.back());
+  }
+  store_.set_unwritten_rows(queued_rows_);
 }
 
 std::vector<flush_batch> flusher::queued_copy() {

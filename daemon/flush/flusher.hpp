@@ -134,7 +134,8 @@ class flusher final : public store::batch_queue {
   // Forms keyed batches of the keyed requests `keyed` holds, at every cycle. Call
   // before start().
   void attach_keyed(idempotency::keyed_store* keyed) { keyed_ = keyed; }
-  // Queues batches recovered from the WAL (they keep their ids). Call before start().
+  // Queues batches recovered from the WAL (they keep their ids), in doubt until the
+  // ledger says whether they committed before the restart. Call before start().
   void enqueue(std::vector<flush_batch> batches);
 
   // store::batch_queue
@@ -310,8 +311,8 @@ class flusher final : public store::batch_queue {
   std::size_t queued_rows_ = 0;
   // Queued batches being committed now (at most settings_.connections).
   std::vector<const flush_batch*> in_flight_;
-  // Queued batches whose commit outcome is unknown (the connection was lost during it)
-  // until a later attempt resolves it.
+  // Queued batches whose commit outcome is unknown (the connection was lost during it,
+  // or recovered from the WAL) until a later attempt resolves it.
   std::vector<const flush_batch*> in_doubt_;
   // Odd while batches are being committed: a concurrent read of the database may or
   // may not include them (see read_total).

@@ -2,7 +2,15 @@
 
 #include <systemd/sd-daemon.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
 namespace slotted::notify {
+
+namespace {
+std::atomic<std::uint64_t> progress_count{0};
+}  // namespace
 
 void ready() {
   sd_notify(0, "READY=1");
@@ -21,6 +29,36 @@ std::optional<std::chrono::microseconds> watchdog_interval() {
   std::uint64_t usec = 0;
   if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) return std::chrono::microseconds(usec);
   return std::nullopt;
+}
+
+void progress() {
+  progress_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+startup_extender::startup_extender(std::chrono::microseconds extension,
+                                   std::chrono::milliseconds period) {
+  if (std::getenv("NOTIFY_SOCKET") == nullptr) return;
+  const std::string message = "EXTEND_TIMEOUT_USEC=" + std::to_string(extension.count());
+  sd_notify(0, message.c_str());
+  thread_ = std::thread([this, message, period] {
+    std::uint64_t seen = progress_count.load(std::memory_order_relaxed);
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, period, [this] { return done_; })) {
+      const std::uint64_t now = progress_count.load(std::memory_order_relaxed);
+      if (now == seen) continue;  // no progress: let the last extension run out
+      seen = now;
+      sd_notify(0, message.c_str());
+    }
+  });
+}
+
+startup_extender::~startup_extender() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
 }
 
 }  // namespace slotted::notify

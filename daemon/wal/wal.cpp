@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "util/log.hpp"
+#include "util/notify.hpp"
 #include "wal/record.hpp"
 
 namespace slotted::wal {
@@ -51,6 +52,7 @@ std::string read_file(const std::string& path) {
     }
     if (n == 0) break;
     data.append(buf, static_cast<std::size_t>(n));
+    notify::progress();  // a slow disk reads on: start-up is not stuck
   }
   ::close(fd);
   return data;
@@ -164,6 +166,7 @@ recovered write_ahead_log::open(const open_options& options) {
     const std::string path = segment_path(n);
     const std::string data = read_file(path);
     const auto scan = scan_segment(data, state);
+    notify::progress();
     const bool last = n == *segments.rbegin();
     segment_ = n;
     if (scan.outcome == scan_result::status::torn_tail && last) {
@@ -323,7 +326,9 @@ std::uint64_t write_ahead_log::snapshot(std::span<const store::flush_batch> batc
   if (!rotate()) return 0;
   std::string bytes;
   append_snapshot(bytes, batches, deltas, keyed);
+  notify::progress();
   if (!append(bytes, true)) return 0;
+  notify::progress();
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = !batches.empty();
   last_snapshot_bytes_ = bytes.size();

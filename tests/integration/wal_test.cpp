@@ -15,7 +15,9 @@
 
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/notify_socket.hpp"
 #include "wal/record.hpp"
 
 namespace slotted::test {
@@ -480,6 +482,78 @@ TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(db_total(111), 1);
   EXPECT_EQ(db_total(112), 2);
+}
+
+TEST_F(Wal, AReplayedBatchThatHadCommittedIsNeverCountedTwiceByReads) {
+  // SIGKILLed right after batch 1 committed, before the WAL logged that it had: the
+  // batch is in the table (and the ledger) and replays as queued. Reads must not add it
+  // twice while no cycle gets as far as writing it (here: the bucket table of another
+  // counter is missing, so every cycle stops before it writes; reads still work).
+  constexpr std::uint64_t run = 4545;
+  flush::flush_batch batch;
+  batch.run_id = run;
+  batch.seq = 1;
+  batch.rows = {{1, 120, 0, 5}};
+  std::string records;
+  wal::append_batches(records, std::vector{batch});
+  write_segment(records);
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute(
+      "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
+      "VALUES ('wal-test', " +
+      std::to_string(run) + ", 1, 1)");
+  conn.execute("INSERT INTO slotted_counters VALUES (1, 120, 0, 5)");
+  const std::string text =
+      daemon_yaml(shared_mariadb(), database_,
+                  "instance_id: wal-test\n"
+                  "accept_undeclared_types: true\n"
+                  "counters:\n"
+                  "  - {name: timed, record_type: 2, buckets: {hour: 48h}}\n"
+                  "flush: {interval: 1h, max_retry_backoff: 1h}\n"
+                  "wal: {dir: " +
+                      wal_dir_ + ", fsync: always}\n");
+  // In process: the binary refuses to start on a reachable database without the table.
+  in_process_daemon daemon(config::parse_config(text));
+  http_client c(daemon.port());
+  EXPECT_EQ(c.request("POST", "/v1/flush").status, 503u);
+  const auto read = c.get("/v1/counters/1/120");
+  if (read.status == 200u) {
+    EXPECT_EQ(json_int(read.body, "count"), 5) << read.body;
+  } else {
+    EXPECT_EQ(read.status, 503u) << read.body;
+  }
+  // The table made, the batch is resent, the ledger says it had committed: exact again.
+  std::string out;
+  ASSERT_EQ(run_binary(text, "--migrate", out), 0) << out;
+  ASSERT_TRUE(eventually([&] { return c.request("POST", "/v1/flush").status == 200u; }, 30s));
+  const auto after = c.get("/v1/counters/1/120");
+  ASSERT_EQ(after.status, 200u) << after.body;
+  EXPECT_EQ(json_int(after.body, "count"), 5) << after.body;
+  EXPECT_EQ(db_total(120), 5);
+}
+
+TEST_F(Wal, UnderSystemdStartUpExtendsTheStartTimeoutWhileItReplays) {
+  // A replay of millions of pending keys on a slow disk can outlast TimeoutStartSec:
+  // the daemon asks systemd for more time (EXTEND_TIMEOUT_USEC) while it replays and
+  // snapshots, before READY=1.
+  std::string records;
+  wal::append_increments(records, std::vector<ingest::increment>{{1, 130, 3}});
+  write_segment(records);
+  notify_socket systemd(root_ + "/notify");  // NOTIFY_SOCKET for the daemon
+  daemon_process daemon(yaml());
+  std::vector<std::string> messages;
+  ASSERT_TRUE(eventually(
+      [&] {
+        if (auto m = systemd.next(1s); !m.empty()) messages.push_back(std::move(m));
+        return !messages.empty() && messages.back() == "READY=1";
+      },
+      30s))
+      << daemon.log();
+  ASSERT_GE(messages.size(), 2u);
+  EXPECT_EQ(messages.front(), "EXTEND_TIMEOUT_USEC=30000000");
+  http_client c(daemon.port());
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  EXPECT_EQ(db_total(130), 3);
 }
 
 TEST_F(Wal, IncrementPastThePendingSumBoundIsRefusedWholeAndNeverLogged) {
