@@ -112,6 +112,30 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
                                  const rollup_target& target, std::size_t batch_size,
                                  dirty_cursor& cursor);
 
+// Lock order. Every transaction that writes a counter's rows takes its row locks in this
+// one order, so that no two writers, of this instance or another, wait on each other in
+// a cycle (a deadlock: one of them rolled back with 1213). Under READ COMMITTED a
+// statement locks the rows it writes, and those a FOR UPDATE / LOCK IN SHARE MODE read
+// returns, until COMMIT; gap locks only in duplicate-key checks.
+//   1. The writer's ledger row: its own id, never another writer's (a retry after a
+//      lost COMMIT reply waits here on the first attempt, holding nothing else).
+//   2. Idempotency-Key rows (keyed batches), keys sorted.
+//   3. Slot rows of the counters table, sorted by (record_type, record_id).
+//   4. Bucket rows, `<table>_hour` then `<table>_day`, each sorted by (record_type,
+//      record_id, bucket), and only of slot rows the transaction holds (3).
+//   5. Dirty marks, sorted.
+// The writers: commit_batch (1, 3, 4, 5); idempotency::commit_keyed_batch (1, 2, 3, 4,
+// 5); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 and 5 through
+// sql.hpp reset_statements). A batch writes a slot row for every counter it has bucket
+// rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row
+// of a slot is written by a transaction that does not hold the slot row: a reset that
+// holds the slot rows it read deletes the bucket rows of those slots exactly, and a
+// slot another instance inserts meanwhile keeps its buckets with its total.
+// Statements that commit on their own wait in no cycle, as each holds one kind of row
+// at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
+// marks), prune_buckets (one bucket's rows, in key order), prune_ledger, and
+// idempotency::prune_keys. Tested in tests/integration/lock_order_test.cpp.
+
 enum class commit_outcome { applied, already_applied };
 
 struct batch_identity {

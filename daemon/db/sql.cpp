@@ -323,6 +323,8 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
                                           std::string_view quoted_instance,
                                           std::optional<std::uint64_t> dirty_gen,
                                           std::span<const store::granularity> bucket_grans) {
+  // In the writers' lock order (repository.hpp, "Lock order"): slot rows, bucket rows,
+  // dirty mark.
   std::vector<std::string> out;
   if (!slots.empty()) {
     std::string sql = "DELETE FROM " + quote_identifier(table);
@@ -330,16 +332,19 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
     sql += " AND `slot` IN ";
     append_int_list(sql, slots);
     out.push_back(std::move(sql));
+    for (const auto g : bucket_grans) {
+      // The bucket rows of exactly the slots read (and locked): a slot another
+      // instance inserts meanwhile keeps its buckets with its total.
+      std::string b = "DELETE FROM " + quote_identifier(bucket_table(table, g));
+      append_counter_key(b, record_type, record_id);
+      b += " AND `slot` IN ";
+      append_int_list(b, slots);
+      out.push_back(std::move(b));
+    }
   }
   if (dirty_gen) {
     const counter_row row{record_type, record_id, 0, 0};
     out.push_back(dirty_upsert(quoted_instance, std::span(&row, 1), *dirty_gen));
-  }
-  for (const auto g : bucket_grans) {
-    // Every bucket and slot of the counter: a range of the primary key's prefix.
-    std::string sql = "DELETE FROM " + quote_identifier(bucket_table(table, g));
-    append_counter_key(sql, record_type, record_id);
-    out.push_back(std::move(sql));
   }
   return out;
 }

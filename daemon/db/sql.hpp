@@ -174,12 +174,14 @@ std::string select_count(std::string_view table, std::uint32_t record_type,
 // row: first this locking read of its slot rows, (slot, count) ...
 std::string reset_rows_select_locked(std::string_view table, std::uint32_t record_type,
                                      std::uint64_t record_id);
-// ... then these statements, in order: delete exactly the slot rows read (`slots`; a
-// row another instance inserts meanwhile lands after the reset), and, when the counter
-// is rolled up (`dirty_gen` set), mark it dirty so that the next rollup sets its
-// target to 0 with no slot row left; delete all its rows in the bucket tables of
-// `bucket_grans` (the granularities it keeps, README: Counts per bucket), so that its
-// buckets still add up to its total. Every table a reset clears is listed here.
+// ... then these statements, in the writers' lock order (repository.hpp, "Lock
+// order"): delete exactly the slot rows read (`slots`; a row another instance inserts
+// meanwhile lands after the reset); delete the rows of those slots, and of no other, in
+// the bucket tables of `bucket_grans` (the granularities it keeps, README: Counts per
+// bucket), so that the buckets deleted are exactly those whose counts the slot rows
+// held and every counter's buckets still add up to its total; and, when the counter is
+// rolled up (`dirty_gen` set), mark it dirty so that the next rollup sets its target to
+// 0 with no slot row left. Every table a reset clears is listed here.
 std::vector<std::string> reset_statements(std::string_view table, std::uint32_t record_type,
                                           std::uint64_t record_id,
                                           std::span<const std::int64_t> slots,

@@ -160,8 +160,12 @@ router::route_match router::match(const request_header& req) const {
     const auto slash = rest.find('/');
     if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
         rest.find('/', slash + 1) == std::string_view::npos) {
-      // DELETE resets the counter (its own route for metrics), GET reads it.
-      if (req.method() == beast_http::verb::delete_) {
+      // DELETE of the counter's own path resets it (its own route for metrics); GET
+      // reads it. Its series is read-only: a DELETE there is a 405 like any other
+      // method, so no other path reaches the reset.
+      if (series) {
+        m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true, {}, {}};
+      } else if (req.method() == beast_http::verb::delete_) {
         m = {metrics::route::reset, "GET, HEAD, DELETE", beast_http::verb::delete_, true, {}, {}};
       } else {
         m = {metrics::route::counters, "GET, HEAD, DELETE", beast_http::verb::get, true, {}, {}};

@@ -174,11 +174,15 @@ keyed_outcome commit_keyed_batch(
     if (!applied.empty()) {
       const std::uint16_t slot = b.rows.empty() ? 0 : b.rows.front().slot;
       auto rows = rows_of(applied, slot);
-      // The applied requests' buckets, in this transaction with their totals.
+      // The applied requests' buckets, in this transaction with their totals (each
+      // counter with a bucket row has a row in `rows`).
       const auto bucket_rows = bucket_rows_of(applied, slot, buckets, rows);
-      db::upsert_buckets(conn, table, bucket_rows);
       if (!rows.empty()) {
+        // The writers' lock order (db/repository.hpp, "Lock order"): slot rows, then
+        // bucket rows, then dirty marks. Buckets first deadlocked with a plain batch or
+        // a reset holding the slot row and waiting for the bucket row.
         conn.execute(db::upsert_statement(table, rows));
+        db::upsert_buckets(conn, table, bucket_rows);
         if (const auto marks = dirty(rows); !marks.empty()) {
           std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
           gen ^= gen >> 31;

@@ -11,7 +11,8 @@
 //   INSERT INTO keys (key, hash, batch id) VALUES ...   (keys sorted)
 //     ON DUPLICATE KEY UPDATE: only a row older than idempotency.window is taken over
 //   SELECT key, hash, batch id FROM keys WHERE key IN (...) LOCK IN SHARE MODE
-//   upsert the rows of the requests whose key row carries this batch's id; COMMIT
+//   upsert the rows of the requests whose key row carries this batch's id (slot rows,
+//     then bucket rows, then dirty marks: db/repository.hpp, "Lock order"); COMMIT
 // A key another transaction committed first carries that batch's id: the request is a
 // duplicate (or, with another hash, a conflict) and none of it is applied. A key
 // another transaction inserted but has not committed makes the INSERT wait on its

@@ -301,6 +301,35 @@ TEST_F(SeriesRouter, BadSeriesParametersAre400WithAReason) {
             std::string::npos);
 }
 
+// Issue 21 item 3: a DELETE of a counter's series reset the whole counter (the path
+// matched the counter's, the suffix only chose the GET handler). The series is
+// read-only: every other method is a 405 naming GET and HEAD, and only the counter's own
+// path reaches the reset.
+TEST_F(SeriesRouter, OnlyTheCountersOwnPathReachesTheReset) {
+  for (const auto verb : {bh::verb::delete_, bh::verb::post, bh::verb::put}) {
+    const auto got =
+        send_to(series_router_, request{verb, "/v1/counters/downloads/9/series?x=1", 11});
+    ASSERT_EQ(got.size(), 1u) << verb;
+    EXPECT_EQ(got[0].result_int(), 405u) << verb;
+    EXPECT_EQ(got[0][bh::field::allow], "GET, HEAD") << verb;
+  }
+  EXPECT_FALSE(backend_.reset_done_) << "the series DELETE reached the reset";
+  // Paths that only look like the counter's are 404s, for DELETE as for GET.
+  for (const auto* target : {"/v1/counters/3/9/series/", "/v1/counters/3/9/series/series",
+                             "/v1/counters/3/9/", "/v1/counters/3/series", "/v1/counters/3/9/x"}) {
+    const auto got = send_to(series_router_, request{bh::verb::delete_, target, 11});
+    ASSERT_EQ(got.size(), 1u) << target;
+    EXPECT_EQ(got[0].result_int(), 404u) << target;
+  }
+  EXPECT_FALSE(backend_.reset_done_);
+  // The counter's own path still resets it, and names DELETE among its methods.
+  EXPECT_TRUE(send_to(series_router_, request{bh::verb::delete_, "/v1/counters/3/9", 11}).empty());
+  EXPECT_EQ(backend_.reset_key_.record_id, 9u);
+  EXPECT_EQ(send_to(series_router_, request{bh::verb::put, "/v1/counters/3/9", 11})
+                .at(0)[bh::field::allow],
+            "GET, HEAD, DELETE");
+}
+
 // A keyed request whose `at` the router refuses (older than the retention of type 3's
 // day buckets here): its key is looked up first (README: HTTP API, Idempotency-Key), and
 // only a key the backend does not know gets the 400. Without the header the 400 comes at

@@ -85,6 +85,26 @@ TEST(Sql, AResetDeletesExactlyTheSlotRowsItReadAndMarksARolledUpCounter) {
                 "VALUES(`gen`)"});
 }
 
+// Issue 21 item 2: the reset deleted every bucket row of the counter, those of a slot
+// another instance inserted after its locking read too. It deletes the bucket rows of
+// the slots it read, in the writers' lock order (slot rows, bucket rows, dirty mark).
+TEST(Sql, AResetDeletesTheBucketRowsOfTheSlotsItReadOnlyInTheLockOrder) {
+  const std::vector<std::int64_t> slots{0, 7};
+  const store::granularity grans[] = {store::granularity::hour, store::granularity::day};
+  EXPECT_EQ(
+      reset_statements("c", 3, 9, slots, "'a'", 5, grans),
+      (std::vector<std::string>{
+          "DELETE FROM `c` WHERE `record_type` = 3 AND `record_id` = 9 AND `slot` IN (0,7)",
+          "DELETE FROM `c_hour` WHERE `record_type` = 3 AND `record_id` = 9 AND `slot` IN (0,7)",
+          "DELETE FROM `c_day` WHERE `record_type` = 3 AND `record_id` = 9 AND `slot` IN (0,7)",
+          "INSERT INTO `slotted_counterd_dirty` (`record_type`, `record_id`, `instance_id`, "
+          "`gen`) VALUES (3,9,'a',5) ON DUPLICATE KEY UPDATE `gen` = VALUES(`gen`)"}));
+  // No slot row read: no bucket row of it can be there (a batch writes the slot row of
+  // every counter it has bucket rows of), and none of a slot inserted since is deleted.
+  EXPECT_EQ(reset_statements("c", 3, 9, {}, "'a'", std::nullopt, grans),
+            std::vector<std::string>{});
+}
+
 TEST(Sql, RollupSetsACounterWithoutSlotRowsToZero) {
   const std::vector<std::uint64_t> ids{4, 5};
   EXPECT_EQ(rollup_update("c", 3, "repos", "id", "downloads", ids),
