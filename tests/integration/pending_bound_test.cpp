@@ -131,9 +131,9 @@ class global_packet_limit {
 };
 
 // max_allowed_packet lowered to 1 MiB, batches that would each take more than that in
-// one statement: 4,000 keyed requests with 128-character keys (one claim INSERT of
-// about 1.3 MB), one keyed request of 25,000 counters (one upsert of about 1.5 MB), a
-// plain request of 25,000 counters (the same). Before, the server refused the first
+// one statement: 5,000 keyed requests with 128-character keys (one claim INSERT of
+// about 1.2 MB), one keyed request of 60,000 counters with 16-digit ids (one upsert of
+// about 1.6 MB), a plain request of the same (the same). Before, the server refused the first
 // statement too large, the batch stayed at the head of the queue and nothing was
 // flushed again. Now every batch lands, and later plain increments reach the table.
 TEST(StatementSize, EveryBatchLandsUnderASmallMaxAllowedPacket) {
@@ -148,20 +148,21 @@ TEST(StatementSize, EveryBatchLandsUnderASmallMaxAllowedPacket) {
   http_client client(daemon.port());
   ASSERT_TRUE(flush_until_ok(client));
 
-  constexpr int keyed = 4000;
+  constexpr int keyed = 5000;
+  constexpr std::uint64_t wide = 1000000000000000;  // 16 digits: long tuples
   for (int i = 0; i < keyed; ++i) {
     std::string key = "k" + std::to_string(i);
     key += std::string(128 - key.size(), 'x');
     ASSERT_EQ(post_keyed(client, key, spread(7, static_cast<std::uint64_t>(i), 1)).status, 202u);
   }
-  ASSERT_EQ(post_keyed(client, "big", spread(7, 100000, 25000)).status, 202u);
-  ASSERT_EQ(client.post_json("/v1/increments", spread(8, 1, 25000)).status, 202u);
+  ASSERT_EQ(post_keyed(client, "big", spread(7, wide, 60000)).status, 202u);
+  ASSERT_EQ(client.post_json("/v1/increments", spread(8, wide, 60000)).status, 202u);
 
   const auto flushed = client.request("POST", "/v1/flush");
   EXPECT_EQ(flushed.status, 200u) << flushed.body;
-  ASSERT_TRUE(flush_until_ok(client, 30s));
-  EXPECT_EQ(sum_of_type(server, database, 7), keyed + 25000);
-  EXPECT_EQ(sum_of_type(server, database, 8), 25000);
+  ASSERT_TRUE(flush_until_ok(client, 20s));
+  EXPECT_EQ(sum_of_type(server, database, 7), keyed + 60000);
+  EXPECT_EQ(sum_of_type(server, database, 8), 60000);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"),
             keyed + 1);
 
