@@ -97,7 +97,7 @@ application::application(config::daemon_config cfg)
     : cfg_(std::move(cfg)),
       store_(cfg_.shards),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
-      keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_),
+      keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_, store_),
       wal_(cfg_.wal.dir.empty() ? nullptr
                                 : std::make_unique<wal::write_ahead_log>(cfg_.wal, metrics_)),
       committer_(
@@ -426,8 +426,7 @@ void application::add_keyed(idempotency::keyed_request&& request, done_fn done) 
                  "creates it); nothing of this request was applied"});
   }
   // Without a WAL a fresh request is pending at once; with one, only once logged.
-  const auto a = keyed_.admit(request, store_.keys() + store_.unwritten_rows(),
-                              cfg_.flush.max_pending_keys, committer_ == nullptr);
+  const auto a = keyed_.admit(request, cfg_.flush.max_pending_keys, committer_ == nullptr);
   if (auto known = from_index(a)) return done(std::move(*known));
   if (a.result == admit_result::over_limit) return done({status::over_limit, {}});
   if (committer_) {

@@ -114,6 +114,13 @@ connection::connection(const connect_options& o) {
     execute(session_isolation);
     execute(session_sql_mode);
     execute(session_time_zone);
+    // Read at every connect: an operator may lower it, and new sessions see the change.
+    const auto rows = query("SELECT @@max_allowed_packet");
+    if (!rows.empty() && !rows[0].empty() && rows[0][0]) {
+      const std::size_t packet = std::stoull(*rows[0][0]);
+      // The header and command byte, with room to spare.
+      max_statement_ = packet > 2048 ? packet - 1024 : packet / 2;
+    }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     mysql_close(handle_);
@@ -127,12 +134,13 @@ connection::~connection() {
 }
 
 connection::connection(connection&& other) noexcept
-    : handle_(std::exchange(other.handle_, nullptr)) {}
+    : handle_(std::exchange(other.handle_, nullptr)), max_statement_(other.max_statement_) {}
 
 connection& connection::operator=(connection&& other) noexcept {
   if (this != &other) {
     if (handle_ != nullptr) mysql_close(handle_);
     handle_ = std::exchange(other.handle_, nullptr);
+    max_statement_ = other.max_statement_;
   }
   return *this;
 }
@@ -141,7 +149,16 @@ void connection::fail(std::string_view what) {
   throw db_error(mysql_errno(handle_), std::string(what) + ": " + mysql_error(handle_));
 }
 
+void connection::check_size(std::string_view sql) const {
+  if (sql.size() <= max_statement_) return;
+  throw db_error(CR_NET_PACKET_TOO_LARGE,
+                 "query: a statement of " + std::to_string(sql.size()) +
+                     " bytes exceeds the server's max_allowed_packet (" +
+                     std::to_string(max_statement_) + " bytes usable); not sent");
+}
+
 void connection::execute(std::string_view sql) {
+  check_size(sql);
   if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) fail("query");
   // Statements run here return no rows; drain any result to keep the protocol in step.
   if (MYSQL_RES* res = mysql_store_result(handle_))
@@ -151,6 +168,7 @@ void connection::execute(std::string_view sql) {
 }
 
 std::vector<result_row> connection::query(std::string_view sql) {
+  check_size(sql);
   if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) fail("query");
   MYSQL_RES* res = mysql_store_result(handle_);
   if (res == nullptr) {

@@ -66,8 +66,8 @@ class connection {
  public:
   // Connects, sets READ COMMITTED (fewer gap locks between concurrent upserts), a strict
   // sql_mode (STRICT_ALL_TABLES: out-of-range values are errors, whatever the server's
-  // global mode) and autocommit on. Throws db_error; a failure after the connect closes
-  // the handle.
+  // global mode) and autocommit on, and reads the server's @@max_allowed_packet (see
+  // max_statement_bytes). Throws db_error; a failure after the connect closes the handle.
   explicit connection(const connect_options& options);
   ~connection();
   connection(connection&& other) noexcept;
@@ -75,6 +75,8 @@ class connection {
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
 
+  // A statement longer than max_statement_bytes() is not sent: it throws db_error
+  // CR_NET_PACKET_TOO_LARGE (see db_error::too_large), the connection stays usable.
   void execute(std::string_view sql);
   std::vector<result_row> query(std::string_view sql);
   std::uint64_t affected_rows() const;
@@ -84,9 +86,16 @@ class connection {
   // A quoted SQL string literal for `text` ('...'), escaped for this connection.
   std::string quote(std::string_view text);
 
+  // The longest statement this connection sends: the server's max_allowed_packet as
+  // read at connect, less room for the packet's header. A server refuses a longer one
+  // and closes the connection, which would leave a batch in doubt and resent whole.
+  std::size_t max_statement_bytes() const { return max_statement_; }
+
  private:
   [[noreturn]] void fail(std::string_view what);
+  void check_size(std::string_view sql) const;
   MYSQL* handle_ = nullptr;
+  std::size_t max_statement_ = 1 << 20;
 };
 
 }  // namespace slotted::db

@@ -39,6 +39,8 @@ error_kind kind_of(unsigned code) {
     case ER_QUERY_INTERRUPTED:     // 1317
     case 1152:                     // ER_ABORTING_CONNECTION
     case 4031:                     // client disconnected for inactivity
+    // The server refused a packet above its max_allowed_packet and closed the connection.
+    case ER_NET_PACKET_TOO_LARGE:  // 1153
     // Galera: the node is not part of the primary component or not Synced ("WSREP has
     // not yet prepared node for application use"); another node may take the write.
     case ER_UNKNOWN_COM_ERROR:  // 1047

@@ -43,6 +43,12 @@ class db_error : public std::runtime_error {
   error_kind kind() const { return kind_of(code_); }
   bool fatal() const { return fatal_; }
   bool data_error() const { return is_data_error(code_); }
+  // A statement too large for the server's max_allowed_packet: the same statement can
+  // never pass, a smaller one can (the batch is split). CR_NET_PACKET_TOO_LARGE, raised
+  // by connection before it sends anything; the server's own ER_NET_PACKET_TOO_LARGE
+  // closes the connection and counts as connection_lost() (the next connection reads
+  // the new max_allowed_packet and refuses the statement itself).
+  bool too_large() const { return code_ == 2020; }
   // The connection is unusable after this error and must be discarded.
   bool connection_lost() const { return kind() == error_kind::connection; }
 

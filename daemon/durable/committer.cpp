@@ -134,11 +134,17 @@ auto committer::on_log_thread(Task task) {
     // committed.
     if (stopping_) return result_type{};
     tasks_.push_back([&] {
-      if constexpr (std::is_void_v<decltype(task())>) {
-        task();
-        result.set_value();
-      } else {
-        result.set_value(task());
+      // An exception (bad_alloc forming batches) goes to the caller, not out of the log
+      // thread (which would end the process).
+      try {
+        if constexpr (std::is_void_v<decltype(task())>) {
+          task();
+          result.set_value();
+        } else {
+          result.set_value(task());
+        }
+      } catch (...) {
+        result.set_exception(std::current_exception());
       }
     });
   }

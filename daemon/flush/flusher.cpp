@@ -22,11 +22,16 @@ bool splittable(const flush_batch& b) {
   return b.keyed.empty() ? b.rows.size() > 1 : b.keyed.size() > 1;
 }
 
-// The rows a queued batch holds against flush.max_pending_keys: its totals and its
-// bucket counts.
+// The entries a queued batch holds against flush.max_pending_keys (see
+// store::pending_store::pending_entries): its totals, its bucket counts and, for a keyed
+// batch, its keys (a request without increments holds its key all the same).
 std::size_t rows_held(const flush_batch& b) {
-  return b.rows.size() + b.bucket_rows.size();
+  return b.rows.size() + b.bucket_rows.size() + b.keyed.size();
 }
+
+// The most bytes a row adds to a plain batch's statements: its upsert's tuple (about 60)
+// and its dirty mark's (about 190, with a 64-character instance id escaped).
+constexpr std::size_t max_row_bytes = 256;
 
 // Ledger rows older than this are pruned; a batch's outcome is only ever looked up by
 // the run that formed it, while it is still queued.
@@ -176,7 +181,7 @@ std::size_t flusher::stop(clock::time_point deadline) {
   }
   for (auto& w : waiters) w(result);
   std::lock_guard lock(queue_mutex_);
-  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_items() : 0);
+  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0);
 }
 
 void flusher::request_reset(const store::counter_key& key,
@@ -336,9 +341,15 @@ bool flusher::take_from_store() {
     std::lock_guard lock(queue_mutex_);
     ++generation_;
   }
-  const auto form = [this](std::vector<store::pending_delta>&& deltas, clock::time_point oldest) {
-    auto batches = form_batches(std::move(deltas), settings_.max_rows_per_statement,
-                                settings_.slots, run_id_, next_seq_, rng_, oldest);
+  // Every statement of a batch must stay within the server's max_allowed_packet (as the
+  // cycle's connection read it): a plain batch's upserts take up to max_row_bytes a row.
+  const std::size_t budget = statement_budget_.load();
+  const std::size_t max_rows = std::clamp<std::size_t>(
+      budget > 1024 ? (budget - 1024) / max_row_bytes : 1, 1, settings_.max_rows_per_statement);
+  const auto form = [this, budget, max_rows](std::vector<store::pending_delta>&& deltas,
+                                             clock::time_point oldest) {
+    auto batches =
+        form_batches(std::move(deltas), max_rows, settings_.slots, run_id_, next_seq_, rng_, oldest);
     next_seq_ += batches.size();
     if (keyed_ != nullptr) {
       // Keyed requests become batches of their own (taken here, on the WAL's thread
@@ -346,28 +357,38 @@ bool flusher::take_from_store() {
       std::size_t dropped = 0;
       auto keyed = idempotency::form_keyed_batches(
           keyed_->take_pending(), settings_.max_rows_per_statement, settings_.slots, run_id_,
-          next_seq_, rng_, clock::now(), dropped, settings_.buckets);
+          next_seq_, rng_, clock::now(), dropped, settings_.buckets, budget);
       next_seq_ += keyed.size();
       keyed_->dropped_at_flush(dropped, 0);
       std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));
     }
     return batches;
   };
+  const auto even_again = [this] {
+    {
+      std::lock_guard lock(queue_mutex_);
+      ++generation_;
+    }
+    generation_changed_.notify_all();
+  };
   bool logged = true;
-  if (source_ != nullptr) {
-    // The durable path forms and logs them between two groups, then queues them here.
-    logged = source_->take(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
-  } else {
-    std::vector<store::pending_delta> deltas;
-    const auto oldest = store_.take_all(deltas);
-    auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
-    if (!batches.empty()) publish(std::move(batches));
+  try {
+    if (source_ != nullptr) {
+      // The durable path forms and logs them between two groups, then queues them here.
+      logged =
+          source_->take(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
+    } else {
+      std::vector<store::pending_delta> deltas;
+      const auto oldest = store_.take_all(deltas);
+      auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
+      if (!batches.empty()) publish(std::move(batches));
+    }
+  } catch (...) {
+    // Forming ran out of memory (cycle() reports it): reads must not wait for good.
+    even_again();
+    throw;
   }
-  {
-    std::lock_guard lock(queue_mutex_);
-    ++generation_;
-  }
-  generation_changed_.notify_all();
+  even_again();
   return logged;
 }
 
@@ -487,6 +508,10 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
       if (db::is_autoincrement_exhaustion(e.code(), e.what()))
         throw autoincrement_exhausted(conn, e);
       if (e.data_error()) return {db::commit_outcome{}, e.what()};
+      // A statement too large for max_allowed_packet (the connection refused to send
+      // it, the transaction is rolled back): the batch is split like one refused for its
+      // data, never resent whole.
+      if (e.too_large()) return {db::commit_outcome{}, e.what()};
       const auto kind = e.kind();
       // Past the stop deadline a retry would hold the stop for another lock wait
       // (up to innodb_lock_wait_timeout): the batch stays queued instead.
@@ -600,7 +625,10 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
       } catch (const db::db_error& e) {
         lost = e.connection_lost();
       } catch (...) {
-        // Not a database error: rethrown by write_queued all the same.
+        // Not a database error (bad_alloc): rethrown by write_queued all the same. The
+        // transaction may be open on `conn`: it is closed (which rolls it back) as after
+        // a lost connection, and the batch resolved against the ledger.
+        lost = true;
       }
       std::lock_guard lock(queue_mutex_);
       if (lost && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
@@ -829,6 +857,7 @@ flush_result flusher::cycle() {
   try {
     lease.emplace(pool_.acquire());
     progress();
+    statement_budget_.store((*lease)->max_statement_bytes());
     if (!schema_verified_ || fatal_) {
       const auto limits = db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
       if (settings_.limits != nullptr)
@@ -903,6 +932,13 @@ flush_result flusher::cycle() {
   } catch (const db::db_error& e) {
     if (lease && (e.connection_lost() || conn_lost_)) lease->discard();
     note_failure(e);
+    result.error = e.what();
+  } catch (const std::exception& e) {
+    // Not a database error: forming or writing a batch ran out of memory (bad_alloc),
+    // or a bug. The cycle fails and is retried with backoff; the process goes on, and
+    // what is queued stays queued. The connection may be mid-statement: closed.
+    if (lease) lease->discard();
+    note_failure(db::db_error(0, std::string("flush cycle failed: ") + e.what()));
     result.error = e.what();
   }
   lease.reset();
@@ -990,9 +1026,9 @@ void flusher::update_gauges() {
       oldest = queued_.front().oldest_arrival;
     }
   }
-  // Keyed requests not yet in a batch count by their items, as against the limit.
-  const std::size_t keyed = keyed_ != nullptr ? keyed_->pending_items() : 0;
-  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows + keyed));
+  // The pending entries, as against the limit (keyed requests reserved or pending
+  // included).
+  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows + store_.held()));
   metrics_.pending_oldest_age_seconds.Set(
       oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
 }

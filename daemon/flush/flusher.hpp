@@ -337,6 +337,9 @@ class flusher final : public store::batch_queue {
   std::atomic<bool> stopping_{false};
   // An extra writer's connection was refused (logged once until one is lent again).
   std::atomic<bool> helper_refused_{false};
+  // The cycle's connection's max_statement_bytes(), for forming batches (read on the
+  // WAL's thread when there is one).
+  std::atomic<std::size_t> statement_budget_{std::size_t{1} << 20};
   bool schema_verified_ = false;
   bool autoincrement_warned_ = false;
   bool fatal_ = false;

@@ -1,6 +1,7 @@
 #include "idempotency/keyed_batches.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <unordered_set>
@@ -9,6 +10,33 @@
 #include "db/sql.hpp"
 
 namespace slotted::idempotency {
+
+namespace {
+// Runs the statements `build(first, n)` makes of [0, count), in chunks whose text stays
+// within `budget` bytes (halved until it does; a single item too large is sent all the
+// same, and the connection refuses it). Each chunk is handed to `run`. No item takes
+// less than 32 bytes: the first try never builds much more than the budget, however
+// many items (a batch replayed from an older WAL may hold more than a statement carries).
+template <typename Build, typename Run>
+void in_chunks(std::size_t count, std::size_t budget, const Build& build, const Run& run) {
+  std::size_t n = std::max<std::size_t>(1, budget / 32);
+  for (std::size_t first = 0; first < count; first += n) {
+    n = std::min(n, count - first);
+    std::string sql = build(first, n);
+    while (sql.size() > budget && n > 1) {
+      n = (n + 1) / 2;
+      sql = build(first, n);
+    }
+    run(sql);
+  }
+}
+}  // namespace
+
+std::size_t claim_bytes(const keyed_request& r) {
+  // ('key','32 hex digits',accepted,'instance' (64 characters, each escaped at worst to
+  // two),run,seq,FROM_UNIXTIME(ms / 1000)), and the key again in the locking read.
+  return 2 * r.key.size() + 320;
+}
 
 std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, std::uint16_t slot) {
   // A batch holds at most max(max_rows_per_statement, one request's items) increments of
@@ -75,13 +103,14 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
                                                    std::mt19937_64& rng,
                                                    std::chrono::steady_clock::time_point oldest,
                                                    std::size_t& dropped,
-                                                   const store::bucket_spec& buckets) {
+                                                   const store::bucket_spec& buckets,
+                                                   std::size_t max_statement_bytes) {
   dropped = 0;
   // Stable: of one key twice, the first accepted stays.
   std::stable_sort(requests.begin(), requests.end(),
                    [](const keyed_request& a, const keyed_request& b) { return a.key < b.key; });
   std::vector<store::flush_batch> batches;
-  std::size_t items = 0;
+  std::size_t items = 0, bytes = 0;
   std::string last_key;  // the previous request was moved from
   for (auto& r : requests) {
     if (!batches.empty() && r.key == last_key) {
@@ -89,15 +118,21 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
       continue;
     }
     last_key = r.key;
-    if (batches.empty() || items + r.increments.size() > max_items) {
+    // Bounded by items, by keys and by the bytes of its claim: a batch of requests
+    // without increments (or with few) must not grow past what one statement carries.
+    if (batches.empty() || items + r.increments.size() > max_items ||
+        batches.back().keyed.size() >= max_items ||
+        bytes + claim_bytes(r) > max_statement_bytes) {
       store::flush_batch b;
       b.run_id = run_id;
       b.seq = first_seq + batches.size();
       b.oldest_arrival = oldest;
       batches.push_back(std::move(b));
       items = 0;
+      bytes = claim_fixed_bytes;
     }
     items += r.increments.size();
+    bytes += claim_bytes(r);
     batches.back().keyed.push_back(std::move(r));
   }
   for (auto& b : batches) {
@@ -145,10 +180,26 @@ keyed_outcome commit_keyed_batch(
     // batch takes the row over. Judged by when each request arrived (`created` holds
     // the first one's arrival), not by when this batch commits: a retry accepted inside
     // the window stays a retry however late its flush.
-    conn.execute(
-        db::idempotency_keys_claim(requests, quoted_keys, instance, id.run_id, id.seq, window));
+    const std::size_t budget = conn.max_statement_bytes();
+    const std::span<const std::string> keys(quoted_keys);
+    in_chunks(
+        requests.size(), budget,
+        [&](std::size_t first, std::size_t n) {
+          return db::idempotency_keys_claim(requests.subspan(first, n), keys.subspan(first, n),
+                                            instance, id.run_id, id.seq, window);
+        },
+        [&](const std::string& sql) { conn.execute(sql); });
     // A locking read: the latest committed rows, whatever this transaction's snapshot.
-    const auto found = conn.query(db::idempotency_keys_select_locked(quoted_keys));
+    std::vector<db::result_row> found;
+    in_chunks(
+        keys.size(), budget,
+        [&](std::size_t first, std::size_t n) {
+          return db::idempotency_keys_select_locked(keys.subspan(first, n));
+        },
+        [&](const std::string& sql) {
+          auto part = conn.query(sql);
+          std::move(part.begin(), part.end(), std::back_inserter(found));
+        });
     const std::string run = std::to_string(id.run_id), seq = std::to_string(id.seq);
     std::unordered_set<std::string> ours;
     std::map<std::string, std::string> hash_of_key;
@@ -180,13 +231,27 @@ keyed_outcome commit_keyed_batch(
       if (!rows.empty()) {
         // The writers' lock order (db/repository.hpp, "Lock order"): slot rows, then
         // bucket rows, then dirty marks. Buckets first deadlocked with a plain batch or
-        // a reset holding the slot row and waiting for the bucket row.
-        conn.execute(db::upsert_statement(table, rows));
-        db::upsert_buckets(conn, table, bucket_rows);
+        // a reset holding the slot row and waiting for the bucket row. One request
+        // alone may hold more rows than a statement carries: cut to the budget.
+        const std::span<const db::counter_row> all(rows);
+        in_chunks(
+            all.size(), budget,
+            [&](std::size_t first, std::size_t n) {
+              return db::upsert_statement(table, all.subspan(first, n));
+            },
+            [&](const std::string& sql) { conn.execute(sql); });
+        db::upsert_buckets(conn, table, bucket_rows,
+                           std::clamp<std::size_t>(budget / 256, 1, 1000));
         if (const auto marks = dirty(rows); !marks.empty()) {
           std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
           gen ^= gen >> 31;
-          conn.execute(db::dirty_upsert(instance, marks, gen & 0x7fffffffffffffffull));
+          gen &= 0x7fffffffffffffffull;
+          in_chunks(
+              marks.size(), budget,
+              [&](std::size_t first, std::size_t n) {
+                return db::dirty_upsert(instance, marks.subspan(first, n), gen);
+              },
+              [&](const std::string& sql) { conn.execute(sql); });
         }
       }
       out.rows = rows.size();

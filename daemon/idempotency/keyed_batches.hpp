@@ -38,15 +38,24 @@
 
 namespace slotted::idempotency {
 
-// Batches of `requests` holding at most `max_items` increments each (at least one
-// request), keys sorted (one lock order for every instance), one random slot per
-// batch, seqs from `first_seq` on. A key twice among `requests` (a retry this instance
-// had forgotten) is kept once; `dropped` counts the others. Pure.
+// Batches of `requests` holding at most `max_items` increments and at most `max_items`
+// keys each (at least one request: a request without increments is a key all the
+// same), and keys whose claim statement (see claim_bytes) stays within
+// `max_statement_bytes`; keys sorted (one lock order for every instance), one random
+// slot per batch, seqs from `first_seq` on. A key twice among `requests` (a retry this
+// instance had forgotten) is kept once; `dropped` counts the others. Pure.
 std::vector<store::flush_batch> form_keyed_batches(
     std::vector<keyed_request> requests, std::size_t max_items, unsigned slots,
     std::uint64_t run_id, std::uint64_t first_seq, std::mt19937_64& rng,
     std::chrono::steady_clock::time_point oldest, std::size_t& dropped,
-    const store::bucket_spec& buckets = store::no_buckets());
+    const store::bucket_spec& buckets = store::no_buckets(),
+    std::size_t max_statement_bytes = std::size_t{1} << 20);
+
+// An upper bound of the bytes a request's row adds to the keys claim (see
+// db::idempotency_keys_claim), for an instance id of up to 64 characters; and of the
+// claim's fixed part.
+std::size_t claim_bytes(const keyed_request& r);
+inline constexpr std::size_t claim_fixed_bytes = 1024;
 
 // The rows of `requests` under `slot`: their deltas summed per counter, sorted, zero
 // sums left out. Pure.
@@ -75,7 +84,9 @@ struct keyed_outcome {
 };
 
 // Commits keyed batch `b` as described above; keys committed longer than `window` ago
-// count as not committed. `dirty` gives the rows whose counters are rolled up among
+// count as not committed. Each statement is cut to stay within the connection's
+// max_statement_bytes() (the claim, the locking read and the upserts in as many
+// statements as that takes, in key and row order, in the one transaction). `dirty` gives the rows whose counters are rolled up among
 // those it is passed.
 keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,

@@ -78,10 +78,12 @@ struct keyed_store::shard {
   }
 };
 
-keyed_store::keyed_store(clock::duration window, std::size_t max_keys, metrics::registry& m)
+keyed_store::keyed_store(clock::duration window, std::size_t max_keys, metrics::registry& m,
+                         store::pending_store& bound)
     : window_(window),
       max_keys_per_shard_(std::max<std::size_t>(1, max_keys / shard_count)),
       sip_{util::random_sip_key()},
+      bound_(bound),
       requests_(m.idempotency_requests),
       replays_(m.idempotency_replays),
       duplicates_(m.idempotency_duplicates_dropped),
@@ -131,13 +133,13 @@ void keyed_store::remember(shard& sh, const keyed_request& r, std::uint64_t h,
 }
 
 void keyed_store::add_pending(keyed_request&& r) {
-  pending_items_ += r.increments.size();
   std::lock_guard lock(pending_mutex_);
+  // Under the lock, so that take_pending() releases exactly what it takes.
+  pending_entries_ += entry_weight(r);
   pending_.push_back(std::move(r));
 }
 
-admission keyed_store::admit(keyed_request& r, std::size_t pending_elsewhere,
-                             std::size_t max_pending, bool accept_now) {
+admission keyed_store::admit(keyed_request& r, std::size_t max_pending, bool accept_now) {
   requests_.Increment();
   const auto now = clock::now();
   const auto h = hash_key(r.key);
@@ -146,7 +148,9 @@ admission keyed_store::admit(keyed_request& r, std::size_t pending_elsewhere,
     std::lock_guard lock(sh.mutex);
     expire(sh, now);
     if (const auto known = find(sh, r.key, h, r.hash)) return *known;
-    if (pending_elsewhere + pending_items_.load() >= max_pending) return {admit_result::over_limit};
+    if (bound_.over_pending_limit(max_pending)) return {admit_result::over_limit};
+    // Held from now on, reserved or pending: requests being logged count too.
+    bound_.hold(entry_weight(r));
     // Remembered before it is pending: a retry racing this one finds it (in flight
     // until accept() with a WAL; without one, as accepted, and it is pending below).
     remember(sh, r, h, now, !accept_now);
@@ -190,6 +194,9 @@ void keyed_store::abandon(const std::string& key) {
   auto& sh = shard_of(h);
   std::lock_guard lock(sh.mutex);
   if (entry* e = sh.find(key, h); e != nullptr && e->in_flight) {
+    // In flight entries are never expired or evicted: this is the reservation admit()
+    // made, holding 1 + its accepted increments.
+    bound_.release(1 + std::size_t{e->accepted});
     sh.forget(e);
     --indexed_;
   }
@@ -209,16 +216,18 @@ std::vector<keyed_request> keyed_store::take_pending() {
   {
     std::lock_guard lock(pending_mutex_);
     taken.swap(pending_);
-    pending_items_ = 0;
+    // Formed into batches next: the flusher's queue counts them from then on.
+    bound_.release(pending_entries_.exchange(0));
   }
   return {std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end())};
 }
 
 void keyed_store::put_back(std::vector<keyed_request>&& requests) {
-  std::size_t items = 0;
-  for (const auto& r : requests) items += r.increments.size();
+  std::size_t entries = 0;
+  for (const auto& r : requests) entries += entry_weight(r);
   std::lock_guard lock(pending_mutex_);
-  pending_items_ += items;
+  pending_entries_ += entries;
+  bound_.hold(entries);
   pending_.insert(pending_.begin(), std::make_move_iterator(requests.begin()),
                   std::make_move_iterator(requests.end()));
 }
@@ -257,13 +266,17 @@ void keyed_store::restore(std::vector<keyed_request>&& pending,
     remember(sh, *r, h, at, false);
     expire(sh, now);
   }
-  // Pending again, in their logged order, whether or not the index still knows them.
-  for (auto& r : pending) add_pending(std::move(r));
+  // Pending again, in their logged order, whether or not the index still knows them,
+  // each held against the pending bound again.
+  for (auto& r : pending) {
+    bound_.hold(entry_weight(r));
+    add_pending(std::move(r));
+  }
   keys_.Set(static_cast<double>(indexed_.load()));
 }
 
-std::size_t keyed_store::pending_items() const {
-  return pending_items_.load();
+std::size_t keyed_store::pending_entries() const {
+  return pending_entries_.load();
 }
 
 std::int64_t keyed_store::pending(const store::counter_key& key) const {

@@ -57,19 +57,32 @@ class pending_store {
   pending_store(const pending_store&) = delete;
   pending_store& operator=(const pending_store&) = delete;
 
-  // Applies every increment, or none of them when the store already holds
-  // `max_pending_keys` or more keys (counting rows handed to the flusher but not yet
-  // written, see set_unwritten_rows). The limit is checked once per call, so a single
+  // Applies every increment, or none of them when `max_pending_keys` or more entries
+  // are pending (see pending_entries). The limit is checked once per call, so a single
   // call may go past it by at most its own number of keys. None of them either
   // (out_of_range) when a counter's pending sum would pass max_pending_sum.
   add_result add(std::span<const ingest::increment> increments, std::size_t max_pending_keys);
 
-  // The pending limit, the one copy of it: true when the keys held, the rows handed to
-  // the flusher but not yet written, and `unapplied_keys` (keys logged by the WAL but
-  // not yet applied here, an upper bound) reach `max_pending_keys`.
-  bool over_pending_limit(std::size_t max_pending_keys, std::size_t unapplied_keys = 0) const {
-    return keys() + unwritten_rows() + unapplied_keys >= max_pending_keys;
+  // Pending entries, the one definition every admission path uses (README: Configuration,
+  // flush.max_pending_keys): the keys held here (counters and buckets), the entries of
+  // batches handed to the flusher but not yet written (see set_unwritten_rows), the
+  // entries held outside the shards (keyed requests not yet in a batch, see hold()),
+  // and `unapplied_keys` (keys logged by the WAL but not yet applied here, an upper
+  // bound).
+  std::size_t pending_entries(std::size_t unapplied_keys = 0) const {
+    return keys() + unwritten_rows() + held() + unapplied_keys;
   }
+  // The pending limit, the one copy of it: true when the pending entries reach
+  // `max_pending_keys`.
+  bool over_pending_limit(std::size_t max_pending_keys, std::size_t unapplied_keys = 0) const {
+    return pending_entries(unapplied_keys) >= max_pending_keys;
+  }
+  // Entries pending outside the shards and the flusher's queue (the keyed store's
+  // requests, reserved or pending, not yet formed into batches): they count against
+  // the same limit. release() gives back what hold() took.
+  void hold(std::size_t entries) { held_.fetch_add(entries, std::memory_order_relaxed); }
+  void release(std::size_t entries) { held_.fetch_sub(entries, std::memory_order_relaxed); }
+  std::size_t held() const { return held_.load(std::memory_order_relaxed); }
 
   // Whether add() could apply `increments` without passing max_pending_sum, given
   // deltas of total magnitude `unapplied` that will be applied first (to any keys).
@@ -109,8 +122,9 @@ class pending_store {
   // Keys held in the shards now: counters and pending buckets.
   std::size_t keys() const { return keys_.load(std::memory_order_relaxed); }
 
-  // The flusher reports how many rows it holds that are not yet written; they count
-  // against the pending limit so that memory stays bounded during an outage.
+  // The flusher reports how many entries its batches hold that are not yet written
+  // (rows, bucket rows and Idempotency-Keys); they count against the pending limit so
+  // that memory stays bounded during an outage.
   void set_unwritten_rows(std::size_t rows) {
     unwritten_rows_.store(rows, std::memory_order_relaxed);
   }
@@ -128,6 +142,7 @@ class pending_store {
   bucket_spec buckets_;
   std::atomic<std::size_t> keys_{0};
   std::atomic<std::size_t> unwritten_rows_{0};
+  std::atomic<std::size_t> held_{0};
 };
 
 }  // namespace slotted::store

@@ -41,5 +41,17 @@ TEST(ErrorClassification, AutoIncrementExhaustionIsRecognised) {
   EXPECT_FALSE(db_error(167, "x").data_error()) << "never split and dropped as a bad row";
 }
 
+// Issue 21, item 1: a statement over max_allowed_packet. The daemon's own refusal (2020,
+// nothing sent) splits the batch; the server's (1153) closes the connection, which is
+// then lost, never a data error nor retried on it.
+TEST(ErrorClassification, AStatementTooLargeIsNeitherDataNorRetriedWhole) {
+  EXPECT_TRUE(db_error(2020, "too large").too_large());
+  EXPECT_FALSE(db_error(2020, "too large").connection_lost());
+  EXPECT_FALSE(db_error(2020, "too large").fatal());
+  EXPECT_FALSE(db_error(1153, "packet").too_large());
+  EXPECT_TRUE(db_error(1153, "packet").connection_lost());
+  EXPECT_FALSE(db_error(1264, "range").too_large());
+}
+
 }  // namespace
 }  // namespace slotted::db

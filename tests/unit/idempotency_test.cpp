@@ -6,6 +6,7 @@
 #include <random>
 #include <thread>
 
+#include "db/sql.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "wal/record.hpp"
@@ -49,56 +50,68 @@ TEST(IdempotencyKey, TheBodyHashIsFixedAcrossProcessesAndTellsBodiesApart) {
 
 TEST(KeyedStore, AnswersRetriesConflictsAndTheLimit) {
   metrics::registry m;
-  keyed_store s(1h, 100, m);
+  store::pending_store bound(1);
+  keyed_store s(1h, 100, m, bound);
   auto first = req("k1", {{7, 1, 2}, {7, 2, 3}});
   auto retry = first;
   auto other = req("k1", {{7, 1, 9}});
-  EXPECT_EQ(s.admit(first, 0, 1000, true).result, admit_result::fresh);
-  EXPECT_EQ(s.pending_items(), 2u);
+  EXPECT_EQ(s.admit(first, 1000, true).result, admit_result::fresh);
+  EXPECT_EQ(s.pending_entries(), 3u);  // its key and its two increments
+  EXPECT_EQ(bound.pending_entries(), 3u);
   EXPECT_EQ(s.pending({7, 1}), 2);
-  const auto again = s.admit(retry, 0, 1000, true);
+  const auto again = s.admit(retry, 1000, true);
   EXPECT_EQ(again.result, admit_result::replay);
   EXPECT_EQ(again.accepted, 2u);
-  EXPECT_EQ(s.admit(other, 0, 1000, true).result, admit_result::conflict);
-  EXPECT_EQ(s.pending_items(), 2u);  // neither was added
-  // The pending limit counts what the store holds and the keyed requests pending.
+  EXPECT_EQ(s.admit(other, 1000, true).result, admit_result::conflict);
+  EXPECT_EQ(s.pending_entries(), 3u);  // neither was added
+  // The pending limit counts everything pending: the keyed requests and the rest.
   auto k2 = req("k2", {{7, 3, 1}});
-  EXPECT_EQ(s.admit(k2, 998, 1000, true).result, admit_result::over_limit);
-  EXPECT_EQ(s.admit(k2, 997, 1000, true).result, admit_result::fresh);
-  // Taken for a flush: still known, no longer pending.
+  bound.set_unwritten_rows(997);
+  EXPECT_EQ(s.admit(k2, 1000, true).result, admit_result::over_limit);
+  bound.set_unwritten_rows(996);
+  EXPECT_EQ(s.admit(k2, 1000, true).result, admit_result::fresh);
+  EXPECT_EQ(bound.pending_entries(), 996u + 3u + 2u);
+  // Taken for a flush: still known, no longer pending (the flusher's queue counts
+  // them from then on).
   EXPECT_EQ(s.take_pending().size(), 2u);
-  EXPECT_EQ(s.pending_items(), 0u);
-  EXPECT_EQ(s.admit(retry, 0, 1000, true).result, admit_result::replay);
+  EXPECT_EQ(s.pending_entries(), 0u);
+  EXPECT_EQ(bound.held(), 0u);
+  EXPECT_EQ(s.admit(retry, 1000, true).result, admit_result::replay);
   EXPECT_EQ(s.indexed_keys(), 2u);
 }
 
 TEST(KeyedStore, AReservationIsInProgressUntilAcceptedOrAbandoned) {
   metrics::registry m;
-  keyed_store s(1h, 100, m);
+  store::pending_store bound(1);
+  keyed_store s(1h, 100, m, bound);
   auto r = req("k", {{1, 1, 1}});
   auto copy = r;
-  EXPECT_EQ(s.admit(r, 0, 1000, false).result, admit_result::fresh);
-  EXPECT_EQ(s.pending_items(), 0u);
-  EXPECT_EQ(s.admit(copy, 0, 1000, false).result, admit_result::in_progress);
+  EXPECT_EQ(s.admit(r, 1000, false).result, admit_result::fresh);
+  EXPECT_EQ(s.pending_entries(), 0u);
+  EXPECT_EQ(bound.held(), 2u);  // reserved: held against the limit while it is logged
+  EXPECT_EQ(s.admit(copy, 1000, false).result, admit_result::in_progress);
   s.abandon("k");  // the log could not be written: as if never seen
-  EXPECT_EQ(s.admit(copy, 0, 1000, false).result, admit_result::fresh);
+  EXPECT_EQ(bound.held(), 0u);
+  EXPECT_EQ(s.admit(copy, 1000, false).result, admit_result::fresh);
   s.accept(std::move(copy));
-  EXPECT_EQ(s.pending_items(), 1u);
+  EXPECT_EQ(s.pending_entries(), 2u);
+  EXPECT_EQ(bound.held(), 2u);
   auto again = r;
-  EXPECT_EQ(s.admit(again, 0, 1000, false).result, admit_result::replay);
+  EXPECT_EQ(s.admit(again, 1000, false).result, admit_result::replay);
 }
 
 // For a request that is not admitted (its `at` cannot be filed): what the index knows,
 // and nothing remembered or pending because of the look-up.
 TEST(KeyedStore, ALookUpAnswersAsAdmitButAdmitsNothing) {
   metrics::registry m;
-  keyed_store s(1h, 100, m);
+  store::pending_store bound(1);
+  keyed_store s(1h, 100, m, bound);
   auto r = req("k", {{7, 1, 2}, {7, 2, 3}});
   const auto h = r.hash;
   EXPECT_EQ(s.lookup("k", h).result, admit_result::fresh);
   EXPECT_EQ(s.indexed_keys(), 0u);
-  EXPECT_EQ(s.pending_items(), 0u);
-  ASSERT_EQ(s.admit(r, 0, 1000, false).result, admit_result::fresh);
+  EXPECT_EQ(s.pending_entries(), 0u);
+  ASSERT_EQ(s.admit(r, 1000, false).result, admit_result::fresh);
   EXPECT_EQ(s.lookup("k", h).result, admit_result::in_progress);
   s.accept(std::move(r));
   const auto found = s.lookup("k", h);
@@ -106,7 +119,7 @@ TEST(KeyedStore, ALookUpAnswersAsAdmitButAdmitsNothing) {
   EXPECT_EQ(found.accepted, 2u);
   EXPECT_EQ(s.lookup("k", hash_of(std::vector<ingest::increment>{{7, 1, 9}})).result,
             admit_result::conflict);
-  EXPECT_EQ(s.pending_items(), 2u);
+  EXPECT_EQ(s.pending_entries(), 3u);
   EXPECT_EQ(s.indexed_keys(), 1u);
   EXPECT_NE(m.serialize().find("slotted_counterd_idempotency_replays_total 1\n"),
             std::string::npos);
@@ -115,33 +128,72 @@ TEST(KeyedStore, ALookUpAnswersAsAdmitButAdmitsNothing) {
 TEST(KeyedStore, ForgetsKeysPastTheWindowAndBeyondItsBound) {
   metrics::registry m;
   {
-    keyed_store s(50ms, 100, m);
+    store::pending_store bound(1);
+    keyed_store s(50ms, 100, m, bound);
     auto r = req("old", {{1, 1, 1}});
     auto retry = r;
-    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    ASSERT_EQ(s.admit(r, 1000, true).result, admit_result::fresh);
     std::this_thread::sleep_for(60ms);  // the window is the condition
-    EXPECT_EQ(s.admit(retry, 0, 1000, true).result, admit_result::fresh);
+    EXPECT_EQ(s.admit(retry, 1000, true).result, admit_result::fresh);
   }
   metrics::registry m2;
   // 16 shards, one key each: every shard forgets its oldest beyond its share.
-  keyed_store s(1h, 16, m2);
+  store::pending_store bound(1);
+  keyed_store s(1h, 16, m2, bound);
   for (int i = 0; i < 200; ++i) {
     auto r = req("k" + std::to_string(i), {{1, 1, 1}});
-    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    ASSERT_EQ(s.admit(r, 1000, true).result, admit_result::fresh);
   }
   s.take_pending();
   EXPECT_LE(s.indexed_keys(), 16u);
   auto newest = req("k199", {{1, 1, 1}});
-  EXPECT_EQ(s.admit(newest, 0, 1000, true).result, admit_result::replay);
+  EXPECT_EQ(s.admit(newest, 1000, true).result, admit_result::replay);
   auto oldest = req("k0", {{1, 1, 1}});
-  EXPECT_EQ(s.admit(oldest, 0, 1000, true).result, admit_result::fresh);
+  EXPECT_EQ(s.admit(oldest, 1000, true).result, admit_result::fresh);
+}
+
+// Issue 21, item 1: a keyed request without increments is a pending entry (its key), so
+// fresh keys with `[]` cannot pile up past the limit.
+TEST(KeyedStore, RequestsWithoutIncrementsCountAgainstThePendingLimit) {
+  metrics::registry m;
+  store::pending_store bound(1);
+  keyed_store s(1h, 100000, m, bound);
+  std::size_t fresh = 0;
+  for (int i = 0; i < 1000; ++i) {
+    auto r = req("empty-" + std::to_string(i), {});
+    const auto a = s.admit(r, 100, true).result;
+    if (a == admit_result::fresh) ++fresh;
+    else EXPECT_EQ(a, admit_result::over_limit) << i;
+  }
+  EXPECT_EQ(fresh, 100u);
+  EXPECT_EQ(bound.pending_entries(), 100u);
+  EXPECT_EQ(s.take_pending().size(), 100u);
+  EXPECT_EQ(bound.pending_entries(), 0u);
+}
+
+// Issue 21, item 9: one bound for everything pending. Keyed requests not yet in a batch
+// count against the limit of plain increments, and the other way round.
+TEST(KeyedStore, PendingKeyedRequestsCountAgainstTheLimitOfPlainIncrements) {
+  metrics::registry m;
+  store::pending_store bound(4);
+  keyed_store s(1h, 100000, m, bound);
+  auto r = req("k", {{7, 1, 1}, {7, 2, 1}, {7, 3, 1}, {7, 4, 1}});  // 5 entries
+  ASSERT_EQ(s.admit(r, 10, true).result, admit_result::fresh);
+  std::size_t applied = 0;
+  for (std::uint64_t id = 100; id < 120; ++id) {
+    const std::vector<ingest::increment> inc{{1, id, 1}};
+    if (bound.add(inc, 10) == store::add_result::applied) ++applied;
+  }
+  EXPECT_EQ(applied, 5u);  // 5 keyed entries + 5 counters reach the limit of 10
+  auto other = req("k2", {{7, 9, 1}});
+  EXPECT_EQ(s.admit(other, 10, true).result, admit_result::over_limit);
 }
 
 // Whether `s` remembers `key` (with the body {1, 1, 1}), without changing what it
 // remembers: an unknown key asked with no pending room left is refused, not remembered.
 bool remembers(keyed_store& s, const std::string& key) {
   auto probe = req(key, {{1, 1, 1}});
-  const auto r = s.admit(probe, 0, 0, true).result;
+  const auto r = s.admit(probe, 0, true).result;
   EXPECT_NE(r, admit_result::fresh);
   return r != admit_result::over_limit;
 }
@@ -153,22 +205,23 @@ TEST(KeyedStore, ExpiryDropsTheOldestFirstAndNeverAnEntryInFlight) {
   metrics::registry m;
   // A window long enough that the keys admitted after the sleep outlive the test on a
   // loaded machine.
-  keyed_store s(1s, 100000, m);
+  store::pending_store bound(1);
+  keyed_store s(1s, 100000, m, bound);
   auto held = req("held", {{1, 1, 1}});
   auto held_copy = held;
-  ASSERT_EQ(s.admit(held, 0, 1000, false).result, admit_result::fresh);  // in flight
+  ASSERT_EQ(s.admit(held, 1000, false).result, admit_result::fresh);  // in flight
   for (int i = 0; i < 40; ++i) {
     auto r = req("a" + std::to_string(i), {{1, 1, 1}});
-    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    ASSERT_EQ(s.admit(r, 1000, true).result, admit_result::fresh);
   }
   std::this_thread::sleep_for(1100ms);  // the window is the condition
   for (int i = 0; i < 40; ++i) {
     auto r = req("b" + std::to_string(i), {{1, 1, 1}});
-    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    ASSERT_EQ(s.admit(r, 1000, true).result, admit_result::fresh);
   }
   s.take_pending();  // expires every shard
   // Past its window, but in flight: still answered as being logged.
-  EXPECT_EQ(s.admit(held_copy, 0, 1000, false).result, admit_result::in_progress);
+  EXPECT_EQ(s.admit(held_copy, 1000, false).result, admit_result::in_progress);
   for (int i = 0; i < 40; ++i) EXPECT_TRUE(remembers(s, "b" + std::to_string(i))) << i;
   // The "a" keys behind "held" in its shard wait for it; every other one is gone.
   std::size_t a_left = 0;
@@ -184,22 +237,23 @@ TEST(KeyedStore, ExpiryDropsTheOldestFirstAndNeverAnEntryInFlight) {
 
 TEST(KeyedStore, BeyondMaxKeysTheOldestGoButNeverAReservation) {
   metrics::registry m;
-  keyed_store s(1h, 16, m);  // 16 shards: one key each
+  store::pending_store bound(1);
+  keyed_store s(1h, 16, m, bound);  // 16 shards: one key each
   auto held = req("held", {{1, 1, 1}});
   auto held_copy = held;
-  ASSERT_EQ(s.admit(held, 0, 1000, false).result, admit_result::fresh);  // in flight
+  ASSERT_EQ(s.admit(held, 1000, false).result, admit_result::fresh);  // in flight
   // A reservation abandoned in the middle of a shard's age list: unlinked at once.
   auto gone = req("gone", {{1, 1, 1}});
   for (int i = 0; i < 200; ++i) {
     auto r = req("k" + std::to_string(i), {{1, 1, 1}});
-    ASSERT_EQ(s.admit(r, 0, 1000, true).result, admit_result::fresh);
+    ASSERT_EQ(s.admit(r, 1000, true).result, admit_result::fresh);
     if (i == 100) {
-      ASSERT_EQ(s.admit(gone, 0, 1000, false).result, admit_result::fresh);
+      ASSERT_EQ(s.admit(gone, 1000, false).result, admit_result::fresh);
     }
   }
   s.abandon("gone");
   s.take_pending();
-  EXPECT_EQ(s.admit(held_copy, 0, 1000, false).result, admit_result::in_progress);
+  EXPECT_EQ(s.admit(held_copy, 1000, false).result, admit_result::in_progress);
   EXPECT_FALSE(remembers(s, "gone"));
   EXPECT_TRUE(remembers(s, "k199"));  // the newest of its shard
   std::size_t left = 0;
@@ -218,7 +272,8 @@ TEST(KeyedStore, BeyondMaxKeysTheOldestGoButNeverAReservation) {
 // then drops the entries before it in its shard and stops at it.
 TEST(KeyedStore, AKeyRememberedAgainMovesToTheNewestEnd) {
   metrics::registry m;
-  keyed_store s(1s, 100000, m);
+  store::pending_store bound(1);
+  keyed_store s(1s, 100000, m, bound);
   std::vector<keyed_request> first;
   for (int i = 0; i < 100; ++i) first.push_back(req("k" + std::to_string(i), {{1, 1, 1}}));
   s.restore({}, first);                 // k0 the oldest of its shard, behind it about 6 others
@@ -236,7 +291,8 @@ TEST(KeyedStore, AKeyRememberedAgainMovesToTheNewestEnd) {
 // the expired ones, and every pending request is pending again, forgotten key or not.
 TEST(KeyedStore, KeysRestoredFromTheWalAreForgottenAWindowAfterTheyWereReceived) {
   metrics::registry m;
-  keyed_store s(1h, 100000, m);
+  store::pending_store bound(1);
+  keyed_store s(1h, 100000, m, bound);
   const std::int64_t now = now_ms();
   const auto at = [](keyed_request r, std::int64_t received_ms) {
     r.received_ms = received_ms;
@@ -258,7 +314,46 @@ TEST(KeyedStore, KeysRestoredFromTheWalAreForgottenAWindowAfterTheyWereReceived)
     EXPECT_FALSE(remembers(s, "old-b" + n));
     EXPECT_FALSE(remembers(s, "old-p" + n));
   }
-  EXPECT_EQ(s.pending_items(), 100u);
+  // 100 requests pending again, each its key and its one increment.
+  EXPECT_EQ(s.pending_entries(), 200u);
+  EXPECT_EQ(bound.pending_entries(), 200u);
+}
+
+// Issue 21, item 1: batches are bounded by keys and by the bytes of their claim, not by
+// items alone: keyed requests without increments used to form one batch of them all.
+TEST(KeyedBatches, CutByKeysAndByTheBytesOfTheirClaim) {
+  std::mt19937_64 rng(1);
+  std::vector<keyed_request> empty;
+  for (int i = 0; i < 1000; ++i) empty.push_back(req("e" + std::to_string(10000 + i), {}));
+  std::size_t dropped = 0;
+  auto batches = form_keyed_batches(empty, 100, 10, 77, 1, rng, {}, dropped);
+  ASSERT_EQ(batches.size(), 10u);
+  for (const auto& b : batches) EXPECT_EQ(b.keyed.size(), 100u);
+
+  std::vector<keyed_request> long_keys;
+  for (int i = 0; i < 1000; ++i) {
+    std::string key = "k" + std::to_string(10000 + i);
+    long_keys.push_back(req(key + std::string(128 - key.size(), 'x'), {{1, 1, 1}}));
+  }
+  constexpr std::size_t budget = 64 * 1024;
+  batches = form_keyed_batches(long_keys, 100000, 10, 77, 1, rng, {}, dropped, store::no_buckets(),
+                               budget);
+  EXPECT_GT(batches.size(), 1u);
+  std::size_t keys = 0;
+  for (const auto& b : batches) {
+    keys += b.keyed.size();
+    std::size_t bytes = claim_fixed_bytes;
+    for (const auto& r : b.keyed) bytes += claim_bytes(r);
+    EXPECT_LE(bytes, budget);
+    // The bound holds for the statement itself.
+    std::vector<std::string> quoted;
+    for (const auto& r : b.keyed) quoted.push_back("'" + r.key + "'");
+    EXPECT_LE(db::idempotency_keys_claim(b.keyed, quoted, "'" + std::string(64, 'i') + "'",
+                                         UINT64_MAX >> 1, UINT64_MAX >> 1, std::chrono::hours(24))
+                  .size(),
+              budget);
+  }
+  EXPECT_EQ(keys, 1000u);
 }
 
 TEST(KeyedBatches, SortedByKeyCutByItemsAndAKeyTwiceKeptOnce) {
