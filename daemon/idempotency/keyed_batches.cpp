@@ -124,7 +124,7 @@ keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
-    const store::bucket_spec& buckets) {
+    const store::bucket_spec& buckets, std::int64_t local_now_ms) {
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
@@ -145,8 +145,10 @@ keyed_outcome commit_keyed_batch(
     // batch takes the row over. Judged by when each request arrived (`created` holds
     // the first one's arrival), not by when this batch commits: a retry accepted inside
     // the window stays a retry however late its flush.
-    conn.execute(
-        db::idempotency_keys_claim(requests, quoted_keys, instance, id.run_id, id.seq, window));
+    // Each request's age by this instance's clock, its arrival by the database's (one
+    // clock for every instance, whatever their skew).
+    conn.execute(db::idempotency_keys_claim(requests, quoted_keys, instance, id.run_id, id.seq,
+                                            window, local_now_ms != 0 ? local_now_ms : now_ms()));
     // A locking read: the latest committed rows, whatever this transaction's snapshot.
     const auto found = conn.query(db::idempotency_keys_select_locked(quoted_keys));
     const std::string run = std::to_string(id.run_id), seq = std::to_string(id.seq);
@@ -203,8 +205,10 @@ keyed_outcome commit_keyed_batch(
 
 std::optional<committed_key> find_committed_key(db::connection& conn, const std::string& key,
                                                 std::int64_t received_ms,
-                                                std::chrono::milliseconds window) {
-  const auto rows = conn.query(db::idempotency_keys_find(conn.quote(key), received_ms, window));
+                                                std::chrono::milliseconds window,
+                                                std::int64_t local_now_ms) {
+  const std::int64_t age = (local_now_ms != 0 ? local_now_ms : now_ms()) - received_ms;
+  const auto rows = conn.query(db::idempotency_keys_find(conn.quote(key), age, window));
   if (rows.empty() || !rows[0][0] || !rows[0][1]) return std::nullopt;
   return committed_key{*rows[0][0], static_cast<std::uint32_t>(std::stoul(*rows[0][1]))};
 }
@@ -217,10 +221,14 @@ std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window,
   // find that key when it commits. Only a retry pending for longer than a whole window
   // (an instance cut off from the database that long) can miss it.
   for (int i = 0; i < max_chunks; ++i) {
-    conn.execute(db::idempotency_keys_prune(2 * window, chunk));
-    const auto n = conn.affected_rows();
-    deleted += n;
-    if (n < chunk) break;
+    std::vector<std::string> keys;
+    for (const auto& row : conn.query(db::idempotency_keys_prune_select(2 * window, chunk))) {
+      if (row[0]) keys.push_back(conn.quote(*row[0]));
+    }
+    if (keys.empty()) break;
+    conn.execute(db::idempotency_keys_delete(keys, 2 * window));
+    deleted += conn.affected_rows();
+    if (keys.size() < chunk) break;
   }
   return deleted;
 }
