@@ -95,14 +95,21 @@ pool::pool(connect_options options, unsigned size)
 
 pool::lease pool::acquire() {
   std::unique_lock lock(mutex_);
-  available_.wait(lock, [&] { return free_slots_ > 0; });
+  // First come, first served: a caller that gives a connection back and asks again at
+  // once (a loop of reads) queues behind those already waiting.
+  const std::uint64_t ticket = next_ticket_++;
+  available_.wait(lock, [&] { return serving_ == ticket && free_slots_ > 0; });
+  ++serving_;
   --free_slots_;
+  // The next in line may find a slot free too.
+  if (free_slots_ > 0 && serving_ != next_ticket_) available_.notify_all();
   return lend(lock);
 }
 
 std::optional<pool::lease> pool::try_acquire() {
   std::unique_lock lock(mutex_);
-  if (free_slots_ == 0) return std::nullopt;
+  // Never ahead of a caller waiting in acquire().
+  if (free_slots_ == 0 || serving_ != next_ticket_) return std::nullopt;
   --free_slots_;
   return lend(lock);
 }
@@ -136,7 +143,8 @@ void pool::give_back(std::optional<connection> conn, std::size_t host) {
     if (conn) idle_.push_back({std::move(*conn), host});
     ++free_slots_;
   }
-  available_.notify_one();
+  // All: notify_one could wake a waiter whose turn it is not.
+  available_.notify_all();
 }
 
 }  // namespace slotted::db

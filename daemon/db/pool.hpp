@@ -11,14 +11,19 @@
 // that fails mid-batch leaves the batch in doubt; the flusher resolves it against the
 // ledger through whichever host it reaches next (the ledger lives in the cluster).
 //
-// acquire() blocks while every connection is lent out; try_acquire() does not wait for
-// one to come back (opening a new one may still take connect_timeout per host tried).
+// acquire() blocks while every connection is lent out, and serves its callers in the
+// order they came (a fair queue: a loop of reads that gives its connection back and asks
+// again at once cannot starve the flusher waiting for one, which must resolve a batch in
+// doubt before the reads stop waiting on it); try_acquire() does not wait for one to
+// come back, nor take one ahead of a caller waiting in acquire() (opening a new one may
+// still take connect_timeout per host tried).
 // A lease whose connection met a connection-lost error is discarded and the connection
 // is closed; idle connections to a host that is no longer current are closed instead
 // of being lent out.
 // Thread-safety: connect(), acquire() and try_acquire() may be called from any thread.
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -129,6 +134,8 @@ class pool {
   std::condition_variable available_;
   std::vector<idle_connection> idle_;
   unsigned free_slots_;
+  std::uint64_t next_ticket_ = 0;  // acquire()'s queue: the next caller's ticket
+  std::uint64_t serving_ = 0;      // the ticket whose turn it is
 };
 
 }  // namespace slotted::db

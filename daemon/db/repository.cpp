@@ -13,8 +13,25 @@ namespace slotted::db {
 void migrate(connection& conn, const std::string& table) {
   conn.execute(create_counters_table(table));
   conn.execute(create_ledger_table());
+  // A ledger made before its prune of every instance's rows lacks their index.
+  if (conn.query(index_exists_select(conn.quote(ledger_table), conn.quote(ledger_time_index)))
+          .empty())
+    conn.execute(ledger_add_time_index());
   conn.execute(create_dirty_table());
   conn.execute(create_idempotency_keys_table());
+  migrate_idempotency_keys(conn);
+}
+
+void migrate_idempotency_keys(connection& conn) {
+  const std::string quoted = conn.quote(idempotency_keys_table);
+  bool has_created = false, has_created_ms = false;
+  for (const auto& r : conn.query(columns_select(quoted))) {
+    has_created = has_created || r[0].value_or("") == "created";
+    has_created_ms = has_created_ms || r[0].value_or("") == "created_ms";
+  }
+  if (!has_created) return;  // this version's layout (or converted by a run before)
+  const bool has_by_age = !conn.query(index_exists_select(quoted, conn.quote("by_age"))).empty();
+  for (const auto& sql : idempotency_keys_upgrade(has_created_ms, has_by_age)) conn.execute(sql);
 }
 
 namespace {
@@ -78,7 +95,14 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   key_limits limits;
   // Optional, so that a daemon upgraded before its --migrate keeps flushing what has no
   // Idempotency-Key; keyed requests are refused until the table is there.
-  limits.idempotency_keys = table_exists(conn, idempotency_keys_table);
+  if (table_exists(conn, idempotency_keys_table)) {
+    limits.idempotency_keys = !conn.query(column_exists_select(conn.quote(idempotency_keys_table),
+                                                               conn.quote("created_ms")))
+                                   .empty();
+    limits.idempotency_keys_unmigrated = !limits.idempotency_keys;
+  } else {
+    limits.idempotency_keys = false;
+  }
   for (const auto& r : columns) {
     const std::string name = r[0].value_or(""), type = r[1].value_or(""), full = r[2].value_or("");
     if (name == "record_type")
@@ -255,10 +279,43 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
   }
 }
 
-void prune_ledger(connection& conn, const batch_identity& keep_from,
-                  std::uint64_t max_age_seconds) {
-  conn.execute(ledger_prune(conn.quote(keep_from.instance_id), keep_from.run_id, keep_from.seq,
-                            max_age_seconds, 10000));
+ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_from,
+                                 std::uint64_t own_max_age_seconds,
+                                 std::uint64_t others_max_age_seconds, std::size_t chunk,
+                                 int max_chunks) {
+  ledger_prune_result r;
+  const std::string instance = conn.quote(keep_from.instance_id);
+  // Chunks of one side until one comes short; true when the last was still full.
+  const auto side = [&](const auto& select, std::uint64_t max_age) {
+    for (int i = 0; i < max_chunks; ++i) {
+      // One DELETE per (instance, run) met, in key order.
+      std::map<std::pair<std::string, std::uint64_t>, std::vector<std::uint64_t>> runs;
+      std::size_t read = 0;
+      for (const auto& row : conn.query(select())) {
+        ++read;
+        if (!row[0] || !row[1] || !row[2]) continue;
+        runs[{*row[0], std::stoull(*row[1])}].push_back(std::stoull(*row[2]));
+      }
+      for (auto& [run, seqs] : runs) {
+        std::sort(seqs.begin(), seqs.end());
+        conn.execute(ledger_delete(conn.quote(run.first), run.second, seqs, max_age));
+        r.deleted += conn.affected_rows();
+      }
+      if (read < chunk) return false;
+    }
+    return true;
+  };
+  const bool own_behind = side(
+      [&] {
+        return ledger_prune_select(instance, keep_from.run_id, keep_from.seq, own_max_age_seconds,
+                                   chunk);
+      },
+      own_max_age_seconds);
+  const bool others_behind =
+      side([&] { return ledger_stale_select(instance, others_max_age_seconds, chunk); },
+           others_max_age_seconds);
+  r.behind = own_behind || others_behind;
+  return r;
 }
 
 std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,

@@ -15,9 +15,16 @@
 
 namespace slotted::db {
 
-// Creates the counters table and the ledger if missing. Idempotent; never alters an
-// existing table (a seed-style table is left as it is).
+// Creates the counters table, the ledger, the dirty marks and the Idempotency-Key table
+// if missing. Idempotent. Alters no counters table (a seed-style table is left as it
+// is); brings the daemon's own tables of an earlier version up to date (the ledger's
+// `by_time` index, the keys table's `created_ms`).
 void migrate(connection& conn, const std::string& table);
+
+// Converts an Idempotency-Key table of the layout before (`created` TIMESTAMP(3), which
+// ends in 2038) to `created_ms` (sql.hpp), keeping each key's time; nothing when it is
+// converted already. Safe to run again, also after a run cut short. Part of migrate().
+void migrate_idempotency_keys(connection& conn);
 
 // Creates the bucket tables (`<table>_hour`, `<table>_day`) that `buckets` uses, if
 // missing (--migrate). Idempotent.
@@ -61,7 +68,10 @@ prune_chunk prune_buckets(connection& conn, const std::string& table, store::gra
 struct key_limits {
   std::uint64_t max_record_type = ingest::max_record_type;
   std::uint64_t max_record_id = ingest::max_record_id;
-  bool idempotency_keys = true;  // the Idempotency-Key table exists
+  bool idempotency_keys = true;  // the Idempotency-Key table exists, in this version's layout
+  // ... it exists, in the layout before `created_ms` (--migrate converts it): unusable
+  // until then, like a missing one.
+  bool idempotency_keys_unmigrated = false;
 };
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups);
 
@@ -176,8 +186,23 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
                              std::span<const store::granularity> bucket_grans,
                              reset_progress& progress);
 
-// Deletes old ledger rows of this instance (see sql.hpp ledger_prune).
-void prune_ledger(connection& conn, const batch_identity& keep_from, std::uint64_t max_age_seconds);
+// The ledger's retention, one run of it: deletes this instance's rows older than
+// `own_max_age_seconds` except those of `keep_from`'s run from its seq on (see sql.hpp
+// ledger_prune_select), then every other instance's rows older than `others_max_age_seconds`
+// (ledger_stale_select: an instance that never comes back, a container under a new
+// hostname, leaves its rows for any instance to delete). Each in chunks of `chunk` rows
+// (keys read without a lock, then ledger_delete through the primary key, each
+// statement committing on its own: a chunk locks only the rows it deletes), at
+// most `max_chunks` chunks each; `behind` is set when a side had more than that (the
+// caller runs again soon). Returns rows deleted. Throws db_error.
+struct ledger_prune_result {
+  std::uint64_t deleted = 0;
+  bool behind = false;
+};
+ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_from,
+                                 std::uint64_t own_max_age_seconds,
+                                 std::uint64_t others_max_age_seconds, std::size_t chunk = 1000,
+                                 int max_chunks = 10);
 
 // The ledger's batch_seq values of this instance and run that are parts of split
 // batches (a split index above 1, see flush::split_batch): a batch replayed from the

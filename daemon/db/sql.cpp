@@ -1,5 +1,6 @@
 #include "db/sql.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <type_traits>
@@ -100,6 +101,15 @@ std::string column_exists_select(std::string_view quoted_table, std::string_view
       .append(quoted_column);
 }
 
+std::string index_exists_select(std::string_view quoted_table, std::string_view quoted_index) {
+  return std::string("SELECT 1 FROM information_schema.STATISTICS")
+      .append(in_table)
+      .append(quoted_table)
+      .append(" AND INDEX_NAME = ")
+      .append(quoted_index)
+      .append(" LIMIT 1");
+}
+
 std::string autoincrement_column_select(std::string_view quoted_table) {
   return std::string(
              "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE) FROM "
@@ -162,8 +172,15 @@ std::string create_ledger_table() {
          "  `row_count` INT UNSIGNED NOT NULL,\n"
          "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
          "  PRIMARY KEY (`instance_id`, `run_id`, `batch_seq`),\n"
-         "  KEY `by_age` (`instance_id`, `committed_at`)\n"
+         "  KEY `by_age` (`instance_id`, `committed_at`),\n"
+         // Every instance's old rows (an instance that never comes back leaves its own).
+         "  KEY `by_time` (`committed_at`)\n"
          ") ENGINE=InnoDB";
+}
+
+std::string ledger_add_time_index() {
+  return "ALTER TABLE " + quote_identifier(ledger_table) + " ADD KEY " +
+         quote_identifier(ledger_time_index) + " (`committed_at`)";
 }
 
 std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id,
@@ -175,10 +192,11 @@ std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id
   return sql;
 }
 
-std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
-                         std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
-                         std::size_t limit) {
-  std::string sql = "DELETE FROM " + quote_identifier(ledger_table) + " WHERE `instance_id` = ";
+std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t run_id,
+                                std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
+                                std::size_t limit) {
+  std::string sql = "SELECT `instance_id`, `run_id`, `batch_seq` FROM " +
+                    quote_identifier(ledger_table) + " WHERE `instance_id` = ";
   sql += quoted_instance;
   sql += " AND `committed_at` < NOW(3) - INTERVAL ";
   append_int(sql, max_age_seconds);
@@ -186,8 +204,37 @@ std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
   append_int(sql, run_id);
   sql += " AND `batch_seq` >= ";
   append_int(sql, keep_from_seq);
-  sql += ") LIMIT ";
+  sql += ") ORDER BY `committed_at` LIMIT ";
   append_int(sql, limit);
+  return sql;
+}
+
+std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t max_age_seconds,
+                                std::size_t limit) {
+  std::string sql = "SELECT `instance_id`, `run_id`, `batch_seq` FROM " +
+                    quote_identifier(ledger_table) + " WHERE `committed_at` < NOW(3) - INTERVAL ";
+  append_int(sql, max_age_seconds);
+  sql += " SECOND AND `instance_id` <> ";
+  sql += quoted_instance;
+  sql += " ORDER BY `committed_at` LIMIT ";
+  append_int(sql, limit);
+  return sql;
+}
+
+std::string ledger_delete(std::string_view quoted_instance, std::uint64_t run_id,
+                          std::span<const std::uint64_t> seqs, std::uint64_t max_age_seconds) {
+  // The multi-table form, for its index hint: without it the optimizer may scan the
+  // table for a long IN list and wait on (and lock) rows it does not delete.
+  const std::string t = quote_identifier(ledger_table);
+  std::string sql = "DELETE " + t + " FROM " + t + " FORCE INDEX (PRIMARY) WHERE `instance_id` = ";
+  sql += quoted_instance;
+  sql += " AND `run_id` = ";
+  append_int(sql, run_id);
+  sql += " AND `batch_seq` IN ";
+  append_int_list(sql, seqs);
+  sql += " AND `committed_at` < NOW(3) - INTERVAL ";
+  append_int(sql, max_age_seconds);
+  sql += " SECOND";
   return sql;
 }
 
@@ -359,41 +406,68 @@ std::string create_idempotency_keys_table() {
          "  `instance_id` VARCHAR(64) NOT NULL,\n"
          "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
          "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-         // When the first request with the key arrived (its instance's clock).
-         "  `created` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
+         // When the first request with the key arrived: unix milliseconds by the
+         // database's clock (see sql.hpp).
+         "  `created_ms` BIGINT NOT NULL,\n"
          "  PRIMARY KEY (`idem_key`),\n"
-         "  KEY `by_age` (`created`)\n"
+         "  KEY `by_age` (`created_ms`)\n"
          ") ENGINE=InnoDB";
 }
+
+std::vector<std::string> idempotency_keys_upgrade(bool has_created_ms, bool has_by_age) {
+  const std::string t = quote_identifier(idempotency_keys_table);
+  std::vector<std::string> out;
+  if (!has_created_ms)
+    out.push_back("ALTER TABLE " + t +
+                  " ADD COLUMN `created_ms` BIGINT NOT NULL DEFAULT 0 AFTER `batch_seq`");
+  // The TIMESTAMP's seconds since the epoch, whatever the session's time_zone.
+  out.push_back("UPDATE " + t + " SET `created_ms` = ROUND(UNIX_TIMESTAMP(`created`) * 1000)");
+  out.push_back("ALTER TABLE " + t + (has_by_age ? " DROP KEY `by_age`," : "") +
+                " DROP COLUMN `created`, ALTER COLUMN `created_ms` DROP DEFAULT, "
+                "ADD KEY `by_age` (`created_ms`)");
+  return out;
+}
+
+std::string database_now_ms() {
+  return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)";
+}
+
+namespace {
+// The database's clock, unix milliseconds, less `age_ms`: when something `age_ms` old
+// happened.
+std::string database_ms_ago(std::int64_t age_ms) {
+  return database_now_ms() + " - " + std::to_string(std::max<std::int64_t>(0, age_ms));
+}
+}  // namespace
 
 std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> requests,
                                    std::span<const std::string> quoted_keys,
                                    std::string_view quoted_instance, std::uint64_t run_id,
-                                   std::uint64_t batch_seq, std::chrono::milliseconds window) {
+                                   std::uint64_t batch_seq, std::chrono::milliseconds window,
+                                   std::int64_t local_now_ms) {
   const std::string batch_id =
       std::string(quoted_instance) + "," + std::to_string(run_id) + "," + std::to_string(batch_seq);
   std::string out = "INSERT INTO " + quote_identifier(idempotency_keys_table) +
                     " (`idem_key`, `body_hash`, `accepted`, `instance_id`, `run_id`, "
-                    "`batch_seq`, `created`) VALUES ";
+                    "`batch_seq`, `created_ms`) VALUES ";
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto& r = requests[i];
     if (i > 0) out.push_back(',');
     out += "(" + quoted_keys[i] + ",'" + idempotency::hex(r.hash) + "'," +
-           std::to_string(r.increments.size()) + "," + batch_id +
-           (r.received_ms > 0 ? ",FROM_UNIXTIME(" + std::to_string(r.received_ms) + " / 1000))"
-                              : std::string(",NOW(3))"));
+           std::to_string(r.increments.size()) + "," + batch_id + "," +
+           database_ms_ago(r.received_ms > 0 ? local_now_ms - r.received_ms : 0) + ")";
   }
-  // `created` is assigned last, so every IF sees the row's old value; VALUES() is the
-  // arriving request's.
-  const std::string expired = "`created` < VALUES(`created`) - INTERVAL " +
-                              std::to_string(window.count() * 1000) + " MICROSECOND";
+  // `created_ms` is assigned last, so every IF sees the row's old value; VALUES() is
+  // the arriving request's.
+  const std::string expired =
+      "`created_ms` < VALUES(`created_ms`) - " + std::to_string(window.count());
   const auto take = [&](const char* column) {
     return std::string("`") + column + "` = IF(" + expired + ", VALUES(`" + column + "`), `" +
            column + "`)";
   };
   out += " ON DUPLICATE KEY UPDATE " + take("body_hash") + ", " + take("accepted") + ", " +
          take("instance_id") + ", " + take("run_id") + ", " + take("batch_seq") + ", " +
-         take("created");
+         take("created_ms");
   return out;
 }
 
@@ -407,20 +481,30 @@ std::string idempotency_keys_select_locked(std::span<const std::string> quoted_k
   return out + ") LOCK IN SHARE MODE";
 }
 
-std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t received_ms,
+std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t age_ms,
                                   std::chrono::milliseconds window) {
-  // The claim's test for a row to take over, negated: `created` compared with the
-  // arrival as FROM_UNIXTIME gives it, in the same session time zone.
+  // The claim's test for a row to take over, negated, for an arrival `age_ms` ago.
   return "SELECT `body_hash`, `accepted` FROM " + quote_identifier(idempotency_keys_table) +
-         " WHERE `idem_key` = " + std::string(quoted_key) + " AND `created` >= FROM_UNIXTIME(" +
-         std::to_string(received_ms) + " / 1000) - INTERVAL " +
-         std::to_string(window.count() * 1000) + " MICROSECOND";
+         " WHERE `idem_key` = " + std::string(quoted_key) + " AND `created_ms` >= " +
+         database_ms_ago(age_ms) + " - " + std::to_string(window.count());
 }
 
-std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t limit) {
-  return "DELETE FROM " + quote_identifier(idempotency_keys_table) +
-         " WHERE `created` < NOW(3) - INTERVAL " + std::to_string(age.count() * 1000) +
-         " MICROSECOND ORDER BY `created` LIMIT " + std::to_string(limit);
+std::string idempotency_keys_prune_select(std::chrono::milliseconds age, std::size_t limit) {
+  return "SELECT `idem_key` FROM " + quote_identifier(idempotency_keys_table) +
+         " WHERE `created_ms` < " + database_ms_ago(age.count()) +
+         " ORDER BY `created_ms` LIMIT " + std::to_string(limit);
+}
+
+std::string idempotency_keys_delete(std::span<const std::string> quoted_keys,
+                                    std::chrono::milliseconds age) {
+  // The multi-table form, for its index hint (see ledger_delete).
+  const std::string t = quote_identifier(idempotency_keys_table);
+  std::string out = "DELETE " + t + " FROM " + t + " FORCE INDEX (PRIMARY) WHERE `idem_key` IN (";
+  for (std::size_t i = 0; i < quoted_keys.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += quoted_keys[i];
+  }
+  return out + ") AND `created_ms` < " + database_ms_ago(age.count());
 }
 
 std::string bucket_table(std::string_view table, store::granularity g) {

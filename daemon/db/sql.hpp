@@ -44,9 +44,9 @@ inline constexpr const char* session_isolation =
 inline constexpr const char* session_sql_mode =
     "SET SESSION sql_mode = "
     "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'";
-// And UTC: the TIMESTAMP columns (the keys table's `created`, the ledger's
-// `committed_at`) are written through FROM_UNIXTIME and NOW() and compared with INTERVAL
-// arithmetic, all in the session's time_zone. In a zone with daylight saving (the
+// And UTC: the TIMESTAMP column (the ledger's `committed_at`) is written through NOW()
+// and compared with INTERVAL arithmetic, in the session's time_zone (so was the keys
+// table's `created` before it became `created_ms`). In a zone with daylight saving (the
 // server's default is SYSTEM, its host's zone) that arithmetic is on the wall clock: an
 // hour is missing across the spring change, so a keyed retry 23 h 45 min after the
 // first was past a window of 24 h and counted twice.
@@ -73,6 +73,8 @@ std::string columns_select(std::string_view quoted_table);
 std::string unique_index_columns_select(std::string_view quoted_table);
 // One row if the table has this column.
 std::string column_exists_select(std::string_view quoted_table, std::string_view quoted_column);
+// One row if the table has an index of this name.
+std::string index_exists_select(std::string_view quoted_table, std::string_view quoted_index);
 // (name, data type, column type) of the AUTO_INCREMENT column; no row if none.
 std::string autoincrement_column_select(std::string_view quoted_table);
 // (next AUTO_INCREMENT value, this session's auto_increment_increment).
@@ -89,39 +91,79 @@ std::string upsert_statement(std::string_view table, std::span<const counter_row
 
 std::string create_counters_table(std::string_view table);
 std::string create_ledger_table();
+// The ledger's index for its prune of every instance's old rows (ledger_stale_select),
+// added by --migrate to a ledger created before it.
+std::string ledger_add_time_index();
+inline constexpr std::string_view ledger_time_index = "by_time";
 
 // `instance` must already be a quoted literal (connection::quote).
 std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id,
                           std::uint64_t batch_seq, std::size_t rows);
 
-// Deletes this instance's ledger rows older than `max_age_seconds`, except those of the
-// current run from `keep_from_seq` on (batches whose outcome may still be checked).
-std::string ledger_prune(std::string_view quoted_instance, std::uint64_t run_id,
-                         std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
-                         std::size_t limit);
+// The ledger's retention (db::prune_ledger) reads the keys of the rows to delete
+// without locking anything, then deletes exactly those through the primary key
+// (ledger_delete): a DELETE ... ORDER BY committed_at LIMIT n also locks the row past
+// its range's end, a current row a flush may hold.
+// This instance's rows older than `max_age_seconds`, except those of the current run
+// from `keep_from_seq` on (batches whose outcome may still be checked): (instance_id,
+// run_id, batch_seq) of up to `limit` of the oldest, through `by_age`.
+std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t run_id,
+                                std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
+                                std::size_t limit);
+
+// The rows of every instance but `quoted_instance` older than `max_age_seconds`:
+// (instance_id, run_id, batch_seq) of up to `limit` of the oldest, through `by_time`.
+std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t max_age_seconds,
+                                std::size_t limit);
+// Deletes exactly these rows of one instance's run (through the primary key, forced: it
+// locks no other row) while they are still older than `max_age_seconds`. `seqs` must
+// not be empty.
+std::string ledger_delete(std::string_view quoted_instance, std::uint64_t run_id,
+                          std::span<const std::uint64_t> seqs, std::uint64_t max_age_seconds);
 
 std::string create_dirty_table();
 
+// Key times (`created_ms`) are unix milliseconds by the database's clock, a BIGINT:
+// every instance places an arrival on that one clock (the database's now less the
+// request's age, measured on the clock of the instance it reached), so the window's
+// edge does not move with the skew between instances' clocks, and no time in the range
+// of a 64-bit clock is refused (a TIMESTAMP ends in 2038; FROM_UNIXTIME past it is NULL).
 std::string create_idempotency_keys_table();
+// Converts a keys table of the layout before (`created` TIMESTAMP(3)) in place, keeping
+// each key's time: the statements to run in order, given whether `created_ms` is there
+// already (an upgrade cut short) and whether the old `by_age` index is.
+std::vector<std::string> idempotency_keys_upgrade(bool has_created_ms, bool has_by_age);
+// The database's clock in unix milliseconds, as an SQL expression: UTC_TIMESTAMP is a
+// DATETIME (to year 9999), independent of the session's time_zone.
+std::string database_now_ms();
 // Claims the key of each of `requests` (`quoted_keys[i]` is requests[i].key quoted) for
 // batch (instance, run_id, seq): a new key gets a row naming the batch; a key whose row
 // records a first arrival more than `window` before this request's arrival is taken
 // over; any other row stays as it is (INSERT IGNORE, but waiting on an uncommitted one).
+// A request's arrival: the database's now less its age, `local_now_ms` less its
+// received_ms (both this instance's clock; a negative age counts as 0).
 std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> requests,
                                    std::span<const std::string> quoted_keys,
                                    std::string_view quoted_instance, std::uint64_t run_id,
-                                   std::uint64_t batch_seq, std::chrono::milliseconds window);
+                                   std::uint64_t batch_seq, std::chrono::milliseconds window,
+                                   std::int64_t local_now_ms);
 // The rows of `quoted_keys`, read with a shared lock (the latest committed values):
 // idem_key, body_hash, instance_id, run_id, batch_seq.
 std::string idempotency_keys_select_locked(std::span<const std::string> quoted_keys);
 // The body_hash and accepted of key `quoted_key` when its row records a first arrival
-// no more than `window` before `received_ms` (unix milliseconds): the rows a claim by a
-// request that arrived then would leave as they are (see idempotency_keys_claim). A
-// plain read: the latest committed row under READ COMMITTED, no lock taken or awaited.
-std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t received_ms,
+// no more than `window` before an arrival `age_ms` ago: the rows a claim by that request
+// would leave as they are (see idempotency_keys_claim). A plain read: the latest
+// committed row under READ COMMITTED, no lock taken or awaited.
+std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t age_ms,
                                   std::chrono::milliseconds window);
-// Deletes up to `limit` of the oldest key rows first received more than `age` ago.
-std::string idempotency_keys_prune(std::chrono::milliseconds age, std::size_t limit);
+// The keys table's prune (idempotency::prune_keys): the keys of up to `limit` of the
+// oldest rows first received more than `age` ago, through `by_age`, locking nothing ...
+std::string idempotency_keys_prune_select(std::chrono::milliseconds age, std::size_t limit);
+// ... then exactly those, through the primary key, while still that old (not taken
+// over meanwhile): a DELETE ... ORDER BY created_ms LIMIT n may lock more than it
+// deletes (the row past its range's end, or, on another plan, current keys).
+std::string idempotency_keys_delete(std::span<const std::string> quoted_keys,
+                                    std::chrono::milliseconds age);
 
 // Marks each row's counter dirty for this instance with generation `gen` (unique per
 // batch), replacing the generation of a mark that is already there. A roller deletes a

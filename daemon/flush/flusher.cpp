@@ -36,6 +36,12 @@ constexpr std::size_t max_row_bytes = 256;
 // Ledger rows older than this are pruned; a batch's outcome is only ever looked up by
 // the run that formed it, while it is still queued.
 constexpr std::uint64_t ledger_max_age_seconds = 3600;
+// ... and the rows of other instances older than this, whoever wrote them. Longer: only
+// their own instance knows which of its rows it still needs (a batch in doubt while it
+// cannot reach the database, a WAL not yet replayed after a crash), so they are kept
+// for an outage of up to a day; what an instance that never comes back (a container
+// under a new hostname) leaves goes after that.
+constexpr std::uint64_t ledger_others_max_age_seconds = 86400;
 constexpr auto prune_every = std::chrono::minutes(1);
 // Deadlocks and lock wait timeouts are retried within the cycle this many times.
 constexpr int lock_retries = 3;
@@ -871,8 +877,13 @@ flush_result flusher::cycle() {
       if (keyed_ != nullptr) {
         if (!limits.idempotency_keys && keyed_->table_present()) {
           log::error("table `", db::idempotency_keys_table,
-                     "` does not exist: requests with an Idempotency-Key are refused (503) "
-                     "until slotted-counterd --migrate creates it; the others flush as ever");
+                     limits.idempotency_keys_unmigrated
+                         ? "` has the layout of an earlier version (`created` TIMESTAMP, no "
+                           "`created_ms`): requests with an Idempotency-Key are refused (503) "
+                           "until slotted-counterd --migrate converts it; the others flush as "
+                           "ever"
+                         : "` does not exist: requests with an Idempotency-Key are refused (503) "
+                           "until slotted-counterd --migrate creates it; the others flush as ever");
         }
         keyed_->set_table_present(limits.idempotency_keys);
         // Looked for again at every cycle until --migrate has made it.
@@ -895,16 +906,28 @@ flush_result flusher::cycle() {
     // A committed batch the WAL still holds (its committed record not yet logged, or
     // unloggable on a full disk) is replayed after a crash, and only its ledger row
     // makes that a no-op: prune only once the WAL has logged every batch committed.
-    if (!deadline_hit_ && clock::now() - last_prune_ > prune_every &&
+    // In bounded chunks, once a minute, and at every cycle while the last run could not
+    // delete all that was due (a backlog catches up).
+    if (!deadline_hit_ && (ledger_prune_behind_ || clock::now() - last_prune_ > prune_every) &&
         (source_ == nullptr || source_->batches_logged_committed())) {
       std::uint64_t keep_from = next_seq_;
       {
         std::lock_guard lock(queue_mutex_);
         if (!queued_.empty()) keep_from = queued_.front().seq;
       }
-      db::prune_ledger(**lease, {settings_.instance_id, run_id_, keep_from},
-                       ledger_max_age_seconds);
       last_prune_ = clock::now();
+      try {
+        ledger_prune_behind_ =
+            db::prune_ledger(**lease, {settings_.instance_id, run_id_, keep_from},
+                             ledger_max_age_seconds, ledger_others_max_age_seconds)
+                .behind;
+      } catch (const db::db_error& e) {
+        // Instances prune the same rows: a lock conflict there is not a failed flush.
+        if (e.connection_lost() ||
+            (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
+          throw;
+        metrics_.db_error(e.kind());
+      }
     }
     // Keys past two windows, of every instance (any may do it), in bounded chunks: at
     // least once per min(1 minute, window), and at every cycle while the last prune

@@ -348,6 +348,7 @@ class flusher final : public store::batch_queue {
   std::mutex rollups_mutex_;
   std::optional<std::vector<db::rollup_target>> next_rollups_;  // from set_rollups()
   std::chrono::steady_clock::time_point last_prune_{};
+  bool ledger_prune_behind_ = false;  // the last ledger prune deleted all it was allowed
   std::chrono::steady_clock::time_point last_key_prune_{};
   bool keys_prune_behind_ = false;  // the last key prune deleted all it was allowed
   // Last member: its thread must stop before anything it uses is destroyed.

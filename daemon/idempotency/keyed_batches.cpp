@@ -34,8 +34,9 @@ void in_chunks(std::size_t count, std::size_t budget, const Build& build, const 
 
 std::size_t claim_bytes(const keyed_request& r) {
   // ('key','32 hex digits',accepted,'instance' (64 characters, each escaped at worst to
-  // two),run,seq,FROM_UNIXTIME(ms / 1000)), and the key again in the locking read.
-  return 2 * r.key.size() + 320;
+  // two),run,seq,<the database's now in ms> - age) (about 340 bytes besides the key),
+  // and the key again in the locking read.
+  return 2 * r.key.size() + 480;
 }
 
 std::vector<db::counter_row> rows_of(std::span<const keyed_request> requests, std::uint16_t slot) {
@@ -159,7 +160,7 @@ keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
-    const store::bucket_spec& buckets) {
+    const store::bucket_spec& buckets, std::int64_t local_now_ms) {
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
@@ -180,13 +181,16 @@ keyed_outcome commit_keyed_batch(
     // batch takes the row over. Judged by when each request arrived (`created` holds
     // the first one's arrival), not by when this batch commits: a retry accepted inside
     // the window stays a retry however late its flush.
+    // Each request's age by this instance's clock, its arrival by the database's (one
+    // clock for every instance, whatever their skew).
+    const std::int64_t local_now = local_now_ms != 0 ? local_now_ms : now_ms();
     const std::size_t budget = conn.max_statement_bytes();
     const std::span<const std::string> keys(quoted_keys);
     in_chunks(
         requests.size(), budget,
         [&](std::size_t first, std::size_t n) {
           return db::idempotency_keys_claim(requests.subspan(first, n), keys.subspan(first, n),
-                                            instance, id.run_id, id.seq, window);
+                                            instance, id.run_id, id.seq, window, local_now);
         },
         [&](const std::string& sql) { conn.execute(sql); });
     // A locking read: the latest committed rows, whatever this transaction's snapshot.
@@ -272,8 +276,10 @@ keyed_outcome commit_keyed_batch(
 
 std::optional<committed_key> find_committed_key(db::connection& conn, const std::string& key,
                                                 std::int64_t received_ms,
-                                                std::chrono::milliseconds window) {
-  const auto rows = conn.query(db::idempotency_keys_find(conn.quote(key), received_ms, window));
+                                                std::chrono::milliseconds window,
+                                                std::int64_t local_now_ms) {
+  const std::int64_t age = (local_now_ms != 0 ? local_now_ms : now_ms()) - received_ms;
+  const auto rows = conn.query(db::idempotency_keys_find(conn.quote(key), age, window));
   if (rows.empty() || !rows[0][0] || !rows[0][1]) return std::nullopt;
   return committed_key{*rows[0][0], static_cast<std::uint32_t>(std::stoul(*rows[0][1]))};
 }
@@ -286,10 +292,14 @@ std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window,
   // find that key when it commits. Only a retry pending for longer than a whole window
   // (an instance cut off from the database that long) can miss it.
   for (int i = 0; i < max_chunks; ++i) {
-    conn.execute(db::idempotency_keys_prune(2 * window, chunk));
-    const auto n = conn.affected_rows();
-    deleted += n;
-    if (n < chunk) break;
+    std::vector<std::string> keys;
+    for (const auto& row : conn.query(db::idempotency_keys_prune_select(2 * window, chunk))) {
+      if (row[0]) keys.push_back(conn.quote(*row[0]));
+    }
+    if (keys.empty()) break;
+    conn.execute(db::idempotency_keys_delete(keys, 2 * window));
+    deleted += conn.affected_rows();
+    if (keys.size() < chunk) break;
   }
   return deleted;
 }

@@ -86,13 +86,16 @@ struct keyed_outcome {
 // Commits keyed batch `b` as described above; keys committed longer than `window` ago
 // count as not committed. Each statement is cut to stay within the connection's
 // max_statement_bytes() (the claim, the locking read and the upserts in as many
-// statements as that takes, in key and row order, in the one transaction). `dirty` gives the rows whose counters are rolled up among
-// those it is passed.
+// statements as that takes, in key and row order, in the one transaction). `dirty`
+// gives the rows whose counters are rolled up among those it is passed.
+// `local_now_ms`: this instance's clock now (0: now_ms()), against which each request's
+// received_ms gives its age; the keys table places its arrival on the database's clock
+// by that age (see db::idempotency_keys_claim).
 keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
-    const store::bucket_spec& buckets = store::no_buckets());
+    const store::bucket_spec& buckets = store::no_buckets(), std::int64_t local_now_ms = 0);
 
 // A key's row in the keys table, as committed.
 struct committed_key {
@@ -101,17 +104,20 @@ struct committed_key {
 };
 
 // The committed row of `key` if the request that arrived at `received_ms` (unix
-// milliseconds) would find the key still inside `window` (its first arrival no more
-// than `window` before), as commit_keyed_batch() judges it; nullopt otherwise, and for
-// a key another transaction has inserted but not yet committed. Answers retries this
-// instance cannot admit (see http::backend::find_keyed). Throws db_error.
+// milliseconds, this instance's clock, which reads `local_now_ms` now; 0: now_ms())
+// would find the key still inside `window` (its first arrival no more than `window`
+// before), as commit_keyed_batch() judges it; nullopt otherwise, and for a key another
+// transaction has inserted but not yet committed. Answers retries this instance cannot
+// admit (see http::backend::find_keyed). Throws db_error.
 std::optional<committed_key> find_committed_key(db::connection& conn, const std::string& key,
                                                 std::int64_t received_ms,
-                                                std::chrono::milliseconds window);
+                                                std::chrono::milliseconds window,
+                                                std::int64_t local_now_ms = 0);
 
 // Deletes keys first received longer than two windows ago (see keyed_batches.cpp), oldest first
 // (every instance in the same order), in chunks of `chunk` rows, at most `max_chunks` of them (each
-// statement commits on its own). Returns rows deleted. Throws db_error.
+// chunk's keys read without a lock, then deleted through the primary key in a statement that
+// commits on its own: it locks only the keys it deletes). Returns rows deleted. Throws db_error.
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
                          int max_chunks);
 

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "db/errors.hpp"
 #include "integration/load.hpp"
@@ -128,6 +130,62 @@ TEST_P(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FlushConnections, DatabaseKilled, ::testing::Values(1u, 4u));
+
+// Issue 21, item 10: while a batch is in doubt, a read (GET /v1/counters) holds its pool
+// connection and waits up to 4 s for the flusher to resolve it; the flusher needs a
+// connection of the same pool to do so. With the pool's acquire() unfair, readers in a
+// loop took each connection back as soon as it was given back, and the flusher waited
+// for one for as long as the reads went on. The pool now serves in arrival order.
+TEST(DatabaseOutage, ABatchInDoubtIsResolvedWhileReadsLoop) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  fault_proxy proxy(server.port());
+  auto cfg = test_config(server, database);
+  cfg.mysql.socket.clear();
+  cfg.mysql.host = "127.0.0.1";
+  cfg.mysql.port = proxy.port();
+  cfg.mysql.pool_size = 2;  // the default: two database workers for reads
+  cfg.flush.interval = 1h;  // only explicit flushes and the retries after a failure
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  ASSERT_TRUE(flush_until_ok(client));
+  ASSERT_EQ(client.post_json("/v1/increments", R"({"record_type": 1, "record_id": 5, "delta": 3})")
+                .status,
+            202u);
+  // The COMMIT is applied, its answer dropped: the batch is in doubt. The proxy stays
+  // down meanwhile, so the flusher's retries cannot resolve it before the reads start.
+  proxy.arm("COMMIT", fault_proxy::cut::after_statement, 1);
+  ASSERT_EQ(client.request("POST", "/v1/flush").status, 503u);
+  proxy.set_down(true);
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 4; ++i) {
+    readers.emplace_back([&] {
+      http_client c(daemon.port(), 60s);
+      while (!stop.load()) {
+        c.get("/v1/counters/1/5");
+        ++answered;
+      }
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return answered.load() >= 8; }, 20s));
+  proxy.set_down(false);  // healed
+  const auto healed = std::chrono::steady_clock::now();
+  http_client flush(daemon.port(), 60s);
+  const bool ok = flush_until_ok(flush, 30s);
+  const auto took = std::chrono::steady_clock::now() - healed;
+  stop = true;
+  for (auto& t : readers) t.join();
+  EXPECT_TRUE(ok) << "no flush succeeded within 30 s of the proxy healing";
+  EXPECT_LT(took, 30s);
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "record_type = 1 AND record_id = 5"),
+            3);
+  const auto read = client.get("/v1/counters/1/5");
+  EXPECT_EQ(read.status, 200u) << read.body;
+}
 
 TEST(DatabaseOutage, BackpressureThenDrainWithExactTotals) {
   auto& server = shared_mariadb();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "db/repository.hpp"
+#include "db/sql.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "idempotency/keyed_request.hpp"
 #include "support/daemon_process.hpp"
@@ -43,10 +44,12 @@ idempotency::keyed_request keyed(const std::string& key, std::uint64_t id,
   return r;
 }
 
-// Commits `r` alone, in a keyed batch of `instance`, as its flush would; returns the
-// counter rows it upserted (0: the key was found committed before).
+// Commits `r` alone, in a keyed batch of `instance`, as its flush would, that
+// instance's clock reading `local_now_ms` (0: this host's); returns the counter rows it
+// upserted (0: the key was found committed before).
 std::size_t commit_alone(db::connection& conn, const std::string& instance, std::uint64_t seq,
-                         idempotency::keyed_request r, std::chrono::milliseconds window) {
+                         idempotency::keyed_request r, std::chrono::milliseconds window,
+                         std::int64_t local_now_ms = 0) {
   std::mt19937_64 rng(1);
   std::size_t dropped = 0;
   std::vector<idempotency::keyed_request> requests;
@@ -55,7 +58,8 @@ std::size_t commit_alone(db::connection& conn, const std::string& instance, std:
                                                        std::chrono::steady_clock::now(), dropped);
   const auto out = idempotency::commit_keyed_batch(
       conn, "slotted_counters", {instance, 1, seq}, batches.at(0), window,
-      [](std::span<const db::counter_row>) { return std::span<const db::counter_row>{}; });
+      [](std::span<const db::counter_row>) { return std::span<const db::counter_row>{}; },
+      store::no_buckets(), local_now_ms);
   return out.rows;
 }
 
@@ -155,27 +159,138 @@ TEST(IdempotencyReview, AServerInADaylightSavingZoneKeepsTheWholeWindow) {
   EXPECT_EQ(total(server, database, 2), 1);
 }
 
-// Finding 3 (LOW-MEDIUM): `created` is the arriving instance's clock, and a retry's
-// arrival is compared with it on another instance's clock: the window moves by their
+// Finding 3 (LOW-MEDIUM): `created` was the arriving instance's clock, and a retry's
+// arrival was compared with it on another instance's clock: the window moved by their
 // skew. A retry one minute after the first, through an instance whose clock runs ten
 // minutes ahead (window 10 min), or accepted first by an instance ten minutes behind,
-// is applied again. The database's one clock would not move (see reviews/idem2.md).
-TEST(IdempotencyReview, DISABLED_ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAgain) {
+// was applied again. Now the database's one clock places each arrival (its now less the
+// request's age on the clock of the instance it reached). Each instance's clock is
+// modelled here by what it reads at the arrival and at the commit (the commit follows
+// the arrival at once: a minute later on the real clock).
+TEST(IdempotencyReview, ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAgain) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto conn = server.connect(database);
   const std::int64_t now = idempotency::now_ms();
   const std::int64_t minute = 60 * 1000;
-  // A (clock right) accepted it now; the retry a minute later reaches B, 10 min ahead.
-  EXPECT_EQ(commit_alone(conn, "skew-a", 1, keyed("skew-ahead", 3, now), 10min), 1u);
-  EXPECT_EQ(commit_alone(conn, "skew-b", 1, keyed("skew-ahead", 3, now + 11 * minute), 10min), 0u)
+  const std::int64_t ahead = now + 10 * minute, behind = now - 10 * minute;
+  // A (clock right) accepted it; the retry reaches B, 10 min ahead.
+  EXPECT_EQ(commit_alone(conn, "skew-a", 1, keyed("skew-ahead", 3, now), 10min, now), 1u);
+  EXPECT_EQ(commit_alone(conn, "skew-b", 1, keyed("skew-ahead", 3, ahead + minute), 10min,
+                         ahead + minute),
+            0u)
       << "applied again through the instance whose clock is ahead";
   EXPECT_EQ(total(server, database, 3), 1);
-  // B, 10 min behind, accepted it now; the retry a minute later reaches A.
-  EXPECT_EQ(commit_alone(conn, "skew-b", 2, keyed("skew-behind", 4, now - 10 * minute), 10min), 1u);
-  EXPECT_EQ(commit_alone(conn, "skew-a", 2, keyed("skew-behind", 4, now + minute), 10min), 0u)
+  // B, 10 min behind, accepted it; the retry reaches A.
+  EXPECT_EQ(commit_alone(conn, "skew-b", 2, keyed("skew-behind", 4, behind), 10min, behind), 1u);
+  EXPECT_EQ(commit_alone(conn, "skew-a", 2, keyed("skew-behind", 4, now + minute), 10min,
+                         now + minute),
+            0u)
       << "applied again after the instance whose clock is behind accepted it";
   EXPECT_EQ(total(server, database, 4), 1);
+  // The age still counts: a first request that waited 12 minutes on B before its flush
+  // is 12 minutes old, so a retry arriving now through A is past the window of 10.
+  EXPECT_EQ(commit_alone(conn, "skew-b", 3, keyed("skew-aged", 5, ahead - 12 * minute), 10min,
+                         ahead),
+            1u);
+  EXPECT_EQ(commit_alone(conn, "skew-a", 3, keyed("skew-aged", 5, now), 10min, now), 1u);
+  EXPECT_EQ(total(server, database, 5), 2);
+  // And a read for a retry judges it the same way: found inside the window, whatever the
+  // reading instance's clock.
+  EXPECT_TRUE(idempotency::find_committed_key(conn, "skew-ahead", behind, 10min, behind));
+  EXPECT_TRUE(idempotency::find_committed_key(conn, "skew-behind", ahead, 10min, ahead));
+}
+
+// Issue 21, item 11: `created` was a TIMESTAMP(3) written through FROM_UNIXTIME, NULL
+// for an arrival past 2038-01-19 (a TIMESTAMP ends there): with the instance's clock
+// past it, a keyed batch failed (NULL into NOT NULL) and its requests were dropped after
+// their 202. Key times are BIGINT milliseconds now, on the database's clock.
+TEST(IdempotencyReview, AKeyedRequestArrivingPast2038IsAppliedOnceAndItsRetryFound) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto conn = server.connect(database);
+  const std::int64_t later = (std::int64_t{1} << 31) * 1000 + 86400 * 1000;  // 2038-01-20
+  EXPECT_EQ(commit_alone(conn, "y2038-a", 1, keyed("y2038", 6, later), 1h, later), 1u);
+  EXPECT_EQ(commit_alone(conn, "y2038-b", 1, keyed("y2038", 6, later + 1000), 1h, later + 1000),
+            0u);
+  EXPECT_EQ(total(server, database, 6), 1);
+  const auto found = idempotency::find_committed_key(conn, "y2038", later + 2000, 1h, later + 2000);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->accepted, 1u);
+}
+
+// Issue 21, item 11: --migrate converts a keys table of the version before (`created`
+// TIMESTAMP(3)) to `created_ms`, keeping each key's time, also after a conversion cut
+// short, and may run again; until then the schema check tells the old layout from a
+// missing table, and keyed requests are refused.
+TEST(IdempotencyReview, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingItsKeys) {
+  auto& server = shared_mariadb();
+  for (const bool cut_short : {false, true}) {
+    SCOPED_TRACE(cut_short ? "after a conversion cut short" : "a table of the version before");
+    const auto database = migrated_database(server);
+    auto conn = server.connect(database);
+    conn.execute("DROP TABLE slotted_counterd_idempotency_keys");
+    conn.execute(
+        "CREATE TABLE slotted_counterd_idempotency_keys (idem_key VARBINARY(128) NOT NULL, "
+        "body_hash CHAR(32) CHARACTER SET ascii NOT NULL, accepted INT UNSIGNED NOT NULL, "
+        "instance_id VARCHAR(64) NOT NULL, run_id BIGINT UNSIGNED NOT NULL, "
+        "batch_seq BIGINT UNSIGNED NOT NULL, "
+        "created TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), "
+        "PRIMARY KEY (idem_key), KEY by_age (created)) ENGINE=InnoDB");
+    const std::string hash = idempotency::hex(keyed("x", 21, 0).hash);
+    // Recent (inside a window of an hour) and expired; written in another session time
+    // zone, as a server's default may be: the time is the instant, whatever the zone.
+    conn.execute("SET SESSION time_zone = '+05:00'");
+    conn.execute(
+        "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
+        "instance_id, run_id, batch_seq, created) VALUES "
+        "('old-recent', '" + hash + "', 1, 'v-before', 1, 1, NOW(3) - INTERVAL 5 MINUTE), "
+        "('old-expired', '" + idempotency::hex(keyed("x", 22, 0).hash) +
+        "', 1, 'v-before', 1, 2, NOW(3) - INTERVAL 2 HOUR)");
+    conn.execute("SET SESSION time_zone = '+00:00'");
+    const auto limits = db::verify_schema(conn, "slotted_counters", false);
+    EXPECT_FALSE(limits.idempotency_keys);
+    EXPECT_TRUE(limits.idempotency_keys_unmigrated);
+    if (cut_short) {
+      conn.execute(
+          "ALTER TABLE slotted_counterd_idempotency_keys ADD COLUMN created_ms BIGINT NOT NULL "
+          "DEFAULT 0 AFTER batch_seq");
+    }
+    migrate(server, database);
+    migrate(server, database);  // again: nothing left to do
+    const auto after = db::verify_schema(conn, "slotted_counters", false);
+    EXPECT_TRUE(after.idempotency_keys);
+    EXPECT_FALSE(after.idempotency_keys_unmigrated);
+    EXPECT_EQ(server.query_int(database,
+                               "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE "
+                               "TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
+                               "'slotted_counterd_idempotency_keys' AND COLUMN_NAME = 'created'"),
+              0);
+    // Each key kept its time (to the second, the database's clock).
+    EXPECT_EQ(server.query_int(database,
+                               "SELECT ROUND((" + db::database_now_ms() +
+                                   " - created_ms) / 1000) FROM "
+                                   "slotted_counterd_idempotency_keys WHERE idem_key = "
+                                   "'old-recent'"),
+              300);
+    EXPECT_EQ(server.query_int(database,
+                               "SELECT ROUND((" + db::database_now_ms() +
+                                   " - created_ms) / 1000) FROM "
+                                   "slotted_counterd_idempotency_keys WHERE idem_key = "
+                                   "'old-expired'"),
+              7200);
+    // And the keys still work: the recent one is a duplicate, the expired one is taken
+    // over, found and pruned as before.
+    const auto now = idempotency::now_ms();
+    EXPECT_EQ(commit_alone(conn, "v-after", 1, keyed("old-recent", 21, now), 1h, now), 0u);
+    EXPECT_EQ(commit_alone(conn, "v-after", 2, keyed("old-expired", 22, now), 1h, now), 1u);
+    EXPECT_EQ(total(server, database, 21), 0);
+    EXPECT_EQ(total(server, database, 22), 1);
+    EXPECT_TRUE(idempotency::find_committed_key(conn, "old-recent", now, 1h, now));
+    EXPECT_EQ(idempotency::prune_keys(conn, 2min, 100, 1), 1u);  // old-recent
+    EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"),
+              1);
+  }
 }
 
 // Finding 2 (MEDIUM): the keys table is assumed present until a schema check says
@@ -240,25 +355,26 @@ TEST(IdempotencyReview, DISABLED_ADroppedKeysTableDoesNotStopTheFlushOfOthers) {
 // a current key. (Measured on MariaDB 10.11: range on by_age, 2 locks per deleted row,
 // with 75% and with 100% of the rows old.) The one row it does lock beyond its cut is
 // the first one past it, as the range's end: not held here.
-// DISABLED (finding 5, unresolved): fails in about 2 of 3 runs on this branch (the
-// prune throws a lock wait timeout, deleting nothing), passed twice on main: whether a
-// chunk waits on a current key seems to depend on the sampled statistics. To be
-// investigated with EXPLAIN and trx_rows_locked before it is enabled.
-TEST(IdempotencyReview, DISABLED_AKeysPruneChunkWaitsOnNoCurrentKey) {
+// Finding 5: a chunk was one DELETE ... WHERE created < cut ORDER BY created LIMIT n,
+// which failed in about 2 of 3 runs (a lock wait timeout, nothing deleted): whether it
+// waited on a current key depended on the sampled statistics. A chunk now reads the
+// keys of the oldest rows without a lock, then deletes exactly those through the
+// primary key, whatever plan the first read takes.
+TEST(IdempotencyReview, AKeysPruneChunkWaitsOnNoCurrentKey) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto conn = server.connect(database);
   // 30,000 keys older than two windows of one hour, 10,000 current ones.
   conn.execute(
       "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
-      "instance_id, run_id, batch_seq, created) SELECT CONCAT('old-', seq), "
-      "'0123456789abcdef0123456789abcdef', 1, 'prune', 1, seq, NOW(3) - INTERVAL 3 HOUR + "
-      "INTERVAL seq MICROSECOND FROM seq_1_to_30000");
+      "instance_id, run_id, batch_seq, created_ms) SELECT CONCAT('old-', seq), "
+      "'0123456789abcdef0123456789abcdef', 1, 'prune', 1, seq, " +
+      db::database_now_ms() + " - 3 * 3600000 + seq FROM seq_1_to_30000");
   conn.execute(
       "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
-      "instance_id, run_id, batch_seq, created) SELECT CONCAT('new-', seq), "
-      "'0123456789abcdef0123456789abcdef', 1, 'prune', 2, seq, NOW(3) - INTERVAL 30 MINUTE + "
-      "INTERVAL seq MICROSECOND FROM seq_1_to_10000");
+      "instance_id, run_id, batch_seq, created_ms) SELECT CONCAT('new-', seq), "
+      "'0123456789abcdef0123456789abcdef', 1, 'prune', 2, seq, " +
+      db::database_now_ms() + " - 30 * 60000 + seq FROM seq_1_to_10000");
   conn.execute("ANALYZE TABLE slotted_counterd_idempotency_keys");
   // A keyed commit holding a current key (taking it over), not yet committed.
   auto other = server.connect(database);

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "db/sql.hpp"
 #include "idempotency/keyed_request.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -306,10 +307,10 @@ TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
     other.execute("START TRANSACTION");
     other.execute(
         "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
-        "instance_id, run_id, batch_seq) VALUES ('" +
+        "instance_id, run_id, batch_seq, created_ms) VALUES ('" +
         key + "', '" +
         idempotency::hex(idempotency::hash_of(std::vector<ingest::increment>{{7, id, 4}})) +
-        "', 1, 'the-other', 1, 1)");
+        "', 1, 'the-other', 1, 1, " + db::database_now_ms() + ")");
     std::atomic<unsigned> flushed{0};
     std::thread flusher([&] {
       http_client f(a.port(), 150s);

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
+#include "idempotency/keyed_request.hpp"
+
 namespace slotted::db {
 namespace {
 
@@ -47,10 +51,21 @@ TEST(Sql, LedgerStatements) {
             "INSERT INTO `slotted_counterd_ledger` (`instance_id`, `run_id`, `batch_seq`, "
             "`row_count`) VALUES "
             "('web-01',7,9,1000)");
-  const auto prune = ledger_prune("'w'", 7, 100, 3600, 10000);
+  const auto prune = ledger_prune_select("'w'", 7, 100, 3600, 10000);
   EXPECT_NE(prune.find("`instance_id` = 'w'"), std::string::npos);
   EXPECT_NE(prune.find("NOT (`run_id` = 7 AND `batch_seq` >= 100)"), std::string::npos);
-  EXPECT_NE(prune.find("LIMIT 10000"), std::string::npos);
+  EXPECT_NE(prune.find("ORDER BY `committed_at` LIMIT 10000"), std::string::npos);
+  // Every other instance's rows, older than their own age, through `by_time`.
+  EXPECT_EQ(ledger_stale_select("'w'", 86400, 500),
+            "SELECT `instance_id`, `run_id`, `batch_seq` FROM `slotted_counterd_ledger` WHERE "
+            "`committed_at` < NOW(3) - INTERVAL 86400 SECOND AND `instance_id` <> 'w' ORDER BY "
+            "`committed_at` LIMIT 500");
+  const std::vector<std::uint64_t> seqs{2, 4};
+  EXPECT_EQ(ledger_delete("'a'", 1, seqs, 3600),
+            "DELETE `slotted_counterd_ledger` FROM `slotted_counterd_ledger` FORCE INDEX "
+            "(PRIMARY) WHERE `instance_id` = 'a' AND `run_id` = 1 AND `batch_seq` IN (2,4) AND "
+            "`committed_at` < NOW(3) - INTERVAL 3600 SECOND");
+  EXPECT_NE(create_ledger_table().find("KEY `by_time` (`committed_at`)"), std::string::npos);
   EXPECT_EQ(select_count("t", 1, 2),
             "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM `t` WHERE `record_type` = 1 AND "
             "`record_id` = 2");
@@ -127,6 +142,52 @@ TEST(Sql, DirtySelectReadsAfterTheCursorUpToTheRunsBound) {
             "SELECT `record_id`, `instance_id`, `gen` FROM `slotted_counterd_dirty` WHERE "
             "`record_type` = 1 AND `record_id` <= 90 AND (`record_id` > 7 OR (`record_id` = 7 AND "
             "`instance_id` > 'a')) ORDER BY `record_id`, `instance_id` LIMIT 10");
+}
+
+}  // namespace
+}  // namespace slotted::db
+
+namespace slotted::db {
+namespace {
+
+// Key times are BIGINT milliseconds on the database's clock: an arrival is its now less
+// the request's age (never FROM_UNIXTIME, NULL past 2038, nor an instance's clock).
+TEST(Sql, KeyTimesAreTheDatabasesClockLessTheRequestsAge) {
+  std::vector<idempotency::keyed_request> requests(2);
+  requests[0].key = "a";
+  requests[0].received_ms = 4102444800000;  // 2100-01-01: an instance's clock, far ahead
+  requests[1].key = "b";
+  requests[1].received_ms = 4102444800000 - 1500;
+  const std::vector<std::string> quoted{"'a'", "'b'"};
+  const auto claim =
+      idempotency_keys_claim(requests, quoted, "'i'", 1, 2, std::chrono::minutes(10),
+                             4102444800000 - 100);  // received 100 ms in the future: age 0
+  EXPECT_EQ(claim.find("FROM_UNIXTIME"), std::string::npos) << claim;
+  EXPECT_NE(claim.find(database_now_ms() + " - 0)"), std::string::npos) << claim;
+  EXPECT_NE(claim.find(database_now_ms() + " - 1400)"), std::string::npos) << claim;
+  EXPECT_NE(claim.find("IF(`created_ms` < VALUES(`created_ms`) - 600000, "), std::string::npos)
+      << claim;
+  EXPECT_EQ(database_now_ms(),
+            "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)");
+  EXPECT_EQ(idempotency_keys_find("'a'", 250, std::chrono::seconds(1)),
+            "SELECT `body_hash`, `accepted` FROM `slotted_counterd_idempotency_keys` WHERE "
+            "`idem_key` = 'a' AND `created_ms` >= " +
+                database_now_ms() + " - 250 - 1000");
+  EXPECT_EQ(idempotency_keys_prune_select(std::chrono::seconds(2), 10),
+            "SELECT `idem_key` FROM `slotted_counterd_idempotency_keys` WHERE `created_ms` < " +
+                database_now_ms() + " - 2000 ORDER BY `created_ms` LIMIT 10");
+  EXPECT_EQ(idempotency_keys_delete(quoted, std::chrono::seconds(2)),
+            "DELETE `slotted_counterd_idempotency_keys` FROM `slotted_counterd_idempotency_keys` "
+            "FORCE INDEX (PRIMARY) WHERE `idem_key` IN ('a','b') AND "
+            "`created_ms` < " +
+                database_now_ms() + " - 2000");
+  // The conversion of the layout before: each step only once, safe after a cut.
+  const auto full = idempotency_keys_upgrade(false, true);
+  ASSERT_EQ(full.size(), 3u);
+  EXPECT_NE(full[0].find("ADD COLUMN `created_ms` BIGINT"), std::string::npos);
+  EXPECT_NE(full[1].find("ROUND(UNIX_TIMESTAMP(`created`) * 1000)"), std::string::npos);
+  EXPECT_NE(full[2].find("DROP KEY `by_age`, DROP COLUMN `created`"), std::string::npos);
+  EXPECT_EQ(idempotency_keys_upgrade(true, false).size(), 2u);
 }
 
 }  // namespace

@@ -1,0 +1,130 @@
+// The ledger's retention (README: Design in brief, Exactly once): every instance's old
+// rows go, whoever wrote them, in bounded chunks that catch up with a backlog and lock
+// only the rows they delete; --migrate gives an older ledger the index that prune reads.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "db/repository.hpp"
+#include "db/sql.hpp"
+#include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
+#include "support/mariadb_server.hpp"
+
+namespace slotted::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `n` ledger rows of `instance` (run `run`, seqs 1..n) committed `age` ago ("2 DAY").
+void insert_rows(db::connection& conn, const std::string& instance, int run, int n,
+                 const std::string& age) {
+  conn.execute(
+      "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count, "
+      "committed_at) SELECT '" +
+      instance + "', " + std::to_string(run) + ", seq, 1, NOW(3) - INTERVAL " + age +
+      " FROM seq_1_to_" + std::to_string(n));
+}
+
+std::int64_t rows_of(const mariadb_server& server, const std::string& database,
+                     const std::string& where) {
+  return server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger WHERE " + where);
+}
+
+// Failed before the change: each instance pruned only its own rows, so those of an
+// instance that never came back stayed for good.
+TEST(Ledger, TheRowsOfAnInstanceThatNeverComesBackArePruned) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  {
+    auto conn = server.connect(database);
+    insert_rows(conn, "gone", 1, 25000, "2 DAY");  // a container under an old hostname
+    insert_rows(conn, "gone", 2, 100, "2 HOUR");   // its instance may still need these
+    insert_rows(conn, "alive", 1, 100, "1 MINUTE");
+  }
+  in_process_daemon daemon(test_config(server, database));
+  EXPECT_TRUE(eventually([&] { return rows_of(server, database, "run_id = 1 AND instance_id = "
+                                                                "'gone'") == 0; },
+                         20s));
+  EXPECT_EQ(rows_of(server, database, "instance_id = 'gone' AND run_id = 2"), 100);
+  EXPECT_EQ(rows_of(server, database, "instance_id = 'alive'"), 100);
+}
+
+// Failed before the change: 10,000 rows a minute, so a backlog of this instance's own
+// rows (after an outage, a burst of small batches) took minutes, and grew while the rate
+// of batches stayed above it.
+TEST(Ledger, ABacklogOfThisInstancesRowsCatchesUpWithoutWaitingAMinuteAChunk) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  {
+    auto conn = server.connect(database);
+    insert_rows(conn, "test", 7, 25000, "2 HOUR");  // test_config's instance_id
+    insert_rows(conn, "test", 8, 100, "1 MINUTE");
+  }
+  in_process_daemon daemon(test_config(server, database));
+  EXPECT_TRUE(eventually([&] { return rows_of(server, database, "run_id = 7") == 0; }, 20s))
+      << rows_of(server, database, "run_id = 7") << " old rows left";
+  EXPECT_EQ(rows_of(server, database, "run_id = 8"), 100);
+}
+
+// One run deletes at most its chunks on each side and says when it is behind; no chunk
+// waits on a row another transaction holds, current rows of this or another instance.
+TEST(Ledger, APruneRunIsBoundedAndLocksOnlyTheRowsItDeletes) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto conn = server.connect(database);
+  insert_rows(conn, "gone", 1, 5000, "2 DAY");
+  insert_rows(conn, "me", 1, 5000, "2 HOUR");
+  insert_rows(conn, "other", 1, 1000, "1 MINUTE");
+  insert_rows(conn, "me", 2, 1000, "1 MINUTE");
+  conn.execute("ANALYZE TABLE slotted_counterd_ledger");
+  // Flushes holding current rows, not yet committed.
+  auto other = server.connect(database);
+  other.execute("START TRANSACTION");
+  other.execute(
+      "UPDATE slotted_counterd_ledger SET row_count = 2 WHERE batch_seq IN (1, 500, 1000) "
+      "AND committed_at > NOW(3) - INTERVAL 1 HOUR");
+  other.execute(
+      "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) VALUES "
+      "('other', 9, 1, 1), ('me', 9, 1, 1)");
+  conn.execute("SET SESSION innodb_lock_wait_timeout = 2");
+  db::ledger_prune_result r;
+  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"me", 2, 1}, 3600, 86400, 1000, 3));
+  EXPECT_EQ(r.deleted, 6000u);
+  EXPECT_TRUE(r.behind);
+  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"me", 2, 1}, 3600, 86400, 1000, 3));
+  EXPECT_EQ(r.deleted, 4000u);
+  EXPECT_FALSE(r.behind);
+  other.execute("COMMIT");
+  EXPECT_EQ(rows_of(server, database, "1"), 2002);
+}
+
+// A ledger made by a version before the prune of every instance's rows gets its index
+// from --migrate, which stays safe to run again.
+TEST(Ledger, MigrateAddsTheTimeIndexToAnOlderLedgerAndCanRunTwice) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  server.connect(database).execute(
+      "CREATE TABLE slotted_counterd_ledger (instance_id VARCHAR(64) NOT NULL, "
+      "run_id BIGINT UNSIGNED NOT NULL, batch_seq BIGINT UNSIGNED NOT NULL, "
+      "row_count INT UNSIGNED NOT NULL, "
+      "committed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), "
+      "PRIMARY KEY (instance_id, run_id, batch_seq), "
+      "KEY by_age (instance_id, committed_at)) ENGINE=InnoDB");
+  auto conn = server.connect(database);
+  insert_rows(conn, "gone", 1, 10, "2 DAY");
+  const std::string index_count =
+      "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+      "AND TABLE_NAME = 'slotted_counterd_ledger' AND INDEX_NAME = 'by_time'";
+  ASSERT_EQ(server.query_int(database, index_count), 0);
+  migrate(server, database);
+  EXPECT_EQ(server.query_int(database, index_count), 1);
+  migrate(server, database);
+  EXPECT_EQ(server.query_int(database, index_count), 1);
+  EXPECT_EQ(rows_of(server, database, "1"), 10);
+}
+
+}  // namespace
+}  // namespace slotted::test
