@@ -312,7 +312,7 @@ ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_fr
       },
       own_max_age_seconds);
   const bool others_behind =
-      side([&] { return ledger_stale_select(instance, others_max_age_seconds, chunk); },
+      side([&] { return ledger_stale_select(instance, keep_from.run_id, others_max_age_seconds, chunk); },
            others_max_age_seconds);
   r.behind = own_behind || others_behind;
   return r;

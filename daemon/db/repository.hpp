@@ -186,11 +186,13 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
                              std::span<const store::granularity> bucket_grans,
                              reset_progress& progress);
 
-// The ledger's retention, one run of it: deletes this instance's rows older than
-// `own_max_age_seconds` except those of `keep_from`'s run from its seq on (see sql.hpp
-// ledger_prune_select), then every other instance's rows older than `others_max_age_seconds`
-// (ledger_stale_select: an instance that never comes back, a container under a new
-// hostname, leaves its rows for any instance to delete). Each in chunks of `chunk` rows
+// The ledger's retention, one run of it: deletes this process's own rows (`keep_from`'s
+// instance and run) older than `own_max_age_seconds` before `keep_from`'s seq (see
+// sql.hpp ledger_prune_select), then every other run's rows older than
+// `others_max_age_seconds` (ledger_stale_select: an instance that never comes back, a
+// container under a new hostname, leaves its rows for any instance to delete; the rows
+// of an earlier run of this instance, or of another process that shares its
+// instance_id, are another run's, which only it knows it no longer needs). Each in chunks of `chunk` rows
 // (keys read without a lock, then ledger_delete through the primary key, each
 // statement committing on its own: a chunk locks only the rows it deletes), at
 // most `max_chunks` chunks each; `behind` is set when a side had more than that (the

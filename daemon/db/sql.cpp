@@ -198,25 +198,27 @@ std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t 
   std::string sql = "SELECT `instance_id`, `run_id`, `batch_seq` FROM " +
                     quote_identifier(ledger_table) + " WHERE `instance_id` = ";
   sql += quoted_instance;
+  sql += " AND `run_id` = ";
+  append_int(sql, run_id);
+  sql += " AND `batch_seq` < ";
+  append_int(sql, keep_from_seq);
   sql += " AND `committed_at` < NOW(3) - INTERVAL ";
   append_int(sql, max_age_seconds);
-  sql += " SECOND AND NOT (`run_id` = ";
-  append_int(sql, run_id);
-  sql += " AND `batch_seq` >= ";
-  append_int(sql, keep_from_seq);
-  sql += ") ORDER BY `committed_at` LIMIT ";
+  sql += " SECOND ORDER BY `committed_at` LIMIT ";
   append_int(sql, limit);
   return sql;
 }
 
-std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t max_age_seconds,
-                                std::size_t limit) {
+std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t run_id,
+                                std::uint64_t max_age_seconds, std::size_t limit) {
   std::string sql = "SELECT `instance_id`, `run_id`, `batch_seq` FROM " +
                     quote_identifier(ledger_table) + " WHERE `committed_at` < NOW(3) - INTERVAL ";
   append_int(sql, max_age_seconds);
-  sql += " SECOND AND `instance_id` <> ";
+  sql += " SECOND AND NOT (`instance_id` = ";
   sql += quoted_instance;
-  sql += " ORDER BY `committed_at` LIMIT ";
+  sql += " AND `run_id` = ";
+  append_int(sql, run_id);
+  sql += ") ORDER BY `committed_at` LIMIT ";
   append_int(sql, limit);
   return sql;
 }

@@ -104,16 +104,21 @@ std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id
 // without locking anything, then deletes exactly those through the primary key
 // (ledger_delete): a DELETE ... ORDER BY committed_at LIMIT n also locks the row past
 // its range's end, a current row a flush may hold.
-// This instance's rows older than `max_age_seconds`, except those of the current run
-// from `keep_from_seq` on (batches whose outcome may still be checked): (instance_id,
-// run_id, batch_seq) of up to `limit` of the oldest, through `by_age`.
+// This process's own rows (its instance and current run) older than `max_age_seconds`,
+// before `keep_from_seq` (from there on, batches whose outcome may still be checked):
+// (instance_id, run_id, batch_seq) of up to `limit` of the oldest. Only the run that
+// wrote a row knows when it no longer needs it: the rows of an earlier run of this
+// instance (whose WAL a restart replays) or of another process that shares its
+// instance_id are every other run's (ledger_stale_select).
 std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t run_id,
                                 std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
                                 std::size_t limit);
 
-// The rows of every instance but `quoted_instance` older than `max_age_seconds`:
-// (instance_id, run_id, batch_seq) of up to `limit` of the oldest, through `by_time`.
-std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t max_age_seconds,
+// The rows of every run but this process's own (`quoted_instance`, `run_id`) older than
+// `max_age_seconds`: (instance_id, run_id, batch_seq) of up to `limit` of the oldest,
+// through `by_time`.
+std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t run_id,
+                                std::uint64_t max_age_seconds,
                                 std::size_t limit);
 // Deletes exactly these rows of one instance's run (through the primary key, forced: it
 // locks no other row) while they are still older than `max_age_seconds`. `seqs` must

@@ -33,14 +33,15 @@ std::size_t rows_held(const flush_batch& b) {
 // and its dirty mark's (about 190, with a 64-character instance id escaped).
 constexpr std::size_t max_row_bytes = 256;
 
-// Ledger rows older than this are pruned; a batch's outcome is only ever looked up by
-// the run that formed it, while it is still queued.
+// This run's own ledger rows older than this are pruned, but for those of batches still
+// queued (and all while the WAL has not logged every batch committed).
 constexpr std::uint64_t ledger_max_age_seconds = 3600;
-// ... and the rows of other instances older than this, whoever wrote them. Longer: only
-// their own instance knows which of its rows it still needs (a batch in doubt while it
-// cannot reach the database, a WAL not yet replayed after a crash), so they are kept
-// for an outage of up to a day; what an instance that never comes back (a container
-// under a new hostname) leaves goes after that.
+// ... and the rows of every other run older than this, whoever wrote them (other
+// instances, an earlier run of this one, another process sharing its instance_id).
+// Longer: only the run that wrote them knows which of its rows it still needs (a batch
+// in doubt while it cannot reach the database, a WAL not yet replayed after a crash), so
+// they are kept for an outage of up to a day; what an instance that never comes back (a
+// container under a new hostname) leaves goes after that.
 constexpr std::uint64_t ledger_others_max_age_seconds = 86400;
 constexpr auto prune_every = std::chrono::minutes(1);
 // Deadlocks and lock wait timeouts are retried within the cycle this many times.

@@ -60,7 +60,8 @@ TEST(Ledger, ABacklogOfThisInstancesRowsCatchesUpWithoutWaitingAMinuteAChunk) {
   const auto database = migrated_database(server);
   {
     auto conn = server.connect(database);
-    insert_rows(conn, "test", 7, 25000, "2 HOUR");  // test_config's instance_id
+    // test_config's instance_id, an earlier run (another run's rows go after a day)
+    insert_rows(conn, "test", 7, 25000, "2 DAY");
     insert_rows(conn, "test", 8, 100, "1 MINUTE");
   }
   in_process_daemon daemon(test_config(server, database));
@@ -76,9 +77,9 @@ TEST(Ledger, APruneRunIsBoundedAndLocksOnlyTheRowsItDeletes) {
   const auto database = migrated_database(server);
   auto conn = server.connect(database);
   insert_rows(conn, "gone", 1, 5000, "2 DAY");
-  insert_rows(conn, "me", 1, 5000, "2 HOUR");
+  insert_rows(conn, "me", 2, 5000, "2 HOUR");  // this run's, committed
   insert_rows(conn, "other", 1, 1000, "1 MINUTE");
-  insert_rows(conn, "me", 2, 1000, "1 MINUTE");
+  insert_rows(conn, "me", 3, 1000, "1 MINUTE");
   conn.execute("ANALYZE TABLE slotted_counterd_ledger");
   // Flushes holding current rows, not yet committed.
   auto other = server.connect(database);
@@ -91,14 +92,33 @@ TEST(Ledger, APruneRunIsBoundedAndLocksOnlyTheRowsItDeletes) {
       "('other', 9, 1, 1), ('me', 9, 1, 1)");
   conn.execute("SET SESSION innodb_lock_wait_timeout = 2");
   db::ledger_prune_result r;
-  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"me", 2, 1}, 3600, 86400, 1000, 3));
+  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"me", 2, 5001}, 3600, 86400, 1000, 3));
   EXPECT_EQ(r.deleted, 6000u);
   EXPECT_TRUE(r.behind);
-  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"me", 2, 1}, 3600, 86400, 1000, 3));
+  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"me", 2, 5001}, 3600, 86400, 1000, 3));
   EXPECT_EQ(r.deleted, 4000u);
   EXPECT_FALSE(r.behind);
   other.execute("COMMIT");
   EXPECT_EQ(rows_of(server, database, "1"), 2002);
+}
+
+// Two processes may share an instance_id (two daemons on one host both default to the
+// host name; a restart replays an earlier run's WAL). The rows of a run that is not this
+// process's own go only after the others' age: within it, that run may still resend a
+// batch (in doubt, or in its WAL), and only its ledger row makes that a no-op. Failed
+// before the change: this instance's rows of every run went after an hour.
+TEST(Ledger, TheRowsOfAnotherRunOfTheSameInstanceIdAreKeptForTheOthersAge) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto conn = server.connect(database);
+  insert_rows(conn, "shared", 5, 100, "2 HOUR");  // the other process's, maybe still needed
+  insert_rows(conn, "shared", 6, 100, "2 DAY");   // an earlier run's, long resolved
+  insert_rows(conn, "shared", 2, 100, "2 HOUR");  // this run's own, committed
+  db::ledger_prune_result r;
+  ASSERT_NO_THROW(r = db::prune_ledger(conn, {"shared", 2, 101}, 3600, 86400, 1000, 3));
+  EXPECT_EQ(r.deleted, 200u);
+  EXPECT_EQ(rows_of(server, database, "instance_id = 'shared' AND run_id = 5"), 100);
+  EXPECT_EQ(rows_of(server, database, "run_id IN (2, 6)"), 0);
 }
 
 // A ledger made by a version before the prune of every instance's rows gets its index

@@ -53,13 +53,15 @@ TEST(Sql, LedgerStatements) {
             "('web-01',7,9,1000)");
   const auto prune = ledger_prune_select("'w'", 7, 100, 3600, 10000);
   EXPECT_NE(prune.find("`instance_id` = 'w'"), std::string::npos);
-  EXPECT_NE(prune.find("NOT (`run_id` = 7 AND `batch_seq` >= 100)"), std::string::npos);
+  EXPECT_NE(prune.find("`run_id` = 7 AND `batch_seq` < 100 AND"), std::string::npos);
   EXPECT_NE(prune.find("ORDER BY `committed_at` LIMIT 10000"), std::string::npos);
   // Every other instance's rows, older than their own age, through `by_time`.
-  EXPECT_EQ(ledger_stale_select("'w'", 86400, 500),
+  // Every other run's rows (other instances, earlier runs of this one, another process
+  // sharing its instance_id), older than their own age, through `by_time`.
+  EXPECT_EQ(ledger_stale_select("'w'", 7, 86400, 500),
             "SELECT `instance_id`, `run_id`, `batch_seq` FROM `slotted_counterd_ledger` WHERE "
-            "`committed_at` < NOW(3) - INTERVAL 86400 SECOND AND `instance_id` <> 'w' ORDER BY "
-            "`committed_at` LIMIT 500");
+            "`committed_at` < NOW(3) - INTERVAL 86400 SECOND AND NOT (`instance_id` = 'w' AND "
+            "`run_id` = 7) ORDER BY `committed_at` LIMIT 500");
   const std::vector<std::uint64_t> seqs{2, 4};
   EXPECT_EQ(ledger_delete("'a'", 1, seqs, 3600),
             "DELETE `slotted_counterd_ledger` FROM `slotted_counterd_ledger` FORCE INDEX "
