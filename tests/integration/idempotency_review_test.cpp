@@ -2,8 +2,8 @@
 // production database: the window judged by a server in a daylight-saving time zone and
 // by instances whose clocks disagree, a keys table that is missing while keyed requests
 // are pending, the keys table's prune beside open keyed commits, and the header's
-// spelling. Tests named DISABLED_ fail on this version; their comment names the finding
-// of the review (reviews/idem2.md in the lead's notes) they prove.
+// spelling. Tests named DISABLED_ fail on this version; docs/known-limits.md says why
+// and what their fix takes.
 
 #include <gtest/gtest.h>
 #include <signal.h>
