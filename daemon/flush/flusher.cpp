@@ -346,7 +346,8 @@ bool flusher::take_from_store() {
       std::size_t dropped = 0;
       auto keyed = idempotency::form_keyed_batches(
           keyed_->take_pending(), settings_.max_rows_per_statement, settings_.slots, run_id_,
-          next_seq_, rng_, clock::now(), dropped, settings_.buckets);
+          next_seq_, rng_, clock::now(), dropped, settings_.buckets,
+          settings_.idempotency_window);
       next_seq_ += keyed.size();
       keyed_->dropped_at_flush(dropped, 0);
       std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));

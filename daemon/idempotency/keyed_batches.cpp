@@ -1,6 +1,7 @@
 #include "idempotency/keyed_batches.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <unordered_set>
@@ -75,7 +76,8 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
                                                    std::mt19937_64& rng,
                                                    std::chrono::steady_clock::time_point oldest,
                                                    std::size_t& dropped,
-                                                   const store::bucket_spec& buckets) {
+                                                   const store::bucket_spec& buckets,
+                                                   std::chrono::milliseconds window) {
   dropped = 0;
   // Stable: of one key twice, the first accepted stays.
   std::stable_sort(requests.begin(), requests.end(),
@@ -83,12 +85,23 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
   std::vector<store::flush_batch> batches;
   std::size_t items = 0;
   std::string last_key;  // the previous request was moved from
+  std::int64_t last_received_ms = 0;  // of the request of last_key kept
+  // Of one key, requests received more than a window after the one kept: each takes
+  // the key over, so they are formed into later batches (committed after this take's).
+  std::vector<keyed_request> takeovers;
   for (auto& r : requests) {
     if (!batches.empty() && r.key == last_key) {
-      ++dropped;
+      const bool within = r.received_ms <= 0 || last_received_ms <= 0 ||
+                          r.received_ms - last_received_ms <= window.count();
+      if (within) {
+        ++dropped;
+      } else {
+        takeovers.push_back(std::move(r));
+      }
       continue;
     }
     last_key = r.key;
+    last_received_ms = r.received_ms;
     if (batches.empty() || items + r.increments.size() > max_items) {
       store::flush_batch b;
       b.run_id = run_id;
@@ -104,6 +117,14 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
     const auto slot = static_cast<std::uint16_t>(rng() % slots);
     b.rows = rows_of(b.keyed, slot);
     b.bucket_rows = bucket_rows_of(b.keyed, slot, buckets, b.rows);
+  }
+  if (!takeovers.empty()) {
+    std::size_t later_dropped = 0;
+    auto later = form_keyed_batches(std::move(takeovers), max_items, slots, run_id,
+                                    first_seq + batches.size(), rng, oldest, later_dropped,
+                                    buckets, window);
+    dropped += later_dropped;
+    std::move(later.begin(), later.end(), std::back_inserter(batches));
   }
   return batches;
 }

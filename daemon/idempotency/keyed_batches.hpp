@@ -39,13 +39,17 @@ namespace slotted::idempotency {
 
 // Batches of `requests` holding at most `max_items` increments each (at least one
 // request), keys sorted (one lock order for every instance), one random slot per
-// batch, seqs from `first_seq` on. A key twice among `requests` (a retry this instance
-// had forgotten) is kept once; `dropped` counts the others. Pure.
+// batch, seqs from `first_seq` on. A key twice among `requests` received within
+// `window` of the one kept (a retry this instance had forgotten) is dropped; `dropped`
+// counts those. One received more than `window` after the kept one takes the key over
+// (as commit_keyed_batch judges it): it goes into a later batch, in arrival order, so
+// that the earlier one's key is committed first. Pure.
 std::vector<store::flush_batch> form_keyed_batches(
     std::vector<keyed_request> requests, std::size_t max_items, unsigned slots,
     std::uint64_t run_id, std::uint64_t first_seq, std::mt19937_64& rng,
     std::chrono::steady_clock::time_point oldest, std::size_t& dropped,
-    const store::bucket_spec& buckets = store::no_buckets());
+    const store::bucket_spec& buckets = store::no_buckets(),
+    std::chrono::milliseconds window = std::chrono::milliseconds::max());
 
 // The rows of `requests` under `slot`: their deltas summed per counter, sorted, zero
 // sums left out. Pure.
