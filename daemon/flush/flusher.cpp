@@ -823,7 +823,9 @@ flush_result flusher::cycle() {
       const auto limits = db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
       if (settings_.limits != nullptr)
         settings_.limits->set(limits.max_record_type, limits.max_record_id);
-      for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
+      // Rollup targets are not checked here: the flusher writes only the dirty marks,
+      // never an owning table, so a missing one must not stop the flush (the roller
+      // checks each target at each run, see rollup::roller).
       verify_bucket_tables(**lease);
       check_autoincrement(**lease);
       progress();

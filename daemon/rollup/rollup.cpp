@@ -51,6 +51,9 @@ rollup_result roller::run_once() {
       // Each target on its own: one that fails does not starve the ones after it.
       try {
         lease.use([&](db::connection& conn) {
+          // Also a target a reload applied while the database was unreachable: one that
+          // is missing fails here, for itself alone.
+          db::verify_rollup_target(conn, target);
           // Bounded to the marks there are now: under steady load new marks keep coming,
           // and a run that chased them would never end (later targets would starve and
           // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
