@@ -306,11 +306,11 @@ std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::st
   return seqs;
 }
 
-std::int64_t read_count(connection& conn, const std::string& table, std::uint32_t record_type,
-                        std::uint64_t record_id) {
+__int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
+                    std::uint64_t record_id) {
   const auto rows = conn.query(select_count(table, record_type, record_id));
   if (rows.empty() || !rows[0][0]) return 0;
-  return std::stoll(*rows[0][0]);
+  return slot_count(rows[0][0]);  // exact, as a reset sums it
 }
 
 void migrate_buckets(connection& conn, const std::string& table,
@@ -345,14 +345,14 @@ void upsert_buckets(connection& conn, const std::string& table,
   }
 }
 
-std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
+std::vector<std::pair<std::int64_t, __int128>> read_series(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
     std::uint64_t record_id, std::int64_t from, std::int64_t to) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::vector<std::pair<std::int64_t, __int128>> out;
   for (const auto& row :
        conn.query(bucket_series_select(table, g, record_type, record_id, from, to))) {
     if (!row[0] || !row[1]) continue;
-    out.emplace_back(std::stoll(*row[0]), std::stoll(*row[1]));
+    out.emplace_back(std::stoll(*row[0]), slot_count(row[1]));
   }
   return out;
 }

@@ -33,8 +33,8 @@ void upsert_buckets(connection& conn, const std::string& table,
                     std::span<const store::bucket_row> rows, std::size_t max_rows = 1000);
 
 // One counter's persisted buckets of granularity `g` starting in [from, to], as
-// (bucket start, SUM(count)) in bucket order. Throws db_error.
-std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
+// (bucket start, SUM(count)) in bucket order, the sums exact in 128 bits. Throws db_error.
+std::vector<std::pair<std::int64_t, __int128>> read_series(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
     std::uint64_t record_id, std::int64_t from, std::int64_t to);
 
@@ -173,8 +173,8 @@ void prune_ledger(connection& conn, const batch_identity& keep_from, std::uint64
 std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,
                                                  std::uint64_t run_id);
 
-// SUM(count) over the slots of one counter.
-std::int64_t read_count(connection& conn, const std::string& table, std::uint32_t record_type,
+// SUM(count) over the slots of one counter, exact in 128 bits (it may pass int64).
+__int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
                         std::uint64_t record_id);
 
 }  // namespace slotted::db

@@ -52,7 +52,7 @@ TEST(Sql, LedgerStatements) {
   EXPECT_NE(prune.find("NOT (`run_id` = 7 AND `batch_seq` >= 100)"), std::string::npos);
   EXPECT_NE(prune.find("LIMIT 10000"), std::string::npos);
   EXPECT_EQ(select_count("t", 1, 2),
-            "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM `t` WHERE `record_type` = 1 AND "
+            "SELECT COALESCE(SUM(`count`), 0) FROM `t` WHERE `record_type` = 1 AND "
             "`record_id` = 2");
 }
 
