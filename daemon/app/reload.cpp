@@ -81,8 +81,8 @@ bool application::reload(const std::string& config_path) {
     try {
       if (!verify_database(probe)) {
         log::warn(
-            "reload: database not reachable; the rollup targets are verified at the "
-            "next flush");
+            "reload: database not reachable; the rollup targets are checked at each "
+            "rollup run (a missing one fails its own rollup, nothing else)");
       }
     } catch (const db::db_error& e) {
       log::error("reload refused: ", e.what(), "; the running configuration stays");

@@ -149,6 +149,31 @@ std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_
   return cursor;
 }
 
+namespace {
+// Sets the owning rows of `ids`; when the statement is refused for its data, bisects the
+// ids until each one at fault stands alone, and adds those to `refused`. Each UPDATE
+// commits (or fails) whole on its own, so what is set stays set.
+void rollup_update_bisecting(connection& conn, const std::string& counters_table,
+                             const rollup_target& t, std::span<const std::uint64_t> ids,
+                             std::vector<rollup_refusal>& refused) {
+  try {
+    conn.execute(
+        rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
+  } catch (const db_error& e) {
+    if (!e.data_error()) throw;
+    if (ids.size() == 1) {
+      const auto rows = conn.query(select_count(counters_table, t.record_type, ids.front()));
+      const std::string sum = rows.empty() || !rows[0][0] ? "0" : *rows[0][0];
+      refused.push_back({ids.front(), sum, e.what()});
+      return;
+    }
+    const std::size_t half = ids.size() / 2;
+    rollup_update_bisecting(conn, counters_table, t, ids.first(half), refused);
+    rollup_update_bisecting(conn, counters_table, t, ids.subspan(half), refused);
+  }
+}
+}  // namespace
+
 rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
                                  const rollup_target& t, std::size_t batch_size,
                                  dirty_cursor& cursor) {
@@ -168,10 +193,17 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
     if (ids.empty() || ids.back() != m.record_id) ids.push_back(m.record_id);  // marks come sorted
   }
   const std::size_t owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
-  conn.execute(
-      rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
-  conn.execute(dirty_delete(t.record_type, marks));
-  r.records = owners;
+  rollup_update_bisecting(conn, counters_table, t, ids, r.refused);
+  if (!r.refused.empty()) {
+    // The refused counters keep their marks: rolled up once their SUM fits again.
+    std::erase_if(marks, [&](const dirty_mark& m) {
+      return std::any_of(r.refused.begin(), r.refused.end(),
+                         [&](const rollup_refusal& f) { return f.record_id == m.record_id; });
+    });
+  }
+  if (!marks.empty()) conn.execute(dirty_delete(t.record_type, marks));
+  // A refused id has an owning row (the UPDATE met it).
+  r.records = owners - std::min(owners, r.refused.size());
   r.missing_owners = ids.size() - std::min(owners, ids.size());
   return r;
 }
@@ -331,11 +363,11 @@ std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::st
   return seqs;
 }
 
-std::int64_t read_count(connection& conn, const std::string& table, std::uint32_t record_type,
-                        std::uint64_t record_id) {
+__int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
+                    std::uint64_t record_id) {
   const auto rows = conn.query(select_count(table, record_type, record_id));
   if (rows.empty() || !rows[0][0]) return 0;
-  return std::stoll(*rows[0][0]);
+  return slot_count(rows[0][0]);  // exact, as a reset sums it
 }
 
 void migrate_buckets(connection& conn, const std::string& table,
@@ -370,14 +402,14 @@ void upsert_buckets(connection& conn, const std::string& table,
   }
 }
 
-std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
+std::vector<std::pair<std::int64_t, __int128>> read_series(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
     std::uint64_t record_id, std::int64_t from, std::int64_t to) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::vector<std::pair<std::int64_t, __int128>> out;
   for (const auto& row :
        conn.query(bucket_series_select(table, g, record_type, record_id, from, to))) {
     if (!row[0] || !row[1]) continue;
-    out.emplace_back(std::stoll(*row[0]), std::stoll(*row[1]));
+    out.emplace_back(std::stoll(*row[0]), slot_count(row[1]));
   }
   return out;
 }

@@ -40,8 +40,8 @@ void upsert_buckets(connection& conn, const std::string& table,
                     std::span<const store::bucket_row> rows, std::size_t max_rows = 1000);
 
 // One counter's persisted buckets of granularity `g` starting in [from, to], as
-// (bucket start, SUM(count)) in bucket order. Throws db_error.
-std::vector<std::pair<std::int64_t, std::int64_t>> read_series(
+// (bucket start, SUM(count)) in bucket order, the sums exact in 128 bits. Throws db_error.
+std::vector<std::pair<std::int64_t, __int128>> read_series(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
     std::uint64_t record_id, std::int64_t from, std::int64_t to);
 
@@ -103,10 +103,19 @@ struct rollup_target {
 // the missing one.
 void verify_rollup_target(connection& conn, const rollup_target& target);
 
+// A counter whose SUM(count) its owning column cannot hold (out of its range in the
+// session's strict sql_mode): its owning row is left as it is and its marks kept.
+struct rollup_refusal {
+  std::uint64_t record_id = 0;
+  std::string sum;    // SUM(count) as the server prints it
+  std::string error;  // the server's message
+};
+
 struct rollup_chunk_result {
   std::size_t marks = 0;           // dirty marks processed (0: nothing left)
   std::size_t records = 0;         // owning rows set to SUM(count)
   std::size_t missing_owners = 0;  // dirty records without an owning row (skipped)
+  std::vector<rollup_refusal> refused;  // owning rows that cannot hold their SUM (skipped)
 };
 
 // The cursor a rollup run of `record_type` starts from: bounded by the largest
@@ -115,7 +124,10 @@ std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_
 
 // Rolls up at most `batch_size` dirty marks of `target.record_type` after `cursor`
 // (which it advances): one set-based UPDATE for their records, then deletes exactly the
-// marks read (a mark flushed again meanwhile stays for the next run). Each statement
+// marks read (a mark flushed again meanwhile stays for the next run). When the UPDATE is
+// refused for its data (a SUM out of the owning column's range), the ids are bisected
+// until the ones at fault stand alone: those are skipped and returned in `refused`, with
+// their marks kept; all others are set and unmarked. Each statement
 // commits on its own, so no lock outlives it. A run ends at the first chunk with fewer
 // than `batch_size` marks; it reads each mark at most once and none above the bound.
 rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
@@ -212,8 +224,8 @@ ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_fr
 std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::string& instance_id,
                                                  std::uint64_t run_id);
 
-// SUM(count) over the slots of one counter.
-std::int64_t read_count(connection& conn, const std::string& table, std::uint32_t record_type,
+// SUM(count) over the slots of one counter, exact in 128 bits (it may pass int64).
+__int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
                         std::uint64_t record_id);
 
 }  // namespace slotted::db

@@ -340,7 +340,9 @@ std::string owner_ids_select(std::string_view owner_table, std::string_view id_c
 
 std::string select_count(std::string_view table, std::uint32_t record_type,
                          std::uint64_t record_id) {
-  std::string sql = "SELECT CAST(COALESCE(SUM(`count`), 0) AS SIGNED) FROM " +
+  // SUM is DECIMAL and printed exactly: a CAST AS SIGNED would cap a total past
+  // 2^63 - 1 silently (read into 128 bits, see db::read_count).
+  std::string sql = "SELECT COALESCE(SUM(`count`), 0) FROM " +
                     quote_identifier(table) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` = ";
@@ -577,7 +579,7 @@ std::string bucket_series_select(std::string_view table, store::granularity g,
   // session's time_zone.
   std::string sql =
       "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), "
-      "CAST(SUM(`count`) AS SIGNED) FROM " +
+      "SUM(`count`) FROM " +
       quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` = ";

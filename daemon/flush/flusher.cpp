@@ -364,7 +364,8 @@ bool flusher::take_from_store() {
       std::size_t dropped = 0;
       auto keyed = idempotency::form_keyed_batches(
           keyed_->take_pending(), settings_.max_rows_per_statement, settings_.slots, run_id_,
-          next_seq_, rng_, clock::now(), dropped, settings_.buckets, budget);
+          next_seq_, rng_, clock::now(), dropped, settings_.buckets, budget,
+          settings_.idempotency_window);
       next_seq_ += keyed.size();
       keyed_->dropped_at_flush(dropped, 0);
       std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));
@@ -869,7 +870,9 @@ flush_result flusher::cycle() {
       const auto limits = db::verify_schema(**lease, settings_.table, !settings_.rollups.empty());
       if (settings_.limits != nullptr)
         settings_.limits->set(limits.max_record_type, limits.max_record_id);
-      for (const auto& target : settings_.rollups) db::verify_rollup_target(**lease, target);
+      // Rollup targets are not checked here: the flusher writes only the dirty marks,
+      // never an owning table, so a missing one must not stop the flush (the roller
+      // checks each target at each run, see rollup::roller).
       verify_bucket_tables(**lease);
       check_autoincrement(**lease);
       progress();

@@ -76,7 +76,7 @@ struct flush_result {
 };
 
 struct counter_reading {
-  std::int64_t persisted = 0;
+  __int128 persisted = 0;  // SUM(count) may pass int64
   std::int64_t pending = 0;
   // Empty when the figures are exact; else why none could be read now (a batch being
   // committed or in doubt throughout, a sum out of range): not an error, retry later.

@@ -36,7 +36,7 @@ struct backend_result {
   std::string error;        // why, for unavailable
   std::uint64_t count = 0;  // rows flushed, records rolled up
   // A counter read: the database's total and what is pending in memory.
-  std::int64_t persisted = 0;
+  __int128 persisted = 0;  // SUM(count) may pass int64
   std::int64_t pending = 0;
   // A reset: what the counter had (persisted + pending here), now cleared.
   __int128 cleared = 0;

@@ -475,8 +475,8 @@ void router::handle_counter(const request& req, const route_match& m, const repl
         answer(json_response(v, status::ok,
                              "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
                                  std::to_string(id) + "\", \"count\": " +
-                                 decimal(static_cast<__int128>(r.persisted) + r.pending) +
-                                 ", \"persisted\": " + std::to_string(r.persisted) +
+                                 decimal(r.persisted + r.pending) +
+                                 ", \"persisted\": " + decimal(r.persisted) +
                                  ", \"pending\": " + std::to_string(r.pending) + "}"));
       }));
 }

@@ -105,7 +105,8 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
                                                    std::chrono::steady_clock::time_point oldest,
                                                    std::size_t& dropped,
                                                    const store::bucket_spec& buckets,
-                                                   std::size_t max_statement_bytes) {
+                                                   std::size_t max_statement_bytes,
+                                                   std::chrono::milliseconds window) {
   dropped = 0;
   // Stable: of one key twice, the first accepted stays.
   std::stable_sort(requests.begin(), requests.end(),
@@ -113,12 +114,23 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
   std::vector<store::flush_batch> batches;
   std::size_t items = 0, bytes = 0;
   std::string last_key;  // the previous request was moved from
+  std::int64_t last_received_ms = 0;  // of the request of last_key kept
+  // Of one key, requests received more than a window after the one kept: each takes
+  // the key over, so they are formed into later batches (committed after this take's).
+  std::vector<keyed_request> takeovers;
   for (auto& r : requests) {
     if (!batches.empty() && r.key == last_key) {
-      ++dropped;
+      const bool within = r.received_ms <= 0 || last_received_ms <= 0 ||
+                          r.received_ms - last_received_ms <= window.count();
+      if (within) {
+        ++dropped;
+      } else {
+        takeovers.push_back(std::move(r));
+      }
       continue;
     }
     last_key = r.key;
+    last_received_ms = r.received_ms;
     // Bounded by items, by keys and by the bytes of its claim: a batch of requests
     // without increments (or with few) must not grow past what one statement carries.
     if (batches.empty() || items + r.increments.size() > max_items ||
@@ -140,6 +152,14 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
     const auto slot = static_cast<std::uint16_t>(rng() % slots);
     b.rows = rows_of(b.keyed, slot);
     b.bucket_rows = bucket_rows_of(b.keyed, slot, buckets, b.rows);
+  }
+  if (!takeovers.empty()) {
+    std::size_t later_dropped = 0;
+    auto later = form_keyed_batches(std::move(takeovers), max_items, slots, run_id,
+                                    first_seq + batches.size(), rng, oldest, later_dropped,
+                                    buckets, max_statement_bytes, window);
+    dropped += later_dropped;
+    std::move(later.begin(), later.end(), std::back_inserter(batches));
   }
   return batches;
 }

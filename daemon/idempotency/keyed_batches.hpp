@@ -42,14 +42,18 @@ namespace slotted::idempotency {
 // keys each (at least one request: a request without increments is a key all the
 // same), and keys whose claim statement (see claim_bytes) stays within
 // `max_statement_bytes`; keys sorted (one lock order for every instance), one random
-// slot per batch, seqs from `first_seq` on. A key twice among `requests` (a retry this
-// instance had forgotten) is kept once; `dropped` counts the others. Pure.
+// slot per batch, seqs from `first_seq` on. A key twice among `requests` received within
+// `window` of the one kept (a retry this instance had forgotten) is dropped; `dropped`
+// counts those. One received more than `window` after the kept one takes the key over
+// (as commit_keyed_batch judges it): it goes into a later batch, in arrival order, so
+// that the earlier one's key is committed first. Pure.
 std::vector<store::flush_batch> form_keyed_batches(
     std::vector<keyed_request> requests, std::size_t max_items, unsigned slots,
     std::uint64_t run_id, std::uint64_t first_seq, std::mt19937_64& rng,
     std::chrono::steady_clock::time_point oldest, std::size_t& dropped,
     const store::bucket_spec& buckets = store::no_buckets(),
-    std::size_t max_statement_bytes = std::size_t{1} << 20);
+    std::size_t max_statement_bytes = std::size_t{1} << 20,
+    std::chrono::milliseconds window = std::chrono::milliseconds::max());
 
 // An upper bound of the bytes a request's row adds to the keys claim (see
 // db::idempotency_keys_claim), for an instance id of up to 64 characters; and of the

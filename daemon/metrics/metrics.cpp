@@ -106,6 +106,10 @@ registry::registry()
       rollup_missing_owners(
           counter(*registry_, "slotted_counterd_rollup_missing_owners_total",
                   "Rolled-up counters whose owning row does not exist (skipped)")),
+      rollup_rows_refused(counter(
+          *registry_, "slotted_counterd_rollup_rows_refused_total",
+          "Rollups of a counter whose SUM(count) its owning column cannot hold (skipped, marks "
+          "kept)")),
       last_rollup_success_timestamp_seconds(
           gauge(*registry_, "slotted_counterd_last_rollup_success_timestamp_seconds",
                 "Unix time of the last successful rollup")),

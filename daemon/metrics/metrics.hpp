@@ -85,6 +85,7 @@ class registry {
   prometheus::Histogram& rollup_duration_seconds;
   prometheus::Counter& rollup_records;
   prometheus::Counter& rollup_missing_owners;
+  prometheus::Counter& rollup_rows_refused;
   prometheus::Gauge& last_rollup_success_timestamp_seconds;
   prometheus::Gauge& wal_bytes;
   prometheus::Histogram& wal_fsync_duration_seconds;

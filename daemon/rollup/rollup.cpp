@@ -42,29 +42,54 @@ rollup_result roller::run_once() {
   if (targets_now.empty()) return rollup_result{true, 0, {}};
   const auto started = std::chrono::steady_clock::now();
   rollup_result result;
-  std::size_t missing = 0;
+  std::size_t missing = 0, refused = 0;
+  // Per run, so that a counter refused at every run does not flood the log.
+  constexpr std::size_t refusals_logged = 10;
   try {
     auto lease = pool_.acquire();
-    lease.use([&](db::connection& conn) {
-      for (const auto& target : targets_now) {
-        // Bounded to the marks there are now: under steady load new marks keep coming,
-        // and a run that chased them would never end (later targets would starve and
-        // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
-        auto cursor = db::rollup_start(conn, target.record_type);
-        while (cursor) {
-          const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
-                                              settings_.batch_size, *cursor);
-          result.records += chunk.records;
-          missing += chunk.missing_owners;
-          if (chunk.marks < settings_.batch_size) break;
-        }
+    for (const auto& target : targets_now) {
+      // Each target on its own: one that fails does not starve the ones after it.
+      try {
+        lease.use([&](db::connection& conn) {
+          // Also a target a reload applied while the database was unreachable: one that
+          // is missing fails here, for itself alone.
+          db::verify_rollup_target(conn, target);
+          // Bounded to the marks there are now: under steady load new marks keep coming,
+          // and a run that chased them would never end (later targets would starve and
+          // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
+          auto cursor = db::rollup_start(conn, target.record_type);
+          while (cursor) {
+            const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
+                                                settings_.batch_size, *cursor);
+            result.records += chunk.records;
+            missing += chunk.missing_owners;
+            for (const auto& f : chunk.refused) {
+              if (refused++ < refusals_logged) {
+                log::error("rollup: counter (", target.record_type, ", ", f.record_id,
+                           ") has SUM(count) ", f.sum, ", which `", target.table, "`.`",
+                           target.count_column, "` cannot hold (", f.error,
+                           "); its owning row is left as it is and it stays marked");
+              }
+            }
+            if (chunk.marks < settings_.batch_size) break;
+          }
+        });
+      } catch (const db::db_error& e) {
+        if (e.connection_lost()) throw;  // no connection left for the other targets
+        metrics_.db_error(e.kind());
+        if (!result.error.empty()) result.error += "; ";
+        result.error += "record_type " + std::to_string(target.record_type) + ": " + e.what();
       }
-    });
-    result.ok = true;
+    }
+    result.ok = result.error.empty();
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
-    result.error = e.what();
+    if (!result.error.empty()) result.error += "; ";
+    result.error += e.what();
   }
+  if (refused > refusals_logged)
+    log::error("rollup: ", refused - refusals_logged, " more counters refused likewise");
+  metrics_.rollup_rows_refused.Increment(static_cast<double>(refused));
 
   metrics_.rollup_records.Increment(static_cast<double>(result.records));
   metrics_.rollup_missing_owners.Increment(static_cast<double>(missing));

@@ -142,6 +142,60 @@ TEST(Reload, SighupAppliesLiveKeysNamesTheRestAndRefusesBrokenConfigs) {
   EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
 }
 
+// A reload while the database is down cannot check a new rollup target; applied, a
+// target whose table is missing must not stop the flush (which never writes the owning
+// table): only that target's rollup fails, the other targets go on.
+TEST(Reload, ABadRollupTargetAppliedWhileTheDatabaseIsDownStopsNeitherFlushNorOtherTargets) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  server.connect(database).execute(
+      "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count BIGINT NOT "
+      "NULL)");
+  server.connect(database).execute("INSERT INTO repositories VALUES (1, 0)");
+  daemon_process daemon(yaml_for(server, database,
+                                 "flush: {interval: 1h}\n"
+                                 "counters: [{name: pages, record_type: 7}]\n"));
+  ASSERT_EQ(daemon.settle(), 200u);
+
+  server.stop();
+  daemon.write_config(
+      yaml_for(server, database,
+               "flush: {interval: 1h}\n"
+               "counters:\n"
+               "  - {name: pages, record_type: 7}\n"
+               "  - name: downloads\n"
+               "    record_type: 123\n"
+               "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
+               "  - name: installs\n"
+               "    record_type: 124\n"
+               "    rollup: {table: no_such_table, id_column: id, count_column: c}\n"));
+  daemon.signal(SIGHUP);
+  ASSERT_TRUE(wait_for_log(daemon, "reload: applied")) << daemon.log();
+  server.start();
+
+  http_client c(daemon.port());
+  ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": 7, "record_id": 1, "delta": 3},
+                                              {"record_type": 123, "record_id": 1, "delta": 5}])")
+                .status,
+            202u);
+  // The first flush may still meet a connection of the stopped server.
+  ASSERT_TRUE(flush_until_ok(c, std::chrono::seconds(20))) << daemon.log();
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT SUM(count) FROM slotted_counters WHERE record_type = 7 AND "
+                             "record_id = 1"),
+            3);
+  // The broken target fails the run, named; the good one is rolled up all the same.
+  const auto rolled = c.request("POST", "/v1/rollup");
+  EXPECT_EQ(rolled.status, 503u) << rolled.body;
+  EXPECT_NE(rolled.body.find("no_such_table"), std::string::npos) << rolled.body;
+  EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 1"), 5);
+  EXPECT_NE(daemon.log().find("no_such_table"), std::string::npos) << daemon.log();
+  EXPECT_EQ(c.get("/readyz").status, 200u);
+
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(std::chrono::seconds(30)), 0) << daemon.log();
+}
+
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::size_t start = 0;

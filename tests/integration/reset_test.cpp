@@ -493,5 +493,24 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
             1);
 }
 
+// A total past 2^63 - 1 (two slots of 9e18 in the BIGINT `count`): GET prints it
+// exactly, and equal to what a reset then clears (both sum in 128 bits).
+TEST_F(Reset, AReadOfATotalPastInt64IsExactAndEqualsWhatTheResetClears) {
+  shared_mariadb().connect(database_).execute(
+      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES "
+      "(7, 1, 0, 9000000000000000000), (7, 1, 1, 9000000000000000000)");
+  in_process_daemon d(cfg());
+  http_client c(d.port());
+  const auto read = c.get("/v1/counters/7/1");
+  ASSERT_EQ(read.status, 200u) << read.body;
+  EXPECT_NE(read.body.find("\"count\": 18000000000000000000,"), std::string::npos) << read.body;
+  EXPECT_NE(read.body.find("\"persisted\": 18000000000000000000,"), std::string::npos)
+      << read.body;
+  const auto r = reset(c, "7/1");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_NE(r.body.find("\"cleared\": 18000000000000000000}"), std::string::npos) << r.body;
+  EXPECT_EQ(d.stop(), 0);
+}
+
 }  // namespace
 }  // namespace slotted::test

@@ -250,6 +250,79 @@ TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
   expect_converged(server, database, acknowledged);
 }
 
+// A SUM the owning column cannot hold (here -1 in an INT UNSIGNED column, in strict
+// sql_mode) is refused for that counter alone: the other counters of its chunk and
+// every later target are rolled up, the refused one is logged with its SUM, counted,
+// and keeps its mark until its SUM fits again.
+TEST(Rollup, ASumTheOwningColumnCannotHoldIsRefusedAloneAndLaterTargetsGoOn) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  {
+    auto conn = server.connect(database);
+    conn.execute(
+        "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count INT UNSIGNED "
+        "NOT NULL DEFAULT 0)");
+    conn.execute("INSERT INTO repositories (id) VALUES (1), (2), (3)");
+    conn.execute("CREATE TABLE packages (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT NOT NULL)");
+    conn.execute("INSERT INTO packages VALUES (1, 0)");
+  }
+  daemon_process daemon(daemon_yaml(
+      server, database,
+      "instance_id: rollup-refused\n"
+      "counters:\n"
+      "  - name: repo_downloads\n"
+      "    record_type: 123\n"
+      "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
+      "  - name: package_installs\n"
+      "    record_type: 124\n"
+      "    rollup: {table: packages, id_column: id, count_column: n}\n"
+      "flush: {interval: 1h}\n"
+      "rollup: {interval: 1h}\n"));
+  ASSERT_EQ(daemon.settle(), 200u);
+  http_client c(daemon.port());
+  ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": 123, "record_id": 1, "delta": -1},
+                                              {"record_type": 123, "record_id": 2, "delta": 5},
+                                              {"record_type": 123, "record_id": 3, "delta": 7},
+                                              {"record_type": 124, "record_id": 1, "delta": 4}])")
+                .status,
+            202u);
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  const auto count_of = [&](const std::string& table, const std::string& column, int id) {
+    return server.query_int(database, "SELECT " + column + " FROM " + table +
+                                          " WHERE id = " + std::to_string(id));
+  };
+  const auto marks_of = [&](int type, int id) {
+    return server.query_int(database,
+                            "SELECT COUNT(*) FROM slotted_counterd_dirty WHERE record_type = " +
+                                std::to_string(type) + " AND record_id = " + std::to_string(id));
+  };
+  const auto rolled = c.request("POST", "/v1/rollup");
+  ASSERT_EQ(rolled.status, 200u) << rolled.body;
+  EXPECT_EQ(json_int(rolled.body, "records"), 3);  // 123/2, 123/3, 124/1
+  EXPECT_EQ(count_of("repositories", "download_count", 1), 0);
+  EXPECT_EQ(count_of("repositories", "download_count", 2), 5);
+  EXPECT_EQ(count_of("repositories", "download_count", 3), 7);
+  EXPECT_EQ(count_of("packages", "n", 1), 4) << "a later target was starved";
+  EXPECT_EQ(marks_of(123, 1), 1) << "the refused counter's mark must stay";
+  EXPECT_EQ(marks_of(123, 2) + marks_of(123, 3) + marks_of(124, 1), 0);
+  EXPECT_EQ(metric_value(c.get("/metrics").body, "slotted_counterd_rollup_rows_refused_total"), 1);
+  ASSERT_TRUE(eventually([&] { return daemon.log().find("SUM(count) -1") != std::string::npos; },
+                         std::chrono::seconds(10)))
+      << daemon.log();
+  EXPECT_NE(daemon.log().find("(123, 1)"), std::string::npos) << daemon.log();
+
+  // Its SUM fits again: the next rollup sets it and deletes its mark.
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 3})").status,
+      202u);
+  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
+  const auto again = c.request("POST", "/v1/rollup");
+  ASSERT_EQ(again.status, 200u) << again.body;
+  EXPECT_EQ(count_of("repositories", "download_count", 1), 2);
+  EXPECT_EQ(marks_of(123, 1), 0);
+  EXPECT_EQ(metric_value(c.get("/metrics").body, "slotted_counterd_rollup_rows_refused_total"), 1);
+}
+
 TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);

@@ -384,6 +384,38 @@ TEST(KeyedBatches, SortedByKeyCutByItemsAndAKeyTwiceKeptOnce) {
   EXPECT_EQ(alone[0].rows.size(), 2u);
 }
 
+// One key twice in a take, the second received more than a window after the first
+// (the index forgot the first, as after a database outage longer than the window): the
+// second takes the key over, so both are applied, the first in an earlier batch. A
+// third inside the second's window is its retry and dropped.
+TEST(KeyedBatches, AKeyTwiceMoreThanAWindowApartGoesIntoALaterBatchNotDropped) {
+  std::mt19937_64 rng(1);
+  constexpr std::chrono::milliseconds window = 10s;
+  auto first = req("k", {{1, 1, 1}});
+  first.received_ms = 1'000'000;
+  auto second = req("k", {{1, 1, 2}});
+  second.received_ms = first.received_ms + 2 * window.count();
+  auto retry = req("k", {{1, 1, 2}});
+  retry.received_ms = second.received_ms + window.count();  // inside: a retry
+  auto other = req("j", {{1, 2, 4}});
+  other.received_ms = second.received_ms;
+  std::size_t dropped = 0;
+  const auto batches = form_keyed_batches({first, second, retry, other}, 100, 10, 1, 5, rng, {},
+                                          dropped, store::no_buckets(),
+                                          std::size_t{1} << 20, window);
+  EXPECT_EQ(dropped, 1u);
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[0].keyed.size(), 2u);  // j and the first k
+  EXPECT_EQ(batches[0].keyed[1].key, "k");
+  EXPECT_EQ(batches[0].keyed[1].received_ms, first.received_ms);
+  ASSERT_EQ(batches[1].keyed.size(), 1u);
+  EXPECT_EQ(batches[1].keyed[0].key, "k");
+  EXPECT_EQ(batches[1].keyed[0].received_ms, second.received_ms);
+  EXPECT_EQ(batches[1].seq, 6u);
+  ASSERT_EQ(batches[1].rows.size(), 1u);
+  EXPECT_EQ(batches[1].rows[0].delta, 2);
+}
+
 TEST(KeyedBatches, ASplitDividesRequestsNotRows) {
   std::mt19937_64 rng(1);
   std::size_t dropped = 0;
