@@ -96,9 +96,16 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   // Optional, so that a daemon upgraded before its --migrate keeps flushing what has no
   // Idempotency-Key; keyed requests are refused until the table is there.
   if (table_exists(conn, idempotency_keys_table)) {
-    limits.idempotency_keys = !conn.query(column_exists_select(conn.quote(idempotency_keys_table),
-                                                               conn.quote("created_ms")))
-                                   .empty();
+    // Migrated only once `created` is gone: --migrate adds `created_ms` (0 at first),
+    // fills it from `created`, then drops `created`. Keyed requests taken while a row
+    // still holds 0 would take a committed key over (applied twice), and the keys prune
+    // would delete such rows.
+    const auto has = [&](const char* column) {
+      return !conn.query(column_exists_select(conn.quote(idempotency_keys_table),
+                                              conn.quote(column)))
+                  .empty();
+    };
+    limits.idempotency_keys = has("created_ms") && !has("created");
     limits.idempotency_keys_unmigrated = !limits.idempotency_keys;
   } else {
     limits.idempotency_keys = false;
@@ -262,7 +269,9 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       return commit_outcome::already_applied;
     }
     conn.execute(upsert_statement(table, rows));
-    upsert_buckets(conn, table, buckets);
+    // A batch's bucket rows are not bounded by its rows: statements under the budget.
+    upsert_buckets(conn, table, buckets,
+                   std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
     if (!dirty.empty())
       conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
     conn.execute(commit);

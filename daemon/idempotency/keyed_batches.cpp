@@ -307,6 +307,10 @@ std::optional<committed_key> find_committed_key(db::connection& conn, const std:
 std::uint64_t prune_keys(db::connection& conn, std::chrono::milliseconds window, std::size_t chunk,
                          int max_chunks) {
   std::uint64_t deleted = 0;
+  // The DELETE lists its keys (each at most 2 * 128 + 3 bytes quoted): a chunk stays
+  // under the connection's statement budget (max_allowed_packet).
+  const std::size_t budget = conn.max_statement_bytes();
+  chunk = std::clamp<std::size_t>(budget > 2048 ? (budget - 1024) / 260 : 1, 1, chunk);
   // Two windows: a retry received inside the window may still be pending (in memory,
   // or in another instance's WAL) when the first one's key passes the window, and must
   // find that key when it commits. Only a retry pending for longer than a whole window

@@ -255,6 +255,11 @@ TEST(IdempotencyReview, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingItsKey
       conn.execute(
           "ALTER TABLE slotted_counterd_idempotency_keys ADD COLUMN created_ms BIGINT NOT NULL "
           "DEFAULT 0 AFTER batch_seq");
+      // Half converted (`created_ms` still 0 beside `created`): not usable yet, or a
+      // keyed request would take a committed key over and the prune delete its row.
+      const auto half = db::verify_schema(conn, "slotted_counters", false);
+      EXPECT_FALSE(half.idempotency_keys);
+      EXPECT_TRUE(half.idempotency_keys_unmigrated);
     }
     migrate(server, database);
     migrate(server, database);  // again: nothing left to do

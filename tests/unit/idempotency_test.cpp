@@ -349,7 +349,8 @@ TEST(KeyedBatches, CutByKeysAndByTheBytesOfTheirClaim) {
     std::vector<std::string> quoted;
     for (const auto& r : b.keyed) quoted.push_back("'" + r.key + "'");
     EXPECT_LE(db::idempotency_keys_claim(b.keyed, quoted, "'" + std::string(64, 'i') + "'",
-                                         UINT64_MAX >> 1, UINT64_MAX >> 1, std::chrono::hours(24))
+                                         UINT64_MAX >> 1, UINT64_MAX >> 1, std::chrono::hours(24),
+                                         INT64_MAX >> 1)
                   .size(),
               budget);
   }
