@@ -337,9 +337,10 @@ TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
   daemon->signal(SIGKILL);
   ASSERT_EQ(daemon->wait(10s), -SIGKILL);
   daemon.reset();
-  // The daemon stayed down for longer than the ledger's retention (an hour).
+  // The daemon stayed down for longer than the ledger's retention of another run's rows
+  // (a day: the restarted daemon is another run).
   shared_mariadb().connect(database_).execute(
-      "UPDATE slotted_counterd_ledger SET committed_at = NOW(3) - INTERVAL 2 HOUR");
+      "UPDATE slotted_counterd_ledger SET committed_at = NOW(3) - INTERVAL 2 DAY");
 
   // Restarted, the disk still full: the replayed batch is found in the ledger, its
   // committed record cannot be logged, and the first cycle prunes the ledger.
