@@ -13,7 +13,12 @@ set(root "${stage}${PREFIX}")
 set(config "${stage}${SYSCONFDIR}/slotted-counterd/slotted-counterd.yaml")
 foreach(f "${root}/bin/slotted-counterd" "${root}/lib/systemd/system/slotted-counterd.service"
           "${config}" "${root}/share/man/man8/slotted-counterd.8.gz"
+          "${root}/share/man/man5/slotted-counterd.yaml.5.gz"
           "${root}/share/doc/slotted-counterd/README.md"
+          "${root}/share/doc/slotted-counterd/CHANGELOG.md"
+          "${root}/share/doc/slotted-counterd/docs/install.md"
+          "${root}/share/doc/slotted-counterd/docs/configuration.md"
+          "${root}/share/doc/slotted-counterd/docs/openapi.yaml"
           "${root}/share/doc/slotted-counterd/examples/slotted-counterd.yaml"
           "${root}/share/doc/slotted-counterd/examples/slotted-counterd.json")
   if(NOT EXISTS "${f}")

@@ -475,7 +475,8 @@ def check_install(ctx):
     if "/etc/slotted-counterd/slotted-counterd.yaml" not in conffiles:
         raise Failure(f"the config is not a conffile: {conffiles!r}")
     for f in ("/usr/bin/slotted-counterd", "/usr/lib/systemd/system/slotted-counterd.service",
-              "/usr/share/man/man8/slotted-counterd.8.gz", "/usr/share/doc/slotted-counterd/README.md",
+              "/usr/share/man/man8/slotted-counterd.8.gz", "/usr/share/man/man5/slotted-counterd.yaml.5.gz",
+              "/usr/share/doc/slotted-counterd/README.md", "/usr/share/doc/slotted-counterd/docs/install.md",
               "/usr/share/doc/slotted-counterd/examples/slotted-counterd.json"):
         if m.run(["test", "-e", f], check=False).returncode != 0:
             raise Failure(f"{f} is missing after install")

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The man pages and the configuration reference against the code.
+
+    python3 tests/docs/man_test.py --daemon build/slotted-counterd --source .
+
+- slotted-counterd(8) (packaging/slotted-counterd.8) names every option the built
+  binary's --help prints;
+- docs/configuration.md's key table names every key daemon/config/config.cpp accepts,
+  and no other; its reload column agrees with plan_reload();
+- packaging/slotted-counterd.yaml.5 is what scripts/gen-man makes of that table;
+- config/slotted-counterd.yaml passes the built binary's --check-config, and names only
+  keys of the table.
+Needs no database. Prints one line per check and ends with "N passed, M failed".
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
+from ops_test import Failure, Runner  # noqa: E402
+
+# The parse function of config.cpp -> the key path its mapping's keys live under.
+PREFIX = {
+    "parse_config": "",
+    "parse_listen": "listen.",
+    "parse_http": "http.",
+    "parse_mysql": "mysql.",
+    "parse_mysql_tls": "mysql.tls.",
+    "parse_rollup_target": "counters[].rollup.",
+    "parse_counters": "counters[].",
+    "parse_flush": "flush.",
+    "parse_rollup": "rollup.",
+    "parse_wal": "wal.",
+    "parse_idempotency": "idempotency.",
+    "parse_log": "log.",
+}
+# Keys the parser takes through another mechanism than a mapping of names.
+GRANULARITIES = ("hour", "day")  # store::granularity_named, counters[].buckets.<g>
+
+
+def read(*parts):
+    with open(os.path.join(*parts)) as f:
+        return f.read()
+
+
+def parser_keys(source):
+    """Every key path daemon/config/config.cpp accepts, from its mapping tables."""
+    text = read(source, "daemon", "config", "config.cpp")
+    keys = set()
+    # Function bodies: from one top-level definition to the next.
+    defs = list(re.finditer(r"^[A-Za-z][\w:<>, ]*?\b(\w+)\(", text, re.M))
+    for i, d in enumerate(defs):
+        body = text[d.end():defs[i + 1].start() if i + 1 < len(defs) else len(text)]
+        found = re.findall(r'\{"([a-z_]+)",\s*(?:\[|file\(|column\()', body)
+        if not found:
+            continue
+        name = d.group(1)
+        if name not in PREFIX:
+            raise Failure(f"config.cpp: {name}() parses keys {found} under a prefix this test "
+                          "does not know: add it to PREFIX")
+        keys.update(PREFIX[name] + k for k in found)
+    # Sections that are mappings of their own are documented by their leaves.
+    keys -= {"listen", "http", "mysql", "flush", "rollup", "wal", "idempotency", "log",
+             "mysql.tls", "counters[].rollup", "counters[].buckets"}
+    keys.update(f"counters[].buckets.{g}" for g in GRANULARITIES)
+    keys.add("counters")
+    return keys
+
+
+def table_rows(source):
+    text = read(source, "docs", "configuration.md")
+    section = text.split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def reload_plan(source):
+    text = read(source, "daemon", "config", "config.cpp")
+    body = text[text.index("reload_plan plan_reload("):]
+    return {k: kind for kind, k in re.findall(r'\b(live|restart)\([^;]*?"([^"]+)"\);', body, re.S)}
+
+
+def check_options(ctx):
+    out = subprocess.run([ctx.daemon, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         timeout=10).stdout.decode()
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-h)\b", out))
+    if "--config" not in options:
+        raise Failure(f"--help prints no --config: {out!r}")
+    page = read(ctx.source, "packaging", "slotted-counterd.8").replace("\\-", "-")
+    options_section = page.split(".SH OPTIONS", 1)[1].split(".SH ", 1)[0]
+    missing = sorted(o for o in options if not re.search(r"(?<![\w-])" + re.escape(o) + r"\b",
+                                                          options_section))
+    if missing:
+        raise Failure(f"options --help prints that the man page's OPTIONS lacks: {missing}")
+    return f"{len(options)} options: {' '.join(sorted(options))}"
+
+
+def check_keys(ctx):
+    accepted = parser_keys(ctx.source)
+    documented = set(table_rows(ctx.source))
+    problems = []
+    if accepted - documented:
+        problems.append(f"accepted by the parser, not in docs/configuration.md: {sorted(accepted - documented)}")
+    if documented - accepted:
+        problems.append(f"in docs/configuration.md, not accepted by the parser: {sorted(documented - accepted)}")
+    if problems:
+        raise Failure("; ".join(problems))
+    return f"{len(accepted)} keys"
+
+
+def check_reload_column(ctx):
+    plan = reload_plan(ctx.source)
+    rows = table_rows(ctx.source)
+    wrong = []
+    for key, cells in rows.items():
+        said = cells[4]
+        if not said:
+            continue  # mysql.password: refused, nothing to reload
+        # The longest plan_reload key that covers this one (counters covers counters[].name).
+        cover = [p for p in plan if key == p or key.startswith(p + ".") or key.startswith(p + "[]")]
+        if not cover:
+            wrong.append(f"{key}: plan_reload() does not name it")
+            continue
+        truth = plan[max(cover, key=len)]
+        if said != truth:
+            wrong.append(f"{key}: documented {said}, plan_reload() says {truth}")
+    if wrong:
+        raise Failure("; ".join(wrong))
+    return f"{len(rows)} rows agree with plan_reload()"
+
+
+def check_generated_page(ctx):
+    r = subprocess.run([sys.executable, os.path.join(ctx.source, "scripts", "gen-man"), "--check"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    if r.returncode != 0:
+        raise Failure(r.stdout.decode())
+    page = read(ctx.source, "packaging", "slotted-counterd.yaml.5").replace("\\-", "-")
+    missing = [k for k in table_rows(ctx.source) if f".B {k}\n" not in page]
+    if missing:
+        raise Failure(f"keys missing from slotted-counterd.yaml.5: {missing}")
+    return "packaging/slotted-counterd.yaml.5 is current"
+
+
+def yaml_paths(node, prefix=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            path = f"{prefix}{k}"
+            yield path
+            yield from yaml_paths(v, path + ".")
+    elif isinstance(node, list):
+        for item in node:
+            yield from yaml_paths(item, prefix[:-1] + "[].")
+
+
+def check_example(ctx):
+    example = os.path.join(ctx.source, "config", "slotted-counterd.yaml")
+    r = subprocess.run([ctx.daemon, "--config", example, "--check-config"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    if r.returncode != 0:
+        raise Failure(f"--check-config exited {r.returncode}: {r.stdout.decode()[-1500:]}")
+    documented = set(table_rows(ctx.source))
+    sections = {"listen", "http", "mysql", "mysql.tls", "flush", "rollup", "wal", "idempotency",
+                "log", "counters[].rollup", "counters[].buckets"}
+    with open(example) as f:
+        paths = set(yaml_paths(yaml.safe_load(f)))
+    unknown = sorted(p for p in paths - sections if p not in documented)
+    if unknown:
+        raise Failure(f"the example names keys docs/configuration.md does not: {unknown}")
+    return f"--check-config exits 0; {len(paths)} key paths, all documented"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--source", required=True)
+    args = ap.parse_args()
+
+    class Ctx:
+        pass
+    ctx = Ctx()
+    ctx.daemon = os.path.abspath(args.daemon)
+    ctx.source = os.path.abspath(args.source)
+    runner = Runner()
+    runner.run("man 8: every --help option", check_options, ctx)
+    runner.run("configuration.md: every key the parser accepts, no other", check_keys, ctx)
+    runner.run("configuration.md: reload column", check_reload_column, ctx)
+    runner.run("man 5: generated from configuration.md", check_generated_page, ctx)
+    runner.run("example config: accepted and documented", check_example, ctx)
+    print(f"{runner.passed} passed, {runner.failed} failed", flush=True)
+    return 1 if runner.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
