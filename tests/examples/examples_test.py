@@ -6,9 +6,10 @@
 - examples/nginx/downloads.conf, unchanged but for its three placeholders, in a real
   nginx: every download of /downloads/<id> is counted exactly once, nothing else is
   counted, and the mirrored POSTs reuse upstream keep-alive connections.
-- examples/client/slotted_client.py: posts to the real daemon; retries with one
-  Idempotency-Key on 503 (honouring Retry-After) and on a timeout; never retries a 400;
-  a retry after an answer lost on the way back is counted once.
+- examples/client/slotted_client.py: posts to the real daemon; with exactly_once,
+  retries with one Idempotency-Key on 503 (honouring Retry-After) and on a timeout;
+  fire-and-forget calls send no key and are retried after a 503 only; never retries a
+  400; a keyed retry after an answer lost on the way back is counted once.
 
 Starts its own MariaDB and nginx on 127.0.0.1 (free ports) and stops them by pid.
 Prints one line per check and ends with "N passed, M failed".
@@ -231,7 +232,7 @@ def check_client_retries(ctx, client_mod):
         Scripted.script = [("status", 503, {"Retry-After": "3"}), ("hang", 1.5), ("status", 202, {})]
         sleeps = []
         client = client_mod.SlottedClient(base, timeout=0.5, backoff=0.01, sleep=sleeps.append)
-        if client.increment(123, 5) != 1:
+        if client.increment(123, 5, exactly_once=True) != 1:
             raise Failure("the third attempt's 202 was not returned")
         keys = {k for k, _ in Scripted.seen}
         if len(Scripted.seen) != 3 or len(keys) != 1 or None in keys:
@@ -249,10 +250,28 @@ def check_client_retries(ctx, client_mod):
             raise Failure("an endless 503 did not raise")
         if len(Scripted.seen) != 4:
             raise Failure(f"attempts=4 made {len(Scripted.seen)} attempts")
+        # Fire-and-forget: no key; retried after a 503 (nothing applied), never after a
+        # timeout (it may have been counted: a retry without a key would count twice).
+        Scripted.seen = []
+        Scripted.script = [("status", 503, {"Retry-After": "1"}), ("status", 202, {})]
+        plain = client_mod.SlottedClient(base, timeout=0.5, backoff=0.01, sleep=lambda s: None)
+        if plain.increment(123, 6) != 1 or [k for k, _ in Scripted.seen] != [None, None]:
+            raise Failure(f"fire-and-forget after a 503: want 2 attempts without a key, saw {Scripted.seen}")
+        Scripted.seen = []
+        Scripted.script = [("hang", 1.5), ("status", 202, {})]
+        try:
+            plain.increment(123, 7)
+        except client_mod.SlottedError:
+            pass
+        else:
+            raise Failure("fire-and-forget retried after a timeout")
+        if len(Scripted.seen) != 1 or Scripted.seen[0][0] is not None:
+            raise Failure(f"fire-and-forget after a timeout: want 1 attempt without a key, saw {Scripted.seen}")
     finally:
         server.shutdown()
         server.server_close()
-    return "503 + Retry-After, a timeout, then 202: 3 attempts, one key; gives up after `attempts`"
+    return ("keyed: 503 + Retry-After, a timeout, then 202: 3 attempts, one key; gives up after "
+            "`attempts`; fire-and-forget: no key, a 503 retried, a timeout not")
 
 
 class LosingProxy(http.server.BaseHTTPRequestHandler):
@@ -299,7 +318,7 @@ def check_client_lost_answer(ctx, client_mod):
         LosingProxy.lose = 2
         client = client_mod.SlottedClient(f"http://127.0.0.1:{server.server_address[1]}",
                                           backoff=0.01, sleep=lambda s: None)
-        if client.post([{"record_type": 123, "record_id": 901, "delta": 5}]) != 1:
+        if client.post([{"record_type": 123, "record_id": 901, "delta": 5}], exactly_once=True) != 1:
             raise Failure("the retry's answer did not report 1 accepted")
         seen = LosingProxy.forwarded
         keys = {k for k, _, _ in seen}
