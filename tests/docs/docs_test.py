@@ -238,6 +238,39 @@ def check_batch(ctx):
     return "2,200 ids in 3 NDJSON requests, counted exactly"
 
 
+# --------------------------------------------------------------------------- schema
+
+
+def check_schema(ctx):
+    """design.md's Schema names every table --migrate created, and each CREATE TABLE it
+    shows has the columns the real table has."""
+    text = open(os.path.join(ctx.source, "docs", "design.md")).read()
+    section = text.split("\n## Schema\n", 1)[1]
+    r = ctx.db.sql("SELECT table_name, column_name FROM information_schema.columns "
+                   "WHERE table_schema = 'app' AND table_name <> 'repositories' "
+                   "ORDER BY table_name, ordinal_position")
+    if r.returncode != 0:
+        raise Failure(r.stderr.decode())
+    real = {}
+    for line in r.stdout.decode().splitlines()[1:]:
+        t, c = line.split("\t")
+        real.setdefault(t, []).append(c)
+    problems = [f"--migrate created {t}, which design.md's Schema does not name"
+                for t in real if f"`{t}`" not in section and f"TABLE IF NOT EXISTS {t} " not in section
+                and not (t.endswith("_day") and "slotted_counters_day" in section)]
+    for name, body in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\) ENGINE=InnoDB;", section, re.S):
+        if name not in real:
+            problems.append(f"design.md shows {name}, which --migrate did not create")
+            continue
+        shown = [m for m in re.findall(r"(?:^|,)\s*(\w+) (?:INT|BIGINT|SMALLINT|VARCHAR|VARBINARY|CHAR|TIMESTAMP|DATETIME|DATE)\b",
+                                       body, re.M)]
+        if shown != real[name]:
+            problems.append(f"{name}: design.md shows columns {shown}, the table has {real[name]}")
+    if problems:
+        raise Failure("; ".join(problems))
+    return f"{len(real)} tables, columns as shown"
+
+
 # --------------------------------------------------------------------------- metrics
 
 
@@ -525,6 +558,7 @@ def main():
         runner.run("clients: Node", check_node, ctx)
         runner.run("clients: Ruby", check_ruby, ctx)
         runner.run("clients: NDJSON batches", check_batch, ctx)
+        runner.run("design.md: the schema --migrate creates", check_schema, ctx)
         runner.run("operations.md: every metric, its panel", check_metrics, ctx)
         runner.run("openapi.yaml: walked against the daemon", check_openapi, ctx)  # stops MariaDB
     finally:
