@@ -391,6 +391,30 @@ def provocations(path, method, db_up):
     return [(200, "", None, {})] if db_up else []
 
 
+def body_problems(spec, schema, payload, where):
+    """The answer's JSON against the object schema's required and listed properties."""
+    if "$ref" in schema:
+        schema = spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    try:
+        doc = json.loads(payload)
+    except ValueError:
+        return [f"{where}: not JSON: {payload[:100]!r}"]
+    if schema.get("type") != "object":
+        return []
+    if not isinstance(doc, dict):
+        return [f"{where}: not an object: {payload[:100]!r}"]
+    out = [f"{where}: no {k!r}" for k in schema.get("required", []) if k not in doc]
+    props = schema.get("properties", {})
+    if schema.get("additionalProperties") is False:
+        out += [f"{where}: {k!r} not in the schema" for k in doc if k not in props]
+    kinds = {"integer": int, "string": str, "array": list, "object": dict}
+    for k, v in doc.items():
+        t = props.get(k, {}).get("type")
+        if t in kinds and (not isinstance(v, kinds[t]) or isinstance(v, bool)):
+            out.append(f"{where}: {k!r} is {type(v).__name__}, the schema says {t}")
+    return out
+
+
 def walk_openapi(ctx, spec, db_up, seen):
     problems = []
     port = ctx.b.port
@@ -425,6 +449,9 @@ def walk_openapi(ctx, spec, db_up, seen):
                         problems.append(f"{method.upper()} {target} {status}: no {h} header")
                 if method == "head" and payload:
                     problems.append(f"HEAD {target} has a body")
+                schema = ((resp.get("content") or {}).get("application/json") or {}).get("schema")
+                if schema and method != "head":
+                    problems += body_problems(spec, schema, payload, f"{method.upper()} {target} {status}")
     return problems
 
 

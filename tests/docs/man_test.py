@@ -9,7 +9,7 @@
   and no other; its reload column agrees with plan_reload();
 - packaging/slotted-counterd.yaml.5 is what scripts/gen-man makes of that table;
 - config/slotted-counterd.yaml passes the built binary's --check-config, and names only
-  keys of the table.
+  keys of the table; so does every YAML config shown in README.md and docs/.
 Needs no database. Prints one line per check and ends with "N passed, M failed".
 """
 import argparse
@@ -177,6 +177,57 @@ def check_example(ctx):
     return f"--check-config exits 0; {len(paths)} key paths, all documented"
 
 
+def check_doc_configs(ctx):
+    """Every YAML config shown in README.md and docs/*.md passes --check-config (the
+    database pointed at a closed port, secrets at a scratch file)."""
+    import socket
+    import tempfile
+    files = [os.path.join(ctx.source, "README.md")] + sorted(
+        os.path.join(ctx.source, "docs", f) for f in os.listdir(os.path.join(ctx.source, "docs"))
+        if f.endswith(".md"))
+    top = {k.split(".")[0].split("[")[0] for k in table_rows(ctx.source)}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]  # closed again when the block ends
+    checked, problems = 0, []
+    with tempfile.TemporaryDirectory() as tmp:
+        secret = os.path.join(tmp, "secret")
+        with open(secret, "w") as f:
+            f.write("x\n")
+        for path in files:
+            text = read(path)
+            blocks = re.findall(r"```yaml\n(.*?)```", text, re.S) + \
+                re.findall(r"<<'YAML'\n(.*?)\nYAML\n", text, re.S)  # heredocs in shell blocks
+            for block in blocks:
+                try:
+                    doc = yaml.safe_load(block)
+                except yaml.YAMLError as e:
+                    problems.append(f"{os.path.basename(path)}: a yaml block does not parse: {e}")
+                    continue
+                if not isinstance(doc, dict) or not set(doc) <= top:
+                    continue  # not a daemon config
+                mysql = doc.setdefault("mysql", {})
+                mysql.pop("socket", None)
+                mysql.pop("hosts", None)
+                mysql.update({"host": "127.0.0.1", "port": closed_port})
+                if "password_file" in mysql:
+                    mysql["password_file"] = secret
+                if doc.get("http", {}).get("auth_token_file"):
+                    doc["http"]["auth_token_file"] = secret
+                conf = os.path.join(tmp, "c.yaml")
+                with open(conf, "w") as f:
+                    yaml.safe_dump(doc, f)
+                r = subprocess.run([ctx.daemon, "--config", conf, "--check-config"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, timeout=60)
+                checked += 1
+                if r.returncode != 0:
+                    problems.append(f"{os.path.basename(path)}: {block.strip()[:80]!r}: "
+                                    f"{r.stdout.decode()[-300:]}")
+    if problems:
+        raise Failure("; ".join(problems))
+    return f"{checked} config blocks pass --check-config"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
@@ -194,6 +245,7 @@ def main():
     runner.run("configuration.md: reload column", check_reload_column, ctx)
     runner.run("man 5: generated from configuration.md", check_generated_page, ctx)
     runner.run("example config: accepted and documented", check_example, ctx)
+    runner.run("docs: every config shown is accepted", check_doc_configs, ctx)
     print(f"{runner.passed} passed, {runner.failed} failed", flush=True)
     return 1 if runner.failed else 0
 
