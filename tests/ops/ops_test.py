@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Operations tests for slotted-counterd: metrics exposition, Grafana dashboard,
-systemd unit, sd_notify protocol (README: Operations).
+systemd unit, sd_notify protocol (docs/operations.md).
 
     python3 tests/ops/ops_test.py --daemon build/slotted-counterd --source .
 
