@@ -18,7 +18,12 @@ import re
 import subprocess
 import sys
 
-import yaml
+try:
+    import yaml
+except ImportError:  # an interpreter without PyYAML (e.g. a pyenv one): Debian's has it
+    if sys.executable != "/usr/bin/python3" and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    raise
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
 from ops_test import Failure, Runner  # noqa: E402
