@@ -183,8 +183,9 @@ void application::start() {
               " are kept for the daemon's own files and database connections");
   }
   // Sockets passed by systemd (socket activation) replace the configured listeners.
-  const auto passed = http::take_passed_sockets();
+  std::vector<http::passed_socket> passed;
   try {
+    passed = http::take_passed_sockets();
     if (!passed.empty()) {
       // One max_connections for all listeners: the descriptors are the same.
       http::listener::connection_count open;

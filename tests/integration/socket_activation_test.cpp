@@ -138,6 +138,26 @@ TEST_F(SocketActivation, ServesTheApiOnEveryPassedSocketInPlaceOfTheConfiguredOn
   EXPECT_TRUE(std::filesystem::exists(unix_path_));
 }
 
+// Bad input: a passed descriptor that is not a listening socket stops the start with
+// an error naming it, and nothing is served.
+TEST_F(SocketActivation, ADescriptorThatIsNotAListeningSocketFailsTheStartNamingIt) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  try {
+    daemon_process daemon(yaml() + "wal: {dir: " + dir_ + "/wal}\n", 0, false,
+                          {{tcp_fd_, "http-tcp"}, {pair[0], "stray"}});
+    ADD_FAILURE() << "started with a descriptor that is not a listening socket";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("status 256"), std::string::npos) << what;  // exit 1
+    EXPECT_NE(what.find("LISTEN_FDS: descriptor 4 ('stray') is not a listening stream socket"),
+              std::string::npos)
+        << what;
+  }
+  ::close(pair[0]);
+  ::close(pair[1]);
+}
+
 // A daemon stopped (SIGTERM) while clients keep posting, and the next one started on
 // the same sockets: every request is answered 202, the queued ones by the next daemon,
 // and the table holds every increment once.
