@@ -12,6 +12,7 @@ endif()
 set(root "${stage}${PREFIX}")
 set(config "${stage}${SYSCONFDIR}/slotted-counterd/slotted-counterd.yaml")
 foreach(f "${root}/bin/slotted-counterd" "${root}/lib/systemd/system/slotted-counterd.service"
+          "${root}/lib/systemd/system/slotted-counterd.socket"
           "${config}" "${root}/share/man/man8/slotted-counterd.8.gz"
           "${root}/share/man/man5/slotted-counterd.yaml.5.gz"
           "${root}/share/doc/slotted-counterd/README.md"

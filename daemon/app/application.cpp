@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "db/errors.hpp"
+#include "http/passed_sockets.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
@@ -181,14 +182,26 @@ void application::start() {
               ": the open-file limit is ", nofile.rlim_cur, " and ", fd_reserve,
               " are kept for the daemon's own files and database connections");
   }
+  // Sockets passed by systemd (socket activation) replace the configured listeners.
+  std::vector<http::passed_socket> passed;
   try {
-    listener_ = std::make_shared<http::listener>(contexts, endpoint, router_, limits,
-                                                 max_connections, metrics_);
-    if (!cfg_.listen_unix_socket.empty()) {
-      // One max_connections for both listeners: the descriptors are the same.
-      unix_listener_ = std::make_shared<http::listener>(
-          std::move(contexts), cfg_.listen_unix_socket, cfg_.listen_unix_socket_mode, router_,
-          limits, max_connections, metrics_, listener_->open_count());
+    passed = http::take_passed_sockets();
+    if (!passed.empty()) {
+      // One max_connections for all listeners: the descriptors are the same.
+      http::listener::connection_count open;
+      for (const auto& p : passed) {
+        listeners_.push_back(std::make_shared<http::listener>(
+            contexts, p.fd, p.family, router_, limits, max_connections, metrics_, open));
+        open = listeners_.back()->open_count();
+      }
+    } else {
+      listeners_.push_back(std::make_shared<http::listener>(contexts, endpoint, router_, limits,
+                                                            max_connections, metrics_));
+      if (!cfg_.listen_unix_socket.empty()) {
+        listeners_.push_back(std::make_shared<http::listener>(
+            std::move(contexts), cfg_.listen_unix_socket, cfg_.listen_unix_socket_mode, router_,
+            limits, max_connections, metrics_, listeners_.front()->open_count()));
+      }
     }
   } catch (...) {
     // The log thread uses the flusher's queue: stop it before anything is torn down.
@@ -199,8 +212,7 @@ void application::start() {
   probe_.start();
   roller_.start();
   pruner_.start();
-  listener_->run();
-  if (unix_listener_) unix_listener_->run();
+  for (auto& l : listeners_) l->run();
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) {
     // Sessions come and go; the context must not run out of work in between.
@@ -209,15 +221,32 @@ void application::start() {
       http::run_io_context(*ctx);
     });
   }
-  log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
-            cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
-  if (unix_listener_) {
-    log::info("listening on unix socket ", cfg_.listen_unix_socket, " (mode 0",
-              (cfg_.listen_unix_socket_mode >> 6) & 7, (cfg_.listen_unix_socket_mode >> 3) & 7,
-              cfg_.listen_unix_socket_mode & 7, ")");
+  if (!passed.empty()) {
+    for (const auto& p : passed) {
+      log::info("listening on ", p.address, " (socket '", p.name, "' passed by systemd)");
+    }
+    log::info("slotted-counterd listening on ", passed.size(),
+              " passed sockets; the config's listen.address, listen.port and listen.unix_socket "
+              "are not used (instance ",
+              cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
+  } else {
+    log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
+              cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
+    if (!cfg_.listen_unix_socket.empty()) {
+      log::info("listening on unix socket ", cfg_.listen_unix_socket, " (mode 0",
+                (cfg_.listen_unix_socket_mode >> 6) & 7, (cfg_.listen_unix_socket_mode >> 3) & 7,
+                cfg_.listen_unix_socket_mode & 7, ")");
+    }
   }
   notify::ready();
   start_watchdog();
+}
+
+std::uint16_t application::port() const {
+  for (const auto& l : listeners_) {
+    if (l->port() != 0) return l->port();
+  }
+  return 0;
 }
 
 void application::replay_wal(const wal::open_options& options) {
@@ -317,12 +346,15 @@ int application::run_until_stopped() {
       if (reload_signals_) reload_signals_->cancel(ignored);
     });
   }
-  listener_->stop();
-  if (unix_listener_) unix_listener_->stop();
+  // Stops accepting. A passed socket stays open in systemd: what arrives from now on
+  // waits in its queue for the next daemon.
+  for (auto& l : listeners_) l->stop();
   // In-flight requests get up to half the shutdown budget; the final flush the rest.
   const auto requests_deadline = started + cfg_.shutdown_timeout / 2;
   const auto busy = [this] {
-    return listener_->sessions() + (unix_listener_ ? unix_listener_->sessions() : 0);
+    std::size_t n = 0;
+    for (const auto& l : listeners_) n += l->sessions();
+    return n;
   };
   while (busy() > 0 && clock::now() < requests_deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -58,7 +58,8 @@ class application final : public http::backend {
   // Replays the WAL (when configured), then binds and starts serving. Throws on
   // startup errors: bind, WAL damage or an unusable WAL directory.
   void start();
-  std::uint16_t port() const { return listener_->port(); }
+  // The first TCP listener's port (0 when it listens on Unix sockets only).
+  std::uint16_t port() const;
 
   // --wal-salvage: replays the WAL keeping the valid records before any damage (each
   // damaged segment is moved aside, what was dropped is logged), writes what was kept
@@ -127,8 +128,9 @@ class application final : public http::backend {
   http::router router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
-  std::shared_ptr<http::listener> listener_;
-  std::shared_ptr<http::listener> unix_listener_;  // listen.unix_socket, when set
+  // The sockets systemd passed (socket activation), or else the configured TCP listener
+  // and, with listen.unix_socket, the Unix one.
+  std::vector<std::shared_ptr<http::listener>> listeners_;
   std::vector<std::thread> io_threads_;
   boost::asio::thread_pool db_workers_;
   std::atomic<bool> draining_{false};

@@ -1,6 +1,7 @@
 // SIGHUP: re-reads the config and applies what can change live (see application.hpp).
 
 #include <boost/asio/post.hpp>
+#include <cstdlib>
 
 #include "app/application.hpp"
 #include "db/errors.hpp"
@@ -69,6 +70,14 @@ bool application::reload(const std::string& config_path) {
     for (const auto& p : e.problems()) log::error("reload: config error: ", p);
     log::error("reload refused; the running configuration stays");
     return false;
+  }
+  // A token given by LoadCredential= is the copy systemd made at start: reading it again
+  // finds the old token. Said at each reload, so whoever rotated it learns how.
+  if (const char* creds = std::getenv("CREDENTIALS_DIRECTORY");
+      creds != nullptr && *creds != '\0' &&
+      next.http.auth_token_file.starts_with(std::string(creds) + "/")) {
+    log::info("reload: http.auth_token_file is a systemd credential, copied only when the "
+              "service starts; a new token takes `systemctl restart slotted-counterd`");
   }
   const auto plan = config::plan_reload(running_, next);
   const bool counters_changed = running_.counters != next.counters;

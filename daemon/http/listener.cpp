@@ -1,6 +1,7 @@
 #include "http/listener.hpp"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -69,6 +70,22 @@ listener::listener(std::vector<net::io_context*> contexts, const tcp::endpoint& 
   if (::getsockname(acceptor_.native_handle(), bound.data(), &len) == 0) {
     bound.resize(len);
     port_ = bound.port();
+  }
+}
+
+listener::listener(std::vector<net::io_context*> contexts, int fd, int family, router& r,
+                   session_limits limits, std::size_t max_connections, metrics::registry& m,
+                   connection_count open)
+    : listener(std::move(contexts), r, limits, max_connections, m, std::move(open),
+               family != AF_UNIX) {
+  acceptor_.assign(net::generic::stream_protocol(family, tcp_ ? IPPROTO_TCP : 0), fd);
+  if (tcp_) {
+    tcp::endpoint bound;
+    socklen_t len = static_cast<socklen_t>(bound.capacity());
+    if (::getsockname(fd, bound.data(), &len) == 0) {
+      bound.resize(len);
+      port_ = bound.port();
+    }
   }
 }
 
@@ -198,7 +215,8 @@ void refuse(socket_type& socket) {
 }  // namespace
 
 void listener::on_accept(beast::error_code ec, socket_type socket) {
-  if (stopped_ || ec == net::error::operation_aborted) return;
+  if (ec == net::error::operation_aborted) return;
+  if (ec && stopped_) return;
   if (ec) {
     // Typically EMFILE: wait a little instead of spinning on the same error.
     log::warn("accept: ", ec.message());
@@ -227,7 +245,9 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
     sessions_.push_back(s);
   }
   s->start();
-  if (stopped_) s->drain();
+  // Accepted as the listener stopped: taken out of the socket's queue, so it is this
+  // process's to answer (its first request), not the next one's.
+  if (stopped_) return s->drain();
   do_accept();
 }
 

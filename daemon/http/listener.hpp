@@ -41,6 +41,13 @@ class listener : public std::enable_shared_from_this<listener> {
   listener(std::vector<boost::asio::io_context*> contexts, const std::string& path, unsigned mode,
            router& r, session_limits limits, std::size_t max_connections, metrics::registry& m,
            connection_count open);
+  // Accepts on a listening socket it is handed (`fd`, of `family`: see
+  // passed_sockets.hpp), e.g. by systemd. stop() closes this descriptor only: whoever
+  // passed it keeps its own, so connections that are queued or still arriving wait for
+  // the next process, and a Unix socket's file is never removed.
+  listener(std::vector<boost::asio::io_context*> contexts, int fd, int family, router& r,
+           session_limits limits, std::size_t max_connections, metrics::registry& m,
+           connection_count open);
   ~listener();
 
   // The TCP port (0 for a Unix socket).

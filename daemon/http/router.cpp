@@ -340,10 +340,10 @@ void router::handle_increments(const request& req, const reply& answer) {
     metrics_.reject(metrics::reject_reason::invalid, increments.size());
     return answer(error_response(v, status::bad_request, bad->message, bad->index));
   }
-  if (backend_.draining()) {
-    metrics_.reject(metrics::reject_reason::draining, increments.size());
-    return answer(retry_later(v, "shutting down"));
-  }
+  // Not refused while draining: a request read during the stop (the last one of a
+  // connection, or the first of one accepted as the listener closed) is applied and
+  // answered, and the final flush writes it. With systemd's sockets, what the stopping
+  // daemon has not read waits in the socket for the next one, so a restart refuses none.
   const std::size_t n = increments.size();
   const bool minimal = prefers_minimal(req);
   if (keyed) {

@@ -1,5 +1,6 @@
 #include "http/session.hpp"
 
+#include <sys/ioctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -75,16 +76,28 @@ void session::start() {
 void session::drain() {
   net::dispatch(socket_.get_executor(), [self = shared_from_this()] {
     self->draining_ = true;
-    // Nothing of a next request has arrived: nobody is waiting for an answer here.
-    if (self->between_requests_ && self->buffer_.size() == 0 && !self->parser_->got_some() &&
-        !self->closed_) {
-      // The pending header read completes with an error and ends the session.
-      self->closed_ = true;
-      beast::error_code ignored;
-      self->socket_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
-      self->socket_.close(ignored);
-      self->deadline_timer_.cancel();
+    if (!self->between_requests_ || self->buffer_.size() != 0 || self->parser_->got_some() ||
+        self->closed_) {
+      return;  // a request in progress: answered (Connection: close), then closed
     }
+    // Bytes of a next request that the kernel holds already: read and answer it too.
+    // Closing with them unread would reset the connection, and the client would not know
+    // whether its request was taken.
+    int unread = 0;
+    if (::ioctl(self->socket_.native_handle(), FIONREAD, &unread) == 0 && unread > 0) return;
+    if (!self->served_one_) {
+      // A new connection (accepted just before the stop) whose client has not sent its
+      // request yet, but is about to: it gets a second for it, answered as above.
+      self->deadline_ = std::min(self->deadline_, coarse_now() + std::chrono::seconds(1));
+      return;
+    }
+    // Idle: end the header read. If it completed already (its handler is queued), the
+    // request it read is answered as above; otherwise on_header closes the connection
+    // (a request that crosses the close is neither read nor applied: the client sees
+    // the connection end before any answer, and may send it again on a new one).
+    self->idle_read_cancelled_ = true;
+    beast::error_code ignored;
+    self->socket_.cancel(ignored);
   });
 }
 
@@ -105,7 +118,17 @@ void session::do_read() {
 
 void session::on_header(beast::error_code ec, std::size_t) {
   between_requests_ = false;
+  if (ec && idle_read_cancelled_) {
+    // Drained while idle (see drain): no request to answer, nothing to wait for.
+    closed_ = true;
+    beast::error_code ignored;
+    socket_.shutdown(net::ip::tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    deadline_timer_.cancel();
+    return;
+  }
   if (ec) return fail_request(ec);
+  served_one_ = true;
   const auto& header = parser_->get();
   request_keep_alive_ = header.keep_alive();
   head_request_ = header.method() == beast_http::verb::head;

@@ -69,8 +69,10 @@ class session : public std::enable_shared_from_this<session> {
   ~session();
 
   void start();
-  // Closes the connection now if it is between requests, otherwise right after the
-  // response to the request in progress.
+  // Closes the connection now if it is between requests and nothing of a next request
+  // has arrived (not even in the kernel's buffer), otherwise right after the response
+  // to the request in progress. A request is never read without being answered. A
+  // connection that has not had its first request yet gets a second for it.
   void drain();
 
  private:
@@ -107,6 +109,8 @@ class session : public std::enable_shared_from_this<session> {
   bool head_request_ = false;  // the answer carries no body
   bool between_requests_ = false;
   bool draining_ = false;
+  bool idle_read_cancelled_ = false;  // drain() ended the wait for a next request
+  bool served_one_ = false;           // a request header has arrived on this connection
   bool closed_ = false;
 };
 

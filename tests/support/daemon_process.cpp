@@ -1,5 +1,6 @@
 #include "support/daemon_process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -106,7 +107,7 @@ int in_process_daemon::stop() {
 }
 
 daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit,
-                               bool journal_stream) {
+                               bool journal_stream, const std::vector<passed_fd>& passed) {
   char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
@@ -125,17 +126,34 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
       const rlimit lim{file_size_limit, file_size_limit};
       setrlimit(RLIMIT_FSIZE, &lim);
     }
+    if (!passed.empty()) {
+      // Out of the way first (the caller's descriptors may be 3, 4, ...), then in place;
+      // dup2 leaves close-on-exec off.
+      std::vector<int> high;
+      for (const auto& p : passed) high.push_back(fcntl(p.fd, F_DUPFD_CLOEXEC, 100));
+      std::string names;
+      for (std::size_t i = 0; i < passed.size(); ++i) {
+        if (high[i] < 0 || dup2(high[i], 3 + static_cast<int>(i)) < 0) _exit(126);
+        names += (i == 0 ? "" : ":") + passed[i].name;
+      }
+      setenv("LISTEN_FDS", std::to_string(passed.size()).c_str(), 1);
+      setenv("LISTEN_PID", std::to_string(getpid()).c_str(), 1);
+      setenv("LISTEN_FDNAMES", names.c_str(), 1);
+    }
     const std::string config = dir_ + "/config.yaml";
     execl(SLOTTED_DAEMON_BINARY, SLOTTED_DAEMON_BINARY, "--config", config.c_str(), nullptr);
     _exit(127);
   }
+  // The port of the first TCP listener; none when it listens on Unix sockets only.
   const std::regex listening("listening on [0-9.]+:([0-9]+)");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
     std::smatch m;
     const std::string text = log();
-    if (std::regex_search(text, m, listening)) {
-      port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
+    if (text.find("slotted-counterd listening on") != std::string::npos) {
+      if (std::regex_search(text, m, listening)) {
+        port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
+      }
       return;
     }
     int status = 0;

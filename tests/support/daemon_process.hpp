@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "app/application.hpp"
 #include "config/config.hpp"
@@ -59,15 +60,23 @@ class in_process_daemon {
   int exit_code_ = -1;
 };
 
+// A listening socket handed to the daemon as systemd does (socket activation): at
+// descriptor 3, 4, ... with LISTEN_FDS, LISTEN_PID and LISTEN_FDNAMES set.
+struct passed_fd {
+  int fd = -1;
+  std::string name;
+};
+
 class daemon_process {
  public:
   // Writes `yaml` to a temp file and starts the built binary on it; waits for its
   // "listening on" log line and reads the port from it.
   // `file_size_limit` (bytes) sets RLIMIT_FSIZE for the daemon: a disk that fills up.
   // `journal_stream`: JOURNAL_STREAM names the log file's device and inode, as when
-  // systemd connects stderr to journald.
+  // systemd connects stderr to journald. `passed`: sockets passed as systemd passes
+  // them (the caller keeps its own descriptors, as systemd does).
   explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0,
-                          bool journal_stream = false);
+                          bool journal_stream = false, const std::vector<passed_fd>& passed = {});
   ~daemon_process();
 
   std::uint16_t port() const { return port_; }

@@ -39,6 +39,8 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
 from ops_test import MariaDB, Failure, Runner, exposure_within_limit, free_port, http, log, tail, wait_for  # noqa: E402
@@ -696,6 +698,228 @@ def check_purge(ctx):
     return "no files, state or enablement left"
 
 
+# ------------------------------------------------------------- socket activation (issue 22)
+
+SOCKET_UNIT = "slotted-counterd.socket"
+HTTP_SOCK = "/run/slotted-counterd/http.sock"
+LOAD_CLIENT = "/usr/local/bin/restart_load"
+
+
+def check_socket_unit(ctx):
+    """The socket unit is installed and enabled; www-data exists (Debian's base-passwd).
+    The test's TCP port replaces 8080 through a drop-in, as docs/production.md shows."""
+    m = ctx.machine
+    if m.run(["getent", "group", "www-data"], check=False).returncode != 0:
+        raise Failure("no www-data group in the Debian root (SocketGroup=www-data needs it)")
+    enabled = m.run(["systemctl", "is-enabled", SOCKET_UNIT], check=False).stdout.strip()
+    if enabled != "enabled":
+        raise Failure(f"{SOCKET_UNIT} is {enabled!r} after install, expected enabled")
+    m.run(["mkdir", "-p", f"/etc/systemd/system/{SOCKET_UNIT}.d"])
+    m.write(f"/etc/systemd/system/{SOCKET_UNIT}.d/test-port.conf",
+            f"[Socket]\nListenStream=\nListenStream={HTTP_SOCK}\nListenStream=127.0.0.1:{ctx.port}\n")
+    m.run(["systemctl", "daemon-reload"])
+    # The load client, built here and run inside the machine (as www-data).
+    binary = os.path.join(ctx.tmp, "restart_load")
+    src = os.path.join(ctx.source, "bench", "restart_load.c")
+    r = subprocess.run(["cc", "-O2", "-o", binary, src, "-lpthread"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        raise Failure(f"building bench/restart_load.c failed: {r.stdout.decode()[-1500:]}")
+    m.write(LOAD_CLIENT, open(binary, "rb").read(), mode="0755")
+    return f"{SOCKET_UNIT} enabled; www-data exists; TCP 127.0.0.1:{ctx.port} by a drop-in"
+
+
+def start_load(ctx, user, record, rate, seconds, tag):
+    """Runs restart_load inside the machine as `user` in a thread; returns (thread,
+    result dict, progress reader, stopper)."""
+    m = ctx.machine
+    stop_file, progress = f"/tmp/{tag}.stop", f"/tmp/{tag}.progress"
+    m.run(["rm", "-f", stop_file, progress])
+    out = {}
+
+    def run():
+        r = m.run(["setpriv", "--reuid", user, "--regid", user, "--clear-groups", LOAD_CLIENT,
+                   "--unix", HTTP_SOCK, "--rate", str(rate), "--threads", "4", "--seconds", str(seconds),
+                   "--stop-file", stop_file, "--progress", progress, "--record-type", str(record[0]),
+                   "--record-id", str(record[1])], check=False, timeout=seconds + 90)
+        out["rc"], out["text"] = r.returncode, r.stdout + r.stderr
+        mm = re.search(r"RESTART_LOAD (.*)", r.stdout)
+        if mm:
+            out.update({k: float(v) for k, v in (w.split("=") for w in mm.group(1).split())})
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    def ok_so_far():
+        r = m.run(["cat", progress], check=False)
+        return int(r.stdout.strip() or 0) if r.returncode == 0 else 0
+
+    def finish():
+        m.run(["touch", stop_file])
+        t.join(timeout=120)
+        if "requests" not in out:
+            raise Failure(f"restart_load gave no figures: rc {out.get('rc')} {out.get('text', '')[-1500:]}")
+        return out
+    return ok_so_far, finish
+
+
+def flushed_total(ctx, record):
+    status, body, _ = http("POST", base_url(ctx) + "/v1/flush", timeout=30)
+    if status != 200:
+        raise Failure(f"POST /v1/flush answered {status}: {body[:300]}")
+    return table_totals(ctx).get(record, 0)
+
+
+def check_restart_under_load(ctx):
+    """A client running as www-data posts over the Unix socket while the service is
+    restarted three times: every request answered 2xx, the table exact."""
+    m = ctx.machine
+    m.run(["systemctl", "start", UNIT], timeout=60)
+    st = m.run(["stat", "-c", "%F %U %G %a", HTTP_SOCK]).stdout.strip()
+    if st != "socket root www-data 660":
+        raise Failure(f"{HTTP_SOCK} is {st!r}, expected 'socket root www-data 660'")
+    if "passed by systemd" not in journal(ctx):
+        raise Failure("the daemon does not log the sockets systemd passed")
+    # Not in the group: refused by the socket's mode.
+    r = m.run(["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups", LOAD_CLIENT, "--unix",
+               HTTP_SOCK, "--rate", "10", "--threads", "1", "--seconds", "1"], check=False)
+    if "ok=0" not in r.stdout or "refused=0" in r.stdout:
+        raise Failure(f"user nobody was not refused on {HTTP_SOCK}: {r.stdout}{r.stderr}")
+    socket_since = m.run(["systemctl", "show", "-P", "ActiveEnterTimestampMonotonic", SOCKET_UNIT]).stdout.strip()
+    record = (8, 1)
+    before = flushed_total(ctx, record)
+    ok_so_far, finish = start_load(ctx, "www-data", record, 400, 240, "restarts")
+    pids = [m.show("MainPID")]
+    try:
+        wait_for("the load to be answered", lambda: ok_so_far() >= 200, 30, 0.2)
+        for _ in range(3):
+            mark = ok_so_far()
+            m.run(["systemctl", "restart", UNIT], timeout=90)
+            pids.append(m.show("MainPID"))
+            wait_for("answers from the restarted daemon", lambda: ok_so_far() >= mark + 300, 30, 0.2)
+    finally:
+        res = finish()
+    if len(set(pids)) != 4:
+        raise Failure(f"MainPIDs across the restarts: {pids} (expected four different)")
+    if res["ok"] != res["requests"]:
+        raise Failure(f"not every request answered 2xx through the restarts: {res}")
+    got = flushed_total(ctx, record) - before
+    if got != res["ok"]:
+        raise Failure(f"the table holds {got} for {record}, the client had {res['ok']:.0f} acknowledged")
+    ctx.acknowledged[record] = ctx.acknowledged.get(record, 0) + int(res["ok"])
+    after = m.run(["systemctl", "show", "-P", "ActiveEnterTimestampMonotonic", SOCKET_UNIT]).stdout.strip()
+    if after != socket_since:
+        raise Failure("the socket unit was restarted with the service")
+    return (f"www-data client, 3 restarts (MainPID {' -> '.join(pids)}): {res['requests']:.0f} requests, all 2xx, "
+            f"table exact; longest answer {res['max_us'] / 1000:.0f} ms; user nobody refused by the mode 0660")
+
+
+def check_token_rotation(ctx):
+    """http.auth_token_file through LoadCredential=: a new token takes a restart
+    (credentials are copied at start); the old token then gets 401, the new one 202."""
+    m = ctx.machine
+    cred = "/run/credentials/slotted-counterd.service/auth-token"
+    dropin = f"/etc/systemd/system/{UNIT}.d"
+    m.run(["mkdir", "-p", dropin])
+    m.write(f"{dropin}/auth-token.conf", "[Service]\nLoadCredential=auth-token:/etc/slotted-counterd/auth-token\n")
+    old, new = "old-token-" + "a" * 24, "new-token-" + "b" * 24
+    m.write("/etc/slotted-counterd/auth-token", old + "\n", mode="0600")
+    cfg = daemon_config(ctx)
+    if "http: {threads: 2}" not in cfg:
+        raise Failure("the test config changed: no 'http: {threads: 2}' line to extend")
+    m.write("/etc/slotted-counterd/slotted-counterd.yaml",
+            cfg.replace("http: {threads: 2}", f"http: {{threads: 2, auth_token_file: {cred}}}"))
+    m.run(["systemctl", "daemon-reload"])
+    m.run(["systemctl", "restart", UNIT], timeout=90)
+    body = json.dumps({"record_type": 8, "record_id": 2, "delta": 1})
+
+    def post(token):
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(base_url(ctx) + "/v1/increments", data=body.encode(), method="POST",
+                                     headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        seen = [post(None), post(old)]
+        m.write("/etc/slotted-counterd/auth-token", new + "\n", mode="0600")
+        reloads = journal(ctx).count("reload: applied")
+        m.run(["systemctl", "reload", UNIT])
+        wait_for("the reload", lambda: journal(ctx).count("reload: applied") > reloads, 20, 0.3)
+        seen.append(post(old))  # a reload does not see a new credential: the old token works on
+        if "a new token takes `systemctl restart slotted-counterd`" not in journal(ctx):
+            raise Failure("the reload does not say that a credential's new token takes a restart")
+        m.run(["systemctl", "restart", UNIT], timeout=90)
+        seen += [post(old), post(new)]
+        if seen != [401, 202, 202, 401, 202]:
+            raise Failure(f"no token, old, old after reload, old after restart, new after restart: {seen} "
+                          "(expected [401, 202, 202, 401, 202])")
+        ctx.acknowledged[(8, 2)] = ctx.acknowledged.get((8, 2), 0) + 3
+    finally:
+        m.run(["rm", "-rf", dropin, "/etc/slotted-counterd/auth-token"])
+        configure(ctx)
+        m.run(["systemctl", "daemon-reload"])
+        m.run(["systemctl", "restart", UNIT], timeout=90)
+    return "old token 401 and new token 202 after `systemctl restart`; a reload keeps the old one (documented)"
+
+
+def bench_restart(ctx):
+    """--bench: the same steady load over the Unix socket, without and with a restart."""
+    m = ctx.machine
+    rate, seconds = 1000, 12
+    figures = {}
+    for label, restart in (("no restart", False), ("restart", True)):
+        record = (9, 1 if not restart else 2)
+        before = flushed_total(ctx, record)
+        ok_so_far, finish = start_load(ctx, "www-data", record, rate, seconds, f"bench-{restart}")
+        took = None
+        try:
+            wait_for("the load to be answered", lambda: ok_so_far() >= rate, 30, 0.1)
+            if restart:
+                t0 = time.monotonic()
+                m.run(["systemctl", "restart", UNIT], timeout=90)
+                took = time.monotonic() - t0
+            mark = ok_so_far()
+            wait_for("more answers", lambda: ok_so_far() >= mark + 2 * rate, 30, 0.1)
+        finally:
+            res = finish()
+        got = flushed_total(ctx, record) - before
+        ctx.acknowledged[record] = ctx.acknowledged.get(record, 0) + int(res["ok"])
+        res["exact"] = got == res["ok"]
+        res["restart_s"] = took
+        figures[label] = res
+    lines = []
+    for label, r in figures.items():
+        lines.append(f"{label}: {r['requests']:.0f} requests in {r['seconds']:.1f}s at {rate}/s, "
+                     f"refused {r['refused']:.0f}, no answer {r['no_answer']:.0f}, non-2xx {r['non2xx']:.0f}, "
+                     f"p50 {r['p50_us'] / 1000:.1f} ms, p99 {r['p99_us'] / 1000:.1f} ms, "
+                     f"max {r['max_us'] / 1000:.1f} ms, table exact {r['exact']}"
+                     + (f", systemctl restart took {r['restart_s']:.2f}s" if r["restart_s"] else ""))
+    print("BENCH restart under load (Unix socket, one connection per request, as www-data):\n  "
+          + "\n  ".join(lines), flush=True)
+    bad = [label for label, r in figures.items() if r["ok"] != r["requests"] or not r["exact"]]
+    if bad:
+        raise Failure(f"requests not all answered 2xx, or the table not exact, in: {bad}")
+    return "; ".join(lines)
+
+
+def check_purge_socket(ctx):
+    m = ctx.machine
+    left = m.sh(f"ls -d /usr/lib/systemd/system/{SOCKET_UNIT} /etc/systemd/system/sockets.target.wants/{SOCKET_UNIT} "
+                f"/var/lib/systemd/deb-systemd-helper-enabled/{SOCKET_UNIT}.dsh-also "
+                f"/var/lib/systemd/deb-systemd-helper-masked/{SOCKET_UNIT} {HTTP_SOCK} 2>/dev/null; true").stdout.split()
+    if left:
+        raise Failure(f"left after purge: {left}")
+    if m.run(["systemctl", "is-active", SOCKET_UNIT], check=False).stdout.strip() == "active":
+        raise Failure(f"{SOCKET_UNIT} still active after purge")
+    return "socket unit, its enablement and its socket file gone"
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -730,6 +954,8 @@ def main():
     ap.add_argument("--daemon", required=True, help="a slotted-counterd binary for --migrate on the host")
     ap.add_argument("--cache", default=os.environ.get("SLOTTED_SYSTEMD_TEST_CACHE",
                                                       "/var/cache/slotted-counterd-test"))
+    ap.add_argument("--bench", action="store_true",
+                    help="also measure systemctl restart under a steady load (bench/RESULTS.md)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("SKIP: needs root (namespaces, mounts, debootstrap)")
@@ -748,6 +974,7 @@ def main():
     ctx = Ctx()
     ctx.acknowledged = {}
     ctx.uncertain = {}
+    ctx.source = os.path.abspath(args.source)
     ctx.tmp = tempfile.mkdtemp(prefix=f"slotted-systemd-test-{os.getpid()}.host.")
     reaper = Reaper(ctx.tmp)
     ctx.machine = ctx.db = None
@@ -788,6 +1015,7 @@ def main():
             return 1
         steps = [
             ("install: apt-get install ./slotted-counterd_*.deb", check_install),
+            ("socket unit installed and enabled; www-data; test port drop-in", check_socket_unit),
             ("1. start returns after READY=1; dynamic user; state dir 0700", check_start),
             ("2. password through LoadCredential=", check_credential),
             ("3. stop: the final flush writes everything exactly", check_stop_flushes),
@@ -796,7 +1024,15 @@ def main():
             ("6. reload: log level live, broken config refused, journald priorities", check_reload),
             ("7. a broken config at start: failed at once, not restarted", check_bad_config_at_start),
             ("8. systemd-analyze security on the live unit", check_security),
+            ("9. socket activation: a www-data client through three restarts, all 2xx, exact",
+             check_restart_under_load),
+            ("10. auth token rotation under LoadCredential=: restart; old 401, new 202", check_token_rotation),
+        ]
+        if args.bench:
+            steps.append(("bench: systemctl restart under a steady load", bench_restart))
+        steps += [
             ("purge leaves nothing behind", check_purge),
+            ("purge leaves no socket unit behind", check_purge_socket),
         ]
         for name, fn in steps:
             if not runner.run(name, fn, ctx):
