@@ -15,7 +15,8 @@
 
 namespace slotted::db {
 
-// Creates the counters table, the ledger, the dirty marks and the Idempotency-Key table
+// Creates the counters table, the ledger, the dirty marks, the adoptions table
+// (sql.hpp adoptions_table) and the Idempotency-Key table
 // if missing. Idempotent. Alters no counters table (a seed-style table is left as it
 // is); brings the daemon's own tables of an earlier version up to date (the ledger's
 // `by_time` index, the keys table's `created_ms`).
@@ -97,7 +98,15 @@ struct rollup_target {
   std::string table;
   std::string id_column;
   std::string count_column;
+  std::string counter;  // the counter's name (counters[].name), for logs and metrics
 };
+
+// The largest value an integer column of this information_schema DATA_TYPE and
+// COLUMN_TYPE (lower case, e.g. "int", "int(10) unsigned") can hold; a type that is not
+// an integer type is taken as BIGINT.
+std::uint64_t integer_column_max(const std::string& data_type, const std::string& column_type);
+// Whether DATA_TYPE is one of the integer types (tinyint ... bigint).
+bool is_integer_type(const std::string& data_type);
 
 // Checks that the owning table and both columns exist. Throws a fatal db_error naming
 // the missing one.
