@@ -157,7 +157,11 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //   5. Dirty marks, sorted.
 // The writers: commit_batch (1, 3, 4, 5); idempotency::commit_keyed_batch (1, 2, 3, 4,
 // 5); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 and 5 through
-// sql.hpp reset_statements). A batch writes a slot row for every counter it has bucket
+// sql.hpp reset_statements); an adoption's batch (adopt/adopt.hpp: in place of 1 its
+// adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of
+// each counter by INSERT ... SELECT ... ORDER BY id; the owning rows it reads are a
+// consistent read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
+// of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes a slot row for every counter it has bucket
 // rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row
 // of a slot is written by a transaction that does not hold the slot row: a reset that
 // holds the slot rows it read deletes the bucket rows of those slots exactly, and a
