@@ -28,7 +28,7 @@ def fill(db, rows):
     step = 1000000
     for first in range(1, rows + 1, step):
         last = min(first + step - 1, rows)
-        db.sql(f"INSERT INTO app.repositories SELECT seq, (seq * 7) % 1000 FROM seq_{first}_to_{last};")
+        db.sql(f"USE app; INSERT INTO repositories SELECT seq, (seq * 7) % 1000 FROM seq_{first}_to_{last};")
 
 
 def measure(a, rows):
