@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string>
 
+#include "adopt/adopt.hpp"
 #include "app/application.hpp"
 #include "config/config.hpp"
 #include "db/connection.hpp"
@@ -22,6 +23,8 @@ constexpr const char* usage =
     "  slotted-counterd --config FILE --check-config  validate the config, exit 0 or 2\n"
     "  slotted-counterd --config FILE --migrate       create the tables, exit\n"
     "  slotted-counterd --config FILE --wal-salvage   keep the valid part of a damaged WAL, exit\n"
+    "  slotted-counterd --config FILE --adopt NAME [--no-history]\n"
+    "                                    take the owning column's counts into counter NAME\n"
     "  slotted-counterd --version | --help\n";
 
 // Thousands of idle keep-alive connections are normal for this daemon.
@@ -38,6 +41,7 @@ void raise_open_file_limit() {
 int main(int argc, char** argv) {
   std::string config_path;
   bool check_only = false, migrate = false, salvage = false;
+  slotted::adopt::options adopt;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -56,12 +60,18 @@ int main(int argc, char** argv) {
       migrate = true;
     } else if (arg == "--wal-salvage") {
       salvage = true;
+    } else if (arg == "--adopt" && i + 1 < argc) {
+      adopt.counter = argv[++i];
+    } else if (arg == "--no-history") {
+      adopt.no_history = true;
     } else {
       std::cerr << "slotted-counterd: unknown argument '" << arg << "'\n" << usage;
       return 2;
     }
   }
-  if (config_path.empty() || int{check_only} + int{migrate} + int{salvage} > 1) {
+  if (config_path.empty() ||
+      int{check_only} + int{migrate} + int{salvage} + int{!adopt.counter.empty()} > 1 ||
+      (adopt.no_history && adopt.counter.empty())) {
     std::cerr << usage;
     return 2;
   }
@@ -78,6 +88,7 @@ int main(int argc, char** argv) {
     slotted::log::error("cannot initialise the MySQL client library");
     return 1;
   }
+  if (!adopt.counter.empty()) return slotted::adopt::run(cfg, adopt, std::cout, std::cerr);
   if (check_only) {
     // The database too, when it can be reached: schema and rollup targets.
     try {

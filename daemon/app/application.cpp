@@ -48,7 +48,7 @@ std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c
   for (const auto& counter : c.counters) {
     if (counter.rollup) {
       targets.push_back({counter.record_type, counter.rollup->table, counter.rollup->id_column,
-                         counter.rollup->count_column});
+                         counter.rollup->count_column, counter.name});
     }
   }
   return targets;

@@ -18,6 +18,7 @@ void migrate(connection& conn, const std::string& table) {
           .empty())
     conn.execute(ledger_add_time_index());
   conn.execute(create_dirty_table());
+  conn.execute(create_adoptions_table());
   conn.execute(create_idempotency_keys_table());
   migrate_idempotency_keys(conn);
 }
@@ -53,6 +54,15 @@ std::uint64_t integer_max(const std::string& data_type, const std::string& colum
                      : (std::uint64_t{1} << (bits - 1)) - 1;
 }
 }  // namespace
+
+std::uint64_t integer_column_max(const std::string& data_type, const std::string& column_type) {
+  return integer_max(data_type, column_type);
+}
+
+bool is_integer_type(const std::string& data_type) {
+  return data_type == "tinyint" || data_type == "smallint" || data_type == "mediumint" ||
+         data_type == "int" || data_type == "bigint";
+}
 
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups) {
   const std::string quoted = conn.quote(table);

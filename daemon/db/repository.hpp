@@ -15,7 +15,8 @@
 
 namespace slotted::db {
 
-// Creates the counters table, the ledger, the dirty marks and the Idempotency-Key table
+// Creates the counters table, the ledger, the dirty marks, the adoptions table
+// (sql.hpp adoptions_table) and the Idempotency-Key table
 // if missing. Idempotent. Alters no counters table (a seed-style table is left as it
 // is); brings the daemon's own tables of an earlier version up to date (the ledger's
 // `by_time` index, the keys table's `created_ms`).
@@ -97,7 +98,15 @@ struct rollup_target {
   std::string table;
   std::string id_column;
   std::string count_column;
+  std::string counter;  // the counter's name (counters[].name), for logs and metrics
 };
+
+// The largest value an integer column of this information_schema DATA_TYPE and
+// COLUMN_TYPE (lower case, e.g. "int", "int(10) unsigned") can hold; a type that is not
+// an integer type is taken as BIGINT.
+std::uint64_t integer_column_max(const std::string& data_type, const std::string& column_type);
+// Whether DATA_TYPE is one of the integer types (tinyint ... bigint).
+bool is_integer_type(const std::string& data_type);
 
 // Checks that the owning table and both columns exist. Throws a fatal db_error naming
 // the missing one.
@@ -148,7 +157,11 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //   5. Dirty marks, sorted.
 // The writers: commit_batch (1, 3, 4, 5); idempotency::commit_keyed_batch (1, 2, 3, 4,
 // 5); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 and 5 through
-// sql.hpp reset_statements). A batch writes a slot row for every counter it has bucket
+// sql.hpp reset_statements); an adoption's batch (adopt/adopt.hpp: in place of 1 its
+// adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of
+// each counter by INSERT ... SELECT ... ORDER BY id; the owning rows it reads are a
+// consistent read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
+// of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes a slot row for every counter it has bucket
 // rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row
 // of a slot is written by a transaction that does not hold the slot row: a reset that
 // holds the slot rows it read deletes the bucket rows of those slots exactly, and a

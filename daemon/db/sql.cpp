@@ -251,6 +251,26 @@ std::string create_dirty_table() {
          ") ENGINE=InnoDB";
 }
 
+std::string create_adoptions_table() {
+  // Identifiers are ASCII (config::is_valid_identifier) and compared as MariaDB compares
+  // table names on Linux: case-sensitively.
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(adoptions_table) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `owner_table` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
+         "  `count_column` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
+         "  `id_column` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
+         "  `state` ENUM('running', 'done') NOT NULL,\n"
+         "  `mode` ENUM('history', 'no_history', 'zeros') NOT NULL,\n"
+         "  `last_id` BIGINT UNSIGNED NULL,\n"
+         "  `rows_taken` BIGINT UNSIGNED NOT NULL DEFAULT 0,\n"
+         "  `total_taken` DECIMAL(65, 0) NOT NULL DEFAULT 0,\n"
+         "  `started` DATETIME NOT NULL,\n"
+         "  `finished` DATETIME NULL,\n"
+         "  PRIMARY KEY (`record_type`, `owner_table`, `count_column`)\n"
+         ") ENGINE=InnoDB";
+}
+
 std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows,
                          std::uint64_t gen) {
   std::string sql = "INSERT INTO " + quote_identifier(dirty_table) +

@@ -24,6 +24,12 @@ inline constexpr std::string_view dirty_table = "slotted_counterd_dirty";
 // Committed Idempotency-Keys (README: HTTP API, Idempotency-Key), one row per key.
 inline constexpr std::string_view idempotency_keys_table = "slotted_counterd_idempotency_keys";
 
+// Adoptions of existing owning columns (daemon/adopt/adopt.hpp): one row per (record_type,
+// owning table, count column), 'running' with its cursor while `--adopt` takes the
+// column's counts into the slotted table, 'done' once they are all taken (or the
+// column needs no adoption). The roller rolls a target up only once it is 'done'.
+inline constexpr std::string_view adoptions_table = "slotted_counterd_adoptions";
+
 // Defined with the batches (store/batch.hpp), upstream of the database layer.
 using counter_row = store::counter_row;
 
@@ -127,6 +133,12 @@ std::string ledger_delete(std::string_view quoted_instance, std::uint64_t run_id
                           std::span<const std::uint64_t> seqs, std::uint64_t max_age_seconds);
 
 std::string create_dirty_table();
+
+// The adoptions table (adoptions_table above). `last_id`: the largest owning id taken
+// (NULL: none yet); `rows_taken` / `total_taken`: owning rows and their counts taken;
+// `mode`: 'history' (--adopt), 'no_history' (--adopt --no-history) or 'zeros' (the
+// roller found the column holding only zeros: nothing to adopt).
+std::string create_adoptions_table();
 
 // Key times (`created_ms`) are unix milliseconds by the database's clock, a BIGINT:
 // every instance places an arrival on that one clock (the database's now less the

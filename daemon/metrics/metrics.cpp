@@ -167,7 +167,10 @@ registry::registry()
       autoincrement_family_(
           family(BuildGauge(), *registry_, "slotted_counterd_autoincrement_remaining",
                  "Values left before the counters table's AUTO_INCREMENT column is exhausted "
-                 "(absent when it has none)")) {
+                 "(absent when it has none)")),
+      rollup_adopted_(family(BuildGauge(), *registry_, "slotted_counterd_rollup_adopted",
+                             "1 when the counter's owning column is adopted and rolled up, 0 "
+                             "while rollup leaves it alone until slotted-counterd --adopt")) {
   const auto route_of = [](std::size_t r) { return route_name(static_cast<route>(r)); };
   for (std::size_t r = 0; r < durations_.size(); ++r)
     durations_[r] = &request_duration_.Add({{"route", route_of(r)}}, http_buckets);
@@ -193,6 +196,10 @@ void registry::set_mysql_hosts(const std::vector<std::string>& names) {
                    "The database host in use (1) among those configured (0)");
   host_info_.clear();
   for (const auto& name : names) host_info_.push_back(&f.Add({{"host", name}}));
+}
+
+void registry::rollup_adopted(const std::string& counter, bool adopted) {
+  rollup_adopted_.Add({{"counter", counter}}).Set(adopted ? 1 : 0);
 }
 
 void registry::mysql_host_in_use(std::size_t index) {

@@ -65,6 +65,9 @@ class registry {
   // mysql_host_in_use(i) from any thread marks host i as the one connected to.
   void set_mysql_hosts(const std::vector<std::string>& names);
   void mysql_host_in_use(std::size_t index);
+  // slotted_counterd_rollup_adopted{counter}: 1 when the counter's owning column is
+  // adopted (rolled up), 0 while the roller leaves it alone (adopt/adopt.hpp).
+  void rollup_adopted(const std::string& counter, bool adopted);
 
   prometheus::Counter& increments_accepted;
   prometheus::Gauge& pending_keys;
@@ -119,6 +122,7 @@ class registry {
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Counter>& db_errors_family_;
   prometheus::Family<prometheus::Gauge>& autoincrement_family_;
+  prometheus::Family<prometheus::Gauge>& rollup_adopted_;
   std::mutex autoincrement_mutex_;
   prometheus::Gauge* autoincrement_remaining_ = nullptr;  // guarded by the mutex above
   std::array<prometheus::Histogram*, static_cast<int>(route::count_)> durations_{};

@@ -1,6 +1,8 @@
 #include "rollup/rollup.hpp"
 
+#include "adopt/adopt.hpp"
 #include "db/errors.hpp"
+#include "db/sql.hpp"
 #include "util/log.hpp"
 
 namespace slotted::rollup {
@@ -43,6 +45,7 @@ rollup_result roller::run_once() {
   const auto started = std::chrono::steady_clock::now();
   rollup_result result;
   std::size_t missing = 0, refused = 0;
+  bool no_adoptions_table = false;
   // Per run, so that a counter refused at every run does not flood the log.
   constexpr std::size_t refusals_logged = 10;
   try {
@@ -54,6 +57,31 @@ rollup_result roller::run_once() {
           // Also a target a reload applied while the database was unreachable: one that
           // is missing fails here, for itself alone.
           db::verify_rollup_target(conn, target);
+          const target_key key{target.record_type, target.table, target.count_column};
+          if (!adopted_.contains(key)) {
+            const auto state = adopt::check_adopted(conn, target);
+            if (state == adopt::adoption::no_table) {
+              no_adoptions_table = true;
+              metrics_.rollup_adopted(target.counter, false);
+              return;
+            }
+            if (state == adopt::adoption::not_adopted) {
+              metrics_.rollup_adopted(target.counter, false);
+              if (skip_logged_.insert(key).second) {
+                log::warn("rollup: counter '", target.counter, "' is not rolled up: `",
+                          target.table, "`.`", target.count_column,
+                          "` holds counts the daemon did not write, which a rollup would "
+                          "overwrite; once no other writer of the column is left, run "
+                          "slotted-counterd --config FILE --adopt ",
+                          target.counter, " (docs/adopting.md). Its counts are kept.");
+              }
+              return;
+            }
+            adopted_.insert(key);
+            if (skip_logged_.contains(key))
+              log::info("rollup: counter '", target.counter, "' is adopted; rolling it up");
+          }
+          metrics_.rollup_adopted(target.counter, true);
           // Bounded to the marks there are now: under steady load new marks keep coming,
           // and a run that chased them would never end (later targets would starve and
           // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
@@ -80,6 +108,12 @@ rollup_result roller::run_once() {
         if (!result.error.empty()) result.error += "; ";
         result.error += "record_type " + std::to_string(target.record_type) + ": " + e.what();
       }
+    }
+    if (no_adoptions_table) {
+      if (!result.error.empty()) result.error += "; ";
+      result.error += "table `" + std::string(db::adoptions_table) +
+                      "` does not exist: no counter is rolled up until slotted-counterd "
+                      "--migrate creates it";
     }
     result.ok = result.error.empty();
   } catch (const db::db_error& e) {

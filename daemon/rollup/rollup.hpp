@@ -8,12 +8,18 @@
 // declared counter, sets the owning rows to SUM(count) in one set-based UPDATE, and
 // deletes exactly the marks it read (a counter flushed again meanwhile keeps its
 // mark). Owning rows that do not exist are skipped and counted, never created.
+// A target is rolled up only once adopted (adopt/adopt.hpp check_adopted): until then
+// its owning column holds counts the daemon did not write, which a rollup would
+// overwrite; it is skipped with its marks kept, logged once per process, and
+// slotted_counterd_rollup_adopted{counter} is 0.
 //
 // Thread-safety: its own thread does the work; request() from any thread.
 
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -59,6 +65,10 @@ class roller {
   db::pool& pool_;
   metrics::registry& metrics_;
   std::string last_error_;
+  // Only on the roller's thread: targets found adopted (never asked again), and those
+  // whose skipping is logged already. Keyed (record_type, table, count_column).
+  using target_key = std::tuple<std::uint32_t, std::string, std::string>;
+  std::set<target_key> adopted_, skip_logged_;
   util::worker<rollup_result> worker_;
 };
 

@@ -214,7 +214,7 @@ TEST_F(Reset, TheRollupAfterAResetSetsTheTargetToZero) {
   server.connect(database_).execute(
       "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count BIGINT NOT "
       "NULL)");
-  server.connect(database_).execute("INSERT INTO repositories VALUES (1, -1), (2, -1)");
+  server.connect(database_).execute("INSERT INTO repositories VALUES (1, 0), (2, 0)");
   auto c0 = cfg();
   c0.counters = {
       {"repo_downloads", 123, config::rollup_target{"repositories", "id", "download_count"}}};

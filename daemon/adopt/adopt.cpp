@@ -1,0 +1,333 @@
+#include "adopt/adopt.hpp"
+
+#include <mysqld_error.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+
+#include "adopt/adopt_sql.hpp"
+#include "app/application.hpp"
+#include "db/errors.hpp"
+#include "db/sql.hpp"
+
+namespace slotted::adopt {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+// Bad input: exit 2, nothing applied.
+struct bad_input : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct state_row {
+  std::string state, mode;
+  std::optional<std::uint64_t> last_id;
+  std::string rows = "0", total = "0";
+};
+
+std::optional<state_row> read_state(db::connection& conn, const db::rollup_target& t, bool lock) {
+  const auto rows = conn.query(state_select(t, lock));
+  if (rows.empty()) return std::nullopt;
+  const auto& r = rows[0];
+  state_row s;
+  s.state = r[0].value_or("");
+  s.mode = r[1].value_or("");
+  if (r[2]) s.last_id = std::stoull(*r[2]);
+  s.rows = r[3].value_or("0");
+  s.total = r[4].value_or("0");
+  return s;
+}
+
+std::string describe(const db::rollup_target& t) {
+  return "counter '" + t.counter + "' (record_type " + std::to_string(t.record_type) + ", `" +
+         t.table + "`.`" + t.count_column + "`)";
+}
+
+// Exact sums of counts (each at most 2^64 - 1, so 2^64 of them fit).
+unsigned __int128 parse_u128(const std::string& s) {
+  unsigned __int128 v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') break;
+    v = v * 10 + static_cast<unsigned>(c - '0');
+  }
+  return v;
+}
+std::string format_u128(unsigned __int128 v) {
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v != 0);
+  return s;
+}
+
+// Why the owning row (id, count) may not be taken, as a sentence naming it.
+std::string bad_row_message(const db::rollup_target& t, const row_limits& limits,
+                            const db::result_row& row) {
+  const std::string id = row.size() > 0 && row[0] ? *row[0] : "NULL";
+  const std::string count = row.size() > 1 && row[1] ? *row[1] : "NULL";
+  const auto above = [](const std::string& v, std::uint64_t max) {
+    return v.size() > 20 || (v.size() == 20 && v > "18446744073709551615") ||
+           std::stoull(v) > max;
+  };
+  std::string why;
+  if (id == "NULL") {
+    why = "its id is NULL";
+  } else if (id.starts_with('-') || above(id, limits.max_id)) {
+    why = "its id is outside the counter's range (0 to " + std::to_string(limits.max_id) +
+          ", the counters table's record_id column)";
+  } else if (count == "NULL") {
+    why = "its count is NULL";
+  } else if (count.starts_with('-')) {
+    why = "its count is negative";
+  } else {
+    why = "its count is larger than the counters table's count column holds (at most " +
+          std::to_string(limits.max_count) + ")";
+  }
+  return "owning row `" + t.table + "`.`" + t.id_column + "` = " + id + " (`" + t.count_column +
+         "` = " + count + "): " + why + "; fix the row and run --adopt " + t.counter +
+         " again";
+}
+
+// The limits owning rows must keep, and the column types checked.
+row_limits limits_for(db::connection& conn, const std::string& counters_table,
+                      const db::rollup_target& t) {
+  const auto keys = db::verify_schema(conn, counters_table, true);
+  if (conn.query(db::table_exists_select(conn.quote(db::adoptions_table))).empty()) {
+    throw bad_input("table `" + std::string(db::adoptions_table) +
+                    "` does not exist; run slotted-counterd --migrate first");
+  }
+  db::verify_rollup_target(conn, t);
+  row_limits limits;
+  limits.max_id = keys.max_record_id;
+  for (const auto& r : conn.query(db::columns_select(conn.quote(counters_table)))) {
+    if (r[0].value_or("") == "count" && db::is_integer_type(r[1].value_or("")))
+      limits.max_count = db::integer_column_max(r[1].value_or(""), r[2].value_or(""));
+  }
+  const auto lower = [](std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+  };
+  for (const auto& r : conn.query(db::columns_select(conn.quote(t.table)))) {
+    const std::string name = r[0].value_or(""), type = r[2].value_or("");
+    if ((name == lower(t.id_column) || name == lower(t.count_column)) &&
+        !db::is_integer_type(r[1].value_or(""))) {
+      throw bad_input("column `" + t.table + "`.`" + name + "` is " + type +
+                      ", not an integer type: it cannot be adopted as a counter's " +
+                      (name == lower(t.id_column) ? "record_id" : "count"));
+    }
+  }
+  return limits;
+}
+
+void roll_back(db::connection& conn) {
+  try {
+    conn.execute(db::rollback);
+  } catch (const db::db_error&) {
+    // The error that led here is the one to report.
+  }
+}
+
+struct batch_outcome {
+  bool done_before = false;  // the adoption row was 'done' already (another run finished)
+  bool last = false;         // this batch finished the adoption
+  std::uint64_t rows = 0;
+  std::string total = "0";
+};
+
+// One batch in one transaction (adopt.hpp, Mechanism).
+batch_outcome take_batch(db::connection& conn, const std::string& counters_table,
+                         const db::rollup_target& t, const row_limits& limits,
+                         std::size_t batch_rows) {
+  conn.execute(db::start_transaction);
+  try {
+    const auto s = read_state(conn, t, true);
+    if (!s) throw db::db_error(0, "the adoption row of " + describe(t) + " was deleted");
+    batch_outcome b;
+    if (s->state == "done") {
+      conn.execute(db::rollback);
+      b.done_before = true;
+      return b;
+    }
+    id_range range{s->last_id, std::nullopt};
+    if (const auto up = conn.query(batch_upper_select(t, s->last_id, batch_rows));
+        !up.empty() && up[0][0])
+      range.upto = std::stoull(*up[0][0]);
+    const auto check = conn.query(batch_check_select(t, limits, range));
+    if (check.empty() || check[0].size() < 4) throw db::db_error(0, "no answer to a batch's check");
+    if (std::stoull(check[0][0].value_or("0")) > 0) {
+      const auto bad = conn.query(first_bad_row_select(t, limits, range));
+      roll_back(conn);
+      throw bad_input(bad.empty() ? "an owning row changed while it was checked"
+                                  : bad_row_message(t, limits, bad[0]));
+    }
+    b.rows = std::stoull(check[0][1].value_or("0"));
+    b.total = check[0][2].value_or("0");
+    if (b.rows > 0) conn.execute(take_batch_insert(counters_table, t, range));
+    b.last = !range.upto;
+    std::optional<std::uint64_t> last_id = range.upto;
+    if (!last_id && check[0][3]) last_id = std::stoull(*check[0][3]);
+    conn.execute(state_advance(t, last_id, b.rows, b.total, b.last));
+    conn.execute(db::commit);
+    return b;
+  } catch (const db::db_error& e) {
+    if (!e.connection_lost()) roll_back(conn);
+    throw;
+  }
+}
+
+std::string seconds_since(steady::time_point start) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - start).count();
+  return std::to_string(ms / 1000) + "." + std::to_string(ms % 1000 / 100) + " s";
+}
+
+int adopt_no_history(db::connection& conn, const db::rollup_target& t, std::ostream& out,
+                     std::ostream& err) {
+  auto s = read_state(conn, t, false);
+  bool recorded = false;
+  if (!s) {
+    conn.execute(state_insert(t, "done", "no_history"));
+    recorded = conn.affected_rows() == 1;
+    s = read_state(conn, t, false);
+  }
+  if (s && s->state == "done") {
+    if (recorded) {
+      out << describe(t) << ": recorded as adopted without taking its counts (--no-history); "
+          << "the roller sets its owning rows to the counter's totals from now on\n";
+    } else {
+      out << describe(t) << ": already adopted (" << s->mode << "), nothing changed\n";
+    }
+    return 0;
+  }
+  err << "slotted-counterd: --adopt " << t.counter << " --no-history: an adoption of "
+      << describe(t) << " with its history is under way (" << (s ? s->rows : "0")
+      << " owning rows taken); nothing changed: finish it with --adopt " << t.counter << "\n";
+  return 2;
+}
+
+int adopt_history(db::connection& conn, const config::daemon_config& cfg,
+                  const db::rollup_target& t, const row_limits& limits, std::size_t batch_rows,
+                  std::ostream& out, std::ostream& err) {
+  const auto started = steady::now();
+  const auto before = read_state(conn, t, false);
+  if (before && before->state == "done") {
+    out << describe(t) << ": already adopted (" << before->mode << "), nothing changed\n";
+    return 0;
+  }
+  // The validation pass: read-only, from the cursor of a run cut short (the rows before
+  // it are taken already).
+  const id_range rest{before ? before->last_id : std::nullopt, std::nullopt};
+  const auto v = conn.query(validation_select(t, limits, rest));
+  const std::uint64_t estimate = v.empty() ? 0 : std::stoull(v[0][0].value_or("0"));
+  if (!v.empty() && std::stoull(v[0][1].value_or("0")) > 0) {
+    const auto bad = conn.query(first_bad_row_select(t, limits, rest));
+    if (!bad.empty()) throw bad_input(bad_row_message(t, limits, bad[0]));
+  }
+  conn.execute(state_insert(t, "running", "history"));
+  if (before && before->last_id)
+    err << "adopt " << t.counter << ": resuming after owning id " << *before->last_id << "\n";
+
+  std::uint64_t rows = 0, scanned_batches = 0;
+  unsigned __int128 total = 0;
+  auto last_progress = steady::now();
+  bool finished_here = false;
+  for (;;) {
+    batch_outcome b;
+    for (int attempt = 1;; ++attempt) {
+      try {
+        b = take_batch(conn, cfg.mysql.table, t, limits, batch_rows);
+        break;
+      } catch (const db::db_error& e) {
+        // A deadlock or lock wait timeout rolled the batch back whole: again.
+        const bool transient = e.kind() == db::error_kind::deadlock ||
+                               e.kind() == db::error_kind::lock_wait_timeout;
+        if (!transient || e.connection_lost() || attempt >= 10) throw;
+      }
+    }
+    if (b.done_before) break;
+    rows += b.rows;
+    total += parse_u128(b.total);
+    ++scanned_batches;
+    if (b.last) {
+      finished_here = true;
+      break;
+    }
+    if (steady::now() - last_progress >= std::chrono::seconds(2)) {
+      last_progress = steady::now();
+      err << "adopt " << t.counter << ": " << std::min(scanned_batches * batch_rows, estimate)
+          << " / " << estimate << " owning rows (" << rows << " with a count taken, "
+          << seconds_since(started) << ")\n";
+    }
+  }
+  if (rows == 0 && !finished_here && !(before && before->last_id)) {
+    out << describe(t) << ": already adopted, nothing changed\n";
+    return 0;
+  }
+  const auto after = read_state(conn, t, false);
+  out << "adopted " << describe(t) << ": " << rows << " owning rows with a count taken, total "
+      << format_u128(total) << ", in " << seconds_since(started);
+  if (!finished_here) out << " (another --adopt run took the rest)";
+  if (after) out << "; in all " << after->rows << " rows, total " << after->total;
+  out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run(const config::daemon_config& cfg, const options& o, std::ostream& out, std::ostream& err) {
+  const auto decl = std::find_if(cfg.counters.begin(), cfg.counters.end(),
+                                 [&](const config::counter_decl& c) { return c.name == o.counter; });
+  if (decl == cfg.counters.end()) {
+    err << "slotted-counterd: --adopt: no counter named '" << o.counter
+        << "' is declared in counters[]\n";
+    return 2;
+  }
+  if (!decl->rollup) {
+    err << "slotted-counterd: --adopt: counter '" << o.counter
+        << "' has no rollup target (counters[].rollup): there is no owning column to adopt\n";
+    return 2;
+  }
+  const db::rollup_target t{decl->record_type, decl->rollup->table, decl->rollup->id_column,
+                            decl->rollup->count_column, decl->name};
+  std::size_t batch_rows = o.batch_rows;
+  // Undocumented, for the tests: small batches make a run long enough to interrupt.
+  if (const char* v = std::getenv("SLOTTED_COUNTERD_ADOPT_BATCH_ROWS"); v && std::atoll(v) > 0)
+    batch_rows = static_cast<std::size_t>(std::atoll(v));
+  try {
+    auto conn = connect_once(cfg.mysql);
+    const auto limits = limits_for(conn, cfg.mysql.table, t);
+    if (o.no_history) return adopt_no_history(conn, t, out, err);
+    return adopt_history(conn, cfg, t, limits, batch_rows, out, err);
+  } catch (const bad_input& e) {
+    err << "slotted-counterd: --adopt " << o.counter << ": " << e.what() << "; nothing applied\n";
+    return 2;
+  } catch (const db::db_error& e) {
+    err << "slotted-counterd: --adopt " << o.counter << ": " << e.what()
+        << (e.fatal() ? "" : " (what was committed stays; run it again to go on)") << "\n";
+    return e.fatal() ? 2 : 1;
+  }
+}
+
+adoption check_adopted(db::connection& conn, const db::rollup_target& t) {
+  std::optional<state_row> s;
+  try {
+    s = read_state(conn, t, false);
+  } catch (const db::db_error& e) {
+    if (e.code() == ER_NO_SUCH_TABLE) return adoption::no_table;
+    throw;
+  }
+  if (s) return s->state == "done" ? adoption::adopted : adoption::not_adopted;
+  if (!conn.query(nonzero_select(t)).empty()) return adoption::not_adopted;
+  conn.execute(state_insert(t, "done", "zeros"));
+  s = read_state(conn, t, false);
+  return s && s->state == "done" ? adoption::adopted : adoption::not_adopted;
+}
+
+}  // namespace slotted::adopt
