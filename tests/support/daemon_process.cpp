@@ -106,12 +106,17 @@ int in_process_daemon::stop() {
 }
 
 daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit,
-                               bool journal_stream) {
+                               bool journal_stream, const std::vector<std::string>& extra_args) {
   char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   std::ofstream(dir_ + "/config.yaml") << yaml;
   const std::string log_path = dir_ + "/daemon.log";
+  // Formed before the fork: the child only execs.
+  const std::string config = dir_ + "/config.yaml";
+  std::vector<const char*> argv{SLOTTED_DAEMON_BINARY, "--config", config.c_str()};
+  for (const auto& a : extra_args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -125,8 +130,7 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
       const rlimit lim{file_size_limit, file_size_limit};
       setrlimit(RLIMIT_FSIZE, &lim);
     }
-    const std::string config = dir_ + "/config.yaml";
-    execl(SLOTTED_DAEMON_BINARY, SLOTTED_DAEMON_BINARY, "--config", config.c_str(), nullptr);
+    execv(SLOTTED_DAEMON_BINARY, const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   const std::regex listening("listening on [0-9.]+:([0-9]+)");

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "app/application.hpp"
 #include "config/config.hpp"
@@ -66,8 +67,10 @@ class daemon_process {
   // `file_size_limit` (bytes) sets RLIMIT_FSIZE for the daemon: a disk that fills up.
   // `journal_stream`: JOURNAL_STREAM names the log file's device and inode, as when
   // systemd connects stderr to journald.
+  // `extra_args` follow `--config FILE` on its command line.
   explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0,
-                          bool journal_stream = false);
+                          bool journal_stream = false,
+                          const std::vector<std::string>& extra_args = {});
   ~daemon_process();
 
   std::uint16_t port() const { return port_; }
