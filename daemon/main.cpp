@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
 
   slotted::config::daemon_config cfg;
   try {
-    cfg = slotted::config::load_config(config_path, credentials);
+    cfg = slotted::config::load_config(config_path, credentials, !grants);
   } catch (const slotted::config::config_error& e) {
     for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
     return 2;

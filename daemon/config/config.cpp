@@ -838,7 +838,7 @@ std::vector<std::string> apply_credentials(mysql_config& m, const mysql_credenti
 }
 
 daemon_config parse_config(const std::string& yaml_text, const std::string& origin,
-                           const mysql_credentials& over) {
+                           const mysql_credentials& over, bool read_secrets) {
   const YAML::Node root = load_one_document(yaml_text, origin);
   daemon_config cfg;
   checker c(origin);
@@ -864,7 +864,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
   for (auto& p : apply_credentials(cfg.mysql, over)) c.fail_flag(std::move(p));
-  resolve_secrets(cfg, c, over.password_file.has_value());
+  if (read_secrets) resolve_secrets(cfg, c, over.password_file.has_value());
   check_tls(cfg, c);
   check_flush_connections(cfg, c);
   // The bucket tables are named after the counters table: `<table>_hour`, `<table>_day`.
@@ -877,12 +877,13 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   return cfg;
 }
 
-daemon_config load_config(const std::string& path, const mysql_credentials& over) {
+daemon_config load_config(const std::string& path, const mysql_credentials& over,
+                          bool read_secrets) {
   std::string text, why;
   if (!read_whole_file(path, text, why)) {
     throw config_error({path + ": cannot read config: " + why});
   }
-  return parse_config(text, path, over);
+  return parse_config(text, path, over, read_secrets);
 }
 
 store::bucket_spec bucket_spec_of(const daemon_config& cfg) {

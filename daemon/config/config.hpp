@@ -170,12 +170,15 @@ std::vector<std::string> apply_credentials(mysql_config& m, const mysql_credenti
 
 // Reads and validates FILE. Throws config_error on any problem (including an
 // unreadable file, a missing password file or an unset password variable), naming a
-// password file but never its content.
-daemon_config load_config(const std::string& path, const mysql_credentials& over = {});
+// password file but never its content. With `read_secrets` false (--print-grants, which
+// needs neither), the password and the auth token are not read: a shell may not be
+// able to read the credentials the service gets.
+daemon_config load_config(const std::string& path, const mysql_credentials& over = {},
+                          bool read_secrets = true);
 
 // Same, from YAML text; `origin` names the source in messages.
 daemon_config parse_config(const std::string& yaml_text, const std::string& origin = "config",
-                           const mysql_credentials& over = {});
+                           const mysql_credentials& over = {}, bool read_secrets = true);
 
 // What a reload (SIGHUP) does with a newly loaded config. Keys are named as in the
 // YAML. Applied live: log.level, http.auth_token_file (the token is read again, so a

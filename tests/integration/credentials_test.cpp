@@ -107,7 +107,10 @@ TEST_F(CredentialsDb, MigrateAndCheckConfigAsAnAdminGivenOnlyOnTheCommandLine) {
             0)
       << out;
   EXPECT_NE(out.find("OK (database schema and rollup targets verified)"), std::string::npos) << out;
-  // --wal-salvage (offline) and --print-grants take them too.
+  // --print-grants needs no password: the config's credential path is not read.
+  EXPECT_EQ(run_binary(service_yaml(), "--print-grants", out), 0) << out;
+  EXPECT_NE(out.find("TO '" + reader_ + "'@'%'"), std::string::npos) << out;
+  // ... and takes the user too.
   EXPECT_EQ(run_binary(service_yaml(), "--print-grants " + admin_flags(), out), 0) << out;
   EXPECT_NE(out.find("TO '" + admin_ + "'@'%'"), std::string::npos) << out;
   EXPECT_EQ(out.find(admin_password), std::string::npos) << out;
@@ -115,7 +118,7 @@ TEST_F(CredentialsDb, MigrateAndCheckConfigAsAnAdminGivenOnlyOnTheCommandLine) {
 
 TEST_F(CredentialsDb, UnreadableOrWrongPasswordFileIsAClearErrorWithoutThePassword) {
   std::string out;
-  for (const char* mode : {"--migrate", "--check-config", "--print-grants", "--wal-salvage", ""}) {
+  for (const char* mode : {"--migrate", "--check-config", "--wal-salvage", ""}) {
     SCOPED_TRACE(mode);
     EXPECT_EQ(run_binary(service_yaml(),
                          std::string(mode) + " --mysql-user " + admin_ +

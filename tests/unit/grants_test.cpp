@@ -87,6 +87,16 @@ TEST(Grants, AnAccountThatCannotExistIsRefusedLoudly) {
   EXPECT_EQ(err.str(), "cannot print grants: grant host: empty name\n");
 }
 
+TEST(Grants, NeedNoSecret) {
+  // The service's config from a shell: its credentials are the service's alone.
+  const std::string yaml =
+      "mysql: {user: u, password_file: /run/credentials/slotted-counterd.service/db-password}\n"
+      "http: {auth_token_file: /run/credentials/slotted-counterd.service/token}\n";
+  EXPECT_THROW(config::parse_config(yaml, "c.yaml"), config::config_error);
+  const auto cfg = config::parse_config(yaml, "c.yaml", {}, false);
+  EXPECT_EQ(grant_statements(cfg).size(), 3u);
+}
+
 TEST(Grants, PrintedOnePerLineWithASemicolon) {
   std::ostringstream out, err;
   EXPECT_EQ(print_grants(config_of("mysql: {user: u}\n"), "h", out, err), 0);
