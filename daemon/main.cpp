@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "adopt/adopt.hpp"
@@ -11,6 +12,7 @@
 #include "config/config.hpp"
 #include "db/connection.hpp"
 #include "db/errors.hpp"
+#include "db/grants.hpp"
 #include "db/repository.hpp"
 #include "util/log.hpp"
 #include "version.hpp"
@@ -25,7 +27,11 @@ constexpr const char* usage =
     "  slotted-counterd --config FILE --wal-salvage   keep the valid part of a damaged WAL, exit\n"
     "  slotted-counterd --config FILE --adopt NAME [--no-history]\n"
     "                                    take the owning column's counts into counter NAME\n"
-    "  slotted-counterd --version | --help\n";
+    "  slotted-counterd --config FILE --print-grants [--grant-host HOST]\n"
+    "                                                 print the GRANTs mysql.user needs, exit\n"
+    "  slotted-counterd --version | --help\n"
+    "Every mode takes --mysql-user USER and --mysql-password-file FILE in place of the\n"
+    "config's mysql.user and password (e.g. an administrator's, for --migrate).\n";
 
 // Thousands of idle keep-alive connections are normal for this daemon.
 void raise_open_file_limit() {
@@ -40,7 +46,9 @@ void raise_open_file_limit() {
 
 int main(int argc, char** argv) {
   std::string config_path;
-  bool check_only = false, migrate = false, salvage = false;
+  bool check_only = false, migrate = false, salvage = false, grants = false;
+  std::optional<std::string> grant_host;
+  slotted::config::mysql_credentials credentials;
   slotted::adopt::options adopt;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -64,25 +72,42 @@ int main(int argc, char** argv) {
       adopt.counter = argv[++i];
     } else if (arg == "--no-history") {
       adopt.no_history = true;
+    } else if (arg == "--print-grants") {
+      grants = true;
+    } else if (arg == "--grant-host" && i + 1 < argc) {
+      grant_host = argv[++i];
+    } else if (arg.starts_with("--grant-host=")) {
+      grant_host = arg.substr(13);
+    } else if (arg == "--mysql-user" && i + 1 < argc) {
+      credentials.user = argv[++i];
+    } else if (arg.starts_with("--mysql-user=")) {
+      credentials.user = arg.substr(13);
+    } else if (arg == "--mysql-password-file" && i + 1 < argc) {
+      credentials.password_file = argv[++i];
+    } else if (arg.starts_with("--mysql-password-file=")) {
+      credentials.password_file = arg.substr(22);
     } else {
       std::cerr << "slotted-counterd: unknown argument '" << arg << "'\n" << usage;
       return 2;
     }
   }
   if (config_path.empty() ||
-      int{check_only} + int{migrate} + int{salvage} + int{!adopt.counter.empty()} > 1 ||
-      (adopt.no_history && adopt.counter.empty())) {
+      int{check_only} + int{migrate} + int{salvage} + int{grants} + int{!adopt.counter.empty()} >
+          1 ||
+      (adopt.no_history && adopt.counter.empty()) || (grant_host && !grants)) {
     std::cerr << usage;
     return 2;
   }
 
   slotted::config::daemon_config cfg;
   try {
-    cfg = slotted::config::load_config(config_path);
+    cfg = slotted::config::load_config(config_path, credentials, !grants);
   } catch (const slotted::config::config_error& e) {
     for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
     return 2;
   }
+  // Offline: the config alone, no database.
+  if (grants) return slotted::db::print_grants(cfg, grant_host.value_or("%"), std::cout, std::cerr);
   slotted::log::set_level(slotted::log_level_for(cfg.log));
   if (!slotted::db::initialize_client_library()) {
     slotted::log::error("cannot initialise the MySQL client library");
@@ -126,7 +151,7 @@ int main(int argc, char** argv) {
     }
     raise_open_file_limit();
     slotted::application app(std::move(cfg));
-    app.install_signal_handlers(config_path);
+    app.install_signal_handlers(config_path, credentials);
     app.start();
     return app.run_until_stopped();
   } catch (const std::exception& e) {

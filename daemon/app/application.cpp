@@ -317,7 +317,9 @@ void application::request_stop() {
   stop_cv_.notify_all();
 }
 
-void application::install_signal_handlers(std::string config_path) {
+void application::install_signal_handlers(std::string config_path,
+                                          config::mysql_credentials credentials) {
+  reload_credentials_ = std::move(credentials);
   signals_.emplace(*contexts_.front(), SIGINT, SIGTERM);
   signals_->async_wait([this](const boost::system::error_code& ec, int signo) {
     if (ec) return;

@@ -71,8 +71,11 @@ class application final : public http::backend {
   void request_stop();
 
   // SIGTERM and SIGINT call request_stop(). With a config path, SIGHUP calls reload()
-  // on it (on a database worker thread). Call before start().
-  void install_signal_handlers(std::string config_path = {});
+  // on it (on a database worker thread). `credentials`: the command line's
+  // (--mysql-user, --mysql-password-file), which every reload applies again as the
+  // start did. Call before start().
+  void install_signal_handlers(std::string config_path = {},
+                               config::mysql_credentials credentials = {});
 
   // Reads `config_path` again and applies what can change live (see
   // config::plan_reload), logging the changed keys that need a restart. A config with
@@ -142,6 +145,8 @@ class application final : public http::backend {
   // The config reloads compare against: cfg_ with the live keys of the last reload.
   std::mutex reload_mutex_;
   config::daemon_config running_;
+  // Set before the first reload can run (install_signal_handlers), read-only after.
+  config::mysql_credentials reload_credentials_;
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

@@ -65,7 +65,10 @@ bool application::reload(const std::string& config_path) {
   } ready_again{draining_};
   config::daemon_config next;
   try {
-    next = config::load_config(config_path);
+    // With the command line's credentials, as at the start: without them the
+    // reload would read the config's own password source (perhaps unreadable to this
+    // process) and report mysql.user as changed.
+    next = config::load_config(config_path, reload_credentials_);
   } catch (const config::config_error& e) {
     for (const auto& p : e.problems()) log::error("reload: config error: ", p);
     log::error("reload refused; the running configuration stays");

@@ -97,6 +97,8 @@ class checker {
     problems_.push_back(origin_ + (line == lines_.end() ? "" : ":" + std::to_string(line->second)) +
                         ": " + key + ": " + msg);
   }
+  // A problem of the command line rather than of the config text.
+  void fail_flag(std::string msg) { problems_.push_back(std::move(msg)); }
   // Remembers where a key stood, for problems found after the walk (secret files).
   void remember_line(const std::string& key, const YAML::Node& at) {
     if (at.IsDefined() && at.Mark().line >= 0) lines_[key] = at.Mark().line + 1;
@@ -329,14 +331,21 @@ void check_tls(daemon_config& cfg, checker& c) {
   }
 }
 
-void resolve_secrets(daemon_config& cfg, checker& c) {
+// `password_file_from_flag`: mysql.password_file came from --mysql-password-file, and
+// messages name that flag instead of a line of the config.
+void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_flag) {
   auto& m = cfg.mysql;
   if (!m.password_file.empty() && !m.password_env.empty()) {
     c.fail_plain("mysql.password_file", "set password_file or password_env, not both");
   } else if (!m.password_file.empty()) {
     std::string content, why;
     if (!read_whole_file(m.password_file, content, why)) {
-      c.fail_plain("mysql.password_file", "cannot read '" + m.password_file + "': " + why);
+      const std::string msg = "cannot read '" + m.password_file + "': " + why;
+      if (password_file_from_flag) {
+        c.fail_flag("--mysql-password-file: " + msg);
+      } else {
+        c.fail_plain("mysql.password_file", msg);
+      }
     } else {
       // One trailing newline is an artefact of editors, not part of the password.
       if (!content.empty() && content.back() == '\n') content.pop_back();
@@ -810,7 +819,26 @@ YAML::Node load_one_document(const std::string& yaml_text, const std::string& or
 
 }  // namespace
 
-daemon_config parse_config(const std::string& yaml_text, const std::string& origin) {
+std::vector<std::string> apply_credentials(mysql_config& m, const mysql_credentials& over) {
+  std::vector<std::string> problems;
+  if (over.user) {
+    if (over.user->empty()) problems.emplace_back("--mysql-user: empty user name");
+    m.user = *over.user;
+    // The config's password is its own user's, not this one's.
+    m.password_file.clear();
+    m.password_env.clear();
+  }
+  if (over.password_file) {
+    if (over.password_file->empty()) problems.emplace_back("--mysql-password-file: empty path");
+    m.password_file = *over.password_file;
+    m.password_env.clear();
+  }
+  m.password.clear();
+  return problems;
+}
+
+daemon_config parse_config(const std::string& yaml_text, const std::string& origin,
+                           const mysql_credentials& over, bool read_secrets) {
   const YAML::Node root = load_one_document(yaml_text, origin);
   daemon_config cfg;
   checker c(origin);
@@ -835,7 +863,8 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
       });
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
-  resolve_secrets(cfg, c);
+  for (auto& p : apply_credentials(cfg.mysql, over)) c.fail_flag(std::move(p));
+  if (read_secrets) resolve_secrets(cfg, c, over.password_file.has_value());
   check_tls(cfg, c);
   check_flush_connections(cfg, c);
   // The bucket tables are named after the counters table: `<table>_hour`, `<table>_day`.
@@ -848,12 +877,13 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   return cfg;
 }
 
-daemon_config load_config(const std::string& path) {
+daemon_config load_config(const std::string& path, const mysql_credentials& over,
+                          bool read_secrets) {
   std::string text, why;
   if (!read_whole_file(path, text, why)) {
     throw config_error({path + ": cannot read config: " + why});
   }
-  return parse_config(text, path);
+  return parse_config(text, path, over, read_secrets);
 }
 
 store::bucket_spec bucket_spec_of(const daemon_config& cfg) {

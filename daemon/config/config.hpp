@@ -149,12 +149,36 @@ class config_error : public std::runtime_error {
   std::vector<std::string> problems_;
 };
 
+// The database credentials given on the command line (--mysql-user USER,
+// --mysql-password-file FILE), which take the place of the config's, in every mode: an
+// administrator runs --migrate (or --check-config, --adopt) with the very config the
+// service uses. A user given without a password file connects without a password (the
+// config's password is the config user's); a password file given alone is the
+// config user's password. Either replaces the config's mysql.password_file and
+// mysql.password_env, which are then not read (a systemd credential, say, that only
+// the service can read).
+struct mysql_credentials {
+  std::optional<std::string> user;
+  std::optional<std::string> password_file;
+  bool operator==(const mysql_credentials&) const = default;
+};
+
+// Puts `over` in place of m's user and password source (the one place the command
+// line's credentials are applied; load_config and parse_config call it before the
+// password is read). Returns the problems of `over` itself (an empty user or path).
+std::vector<std::string> apply_credentials(mysql_config& m, const mysql_credentials& over);
+
 // Reads and validates FILE. Throws config_error on any problem (including an
-// unreadable file, a missing password file or an unset password variable).
-daemon_config load_config(const std::string& path);
+// unreadable file, a missing password file or an unset password variable), naming a
+// password file but never its content. With `read_secrets` false (--print-grants, which
+// needs neither), the password and the auth token are not read: a shell may not be
+// able to read the credentials the service gets.
+daemon_config load_config(const std::string& path, const mysql_credentials& over = {},
+                          bool read_secrets = true);
 
 // Same, from YAML text; `origin` names the source in messages.
-daemon_config parse_config(const std::string& yaml_text, const std::string& origin = "config");
+daemon_config parse_config(const std::string& yaml_text, const std::string& origin = "config",
+                           const mysql_credentials& over = {}, bool read_secrets = true);
 
 // What a reload (SIGHUP) does with a newly loaded config. Keys are named as in the
 // YAML. Applied live: log.level, http.auth_token_file (the token is read again, so a

@@ -107,12 +107,18 @@ int in_process_daemon::stop() {
 }
 
 daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit,
-                               bool journal_stream, const std::vector<passed_fd>& passed) {
+                               bool journal_stream, const std::vector<passed_fd>& passed,
+                               const std::vector<std::string>& extra_args) {
   char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
   dir_ = tmpl;
   std::ofstream(dir_ + "/config.yaml") << yaml;
   const std::string log_path = dir_ + "/daemon.log";
+  // Formed before the fork: the child only execs.
+  const std::string config = dir_ + "/config.yaml";
+  std::vector<const char*> argv{SLOTTED_DAEMON_BINARY, "--config", config.c_str()};
+  for (const auto& a : extra_args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -140,8 +146,7 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
       setenv("LISTEN_PID", std::to_string(getpid()).c_str(), 1);
       setenv("LISTEN_FDNAMES", names.c_str(), 1);
     }
-    const std::string config = dir_ + "/config.yaml";
-    execl(SLOTTED_DAEMON_BINARY, SLOTTED_DAEMON_BINARY, "--config", config.c_str(), nullptr);
+    execv(SLOTTED_DAEMON_BINARY, const_cast<char* const*>(argv.data()));
     _exit(127);
   }
   // The port of the first TCP listener; none when it listens on Unix sockets only.

@@ -74,9 +74,11 @@ class daemon_process {
   // `file_size_limit` (bytes) sets RLIMIT_FSIZE for the daemon: a disk that fills up.
   // `journal_stream`: JOURNAL_STREAM names the log file's device and inode, as when
   // systemd connects stderr to journald. `passed`: sockets passed as systemd passes
-  // them (the caller keeps its own descriptors, as systemd does).
+  // them (the caller keeps its own descriptors, as systemd does). `extra_args` follow
+  // `--config FILE` on its command line.
   explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0,
-                          bool journal_stream = false, const std::vector<passed_fd>& passed = {});
+                          bool journal_stream = false, const std::vector<passed_fd>& passed = {},
+                          const std::vector<std::string>& extra_args = {});
   ~daemon_process();
 
   std::uint16_t port() const { return port_; }

@@ -487,6 +487,61 @@ def check_install(ctx):
     return f"apt-get update + install in {took:.0f}s; enabled, not started; conffile; man page"
 
 
+def check_conffile_starts(ctx):
+    """The installed conffile starts on a fresh database with only the operator's edits
+    (docs/production.md): the database's port, the credential and a fresh database set,
+    the listen port a free one (this machine shares the host's network); --migrate from a
+    shell as an administrator given on the command line; the printed GRANTs; start;
+    ready; it counts. The conffile is put back afterwards."""
+    m = ctx.machine
+    conf = "/etc/slotted-counterd/slotted-counterd.yaml"
+    original = m.run(["cat", conf]).stdout
+    edited = original
+    for old, new in (("\n  port: 8080\n", f"\n  port: {ctx.port}\n"),
+                     ("\n  port: 3306\n", f"\n  port: {ctx.db.port}\n"),
+                     ('\n  password_file: ""',
+                      "\n  password_file: /run/credentials/slotted-counterd.service/db-password"),
+                     ("\n  database: app", "\n  database: conffile_db")):
+        if edited.count(old) != 1:
+            raise Failure(f"the installed conffile has not exactly one {old.strip()!r}")
+        edited = edited.replace(old, new)
+    admin_pw = "s3cret-admin-pw"
+    r = ctx.db.sql("CREATE DATABASE conffile_db; "
+                   f"CREATE USER 'cfadmin'@'127.0.0.1' IDENTIFIED BY '{admin_pw}'; "
+                   "GRANT ALL ON conffile_db.* TO 'cfadmin'@'127.0.0.1'")
+    if r.returncode != 0:
+        raise Failure(f"creating the admin user failed: {r.stderr.decode()}")
+    m.write(conf, edited)
+    m.write("/root/db-admin-password", admin_pw + "\n", mode="0600")
+    m.write("/etc/slotted-counterd/db-password", DB_PASSWORD + "\n", mode="0600")
+    try:
+        m.run(["/usr/bin/slotted-counterd", "--config", conf, "--migrate",
+               "--mysql-user", "cfadmin", "--mysql-password-file", "/root/db-admin-password"])
+        grants = m.run(["/usr/bin/slotted-counterd", "--config", conf, "--print-grants",
+                        "--grant-host", "127.0.0.1"]).stdout
+        r = ctx.db.sql(grants)
+        if r.returncode != 0:
+            raise Failure(f"the printed GRANTs failed: {r.stderr.decode()}\n{grants}")
+        m.run(["systemctl", "start", UNIT], timeout=60)
+        wait_for("/readyz 200 with the conffile", lambda: http("GET", base_url(ctx) + "/readyz", timeout=2)[0] == 200,
+                 20, interval=0.2)
+        status = post_increments(ctx, [(123, 1, 3)])
+        if status != 202:
+            raise Failure(f"POST of the example counter answered {status}")
+
+        def counted():
+            r = ctx.db.sql("SELECT COALESCE(SUM(count), 0) FROM conffile_db.slotted_counters")
+            return r.returncode == 0 and r.stdout.decode().split()[-1] == "3"
+        wait_for("the increment in conffile_db.slotted_counters", counted, 20, interval=0.2)
+        if "denied" in journal(ctx):
+            raise Failure(f"a permission error in the journal:\n{journal(ctx)[-1500:]}")
+    finally:
+        m.run(["systemctl", "stop", UNIT], check=False, timeout=60)
+        m.write(conf, original)
+    return (f"conffile + port/credential/database edits: --migrate as admin from a shell, "
+            f"{len(grants.splitlines())} printed GRANTs, ready, counting")
+
+
 def configure(ctx, level="info"):
     ctx.machine.write("/etc/slotted-counterd/slotted-counterd.yaml", daemon_config(ctx, level))
 
@@ -1016,6 +1071,7 @@ def main():
         steps = [
             ("install: apt-get install ./slotted-counterd_*.deb", check_install),
             ("socket unit installed and enabled; www-data; test port drop-in", check_socket_unit),
+            ("0. the installed conffile starts on a fresh database", check_conffile_starts),
             ("1. start returns after READY=1; dynamic user; state dir 0700", check_start),
             ("2. password through LoadCredential=", check_credential),
             ("3. stop: the final flush writes everything exactly", check_stop_flushes),
