@@ -199,7 +199,24 @@ class flusher final : public store::batch_queue {
   void set_rollups(std::vector<db::rollup_target> rollups);
 
  private:
+  // flusher.cpp: the cycle and its steps.
   flush_result cycle();
+  // Marks the cycle started and takes the rollups set_rollups() left.
+  void begin_cycle();
+  // The backlog, then what the store holds (`wal_failed` when the source could not log
+  // it). Returns rows committed; throws db_error.
+  std::size_t write_backlog_then_new(db::connection& conn, bool& wal_failed);
+  // A ping when nothing was written, else the AUTO_INCREMENT check.
+  void prove_connection(db::connection& conn, std::size_t rows);
+  // Readiness, metrics and the result's last word (deadline, WAL) after a cycle.
+  void finish_cycle(flush_result& result, std::chrono::steady_clock::time_point started,
+                    bool wal_failed);
+  void publish_success(const flush_result& result, std::chrono::steady_clock::time_point started);
+  // housekeeping.cpp: the schema checks (throw a fatal db_error) and the prunes, each
+  // run when due.
+  void verify_schema(db::connection& conn);
+  void prune_ledger_when_due(db::connection& conn);
+  void prune_keys_when_due(db::connection& conn);
   // The exact read of read_total() and read_series(), on a connection of the pool:
   // `read_db` reads the database, then `add_pending` (under queue_mutex_) adds what is
   // pending, again until no commit started or ended during the read and no batch is in
@@ -209,8 +226,26 @@ class flusher final : public store::batch_queue {
   // connection is closed).
   std::string read_stable(const std::function<void(db::connection&)>& read_db,
                           const std::function<std::string()>& add_pending);
-  // The reset job of request_reset, after the cycle that ended with `flushed`.
+  // reset_job.cpp: the reset job of request_reset, after the cycle that ended with
+  // `flushed`, and its steps.
   reset_result reset_now(const store::counter_key& key, const flush_result& flushed);
+  reset_result refused_reset(std::string why);
+  // Why the reset cannot run after the cycle that ended with `flushed`, if so.
+  std::optional<std::string> reset_refusal(const flush_result& flushed);
+  // Commits the reset on `lease` (taken again after a lost connection), retrying lock
+  // conflicts and re-sending a COMMIT in doubt until the ledger answers or the stop
+  // deadline passes. Returns why it failed, else nullopt with `known` its figures.
+  std::optional<std::string> commit_reset(const store::counter_key& key,
+                                          const db::batch_identity& id,
+                                          std::optional<db::pool::lease>& lease,
+                                          db::reset_progress& known);
+  // The pause before a reset in doubt is re-sent (doubling `pause`, never past the stop
+  // deadline).
+  void wait_for_reset_ledger(const store::counter_key& key, const db::db_error& e,
+                             std::chrono::milliseconds& pause);
+  // Drops what is pending for the counter, through the source when there is one.
+  // Returns what was dropped.
+  std::int64_t drop_pending_after_reset(const store::counter_key& key);
   // Makes the generation odd (true) or even again (false) around a reset's commit, so a
   // concurrent read_total() retries. Only while no batch is in flight (the reset runs
   // after its cycle, whose writers have all ended), or the parity would be the writers'.

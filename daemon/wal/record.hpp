@@ -50,6 +50,7 @@
 // them); keyed requests are kept whole (a reset leaves them pending, see README).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,16 @@
 #include "store/pending_store.hpp"
 
 namespace slotted::wal {
+
+// One encoder (append_*) and one decoder per record kind, each in the file of its kind
+// (record_increments.cpp, record_keyed.cpp, record_batches.cpp, record_snapshot.cpp,
+// record_reset.cpp); the frame and checksums in frame.cpp, scanning in scan.cpp, replay
+// in replay.cpp.
+
+namespace codec {
+struct timed_delta;
+struct snapshot_record;
+}  // namespace codec
 
 enum class record_kind : std::uint8_t {
   increments = 1,
@@ -109,6 +120,11 @@ class replay_state {
   // keeps now.
   void count_in_buckets(const store::counter_key& key, std::int64_t delta, std::int64_t at,
                         std::vector<store::pending_delta>& out) const;
+  // Each kind's decoded record applied; false (and nothing changed) for a malformed one.
+  bool apply_increments(const std::optional<std::vector<codec::timed_delta>>& read);
+  bool apply_batches(std::optional<std::vector<store::flush_batch>>&& logged);
+  void apply_reset(const store::counter_key& key);
+  bool apply_snapshot(std::optional<codec::snapshot_record>&& s);
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
   // Bucket counts not yet in any batch, alongside delta_log_.
   std::vector<store::pending_delta> bucket_log_;

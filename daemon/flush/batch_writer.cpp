@@ -1,0 +1,308 @@
+// The batch writer: commits queued batches over one or more connections, retrying lock
+// conflicts and splitting batches the database refuses for their data.
+#include "flush/flusher.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <system_error>
+#include <thread>
+
+#include "idempotency/keyed_batches.hpp"
+
+#include "db/errors.hpp"
+#include "flush/flusher_internal.hpp"
+#include "util/log.hpp"
+
+namespace slotted::flush {
+
+std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows,
+                                                         std::vector<db::counter_row>& out) {
+  out.clear();
+  if (settings_.rollups.empty()) return {};
+  for (const auto& r : rows) {
+    const bool rolled_up =
+        std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
+                    [&](const db::rollup_target& t) { return t.record_type == r.record_type; });
+    if (rolled_up) out.push_back(r);
+  }
+  return out;
+}
+
+flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const flush_batch& b,
+                                                     std::vector<db::counter_row>& dirty) {
+  const db::batch_identity id{settings_.instance_id, b.run_id, b.seq};
+  // Each writer thread pauses by a generator of its own.
+  thread_local std::minstd_rand jitter_rng{std::random_device{}()};
+  for (int attempt = 0;; ++attempt) {
+    try {
+      commit_attempt done;
+      if (b.keyed.empty()) {
+        done.outcome = db::commit_batch(conn, settings_.table, id, b.rows,
+                                        rolled_up_rows(b.rows, dirty), b.bucket_rows);
+      } else {
+        done = commit_keyed(conn, id, b, dirty);
+      }
+      progress();
+      return done;
+    } catch (const db::db_error& e) {
+      progress();  // an answer, even an error, is a sign of life
+      // Not a bad row: no row can be written. Nothing is dropped; the batch stays
+      // queued until the column is widened (checked again at each retry).
+      if (db::is_autoincrement_exhaustion(e.code(), e.what()))
+        throw autoincrement_exhausted(conn, e);
+      if (e.data_error()) return {db::commit_outcome{}, e.what()};
+      // A statement too large for max_allowed_packet (the connection refused to send
+      // it, the transaction is rolled back): the batch is split like one refused for its
+      // data, never resent whole.
+      if (e.too_large()) return {db::commit_outcome{}, e.what()};
+      const auto kind = e.kind();
+      // Past the stop deadline a retry would hold the stop for another lock wait
+      // (up to innodb_lock_wait_timeout): the batch stays queued instead.
+      if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
+          attempt + 1 >= lock_retries || past_deadline()) {
+        throw;
+      }
+      metrics_.db_error(kind);
+      std::uniform_int_distribution<int> pause_ms(5, 20 << attempt);
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(jitter_rng)));
+    }
+  }
+}
+
+std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
+  const flush_batch& batch = *it;  // in flight: only this writer removes it
+  if (a.refused && splittable(batch)) {
+    // Rolled back, so nothing of it was applied: split it to find the rows at fault
+    // and let the others through. A keyed batch is split by its requests (a request is
+    // applied whole or not at all); its halves' rows may then add up to more than the
+    // whole's (a counter in both halves), so the count of queued rows follows them.
+    // The halves take its place in the queue (the left one first), so they keep its
+    // order against the batches before and after it.
+    auto [left, right] = split_batch(batch);
+    if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right, settings_.buckets);
+    std::lock_guard lock(queue_mutex_);
+    queued_rows_ = queued_rows_ - rows_held(batch) + rows_held(left) + rows_held(right);
+    queued_.insert(it, std::move(left));
+    queued_.insert(it, std::move(right));
+    std::erase(in_doubt_, &*it);
+    unmark_in_flight(it);
+    queued_.erase(it);
+    store_.set_unwritten_rows(queued_rows_);
+    return 0;
+  }
+  std::size_t written = 0;
+  if (a.refused && !batch.keyed.empty()) {
+    // One keyed request the table cannot hold: dropped like a row (its key stays
+    // uncommitted, so a retry is refused the same way).
+    metrics_.rows_refused.Increment(static_cast<double>(batch.rows.size()));
+    log::error("the database refuses the increments of the request with Idempotency-Key ",
+               batch.keyed.front().key, ": ", *a.refused, "; they are dropped");
+  } else if (a.refused) {
+    // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
+    // total past BIGINT): dropped, loudly, so that it does not block every later
+    // batch forever.
+    const auto& r = batch.rows.front();
+    metrics_.rows_refused.Increment();
+    log::error("the database refuses the delta ", r.delta, " of counter (", r.record_type, ", ",
+               r.record_id, "): ", *a.refused, "; it is dropped");
+  } else if (a.outcome == db::commit_outcome::applied) {
+    // A keyed batch writes only the rows of the requests whose keys were new.
+    written = batch.keyed.empty() ? batch.rows.size() : a.keyed_rows;
+    metrics_.flush_rows.Increment(static_cast<double>(written));
+    metrics_.flush_statements.Increment();
+  } else {
+    metrics_.batches_already_applied.Increment();
+    log::info("batch ", batch.seq, " of run ", batch.run_id,
+              " was already committed (found in the ledger); not applied again");
+  }
+  std::lock_guard lock(queue_mutex_);
+  queued_rows_ -= rows_held(batch);
+  std::erase(in_doubt_, &*it);
+  // Gone from the queue before the generation turns even: a read that waited for the
+  // flight to end finds it in the table and no longer pending.
+  unmark_in_flight(it);
+  queued_.erase(it);
+  store_.set_unwritten_rows(queued_rows_);
+  return written;
+}
+
+bool flusher::write_batches(db::connection& conn, write_round& round,
+                            std::vector<db::counter_row>& dirty) {
+  bool lost = false;
+  for (;;) {
+    queue_position it;
+    {
+      std::unique_lock lock(queue_mutex_);
+      for (;;) {
+        if (round.stop) return lost;
+        // Nothing left that is not in flight: this writer is done (another one's
+        // refused batch may still be split; that writer writes its halves).
+        if (queued_.size() == in_flight_.size()) return lost;
+        if (past_deadline()) {
+          // Shutting down: what is left stays queued (and in the WAL, when there is one).
+          deadline_hit_ = true;
+          round.stop = true;
+          writers_wake_.notify_all();
+          return lost;
+        }
+        it = next_batch();
+        if (it != queued_.end()) break;
+        // Every waiting batch conflicts with one before it: wait for a flight to end.
+        writers_wake_.wait(lock);
+      }
+      mark_in_flight(it);
+    }
+    generation_changed_.notify_all();
+    try {
+      const auto attempt = commit_with_retries(conn, *it, dirty);
+      const std::size_t written = pop_committed(it, attempt);
+      std::lock_guard lock(queue_mutex_);
+      round.written += written;
+      round.popped = true;
+    } catch (...) {
+      // Rolled back (outcome known) unless the connection went: then the batch stays
+      // in doubt until a later attempt resolves it. Either way it stays queued, and the
+      // round stops: the other writers finish the batch they hold and start no other.
+      try {
+        throw;
+      } catch (const db::db_error& e) {
+        lost = e.connection_lost();
+      } catch (...) {
+        // Not a database error (bad_alloc): rethrown by write_queued all the same. The
+        // transaction may be open on `conn`: it is closed (which rolls it back) as after
+        // a lost connection, and the batch resolved against the ledger.
+        lost = true;
+      }
+      std::lock_guard lock(queue_mutex_);
+      if (lost && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
+        in_doubt_.push_back(&*it);
+      unmark_in_flight(it);
+      round.stop = true;
+      if (!round.error) round.error = std::current_exception();
+    }
+    writers_wake_.notify_all();
+    generation_changed_.notify_all();
+  }
+}
+
+void flusher::write_batches_on_lease(write_round& round) {
+  std::vector<db::counter_row> dirty;
+  try {
+    std::optional<db::pool::lease> lease;
+    try {
+      // Never waits for a lease to come back: a read or a rollup run may hold one for
+      // long, and the round (and a stop's deadline) would wait for this writer.
+      if (auto free = pool_.try_acquire()) lease.emplace(std::move(*free));
+    } catch (const db::db_error& e) {
+      // Refused a connection (the server's max_connections, the account's
+      // max_user_connections, or it is down): one writer fewer, not a failed flush. The
+      // cycle's own connection writes what this one would have, and meets the database
+      // itself if it is gone.
+      metrics_.db_error(e.kind());
+      if (!helper_refused_.exchange(true)) {
+        log::warn("flush: an extra connection for flush.connections was refused (", e.what(),
+                  "); flushing over fewer connections");
+      }
+      return;
+    }
+    if (!lease) {
+      // Every connection of the pool is lent out (to reads, the rollup or the pruner):
+      // one writer fewer this round, as above.
+      log::debug("flush: no free connection in the pool for an extra writer");
+      return;
+    }
+    helper_refused_.store(false);
+    progress();
+    // A lease whose connection was lost is closed rather than lent out again.
+    if (write_batches(**lease, round, dirty)) lease->discard();
+  } catch (...) {
+    // Not a database error (a refused connection is handled above): the round stops as
+    // after any writer's error.
+    std::lock_guard lock(queue_mutex_);
+    round.stop = true;
+    if (!round.error) round.error = std::current_exception();
+    writers_wake_.notify_all();
+  }
+}
+
+std::size_t flusher::write_queued(db::connection& conn) {
+  write_round round;
+  // Batches replayed from the WAL first, one run at a time, before any batch is in
+  // flight: their committed parts leave the queue (the WAL must hear of it, below, as
+  // of any committed batch, or a later replay could send them again).
+  for (;;) {
+    std::optional<std::uint64_t> run;
+    {
+      std::lock_guard lock(queue_mutex_);
+      for (const auto& b : queued_) {
+        if (b.recovered) {
+          run = b.run_id;
+          break;
+        }
+      }
+    }
+    if (!run) break;
+    if (past_deadline()) {
+      std::lock_guard lock(queue_mutex_);
+      deadline_hit_ = true;
+      return 0;
+    }
+    try {
+      expand_recovered(conn, *run);
+    } catch (const db::db_error&) {
+      if (round.popped) release_source();
+      throw;
+    }
+    progress();
+    round.popped = true;
+  }
+  // Writers beside this thread's: one per extra connection, as far as batches wait
+  // for them. They start with the round and end with it.
+  std::size_t helpers = 0;
+  {
+    std::lock_guard lock(queue_mutex_);
+    const std::size_t waiting = queued_.size();
+    helpers = std::min<std::size_t>(settings_.connections - 1, waiting > 0 ? waiting - 1 : 0);
+  }
+  std::vector<std::thread> writers;
+  writers.reserve(helpers);
+  for (std::size_t i = 0; i < helpers; ++i) {
+    try {
+      writers.emplace_back([this, &round] { write_batches_on_lease(round); });
+    } catch (const std::system_error& e) {
+      // No thread (a process or memory limit): fewer writers, not a failed flush, and
+      // never std::terminate with the started ones still joinable.
+      log::warn("flush: cannot start another writer thread (", e.what(), "); ", writers.size() + 1,
+                " write this round");
+      break;
+    }
+  }
+  // Its connection, when lost, is discarded by cycle() as the error comes out, even
+  // when the error rethrown below is another writer's.
+  conn_lost_ = write_batches(conn, round, dirty_rows_);
+  for (auto& w : writers) w.join();
+  if (round.popped) release_source();
+  if (round.error) std::rethrow_exception(round.error);
+  return round.written;
+}
+
+flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
+                                              const flush_batch& batch,
+                                              std::vector<db::counter_row>& dirty) {
+  const auto outcome = idempotency::commit_keyed_batch(
+      conn, settings_.table, id, batch, settings_.idempotency_window,
+      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
+      settings_.buckets);
+  if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
+    keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
+  if (outcome.duplicates + outcome.conflicts > 0) {
+    log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
+               outcome.conflicts, " committed with another body; not applied");
+  }
+  commit_attempt done;
+  done.outcome = outcome.outcome;
+  done.keyed_rows = outcome.rows;
+  return done;
+}
+
+}  // namespace slotted::flush

@@ -1,0 +1,54 @@
+#pragma once
+// What the flusher's files share (internal to flush/): its clock, the limits of its
+// retries and prunes, and two facts about a queued batch.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+#include "store/batch.hpp"
+
+namespace slotted::flush {
+
+using clock = std::chrono::steady_clock;
+using store::flush_batch;
+
+// A batch the database refused for its data can be split to find what is at fault: a
+// plain batch by its rows, a keyed batch by its requests (each applied whole or not).
+inline bool splittable(const flush_batch& b) {
+  return b.keyed.empty() ? b.rows.size() > 1 : b.keyed.size() > 1;
+}
+
+// The entries a queued batch holds against flush.max_pending_keys (see
+// store::pending_store::pending_entries): its totals, its bucket counts and, for a keyed
+// batch, its keys (a request without increments holds its key all the same).
+inline std::size_t rows_held(const flush_batch& b) {
+  return b.rows.size() + b.bucket_rows.size() + b.keyed.size();
+}
+
+// The most bytes a row adds to a plain batch's statements: its upsert's tuple (about 60)
+// and its dirty mark's (about 190, with a 64-character instance id escaped).
+constexpr std::size_t max_row_bytes = 256;
+
+// This run's own ledger rows older than this are pruned, but for those of batches still
+// queued (and all while the WAL has not logged every batch committed).
+constexpr std::uint64_t ledger_max_age_seconds = 3600;
+// ... and the rows of every other run older than this, whoever wrote them (other
+// instances, an earlier run of this one, another process sharing its instance_id).
+// Longer: only the run that wrote them knows which of its rows it still needs (a batch
+// in doubt while it cannot reach the database, a WAL not yet replayed after a crash), so
+// they are kept for an outage of up to a day; what an instance that never comes back (a
+// container under a new hostname) leaves goes after that.
+constexpr std::uint64_t ledger_others_max_age_seconds = 86400;
+constexpr auto prune_every = std::chrono::minutes(1);
+// Deadlocks and lock wait timeouts are retried within the cycle this many times.
+constexpr int lock_retries = 3;
+// Below this fraction of its column's range left, the AUTO_INCREMENT headroom is
+// logged as a warning (for a seed-style INT id: about 107 million values).
+constexpr double autoincrement_warn_fraction = 0.05;
+
+inline double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace slotted::flush

@@ -1,0 +1,159 @@
+// Housekeeping of the flush cycle: the schema, bucket-table and AUTO_INCREMENT checks, and
+// the ledger and Idempotency-Key prunes.
+#include "flush/flusher.hpp"
+
+#include <algorithm>
+#include "idempotency/keyed_batches.hpp"
+
+#include "db/errors.hpp"
+#include "flush/flusher_internal.hpp"
+#include "util/log.hpp"
+
+namespace slotted::flush {
+
+void flusher::check_autoincrement(db::connection& conn) {
+  const auto st = db::read_autoincrement(conn, settings_.table);
+  if (!st) {
+    metrics_.set_autoincrement_remaining(std::nullopt);
+    return;
+  }
+  const auto remaining = st->remaining();
+  metrics_.set_autoincrement_remaining(static_cast<double>(remaining));
+  const bool low = static_cast<double>(remaining) <
+                   autoincrement_warn_fraction * static_cast<double>(st->max / st->increment);
+  if (low && !autoincrement_warned_) {
+    log::warn("table `", settings_.table, "`: its AUTO_INCREMENT column `", st->column, "` (",
+              st->column_type, ") has ", remaining, " values left (every flushed row uses one, ",
+              "even an update); widen it before it runs out: ALTER TABLE `", settings_.table,
+              "` MODIFY `", st->column, "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT");
+  }
+  autoincrement_warned_ = low;
+}
+
+db::db_error flusher::autoincrement_exhausted(db::connection& conn, const db::db_error& cause) {
+  std::string column = "id", type = "its type";
+  try {
+    if (const auto st = db::read_autoincrement(conn, settings_.table)) {
+      column = st->column;
+      type = st->column_type;
+      metrics_.set_autoincrement_remaining(0.0);
+    }
+  } catch (const db::db_error&) {
+    // The message still names the table and the remedy.
+  }
+  return db::db_error(cause.code(),
+                      "table `" + settings_.table + "`: its AUTO_INCREMENT column `" + column +
+                          "` (" + type + ") is exhausted (" + cause.what() +
+                          "); no counter row can be written until it is widened: ALTER TABLE `" +
+                          settings_.table + "` MODIFY `" + column +
+                          "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT. Nothing is dropped: the "
+                          "batches stay queued and flushing resumes by itself once it is wider",
+                      true);
+}
+
+void flusher::verify_bucket_tables(db::connection& conn) {
+  // Missing bucket tables stop the flush of everything (a fatal schema error, checked
+  // again at every cycle, so --migrate resumes it): writing the totals without their
+  // buckets would leave the two disagreeing for good. Nothing is dropped meanwhile:
+  // what is pending stays in memory (and the WAL) up to flush.max_pending_keys.
+  const auto missing = db::missing_bucket_tables(conn, settings_.table, settings_.buckets);
+  if (missing.empty()) return;
+  std::string names;
+  for (const auto& t : missing) names += (names.empty() ? "`" : ", `") + t + "`";
+  throw db::db_error(0,
+                     "table " + names +
+                         " does not exist but counters[].buckets needs it; run "
+                         "slotted-counterd --migrate (nothing is flushed until then, nothing "
+                         "is dropped)",
+                     true);
+}
+
+
+// Verifies the table (and reads its key ranges), the bucket tables and the AUTO_INCREMENT
+// headroom, and looks for the Idempotency-Key table. Throws db_error (fatal for a schema
+// problem).
+void flusher::verify_schema(db::connection& conn) {
+  const auto limits = db::verify_schema(conn, settings_.table, !settings_.rollups.empty());
+  if (settings_.limits != nullptr)
+    settings_.limits->set(limits.max_record_type, limits.max_record_id);
+  // Rollup targets are not checked here: the flusher writes only the dirty marks,
+  // never an owning table, so a missing one must not stop the flush (the roller
+  // checks each target at each run, see rollup::roller).
+  verify_bucket_tables(conn);
+  check_autoincrement(conn);
+  progress();
+  schema_verified_ = true;
+  fatal_ = false;  // unless the writes below meet the problem again
+  if (keyed_ == nullptr) return;
+  if (!limits.idempotency_keys && keyed_->table_present()) {
+    log::error("table `", db::idempotency_keys_table,
+               limits.idempotency_keys_unmigrated
+                   ? "` has the layout of an earlier version (`created` TIMESTAMP, no "
+                     "`created_ms`): requests with an Idempotency-Key are refused (503) "
+                     "until slotted-counterd --migrate converts it; the others flush as "
+                     "ever"
+                   : "` does not exist: requests with an Idempotency-Key are refused (503) "
+                     "until slotted-counterd --migrate creates it; the others flush as ever");
+  }
+  keyed_->set_table_present(limits.idempotency_keys);
+  // Looked for again at every cycle until --migrate has made it.
+  if (!limits.idempotency_keys) schema_verified_ = false;
+}
+
+namespace {
+// Instances prune the same rows: a lock conflict there is not a failed flush. Rethrows
+// anything else.
+void tolerate_lock_conflict(const db::db_error& e, metrics::registry& metrics) {
+  if (e.connection_lost() ||
+      (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
+    throw;
+  metrics.db_error(e.kind());
+}
+}  // namespace
+
+void flusher::prune_ledger_when_due(db::connection& conn) {
+  // A committed batch the WAL still holds (its committed record not yet logged, or
+  // unloggable on a full disk) is replayed after a crash, and only its ledger row
+  // makes that a no-op: prune only once the WAL has logged every batch committed.
+  // In bounded chunks, once a minute, and at every cycle while the last run could not
+  // delete all that was due (a backlog catches up).
+  if (deadline_hit_ || !(ledger_prune_behind_ || clock::now() - last_prune_ > prune_every) ||
+      (source_ != nullptr && !source_->batches_logged_committed()))
+    return;
+  std::uint64_t keep_from = next_seq_;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (!queued_.empty()) keep_from = queued_.front().seq;
+  }
+  last_prune_ = clock::now();
+  try {
+    ledger_prune_behind_ = db::prune_ledger(conn, {settings_.instance_id, run_id_, keep_from},
+                                            ledger_max_age_seconds, ledger_others_max_age_seconds)
+                               .behind;
+  } catch (const db::db_error& e) {
+    tolerate_lock_conflict(e, metrics_);
+  }
+}
+
+void flusher::prune_keys_when_due(db::connection& conn) {
+  // Keys past two windows, of every instance (any may do it), in bounded chunks: at
+  // least once per min(1 minute, window), and at every cycle while the last prune
+  // found more than its chunks could take (a keyed rate above what one prune a
+  // minute deletes), so that the table stays about two windows of keys.
+  if (deadline_hit_ || keyed_ == nullptr || !keyed_->table_present() ||
+      !(keys_prune_behind_ ||
+        clock::now() - last_key_prune_ >
+            std::min<clock::duration>(prune_every, settings_.idempotency_window)))
+    return;
+  last_key_prune_ = clock::now();
+  constexpr std::size_t chunk = 10000;
+  constexpr int chunks = 10;
+  try {
+    keys_prune_behind_ =
+        idempotency::prune_keys(conn, settings_.idempotency_window, chunk, chunks) == chunk * chunks;
+  } catch (const db::db_error& e) {
+    tolerate_lock_conflict(e, metrics_);
+  }
+}
+
+}  // namespace slotted::flush

@@ -1,0 +1,162 @@
+// The reset job (README: HTTP API, Reset): runs on the flusher thread right after a cycle.
+#include "flush/flusher.hpp"
+
+#include <algorithm>
+#include <thread>
+
+#include "db/errors.hpp"
+#include "flush/flusher_internal.hpp"
+#include "util/log.hpp"
+
+namespace slotted::flush {
+
+void flusher::request_reset(const store::counter_key& key,
+                            std::function<void(const reset_result&)> done) {
+  // A waiter of the worker: it runs on the flusher thread right after the cycle that
+  // starts after this request, before any later cycle can take from the store.
+  const bool queued = worker_.request(
+      [this, key, done](const flush_result& flushed) { done(reset_now(key, flushed)); });
+  if (!queued) {
+    metrics_.resets_error.Increment();
+    reset_result r;
+    r.error = "shutting down";
+    done(r);
+  }
+}
+
+// The reset job, in steps: refuse it when the cycle before it did not write everything,
+// take a connection, commit the reset (odd generation throughout), then drop what is
+// pending for the counter.
+reset_result flusher::reset_now(const store::counter_key& key, const flush_result& flushed) {
+  if (auto why = reset_refusal(flushed)) return refused_reset(std::move(*why));
+  // An id from the batches' sequence: the ledger answers "did it commit" after a lost
+  // connection, as for a batch.
+  const db::batch_identity id{settings_.instance_id, run_id_, next_seq_++};
+  // The connection first, as a cycle does: a read holds its connection while it waits
+  // for an even generation, so a reset that went odd first could wait for a connection
+  // held by reads that wait for it (each answering 503 after its retries).
+  std::optional<db::pool::lease> lease;
+  try {
+    lease.emplace(pool_.acquire());
+  } catch (const db::db_error& e) {
+    metrics_.db_error(e.kind());
+    return refused_reset(std::string("database: ") + e.what());
+  }
+  // Odd throughout: a concurrent read_total() retries rather than see the slot rows
+  // gone and the pending delta not yet dropped.
+  set_committing(true);
+  db::reset_progress known;  // the figures of the attempt that committed (or may have)
+  if (auto why = commit_reset(key, id, lease, known)) {
+    set_committing(false);
+    return refused_reset(std::move(*why));
+  }
+  const std::int64_t dropped = drop_pending_after_reset(key);
+  set_committing(false);
+  metrics_.resets_ok.Increment();
+  reset_result r;
+  r.ok = true;
+  r.persisted = known.persisted;
+  r.pending = dropped;
+  log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.rows,
+             " slot rows deleted, ", dropped, " pending dropped");
+  return r;
+}
+
+reset_result flusher::refused_reset(std::string why) {
+  metrics_.resets_error.Increment();
+  reset_result r;
+  r.error = std::move(why);
+  return r;
+}
+
+std::optional<std::string> flusher::reset_refusal(const flush_result& flushed) {
+  if (stopping_.load()) return "shutting down";
+  // Every batch formed before the reset must commit before it, or it would bring back
+  // what the reset cleared: the cycle wrote them all, or the reset does not happen.
+  if (!flushed.ok) return "the flush before the reset failed: " + flushed.error;
+  std::lock_guard lock(queue_mutex_);
+  if (!queued_.empty() || !in_doubt_.empty())
+    return "batches formed before the reset are not yet written; retry";
+  return std::nullopt;
+}
+
+std::optional<std::string> flusher::commit_reset(const store::counter_key& key,
+                                                 const db::batch_identity& id,
+                                                 std::optional<db::pool::lease>& lease,
+                                                 db::reset_progress& known) {
+  const bool rolled_up =
+      std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
+                  [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
+  // Its bucket rows go with it (README: Counts per bucket): the buckets it keeps now.
+  std::vector<store::granularity> bucket_grans;
+  if (const auto* c = settings_.buckets.find(key.record_type)) {
+    for (const auto g : store::all_granularities)
+      if (c->keeps(g)) bucket_grans.push_back(g);
+  }
+  bool in_doubt = false;
+  auto pause = std::chrono::milliseconds(100);
+  for (int attempt = 0;; ++attempt) {
+    db::reset_progress p;
+    try {
+      // Kept across retries; taken again only after a lost connection.
+      if (!lease) lease.emplace(pool_.acquire());
+      const auto outcome =
+          db::reset_counter(**lease, settings_.table, id, key, rolled_up, bucket_grans, p);
+      progress();
+      // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
+      if (outcome == db::commit_outcome::applied) known = p;
+      return std::nullopt;
+    } catch (const db::db_error& e) {
+      progress();
+      if (lease && e.connection_lost()) {
+        lease->discard();
+        lease.reset();
+      }
+      metrics_.db_error(e.kind());
+      if (e.connection_lost() && p.commit_sent) {
+        known = p;
+        in_doubt = true;
+      }
+      const bool lock_conflict =
+          e.kind() == db::error_kind::deadlock || e.kind() == db::error_kind::lock_wait_timeout;
+      if (in_doubt && !past_deadline()) {
+        wait_for_reset_ledger(key, e, pause);
+        continue;
+      }
+      if (!in_doubt && lock_conflict && attempt + 1 < lock_retries && !past_deadline()) continue;
+      if (in_doubt)
+        return "the reset's outcome is unknown (connection lost during its COMMIT, "
+               "not resolved before the shutdown deadline): " +
+               std::string(e.what());
+      return std::string("database: ") + e.what();
+    }
+  }
+}
+
+void flusher::wait_for_reset_ledger(const store::counter_key& key, const db::db_error& e,
+                                    std::chrono::milliseconds& pause) {
+  // Resolved only by the ledger: re-sent under the same id until an attempt gets
+  // an answer (its ledger insert finds the row, or takes the id over and commits).
+  // Nothing else is flushed meanwhile, so the order stays as it was.
+  log::warn("reset of counter (", key.record_type, ", ", key.record_id,
+            "): connection lost during its COMMIT; asking the ledger: ", e.what());
+  // Never past the stop deadline (a stop waits for this job).
+  const auto deadline = clock::time_point(clock::duration(deadline_.load()));
+  std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
+  pause = std::min<std::chrono::milliseconds>(pause * 2, settings_.max_retry_backoff);
+}
+
+std::int64_t flusher::drop_pending_after_reset(const store::counter_key& key) {
+  // The cut: what this instance holds pending for the counter now arrived after the
+  // cycle above took the store, i.e. concurrently with the reset; it is dropped (and
+  // counted in `cleared`). With a WAL the drop is logged, synced, before the answer.
+  if (source_ == nullptr) return store_.drop(key);
+  if (const auto d = source_->drop_pending(key)) return *d;
+  // The reset committed; only the drop could not be made durable, so it is not made:
+  // what is pending (concurrent increments) lands after the reset, a valid order.
+  log::warn("reset of counter (", key.record_type, ", ", key.record_id,
+            "): the WAL cannot log it; increments pending for it land after the reset");
+  return 0;
+}
+
+}  // namespace slotted::flush

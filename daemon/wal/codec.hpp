@@ -1,0 +1,119 @@
+#pragma once
+// What the record encoders and decoders share (internal to wal/): little-endian put and
+// get, the record frame around a payload, the extension marks, and one decoder per
+// record kind (each in the file of its kind). The decoders read a payload after its kind
+// byte and change nothing but their output; replay_state applies what they read.
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "wal/record.hpp"
+
+namespace slotted::wal::codec {
+
+template <typename T>
+void put(std::string& out, T value) {
+  char buf[sizeof(T)];
+  std::memcpy(buf, &value, sizeof(T));
+  out.append(buf, sizeof(T));
+}
+
+class reader {
+ public:
+  explicit reader(std::string_view data) : data_(data) {}
+  template <typename T>
+  bool get(T& value) {
+    if (data_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(&value, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool has(std::size_t bytes) const { return data_.size() - pos_ >= bytes; }
+  std::size_t remaining() const { return data_.size() - pos_; }
+  bool done() const { return pos_ == data_.size(); }
+
+ private:
+  std::string_view data_;
+  std::size_t pos_ = 0;
+};
+
+std::uint32_t crc_of(std::string_view payload);
+
+// Appends a header placeholder and the kind byte; finish_record() fills the header once
+// the payload is written.
+std::size_t begin_record(std::string& out, record_kind kind);
+void finish_record(std::string& out, std::size_t start);
+
+// The marks of the bucket extensions (see record.hpp).
+constexpr std::uint8_t keyed_with_at = 0x80;
+constexpr std::uint32_t batch_with_buckets = 0x80000000u;
+constexpr std::uint64_t snapshot_with_buckets = std::uint64_t{1} << 63;
+// A timed_increments record's time of one increment: its `at`, or no_time.
+constexpr std::int64_t no_time = -1;
+// A keyed trailer's batch index of a request not yet in a batch.
+constexpr std::uint32_t not_in_batch = 0xffffffff;
+
+using logged_delta = std::pair<store::counter_key, std::int64_t>;
+
+// Reads n (record_type, record_id, Delta) triples into `log`.
+template <typename Delta>
+bool read_deltas(reader& in, std::uint64_t n, std::vector<logged_delta>& log) {
+  if (n > in.remaining() / (12 + sizeof(Delta))) return false;  // also no n * size overflow
+  for (std::uint64_t i = 0; i < n; ++i) {
+    std::uint32_t type = 0;
+    std::uint64_t id = 0;
+    Delta delta = 0;
+    in.get(type);
+    in.get(id);
+    in.get(delta);
+    log.push_back({{type, id}, delta});
+  }
+  return true;
+}
+
+// One logged increment: its counter, delta and time (no_time for none).
+struct timed_delta {
+  store::counter_key key;
+  std::int64_t delta = 0;
+  std::int64_t at = no_time;
+};
+
+struct snapshot_record {
+  std::vector<store::flush_batch> batches;
+  std::vector<logged_delta> deltas;             // counters' totals
+  std::vector<store::pending_delta> buckets;    // bucket counts
+  std::vector<idempotency::keyed_request> keyed;  // not yet in a batch
+};
+
+// record_keyed.cpp
+void put_keyed(std::string& out, const idempotency::keyed_request& r);
+bool read_keyed(reader& in, idempotency::keyed_request& r);
+void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
+                       std::span<const idempotency::keyed_request> pending);
+bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
+                        std::vector<idempotency::keyed_request>& pending);
+std::optional<idempotency::keyed_request> decode_keyed(reader& in);
+
+// record_batches.cpp
+bool valid_granularity(std::uint8_t g);
+void put_batches(std::string& out, std::span<const store::flush_batch> batches);
+bool read_batches(reader& in, std::vector<store::flush_batch>& out);
+std::optional<std::vector<store::flush_batch>> decode_batches(reader& in);
+bool decode_committed(reader& in);
+
+// record_increments.cpp
+std::optional<std::vector<timed_delta>> decode_increments(reader& in);
+std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in);
+
+// record_snapshot.cpp
+std::optional<snapshot_record> decode_snapshot(reader& in);
+
+// record_reset.cpp
+std::optional<store::counter_key> decode_reset(reader& in);
+
+}  // namespace slotted::wal::codec

@@ -1,0 +1,75 @@
+// The snapshot record (see record.hpp).
+#include <algorithm>
+
+#include "wal/codec.hpp"
+
+namespace slotted::wal {
+
+namespace codec {
+
+namespace {
+
+// The deltas of a snapshot with buckets: granularity 0 a counter's total, else a bucket.
+bool read_deltas_with_buckets(reader& in, std::uint64_t n, snapshot_record& s) {
+  if (n > in.remaining() / 29) return false;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    store::pending_delta d;
+    std::uint8_t g = 0;
+    in.get(d.key.record_type);
+    in.get(d.key.record_id);
+    in.get(d.delta);
+    in.get(g);
+    in.get(d.bucket);
+    if (g == 0) {
+      s.deltas.push_back({d.key, d.delta});
+    } else if (valid_granularity(g)) {
+      d.gran = static_cast<store::granularity>(g);
+      s.buckets.push_back(d);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<snapshot_record> decode_snapshot(reader& in) {
+  snapshot_record s;
+  std::uint64_t n = 0;
+  if (!read_batches(in, s.batches) || !in.get(n)) return std::nullopt;
+  if ((n & snapshot_with_buckets) != 0) {
+    if (!read_deltas_with_buckets(in, n & ~snapshot_with_buckets, s)) return std::nullopt;
+  } else if (!read_deltas<std::int64_t>(in, n, s.deltas)) {
+    return std::nullopt;
+  }
+  if (!read_keyed_trailer(in, s.batches, s.keyed)) return std::nullopt;
+  return s;
+}
+
+}  // namespace codec
+
+void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
+                     std::span<const store::pending_delta> deltas,
+                     std::span<const idempotency::keyed_request> keyed) {
+  using codec::put;
+  const std::size_t start = codec::begin_record(out, record_kind::snapshot);
+  codec::put_batches(out, batches);
+  const bool with_buckets = std::any_of(deltas.begin(), deltas.end(), [](const auto& d) {
+    return d.gran != store::granularity::none;
+  });
+  put<std::uint64_t>(out, deltas.size() | (with_buckets ? codec::snapshot_with_buckets : 0));
+  for (const auto& d : deltas) {
+    put<std::uint32_t>(out, d.key.record_type);
+    put<std::uint64_t>(out, d.key.record_id);
+    put<std::int64_t>(out, d.delta);
+    if (with_buckets) {
+      put<std::uint8_t>(out, static_cast<std::uint8_t>(d.gran));
+      put<std::int64_t>(out, d.bucket);
+    }
+  }
+  codec::put_keyed_trailer(out, batches, keyed);
+  codec::finish_record(out, start);
+}
+
+}  // namespace slotted::wal
