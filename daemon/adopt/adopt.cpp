@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <optional>
+#include <vector>
 #include <stdexcept>
 
 #include "adopt/adopt_sql.hpp"
@@ -114,6 +116,18 @@ row_limits limits_for(db::connection& conn, const std::string& counters_table,
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return s;
   };
+  // Ids must name one owning row each, through an index: with two rows of one id both
+  // would be taken into one counter (and the rollup would set both to its sum), and
+  // without an index every batch would scan the table.
+  std::map<std::string, std::vector<std::string>> unique_indexes;
+  for (const auto& r : conn.query(db::unique_index_columns_select(conn.quote(t.table))))
+    unique_indexes[r[0].value_or("")].push_back(r[1].value_or(""));
+  const std::vector<std::string> id_only{lower(t.id_column)};
+  if (std::none_of(unique_indexes.begin(), unique_indexes.end(),
+                   [&](const auto& e) { return e.second == id_only; })) {
+    throw bad_input("`" + t.table + "` has no PRIMARY or UNIQUE key on exactly `" + t.id_column +
+                    "`: each owning row must be the only one of its id");
+  }
   for (const auto& r : conn.query(db::columns_select(conn.quote(t.table)))) {
     const std::string name = r[0].value_or(""), type = r[2].value_or("");
     if ((name == lower(t.id_column) || name == lower(t.count_column)) &&
@@ -148,7 +162,14 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
   conn.execute(db::start_transaction);
   try {
     const auto s = read_state(conn, t, true);
-    if (!s) throw db::db_error(0, "the adoption row of " + describe(t) + " was deleted");
+    if (!s) {
+      // Fatal: a rerun would start from no cursor and take every committed batch again.
+      throw db::db_error(0,
+                         "the adoption row of " + describe(t) +
+                             " was deleted while it ran; do NOT run --adopt again (it would "
+                             "take the rows already taken a second time): restore the row",
+                         true);
+    }
     batch_outcome b;
     if (s->state == "done") {
       conn.execute(db::rollback);
@@ -306,7 +327,9 @@ int run(const config::daemon_config& cfg, const options& o, std::ostream& out, s
     if (o.no_history) return adopt_no_history(conn, t, out, err);
     return adopt_history(conn, cfg, t, limits, batch_rows, out, err);
   } catch (const bad_input& e) {
-    err << "slotted-counterd: --adopt " << o.counter << ": " << e.what() << "; nothing applied\n";
+    err << "slotted-counterd: --adopt " << o.counter << ": " << e.what()
+        << "; nothing applied in this step (what earlier batches committed stays; "
+           "fix the row and run --adopt again to go on)\n";
     return 2;
   } catch (const db::db_error& e) {
     err << "slotted-counterd: --adopt " << o.counter << ": " << e.what()

@@ -225,6 +225,17 @@ void application::start() {
     for (const auto& p : passed) {
       log::info("listening on ", p.address, " (socket '", p.name, "' passed by systemd)");
     }
+    // A config that listens elsewhere (e.g. one from before the socket unit, upgraded)
+    // would silently move the API: say so loudly (docs/production.md, Socket activation).
+    const config::daemon_config defaults;
+    if (cfg_.listen_address != defaults.listen_address ||
+        cfg_.listen_port != defaults.listen_port || !cfg_.listen_unix_socket.empty()) {
+      log::warn("the config listens on ", cfg_.listen_address, ":", cfg_.listen_port,
+                cfg_.listen_unix_socket.empty() ? "" : " and " + cfg_.listen_unix_socket,
+                ", but sockets passed by systemd replace it: only the sockets above are served. "
+                "Move those addresses into slotted-counterd.socket (systemctl edit "
+                "slotted-counterd.socket) or drop them from the config");
+    }
     log::info("slotted-counterd listening on ", passed.size(),
               " passed sockets; the config's listen.address, listen.port and listen.unix_socket "
               "are not used (instance ",

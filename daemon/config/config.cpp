@@ -5,6 +5,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -671,6 +672,9 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
   }
   std::set<std::string> names;
   std::set<std::uint32_t> types;
+  // One owning column per counter: two counters rolled up into one column would each
+  // adopt its history and overwrite each other's totals (docs/adopting.md).
+  std::map<std::string, std::string> owning_columns;  // "table.column" -> counter name
   for (std::size_t i = 0; i < v.size(); ++i) {
     const YAML::Node item = v[i];
     const std::string ip = p + "[" + std::to_string(i) + "]";
@@ -702,6 +706,18 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
     }
     if (has_type && !types.insert(d.record_type).second) {
       c.fail(item, ip + ".record_type", std::to_string(d.record_type) + " is declared twice");
+    }
+    if (d.rollup) {
+      std::string column = d.rollup->count_column;
+      std::transform(column.begin(), column.end(), column.begin(),
+                     [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+      const auto [it, fresh] = owning_columns.emplace(d.rollup->table + "." + column, d.name);
+      if (!fresh) {
+        c.fail(item, ip + ".rollup",
+               "`" + d.rollup->table + "`.`" + d.rollup->count_column +
+                   "` is already the rollup target of counter '" + it->second +
+                   "': one owning column holds one counter");
+      }
     }
     counters.push_back(std::move(d));
   }

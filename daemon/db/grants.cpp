@@ -82,7 +82,7 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
   }
   if (!owners.empty()) {
     grant(all_rows, dirty_table);
-    grant("SELECT, INSERT, UPDATE", adoption_state_table);
+    grant("SELECT, INSERT", adoption_state_table);  // check_adopted: read, INSERT IGNORE
   }
   for (const auto& o : owners) {
     grant("SELECT" + column_list(o.read) + ", UPDATE" + column_list(o.written), o.table);

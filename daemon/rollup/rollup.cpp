@@ -73,7 +73,12 @@ rollup_result roller::run_once() {
                           "` holds counts the daemon did not write, which a rollup would "
                           "overwrite; once no other writer of the column is left, run "
                           "slotted-counterd --config FILE --adopt ",
-                          target.counter, " (docs/adopting.md). Its counts are kept.");
+                          target.counter,
+                          " (docs/adopting.md). If an earlier slotted-counterd already rolled "
+                          "this column up, its values are the daemon's: run --adopt ",
+                          target.counter,
+                          " --no-history instead (--adopt would count them twice). "
+                          "Its counts are kept.");
               }
               return;
             }

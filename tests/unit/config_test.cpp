@@ -367,5 +367,19 @@ TEST(Config, IdempotencyWindow) {
             (std::vector<std::string>{"idempotency.window", "idempotency.max_keys"}));
 }
 
+// Two counters rolled up into one owning column would each adopt its history (counted
+// twice) and overwrite each other's totals: refused, naming the first.
+TEST(Config, OneOwningColumnHoldsOneCounter) {
+  const std::string target = "rollup: {table: repos, id_column: id, count_column: ";
+  const auto p = only_problem("counters:\n  - {name: a, record_type: 1, " + target +
+                              "downloads}}\n  - {name: b, record_type: 2, " + target +
+                              "Downloads}}\n");
+  EXPECT_NE(p.find("counters[1].rollup"), std::string::npos) << p;
+  EXPECT_NE(p.find("counter 'a'"), std::string::npos) << p;
+  EXPECT_TRUE(problems_of("counters:\n  - {name: a, record_type: 1, " + target +
+                          "downloads}}\n  - {name: b, record_type: 2, " + target + "views}}\n")
+                  .empty());
+}
+
 }  // namespace
 }  // namespace slotted::config

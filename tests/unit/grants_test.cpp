@@ -36,7 +36,7 @@ counters:
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` TO "
       "'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_dirty` TO 'counterd'@'%'",
-      "GRANT SELECT, INSERT, UPDATE ON `app`.`slotted_counterd_adoptions` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT ON `app`.`slotted_counterd_adoptions` TO 'counterd'@'%'",
       "GRANT SELECT (`id`, `download_count`, `view_count`), UPDATE (`download_count`, "
       "`view_count`) ON `app`.`repositories` TO 'counterd'@'%'",
       "GRANT SELECT (`release_id`, `downloads`), UPDATE (`downloads`) ON `app`.`releases` TO "
