@@ -113,7 +113,10 @@ int main(int argc, char** argv) {
     slotted::log::error("cannot initialise the MySQL client library");
     return 1;
   }
-  if (!adopt.counter.empty()) return slotted::adopt::run(cfg, adopt, std::cout, std::cerr);
+  if (!adopt.counter.empty()) {
+    return slotted::adopt::run(
+        cfg, adopt, [&] { return slotted::connect_once(cfg.mysql); }, std::cout, std::cerr);
+  }
   if (check_only) {
     // The database too, when it can be reached: schema and rollup targets.
     try {

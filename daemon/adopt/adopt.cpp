@@ -11,7 +11,6 @@
 #include <stdexcept>
 
 #include "adopt/adopt_sql.hpp"
-#include "app/application.hpp"
 #include "db/errors.hpp"
 #include "db/sql.hpp"
 
@@ -302,7 +301,8 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
 
 }  // namespace
 
-int run(const config::daemon_config& cfg, const options& o, std::ostream& out, std::ostream& err) {
+int run(const config::daemon_config& cfg, const options& o,
+        const std::function<db::connection()>& connect, std::ostream& out, std::ostream& err) {
   const auto decl = std::find_if(cfg.counters.begin(), cfg.counters.end(),
                                  [&](const config::counter_decl& c) { return c.name == o.counter; });
   if (decl == cfg.counters.end()) {
@@ -322,7 +322,7 @@ int run(const config::daemon_config& cfg, const options& o, std::ostream& out, s
   if (const char* v = std::getenv("SLOTTED_COUNTERD_ADOPT_BATCH_ROWS"); v && std::atoll(v) > 0)
     batch_rows = static_cast<std::size_t>(std::atoll(v));
   try {
-    auto conn = connect_once(cfg.mysql);
+    auto conn = connect();
     const auto limits = limits_for(conn, cfg.mysql.table, t);
     if (o.no_history) return adopt_no_history(conn, t, out, err);
     return adopt_history(conn, cfg, t, limits, batch_rows, out, err);

@@ -27,6 +27,7 @@
 // read), so the roller's UPDATE of owning rows waits on nothing an adoption holds.
 
 #include <cstddef>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -46,7 +47,10 @@ struct options {
 // (an undeclared counter, one without a rollup target, a column that is no integer, an
 // owning row out of range; the daemon's tables missing), 1 a database error. Progress
 // on `err`, the summary on `out`.
-int run(const config::daemon_config& cfg, const options& o, std::ostream& out, std::ostream& err);
+// `connect` opens the connection it works on (the caller's: adopt/ depends on db/ and
+// config/ only, not on the application).
+int run(const config::daemon_config& cfg, const options& o,
+        const std::function<db::connection()>& connect, std::ostream& out, std::ostream& err);
 
 enum class adoption { adopted, not_adopted, no_table };
 
