@@ -2,9 +2,12 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -47,6 +50,64 @@ int wait_process(pid_t pid) {
   return status;
 }
 
+namespace {
+
+// Test processes run side by side (ctest -j): a port is also claimed by a lock file that
+// this process holds until it exits, so no other test process hands out the same port in
+// the time between the bind probe and the server's own bind.
+bool claim_port_across_processes(std::uint16_t port) {
+  const std::string dir = "/tmp/slotted-test-ports-" + std::to_string(::getuid());
+  ::mkdir(dir.c_str(), 0700);
+  const std::string path = dir + "/" + std::to_string(port) + ".lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return true;  // no lock directory: fall back to the bind probe alone
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;
+  }
+  return true;  // the descriptor stays open: the lock lasts as long as this process
+}
+
+// mariadb-install-db takes a second or more per test; a data dir it made once is copied
+// instead. The template is keyed by the server binary (size and mtime), made once under a
+// lock by whichever test process first needs it, and renamed into place when complete.
+std::string template_datadir() {
+  const std::string binary =
+      std::filesystem::exists("/usr/sbin/mariadbd") ? "/usr/sbin/mariadbd" : "mariadbd";
+  struct stat st {};
+  const std::string key = ::stat(binary.c_str(), &st) == 0
+                              ? std::to_string(st.st_size) + "-" + std::to_string(st.st_mtime)
+                              : "unknown";
+  const std::string base = "/tmp/slotted-mariadb-template-" + std::to_string(::getuid());
+  const std::string ready = base + "-" + key;
+  if (std::filesystem::exists(ready + "/data")) return ready + "/data";
+  const int lock = ::open((base + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0) throw std::runtime_error("cannot open the template lock " + base + ".lock");
+  ::flock(lock, LOCK_EX);
+  struct unlock_at_exit {
+    int fd;
+    ~unlock_at_exit() { ::close(fd); }
+  } unlock{lock};
+  if (std::filesystem::exists(ready + "/data")) return ready + "/data";
+  const std::string work = ready + ".partial";
+  std::error_code ignored;
+  std::filesystem::remove_all(work, ignored);
+  std::filesystem::create_directories(work + "/tmp");
+  const pid_t install =
+      spawn_process({"mariadb-install-db", "--no-defaults", "--datadir=" + work + "/data",
+                     "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
+                     "--tmpdir=" + work + "/tmp"},
+                    work + "/install.log");
+  const int status = wait_process(install);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error("mariadb-install-db failed; see " + work + "/install.log");
+  }
+  std::filesystem::rename(work, ready);
+  return ready + "/data";
+}
+
+}  // namespace
+
 std::uint16_t free_loopback_port() {
   // Below the ephemeral range: a port that bind(0) hands out is free only until some
   // outgoing connection (a daemon's, a Galera node's) takes it as its local port, which
@@ -70,7 +131,7 @@ std::uint16_t free_loopback_port() {
     addr.sin_port = htons(port);
     const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     ::close(fd);
-    if (free) {
+    if (free && claim_port_across_processes(port)) {
       given.insert(port);
       return port;
     }
@@ -89,15 +150,8 @@ mariadb_server::mariadb_server(std::vector<std::string> extra_args)
   // Temporary files in our own directory: the bootstrap's temporary tables in a /tmp
   // shared with other servers and cleaners made installs fail now and then.
   std::filesystem::create_directories(dir_ + "/tmp");
-  const pid_t install =
-      spawn_process({"mariadb-install-db", "--no-defaults", "--datadir=" + dir_ + "/data",
-                     "--auth-root-authentication-method=normal", "--skip-test-db", "--user=root",
-                     "--tmpdir=" + dir_ + "/tmp"},
-                    dir_ + "/install.log");
-  const int status = wait_process(install);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    throw std::runtime_error("mariadb-install-db failed; see " + dir_ + "/install.log");
-  }
+  std::filesystem::copy(template_datadir(), dir_ + "/data",
+                        std::filesystem::copy_options::recursive);
   start();
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// A throwaway MariaDB for integration tests: mariadb-install-db into a temp dir,
+// A throwaway MariaDB for integration tests: a copy of a data dir made once by
+// mariadb-install-db, in a temp dir;
 // mariadbd on a unix socket and a free loopback port, stopped by pid. Dies with the
 // test process (PR_SET_PDEATHSIG).
 
