@@ -21,7 +21,7 @@
 #include "db/repository.hpp"
 #include "db/sql.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "idempotency/keyed_request.hpp"
+#include "model/keyed_request.hpp"
 #include "support/daemon_process.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
