@@ -33,8 +33,8 @@
 #include <thread>
 #include <vector>
 
-#include "db/errors.hpp"
 #include "db/repository.hpp"
+#include "model/errors.hpp"
 #include "support/daemon_process.hpp"
 #include "support/galera_cluster.hpp"
 #include "support/http_client.hpp"

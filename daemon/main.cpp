@@ -11,9 +11,9 @@
 #include "app/application.hpp"
 #include "config/config.hpp"
 #include "db/connection.hpp"
-#include "db/errors.hpp"
 #include "db/grants.hpp"
 #include "db/repository.hpp"
+#include "model/errors.hpp"
 #include "util/log.hpp"
 #include "version.hpp"
 

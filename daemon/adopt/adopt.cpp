@@ -11,8 +11,8 @@
 #include <stdexcept>
 
 #include "adopt/adopt_sql.hpp"
-#include "db/errors.hpp"
 #include "db/sql.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::adopt {
 

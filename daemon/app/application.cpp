@@ -9,9 +9,9 @@
 #include <csignal>
 #include <optional>
 
-#include "db/errors.hpp"
 #include "http/passed_sockets.hpp"
 #include "idempotency/keyed_batches.hpp"
+#include "model/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "app/application.hpp"
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
 

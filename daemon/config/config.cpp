@@ -19,7 +19,7 @@
 #include <set>
 #include <sstream>
 
-#include "ingest/increment.hpp"
+#include "model/increment.hpp"
 
 namespace slotted::config {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "config/duration.hpp"
-#include "store/buckets.hpp"
+#include "model/buckets.hpp"
 
 namespace slotted::config {
 

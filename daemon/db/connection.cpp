@@ -6,8 +6,8 @@
 
 #include <utility>
 
-#include "db/errors.hpp"
 #include "db/sql.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::db {
 

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "db/connection.hpp"
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::db {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::db {
 

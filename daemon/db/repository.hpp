@@ -11,7 +11,7 @@
 
 #include "db/connection.hpp"
 #include "db/sql.hpp"
-#include "ingest/increment.hpp"
+#include "model/increment.hpp"
 
 namespace slotted::db {
 

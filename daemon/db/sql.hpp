@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "store/batch.hpp"
+#include "model/batch.hpp"
 
 namespace slotted::db {
 
@@ -30,7 +30,7 @@ inline constexpr std::string_view idempotency_keys_table = "slotted_counterd_ide
 // column needs no adoption). The roller rolls a target up only once it is 'done'.
 inline constexpr std::string_view adoptions_table = "slotted_counterd_adoptions";
 
-// Defined with the batches (store/batch.hpp), upstream of the database layer.
+// Defined with the batches (model/batch.hpp), upstream of the database layer.
 using counter_row = store::counter_row;
 
 // `name` backquoted. Precondition: config::is_valid_identifier(name).

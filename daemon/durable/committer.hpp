@@ -52,8 +52,8 @@
 #include <vector>
 
 #include "idempotency/keyed_store.hpp"
-#include "ingest/increment.hpp"
-#include "store/batch.hpp"
+#include "model/batch.hpp"
+#include "model/increment.hpp"
 #include "store/pending_store.hpp"
 #include "wal/wal.hpp"
 

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <array>
 
-#include "db/errors.hpp"
 #include "flush/batch_schedule.hpp"
 #include "flush/flusher_internal.hpp"
+#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {

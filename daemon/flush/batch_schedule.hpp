@@ -16,8 +16,8 @@
 #include <optional>
 #include <span>
 
-#include "store/batch.hpp"
-#include "store/counter_key.hpp"
+#include "model/batch.hpp"
+#include "model/counter_key.hpp"
 
 namespace slotted::flush {
 

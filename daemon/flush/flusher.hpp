@@ -39,7 +39,7 @@
 #include "idempotency/keyed_store.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
-#include "store/batch.hpp"
+#include "model/batch.hpp"
 #include "store/pending_store.hpp"
 #include "util/worker.hpp"
 

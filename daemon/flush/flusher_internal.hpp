@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "store/batch.hpp"
+#include "model/batch.hpp"
 
 namespace slotted::flush {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "idempotency/keyed_request.hpp"
-#include "ingest/increment.hpp"
-#include "store/buckets.hpp"
-#include "store/counter_key.hpp"
+#include "model/buckets.hpp"
+#include "model/counter_key.hpp"
+#include "model/increment.hpp"
+#include "model/keyed_request.hpp"
 
 namespace slotted::http {
 

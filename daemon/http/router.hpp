@@ -18,10 +18,10 @@
 #include "config/config.hpp"
 #include "http/backend.hpp"
 #include "http/token_check.hpp"
-#include "idempotency/keyed_request.hpp"
 #include "ingest/parser.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
+#include "model/keyed_request.hpp"
 
 namespace slotted::http {
 

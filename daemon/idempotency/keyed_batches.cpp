@@ -6,8 +6,8 @@
 #include <tuple>
 #include <unordered_set>
 
-#include "db/errors.hpp"
 #include "db/sql.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::idempotency {
 

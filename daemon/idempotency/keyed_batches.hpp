@@ -33,8 +33,8 @@
 
 #include "db/connection.hpp"
 #include "db/repository.hpp"
-#include "idempotency/keyed_request.hpp"
-#include "store/batch.hpp"
+#include "model/batch.hpp"
+#include "model/keyed_request.hpp"
 
 namespace slotted::idempotency {
 

@@ -24,10 +24,10 @@
 #include <string_view>
 #include <vector>
 
-#include "idempotency/keyed_request.hpp"
 #include "metrics/metrics.hpp"
-#include "store/buckets.hpp"
-#include "store/counter_key.hpp"
+#include "model/buckets.hpp"
+#include "model/counter_key.hpp"
+#include "model/keyed_request.hpp"
 #include "store/pending_store.hpp"
 #include "util/siphash.hpp"
 

@@ -14,8 +14,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "ingest/increment.hpp"
-#include "store/buckets.hpp"
+#include "model/buckets.hpp"
+#include "model/increment.hpp"
 
 namespace slotted::ingest {
 

@@ -12,7 +12,7 @@
 #include <span>
 #include <string>
 
-#include "ingest/increment.hpp"
+#include "model/increment.hpp"
 
 namespace slotted::ingest {
 

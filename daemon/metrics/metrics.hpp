@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::metrics {
 

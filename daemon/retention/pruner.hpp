@@ -23,7 +23,7 @@
 
 #include "db/pool.hpp"
 #include "metrics/metrics.hpp"
-#include "store/buckets.hpp"
+#include "model/buckets.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::retention {

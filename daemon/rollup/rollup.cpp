@@ -1,8 +1,8 @@
 #include "rollup/rollup.hpp"
 
 #include "adopt/adopt.hpp"
-#include "db/errors.hpp"
 #include "db/sql.hpp"
+#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::rollup {

@@ -4,6 +4,7 @@
 #include <boost/unordered/unordered_flat_map.hpp>
 
 #include "util/log.hpp"
+#include "util/thread_annotations.hpp"
 
 // boost::unordered_flat_map (open addressing, SIMD-probed metadata) over
 // std::unordered_map: one allocation per table instead of one per key, which keeps the
@@ -114,10 +115,10 @@ bool passes_bound(std::span<const ingest::increment> increments,
 }  // namespace
 
 struct pending_store::shard {
-  mutable std::mutex mutex;
-  delta_map deltas;
-  bucket_map buckets;
-  std::optional<clock::time_point> first_arrival;
+  mutable util::mutex mutex;
+  delta_map deltas GUARDED_BY(mutex);
+  bucket_map buckets GUARDED_BY(mutex);
+  std::optional<clock::time_point> first_arrival GUARDED_BY(mutex);
   // An upper bound of |delta| in `deltas` (written under `mutex`, read without it for
   // a quick "far from the bound" test); reset when the map is taken.
   std::atomic<std::uint64_t> max_abs{0};
@@ -130,7 +131,7 @@ struct pending_store::shard {
 
   // Adds `delta` to one bucket (under `mutex`); returns the keys that created (see
   // weight_of), 0 when it existed.
-  std::size_t add_bucket(const bucket_key& k, std::int64_t delta) {
+  std::size_t add_bucket(const bucket_key& k, std::int64_t delta) REQUIRES(mutex) {
     auto [it, inserted] = buckets.try_emplace(k, 0);
     // A sum past int64 would take about 2^32 increments of the largest delta with
     // opposite signs in two buckets within one flush interval; it is clamped rather
@@ -143,7 +144,7 @@ struct pending_store::shard {
   // Counts `inc` in its buckets, when its counter keeps any (under `mutex`); returns the
   // buckets created.
   std::size_t count_in_buckets(const bucket_spec::counter* c, const ingest::increment& inc,
-                               std::uint64_t hash) {
+                               std::uint64_t hash) REQUIRES(mutex) {
     if (c == nullptr) return 0;
     const counter_key key{inc.record_type, inc.record_id};
     const bool hour = c->keeps(granularity::hour), day = c->keeps(granularity::day);
@@ -166,8 +167,10 @@ std::uint64_t pending_store::magnitude(std::span<const ingest::increment> increm
   return total;
 }
 
+// Not analysed: with a request near the bound every touched shard is locked at once
+// (held), which the analysis cannot follow; `apply` is.
 add_result pending_store::add(std::span<const ingest::increment> increments,
-                              std::size_t max_pending_keys) {
+                              std::size_t max_pending_keys) NO_THREAD_SAFETY_ANALYSIS {
   if (over_pending_limit(max_pending_keys)) return add_result::over_limit;
   // Read only when a shard has no arrival time yet: a clock read per request showed in
   // the single-event profile.
@@ -192,7 +195,8 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
   };
   // keys_ changes under the shard's lock, so take_all() can never subtract a key before
   // the add that inserted it was counted (the count would wrap below zero).
-  const auto apply = [&](shard& s, const ingest::increment& inc, std::uint64_t hash) {
+  const auto apply = [&](shard& s, const ingest::increment& inc,
+                         std::uint64_t hash) REQUIRES(s.mutex) {
     const counter_key key{inc.record_type, inc.record_id};
     auto it = s.deltas.find(hashed_key{key, hash});
     if (it != s.deltas.end()) {
@@ -213,7 +217,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
     const counter_key key{inc.record_type, inc.record_id};
     const auto hash = hash_of(key);
     shard& s = shards_[shard_of(hash)];
-    std::lock_guard lock(s.mutex);
+    util::lock_guard lock(s.mutex);
     // Looked up with the hash computed for the shard; hashed again only to insert.
     const auto it = s.deltas.find(hashed_key{key, hash});
     const bool found = it != s.deltas.end();
@@ -261,7 +265,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
           add_saturating(shards_[k].max_abs.load(std::memory_order_relaxed), request) > bound)
         near = true;
     }
-    std::vector<std::unique_lock<std::mutex>> held;
+    std::vector<std::unique_lock<util::mutex>> held;
     if (near) {
       for (std::size_t k = 0, begin = 0; k < shard_count_; begin = starts[k++]) {
         if (starts[k] != begin) held.emplace_back(shards_[k].mutex);
@@ -276,7 +280,7 @@ add_result pending_store::add(std::span<const ingest::increment> increments,
       const std::size_t end = starts[k];
       if (end == begin) continue;
       shard& s = shards_[k];
-      std::unique_lock<std::mutex> lock(s.mutex, std::defer_lock);
+      std::unique_lock<util::mutex> lock(s.mutex, std::defer_lock);
       if (!near) lock.lock();
       if (!s.first_arrival) s.first_arrival = arrival();
       for (std::size_t j = begin; j < end; ++j) apply(s, increments[order[j]], hashes[order[j]]);
@@ -318,7 +322,7 @@ void pending_store::add_deltas(std::span<const pending_delta> deltas) {
   const auto now = clock::now();
   for (const auto& d : deltas) {
     shard& s = shards_[shard_of(hash_of(d.key))];
-    std::lock_guard lock(s.mutex);
+    util::lock_guard lock(s.mutex);
     if (!s.first_arrival) s.first_arrival = now;
     if (d.gran != granularity::none) {
       if (s.add_bucket({d.key, d.gran, d.bucket, hash_of(d.key)}, d.delta) != 0)
@@ -341,7 +345,7 @@ void pending_store::add_deltas(std::span<const pending_delta> deltas) {
 
 void pending_store::copy_all(std::vector<pending_delta>& out) const {
   for (std::size_t i = 0; i < shard_count_; ++i) {
-    std::lock_guard lock(shards_[i].mutex);
+    util::lock_guard lock(shards_[i].mutex);
     for (const auto& [key, delta] : shards_[i].deltas) out.push_back({key, delta});
     for (const auto& [k, delta] : shards_[i].buckets) emit_bucket(k, delta, out);
   }
@@ -357,7 +361,7 @@ std::optional<pending_store::clock::time_point> pending_store::take_all(
     {
       // A counter's total and its buckets leave together, so no batch holds one
       // without the other.
-      std::lock_guard lock(shards_[i].mutex);
+      util::lock_guard lock(shards_[i].mutex);
       taken.swap(shards_[i].deltas);
       taken_buckets.swap(shards_[i].buckets);
       shards_[i].max_abs.store(0, std::memory_order_relaxed);
@@ -376,14 +380,14 @@ std::optional<pending_store::clock::time_point> pending_store::take_all(
 
 std::int64_t pending_store::pending(const counter_key& key) const {
   const shard& s = shards_[shard_of(hash_of(key))];
-  std::lock_guard lock(s.mutex);
+  util::lock_guard lock(s.mutex);
   const auto it = s.deltas.find(key);
   return it == s.deltas.end() ? 0 : it->second;
 }
 
 std::int64_t pending_store::drop(const counter_key& key) {
   shard& s = shards_[shard_of(hash_of(key))];
-  std::lock_guard lock(s.mutex);
+  util::lock_guard lock(s.mutex);
   std::int64_t delta = 0;
   std::size_t dropped = 0;
   if (const auto it = s.deltas.find(key); it != s.deltas.end()) {
@@ -410,7 +414,7 @@ void pending_store::pending_buckets(const counter_key& key, granularity g, std::
                                     std::vector<std::pair<std::int64_t, std::int64_t>>& out) const {
   const auto hash = hash_of(key);
   const shard& s = shards_[shard_of(hash)];
-  std::lock_guard lock(s.mutex);
+  util::lock_guard lock(s.mutex);
   if (s.buckets.empty() || from > to) return;
   // An entry's bucket of granularity `g`, if it has one (see hour_and_day).
   const auto as_g = [g](const bucket_key& k) -> std::optional<std::int64_t> {
@@ -449,8 +453,9 @@ void pending_store::pending_buckets(const counter_key& key, granularity g, std::
 std::optional<pending_store::clock::time_point> pending_store::oldest() const {
   std::optional<clock::time_point> oldest;
   for (std::size_t i = 0; i < shard_count_; ++i) {
-    std::lock_guard lock(shards_[i].mutex);
-    const auto& a = shards_[i].first_arrival;
+    const shard& s = shards_[i];
+    util::lock_guard lock(s.mutex);
+    const auto& a = s.first_arrival;
     if (a && (!oldest || *a < *oldest)) oldest = a;
   }
   return oldest;

@@ -14,21 +14,12 @@
 #include <span>
 #include <vector>
 
-#include "ingest/increment.hpp"
-#include "store/buckets.hpp"
-#include "store/counter_key.hpp"
+#include "model/buckets.hpp"
+#include "model/counter_key.hpp"
+#include "model/increment.hpp"
+#include "model/pending_delta.hpp"
 
 namespace slotted::store {
-
-// A counter's pending total (granularity none), or its pending count in one bucket
-// (hour or day, `bucket` its start in unix seconds): totals and buckets travel
-// together, so that what is taken, handed back, logged and replayed is one set.
-struct pending_delta {
-  counter_key key;
-  std::int64_t delta = 0;
-  granularity gran = granularity::none;
-  std::int64_t bucket = 0;
-};
 
 // over_limit: the pending limit is reached (see over_pending_limit); out_of_range: a
 // counter's pending sum would pass max_pending_sum. Nothing applied in either case.

@@ -56,8 +56,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ingest/increment.hpp"
-#include "store/batch.hpp"
+#include "model/batch.hpp"
+#include "model/increment.hpp"
 #include "store/pending_store.hpp"
 
 namespace slotted::wal {

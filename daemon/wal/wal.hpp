@@ -30,7 +30,7 @@
 
 #include "config/config.hpp"
 #include "metrics/metrics.hpp"
-#include "store/batch.hpp"
+#include "model/batch.hpp"
 
 namespace slotted::wal {
 

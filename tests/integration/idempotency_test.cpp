@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "db/sql.hpp"
-#include "idempotency/keyed_request.hpp"
+#include "model/keyed_request.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"

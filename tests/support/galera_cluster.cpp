@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 #include "support/mariadb_server.hpp"
 
 namespace slotted::test {

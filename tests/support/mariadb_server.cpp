@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::test {
 

@@ -2,7 +2,7 @@
 // unit, `at` in the parser and its validation, UTC bucket boundaries, the store's
 // pending buckets, batches, the WAL encodings, the SQL literals, the keyed body hash.
 
-#include "store/buckets.hpp"
+#include "model/buckets.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,8 +15,8 @@
 #include "db/sql.hpp"
 #include "flush/flusher.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "idempotency/keyed_request.hpp"
 #include "ingest/parser.hpp"
+#include "model/keyed_request.hpp"
 #include "store/pending_store.hpp"
 #include "wal/record.hpp"
 

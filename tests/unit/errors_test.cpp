@@ -1,4 +1,4 @@
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "http/token_check.hpp"
-#include "store/counter_key.hpp"
+#include "model/counter_key.hpp"
 #include "util/siphash.hpp"
 
 namespace slotted {

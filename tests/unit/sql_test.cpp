@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "idempotency/keyed_request.hpp"
+#include "model/keyed_request.hpp"
 
 namespace slotted::db {
 namespace {

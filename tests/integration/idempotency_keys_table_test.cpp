@@ -21,7 +21,7 @@
 #include "db/repository.hpp"
 #include "db/sql.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "idempotency/keyed_request.hpp"
+#include "model/keyed_request.hpp"
 #include "support/daemon_process.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
@@ -97,14 +97,14 @@ mariadb_server& berlin_mariadb() {
   return *server;
 }
 
-// Finding 0 (HIGH): a keyed request with a key of 128 characters (valid) is logged
+// A keyed request with a key of 128 characters (valid) is logged
 // with a key length byte the replay reads as malformed: after a SIGKILL the instance
 // does not start again (the WAL is "corrupt"), and --wal-salvage would cut the request
 // and everything logged after it.
-TEST(IdempotencyReview, AKeyOf128CharactersSurvivesASigkillWithTheWal) {
+TEST(IdempotencyKeysTable, AKeyOf128CharactersSurvivesASigkillWithTheWal) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  char tmpl[] = "/tmp/slotted-idem-review-XXXXXX";
+  char tmpl[] = "/tmp/slotted-idem-keys-XXXXXX";
   const std::string root = mkdtemp(tmpl);
   const std::string yaml =
       daemon_yaml(server, database,
@@ -132,12 +132,12 @@ TEST(IdempotencyReview, AKeyOf128CharactersSurvivesASigkillWithTheWal) {
   std::filesystem::remove_all(root);
 }
 
-// Finding 1 (MEDIUM): `created` is written through FROM_UNIXTIME and the window compared
+// `created` is written through FROM_UNIXTIME and the window compared
 // with DATETIME arithmetic, both in the session's time_zone: on a server whose zone has
 // daylight saving (MariaDB's default time_zone is SYSTEM), the window is wall-clock
 // hours, one hour short across the spring change. A retry 23 h 45 min after the first
 // request, across it, was taken for a new request and applied a second time.
-TEST(IdempotencyReview, AServerInADaylightSavingZoneKeepsTheWholeWindow) {
+TEST(IdempotencyKeysTable, AServerInADaylightSavingZoneKeepsTheWholeWindow) {
   auto& server = berlin_mariadb();
   ASSERT_EQ(server.query_int("", "SELECT @@system_time_zone IN ('CET', 'CEST')"), 1);
   const auto database = server.create_database();
@@ -159,7 +159,7 @@ TEST(IdempotencyReview, AServerInADaylightSavingZoneKeepsTheWholeWindow) {
   EXPECT_EQ(total(server, database, 2), 1);
 }
 
-// Finding 3 (LOW-MEDIUM): `created` was the arriving instance's clock, and a retry's
+// `created` was the arriving instance's clock, and a retry's
 // arrival was compared with it on another instance's clock: the window moved by their
 // skew. A retry one minute after the first, through an instance whose clock runs ten
 // minutes ahead (window 10 min), or accepted first by an instance ten minutes behind,
@@ -167,7 +167,7 @@ TEST(IdempotencyReview, AServerInADaylightSavingZoneKeepsTheWholeWindow) {
 // request's age on the clock of the instance it reached). Each instance's clock is
 // modelled here by what it reads at the arrival and at the commit (the commit follows
 // the arrival at once: a minute later on the real clock).
-TEST(IdempotencyReview, ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAgain) {
+TEST(IdempotencyKeysTable, ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAgain) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto conn = server.connect(database);
@@ -205,7 +205,7 @@ TEST(IdempotencyReview, ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAgain
 // for an arrival past 2038-01-19 (a TIMESTAMP ends there): with the instance's clock
 // past it, a keyed batch failed (NULL into NOT NULL) and its requests were dropped after
 // their 202. Key times are BIGINT milliseconds now, on the database's clock.
-TEST(IdempotencyReview, AKeyedRequestArrivingPast2038IsAppliedOnceAndItsRetryFound) {
+TEST(IdempotencyKeysTable, AKeyedRequestArrivingPast2038IsAppliedOnceAndItsRetryFound) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto conn = server.connect(database);
@@ -223,7 +223,7 @@ TEST(IdempotencyReview, AKeyedRequestArrivingPast2038IsAppliedOnceAndItsRetryFou
 // TIMESTAMP(3)) to `created_ms`, keeping each key's time, also after a conversion cut
 // short, and may run again; until then the schema check tells the old layout from a
 // missing table, and keyed requests are refused.
-TEST(IdempotencyReview, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingItsKeys) {
+TEST(IdempotencyKeysTable, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingItsKeys) {
   auto& server = shared_mariadb();
   for (const bool cut_short : {false, true}) {
     SCOPED_TRACE(cut_short ? "after a conversion cut short" : "a table of the version before");
@@ -298,13 +298,13 @@ TEST(IdempotencyReview, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingItsKey
   }
 }
 
-// Finding 2 (MEDIUM): the keys table is assumed present until a schema check says
+// The keys table is assumed present until a schema check says
 // otherwise. An upgrade without --migrate whose database is not reachable at the start
 // (or simply slower than the first request) accepts keyed requests; their batch then
 // fails (1146, no such table) at every cycle, before the cycle takes anything new from
 // the store: every later increment, keyed or not, stays pending. The README promises
 // that without the table "the daemon flushes everything else as before".
-TEST(IdempotencyReview,
+TEST(IdempotencyKeysTable,
      DISABLED_AKeyedRequestAcceptedBeforeTheSchemaCheckDoesNotStopTheFlushOfOthers) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
@@ -332,9 +332,9 @@ TEST(IdempotencyReview,
   EXPECT_EQ(total(server, database, 5), first.status == 202 ? 1 : 0);
 }
 
-// Finding 2, the other way in: the table is dropped (or a backup without it restored)
+// The missing keys table, the other way in: it is dropped (or a backup without it restored)
 // while a keyed request is pending. Same wedge.
-TEST(IdempotencyReview, DISABLED_ADroppedKeysTableDoesNotStopTheFlushOfOthers) {
+TEST(IdempotencyKeysTable, DISABLED_ADroppedKeysTableDoesNotStopTheFlushOfOthers) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
@@ -360,12 +360,12 @@ TEST(IdempotencyReview, DISABLED_ADroppedKeysTableDoesNotStopTheFlushOfOthers) {
 // a current key. (Measured on MariaDB 10.11: range on by_age, 2 locks per deleted row,
 // with 75% and with 100% of the rows old.) The one row it does lock beyond its cut is
 // the first one past it, as the range's end: not held here.
-// Finding 5: a chunk was one DELETE ... WHERE created < cut ORDER BY created LIMIT n,
+// A chunk was one DELETE ... WHERE created < cut ORDER BY created LIMIT n,
 // which failed in about 2 of 3 runs (a lock wait timeout, nothing deleted): whether it
 // waited on a current key depended on the sampled statistics. A chunk now reads the
 // keys of the oldest rows without a lock, then deletes exactly those through the
 // primary key, whatever plan the first read takes.
-TEST(IdempotencyReview, AKeysPruneChunkWaitsOnNoCurrentKey) {
+TEST(IdempotencyKeysTable, AKeysPruneChunkWaitsOnNoCurrentKey) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto conn = server.connect(database);
@@ -398,7 +398,7 @@ TEST(IdempotencyReview, AKeysPruneChunkWaitsOnNoCurrentKey) {
 // Not a finding (a guard): the header's name is case-insensitive, so two fields that
 // differ only in case are the same header sent twice (400), and one in lower case is
 // the key.
-TEST(IdempotencyReview, TheHeaderNameIsCaseInsensitiveAndTwoFieldsInAnyCaseAre400) {
+TEST(IdempotencyKeysTable, TheHeaderNameIsCaseInsensitiveAndTwoFieldsInAnyCaseAre400) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ingest/increment.hpp"
+#include "model/increment.hpp"
 
 namespace slotted::idempotency {
 

@@ -1,4 +1,4 @@
-#include "idempotency/keyed_request.hpp"
+#include "model/keyed_request.hpp"
 
 #include <algorithm>
 #include <chrono>

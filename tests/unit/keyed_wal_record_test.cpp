@@ -28,11 +28,11 @@ keyed_request longest(char c, bool with_at) {
   return r;
 }
 
-// Finding 0 (HIGH): a key of 128 characters was logged as the length byte 0x80, which
+// A key of 128 characters was logged as the length byte 0x80, which
 // replay reads as "length 0, with `at`": the record is malformed, so the WAL of any
 // instance that accepted such a request (one valid client request) stops the next
 // start as corrupt, and --wal-salvage cuts it and everything logged after it.
-TEST(KeyedWalReview, AKeyOf128CharactersReplaysWithAndWithoutAt) {
+TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
   using namespace slotted::wal;
   for (const bool with_at : {false, true}) {
     SCOPED_TRACE(with_at ? "with at" : "without at");
@@ -71,7 +71,7 @@ TEST(KeyedWalReview, AKeyOf128CharactersReplaysWithAndWithoutAt) {
 
 // One shorter than the longest still reads as before (the encoding of keys up to 127
 // characters is what every existing log holds).
-TEST(KeyedWalReview, AKeyOf127CharactersReplaysAsBefore) {
+TEST(KeyedWalRecord, AKeyOf127CharactersReplaysAsBefore) {
   using namespace slotted::wal;
   for (const bool with_at : {false, true}) {
     auto r = longest('c', with_at);

@@ -10,8 +10,8 @@
 #include <optional>
 #include <vector>
 
-#include "idempotency/keyed_request.hpp"
-#include "store/pending_store.hpp"
+#include "model/keyed_request.hpp"
+#include "model/pending_delta.hpp"
 
 namespace slotted::store {
 

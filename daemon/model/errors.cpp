@@ -1,4 +1,4 @@
-#include "db/errors.hpp"
+#include "model/errors.hpp"
 
 #include <errmsg.h>
 #include <mysqld_error.h>

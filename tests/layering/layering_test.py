@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The include graph of daemon/ against its declared layers (daemon/LAYERS).
+
+    python3 tests/layering/layering_test.py --source .
+
+Reads every `#include "..."` line of daemon/ (no compiler, no build; quick) and fails:
+- on a folder of daemon/ that daemon/LAYERS does not name (add it at its layer);
+- on an include of a folder from a folder of a lower layer, or of another folder of the
+  same layer (folders of one layer are independent of each other);
+- on a cycle between folders (which the two rules above already forbid; checked on its
+  own so that the message names the whole cycle).
+An include is matched to daemon/<folder>/ by its first path component; includes with no
+folder name a file of the including folder or a generated header (version.hpp).
+Prints each offending include with its file and line, and ends with "N passed, M failed".
+"""
+import argparse
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def read_layers(path):
+    """daemon/LAYERS: one layer a line, lowest first, naming its folders; # comments."""
+    layers = {}
+    level = 0
+    with open(path) as f:
+        for number, raw in enumerate(f, 1):
+            words = raw.split("#", 1)[0].split()
+            if not words:
+                continue
+            for folder in words:
+                if folder in layers:
+                    raise SystemExit(f"{path}:{number}: {folder} named twice")
+                layers[folder] = level
+            level += 1
+    return layers
+
+
+def folder_of(daemon, path):
+    rel = os.path.relpath(path, daemon)
+    parts = rel.split(os.sep)
+    return parts[0] if len(parts) > 1 else "main"
+
+
+def include_edges(daemon):
+    """(from folder, to folder, file:line, include) for every include between folders."""
+    folders = {d for d in os.listdir(daemon) if os.path.isdir(os.path.join(daemon, d))}
+    edges = []
+    for top, _, files in os.walk(daemon):
+        for name in sorted(files):
+            if not name.endswith((".hpp", ".cpp", ".h", ".cc", ".in")):
+                continue
+            path = os.path.join(top, name)
+            source = folder_of(daemon, path)
+            with open(path, errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if not m or "/" not in m.group(1):
+                        continue
+                    target = m.group(1).split("/", 1)[0]
+                    if target in folders and target != source:
+                        where = f"{os.path.relpath(path, os.path.dirname(daemon))}:{number}"
+                        edges.append((source, target, where, m.group(1)))
+    return folders, edges
+
+
+def find_cycle(graph):
+    """One cycle of folders as a list (first == last), or None."""
+    state = {}
+    stack = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--source", required=True, help="the repository's root")
+    args = parser.parse_args()
+    daemon = os.path.join(os.path.abspath(args.source), "daemon")
+    layers = read_layers(os.path.join(daemon, "LAYERS"))
+    folders, edges = include_edges(daemon)
+    checks = {"every folder named in daemon/LAYERS": [], "no include against the layers": [],
+              "no cycle between folders": []}
+
+    named = checks["every folder named in daemon/LAYERS"]
+    for folder in sorted((folders | {"main"}) - set(layers)):
+        named.append(f"daemon/{folder}/ is not named in daemon/LAYERS: add it at its layer")
+    for folder in sorted(set(layers) - folders - {"main"}):
+        named.append(f"daemon/LAYERS names {folder}, which daemon/ does not have")
+
+    order = checks["no include against the layers"]
+    for source, target, where, include in edges:
+        if source not in layers or target not in layers:
+            continue
+        if layers[target] > layers[source]:
+            order.append(f"{where}: #include \"{include}\": {source} (layer {layers[source]}) "
+                         f"includes {target}, of a higher layer ({layers[target]})")
+        elif layers[target] == layers[source]:
+            order.append(f"{where}: #include \"{include}\": {source} includes {target}, "
+                         f"of its own layer ({layers[source]}): one of them belongs lower")
+
+    graph = {}
+    for source, target, _, _ in edges:
+        graph.setdefault(source, set()).add(target)
+    cycle = find_cycle(graph)
+    if cycle:
+        checks["no cycle between folders"].append("folder cycle: " + " -> ".join(cycle))
+
+    failed = 0
+    for name, failures in checks.items():
+        print(("FAIL " if failures else "ok   ") + name)
+        for line in failures:
+            print("     " + line)
+        failed += bool(failures)
+    print(f"{len(edges)} includes between {len(folders)} folders read")
+    print(f"{len(checks) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
