@@ -2,7 +2,10 @@
 // with its key and line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "config/config.hpp"
+#include "db/grants.hpp"
 
 namespace slotted::config {
 namespace {
@@ -115,6 +118,19 @@ TEST(LogConfig, AChangedSourceNeedsARestart) {
   b.log_sources.push_back({"/x.log", log_format::combined, {}, {{"repo_downloads", "(1)"}}});
   const auto plan = plan_reload(a, b);
   EXPECT_EQ(plan.needs_restart, std::vector<std::string>{"log_sources"});
+}
+
+TEST(LogConfig, ThePositionsTableIsGrantedOnlyWithLogSources) {
+  const std::string grant =
+      "GRANT SELECT, INSERT, UPDATE ON `app`.`slotted_counterd_log_positions` TO 'counterd'@'%'";
+  auto c = parse_config(counters, "a", {}, false);
+  auto has = [&](const daemon_config& cfg) {
+    const auto all = db::grant_statements(cfg, "%");
+    return std::find(all.begin(), all.end(), grant) != all.end();
+  };
+  EXPECT_FALSE(has(c));
+  c.log_sources.push_back({"/x.log", log_format::combined, {}, {{"repo_downloads", "(1)"}}});
+  EXPECT_TRUE(has(c));
 }
 
 }  // namespace
