@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <exception>
+
+#include "ingest/increment.hpp"
 
 namespace slotted::logs {
 namespace {
@@ -333,8 +336,13 @@ compiled_rule::compiled_rule(const config::log_rule& rule, std::uint32_t record_
       methods_(rule.methods),
       statuses_(rule.statuses) {}
 
-std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line,
-                                                  std::uint64_t max_id) const {
+bool line_time_accepted(std::int64_t at, std::int64_t now) {
+  return at >= 0 && at <= now + ingest::max_at_ahead_seconds;
+}
+
+std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line, std::uint64_t max_id,
+                                                  bool* failed) const noexcept {
+  if (failed != nullptr) *failed = false;
   if (std::find(statuses_.begin(), statuses_.end(), line.status) == statuses_.end())
     return std::nullopt;
   if (std::find(methods_.begin(), methods_.end(), line.method) == methods_.end())
@@ -342,7 +350,12 @@ std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line,
   if (line.path.size() < prefix_.size() || line.path.compare(0, prefix_.size(), prefix_) != 0)
     return std::nullopt;
   const char* first = line.path.data();
-  if (!boost::regex_search(first, first + line.path.size(), m_, re_)) return std::nullopt;
+  try {
+    if (!boost::regex_search(first, first + line.path.size(), m_, re_)) return std::nullopt;
+  } catch (const std::exception&) {
+    if (failed != nullptr) *failed = true;
+    return std::nullopt;
+  }
   if (!m_[1].matched) return std::nullopt;
   const char* b = m_[1].first;
   const char* e = m_[1].second;

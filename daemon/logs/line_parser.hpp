@@ -39,6 +39,11 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
 std::int64_t unix_seconds(int year, unsigned month, unsigned day, unsigned hour, unsigned minute,
                           unsigned second);
 
+// Whether a line's time can be counted at `now` (unix seconds): from 1970 up to
+// now + ingest::max_at_ahead_seconds, the bound HTTP increments have. A later time is a
+// malformed line (its bucket could be one the database refuses).
+bool line_time_accepted(std::int64_t at, std::int64_t now);
+
 // One configured rule, compiled.
 class compiled_rule {
  public:
@@ -46,7 +51,11 @@ class compiled_rule {
   // The record_id the line counts for under this rule, or nullopt: another method or
   // status, a path the pattern does not find, or a first group that is not a decimal
   // number of at most `max_id`.
-  std::optional<std::uint64_t> match(const parsed_line& line, std::uint64_t max_id) const;
+  // A pattern boost gives up on for this path (its complexity or memory limit) is no
+  // exception: nullopt, and `*failed` (when given) set to true (the line's outcome
+  // rule_error), so one hostile line cannot stop a source.
+  std::optional<std::uint64_t> match(const parsed_line& line, std::uint64_t max_id,
+                                     bool* failed = nullptr) const noexcept;
   std::uint32_t record_type() const { return record_type_; }
 
  private:

@@ -101,9 +101,17 @@ struct key_hash {
   }
 };
 
-enum outcome { counted, not_matched, malformed, too_old_for_buckets, too_long, outcome_count_ };
-constexpr const char* outcome_names[] = {"counted", "not_matched", "malformed",
-                                         "too_old_for_buckets", "too_long"};
+enum outcome {
+  counted,
+  not_matched,
+  malformed,
+  too_old_for_buckets,
+  too_long,
+  rule_error,
+  outcome_count_
+};
+constexpr const char* outcome_names[] = {"counted",  "not_matched", "malformed",
+                                         "too_old_for_buckets", "too_long", "rule_error"};
 
 }  // namespace
 
@@ -135,7 +143,8 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool,
       lines_(prometheus::BuildCounter()
                  .Name("slotted_counterd_log_lines_total")
                  .Help("Access log lines committed, by source and outcome (counted, not_matched, "
-                       "malformed, too_old_for_buckets: counted in the total only, too_long)")
+                       "malformed, too_old_for_buckets: counted in the total only, too_long, "
+                       "rule_error: a rule's pattern gave up on the line, not counted)")
                  .Register(registry)),
       lag_(prometheus::BuildGauge()
                .Name("slotted_counterd_log_lag_bytes")
@@ -335,11 +344,12 @@ bool log_ingester::run_source(source_state& s) {
   std::uint64_t file_pos = s.read_from;
   parsed_line line;
   std::string scratch;
+  std::vector<std::pair<const compiled_rule*, std::uint64_t>> matched;
   const auto count_line = [&](std::string_view text, std::uint64_t at_offset) {
     const bool ok = s.cfg.format == config::log_format::combined
                         ? parse_combined(text, line)
                         : parse_json(text, s.cfg.json, line, scratch);
-    if (!ok) {
+    if (!ok || !line_time_accepted(line.at, now_s)) {
       ++tally[malformed];
       if (at_offset >= s.examined && s.logged_malformed < 5) {
         ++s.logged_malformed;
@@ -349,12 +359,28 @@ bool log_ingester::run_source(source_state& s) {
       }
       return;
     }
-    bool any = false, old = false;
+    // Every rule first: a line a pattern gives up on counts for none of them.
+    matched.clear();
     for (const auto& rule : s.rules) {
-      const auto id = rule.match(line, settings_.max_record_id);
-      if (!id) continue;
+      bool failed = false;
+      const auto id = rule.match(line, settings_.max_record_id, &failed);
+      if (failed) {
+        ++tally[rule_error];
+        if (at_offset >= s.examined && s.logged_malformed < 5) {
+          ++s.logged_malformed;
+          log::warn("log_sources: ", path, ": a rule's pattern gives up on the line at offset ",
+                    at_offset, " (regex complexity limit); skipped ",
+                    "(slotted_counterd_log_lines_total{outcome=\"rule_error\"})");
+        }
+        return;
+      }
+      if (id) matched.emplace_back(&rule, *id);
+    }
+    bool any = false, old = false;
+    for (const auto& [rule_p, id] : matched) {
+      const auto& rule = *rule_p;
       any = true;
-      const store::counter_key key{rule.record_type(), *id};
+      const store::counter_key key{rule.record_type(), id};
       ++totals[key];
       if (const auto* b = settings_.buckets.find(rule.record_type())) {
         for (const auto g : store::all_granularities) {

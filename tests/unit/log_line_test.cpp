@@ -132,5 +132,35 @@ TEST(LogLine, UnixSecondsOfCivilDates) {
   EXPECT_EQ(unix_seconds(2024, 12, 31, 23, 59, 59), 1735689599);
 }
 
+TEST(LogLine, RegexComplexityIsAnOutcomeNotAThrow) {
+  // boost::regex gives up on this path (catastrophic backtracking) with an exception.
+  const compiled_rule rule(config::log_rule{"c", R"(^/downloads/([0-9]+)/(.+)+\.zip$)"}, 1);
+  const std::string path = "/downloads/1/" + std::string(5000, 'a');
+  bool failed = false;
+  std::optional<std::uint64_t> id;
+  EXPECT_NO_THROW(id = rule.match(parsed_line{"GET", path, 200, 0}, UINT64_MAX, &failed));
+  EXPECT_FALSE(id);
+  EXPECT_TRUE(failed);
+  // A path it can decide is no failure.
+  EXPECT_EQ(rule.match(parsed_line{"GET", "/downloads/3/a.zip", 200, 0}, UINT64_MAX, &failed), 3u);
+  EXPECT_FALSE(failed);
+}
+
+TEST(LogLine, FarFutureTimeIsMalformed) {
+  parsed_line l;
+  std::string scratch;
+  const config::log_json_fields f;
+  // Year 10000: parses, but is no time a count can have.
+  ASSERT_TRUE(parse_json(
+      R"({"time":"253402300800","method":"GET","path":"/downloads/1/a","status":200})", f, l,
+      scratch));
+  const std::int64_t now = 1'700'000'000;
+  EXPECT_FALSE(line_time_accepted(l.at, now));
+  EXPECT_TRUE(line_time_accepted(now + 300, now));  // the HTTP bound, max_at_ahead_seconds
+  EXPECT_FALSE(line_time_accepted(now + 301, now));
+  EXPECT_TRUE(line_time_accepted(0, now));
+  EXPECT_FALSE(line_time_accepted(-1, now));
+}
+
 }  // namespace
 }  // namespace slotted::logs
