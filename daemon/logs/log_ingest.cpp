@@ -123,7 +123,9 @@ struct source_state {
   fd_guard file;
   std::uint64_t read_from = 0;  // where the open file's unread lines start
   bool on_rotated = false;      // the open file is no longer at PATH
-  int quiet_cycles = 0;         // cycles the rotated file did not grow, at its end
+  int quiet_cycles = 0;         // passes the rotated file did not grow, read to its end
+  std::uint64_t seen_size = 0;  // the open file's size at the last pass
+  bool resume_skipping = false;  // read_from is inside an over-long line: skip to its newline
   std::uint64_t examined = 0;   // offset up to which malformed lines were logged
   std::size_t logged_malformed = 0;
   bool warned_missing = false;
@@ -274,6 +276,8 @@ bool log_ingester::run_source(source_state& s) {
   if (s.file.fd < 0) {
     s.on_rotated = false;
     s.quiet_cycles = 0;
+    s.seen_size = 0;
+    s.resume_skipping = false;
     if (s.committed) {
       int fd = open_if_same(path, s.committed->file);
       if (fd < 0) {
@@ -339,7 +343,7 @@ bool log_ingester::run_source(source_state& s) {
                          .count();
   std::vector<char> buf(std::max<std::size_t>(1u << 20, 2 * config::max_log_line_bytes));
   std::size_t held = 0;        // bytes in buf from `end` on
-  bool skipping = false;       // inside a line longer than the bound
+  bool skipping = s.resume_skipping && !truncated;  // inside a line longer than the bound
   std::uint64_t skipped = 0;   // its bytes dropped so far
   std::uint64_t file_pos = s.read_from;
   parsed_line line;
@@ -434,22 +438,39 @@ bool log_ingester::run_source(source_state& s) {
     std::memmove(buf.data(), buf.data() + start, rest);
     held = rest;
   }
+  // One line longer than the whole batch: skipped as too_long up to here, the rest of it
+  // (to its newline) skipped at the next pass.
+  bool resume_skipping = false;
+  if (skipping && file_pos == limit && limit < size) {
+    ++tally[too_long];
+    end = file_pos;
+    resume_skipping = true;
+  }
   s.examined = std::max(s.examined, end);
 
   // Rotation: the open file read to its end, and PATH is another file (or gone).
-  const bool at_end = end == size;
   bool switch_to_new = false;
   struct stat now_st {};
   const bool path_exists = ::stat(path.c_str(), &now_st) == 0;
   const bool rotated = !path_exists || now_st.st_dev != st.st_dev || now_st.st_ino != st.st_ino;
-  if (rotated && at_end) {
+  if (rotated && limit == size) {
     // The web server may still write to the old file until it reopens its log: it is
-    // left only when it has not grown for two passes and the new one exists.
-    s.quiet_cycles = end == s.read_from ? s.quiet_cycles + 1 : 0;
+    // left only when it has not grown for two passes and the new one exists. Bytes after
+    // its last newline (a write cut short, or the inside of an over-long line) are then
+    // one malformed (too_long) line.
+    s.quiet_cycles = size == s.seen_size ? s.quiet_cycles + 1 : 0;
     switch_to_new = path_exists && s.quiet_cycles >= 2;
+    if (switch_to_new && end < size) {
+      ++tally[skipping ? too_long : malformed];
+      log::warn("log_sources: ", path, ": the rotated file ends in ", size - end,
+                " bytes without a newline; skipped as one ", skipping ? "too_long" : "malformed",
+                " line");
+      end = size;
+    }
   } else {
     s.quiet_cycles = 0;
   }
+  s.seen_size = size;
   s.on_rotated = rotated;
 
   log_position to;
@@ -539,8 +560,9 @@ bool log_ingester::run_source(source_state& s) {
     return true;
   }
   s.read_from = end;
+  s.resume_skipping = resume_skipping;
   if (truncated) s.examined = end;
-  return end < size && !skipping;
+  return end < size && (!skipping || resume_skipping);
 }
 
 }  // namespace slotted::logs

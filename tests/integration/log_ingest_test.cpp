@@ -142,6 +142,18 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
   EXPECT_EQ(positions, 1);
 }
 
+TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {
+  daemon_process d(yaml());
+  counted(1, log_);
+  append(log_, line(2).substr(0, 30));  // a write cut short: no newline, ever
+  ASSERT_TRUE(exact());
+  fs::rename(log_, log_ + ".1");
+  counted(3, log_);
+  counted(3, log_);
+  // The old file is left (its tail one malformed line) and the new one read.
+  ASSERT_TRUE(exact());
+}
+
 TEST_F(LogIngest, MissingPositionsTableIsAFatalError) {
   shared_mariadb().query_int(db_, "SELECT 1");
   auto c = shared_mariadb().connect(db_);
