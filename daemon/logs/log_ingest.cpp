@@ -126,6 +126,8 @@ struct source_state {
   int quiet_cycles = 0;         // passes the rotated file did not grow, read to its end
   std::uint64_t seen_size = 0;  // the open file's size at the last pass
   bool resume_skipping = false;  // read_from is inside an over-long line: skip to its newline
+  std::string next_path;         // the file after the open one when it is done (empty: PATH)
+  std::optional<file_identity> lost_warned;  // the lost committed file already reported
   std::uint64_t examined = 0;   // offset up to which malformed lines were logged
   std::size_t logged_malformed = 0;
   bool warned_missing = false;
@@ -278,21 +280,39 @@ bool log_ingester::run_source(source_state& s) {
     s.quiet_cycles = 0;
     s.seen_size = 0;
     s.resume_skipping = false;
+    s.next_path.clear();
     if (s.committed) {
       int fd = open_if_same(path, s.committed->file);
       if (fd < 0) {
         fd = open_if_same(path + ".1", s.committed->file);
         s.on_rotated = fd >= 0;
       }
+      if (fd < 0) {
+        // Two rotations while stopped: the committed file is PATH.2, PATH.1 comes next.
+        fd = open_if_same(path + ".2", s.committed->file);
+        s.on_rotated = fd >= 0;
+        if (fd >= 0) s.next_path = path + ".1";
+      }
       if (fd >= 0) {
         s.file.reset(fd);
         s.read_from = s.committed->offset;
       } else {
-        s.files_lost->Increment();
-        log::warn("log_sources: ", path, ": the file of the committed position (inode ",
-                  s.committed->file.ino, ", offset ", s.committed->offset,
-                  ") is neither at this path nor at ", path,
-                  ".1; lines after that offset of it are lost; reading ", path, " from its start");
+        const bool dot1 = (fd = ::open((path + ".1").c_str(), O_RDONLY | O_CLOEXEC)) >= 0;
+        if (!(s.lost_warned && *s.lost_warned == s.committed->file)) {
+          s.lost_warned = s.committed->file;
+          s.files_lost->Increment();
+          log::warn("log_sources: ", path, ": the file of the committed position (inode ",
+                    s.committed->file.ino, ", offset ", s.committed->offset,
+                    ") is neither at this path nor at ", path, ".1 or ", path,
+                    ".2; lines after that offset of it are lost; reading ",
+                    dot1 ? path + ".1" : path, " from its start");
+        }
+        if (dot1) {
+          // The file after the lost one (rotated while stopped), then PATH.
+          s.file.reset(fd);
+          s.read_from = 0;
+          s.on_rotated = true;
+        }
       }
     }
     if (s.file.fd < 0) {
@@ -459,7 +479,9 @@ bool log_ingester::run_source(source_state& s) {
     // its last newline (a write cut short, or the inside of an over-long line) are then
     // one malformed (too_long) line.
     s.quiet_cycles = size == s.seen_size ? s.quiet_cycles + 1 : 0;
-    switch_to_new = path_exists && s.quiet_cycles >= 2;
+    const bool next_exists =
+        s.next_path.empty() ? path_exists : ::access(s.next_path.c_str(), R_OK) == 0;
+    switch_to_new = next_exists && s.quiet_cycles >= 2;
     if (switch_to_new && end < size) {
       ++tally[skipping ? too_long : malformed];
       log::warn("log_sources: ", path, ": the rotated file ends in ", size - end,
@@ -475,7 +497,8 @@ bool log_ingester::run_source(source_state& s) {
 
   log_position to;
   if (switch_to_new) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const std::string& next = s.next_path.empty() ? path : s.next_path;
+    const int fd = ::open(next.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
     fd_guard g;
     g.reset(fd);

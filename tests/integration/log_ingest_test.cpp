@@ -154,6 +154,23 @@ TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {
   ASSERT_TRUE(exact());
 }
 
+TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  d.reset();
+  counted(2, log_);  // the committed file A, then rotated twice: PATH.2
+  fs::rename(log_, log_ + ".1");
+  counted(3, log_);  // B: PATH.1
+  fs::rename(log_ + ".1", log_ + ".2");
+  fs::rename(log_, log_ + ".1");
+  counted(4, log_);  // C: PATH
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+}
+
 TEST_F(LogIngest, MissingPositionsTableIsAFatalError) {
   shared_mariadb().query_int(db_, "SELECT 1");
   auto c = shared_mariadb().connect(db_);
