@@ -157,6 +157,7 @@ bool verify_database(const config::daemon_config& cfg) {
                            "slotted-counterd --migrate",
                        true);
   }
+  if (!cfg.log_sources.empty()) logs::verify_positions_table(*conn);
   return true;
 }
 
@@ -212,6 +213,11 @@ void application::start() {
   probe_.start();
   roller_.start();
   pruner_.start();
+  if (!cfg_.log_sources.empty()) {
+    logs_ = std::make_unique<logs::log_ingester>(logs::ingest_settings_for(cfg_), pool_,
+                                                 metrics_.prometheus_registry());
+    logs_->start();
+  }
   for (auto& l : listeners_) l->run();
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) {
@@ -381,6 +387,7 @@ int application::run_until_stopped() {
 
   roller_.stop();
   pruner_.stop();
+  if (logs_) logs_->stop();
   probe_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
   if (committer_) committer_->stop();

@@ -25,6 +25,8 @@
 #include "http/listener.hpp"
 #include "http/router.hpp"
 #include "idempotency/keyed_store.hpp"
+#include "logs/log_ingest.hpp"
+#include "db/log_positions.hpp"
 #include "metrics/metrics.hpp"
 #include "retention/pruner.hpp"
 #include "rollup/rollup.hpp"
@@ -128,6 +130,8 @@ class application final : public http::backend {
   rollup::roller roller_;
   // Deletes buckets past their retention (counters[].buckets).
   retention::pruner pruner_;
+  // Counts from access logs (log_sources), when configured.
+  std::unique_ptr<logs::log_ingester> logs_;
   http::router router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;

@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/log_sources_parse.hpp"
 #include "model/increment.hpp"
 
 namespace slotted::config {
@@ -858,6 +859,8 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   const YAML::Node root = load_one_document(yaml_text, origin);
   daemon_config cfg;
   checker c(origin);
+  YAML::Node log_sources;  // parsed once the counters are known
+  std::string log_sources_key;
   c.mapping(
       root, "",
       {
@@ -876,7 +879,20 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
           {"shutdown_timeout",
            [&](auto& v, auto& p) { c.time_span(v, p, 100ms, 1h, cfg.shutdown_timeout); }},
           {"log", [&](auto& v, auto& p) { parse_log(c, v, p, cfg.log); }},
+          {"log_sources",
+           [&](auto& v, auto& p) {
+             log_sources = v;
+             log_sources_key = p;
+           }},
       });
+  if (log_sources.IsDefined()) {
+    parse_log_sources(
+        log_sources, log_sources_key, cfg.counters,
+        [&c](const YAML::Node& at, const std::string& key, const std::string& msg) {
+          c.fail(at, key, msg);
+        },
+        cfg.log_sources);
+  }
 
   if (cfg.instance_id.empty()) cfg.instance_id = default_instance_id();
   for (auto& p : apply_credentials(cfg.mysql, over)) c.fail_flag(std::move(p));
@@ -978,6 +994,7 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   restart(a.shutdown_timeout != b.shutdown_timeout, "shutdown_timeout");
   restart(a.idempotency.window != b.idempotency.window, "idempotency.window");
   restart(a.idempotency.max_keys != b.idempotency.max_keys, "idempotency.max_keys");
+  restart(a.log_sources != b.log_sources, "log_sources");
   return plan;
 }
 

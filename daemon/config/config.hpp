@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/duration.hpp"
+#include "config/log_sources.hpp"
 #include "model/buckets.hpp"
 
 namespace slotted::config {
@@ -138,6 +139,7 @@ struct daemon_config {
   idempotency_config idempotency;
   duration shutdown_timeout = std::chrono::seconds(30);
   log_level log = log_level::info;
+  std::vector<log_source> log_sources;  // config/log_sources.hpp
 };
 
 class config_error : public std::runtime_error {

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "db/log_positions.hpp"
 #include "model/errors.hpp"
 
 namespace slotted::db {
@@ -21,6 +22,7 @@ void migrate(connection& conn, const std::string& table) {
   conn.execute(create_adoptions_table());
   conn.execute(create_idempotency_keys_table());
   migrate_idempotency_keys(conn);
+  conn.execute(logs::create_positions_table());
 }
 
 void migrate_idempotency_keys(connection& conn) {

@@ -56,6 +56,8 @@ class registry {
 
  public:
   registry();
+  // For a component that registers its own families (logs::log_ingester).
+  prometheus::Registry& prometheus_registry() { return *registry_; }
 
   void observe_request(route r, unsigned status, double seconds);
   void reject(reject_reason reason, std::size_t increments);

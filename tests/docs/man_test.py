@@ -42,6 +42,10 @@ PREFIX = {
     "parse_wal": "wal.",
     "parse_idempotency": "idempotency.",
     "parse_log": "log.",
+    # daemon/config/log_sources.cpp
+    "parse_log_sources": "log_sources[].",
+    "parse_rules": "log_sources[].rules[].",
+    "parse_json_fields": "log_sources[].json.",
 }
 # Keys the parser takes through another mechanism than a mapping of names.
 GRANULARITIES = ("hour", "day")  # store::granularity_named, counters[].buckets.<g>
@@ -54,13 +58,14 @@ def read(*parts):
 
 def parser_keys(source):
     """Every key path daemon/config/config.cpp accepts, from its mapping tables."""
-    text = read(source, "daemon", "config", "config.cpp")
+    text = read(source, "daemon", "config", "config.cpp") + "\n" + read(
+        source, "daemon", "config", "log_sources.cpp")
     keys = set()
     # Function bodies: from one top-level definition to the next.
     defs = list(re.finditer(r"^[A-Za-z][\w:<>, ]*?\b(\w+)\(", text, re.M))
     for i, d in enumerate(defs):
         body = text[d.end():defs[i + 1].start() if i + 1 < len(defs) else len(text)]
-        found = re.findall(r'\{"([a-z_]+)",\s*(?:\[|file\(|column\()', body)
+        found = re.findall(r'\{"([a-z_]+)",\s*(?:\[|file\(|column\(|field\()', body)
         if not found:
             continue
         name = d.group(1)
@@ -70,7 +75,7 @@ def parser_keys(source):
         keys.update(PREFIX[name] + k for k in found)
     # Sections that are mappings of their own are documented by their leaves.
     keys -= {"listen", "http", "mysql", "flush", "rollup", "wal", "idempotency", "log",
-             "mysql.tls", "counters[].rollup", "counters[].buckets"}
+             "mysql.tls", "counters[].rollup", "counters[].buckets", "log_sources[].json"}
     keys.update(f"counters[].buckets.{g}" for g in GRANULARITIES)
     keys.add("counters")
     return keys

@@ -6,6 +6,10 @@
 - examples/nginx/downloads.conf, unchanged but for its three placeholders, in a real
   nginx: every download of /downloads/<id> is counted exactly once, nothing else is
   counted, and the mirrored POSTs reuse upstream keep-alive connections.
+- examples/nginx/access-log.conf and access-log.yaml, in a real nginx: GETs, HEADs,
+  Range GETs, 404s and other paths, the log rotated by rename + USR1 while the daemon
+  runs and while it is SIGKILLed; the counts equal, per id, the GET 200 lines of
+  /downloads/<id> in all the log files, exactly.
 - examples/client/slotted_client.py: posts to the real daemon; with exactly_once,
   retries with one Idempotency-Key on 503 (honouring Retry-After) and on a timeout;
   fire-and-forget calls send no key and are retried after a 503 only; never retries a
@@ -24,6 +28,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import re
+import signal
 import threading
 import time
 
@@ -45,8 +51,8 @@ def metric(daemon, series):
     raise Failure(f"{series} is not in /metrics")
 
 
-def table_counts(db):
-    r = db.sql("SELECT record_type, record_id, SUM(count) FROM app.slotted_counters "
+def table_counts(db, database="app"):
+    r = db.sql(f"SELECT record_type, record_id, SUM(count) FROM {database}.slotted_counters "
                "GROUP BY record_type, record_id")
     if r.returncode != 0:
         raise Failure(f"SELECT failed: {r.stderr.decode(errors='replace')}")
@@ -64,8 +70,9 @@ def flush(daemon):
 
 
 class Nginx:
-    def __init__(self, root, source, daemon_port):
-        self.dir = os.path.join(root, "nginx")
+    def __init__(self, root, source, daemon_port, site="downloads.conf", name="nginx"):
+        self.dir = os.path.join(root, name)
+        self.log = os.path.join(self.dir, "access.log")
         self.files = os.path.join(self.dir, "files")
         os.makedirs(os.path.join(self.files, "downloads"))
         os.makedirs(os.path.join(self.dir, "tmp"))
@@ -73,9 +80,9 @@ class Nginx:
             with open(os.path.join(self.files, "downloads", str(i)), "w") as f:
                 f.write(f"file {i}\n" * 10)
         self.port = free_port()
-        with open(os.path.join(source, "examples", "nginx", "downloads.conf")) as f:
+        with open(os.path.join(source, "examples", "nginx", site)) as f:
             site = f.read()
-        site = (site.replace("@DAEMON@", f"127.0.0.1:{daemon_port}")
+        site = (site.replace("@DAEMON@", f"127.0.0.1:{daemon_port}").replace("@LOG@", self.log)
                 .replace("@LISTEN@", f"127.0.0.1:{self.port}").replace("@FILES@", self.files))
         with open(os.path.join(self.dir, "downloads.conf"), "w") as f:
             f.write(site)
@@ -114,6 +121,94 @@ http {{
 
     def stop(self):
         stop_process(self.proc, "nginx", sig=15)
+
+    def reopen_logs(self):
+        with open(os.path.join(self.dir, "nginx.pid")) as f:
+            os.kill(int(f.read().strip()), signal.SIGUSR1)
+
+
+LOG_LINE = re.compile(r'"GET /downloads/([0-9]{1,19})(?:/[^ ?]*)?(?:\?[^ ]*)? HTTP/1\.[01]" 200 ')
+
+
+def log_downloads(paths):
+    """Per id, the GET 200 lines of /downloads/<id> in the log files."""
+    out = {}
+    for p in paths:
+        if not os.path.exists(p):
+            continue
+        with open(p, errors="replace") as f:
+            for line in f:
+                m = LOG_LINE.search(line)
+                if m:
+                    out[int(m.group(1))] = out.get(int(m.group(1)), 0) + 1
+    return out
+
+
+def check_nginx_access_log(ctx):
+    ng = ctx.log_nginx
+    sent = {}
+
+    def traffic(rounds):
+        conn = http.client.HTTPConnection("127.0.0.1", ng.port, timeout=10)
+        for n in range(rounds):
+            i = IDS[n % len(IDS)]
+            conn.request("GET", f"/downloads/{i}")
+            r = conn.getresponse()
+            r.read()
+            if r.status != 200:
+                raise Failure(f"GET /downloads/{i}: {r.status}")
+            sent[i] = sent.get(i, 0) + 1
+            # Not downloads: a HEAD, a Range request (206), a 404 under /downloads/,
+            # another path.
+            conn.request("HEAD", f"/downloads/{i}")
+            conn.getresponse().read()
+            conn.request("GET", f"/downloads/{i}", headers={"Range": "bytes=0-3"})
+            r = conn.getresponse()
+            r.read()
+            if r.status != 206:
+                raise Failure(f"Range GET: {r.status}")
+            for path in ("/downloads/999999", "/downloads/abc", "/other/1"):
+                conn.request("GET", path)
+                conn.getresponse().read()
+        conn.close()
+
+    def exact(what):
+        def same():
+            got = {i: c for (t, i), c in table_counts(ctx.db, "logs").items() if t == 123}
+            return got == sent
+        try:
+            wait_for(what, same, 30)
+        except Failure:
+            got = table_counts(ctx.db, "logs")
+            raise Failure(f"{what}: table {got}, sent {sent}, log {log_downloads(logs)}")
+
+    logs = [ng.log + ".2", ng.log + ".1", ng.log]
+    traffic(100)
+    exact("the first downloads counted")
+    # Rotation while the daemon runs.
+    os.rename(ng.log, ng.log + ".1")
+    traffic(20)  # still written to the renamed file until the reopen
+    ng.reopen_logs()
+    traffic(50)
+    exact("the downloads around a rotation counted")
+    # SIGKILL, downloads and a rotation while it is down, then a restart.
+    ctx.log_daemon.proc.kill()
+    ctx.log_daemon.proc.wait(10)
+    traffic(30)
+    os.rename(ng.log + ".1", ng.log + ".2")
+    os.rename(ng.log, ng.log + ".1")
+    traffic(10)
+    ng.reopen_logs()
+    traffic(40)
+    ctx.log_daemon = Daemon(ctx.log_daemon.binary, ctx.log_daemon.config,
+                            ctx.log_daemon.logpath)
+    ctx.log_daemon.start()
+    ctx.log_daemon.wait_listening()
+    exact("the downloads across a SIGKILL and a rotation counted")
+    in_logs = log_downloads(logs)
+    if in_logs != sent:
+        raise Failure(f"the logs hold {in_logs} GET 200 downloads, the client made {sent}")
+    return f"{sum(sent.values())} downloads counted exactly, equal to the GET 200 lines of 3 log files"
 
 
 def check_nginx_mirror(ctx):
@@ -351,7 +446,7 @@ def main():
     ctx = Ctx()
     ctx.tmp = tempfile.mkdtemp(prefix="slotted-examples-")
     os.chmod(ctx.tmp, 0o755)  # nginx's workers (nobody, when run as root) read the files
-    ctx.db = ctx.daemon = ctx.nginx = None
+    ctx.db = ctx.daemon = ctx.nginx = ctx.log_nginx = ctx.log_daemon = None
     runner = Runner()
     try:
         missing = [t for t in ("nginx", "mariadbd", "mariadb-install-db", "mariadb") if not shutil.which(t)]
@@ -376,12 +471,32 @@ def main():
         ctx.daemon.wait_listening()
         ctx.nginx = Nginx(ctx.tmp, source, ctx.daemon.port)
         ctx.nginx.start()
+        # The access log way: its own nginx, daemon and database.
+        ctx.db.sql("CREATE DATABASE logs")
+        ctx.log_nginx = Nginx(ctx.tmp, source, 0, site="access-log.conf", name="nginx-log")
+        with open(os.path.join(source, "examples", "nginx", "access-log.yaml")) as f:
+            example = f.read().replace("/var/log/nginx/access.log", ctx.log_nginx.log)
+        log_cfg = os.path.join(ctx.tmp, "daemon-log.yaml")
+        write_config(log_cfg, ctx.db, "examples-log", example)
+        with open(log_cfg) as f:
+            text = (f.read().replace("accept_undeclared_types: true", "accept_undeclared_types: false")
+                    .replace("database: app", "database: logs").replace("interval: 200ms", "interval: 100ms"))
+        with open(log_cfg, "w") as f:
+            f.write(text)
+        migrate(os.path.abspath(args.daemon), log_cfg)
+        ctx.log_daemon = Daemon(os.path.abspath(args.daemon), log_cfg,
+                                os.path.join(ctx.tmp, "daemon-log.log"))
+        ctx.log_daemon.start()
+        ctx.log_daemon.wait_listening()
+        ctx.log_nginx.start()
     except Failure as e:
         print(f"FAIL setup: {e}", flush=True)
         runner.failed += 1
     else:
         runner.run("nginx: mirror counts every download once over upstream keep-alive",
                    check_nginx_mirror, ctx)
+        runner.run("nginx: the access log counts every GET 200 download once, across rotations "
+                   "and a SIGKILL", check_nginx_access_log, ctx)
         runner.run("client: posts to the daemon, 400 not retried", check_client_real_daemon, ctx,
                    slotted_client)
         runner.run("client: retries with one key, honours Retry-After", check_client_retries, ctx,
@@ -389,7 +504,7 @@ def main():
         runner.run("client: a retry after a lost answer is counted once", check_client_lost_answer,
                    ctx, slotted_client)
     finally:
-        for part in (ctx.nginx, ctx.daemon, ctx.db):
+        for part in (ctx.log_nginx, ctx.log_daemon, ctx.nginx, ctx.daemon, ctx.db):
             if part is not None:
                 part.stop()
         shutil.rmtree(ctx.tmp, ignore_errors=True)

@@ -735,7 +735,17 @@ def main():
             if r.returncode != 0:
                 raise Failure(f"CREATE DATABASE failed: {r.stderr.decode(errors='replace')}")
             cfg = os.path.join(ctx.tmp, "daemon.yaml")
-            write_config(cfg, ctx.db, "ops-test")
+            # An access log source, so the dashboard's log panels have data.
+            access_log = os.path.join(ctx.tmp, "access.log")
+            with open(access_log, "w") as f:
+                for i in range(10):
+                    f.write(f'192.0.2.1 - - [26/Nov/2026:10:00:0{i} +0000] "GET /downloads/{i}/f '
+                            'HTTP/1.1" 200 10 "-" "ops"\n')
+                f.write("not a log line\n")
+            write_config(cfg, ctx.db, "ops-test",
+                         "counters: [{name: ops_downloads, record_type: 900}]\n"
+                         f"log_sources: [{{path: {access_log}, rules: "
+                         "[{counter: ops_downloads, path: '^/downloads/([0-9]+)/'}]}]\n")
             migrate(ctx.daemon_path, cfg)
             ctx.daemon = Daemon(ctx.daemon_path, cfg, os.path.join(ctx.tmp, "daemon.log"))
             ctx.daemon.start()

@@ -1,0 +1,249 @@
+#include <boost/regex.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "config/log_sources_parse.hpp"
+
+namespace slotted::config {
+namespace {
+
+using handler = std::function<void(const YAML::Node& value, const std::string& path)>;
+
+class walker {
+ public:
+  explicit walker(const log_sources_fail& fail) : fail_(fail) {}
+
+  void fail(const YAML::Node& at, const std::string& key, const std::string& msg) const {
+    fail_(at, key, msg);
+  }
+
+  // Calls the handler of each known key; unknown keys and duplicates are problems.
+  void mapping(const YAML::Node& node, const std::string& path,
+               const std::map<std::string, handler>& handlers) const {
+    if (!node.IsMap()) {
+      fail(node, path, "expected a mapping");
+      return;
+    }
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
+      const std::string key = key_node.IsScalar() ? key_node.Scalar() : std::string("?");
+      const std::string full = path + "." + key;
+      if (!seen.insert(key).second) {
+        fail(key_node, full, "duplicate key");
+        continue;
+      }
+      const auto h = handlers.find(key);
+      if (h == handlers.end()) {
+        fail(key_node, full, "unknown key");
+        continue;
+      }
+      h->second(value, full);
+    }
+  }
+
+  bool text(const YAML::Node& v, const std::string& path, std::string& out) const {
+    if (!v.IsScalar() || v.Scalar().empty()) {
+      fail(v, path, "expected a non-empty value");
+      return false;
+    }
+    out = v.Scalar();
+    return true;
+  }
+
+ private:
+  const log_sources_fail& fail_;
+};
+
+bool is_method(const std::string& m) {
+  return !m.empty() && m.size() <= 32 &&
+         std::all_of(m.begin(), m.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+}
+
+void parse_methods(const walker& w, const YAML::Node& v, const std::string& p,
+                   std::vector<std::string>& out) {
+  if (!v.IsSequence() || v.size() == 0) {
+    w.fail(v, p, "expected a non-empty list of methods, e.g. [GET]");
+    return;
+  }
+  std::vector<std::string> found;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string ip = p + "[" + std::to_string(i) + "]";
+    std::string m;
+    if (!w.text(v[i], ip, m)) continue;
+    if (!is_method(m)) {
+      w.fail(v[i], ip, "'" + m + "' is not a method (upper-case letters, e.g. GET)");
+      continue;
+    }
+    found.push_back(m);
+  }
+  out = std::move(found);
+}
+
+void parse_statuses(const walker& w, const YAML::Node& v, const std::string& p,
+                    std::vector<unsigned>& out) {
+  if (!v.IsSequence() || v.size() == 0) {
+    w.fail(v, p, "expected a non-empty list of statuses, e.g. [200]");
+    return;
+  }
+  std::vector<unsigned> found;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string ip = p + "[" + std::to_string(i) + "]";
+    std::string s;
+    if (!w.text(v[i], ip, s)) continue;
+    unsigned status = 0;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), status);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size() || status < 100 || status > 599) {
+      w.fail(v[i], ip, "expected an HTTP status in [100, 599], got '" + s + "'");
+      continue;
+    }
+    found.push_back(status);
+  }
+  out = std::move(found);
+}
+
+// The pattern compiles and has a capture group (the record_id).
+void check_pattern(const walker& w, const YAML::Node& at, const std::string& p,
+                   const std::string& pattern) {
+  if (pattern.size() > 1000) {
+    w.fail(at, p, "the pattern is longer than 1000 characters");
+    return;
+  }
+  try {
+    const boost::regex re(pattern);
+    if (re.mark_count() < 1) {
+      w.fail(at, p,
+             "'" + pattern +
+                 "' has no capture group: its first one, e.g. ([0-9]+), reads the record_id");
+    }
+  } catch (const boost::regex_error& e) {
+    w.fail(at, p, "'" + pattern + "' is not a valid regular expression: " + e.what());
+  }
+}
+
+void parse_rules(const walker& w, const YAML::Node& v, const std::string& p,
+                 const std::vector<counter_decl>& counters, std::vector<log_rule>& out) {
+  if (!v.IsSequence() || v.size() == 0) {
+    w.fail(v, p, "expected a non-empty list of rules {counter, path[, methods][, statuses]}");
+    return;
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const YAML::Node item = v[i];
+    const std::string ip = p + "[" + std::to_string(i) + "]";
+    log_rule r;
+    bool has_counter = false, has_path = false;
+    w.mapping(item, ip,
+              {
+                  {"counter",
+                   [&](auto& a, auto& ap) {
+                     if (!w.text(a, ap, r.counter)) return;
+                     has_counter = true;
+                     const bool declared =
+                         std::any_of(counters.begin(), counters.end(),
+                                     [&](const counter_decl& c) { return c.name == r.counter; });
+                     if (!declared) {
+                       w.fail(a, ap,
+                              "'" + r.counter + "' is not a declared counter (counters[].name)");
+                     }
+                   }},
+                  {"path",
+                   [&](auto& a, auto& ap) {
+                     if (!w.text(a, ap, r.path)) return;
+                     has_path = true;
+                     check_pattern(w, a, ap, r.path);
+                   }},
+                  {"methods", [&](auto& a, auto& ap) { parse_methods(w, a, ap, r.methods); }},
+                  {"statuses", [&](auto& a, auto& ap) { parse_statuses(w, a, ap, r.statuses); }},
+              });
+    if (!item.IsMap()) continue;
+    if (!has_counter) w.fail(item, ip + ".counter", "missing");
+    if (!has_path) w.fail(item, ip + ".path", "missing");
+    out.push_back(std::move(r));
+  }
+}
+
+void parse_json_fields(const walker& w, const YAML::Node& v, const std::string& p,
+                       log_json_fields& f) {
+  const auto field = [&w](std::string& out) {
+    return [&w, &out](const YAML::Node& a, const std::string& ap) { w.text(a, ap, out); };
+  };
+  w.mapping(v, p,
+            {
+                {"time", field(f.time)},
+                {"method", field(f.method)},
+                {"path", field(f.path)},
+                {"status", field(f.status)},
+            });
+}
+
+}  // namespace
+
+void parse_log_sources(const YAML::Node& v, const std::string& p,
+                       const std::vector<counter_decl>& counters, const log_sources_fail& fail,
+                       std::vector<log_source>& out) {
+  if (v.IsNull()) return;
+  const walker w(fail);
+  if (!v.IsSequence()) {
+    w.fail(v, p, "expected a list of sources {path, format, rules}");
+    return;
+  }
+  std::set<std::string> paths;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const YAML::Node item = v[i];
+    const std::string ip = p + "[" + std::to_string(i) + "]";
+    log_source s;
+    bool has_path = false, has_rules = false, has_json = false;
+    w.mapping(item, ip,
+              {
+                  {"path",
+                   [&](auto& a, auto& ap) {
+                     if (!w.text(a, ap, s.path)) return;
+                     has_path = true;
+                     const std::filesystem::path fp(s.path);
+                     if (!fp.is_absolute() || !fp.has_filename()) {
+                       w.fail(a, ap, "expected an absolute path of a file, got '" + s.path + "'");
+                       return;
+                     }
+                     s.path = fp.lexically_normal().string();
+                     // The key of its positions row (VARBINARY(512)).
+                     if (s.path.size() > 512) w.fail(a, ap, "longer than 512 bytes");
+                     if (!paths.insert(s.path).second)
+                       w.fail(a, ap, "'" + s.path + "' is listed twice");
+                   }},
+                  {"format",
+                   [&](auto& a, auto& ap) {
+                     std::string f;
+                     if (!w.text(a, ap, f)) return;
+                     if (f == "combined")
+                       s.format = log_format::combined;
+                     else if (f == "json")
+                       s.format = log_format::json;
+                     else
+                       w.fail(a, ap, "expected one of combined | json, got '" + f + "'");
+                   }},
+                  {"json",
+                   [&](auto& a, auto& ap) {
+                     has_json = true;
+                     parse_json_fields(w, a, ap, s.json);
+                   }},
+                  {"rules",
+                   [&](auto& a, auto& ap) {
+                     has_rules = true;
+                     parse_rules(w, a, ap, counters, s.rules);
+                   }},
+              });
+    if (!item.IsMap()) continue;
+    if (!has_path) w.fail(item, ip + ".path", "missing");
+    if (!has_rules) w.fail(item, ip + ".rules", "missing");
+    if (has_json && s.format != log_format::json)
+      w.fail(item, ip + ".json", "only with format: json");
+    out.push_back(std::move(s));
+  }
+}
+
+}  // namespace slotted::config

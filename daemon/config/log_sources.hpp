@@ -1,0 +1,44 @@
+#pragma once
+// log_sources (docs/configuration.md, Counting from access logs): the web server access
+// logs the daemon reads increments from, beside HTTP. Plain values, validated by
+// parse_log_sources (log_sources_parse.hpp) as part of load_config().
+
+#include <string>
+#include <vector>
+
+namespace slotted::config {
+
+enum class log_format { combined, json };
+
+// log_sources[].rules[i]: lines whose method and status are listed and whose request
+// path (query string cut off, not decoded) `path` finds count one for the counter named
+// `counter`, under the record_id its first capture group reads (a decimal number).
+struct log_rule {
+  std::string counter;
+  std::string path;  // a regular expression (Perl syntax, boost::regex), searched
+  std::vector<std::string> methods{"GET"};
+  std::vector<unsigned> statuses{200};
+  bool operator==(const log_rule&) const = default;
+};
+
+// log_sources[].json: the names of the fields of a `format: json` line.
+struct log_json_fields {
+  std::string time = "time";      // ISO 8601 with offset ($time_iso8601) or unix seconds ($msec)
+  std::string method = "method";  // $request_method
+  std::string path = "path";      // $request_uri (its query string is cut off)
+  std::string status = "status";  // $status, a number or a string of digits
+  bool operator==(const log_json_fields&) const = default;
+};
+
+struct log_source {
+  std::string path;  // absolute
+  log_format format = log_format::combined;
+  log_json_fields json;
+  std::vector<log_rule> rules;
+  bool operator==(const log_source&) const = default;
+};
+
+// A line longer than this (its newline included) is skipped, never buffered whole.
+inline constexpr std::size_t max_log_line_bytes = 16384;
+
+}  // namespace slotted::config

@@ -1,0 +1,368 @@
+#include "logs/line_parser.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <exception>
+
+#include "model/increment.hpp"
+
+namespace slotted::logs {
+namespace {
+
+bool digits(std::string_view s, std::size_t pos, std::size_t n, unsigned& out) {
+  if (pos + n > s.size()) return false;
+  unsigned v = 0;
+  for (std::size_t i = pos; i < pos + n; ++i) {
+    const char c = s[i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<unsigned>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+int month_of(std::string_view m) {
+  static constexpr const char* names[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  for (int i = 0; i < 12; ++i)
+    if (m == names[i]) return i + 1;
+  return 0;
+}
+
+// "+hhmm" / "-hhmm" / "+hh:mm" at `pos` (`colon`: the ISO form): seconds east of UTC.
+bool offset_at(std::string_view s, std::size_t pos, bool colon, std::int64_t& out) {
+  if (pos >= s.size() || (s[pos] != '+' && s[pos] != '-')) return false;
+  unsigned hh = 0, mm = 0;
+  if (!digits(s, pos + 1, 2, hh)) return false;
+  const std::size_t mpos = pos + 3 + (colon ? 1 : 0);
+  if (colon && (pos + 3 >= s.size() || s[pos + 3] != ':')) return false;
+  if (!digits(s, mpos, 2, mm) || mpos + 2 != s.size()) return false;
+  const std::int64_t off = static_cast<std::int64_t>(hh) * 3600 + mm * 60;
+  out = s[pos] == '-' ? -off : off;
+  return true;
+}
+
+bool valid_civil(unsigned year, unsigned mon, unsigned day, unsigned h, unsigned mi, unsigned sec) {
+  return year >= 1970 && year <= 9999 && mon >= 1 && mon <= 12 && day >= 1 && day <= 31 && h < 24 &&
+         mi < 60 && sec < 61;
+}
+
+// "10/Oct/2000:13:55:36 -0700"
+bool clf_time(std::string_view t, std::int64_t& at) {
+  if (t.size() != 26 || t[2] != '/' || t[6] != '/' || t[11] != ':' || t[14] != ':' ||
+      t[17] != ':' || t[20] != ' ')
+    return false;
+  unsigned day = 0, year = 0, h = 0, mi = 0, sec = 0;
+  const int mon = month_of(t.substr(3, 3));
+  std::int64_t off = 0;
+  if (!digits(t, 0, 2, day) || !digits(t, 7, 4, year) || !digits(t, 12, 2, h) ||
+      !digits(t, 15, 2, mi) || !digits(t, 18, 2, sec) || mon == 0 || !offset_at(t, 21, false, off))
+    return false;
+  if (!valid_civil(year, static_cast<unsigned>(mon), day, h, mi, sec)) return false;
+  at = unix_seconds(static_cast<int>(year), static_cast<unsigned>(mon), day, h, mi, sec) - off;
+  return at >= 0;
+}
+
+// "2000-10-10T13:55:36-07:00", "...Z", an optional fraction; or "1700000000.123".
+bool json_time(std::string_view t, std::int64_t& at) {
+  if (!t.empty() && t.find('-') == std::string_view::npos && t.find('T') == std::string_view::npos) {
+    std::int64_t v = 0;
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (r.ec != std::errc() || v < 0) return false;
+    if (r.ptr != t.data() + t.size()) {
+      if (*r.ptr != '.') return false;
+      for (const char* p = r.ptr + 1; p < t.data() + t.size(); ++p)
+        if (*p < '0' || *p > '9') return false;
+    }
+    at = v;
+    return true;
+  }
+  if (t.size() < 20 || t[4] != '-' || t[7] != '-' || (t[10] != 'T' && t[10] != ' ') ||
+      t[13] != ':' || t[16] != ':')
+    return false;
+  unsigned year = 0, mon = 0, day = 0, h = 0, mi = 0, sec = 0;
+  if (!digits(t, 0, 4, year) || !digits(t, 5, 2, mon) || !digits(t, 8, 2, day) ||
+      !digits(t, 11, 2, h) || !digits(t, 14, 2, mi) || !digits(t, 17, 2, sec))
+    return false;
+  std::size_t pos = 19;
+  if (pos < t.size() && t[pos] == '.') {
+    ++pos;
+    while (pos < t.size() && t[pos] >= '0' && t[pos] <= '9') ++pos;
+  }
+  std::int64_t off = 0;
+  if (pos < t.size() && t[pos] == 'Z') {
+    if (pos + 1 != t.size()) return false;
+  } else if (!offset_at(t, pos, true, off)) {
+    return false;
+  }
+  if (!valid_civil(year, mon, day, h, mi, sec)) return false;
+  at = unix_seconds(static_cast<int>(year), mon, day, h, mi, sec) - off;
+  return at >= 0;
+}
+
+// METHOD SP URI [SP PROTOCOL]: the path is the URI up to '?'.
+void split_request(std::string_view req, parsed_line& out) {
+  const auto sp = req.find(' ');
+  if (sp == std::string_view::npos) {
+    out.method = req;
+    out.path = {};
+    return;
+  }
+  out.method = req.substr(0, sp);
+  std::string_view uri = req.substr(sp + 1);
+  const auto end = uri.find_first_of(" ?");
+  if (end != std::string_view::npos) uri = uri.substr(0, end);
+  out.path = uri;
+}
+
+bool status_of(std::string_view s, unsigned& out) {
+  return s.size() == 3 && digits(s, 0, 3, out) && out >= 100;
+}
+
+}  // namespace
+
+std::int64_t unix_seconds(int y, unsigned m, unsigned d, unsigned hour, unsigned minute,
+                          unsigned second) {
+  // days_from_civil (H. Hinnant)
+  y -= m <= 2;
+  const int era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const std::int64_t days = static_cast<std::int64_t>(era) * 146097 + doe - 719468;
+  return days * 86400 + hour * 3600 + minute * 60 + second;
+}
+
+bool parse_combined(std::string_view line, parsed_line& out) {
+  const auto open = line.find('[');
+  if (open == std::string_view::npos || open + 27 > line.size() || line[open + 27] != ']')
+    return false;
+  if (!clf_time(line.substr(open + 1, 26), out.at)) return false;
+  std::size_t pos = open + 28;
+  if (pos + 1 >= line.size() || line[pos] != ' ' || line[pos + 1] != '"') return false;
+  pos += 2;
+  const std::size_t req_start = pos;
+  // The request ends at the first '"' not escaped by a backslash (Apache writes \";
+  // nginx writes \x22).
+  for (;;) {
+    const void* q = std::memchr(line.data() + pos, '"', line.size() - pos);
+    if (q == nullptr) return false;
+    const std::size_t at = static_cast<std::size_t>(static_cast<const char*>(q) - line.data());
+    std::size_t backslashes = 0;
+    while (at - backslashes > req_start && line[at - backslashes - 1] == '\\') ++backslashes;
+    pos = at;
+    if (backslashes % 2 == 0) break;
+    ++pos;
+  }
+  split_request(line.substr(req_start, pos - req_start), out);
+  if (pos + 5 > line.size() || line[pos + 1] != ' ') return false;
+  if (!status_of(line.substr(pos + 2, 3), out.status)) return false;
+  return pos + 5 == line.size() || line[pos + 5] == ' ';
+}
+
+namespace {
+
+// A JSON string starting at s[pos] == '"': its raw content (escapes kept), pos past it.
+bool json_string(std::string_view s, std::size_t& pos, std::string_view& raw, bool& escaped) {
+  if (pos >= s.size() || s[pos] != '"') return false;
+  const std::size_t start = ++pos;
+  escaped = false;
+  while (pos < s.size()) {
+    const char c = s[pos];
+    if (c == '"') {
+      raw = s.substr(start, pos - start);
+      ++pos;
+      return true;
+    }
+    if (c == '\\') {
+      escaped = true;
+      pos += 2;
+      continue;
+    }
+    if (static_cast<unsigned char>(c) < 0x20) return false;
+    ++pos;
+  }
+  return false;
+}
+
+void skip_space(std::string_view s, std::size_t& pos) {
+  while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == '\r')) ++pos;
+}
+
+int hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// JSON escapes undone (\uXXXX as UTF-8). False on a bad escape.
+bool unescape(std::string_view raw, std::string& out) {
+  out.clear();
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '\\') {
+      out.push_back(raw[i]);
+      continue;
+    }
+    if (++i >= raw.size()) return false;
+    switch (raw[i]) {
+      case '"': out.push_back('"'); break;
+      case '\\': out.push_back('\\'); break;
+      case '/': out.push_back('/'); break;
+      case 'b': out.push_back('\b'); break;
+      case 'f': out.push_back('\f'); break;
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case 'u': {
+        unsigned cp = 0;
+        for (int k = 1; k <= 4; ++k) {
+          const std::size_t at = i + static_cast<std::size_t>(k);
+          const int h = at < raw.size() ? hex(raw[at]) : -1;
+          if (h < 0) return false;
+          cp = cp * 16 + static_cast<unsigned>(h);
+        }
+        i += 4;
+        if (cp < 0x80) {
+          out.push_back(static_cast<char>(cp));
+        } else if (cp < 0x800) {
+          out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+          out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        } else {
+          out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+          out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+          out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        }
+        break;
+      }
+      default: return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool parse_json(std::string_view line, const config::log_json_fields& fields, parsed_line& out,
+                std::string& scratch) {
+  std::size_t pos = 0;
+  skip_space(line, pos);
+  if (pos >= line.size() || line[pos] != '{') return false;
+  ++pos;
+  bool has_time = false, has_method = false, has_path = false, has_status = false;
+  std::string_view path_raw;
+  bool path_escaped = false;
+  skip_space(line, pos);
+  if (pos < line.size() && line[pos] == '}') return false;
+  for (;;) {
+    skip_space(line, pos);
+    std::string_view key, value;
+    bool escaped = false, is_string = false;
+    if (!json_string(line, pos, key, escaped)) return false;
+    skip_space(line, pos);
+    if (pos >= line.size() || line[pos] != ':') return false;
+    ++pos;
+    skip_space(line, pos);
+    if (pos < line.size() && line[pos] == '"') {
+      if (!json_string(line, pos, value, escaped)) return false;
+      is_string = true;
+    } else {
+      const std::size_t start = pos;
+      while (pos < line.size() && line[pos] != ',' && line[pos] != '}' && line[pos] != ' ') ++pos;
+      value = line.substr(start, pos - start);
+      if (value.empty() || value.front() == '{' || value.front() == '[') return false;
+    }
+    if (key == fields.time) {
+      if (!json_time(value, out.at)) return false;
+      has_time = true;
+    } else if (key == fields.method) {
+      if (!is_string || escaped) return false;
+      out.method = value;
+      has_method = true;
+    } else if (key == fields.path) {
+      if (!is_string) return false;
+      path_raw = value;
+      path_escaped = escaped;
+      has_path = true;
+    } else if (key == fields.status) {
+      if (!status_of(value, out.status)) return false;
+      has_status = true;
+    }
+    skip_space(line, pos);
+    if (pos >= line.size()) return false;
+    if (line[pos] == ',') {
+      ++pos;
+      continue;
+    }
+    if (line[pos] != '}') return false;
+    ++pos;
+    skip_space(line, pos);
+    if (pos != line.size()) return false;
+    break;
+  }
+  if (!has_time || !has_method || !has_path || !has_status) return false;
+  if (path_escaped) {
+    if (!unescape(path_raw, scratch)) return false;
+    path_raw = scratch;
+  }
+  const auto q = path_raw.find('?');
+  out.path = q == std::string_view::npos ? path_raw : path_raw.substr(0, q);
+  return true;
+}
+
+std::string literal_prefix(std::string_view pattern) {
+  if (pattern.empty() || pattern.front() != '^') return {};
+  std::string out;
+  for (std::size_t i = 1; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (std::strchr(".[]{}()*+?|^$\\", c) != nullptr) {
+      // A quantifier applies to the literal before it, which is then not certain.
+      if ((c == '*' || c == '+' || c == '?' || c == '{') && !out.empty()) out.pop_back();
+      // An alternation at the top level makes the prefix uncertain altogether.
+      if (pattern.find('|') != std::string_view::npos) return {};
+      break;
+    }
+    out.push_back(c);
+  }
+  if (pattern.find('|') != std::string_view::npos) return {};
+  return out;
+}
+
+compiled_rule::compiled_rule(const config::log_rule& rule, std::uint32_t record_type)
+    : record_type_(record_type),
+      re_(rule.path),
+      prefix_(literal_prefix(rule.path)),
+      methods_(rule.methods),
+      statuses_(rule.statuses) {}
+
+bool line_time_accepted(std::int64_t at, std::int64_t now) {
+  return at >= 0 && at <= now + ingest::max_at_ahead_seconds;
+}
+
+std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line, std::uint64_t max_id,
+                                                  bool* failed) const noexcept {
+  if (failed != nullptr) *failed = false;
+  if (std::find(statuses_.begin(), statuses_.end(), line.status) == statuses_.end())
+    return std::nullopt;
+  if (std::find(methods_.begin(), methods_.end(), line.method) == methods_.end())
+    return std::nullopt;
+  if (line.path.size() < prefix_.size() || line.path.compare(0, prefix_.size(), prefix_) != 0)
+    return std::nullopt;
+  const char* first = line.path.data();
+  try {
+    if (!boost::regex_search(first, first + line.path.size(), m_, re_)) return std::nullopt;
+  } catch (const std::exception&) {
+    if (failed != nullptr) *failed = true;
+    return std::nullopt;
+  }
+  if (!m_[1].matched) return std::nullopt;
+  const char* b = m_[1].first;
+  const char* e = m_[1].second;
+  std::uint64_t id = 0;
+  const auto r = std::from_chars(b, e, id);
+  if (b == e || r.ec != std::errc() || r.ptr != e || *b == '+' || id > max_id) return std::nullopt;
+  return id;
+}
+
+}  // namespace slotted::logs

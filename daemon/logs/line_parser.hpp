@@ -1,0 +1,73 @@
+#pragma once
+// The access log line parsers (config/log_sources.hpp formats) and the rules that turn a
+// parsed line into counts. Pure, no I/O, no allocation per line for `combined`.
+
+#include <boost/regex.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/log_sources.hpp"
+
+namespace slotted::logs {
+
+// What a line says, as views into the line (or into `scratch` for an unescaped json path).
+struct parsed_line {
+  std::string_view method;
+  std::string_view path;  // the request path, its query string cut off, not decoded
+  unsigned status = 0;
+  std::int64_t at = 0;  // unix seconds
+};
+
+// nginx/Apache combined:
+//   $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent ...
+// The time "10/Oct/2000:13:55:36 -0700"; the request "METHOD URI PROTOCOL" (a request
+// that is no such line, "-" say, gives its whole text as the method and an empty path).
+// False: the line is not of that shape (malformed). `line` excludes its newline.
+bool parse_combined(std::string_view line, parsed_line& out);
+
+// One flat JSON object (nginx log_format ... escape=json), its fields named by `fields`.
+// The time: ISO 8601 with an offset or Z ($time_iso8601), or unix seconds with an
+// optional fraction ($msec). A path with escapes is unescaped into `scratch`.
+bool parse_json(std::string_view line, const config::log_json_fields& fields, parsed_line& out,
+                std::string& scratch);
+
+// Unix seconds of a civil UTC date and time.
+std::int64_t unix_seconds(int year, unsigned month, unsigned day, unsigned hour, unsigned minute,
+                          unsigned second);
+
+// Whether a line's time can be counted at `now` (unix seconds): from 1970 up to
+// now + ingest::max_at_ahead_seconds, the bound HTTP increments have. A later time is a
+// malformed line (its bucket could be one the database refuses).
+bool line_time_accepted(std::int64_t at, std::int64_t now);
+
+// One configured rule, compiled.
+class compiled_rule {
+ public:
+  compiled_rule(const config::log_rule& rule, std::uint32_t record_type);
+  // The record_id the line counts for under this rule, or nullopt: another method or
+  // status, a path the pattern does not find, or a first group that is not a decimal
+  // number of at most `max_id`.
+  // A pattern boost gives up on for this path (its complexity or memory limit) is no
+  // exception: nullopt, and `*failed` (when given) set to true (the line's outcome
+  // rule_error), so one hostile line cannot stop a source.
+  std::optional<std::uint64_t> match(const parsed_line& line, std::uint64_t max_id,
+                                     bool* failed = nullptr) const noexcept;
+  std::uint32_t record_type() const { return record_type_; }
+
+ private:
+  std::uint32_t record_type_;
+  boost::regex re_;
+  std::string prefix_;  // a literal the path must start with ("^/downloads/" -> "/downloads/")
+  std::vector<std::string> methods_;
+  std::vector<unsigned> statuses_;
+  mutable boost::cmatch m_;  // reused: one rule is matched by one thread
+};
+
+// The literal every path the pattern finds starts with (empty: none known).
+std::string literal_prefix(std::string_view pattern);
+
+}  // namespace slotted::logs

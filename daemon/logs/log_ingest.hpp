@@ -1,0 +1,90 @@
+#pragma once
+// Counting from access logs (docs/configuration.md, log_sources): one thread reads every
+// configured log and, each flush interval, commits per source the counts of the lines
+// read since its committed position together with the new position, in one
+// transaction (positions.hpp). Nothing is held in memory between two commits: after any
+// failure the lines are read again from the committed position, so a line is counted
+// exactly once whatever happens (a SIGKILL, a lost connection, a database outage).
+//
+// A file is followed by its identity (positions.hpp file_identity): after a rename
+// rotation (PATH renamed to PATH.1, a new PATH opened by the web server) the open file
+// is read to its end and then the new PATH from its start, also across a stop (the
+// committed identity is looked for at PATH, then at PATH.1). A file cut below the
+// position (copytruncate) is read again from 0.
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/config.hpp"
+#include "db/pool.hpp"
+#include "model/buckets.hpp"
+
+namespace slotted::logs {
+
+struct ingest_settings {
+  std::string instance_id;
+  std::string table;
+  std::vector<config::log_source> sources;
+  std::vector<config::counter_decl> counters;
+  store::bucket_spec buckets;
+  unsigned slots = 100;
+  std::chrono::milliseconds interval{1000};
+  std::size_t max_rows_per_statement = 1000;
+  // The largest record_id the counters table holds (read from it at the first pass).
+  std::uint64_t max_record_id = UINT64_MAX;
+  // The bytes one commit reads at most (a backlog is committed in several batches, back
+  // to back).
+  std::size_t max_batch_bytes = 64u << 20;
+};
+
+ingest_settings ingest_settings_for(const config::daemon_config& cfg);
+
+struct source_state;
+
+class log_ingester {
+ public:
+  log_ingester(ingest_settings settings, db::pool& pool, prometheus::Registry& registry);
+  ~log_ingester();
+  log_ingester(const log_ingester&) = delete;
+  log_ingester& operator=(const log_ingester&) = delete;
+
+  void start();
+  // Stops after the commit in progress; what is not committed is read again at the next
+  // start.
+  void stop();
+
+  // One pass over every source (the thread's work; public for tests and the bench).
+  // Returns true when some source has more to read at once (a backlog).
+  bool run_once();
+
+ private:
+  bool run_source(source_state& s);
+  void loop();
+
+  ingest_settings settings_;
+  db::pool& pool_;
+  std::vector<std::unique_ptr<source_state>> sources_;
+  prometheus::Family<prometheus::Counter>& lines_;
+  prometheus::Family<prometheus::Gauge>& lag_;
+  prometheus::Family<prometheus::Gauge>& last_commit_;
+  prometheus::Family<prometheus::Gauge>& missing_;
+  prometheus::Family<prometheus::Counter>& events_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool limits_read_ = false;
+  std::thread thread_;
+};
+
+}  // namespace slotted::logs

@@ -1,0 +1,184 @@
+// Counting from access logs (log_sources) against the real MariaDB: every matching line
+// counted exactly once through appends, a line written in two parts, garbage, rename
+// rotation while running and while the daemon is SIGKILLed, and copytruncate.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
+
+namespace slotted::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string line(std::uint64_t id, const char* method = "GET", unsigned status = 200,
+                 const std::string& prefix = "/d/") {
+  return "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"" + std::string(method) + " " + prefix +
+         std::to_string(id) + "/f.tgz?x=1 HTTP/1.1\" " + std::to_string(status) +
+         " 123 \"-\" \"curl/8\"\n";
+}
+
+void append(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::app | std::ios::binary) << text;
+}
+
+class LogIngest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = migrated_database(shared_mariadb());
+    char tmpl[] = "/tmp/slotted-logs-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    log_ = dir_ + "/access.log";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string yaml() const {
+    return daemon_yaml(shared_mariadb(), db_,
+                       "counters: [{name: dl, record_type: 7}]\n"
+                       "flush: {interval: 50ms}\n"
+                       "log_sources:\n"
+                       "  - path: " + log_ +
+                           "\n"
+                           "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
+  }
+
+  // Appends a matching GET 200 line for `id` and remembers it.
+  void counted(std::uint64_t id, const std::string& path) {
+    append(path, line(id));
+    ++expected_[id];
+  }
+
+  std::map<std::uint64_t, std::int64_t> counts() const {
+    std::map<std::uint64_t, std::int64_t> out;
+    for (const auto& [id, n] : expected_) {
+      out[id] = shared_mariadb().query_int(
+          db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 7 "
+               "AND record_id = " + std::to_string(id));
+    }
+    const auto total = shared_mariadb().query_int(
+        db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
+    std::int64_t want = 0;
+    for (const auto& [id, n] : expected_) want += n;
+    if (total != want) out[0] = total;  // a count for an id no line had
+    return out;
+  }
+
+  ::testing::AssertionResult exact() const {
+    if (eventually([&] { return counts() == expected_; }, 20s)) return ::testing::AssertionSuccess();
+    auto r = ::testing::AssertionFailure();
+    for (const auto& [id, n] : counts()) r << " id " << id << ": " << n << " (want " << (expected_.count(id) ? expected_.at(id) : 0) << ")";
+    return r;
+  }
+
+  std::string db_, dir_, log_;
+  std::map<std::uint64_t, std::int64_t> expected_;
+};
+
+TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  // A log that is not there yet: no crash, counted once it appears.
+  for (std::uint64_t id = 1; id <= 5; ++id) counted(id, log_);
+  append(log_, line(1, "HEAD") + line(2, "GET", 404) + line(3, "GET", 206) +
+                   line(4, "GET", 200, "/other/") + "garbage\n" + line(99, "POST"));
+  counted(2, log_);
+  ASSERT_TRUE(exact());
+
+  // A line written in two parts: counted once its newline is there.
+  const std::string l = line(6);
+  append(log_, l.substr(0, 20));
+  std::this_thread::sleep_for(300ms);  // several passes see the half line
+  append(log_, l.substr(20));
+  ++expected_[6];
+  ASSERT_TRUE(exact());
+
+  // Rename rotation while running: the old file still written to (the web server has
+  // not reopened yet), then the new one.
+  fs::rename(log_, log_ + ".1");
+  counted(7, log_ + ".1");
+  counted(8, log_);
+  counted(8, log_);
+  ASSERT_TRUE(exact());
+
+  // SIGKILL, then a rotation while it is down: the rest of the old file, then the new.
+  counted(9, log_);
+  d->signal(SIGKILL);
+  EXPECT_EQ(d->wait(10s), -SIGKILL);
+  d.reset();
+  counted(10, log_);
+  fs::rename(log_, log_ + ".1");
+  counted(11, log_);
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+
+  // Killed again while lines keep coming: nothing lost, nothing doubled.
+  for (int i = 0; i < 200; ++i) counted(20 + i % 7, log_);
+  d->signal(SIGKILL);
+  EXPECT_EQ(d->wait(10s), -SIGKILL);
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+
+  // copytruncate: the file cut to 0 under the reader, then written again.
+  fs::resize_file(log_, 0);
+  counted(12, log_);
+  counted(13, log_);
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  // A restart reads nothing twice.
+  d = std::make_unique<daemon_process>(yaml());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(exact());
+  const auto positions = shared_mariadb().query_int(
+      db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
+  EXPECT_EQ(positions, 1);
+}
+
+TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {
+  daemon_process d(yaml());
+  counted(1, log_);
+  append(log_, line(2).substr(0, 30));  // a write cut short: no newline, ever
+  ASSERT_TRUE(exact());
+  fs::rename(log_, log_ + ".1");
+  counted(3, log_);
+  counted(3, log_);
+  // The old file is left (its tail one malformed line) and the new one read.
+  ASSERT_TRUE(exact());
+}
+
+TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  d.reset();
+  counted(2, log_);  // the committed file A, then rotated twice: PATH.2
+  fs::rename(log_, log_ + ".1");
+  counted(3, log_);  // B: PATH.1
+  fs::rename(log_ + ".1", log_ + ".2");
+  fs::rename(log_, log_ + ".1");
+  counted(4, log_);  // C: PATH
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+}
+
+TEST_F(LogIngest, MissingPositionsTableIsAFatalError) {
+  shared_mariadb().query_int(db_, "SELECT 1");
+  auto c = shared_mariadb().connect(db_);
+  c.execute("DROP TABLE slotted_counterd_log_positions");
+  std::string out;
+  EXPECT_NE(run_binary(yaml(), "", out), 0);
+  EXPECT_NE(out.find("slotted_counterd_log_positions"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace slotted::test

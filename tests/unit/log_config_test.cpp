@@ -1,0 +1,137 @@
+// log_sources (config/log_sources.hpp): parsed with defaults, and every bad value named
+// with its key and line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "config/config.hpp"
+#include "db/grants.hpp"
+
+namespace slotted::config {
+namespace {
+
+const char* counters = "counters:\n  - {name: repo_downloads, record_type: 7}\n";
+
+std::vector<std::string> problems_of(const std::string& yaml) {
+  try {
+    parse_config(std::string(counters) + yaml, "test.yaml");
+  } catch (const config_error& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+std::string only_problem(const std::string& yaml) {
+  const auto p = problems_of(yaml);
+  EXPECT_EQ(p.size(), 1u) << (p.empty() ? "no problem reported" : p[0]);
+  return p.empty() ? "" : p[0];
+}
+
+TEST(LogConfig, ASourceParsesWithItsDefaults) {
+  const auto c = parse_config(std::string(counters) +
+                                  "log_sources:\n"
+                                  "  - path: /var/log/nginx/access.log\n"
+                                  "    rules:\n"
+                                  "      - counter: repo_downloads\n"
+                                  "        path: '^/downloads/([0-9]+)/'\n",
+                              "test.yaml");
+  ASSERT_EQ(c.log_sources.size(), 1u);
+  const auto& s = c.log_sources[0];
+  EXPECT_EQ(s.path, "/var/log/nginx/access.log");
+  EXPECT_EQ(s.format, log_format::combined);
+  ASSERT_EQ(s.rules.size(), 1u);
+  EXPECT_EQ(s.rules[0].counter, "repo_downloads");
+  EXPECT_EQ(s.rules[0].path, "^/downloads/([0-9]+)/");
+  EXPECT_EQ(s.rules[0].methods, std::vector<std::string>{"GET"});
+  EXPECT_EQ(s.rules[0].statuses, std::vector<unsigned>{200});
+}
+
+TEST(LogConfig, JsonFieldsMethodsAndStatusesAreTaken) {
+  const auto c = parse_config(std::string(counters) +
+                                  "log_sources:\n"
+                                  "  - path: /logs//a/../access.json\n"
+                                  "    format: json\n"
+                                  "    json: {time: ts, path: uri}\n"
+                                  "    rules:\n"
+                                  "      - {counter: repo_downloads, path: '/d/(\\d+)', "
+                                  "methods: [GET, HEAD], statuses: [200, 206]}\n",
+                              "test.yaml");
+  const auto& s = c.log_sources.at(0);
+  EXPECT_EQ(s.path, "/logs/access.json");
+  EXPECT_EQ(s.format, log_format::json);
+  EXPECT_EQ(s.json.time, "ts");
+  EXPECT_EQ(s.json.path, "uri");
+  EXPECT_EQ(s.json.method, "method");
+  EXPECT_EQ(s.json.status, "status");
+  EXPECT_EQ(s.rules[0].methods, (std::vector<std::string>{"GET", "HEAD"}));
+  EXPECT_EQ(s.rules[0].statuses, (std::vector<unsigned>{200, 206}));
+}
+
+TEST(LogConfig, BadSourcesAreNamedWithTheirKeyAndLine) {
+  const std::string head = "log_sources:\n  - path: /l/a.log\n    rules:\n      - counter: ";
+  EXPECT_NE(only_problem(head + "nope\n        path: '/d/([0-9]+)'\n")
+                .find("test.yaml:6: log_sources[0].rules[0].counter: 'nope' is not a declared "
+                      "counter"),
+            std::string::npos);
+  EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/([0-9+'\n")
+                .find("log_sources[0].rules[0].path: '/d/([0-9+' is not a valid regular expression"),
+            std::string::npos);
+  EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/[0-9]+'\n")
+                .find("log_sources[0].rules[0].path: '/d/[0-9]+' has no capture group"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /l/a.log, format: clf, rules: "
+                         "[{counter: repo_downloads, path: '(1)'}]}\n")
+                .find("log_sources[0].format: expected one of combined | json, got 'clf'"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n"
+                         "  - {path: /l/a.log, rules: [{counter: repo_downloads, path: '(1)'}]}\n"
+                         "  - {path: /l/./a.log, rules: [{counter: repo_downloads, path: '(1)'}]}\n")
+                .find("test.yaml:5: log_sources[1].path: '/l/a.log' is listed twice"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: a.log, rules: [{counter: repo_downloads, "
+                         "path: '(1)'}]}\n")
+                .find("log_sources[0].path: expected an absolute path"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
+                         "path: '(1)', statuses: [99]}]}\n")
+                .find("log_sources[0].rules[0].statuses[0]: expected an HTTP status"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
+                         "path: '(1)', methods: [get]}]}\n")
+                .find("log_sources[0].rules[0].methods[0]: 'get' is not a method"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, json: {time: t}, rules: [{counter: "
+                         "repo_downloads, path: '(1)'}]}\n")
+                .find("log_sources[0].json: only with format: json"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
+                         "path: '(1)', host: x}]}\n")
+                .find("log_sources[0].rules[0].host: unknown key"),
+            std::string::npos);
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log}\n").find("log_sources[0].rules: missing"),
+            std::string::npos);
+}
+
+TEST(LogConfig, AChangedSourceNeedsARestart) {
+  auto a = parse_config(counters, "a");
+  auto b = a;
+  b.log_sources.push_back({"/x.log", log_format::combined, {}, {{"repo_downloads", "(1)"}}});
+  const auto plan = plan_reload(a, b);
+  EXPECT_EQ(plan.needs_restart, std::vector<std::string>{"log_sources"});
+}
+
+TEST(LogConfig, ThePositionsTableIsGrantedOnlyWithLogSources) {
+  const std::string grant =
+      "GRANT SELECT, INSERT, UPDATE ON `app`.`slotted_counterd_log_positions` TO 'counterd'@'%'";
+  auto c = parse_config(counters, "a", {}, false);
+  auto has = [&](const daemon_config& cfg) {
+    const auto all = db::grant_statements(cfg, "%");
+    return std::find(all.begin(), all.end(), grant) != all.end();
+  };
+  EXPECT_FALSE(has(c));
+  c.log_sources.push_back({"/x.log", log_format::combined, {}, {{"repo_downloads", "(1)"}}});
+  EXPECT_TRUE(has(c));
+}
+
+}  // namespace
+}  // namespace slotted::config

@@ -1,0 +1,166 @@
+// The access log line parsers and rules (logs/line_parser.hpp).
+#include <gtest/gtest.h>
+
+#include "logs/line_parser.hpp"
+
+namespace slotted::logs {
+namespace {
+
+TEST(LogLine, CombinedLineParses) {
+  parsed_line l;
+  ASSERT_TRUE(parse_combined(
+      R"(203.0.113.7 - - [10/Oct/2000:13:55:36 -0700] "GET /downloads/42/x.tar.gz?mirror=1 HTTP/1.1" 200 2326 "http://example.com/" "curl/8.0")",
+      l));
+  EXPECT_EQ(l.method, "GET");
+  EXPECT_EQ(l.path, "/downloads/42/x.tar.gz");
+  EXPECT_EQ(l.status, 200u);
+  EXPECT_EQ(l.at, 971211336);  // 2000-10-10T20:55:36Z
+}
+
+TEST(LogLine, CombinedEdgeCases) {
+  parsed_line l;
+  // Apache escapes a quote in the request as \".
+  ASSERT_TRUE(parse_combined(
+      R"(::1 - bob [01/Jan/2024:00:00:00 +0000] "GET /a\"b HTTP/1.1" 404 0 "-" "-")", l));
+  EXPECT_EQ(l.path, R"(/a\"b)");
+  EXPECT_EQ(l.status, 404u);
+  EXPECT_EQ(l.at, 1704067200);
+  // A request that is no request line (nginx logs "-" for a 400): method only.
+  ASSERT_TRUE(parse_combined(R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "-" 400 0 "-" "-")", l));
+  EXPECT_EQ(l.method, "-");
+  EXPECT_EQ(l.path, "");
+  // Without referer and user agent (common log format).
+  ASSERT_TRUE(parse_combined(R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "HEAD / HTTP/1.0" 200 0)", l));
+  EXPECT_EQ(l.method, "HEAD");
+}
+
+TEST(LogLine, MalformedCombinedLinesAreRefused) {
+  parsed_line l;
+  for (const char* bad : {
+           "",
+           "garbage",
+           R"(1.2.3.4 - - [01/Jan/2024:00:00:00] "GET / HTTP/1.1" 200 0)",
+           R"(1.2.3.4 - - [01/Foo/2024:00:00:00 +0000] "GET / HTTP/1.1" 200 0)",
+           R"(1.2.3.4 - - [01/Jan/2024:25:00:00 +0000] "GET / HTTP/1.1" 200 0)",
+           R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "GET / HTTP/1.1 200 0)",
+           R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "GET / HTTP/1.1" 20 0)",
+           R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "GET / HTTP/1.1" 2000 0)",
+           R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "GET / HTTP/1.1")",
+       }) {
+    EXPECT_FALSE(parse_combined(bad, l)) << bad;
+  }
+}
+
+TEST(LogLine, JsonLineParses) {
+  parsed_line l;
+  std::string scratch;
+  const config::log_json_fields f;
+  ASSERT_TRUE(parse_json(
+      R"({"time":"2000-10-10T13:55:36-07:00","remote":"1.2.3.4","method":"GET","path":"/downloads/7/\u0041?x=\"1\"","status":200,"bytes":12})",
+      f, l, scratch));
+  EXPECT_EQ(l.method, "GET");
+  EXPECT_EQ(l.path, "/downloads/7/A");
+  EXPECT_EQ(l.status, 200u);
+  EXPECT_EQ(l.at, 971211336);
+  ASSERT_TRUE(parse_json(R"({"time": "1700000000.123", "method": "HEAD", "path": "/", "status": "206"})",
+                         f, l, scratch));
+  EXPECT_EQ(l.at, 1700000000);
+  EXPECT_EQ(l.status, 206u);
+  ASSERT_TRUE(parse_json(R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200})",
+                         f, l, scratch));
+  EXPECT_EQ(l.at, 1704067200);
+  config::log_json_fields named;
+  named.path = "uri";
+  ASSERT_TRUE(parse_json(R"({"time":"2024-01-01T00:00:00Z","method":"GET","uri":"/u","status":200})",
+                         named, l, scratch));
+  EXPECT_EQ(l.path, "/u");
+}
+
+TEST(LogLine, MalformedJsonLinesAreRefused) {
+  parsed_line l;
+  std::string scratch;
+  const config::log_json_fields f;
+  for (const char* bad : {
+           "",
+           "{}",
+           "not json",
+           R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/"})",
+           R"({"time":"yesterday","method":"GET","path":"/","status":200})",
+           R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200)",
+           R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200} x)",
+           R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/\q","status":200})",
+       }) {
+    EXPECT_FALSE(parse_json(bad, f, l, scratch)) << bad;
+  }
+}
+
+TEST(LogLine, RulesMatchMethodStatusAndPath) {
+  config::log_rule r{"c", "^/downloads/([0-9]+)/"};
+  const compiled_rule rule(r, 7);
+  parsed_line l{"GET", "/downloads/42/f.tgz", 200, 0};
+  EXPECT_EQ(rule.match(l, UINT64_MAX), 42u);
+  EXPECT_EQ(rule.record_type(), 7u);
+  l.method = "HEAD";
+  EXPECT_FALSE(rule.match(l, UINT64_MAX));
+  l.method = "GET";
+  l.status = 206;
+  EXPECT_FALSE(rule.match(l, UINT64_MAX));
+  l.status = 200;
+  l.path = "/other/42/";
+  EXPECT_FALSE(rule.match(l, UINT64_MAX));
+  l.path = "/downloads/18446744073709551616/";  // past UINT64_MAX
+  EXPECT_FALSE(rule.match(l, UINT64_MAX));
+  l.path = "/downloads/100/";
+  EXPECT_FALSE(rule.match(l, 99));
+  // A pattern that may match an empty group: no id.
+  const compiled_rule loose(config::log_rule{"c", "/d/([0-9]*)"}, 1);
+  EXPECT_FALSE(loose.match(parsed_line{"GET", "/d/x", 200, 0}, UINT64_MAX));
+  EXPECT_EQ(loose.match(parsed_line{"GET", "/a/d/5", 200, 0}, UINT64_MAX), 5u);
+}
+
+TEST(LogLine, LiteralPrefixIsOnlyWhatIsCertain) {
+  EXPECT_EQ(literal_prefix("^/downloads/([0-9]+)/"), "/downloads/");
+  EXPECT_EQ(literal_prefix("^/files?/([0-9]+)"), "/file");
+  EXPECT_EQ(literal_prefix("/downloads/([0-9]+)"), "");
+  EXPECT_EQ(literal_prefix("^/a/(1)|^/b/(2)"), "");
+  EXPECT_EQ(literal_prefix("^/a\\.b/(1)"), "/a");
+}
+
+TEST(LogLine, UnixSecondsOfCivilDates) {
+  EXPECT_EQ(unix_seconds(1970, 1, 1, 0, 0, 0), 0);
+  EXPECT_EQ(unix_seconds(2000, 2, 29, 12, 0, 0), 951825600);
+  EXPECT_EQ(unix_seconds(2024, 12, 31, 23, 59, 59), 1735689599);
+}
+
+TEST(LogLine, RegexComplexityIsAnOutcomeNotAThrow) {
+  // boost::regex gives up on this path (catastrophic backtracking) with an exception.
+  const compiled_rule rule(config::log_rule{"c", R"(^/downloads/([0-9]+)/(.+)+\.zip$)"}, 1);
+  const std::string path = "/downloads/1/" + std::string(5000, 'a');
+  bool failed = false;
+  std::optional<std::uint64_t> id;
+  EXPECT_NO_THROW(id = rule.match(parsed_line{"GET", path, 200, 0}, UINT64_MAX, &failed));
+  EXPECT_FALSE(id);
+  EXPECT_TRUE(failed);
+  // A path it can decide is no failure.
+  EXPECT_EQ(rule.match(parsed_line{"GET", "/downloads/3/a.zip", 200, 0}, UINT64_MAX, &failed), 3u);
+  EXPECT_FALSE(failed);
+}
+
+TEST(LogLine, FarFutureTimeIsMalformed) {
+  parsed_line l;
+  std::string scratch;
+  const config::log_json_fields f;
+  // Year 10000: parses, but is no time a count can have.
+  ASSERT_TRUE(parse_json(
+      R"({"time":"253402300800","method":"GET","path":"/downloads/1/a","status":200})", f, l,
+      scratch));
+  const std::int64_t now = 1'700'000'000;
+  EXPECT_FALSE(line_time_accepted(l.at, now));
+  EXPECT_TRUE(line_time_accepted(now + 300, now));  // the HTTP bound, max_at_ahead_seconds
+  EXPECT_FALSE(line_time_accepted(now + 301, now));
+  EXPECT_TRUE(line_time_accepted(0, now));
+  EXPECT_FALSE(line_time_accepted(-1, now));
+}
+
+}  // namespace
+}  // namespace slotted::logs
