@@ -87,6 +87,29 @@ int open_if_same(const std::string& path, const file_identity& id) {
   return -1;
 }
 
+}  // namespace
+
+bool snapshot_of(int fd, file_snapshot& out) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  out.dev = static_cast<std::uint64_t>(st.st_dev);
+  out.ino = static_cast<std::uint64_t>(st.st_ino);
+  out.size = static_cast<std::uint64_t>(st.st_size);
+  out.head.resize(static_cast<std::size_t>(std::min<std::uint64_t>(out.size, head_bytes)));
+  std::size_t got = 0;
+  if (!pread_all(fd, out.head.data(), out.head.size(), 0, got)) return false;
+  out.head.resize(got);
+  return true;
+}
+
+bool still_same_file(const file_snapshot& before, const file_snapshot& after) {
+  return after.dev == before.dev && after.ino == before.ino && after.size >= before.size &&
+         after.head.size() >= before.head.size() &&
+         after.head.compare(0, before.head.size(), before.head) == 0;
+}
+
+namespace {
+
 struct bucket_key {
   std::uint32_t record_type;
   std::uint64_t record_id;
@@ -333,9 +356,13 @@ bool log_ingester::run_source(source_state& s) {
     s.warned_missing = false;
   }
 
+  // The file as it is before reading: checked again before the commit.
+  file_snapshot before;
+  if (!snapshot_of(s.file.fd, before)) throw std::runtime_error(path + ": fstat/read failed");
   struct stat st {};
-  if (::fstat(s.file.fd, &st) != 0) throw std::runtime_error(path + ": fstat failed");
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+  st.st_dev = static_cast<dev_t>(before.dev);
+  st.st_ino = static_cast<ino_t>(before.ino);
+  const auto size = before.size;
   // copytruncate: cut below the position, or its first bytes changed.
   bool truncated = size < s.read_from;
   if (!truncated && s.committed && s.committed->file.dev == static_cast<std::uint64_t>(st.st_dev) &&
@@ -516,6 +543,16 @@ bool log_ingester::run_source(source_state& s) {
     if (switch_to_new) behind = static_cast<double>(now_st.st_size);
     s.lag->Set(behind);
   };
+
+  {
+    file_snapshot after;
+    if (!snapshot_of(s.file.fd, after) || !still_same_file(before, after)) {
+      // Truncated (or replaced) while read: nothing of this pass is committed.
+      log::warn("log_sources: ", path, " changed under the reader (truncated?); the pass is ",
+                "dropped and read again");
+      return true;  // read_from unchanged: the next pass sees the truncation
+    }
+  }
 
   if (s.committed && *s.committed == to) {
     update_lag(end);

@@ -50,6 +50,20 @@ struct ingest_settings {
 
 ingest_settings ingest_settings_for(const config::daemon_config& cfg);
 
+// What a pass sees of its open file before reading it: fstat's device, inode and size,
+// and its first bytes (up to positions.hpp head_bytes).
+struct file_snapshot {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+  std::uint64_t size = 0;
+  std::string head;
+};
+bool snapshot_of(int fd, file_snapshot& out);
+// Whether `after` (taken before the commit) is still the file `before` saw: the same
+// device and inode, not shorter, its first bytes unchanged. When not (copytruncate
+// during the pass), the pass commits nothing and is read again.
+bool still_same_file(const file_snapshot& before, const file_snapshot& after);
+
 struct source_state;
 
 class log_ingester {

@@ -1,7 +1,15 @@
 // The access log line parsers and rules (logs/line_parser.hpp).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
 #include "logs/line_parser.hpp"
+#include "logs/log_ingest.hpp"
 
 namespace slotted::logs {
 namespace {
@@ -160,6 +168,28 @@ TEST(LogLine, FarFutureTimeIsMalformed) {
   EXPECT_FALSE(line_time_accepted(now + 301, now));
   EXPECT_TRUE(line_time_accepted(0, now));
   EXPECT_FALSE(line_time_accepted(-1, now));
+}
+
+TEST(LogFile, TruncationDuringAPassIsDetected) {
+  const std::string path = ::testing::TempDir() + "log_file_snapshot_test.log";
+  std::ofstream(path, std::ios::trunc) << "line one\nline two\n";
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  file_snapshot before, after;
+  ASSERT_TRUE(snapshot_of(fd, before));
+  std::ofstream(path, std::ios::app) << "line three\n";  // appended: the same file
+  ASSERT_TRUE(snapshot_of(fd, after));
+  EXPECT_TRUE(still_same_file(before, after));
+  // copytruncate, then written again past the old size: other first bytes.
+  std::ofstream(path, std::ios::trunc) << "other content, longer than before\n";
+  ASSERT_TRUE(snapshot_of(fd, after));
+  EXPECT_FALSE(still_same_file(before, after));
+  // Cut shorter.
+  std::ofstream(path, std::ios::trunc) << "line";
+  ASSERT_TRUE(snapshot_of(fd, after));
+  EXPECT_FALSE(still_same_file(before, after));
+  ::close(fd);
+  std::remove(path.c_str());
 }
 
 }  // namespace
