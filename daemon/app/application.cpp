@@ -387,9 +387,13 @@ int application::run_until_stopped() {
 
   roller_.stop();
   pruner_.stop();
-  if (logs_) logs_->stop();
+  // The log reader ends its pass (at most max_batch_bytes of log, one commit) while the
+  // flusher writes what HTTP clients were promised; it is joined after that final flush,
+  // so it does not take the flusher's share of the shutdown deadline first.
+  if (logs_) logs_->request_stop();
   probe_.stop();
   const std::size_t unwritten = flusher_.stop(deadline);
+  if (logs_) logs_->stop();
   if (committer_) committer_->stop();
   db_workers_.join();
   if (unwritten > 0) {

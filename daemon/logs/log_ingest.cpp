@@ -227,12 +227,16 @@ void log_ingester::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-void log_ingester::stop() {
+void log_ingester::request_stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
+}
+
+void log_ingester::stop() {
+  request_stop();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -45,7 +45,9 @@ struct ingest_settings {
   std::uint64_t max_record_id = UINT64_MAX;
   // The bytes one commit reads at most (a backlog is committed in several batches, back
   // to back).
-  std::size_t max_batch_bytes = 64u << 20;
+  // 4 MiB: some 25,000 lines, so one transaction locks a bounded number of rows and a
+  // pass ends soon after a stop is asked for.
+  std::size_t max_batch_bytes = 4u << 20;
 };
 
 ingest_settings ingest_settings_for(const config::daemon_config& cfg);
@@ -74,8 +76,9 @@ class log_ingester {
   log_ingester& operator=(const log_ingester&) = delete;
 
   void start();
-  // Stops after the commit in progress; what is not committed is read again at the next
-  // start.
+  // Asks the reader thread to end after the pass in progress (what is not committed is
+  // read again at the next start); stop() also joins it.
+  void request_stop();
   void stop();
 
   // One pass over every source (the thread's work; public for tests and the bench).
