@@ -6,6 +6,7 @@
 // Thread-safety: handle() and check_header() may run on any number of threads at once.
 
 #include <atomic>
+#include <mutex>
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <functional>
@@ -83,7 +84,27 @@ class router {
   };
   static std::shared_ptr<const live_settings> make_live(const config::daemon_config& cfg);
 
-  std::atomic<std::shared_ptr<const live_settings>> live_;
+  // Under a mutex rather than std::atomic<std::shared_ptr>: libstdc++ 12 guards that with
+  // a lock bit inside the pointer that ThreadSanitizer cannot see, and it reported a
+  // reload racing a request (CredentialsDb.AReloadKeepsTheCommandLineCredentials).
+  class live_holder {
+   public:
+    explicit live_holder(std::shared_ptr<const live_settings> p) : p_(std::move(p)) {}
+    std::shared_ptr<const live_settings> load() const {
+      std::lock_guard lock(mutex_);
+      return p_;
+    }
+    // The old settings are released after the lock, by the caller's copy.
+    void store(std::shared_ptr<const live_settings> p) {
+      std::lock_guard lock(mutex_);
+      p_.swap(p);
+    }
+
+   private:
+    mutable std::mutex mutex_;
+    std::shared_ptr<const live_settings> p_;
+  };
+  live_holder live_;
   // At most this many buckets in one series request (README: HTTP API).
   static constexpr std::int64_t max_series_points = 1000;
   // Fixed for the process's life, as the store's (see config::plan_reload).
