@@ -492,7 +492,7 @@ class CommitterGroup : public Committer {
 // the record is not yet in the synced prefix.
 TEST_F(CommitterGroup, ConcurrentAppendsAreAnsweredOnlyOnceWrittenAndSyncedAndShareWrites) {
   cfg_.fsync = config::fsync_mode::always;
-  constexpr int threads = 3, bursts = 8, per_burst = 16;
+  constexpr int threads = 3, bursts = 5, per_burst = 16;
   constexpr int total = threads * bursts * per_burst;
   store::pending_store store(8);
   wal::write_ahead_log log(cfg_, metrics_);
