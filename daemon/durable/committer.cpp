@@ -1,6 +1,7 @@
 #include "durable/committer.hpp"
 
 #include <boost/asio/post.hpp>
+#include <exception>
 #include <future>
 #include <optional>
 #include <utility>
@@ -329,6 +330,25 @@ commit_result committer::admit(const request& r, std::size_t new_keys, std::uint
 }
 
 void committer::lead(bool log_thread) {
+  // An exception past leading_ = true would leave leading_ set for good: no later lead
+  // writes, the queue and stop() wait for ever, the group's requests are dropped
+  // unanswered and its keyed reservations never abandoned. Which of the group's records
+  // were written, dispatched or applied when it was thrown is not known here, so no
+  // answer (log_unavailable would be wrong for a written record: replay applies it) and
+  // no undo is safe. The process ends instead, as it did when the log thread wrote: what
+  // was answered is in the WAL; what was not is in doubt, as for a SIGKILL.
+  try {
+    lead_groups(log_thread);
+  } catch (const std::exception& e) {
+    log::error("WAL: exception while writing a group, terminating: ", e.what());
+    std::terminate();
+  } catch (...) {
+    log::error("WAL: unknown exception while writing a group, terminating");
+    std::terminate();
+  }
+}
+
+void committer::lead_groups(bool log_thread) {
   std::unique_lock lock(mutex_);
   while (true) {
     if (leading_ || pending_.empty()) return;
@@ -364,6 +384,7 @@ void committer::lead(bool log_thread) {
       pending_.pop_front();
     }
     lock.unlock();
+    if (group_hook_) group_hook_();
     std::vector<std::shared_ptr<job>> local;
     write_group(group, local);
     // With wal.fsync never nothing else wakes the log thread while nothing is taken (a

@@ -37,9 +37,12 @@
 // request is never answered (in doubt, as for a SIGKILL).
 //
 // Failures: a request whose write or sync fails is answered log_unavailable and was
-// applied nowhere (the WAL cut its segment back); a group's write fails for all of it. Requests submitted once stop() began
-// are answered log_unavailable at once. A store_.add that throws (bad_alloc) in the
-// middle of a logged request is not handled: see apply().
+// applied nowhere (the WAL cut its segment back); a group's write fails for all of it.
+// Requests submitted once stop() began are answered log_unavailable at once. An
+// exception while leading (bad_alloc: queuing, dispatching, applying in a drain) is
+// logged and ends the process (std::terminate), as one on the log thread always did:
+// the group may be part written, part dispatched, and no answer for it would be right;
+// a crash loses nothing answered, the WAL replays it. See lead().
 //
 // Shutdown: stop() applies whatever is logged and not yet applied (a group handed to an
 // HTTP loop that stopped first), so the committer keeps no answer callback, nor the
@@ -108,6 +111,9 @@ class committer final : public store::batch_source {
   std::uint64_t log_thread_groups() const {
     return log_thread_groups_.load(std::memory_order_relaxed);
   }
+  // Tests only: called by each leader while it leads (before its group's write), to
+  // inject a failure there. Set before start().
+  void set_group_hook_for_test(std::function<void()> hook) { group_hook_ = std::move(hook); }
   // A group's records stop growing past this: a request past it waits for the next.
   static constexpr std::size_t max_group_bytes = 1u << 20;
 
@@ -144,7 +150,9 @@ class committer final : public store::batch_source {
   // hands what queued meanwhile to the loop of its first request, or writes it too. The
   // log thread (`log_thread`) waits for the log; an HTTP thread leaves the group to the
   // log thread when the log is held.
+  // An exception in there (bad_alloc) is logged and ends the process: see lead().
   void lead(bool log_thread);
+  void lead_groups(bool log_thread);
   void run();
   // Writes `group` (one pwrite, and one fdatasync with wal.fsync always, unless the
   // pending-sum bound needs a drain in between) and hands its requests on: those this
@@ -199,6 +207,8 @@ class committer final : public store::batch_source {
   std::atomic<std::uint64_t> groups_{0};
   std::atomic<std::uint64_t> grouped_requests_{0};
   std::atomic<std::uint64_t> log_thread_groups_{0};
+
+  std::function<void()> group_hook_;
 
   std::thread thread_;
 };

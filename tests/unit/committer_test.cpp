@@ -15,6 +15,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
+#include <stdexcept>
+#include <iostream>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -701,6 +705,27 @@ TEST_F(CommitterGroup, AGroupCutMidWriteReplaysWholeRecordsOnly) {
     const auto in_record = (cut - acked_end) % record;
     cut += (in_record == 0 || in_record >= record - 2) ? 1 : 5;
   }
+}
+
+// An exception while a leader leads (here injected before its group's write; in the
+// daemon a bad_alloc queuing, dispatching or applying) ends the process with a log line.
+// Left to propagate, it left leading_ set for good: no later lead wrote anything, stop()
+// waited for ever, the group's requests were never answered.
+TEST_F(CommitterGroup, ALeaderExceptionDoesNotWedgeTheQueue) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  cfg_.fsync = config::fsync_mode::never;
+  store::pending_store store(2);
+  wal::write_ahead_log log(cfg_, metrics_);
+  log.open();
+  committer c(log, store, 1000);
+  c.set_group_hook_for_test([] { throw std::runtime_error("injected"); });
+  queue_stub queue;
+  c.start(queue);
+  // Submitted off any loop: this thread leads at once.
+  EXPECT_DEATH(c.submit({{1, 1, 1}}, nullptr, [](commit_result) {}),
+               "exception while writing a group, terminating: injected");
+  c.set_group_hook_for_test({});
+  c.stop();
 }
 
 }  // namespace
