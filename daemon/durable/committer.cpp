@@ -397,9 +397,12 @@ void committer::lead_groups(bool log_thread) {
     if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
 
     // What queued meanwhile: the next leader is the loop of its first request (a post;
-    // that loop answers its own requests without a post back), so this loop goes back
-    // to its connections; else (no such loop: a caller off any loop, the log thread)
-    // this thread writes it too.
+    // that loop answers its own requests without a post back), so this thread goes back
+    // to its connections or its tasks; else (no such loop: a caller off any loop) an
+    // HTTP thread writes it too. The log thread writes one group per call and leaves
+    // the rest to run(), which runs the tasks queued meanwhile (takes, resets, releases,
+    // snapshots, the interval sync) first: under steady load the queue is never empty
+    // when a group ends, and a log thread that went on leading would run none of them.
     lock.lock();
     leading_ = false;
     if (snapshot_due) snapshot_wanted_ = true;
@@ -408,13 +411,15 @@ void committer::lead_groups(bool log_thread) {
     net::io_context* next = nullptr;
     if (!pending_.empty() && !stopping_) {
       const auto& front = pending_.front();
-      if (!log_thread && front.on_loop && !runs_here(front.home)) {
+      if (front.on_loop && !runs_here(front.home)) {
         next = front.home;
+      } else if (log_thread) {
+        log_wanted_ = true;  // run() leads again, after its tasks
       } else {
         again = true;
       }
     } else if (!pending_.empty() && log_thread) {
-      again = true;
+      log_wanted_ = true;  // stopping: run() writes the rest, a group per pass
     }
     lock.unlock();
     if (wake_log) wake_.notify_one();

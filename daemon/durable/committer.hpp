@@ -27,6 +27,9 @@
 // seconds on a slow disk), and a leader on an HTTP loop (which serves /healthz and the
 // watchdog ping) must not wait for it: a leader that finds the log held leaves the group
 // queued for the log thread, which writes it after its task (after the cut, for a take).
+// The log thread writes one group at a time and hands the rest on as a leader on a loop
+// does (or writes it on its next pass, after the tasks queued meanwhile): it never stays
+// leader, which would starve the takes, resets and syncs under steady load.
 //
 // The cut: the flusher's take() and the snapshots run on the log thread between two
 // groups, and before either reads the store, every increment logged so far is applied
@@ -148,8 +151,9 @@ class committer final : public store::batch_source {
   void queue(request&& r);
   // Becomes the leader unless one is writing, and writes the queued requests; then
   // hands what queued meanwhile to the loop of its first request, or writes it too. The
-  // log thread (`log_thread`) waits for the log; an HTTP thread leaves the group to the
-  // log thread when the log is held.
+  // log thread (`log_thread`) waits for the log, writes one group and returns (its
+  // tasks come before the next; it leaves the rest to run() or a loop); an HTTP thread
+  // leaves the group to the log thread when the log is held.
   // An exception in there (bad_alloc) is logged and ends the process: see lead().
   void lead(bool log_thread);
   void lead_groups(bool log_thread);

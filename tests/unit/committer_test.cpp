@@ -18,7 +18,6 @@
 #include <functional>
 #include <future>
 #include <stdexcept>
-#include <iostream>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -726,6 +725,96 @@ TEST_F(CommitterGroup, ALeaderExceptionDoesNotWedgeTheQueue) {
                "exception while writing a group, terminating: injected");
   c.set_group_hook_for_test({});
   c.stop();
+}
+
+// Closed-loop load on two HTTP loops, with more queued at any time than one group takes
+// (max_group_bytes), while a take's form() holds the log 50 ms: the loops' leaders find
+// the log held and leave their groups to the log thread. The log thread must not stay
+// leader for as long as there is load: a second take (a task on the log thread) returns
+// within seconds, and with wal.fsync interval the periodic sync goes on.
+TEST_F(CommitterGroup, ATakeIsNotStarvedWhileTheLogThreadLeads) {
+  for (auto mode : {config::fsync_mode::always, config::fsync_mode::interval}) {
+    SCOPED_TRACE(mode == config::fsync_mode::always ? "always" : "interval");
+    fs::remove_all(cfg_.dir);
+    cfg_.fsync = mode;
+    store::pending_store store(4);
+    wal::write_ahead_log log(cfg_, metrics_);
+    log.open();
+    committer c(log, store, 1'000'000);
+    queue_stub queue;
+    c.start(queue);
+    // Requests of about 0.4 max_group_bytes (two to a group: few end-of-turn leads that
+    // could take the lead back between two groups), four outstanding per loop: more
+    // queued at any time than one group takes.
+    std::vector<ingest::increment> probe;
+    for (std::uint64_t i = 0; i < 1000; ++i) probe.push_back({1, i, 1});
+    std::string probe_record;
+    wal::append_increments(probe_record, probe);
+    const std::uint64_t per_request = committer::max_group_bytes * 2 / 5 * 1000 / probe_record.size();
+    std::vector<ingest::increment> one;
+    for (std::uint64_t i = 0; i < per_request; ++i) one.push_back({1, i, 1});
+    constexpr int outstanding = 4;
+    std::atomic<bool> load{true};
+    std::atomic<int> in_flight{0};
+    loops http(2);
+    std::function<void(int)> submit_one = [&](int t) {
+      ++in_flight;
+      c.submit(std::vector<ingest::increment>(one), http.contexts[t].get(),
+               [&, t](commit_result r) {
+                 EXPECT_EQ(r, commit_result::applied);
+                 --in_flight;
+                 if (load) submit_one(t);
+               });
+    };
+    for (int t = 0; t < 2; ++t) {
+      net::post(*http.contexts[t], [&, t] {
+        for (int i = 0; i < outstanding; ++i) submit_one(t);
+      });
+    }
+    const auto groups_started = [&] { return c.groups() >= 4; };
+    for (auto deadline = clock::now() + std::chrono::seconds(20);
+         !groups_started() && clock::now() < deadline;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(groups_started());
+    const auto noop_publish = [](std::vector<store::flush_batch>&&) {};
+    // A loop may win the lead back as the take ends: tried until the log thread leads.
+    for (int attempt = 0; attempt < 40 && c.log_thread_groups() == 0; ++attempt) {
+      ASSERT_TRUE(c.take(
+          [](std::vector<store::pending_delta>&&, clock::time_point) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            return std::vector<store::flush_batch>{};
+          },
+          noop_publish));
+      for (auto deadline = clock::now() + std::chrono::milliseconds(100);
+           c.log_thread_groups() == 0 && clock::now() < deadline;)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const auto log_thread_groups = c.log_thread_groups();
+    const auto syncs = log.syncs();
+    auto second = std::async(std::launch::async, [&] {
+      return c.take([](std::vector<store::pending_delta>&&,
+                       clock::time_point) { return std::vector<store::flush_batch>{}; },
+                    noop_publish);
+    });
+    const bool in_time = second.wait_for(std::chrono::seconds(3)) == std::future_status::ready;
+    // Interval syncs go on under the load (checked before the load stops).
+    bool synced = false;
+    for (auto deadline = clock::now() + std::chrono::seconds(2);
+         !synced && clock::now() < deadline;) {
+      synced = log.syncs() > syncs;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    load = false;
+    EXPECT_TRUE(in_time) << "the second take waited for the load to stop";
+    EXPECT_TRUE(second.get());
+    EXPECT_TRUE(synced) << "no sync under the load after the take";
+    EXPECT_GT(log_thread_groups, 0u) << "the log thread never led: the test tests nothing";
+    for (auto deadline = clock::now() + std::chrono::seconds(20);
+         in_flight > 0 && clock::now() < deadline;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(in_flight, 0);
+    c.stop();
+  }
 }
 
 }  // namespace
