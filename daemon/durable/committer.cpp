@@ -1,5 +1,6 @@
 #include "durable/committer.hpp"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <exception>
 #include <future>
@@ -258,16 +259,21 @@ void committer::run() {
   // Appends happen on other threads without a word to this one: it looks at the log
   // when the oldest unsynced append may be due, or an interval from now.
   auto next_look = clock::now() + cfg.fsync_interval;
+  // The safety net: every queued request has a leader writing, or a lead posted to its
+  // loop, or log_wanted_; should that lead never run (a loop stopped at shutdown before
+  // its posted lead, an exception in a handler before it), this thread looks at the
+  // queue at least every safety_look and writes it when nothing was taken from it since
+  // the previous look, which found it non-empty too, and no leader is writing.
+  constexpr auto safety_look = std::chrono::milliseconds(100);
+  std::optional<std::uint64_t> dequeued_seen;  // dequeued_ at a look that found requests
   while (true) {
     // Stopping, it waits for a leader still writing (which wakes it once done).
     const auto has_work = [&] {
       return (stopping_ && !leading_) || snapshot_wanted_ || log_wanted_ || !tasks_.empty();
     };
-    if (interval_mode) {
-      wake_.wait_until(lock, next_look, has_work);
-    } else {
-      wake_.wait(lock, has_work);
-    }
+    const auto safety_deadline = clock::now() + safety_look;
+    const bool woken = wake_.wait_until(
+        lock, interval_mode ? std::min(next_look, safety_deadline) : safety_deadline, has_work);
     while (!tasks_.empty()) {
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -279,14 +285,15 @@ void committer::run() {
       lock.lock();
     }
     // What a leader left to this thread (it found the log held by a task), what is left
-    // at stop(), or what queued while no leader was about (a safety net: every queued
-    // request has a leader or an end-of-turn lead posted to its loop).
+    // at stop(), or what no leader took (the safety net above).
     log_wanted_ = false;
-    if (!pending_.empty() && !leading_) {
+    const bool stranded = !pending_.empty() && dequeued_seen == dequeued_;
+    if (!pending_.empty() && !leading_ && (woken || stranded)) {
       lock.unlock();
       lead(true);
       lock.lock();
     }
+    dequeued_seen = pending_.empty() ? std::nullopt : std::optional<std::uint64_t>(dequeued_);
     const bool stop_now = stopping_ && !leading_ && pending_.empty() && tasks_.empty();
     snapshot_wanted_ = false;  // looked at below
     lock.unlock();
@@ -382,6 +389,7 @@ void committer::lead_groups(bool log_thread) {
       bytes += pending_.front().record.size();
       group.push_back(std::move(pending_.front()));
       pending_.pop_front();
+      ++dequeued_;
     }
     lock.unlock();
     if (group_hook_) group_hook_();

@@ -817,5 +817,37 @@ TEST_F(CommitterGroup, ATakeIsNotStarvedWhileTheLogThreadLeads) {
   }
 }
 
+// A request queued on its loop whose end-of-turn lead never runs (the loop stopped in
+// that turn, as at shutdown) is not left queued until the next task or stop(): the log
+// thread looks at the queue at least every 100 ms and writes what no leader took
+// (wal.fsync always and never, where nothing else wakes it).
+TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
+  for (auto mode : {config::fsync_mode::never, config::fsync_mode::always}) {
+    SCOPED_TRACE(mode == config::fsync_mode::never ? "never" : "always");
+    fs::remove_all(cfg_.dir);
+    cfg_.fsync = mode;
+    store::pending_store store(2);
+    wal::write_ahead_log log(cfg_, metrics_);
+    log.open();
+    committer c(log, store, 1000);
+    queue_stub queue;
+    c.start(queue);
+    {
+      loops http(1);
+      net::post(*http.contexts[0], [&] {
+        c.submit({{1, 7, 1}}, http.contexts[0].get(), [](commit_result) {});
+        http.contexts[0]->stop();  // the posted lead never runs
+      });
+      for (auto deadline = clock::now() + std::chrono::seconds(5);
+           c.groups() == 0 && clock::now() < deadline;)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(c.groups(), 1u) << "the request stayed queued";
+      EXPECT_EQ(c.log_thread_groups(), c.groups());
+      c.stop();  // applies what the stopped loop did not
+    }
+    EXPECT_EQ(store.pending({1, 7}), 1);
+  }
+}
+
 }  // namespace
 }  // namespace slotted::durable
