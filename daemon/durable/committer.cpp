@@ -262,9 +262,9 @@ void committer::run() {
   // The safety net: every queued request has a leader writing, or a lead posted to its
   // loop, or log_wanted_; should that lead never run (a loop stopped at shutdown before
   // its posted lead, an exception in a handler before it), this thread looks at the
-  // queue at least every safety_look and writes it when nothing was taken from it since
-  // the previous look, which found it non-empty too, and no leader is writing.
-  constexpr auto safety_look = std::chrono::milliseconds(100);
+  // queue at least every safety_look and writes it when no leader took from it or ended
+  // since the previous look, which found it non-empty too, and no leader is writing.
+  constexpr auto safety_look = std::chrono::milliseconds(250);
   std::optional<std::uint64_t> dequeued_seen;  // dequeued_ at a look that found requests
   while (true) {
     // Stopping, it waits for a leader still writing (which wakes it once done).
@@ -413,6 +413,7 @@ void committer::lead_groups(bool log_thread) {
     // when a group ends, and a log thread that went on leading would run none of them.
     lock.lock();
     leading_ = false;
+    ++dequeued_;  // a leader's end is progress too: a hand-off it posted is not stranded
     if (snapshot_due) snapshot_wanted_ = true;
     bool wake_log = snapshot_due || stopping_;
     bool again = false;

@@ -189,7 +189,8 @@ class committer final : public store::batch_source {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<request> pending_;  // queued for the next group
-  std::uint64_t dequeued_ = 0;   // requests taken from pending_ so far (run()'s safety net)
+  // Leader progress (requests taken from pending_, groups ended): run()'s safety net.
+  std::uint64_t dequeued_ = 0;
   bool leading_ = false;         // a leader is writing a group
   // A leader found the log held (a task on the log thread): the log thread writes what
   // is queued once its task is done.

@@ -819,7 +819,7 @@ TEST_F(CommitterGroup, ATakeIsNotStarvedWhileTheLogThreadLeads) {
 
 // A request queued on its loop whose end-of-turn lead never runs (the loop stopped in
 // that turn, as at shutdown) is not left queued until the next task or stop(): the log
-// thread looks at the queue at least every 100 ms and writes what no leader took
+// thread looks at the queue at least every 250 ms and writes what no leader took
 // (wal.fsync always and never, where nothing else wakes it).
 TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
   for (auto mode : {config::fsync_mode::never, config::fsync_mode::always}) {
