@@ -1,6 +1,8 @@
 #include "durable/committer.hpp"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
+#include <exception>
 #include <future>
 #include <optional>
 #include <utility>
@@ -13,6 +15,16 @@ namespace slotted::durable {
 namespace net = boost::asio;
 using clock = std::chrono::steady_clock;
 
+namespace {
+// The committer whose end-of-turn lead this HTTP thread has posted to its loop and not
+// yet run: one post per loop turn, whatever number of requests the turn submits.
+thread_local const void* lead_posted_for = nullptr;
+
+bool runs_here(net::io_context* home) {
+  return home != nullptr && home->get_executor().running_in_this_thread();
+}
+}  // namespace
+
 struct committer::request {
   std::vector<ingest::increment> increments;
   std::string record;  // the increments as one WAL record, encoded by the submitter
@@ -23,6 +35,8 @@ struct committer::request {
   // A keyed request (then `increments` is empty): applying it is accepting it in the
   // keyed store; admitted there, so the store's limits do not apply.
   std::optional<idempotency::keyed_request> keyed{};
+  // Submitted on its home loop's own thread: a leader may hand the next group there.
+  bool on_loop = false;
 };
 
 // The requests of one group that one HTTP thread applies and answers.
@@ -40,7 +54,7 @@ committer::committer(wal::write_ahead_log& log, store::pending_store& store,
     : log_(log),
       store_(store),
       max_pending_keys_(max_pending_keys),
-      inline_(log.config().fsync != config::fsync_mode::always) {}
+      synced_(log.config().fsync == config::fsync_mode::always) {}
 
 committer::~committer() {
   stop();
@@ -92,20 +106,30 @@ void committer::submit(std::vector<ingest::increment>&& increments, net::io_cont
   // Encoded here, on the submitting thread: the log thread only concatenates.
   wal::append_increments(r.record, r.increments);
   r.magnitude = store::pending_store::magnitude(r.increments);
-  if (inline_) return write_inline(std::move(r));
-  enqueue(std::move(r));
+  queue(std::move(r));
 }
 
-void committer::enqueue(request&& r) {
+void committer::queue(request&& r) {
+  r.on_loop = runs_here(r.home);
+  net::io_context* const home = r.on_loop ? r.home : nullptr;
   {
-    std::lock_guard lock(mutex_);
-    if (!stopping_) {
-      pending_.push_back(std::move(r));
-      wake_.notify_one();
+    std::unique_lock lock(mutex_);
+    if (stopping_) {
+      lock.unlock();
+      r.done(commit_result::log_unavailable);
       return;
     }
+    pending_.push_back(std::move(r));
   }
-  r.done(commit_result::log_unavailable);
+  if (home == nullptr) return lead(false);
+  // The rest of this loop turn (the other connections whose requests arrived with this
+  // one) queues too, and one write takes them all.
+  if (lead_posted_for == this) return;
+  lead_posted_for = this;
+  net::post(*home, [this] {
+    if (lead_posted_for == this) lead_posted_for = nullptr;
+    lead(false);
+  });
 }
 
 void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context* home,
@@ -118,8 +142,7 @@ void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context
             }};
   wal::append_keyed(r.record, keyed);
   r.keyed = std::move(keyed);
-  if (inline_) return write_inline(std::move(r));
-  enqueue(std::move(r));
+  queue(std::move(r));
 }
 
 template <typename Task>
@@ -236,15 +259,21 @@ void committer::run() {
   // Appends happen on other threads without a word to this one: it looks at the log
   // when the oldest unsynced append may be due, or an interval from now.
   auto next_look = clock::now() + cfg.fsync_interval;
+  // The safety net: every queued request has a leader writing, or a lead posted to its
+  // loop, or log_wanted_; should that lead never run (a loop stopped at shutdown before
+  // its posted lead, an exception in a handler before it), this thread looks at the
+  // queue at least every safety_look and writes it when no leader took from it or ended
+  // since the previous look, which found it non-empty too, and no leader is writing.
+  constexpr auto safety_look = std::chrono::milliseconds(250);
+  std::optional<std::uint64_t> dequeued_seen;  // dequeued_ at a look that found requests
   while (true) {
+    // Stopping, it waits for a leader still writing (which wakes it once done).
     const auto has_work = [&] {
-      return stopping_ || snapshot_wanted_ || !pending_.empty() || !tasks_.empty();
+      return (stopping_ && !leading_) || snapshot_wanted_ || log_wanted_ || !tasks_.empty();
     };
-    if (interval_mode) {
-      wake_.wait_until(lock, next_look, has_work);
-    } else {
-      wake_.wait(lock, has_work);
-    }
+    const auto safety_deadline = clock::now() + safety_look;
+    const bool woken = wake_.wait_until(
+        lock, interval_mode ? std::min(next_look, safety_deadline) : safety_deadline, has_work);
     while (!tasks_.empty()) {
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -255,16 +284,17 @@ void committer::run() {
       }
       lock.lock();
     }
-    if (!pending_.empty()) {
-      auto group = std::exchange(pending_, {});
+    // What a leader left to this thread (it found the log held by a task), what is left
+    // at stop(), or what no leader took (the safety net above).
+    log_wanted_ = false;
+    const bool stranded = !pending_.empty() && dequeued_seen == dequeued_;
+    if (!pending_.empty() && !leading_ && (woken || stranded)) {
       lock.unlock();
-      {
-        std::lock_guard log_lock(log_mutex_);
-        write_group(group);
-      }
+      lead(true);
       lock.lock();
     }
-    const bool stop_now = stopping_ && pending_.empty() && tasks_.empty();
+    dequeued_seen = pending_.empty() ? std::nullopt : std::optional<std::uint64_t>(dequeued_);
+    const bool stop_now = stopping_ && !leading_ && pending_.empty() && tasks_.empty();
     snapshot_wanted_ = false;  // looked at below
     lock.unlock();
     {
@@ -306,58 +336,112 @@ commit_result committer::admit(const request& r, std::size_t new_keys, std::uint
                                               : commit_result::applied;
 }
 
-void committer::write_inline(request&& r) {
-  auto j = std::make_shared<job>();
-  bool snapshot_due = false;
-  {
-    // The log thread holds the log through whole takes, snapshots and syncs (disk I/O,
-    // seconds on a slow disk): an HTTP loop (and /healthz, the watchdog ping) must not
-    // wait for those. It queues instead, as with wal.fsync always: the log thread writes
-    // the request once it is done, after the cut if the log was busy with a take, and
-    // the request is answered once applied, as an inline one. Also when another HTTP
-    // thread holds the log for its append: the log thread then writes what queued up
-    // with one write(2).
-    std::unique_lock lock(log_mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) return enqueue(std::move(r));
-    if (closed_) {
-      r.result = commit_result::log_unavailable;
-    } else {
-      r.result = admit(r, 0, 0, [] {});
-      if (r.result == commit_result::applied && !log_.append(r.record, false))
-        r.result = commit_result::log_unavailable;
-    }
-    if (r.result == commit_result::applied) {
-      // Registered before the lock goes: a take that comes next applies it if this
-      // thread has not yet.
-      j->keys = r.increments.size();
-      j->magnitude = r.magnitude;
-      j->keyed = r.keyed.has_value();
-      unapplied_keys_ += j->keys;
-      unapplied_magnitude_ += j->magnitude;
-      {
-        std::lock_guard l(unapplied_mutex_);
-        unapplied_.push_back(j);
-      }
-      snapshot_due = log_.snapshot_due();
-    } else {
-      j->applied = true;
-    }
-    j->requests.push_back(std::move(r));
+void committer::lead(bool log_thread) {
+  // An exception past leading_ = true would leave leading_ set for good: no later lead
+  // writes, the queue and stop() wait for ever, the group's requests are dropped
+  // unanswered and its keyed reservations never abandoned. Which of the group's records
+  // were written, dispatched or applied when it was thrown is not known here, so no
+  // answer (log_unavailable would be wrong for a written record: replay applies it) and
+  // no undo is safe. The process ends instead, as it did when the log thread wrote: what
+  // was answered is in the WAL; what was not is in doubt, as for a SIGKILL.
+  try {
+    lead_groups(log_thread);
+  } catch (const std::exception& e) {
+    log::error("WAL: exception while writing a group, terminating: ", e.what());
+    std::terminate();
+  } catch (...) {
+    log::error("WAL: unknown exception while writing a group, terminating");
+    std::terminate();
   }
-  if (snapshot_due) {
-    // With wal.fsync never nothing else wakes the log thread while nothing is taken (a
-    // database outage): without this the segments would only grow.
-    {
-      std::lock_guard lock(mutex_);
-      snapshot_wanted_ = true;
-    }
-    wake_.notify_one();
-  }
-  apply_and_answer(*j);
 }
 
-void committer::write_group(std::vector<request>& group) {
-  const bool synced = log_.config().fsync == config::fsync_mode::always;
+void committer::lead_groups(bool log_thread) {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    if (leading_ || pending_.empty()) return;
+    if (stopping_ && !log_thread) {
+      // stop() began: the log thread writes what is left (the loops may be gone).
+      lock.unlock();
+      wake_.notify_one();
+      return;
+    }
+    leading_ = true;
+    lock.unlock();
+    std::unique_lock log_lock(log_mutex_, std::defer_lock);
+    if (log_thread) {
+      log_lock.lock();
+    } else if (!log_lock.try_lock()) {
+      // The log thread holds the log for a take, a snapshot or a sync (disk I/O): an
+      // HTTP loop does not wait for that. The group stays queued for the log thread,
+      // which writes it once done (after the cut, for a take).
+      lock.lock();
+      leading_ = false;
+      log_wanted_ = true;
+      lock.unlock();
+      wake_.notify_one();
+      return;
+    }
+    std::vector<request> group;
+    lock.lock();
+    std::size_t bytes = 0;
+    while (!pending_.empty() &&
+           (group.empty() || bytes + pending_.front().record.size() <= max_group_bytes)) {
+      bytes += pending_.front().record.size();
+      group.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+      ++dequeued_;
+    }
+    lock.unlock();
+    if (group_hook_) group_hook_();
+    std::vector<std::shared_ptr<job>> local;
+    write_group(group, local);
+    // With wal.fsync never nothing else wakes the log thread while nothing is taken (a
+    // database outage): without this the segments would only grow.
+    const bool snapshot_due = log_.snapshot_due();
+    log_lock.unlock();
+    groups_.fetch_add(1, std::memory_order_relaxed);
+    grouped_requests_.fetch_add(group.size(), std::memory_order_relaxed);
+    log_.metrics().wal_group_requests.Observe(static_cast<double>(group.size()));
+    if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
+
+    // What queued meanwhile: the next leader is the loop of its first request (a post;
+    // that loop answers its own requests without a post back), so this thread goes back
+    // to its connections or its tasks; else (no such loop: a caller off any loop) an
+    // HTTP thread writes it too. The log thread writes one group per call and leaves
+    // the rest to run(), which runs the tasks queued meanwhile (takes, resets, releases,
+    // snapshots, the interval sync) first: under steady load the queue is never empty
+    // when a group ends, and a log thread that went on leading would run none of them.
+    lock.lock();
+    leading_ = false;
+    ++dequeued_;  // a leader's end is progress too: a hand-off it posted is not stranded
+    if (snapshot_due) snapshot_wanted_ = true;
+    bool wake_log = snapshot_due || stopping_;
+    bool again = false;
+    net::io_context* next = nullptr;
+    if (!pending_.empty() && !stopping_) {
+      const auto& front = pending_.front();
+      if (front.on_loop && !runs_here(front.home)) {
+        next = front.home;
+      } else if (log_thread) {
+        log_wanted_ = true;  // run() leads again, after its tasks
+      } else {
+        again = true;
+      }
+    } else if (!pending_.empty() && log_thread) {
+      log_wanted_ = true;  // stopping: run() writes the rest, a group per pass
+    }
+    lock.unlock();
+    if (wake_log) wake_.notify_one();
+    if (next != nullptr) net::post(*next, [this] { lead(false); });
+    // Answered after the log is free: a take need not wait for this thread's answers.
+    for (auto& j : local) apply_and_answer(*j);
+    if (!again) return;
+    lock.lock();
+  }
+}
+
+void committer::write_group(std::vector<request>& group,
+                            std::vector<std::shared_ptr<job>>& local) {
   std::string bytes;
   std::vector<request> chunk;
   chunk.reserve(group.size());
@@ -365,12 +449,13 @@ void committer::write_group(std::vector<request>& group) {
   std::size_t new_keys = 0;     // keys the requests logged in `bytes` may create
   std::uint64_t unapplied = 0;  // their |delta|
   const auto write_chunk = [&] {
-    if (any_logged && !log_.append(bytes, synced)) {
+    if (any_logged && !log_.append(bytes, synced_)) {
+      // One write for all of them: none is logged, none is applied or acknowledged.
       for (auto& r : chunk) {
         if (r.result == commit_result::applied) r.result = commit_result::log_unavailable;
       }
     }
-    dispatch(chunk);
+    dispatch(chunk, local);
     chunk.clear();
     bytes.clear();
     any_logged = false;
@@ -378,6 +463,11 @@ void committer::write_group(std::vector<request>& group) {
     unapplied = 0;
   };
   for (auto& r : group) {
+    if (closed_) {
+      r.result = commit_result::log_unavailable;
+      chunk.push_back(std::move(r));
+      continue;
+    }
     r.result = admit(r, new_keys, unapplied, write_chunk);
     if (r.result != commit_result::applied) {
       chunk.push_back(std::move(r));
@@ -392,7 +482,7 @@ void committer::write_group(std::vector<request>& group) {
   write_chunk();
 }
 
-void committer::dispatch(std::vector<request>& chunk) {
+void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local) {
   // One job per HTTP thread: a handful, so a linear search.
   std::vector<std::shared_ptr<job>> jobs;
   for (auto& r : chunk) {
@@ -409,6 +499,8 @@ void committer::dispatch(std::vector<request>& chunk) {
     (*j)->requests.push_back(std::move(r));
   }
   for (auto& j : jobs) {
+    // Registered before the log is free: a take that comes next applies it if its
+    // thread has not yet.
     if (j->keys > 0 || j->keyed) {
       unapplied_keys_ += j->keys;
       unapplied_magnitude_ += j->magnitude;
@@ -417,10 +509,11 @@ void committer::dispatch(std::vector<request>& chunk) {
     } else {
       j->applied = true;  // nothing to apply
     }
-    if (auto* home = j->requests.front().home) {
-      net::post(*home, [this, j] { apply_and_answer(*j); });
+    auto* home = j->requests.front().home;
+    if (home == nullptr || runs_here(home)) {
+      local.push_back(j);
     } else {
-      apply_and_answer(*j);
+      net::post(*home, [this, j] { apply_and_answer(*j); });
     }
   }
 }

@@ -2,19 +2,34 @@
 // The durable ingest path, with a WAL: log, then apply, then answer (README: Design).
 // This component alone owns that order; the WAL only writes, the store only holds.
 //
-// Group commit (wal.fsync: always): a request's increments are encoded as a WAL record
-// on the thread that submits them and queued. One log thread is the group's leader: it
-// takes every queued request, checks the pending limit and the pending-sum bound, writes
-// the group with one write(2) and syncs once for all of it. That is all it does. The
-// group's increments are applied to the sharded store and answered on the HTTP thread
-// that submitted them (one post per HTTP thread per group), so applying and answering
-// spread over http.threads as they do without a WAL (LevelDB's writer queue; RocksDB's
-// pipelined write with concurrent memtable inserts).
+// Group commit with a leader, in every wal.fsync mode (LevelDB's DBImpl::Write,
+// RocksDB's write thread): a request's increments are encoded as a WAL record on the
+// thread that submits them and queued. The requests that queue while a group is being
+// written join the next group; one thread, the leader, takes the queued requests (at
+// most max_group_bytes of records), checks the pending limit and the pending-sum bound,
+// writes them with one pwrite(2) (and, with wal.fsync always, one fdatasync) and hands
+// each request to the thread that applies and answers it. The leader is an HTTP thread,
+// not the log thread: a request submitted on its HTTP loop is queued, and the loop
+// writes what its turn queued once that turn's other handlers ran (one post to itself,
+// no other thread involved), then applies and answers its own requests at once. A loop
+// that finds another leader writing does not wait: its requests go into the next group,
+// which the leader hands to the loop of the first of them (a post) once it is done, so
+// the leaders take turns and each loop writes its own requests. A follower's loop goes
+// on serving its connections; only its requests wait, for the write in progress and
+// then their own. With wal.fsync always the leader's loop waits for its group's
+// fdatasync (the other loops meanwhile parse the next group). Requests written by
+// another thread than their loop's are applied and answered on their loop (one post per
+// HTTP thread per group), so applying and answering spread over http.threads as they do
+// without a WAL.
 //
-// Without a sync per answer (wal.fsync: interval or never) a hand-off to the log thread
-// would cost more than the write itself: the submitting thread checks, appends (under
-// the log's mutex) and applies and answers at once. The log thread then only syncs every
-// wal.fsync_interval and runs the flusher's takes and the snapshots.
+// The log thread runs the flusher's takes, resets, releases, the snapshots and, with
+// wal.fsync interval, the periodic sync. It holds the log through those (disk I/O,
+// seconds on a slow disk), and a leader on an HTTP loop (which serves /healthz and the
+// watchdog ping) must not wait for it: a leader that finds the log held leaves the group
+// queued for the log thread, which writes it after its task (after the cut, for a take).
+// The log thread writes one group at a time and hands the rest on as a leader on a loop
+// does (or writes it on its next pass, after the tasks queued meanwhile): it never stays
+// leader, which would starve the takes, resets and syncs under steady load.
 //
 // The cut: the flusher's take() and the snapshots run on the log thread between two
 // groups, and before either reads the store, every increment logged so far is applied
@@ -25,9 +40,12 @@
 // request is never answered (in doubt, as for a SIGKILL).
 //
 // Failures: a request whose write or sync fails is answered log_unavailable and was
-// applied nowhere (the WAL cut its segment back). Requests submitted once stop() began
-// are answered log_unavailable at once. A store_.add that throws (bad_alloc) in the
-// middle of a logged request is not handled: see apply().
+// applied nowhere (the WAL cut its segment back); a group's write fails for all of it.
+// Requests submitted once stop() began are answered log_unavailable at once. An
+// exception while leading (bad_alloc: queuing, dispatching, applying in a drain) is
+// logged and ends the process (std::terminate), as one on the log thread always did:
+// the group may be part written, part dispatched, and no answer for it would be right;
+// a crash loses nothing answered, the WAL replays it. See lead().
 //
 // Shutdown: stop() applies whatever is logged and not yet applied (a group handed to an
 // HTTP loop that stopped first), so the committer keeps no answer callback, nor the
@@ -86,6 +104,22 @@ class committer final : public store::batch_source {
   void submit(std::vector<ingest::increment>&& increments, boost::asio::io_context* home,
               done_fn done);
 
+  // Group figures since start: groups written (pwrites of requests), requests logged
+  // in them, and groups the log thread wrote (a leader found the log held by a take,
+  // a snapshot or a sync; or stop()).
+  std::uint64_t groups() const { return groups_.load(std::memory_order_relaxed); }
+  std::uint64_t grouped_requests() const {
+    return grouped_requests_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t log_thread_groups() const {
+    return log_thread_groups_.load(std::memory_order_relaxed);
+  }
+  // Tests only: called by each leader while it leads (before its group's write), to
+  // inject a failure there. Set before start().
+  void set_group_hook_for_test(std::function<void()> hook) { group_hook_ = std::move(hook); }
+  // A group's records stop growing past this: a request past it waits for the next.
+  static constexpr std::size_t max_group_bytes = 1u << 20;
+
   // Requests with an Idempotency-Key (README: HTTP API, Idempotency-Key) live in `keyed`
   // (set before start()) rather than the store: submit_keyed() logs one that
   // keyed.admit() reserved, then accepts it there (its "apply") and answers applied, or
@@ -111,15 +145,26 @@ class committer final : public store::batch_source {
   template <typename BeforeDrain>
   commit_result admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
                       BeforeDrain before_drain);
-  // wal.fsync interval and never: logs, applies and answers on the calling thread, or
-  // queues `r` for the log thread when that holds the log (a take, a snapshot, a sync).
-  void write_inline(request&& r);
-  // Queues `r` for the log thread, or answers log_unavailable once stop() began.
-  void enqueue(request&& r);
+  // Queues `r` for the next group and makes sure a leader writes it: at the end of this
+  // loop turn when submitted on its HTTP loop, else now, on this thread. Once stop()
+  // began: answers log_unavailable.
+  void queue(request&& r);
+  // Becomes the leader unless one is writing, and writes the queued requests; then
+  // hands what queued meanwhile to the loop of its first request, or writes it too. The
+  // log thread (`log_thread`) waits for the log, writes one group and returns (its
+  // tasks come before the next; it leaves the rest to run() or a loop); an HTTP thread
+  // leaves the group to the log thread when the log is held.
+  // An exception in there (bad_alloc) is logged and ends the process: see lead().
+  void lead(bool log_thread);
+  void lead_groups(bool log_thread);
   void run();
-  void write_group(std::vector<request>& group);
-  // Hands `chunk` (written, or refused) to the threads that apply and answer it.
-  void dispatch(std::vector<request>& chunk);
+  // Writes `group` (one pwrite, and one fdatasync with wal.fsync always, unless the
+  // pending-sum bound needs a drain in between) and hands its requests on: those this
+  // thread applies and answers itself go to `local`. Under log_mutex_.
+  void write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local);
+  // Registers `chunk`'s logged requests as unapplied and posts each HTTP loop its
+  // requests, but those of this thread (its own loop, or none), which go to `local`.
+  void dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local);
   // Applies a job's logged increments unless that was done; idempotent.
   void apply(job& j);
   void apply_and_answer(job& j);
@@ -134,7 +179,7 @@ class committer final : public store::batch_source {
   wal::write_ahead_log& log_;
   store::pending_store& store_;
   std::size_t max_pending_keys_;
-  const bool inline_;  // wal.fsync is not always: see write_inline
+  const bool synced_;  // wal.fsync always: each group is synced before it is answered
   // Guards log_ (not thread-safe) and makes check-then-append one step.
   std::mutex log_mutex_;
   std::atomic<bool> closed_{false};  // stop() began: nothing more is logged
@@ -143,12 +188,18 @@ class committer final : public store::batch_source {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<request> pending_;
+  std::deque<request> pending_;  // queued for the next group
+  // Leader progress (requests taken from pending_, groups ended): run()'s safety net.
+  std::uint64_t dequeued_ = 0;
+  bool leading_ = false;         // a leader is writing a group
+  // A leader found the log held (a task on the log thread): the log thread writes what
+  // is queued once its task is done.
+  bool log_wanted_ = false;
   std::deque<std::function<void()>> tasks_;  // run on the log thread between groups
   bool stopping_ = false;
   bool started_ = false;
-  // wal.fsync never: an inline append found a snapshot due (the log thread has no other
-  // reason to wake while nothing is taken, as during a database outage).
+  // A leader found a snapshot due (the log thread has no other reason to wake while
+  // nothing is taken, as during a database outage).
   bool snapshot_wanted_ = false;
   std::uint64_t min_queued_tag_ = UINT64_MAX;
 
@@ -158,6 +209,12 @@ class committer final : public store::batch_source {
   std::vector<std::shared_ptr<job>> unapplied_;
   std::atomic<std::size_t> unapplied_keys_{0};
   std::atomic<std::uint64_t> unapplied_magnitude_{0};
+
+  std::atomic<std::uint64_t> groups_{0};
+  std::atomic<std::uint64_t> grouped_requests_{0};
+  std::atomic<std::uint64_t> log_thread_groups_{0};
+
+  std::function<void()> group_hook_;
 
   std::thread thread_;
 };

@@ -18,6 +18,7 @@ const prometheus::Histogram::BucketBoundaries http_buckets{
     0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,   10};
 const prometheus::Histogram::BucketBoundaries db_buckets{
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+const prometheus::Histogram::BucketBoundaries group_buckets{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024};
 const prometheus::Histogram::BucketBoundaries fsync_buckets{
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1};
 
@@ -120,6 +121,9 @@ registry::registry()
                                            "Duration of write-ahead log syncs", fsync_buckets)),
       wal_torn_tails(counter(*registry_, "slotted_counterd_wal_torn_tails_total",
                              "Incomplete records cut off the end of the WAL at startup")),
+      wal_group_requests(histogram(*registry_, "slotted_counterd_wal_group_requests",
+                                   "Requests written to the WAL together, with one write",
+                                   group_buckets)),
       http_connections_open(gauge(*registry_, "slotted_counterd_http_connections_open",
                                   "HTTP connections open now (held until closed)")),
       http_connections_rejected(

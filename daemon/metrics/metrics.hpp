@@ -95,6 +95,8 @@ class registry {
   prometheus::Gauge& wal_bytes;
   prometheus::Histogram& wal_fsync_duration_seconds;
   prometheus::Counter& wal_torn_tails;
+  // Requests per group the committer wrote with one pwrite (README: Design, Durable path).
+  prometheus::Histogram& wal_group_requests;
   prometheus::Gauge& http_connections_open;
   prometheus::Counter& http_connections_rejected;
   prometheus::Counter& http_connections_accepted;

@@ -243,6 +243,7 @@ bool write_ahead_log::log_batches(std::vector<store::flush_batch>& batches) {
 bool write_ahead_log::append(std::string_view bytes, bool synced) {
   const std::size_t before = segment_bytes_;
   std::size_t done = 0;
+  writes_.fetch_add(1, std::memory_order_relaxed);
   while (done < bytes.size()) {
     const ssize_t w =
         ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(before + done));
@@ -272,6 +273,8 @@ bool write_ahead_log::append(std::string_view bytes, bool synced) {
 
 bool write_ahead_log::sync() {
   const auto started = clock::now();
+  const std::size_t covered = segment_bytes_;
+  syncs_.fetch_add(1, std::memory_order_relaxed);
   const int rc = ::fdatasync(fd_);
   metrics_.wal_fsync_duration_seconds.Observe(
       std::chrono::duration<double>(clock::now() - started).count());
@@ -281,6 +284,7 @@ bool write_ahead_log::sync() {
     return false;
   }
   unsynced_ = false;
+  synced_bytes_.store(covered, std::memory_order_release);
   return true;
 }
 
@@ -313,6 +317,7 @@ bool write_ahead_log::rotate() {
   fd_ = fd;
   segment_ = next;
   segment_bytes_ = segment_magic.size();
+  synced_bytes_.store(0, std::memory_order_release);
   unsynced_ = true;
   if (::fsync(dir_fd_) != 0) failed("sync directory", errno);  // the new name must survive a crash
   return true;

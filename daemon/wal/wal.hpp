@@ -20,6 +20,7 @@
 // starting thread before it runs). A failed write or sync returns false, cuts the
 // segment back to its last good length and logs the error once per distinct cause.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -67,6 +68,7 @@ class write_ahead_log {
   write_ahead_log& operator=(const write_ahead_log&) = delete;
 
   const config::wal_config& config() const { return cfg_; }
+  metrics::registry& metrics() const { return metrics_; }
 
   // Creates the directory (0700) if needed, locks it (flock on the directory and a lock file) and
   // replays every segment. A torn tail is cut off with a warning; corruption anywhere else throws
@@ -108,6 +110,14 @@ class write_ahead_log {
   // The last write or sync error, empty once writable again.
   const std::string& last_error() const { return last_error_; }
 
+  // Counts, readable from any thread (tests, the committer's group figures): the
+  // appends that reached pwrite(2) (one per group of requests, plus takes, resets,
+  // snapshots), the fdatasyncs done, and how much of the current segment the last
+  // successful fdatasync covered (0 right after a rotation).
+  std::uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
+  std::uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
+  std::size_t synced_bytes() const { return synced_bytes_.load(std::memory_order_acquire); }
+
  private:
   void lock_directory();
   bool rotate();
@@ -139,6 +149,9 @@ class write_ahead_log {
   bool unsynced_ = false;
   clock::time_point last_sync_ = clock::now();
   std::string last_error_;
+  std::atomic<std::uint64_t> writes_{0};
+  std::atomic<std::uint64_t> syncs_{0};
+  std::atomic<std::size_t> synced_bytes_{0};
 };
 
 }  // namespace slotted::wal
