@@ -29,14 +29,21 @@ std::string describe(int fd, int family) {
   if (family == AF_INET6) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
     ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-    return "[" + std::string(text) + "]:" + std::to_string(ntohs(a->sin6_port));
+    // Appended, not "[" + std::string(...): see adopt_sql.cpp (gcc 12 false -Wrestrict).
+    std::string s(1, '[');
+    s.append(text).append("]:").append(std::to_string(ntohs(a->sin6_port)));
+    return s;
   }
   const auto* u = reinterpret_cast<const sockaddr_un*>(&ss);
   const std::size_t path_len = len > offsetof(sockaddr_un, sun_path)
                                    ? static_cast<std::size_t>(len) - offsetof(sockaddr_un, sun_path)
                                    : 0;
   if (path_len == 0) return "(unnamed unix socket)";
-  if (u->sun_path[0] == '\0') return "@" + std::string(u->sun_path + 1, path_len - 1);
+  if (u->sun_path[0] == '\0') {
+    std::string s(1, '@');
+    s.append(u->sun_path + 1, path_len - 1);
+    return s;
+  }
   return std::string(u->sun_path, ::strnlen(u->sun_path, path_len));
 }
 
