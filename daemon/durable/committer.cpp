@@ -518,12 +518,24 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
   }
 }
 
-// Known limitation: store_.add throwing (bad_alloc) in the middle of a request leaves
-// part of the job applied with j.applied false, so a later drain applies that part again;
-// on an HTTP loop the exception leaves the posted handler and the job's requests are
-// never answered. Making this exact needs an add() that applies a request whole or not
-// at all; the process is then short of memory in any case.
+// An exception while applying (bad_alloc in store_.add or keyed_->accept) leaves the job
+// part applied with j.applied false: a later drain would apply that part again (counted
+// twice, logged once), and on an HTTP loop (whose run_io_context catches and runs on) the
+// job's requests would never be answered. No undo is safe, so the process ends, as for an
+// exception while leading: what was answered is in the WAL and replays once.
 void committer::apply(job& j) {
+  try {
+    apply_whole(j);
+  } catch (const std::exception& e) {
+    log::error("WAL: exception while applying logged requests, terminating: ", e.what());
+    std::terminate();
+  } catch (...) {
+    log::error("WAL: unknown exception while applying logged requests, terminating");
+    std::terminate();
+  }
+}
+
+void committer::apply_whole(job& j) {
   std::lock_guard lock(j.mutex);
   if (j.applied) return;
   for (auto& r : j.requests) {

@@ -8,8 +8,8 @@
 // written join the next group; one thread, the leader, takes the queued requests (at
 // most max_group_bytes of records), checks the pending limit and the pending-sum bound,
 // writes them with one pwrite(2) (and, with wal.fsync always, one fdatasync) and hands
-// each request to the thread that applies and answers it. The leader is an HTTP thread,
-// not the log thread: a request submitted on its HTTP loop is queued, and the loop
+// each request to the thread that applies and answers it. The leader is, as a rule, an
+// HTTP thread (the log thread leads only a group left to it, one group per pass): a request submitted on its HTTP loop is queued, and the loop
 // writes what its turn queued once that turn's other handlers ran (one post to itself,
 // no other thread involved), then applies and answers its own requests at once. A loop
 // that finds another leader writing does not wait: its requests go into the next group,
@@ -40,9 +40,11 @@
 // request is never answered (in doubt, as for a SIGKILL).
 //
 // Failures: a request whose write or sync fails is answered log_unavailable and was
-// applied nowhere (the WAL cut its segment back); a group's write fails for all of it.
+// applied nowhere (the WAL cut its segment back); a write fails for all
+// the requests it carries (a group split at the pending-sum bound is several writes).
 // Requests submitted once stop() began are answered log_unavailable at once. An
-// exception while leading (bad_alloc: queuing, dispatching, applying in a drain) is
+// exception while leading (bad_alloc: queuing, dispatching, applying in a drain), or
+// while applying a logged job anywhere (an HTTP loop, a take's or reset's drain), is
 // logged and ends the process (std::terminate), as one on the log thread always did:
 // the group may be part written, part dispatched, and no answer for it would be right;
 // a crash loses nothing answered, the WAL replays it. See lead().
@@ -166,7 +168,8 @@ class committer final : public store::batch_source {
   // requests, but those of this thread (its own loop, or none), which go to `local`.
   void dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local);
   // Applies a job's logged increments unless that was done; idempotent.
-  void apply(job& j);
+  void apply(job& j);        // ends the process on an exception: see the .cpp
+  void apply_whole(job& j);
   void apply_and_answer(job& j);
   // Applies every increment logged so far (on the log thread, between groups).
   void drain();
