@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "config/log_sources_parse.hpp"
+#include "config/yaml_walk.hpp"
 #include "model/increment.hpp"
 
 namespace slotted::config {
@@ -106,34 +107,16 @@ class checker {
     if (at.IsDefined() && at.Mark().line >= 0) lines_[key] = at.Mark().line + 1;
   }
 
-  using handler = std::function<void(const YAML::Node& value, const std::string& path)>;
+  using handler = key_handler;
 
   // Calls the handler of each known key; unknown keys and duplicates are problems.
-  void mapping(const YAML::Node& node, const std::string& path,
-               const std::map<std::string, handler>& handlers) {
-    if (node.IsNull()) return;
-    if (!node.IsMap()) {
-      fail(node, path.empty() ? "(top level)" : path, "expected a mapping");
-      return;
-    }
-    std::set<std::string> seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      // Copies: the iterator hands out a temporary pair.
-      const YAML::Node key_node = it->first;
-      const YAML::Node value = it->second;
-      const std::string key = key_node.IsScalar() ? key_node.Scalar() : std::string("?");
-      const std::string full = path.empty() ? key : path + "." + key;
-      if (!seen.insert(key).second) {
-        fail(key_node, full, "duplicate key");
-        continue;
-      }
-      const auto h = handlers.find(key);
-      if (h == handlers.end()) {
-        fail(key_node, full, "unknown key");
-        continue;
-      }
-      h->second(value, full);
-    }
+  void mapping(const YAML::Node& node, const std::string& path, const key_handlers& handlers) {
+    walk_mapping(
+        node, path, handlers,
+        [this](const YAML::Node& at, const std::string& key, const std::string& msg) {
+          fail(at, key, msg);
+        },
+        null_mapping::empty);
   }
 
   bool scalar(const YAML::Node& v, const std::string& path, std::string& out) {
