@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "app/application.hpp"
+#include "config/config_keys.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
@@ -112,19 +113,17 @@ bool application::reload(const std::string& config_path) {
     flusher_.set_rollups(targets);
     roller_.set_targets(targets);
   }
-  running_.http.auth_token_file = next.http.auth_token_file;
-  running_.http.auth_token = next.http.auth_token;
-  running_.counters = next.counters;
+  // The live keys of the key table (config/config_keys.cpp), the log level among them.
+  const auto was = running_.log;
+  config::adopt_live(running_, next);
   keep_started_buckets(running_.counters, cfg_.counters);
-  running_.accept_undeclared_types = next.accept_undeclared_types;
   std::string applied;
   for (const auto& k : plan.live) applied += (applied.empty() ? "" : ", ") + k;
   // Said at the more verbose of the two levels, so a change of level is itself logged.
   const auto level = log_level_for(next.log);
-  if (level <= log_level_for(running_.log)) log::set_level(level);
+  if (level <= log_level_for(was)) log::set_level(level);
   log::info("reload: applied ", applied.empty() ? std::string("no changes") : applied);
   log::set_level(level);
-  running_.log = next.log;
   return true;
 }
 

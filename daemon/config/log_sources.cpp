@@ -7,11 +7,10 @@
 #include <set>
 
 #include "config/log_sources_parse.hpp"
+#include "config/yaml_walk.hpp"
 
 namespace slotted::config {
 namespace {
-
-using handler = std::function<void(const YAML::Node& value, const std::string& path)>;
 
 class walker {
  public:
@@ -23,28 +22,8 @@ class walker {
 
   // Calls the handler of each known key; unknown keys and duplicates are problems.
   void mapping(const YAML::Node& node, const std::string& path,
-               const std::map<std::string, handler>& handlers) const {
-    if (!node.IsMap()) {
-      fail(node, path, "expected a mapping");
-      return;
-    }
-    std::set<std::string> seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node key_node = it->first;
-      const YAML::Node value = it->second;
-      const std::string key = key_node.IsScalar() ? key_node.Scalar() : std::string("?");
-      const std::string full = path + "." + key;
-      if (!seen.insert(key).second) {
-        fail(key_node, full, "duplicate key");
-        continue;
-      }
-      const auto h = handlers.find(key);
-      if (h == handlers.end()) {
-        fail(key_node, full, "unknown key");
-        continue;
-      }
-      h->second(value, full);
-    }
+               const key_handlers& handlers) const {
+    walk_mapping(node, path, handlers, fail_, null_mapping::problem);
   }
 
   bool text(const YAML::Node& v, const std::string& path, std::string& out) const {

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """The man pages and the configuration reference against the code.
 
-    python3 tests/docs/man_test.py --daemon build/slotted-counterd --source .
+    python3 tests/docs/man_test.py --daemon build/slotted-counterd --source . \
+        --config-keys build/tests/config_keys
 
 - slotted-counterd(8) (packaging/slotted-counterd.8) names every option the built
   binary's --help prints;
-- docs/configuration.md's key table names every key daemon/config/config.cpp accepts,
-  and no other; its reload column agrees with plan_reload();
+- docs/configuration.md's key table names every key of the config's key table
+  (daemon/config/config_keys.cpp, printed by tests/docs/config_keys), which drives the
+  parser and plan_reload(), and no other; its type, default, reload and integer bounds
+  columns are the table's;
 - packaging/slotted-counterd.yaml.5 is what scripts/gen-man makes of that table;
 - config/slotted-counterd.yaml passes the built binary's --check-config, and names only
   keys of the table; so does every YAML config shown in README.md and docs/.
@@ -28,57 +31,27 @@ except ImportError:  # an interpreter without PyYAML (e.g. a pyenv one): Debian'
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
 from ops_test import Failure, Runner  # noqa: E402
 
-# The parse function of config.cpp -> the key path its mapping's keys live under.
-PREFIX = {
-    "parse_config": "",
-    "parse_listen": "listen.",
-    "parse_http": "http.",
-    "parse_mysql": "mysql.",
-    "parse_mysql_tls": "mysql.tls.",
-    "parse_rollup_target": "counters[].rollup.",
-    "parse_counters": "counters[].",
-    "parse_flush": "flush.",
-    "parse_rollup": "rollup.",
-    "parse_wal": "wal.",
-    "parse_idempotency": "idempotency.",
-    "parse_log": "log.",
-    # daemon/config/log_sources.cpp
-    "parse_log_sources": "log_sources[].",
-    "parse_rules": "log_sources[].rules[].",
-    "parse_json_fields": "log_sources[].json.",
-}
-# Keys the parser takes through another mechanism than a mapping of names.
-GRANULARITIES = ("hour", "day")  # store::granularity_named, counters[].buckets.<g>
-
-
 def read(*parts):
     with open(os.path.join(*parts)) as f:
         return f.read()
 
 
-def parser_keys(source):
-    """Every key path daemon/config/config.cpp accepts, from its mapping tables."""
-    text = read(source, "daemon", "config", "config.cpp") + "\n" + read(
-        source, "daemon", "config", "log_sources.cpp")
-    keys = set()
-    # Function bodies: from one top-level definition to the next.
-    defs = list(re.finditer(r"^[A-Za-z][\w:<>, ]*?\b(\w+)\(", text, re.M))
-    for i, d in enumerate(defs):
-        body = text[d.end():defs[i + 1].start() if i + 1 < len(defs) else len(text)]
-        found = re.findall(r'\{"([a-z_]+)",\s*(?:\[|file\(|column\(|field\()', body)
-        if not found:
-            continue
-        name = d.group(1)
-        if name not in PREFIX:
-            raise Failure(f"config.cpp: {name}() parses keys {found} under a prefix this test "
-                          "does not know: add it to PREFIX")
-        keys.update(PREFIX[name] + k for k in found)
-    # Sections that are mappings of their own are documented by their leaves.
-    keys -= {"listen", "http", "mysql", "flush", "rollup", "wal", "idempotency", "log",
-             "mysql.tls", "counters[].rollup", "counters[].buckets", "log_sources[].json"}
-    keys.update(f"counters[].buckets.{g}" for g in GRANULARITIES)
-    keys.add("counters")
+def code_keys(ctx):
+    """The config's key table (daemon/config/config_keys.cpp), as tests/docs/config_keys
+    prints it: key -> {type, default, reload, bounds}."""
+    out = subprocess.run([ctx.config_keys], stdout=subprocess.PIPE, check=True, timeout=30).stdout
+    keys = {}
+    for line in out.decode().splitlines():
+        key, type_, default, reload, bounds = line.split("\t")
+        keys[key] = {"type": type_, "default": default, "reload": reload, "bounds": bounds}
     return keys
+
+
+def documented_code_keys(ctx):
+    """The keys of the code table the reference documents: all but sections, whose
+    leaves it documents (counters[].buckets by counters[].buckets.hour and .day)."""
+    keys = code_keys(ctx)
+    return {k: v for k, v in keys.items() if not any(o.startswith(k + ".") for o in keys)}
 
 
 def table_rows(source):
@@ -90,12 +63,6 @@ def table_rows(source):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             rows[cells[0].strip("`")] = cells
     return rows
-
-
-def reload_plan(source):
-    text = read(source, "daemon", "config", "config.cpp")
-    body = text[text.index("reload_plan plan_reload("):]
-    return {k: kind for kind, k in re.findall(r'\b(live|restart)\([^;]*?"([^"]+)"\);', body, re.S)}
 
 
 def check_options(ctx):
@@ -113,38 +80,43 @@ def check_options(ctx):
     return f"{len(options)} options: {' '.join(sorted(options))}"
 
 
+def unquoted(cell):
+    return cell.replace("`", "")
+
+
 def check_keys(ctx):
-    accepted = parser_keys(ctx.source)
+    accepted = set(documented_code_keys(ctx))
     documented = set(table_rows(ctx.source))
     problems = []
     if accepted - documented:
-        problems.append(f"accepted by the parser, not in docs/configuration.md: {sorted(accepted - documented)}")
+        problems.append(f"in the key table (daemon/config/config_keys.cpp), not in docs/configuration.md: {sorted(accepted - documented)}")
     if documented - accepted:
-        problems.append(f"in docs/configuration.md, not accepted by the parser: {sorted(documented - accepted)}")
+        problems.append(f"in docs/configuration.md, not in the key table (daemon/config/config_keys.cpp): {sorted(documented - accepted)}")
     if problems:
         raise Failure("; ".join(problems))
     return f"{len(accepted)} keys"
 
 
-def check_reload_column(ctx):
-    plan = reload_plan(ctx.source)
-    rows = table_rows(ctx.source)
+def check_columns(ctx):
+    """Type, default, reload and (integers) bounds: the documented ones are the table's."""
+    code = documented_code_keys(ctx)
     wrong = []
-    for key, cells in rows.items():
-        said = cells[4]
-        if not said:
-            continue  # mysql.password: refused, nothing to reload
-        # The longest plan_reload key that covers this one (counters covers counters[].name).
-        cover = [p for p in plan if key == p or key.startswith(p + ".") or key.startswith(p + "[]")]
-        if not cover:
-            wrong.append(f"{key}: plan_reload() does not name it")
-            continue
-        truth = plan[max(cover, key=len)]
-        if said != truth:
-            wrong.append(f"{key}: documented {said}, plan_reload() says {truth}")
+    for key, cells in table_rows(ctx.source).items():
+        row = code.get(key)
+        if row is None:
+            continue  # check_keys reports it
+        said = cells[4] or "refused"  # mysql.password: refused, nothing to reload
+        if said != row["reload"]:
+            wrong.append(f"{key}: documented reload {said}, the key table says {row['reload']}")
+        if unquoted(cells[1]) != row["type"]:
+            wrong.append(f"{key}: documented type {cells[1]!r}, the key table says {row['type']!r}")
+        if unquoted(cells[2]) != row["default"]:
+            wrong.append(f"{key}: documented default {cells[2]!r}, the key table says {row['default']!r}")
+        if row["bounds"] and not unquoted(cells[3]).startswith(row["bounds"]):
+            wrong.append(f"{key}: documented bounds {cells[3]!r}, the key table says {row['bounds']}")
     if wrong:
         raise Failure("; ".join(wrong))
-    return f"{len(rows)} rows agree with plan_reload()"
+    return f"{len(code)} rows agree with the key table"
 
 
 def check_generated_page(ctx):
@@ -282,6 +254,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--source", required=True)
+    ap.add_argument("--config-keys", required=True,
+                    help="tests/docs/config_keys: prints the config's key table")
     args = ap.parse_args()
 
     class Ctx:
@@ -289,10 +263,11 @@ def main():
     ctx = Ctx()
     ctx.daemon = os.path.abspath(args.daemon)
     ctx.source = os.path.abspath(args.source)
+    ctx.config_keys = os.path.abspath(args.config_keys)
     runner = Runner()
     runner.run("man 8: every --help option", check_options, ctx)
-    runner.run("configuration.md: every key the parser accepts, no other", check_keys, ctx)
-    runner.run("configuration.md: reload column", check_reload_column, ctx)
+    runner.run("configuration.md: every key of the key table, no other", check_keys, ctx)
+    runner.run("configuration.md: type, default, bounds and reload columns", check_columns, ctx)
     runner.run("man 5: generated from configuration.md", check_generated_page, ctx)
     runner.run("example config: accepted and documented", check_example, ctx)
     runner.run("docs: every config shown is accepted", check_doc_configs, ctx)

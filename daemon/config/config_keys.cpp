@@ -1,0 +1,484 @@
+#include "config/config_keys.hpp"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+#include <type_traits>
+
+#include "config/checker.hpp"
+#include "model/increment.hpp"
+
+namespace slotted::config {
+namespace {
+
+using namespace std::chrono_literals;
+using detail::checker;
+using rk = reload_kind;
+
+// A key's value in a config: field<&daemon_config::http, &http_config::threads>(cfg).
+template <auto... Path>
+auto& field(daemon_config& c) {
+  return (c .* ... .* Path);
+}
+template <auto... Path>
+const auto& field(const daemon_config& c) {
+  return (c .* ... .* Path);
+}
+
+template <auto... Path>
+bool differs(const daemon_config& a, const daemon_config& b) {
+  return field<Path...>(a) != field<Path...>(b);
+}
+// Live keys: the reload takes the new value.
+template <auto... Path>
+void adopt(daemon_config& running, const daemon_config& next) {
+  field<Path...>(running) = field<Path...>(next);
+}
+
+// The generic parse and change of each kind of value, bounds from the row.
+template <auto... Path>
+void parse_integer(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
+                   daemon_config& cfg) {
+  auto& out = field<Path...>(cfg);
+  using T = std::remove_reference_t<decltype(out)>;
+  c.integer<T>(v, p, static_cast<T>(r.lo), static_cast<T>(r.hi), out);
+  if (r.keep_line) c.remember_line(p, v);
+}
+template <auto... Path>
+void change_integer(const key_row& r, daemon_config& cfg) {
+  auto& f = field<Path...>(cfg);
+  using T = std::remove_reference_t<decltype(f)>;
+  f = f == static_cast<T>(r.lo) ? static_cast<T>(r.hi) : static_cast<T>(r.lo);
+}
+template <auto... Path>
+void parse_duration_key(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
+                        daemon_config& cfg) {
+  c.time_span(v, p, duration(r.lo), duration(r.hi), field<Path...>(cfg));
+}
+template <auto... Path>
+void change_duration(const key_row& r, daemon_config& cfg) {
+  auto& f = field<Path...>(cfg);
+  f = f == duration(r.lo) ? duration(r.hi) : duration(r.lo);
+}
+// A string, identifier or boolean: read by the checker's `Read` (checker::string, ...).
+template <auto Read, auto... Path>
+void parse_with(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
+                daemon_config& cfg) {
+  (c.*Read)(v, p, field<Path...>(cfg));
+  if (r.keep_line) c.remember_line(p, v);
+}
+template <auto... Path>
+void change_string(const key_row&, daemon_config& cfg) {
+  field<Path...>(cfg) += "x";
+}
+template <auto... Path>
+void change_boolean(const key_row&, daemon_config& cfg) {
+  field<Path...>(cfg) = !field<Path...>(cfg);
+}
+template <typename Enum>
+using options = std::vector<std::pair<std::string, Enum>>;
+template <auto Options, auto... Path>
+void parse_choice(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
+                  daemon_config& cfg) {
+  c.choice(v, p, Options(), field<Path...>(cfg));
+  if (r.keep_line) c.remember_line(p, v);
+}
+template <auto Options, auto... Path>
+void change_choice(const key_row&, daemon_config& cfg) {
+  auto& f = field<Path...>(cfg);
+  f = Options().front().second == f ? Options().back().second : Options().front().second;
+}
+
+// A row of each kind; `key`, `type` and `def` as in docs/configuration.md.
+template <auto... Path>
+constexpr key_row integer(std::string_view key, long long lo, long long hi, std::string_view def,
+                          bool keep_line = false) {
+  return {.key = key, .type = "integer", .default_value = def, .parse = &parse_integer<Path...>,
+          .differs = &differs<Path...>, .change = &change_integer<Path...>, .lo = lo, .hi = hi,
+          .keep_line = keep_line};
+}
+template <auto... Path>
+constexpr key_row time_key(std::string_view key, duration lo, duration hi, std::string_view def) {
+  return {.key = key, .type = "duration", .default_value = def,
+          .parse = &parse_duration_key<Path...>, .differs = &differs<Path...>,
+          .change = &change_duration<Path...>, .lo = lo.count(), .hi = hi.count()};
+}
+template <auto... Path>
+constexpr key_row text(std::string_view key, std::string_view type, std::string_view def,
+                       bool keep_line = false) {
+  return {.key = key, .type = type, .default_value = def, .parse = &parse_with<&checker::string, Path...>,
+          .differs = &differs<Path...>, .change = &change_string<Path...>,
+          .keep_line = keep_line};
+}
+template <auto... Path>
+constexpr key_row identifier(std::string_view key, std::string_view def) {
+  return {.key = key, .type = "identifier", .default_value = def,
+          .parse = &parse_with<&checker::identifier, Path...>, .differs = &differs<Path...>,
+          .change = &change_string<Path...>};
+}
+template <auto Options, auto... Path>
+constexpr key_row choice(std::string_view key, std::string_view def, bool keep_line = false) {
+  return {.key = key, .type = "enum", .default_value = def, .parse = &parse_choice<Options, Path...>,
+          .differs = &differs<Path...>, .change = &change_choice<Options, Path...>,
+          .keep_line = keep_line};
+}
+// A key parsed by the structured key `whole` that holds it, planned as part of it.
+constexpr key_row part(std::string_view key, std::string_view type, std::string_view def,
+                       std::string_view whole) {
+  return {.key = key, .type = type, .default_value = def, .plan_as = whole};
+}
+template <auto... Path>
+constexpr key_row flag(std::string_view key, std::string_view def) {
+  return {.key = key, .type = "boolean", .default_value = def, .parse = &parse_with<&checker::boolean, Path...>,
+          .differs = &differs<Path...>, .change = &change_boolean<Path...>};
+}
+// A key a reload applies: `adopt` takes the new value.
+constexpr key_row live(key_row r, decltype(key_row::adopt) adopt) {
+  r.reload = rk::live;
+  r.adopt = adopt;
+  return r;
+}
+constexpr key_row typed(key_row r, std::string_view type) {
+  r.type = type;
+  return r;
+}
+// One of several keys a plan names as one (`whole`).
+constexpr key_row planned_as(key_row r, std::string_view whole) {
+  r.plan_as = whole;
+  return r;
+}
+
+const options<tls_mode>& tls_modes() {
+  static const options<tls_mode> o{{"disabled", tls_mode::disabled},
+                                   {"preferred", tls_mode::preferred},
+                                   {"required", tls_mode::required},
+                                   {"verify_ca", tls_mode::verify_ca},
+                                   {"verify_identity", tls_mode::verify_identity}};
+  return o;
+}
+const options<fsync_mode>& fsync_modes() {
+  static const options<fsync_mode> o{
+      {"always", fsync_mode::always}, {"interval", fsync_mode::interval}, {"never", fsync_mode::never}};
+  return o;
+}
+const options<log_level>& log_levels() {
+  static const options<log_level> o{{"debug", log_level::debug},
+                                    {"info", log_level::info},
+                                    {"warn", log_level::warn},
+                                    {"error", log_level::error}};
+  return o;
+}
+
+}  // namespace
+
+namespace detail {
+
+bool is_valid_instance_id(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string default_instance_id() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "slotted-counterd";
+  std::string id;
+  for (char c : std::string_view(host)) {
+    if (id.size() == 64) break;
+    id.push_back(is_valid_instance_id(std::string_view(&c, 1)) ? c : '_');
+  }
+  return id.empty() ? "slotted-counterd" : id;
+}
+
+}  // namespace detail
+
+namespace {
+
+// The keys whose values need more than a bound: parsed here, compared and changed by
+// their row's generic functions.
+
+std::optional<std::string> instance_id_text(const std::string& text) {
+  if (!detail::is_valid_instance_id(text)) return std::nullopt;
+  return text;
+}
+std::optional<std::string> ip_address(const std::string& text) {
+  unsigned char buf[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, text.c_str(), buf) != 1 && inet_pton(AF_INET6, text.c_str(), buf) != 1)
+    return std::nullopt;
+  return text;
+}
+std::optional<std::string> socket_path(const std::string& text) {
+  if (text.empty() || text.front() != '/' || text.size() > 107) return std::nullopt;
+  return text;
+}
+// Octal, as chmod takes it: 0660, or "0660" quoted.
+std::optional<unsigned> octal_mode(const std::string& text) {
+  unsigned mode = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), mode, 8);
+  if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size() || mode > 0777)
+    return std::nullopt;
+  return mode;
+}
+
+constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
+constexpr char ip_address_expected[] = "an IPv4 or IPv6 address";
+constexpr char socket_path_expected[] = "an absolute path of at most 107 bytes";
+constexpr char octal_mode_expected[] = "an octal mode 0000..0777";
+
+// A text the key checks itself: `Read` gives its value, or nullopt for a problem
+// "expected EXPECTED, got 'TEXT'". With `SkipOther`, a value that is not a single one
+// is left to string()'s own problem.
+template <auto Read, const char* Expected, bool SkipOther, auto... Path>
+void parse_checked(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
+                   daemon_config& cfg) {
+  std::string text;
+  c.string(a, ap, text);
+  if (SkipOther && !a.IsScalar()) return;
+  if (const auto value = Read(text)) {
+    field<Path...>(cfg) = *value;
+  } else {
+    c.fail(a, ap, std::string("expected ") + Expected + ", got '" + text + "'");
+  }
+}
+template <auto Read, const char* Expected, bool SkipOther, auto... Path>
+constexpr key_row checked(key_row r) {
+  r.parse = &parse_checked<Read, Expected, SkipOther, Path...>;
+  return r;
+}
+
+void refuse_password(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
+                     daemon_config&) {
+  c.fail(a, ap, "passwords do not belong in the config file: use password_file or password_env");
+}
+
+void parse_hosts(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
+                 daemon_config& cfg) {
+  detail::parse_mysql_hosts(c, a, ap, cfg.mysql.hosts);
+}
+
+void parse_counters_key(checker& c, const key_row&, const YAML::Node& v, const std::string& p,
+                        daemon_config& cfg) {
+  detail::parse_counters(c, v, p, cfg.counters);
+}
+
+// Parsed once the counters are known (parse_config).
+void defer_log_sources(checker& c, const key_row&, const YAML::Node& v, const std::string& p,
+                       daemon_config&) {
+  c.defer(p, v);
+}
+
+// A changed secret in the same file or variable is a change of the key that names it.
+bool token_differs(const daemon_config& a, const daemon_config& b) {
+  return a.http.auth_token_file != b.http.auth_token_file || a.http.auth_token != b.http.auth_token;
+}
+void adopt_token(daemon_config& running, const daemon_config& next) {
+  running.http.auth_token_file = next.http.auth_token_file;
+  running.http.auth_token = next.http.auth_token;
+}
+bool password_file_differs(const daemon_config& a, const daemon_config& b) {
+  return a.mysql.password_file != b.mysql.password_file ||
+         (!b.mysql.password_file.empty() && a.mysql.password != b.mysql.password);
+}
+bool password_env_differs(const daemon_config& a, const daemon_config& b) {
+  return a.mysql.password_env != b.mysql.password_env ||
+         (!b.mysql.password_env.empty() && a.mysql.password != b.mysql.password);
+}
+key_row secret(key_row r, bool (*differs)(const daemon_config&, const daemon_config&)) {
+  r.secret = true;
+  r.differs = differs;
+  return r;
+}
+
+// counters is live but for the buckets, which need a restart (config.hpp, plan_reload).
+std::vector<counter_decl> without_buckets(std::vector<counter_decl> counters) {
+  for (auto& c : counters) c.buckets.clear();
+  return counters;
+}
+bool counters_differ(const daemon_config& a, const daemon_config& b) {
+  return without_buckets(a.counters) != without_buckets(b.counters);
+}
+void change_counters(const key_row&, daemon_config& cfg) {
+  counter_decl d;
+  d.name = "changed";
+  d.record_type = 1234567;
+  cfg.counters.push_back(d);
+}
+// The buckets stay those the daemon runs with: a restart key (plan_reload).
+void adopt_counters(daemon_config& running, const daemon_config& next) {
+  auto counters = without_buckets(next.counters);
+  for (auto& c : counters) {
+    for (const auto& r : running.counters) {
+      if (r.record_type == c.record_type) c.buckets = r.buckets;
+    }
+  }
+  running.counters = std::move(counters);
+}
+bool buckets_differ(const daemon_config& a, const daemon_config& b) {
+  return bucket_spec_of(a) != bucket_spec_of(b);
+}
+void change_buckets(const key_row&, daemon_config& cfg) {
+  if (cfg.counters.empty()) {
+    counter_decl d;
+    d.name = "changed";
+    d.record_type = 1;
+    cfg.counters.push_back(d);
+  }
+  cfg.counters[0].buckets.push_back({store::granularity::day, std::chrono::hours(24) * 7});
+}
+void change_hosts(const key_row&, daemon_config& cfg) {
+  cfg.mysql.hosts.push_back({"changed.example", 3307});
+}
+void change_log_sources(const key_row&, daemon_config& cfg) {
+  log_source s;
+  s.path = "/var/log/changed.log";
+  cfg.log_sources.push_back(s);
+}
+
+constexpr auto structured(key_row r, decltype(key_row::differs) differs,
+                          decltype(key_row::change) change) {
+  r.differs = differs;
+  r.change = change;
+  return r;
+}
+
+using C = daemon_config;
+
+// The table. Its order is the order of a reload plan's lists.
+const std::vector<key_row>& table() {
+  static const std::vector<key_row> rows{
+      live(choice<&log_levels, &C::log>("log.level", "info"), &adopt<&C::log>),
+      live(secret(text<&C::http, &http_config::auth_token_file>("http.auth_token_file", "path",
+                                                                "none", true),
+                  &token_differs),
+           &adopt_token),
+      live(structured({.key = "counters", .type = "list", .default_value = "[]",
+                       .parse = &parse_counters_key},
+                      &counters_differ, &change_counters),
+           &adopt_counters),
+      part("counters[].name", "identifier", "(required)", "counters"),
+      part("counters[].record_type", "integer", "(required)", "counters"),
+      part("counters[].rollup.table", "identifier", "none", "counters"),
+      part("counters[].rollup.id_column", "identifier", "none", "counters"),
+      part("counters[].rollup.count_column", "identifier", "none", "counters"),
+      structured({.key = "counters[].buckets", .type = "mapping", .default_value = "none"},
+                 &buckets_differ, &change_buckets),
+      part("counters[].buckets.hour", "duration", "none", "counters[].buckets"),
+      part("counters[].buckets.day", "duration", "none", "counters[].buckets"),
+      live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
+           &adopt<&C::accept_undeclared_types>),
+      checked<&instance_id_text, instance_id_expected, false, &C::instance_id>(
+          text<&C::instance_id>("instance_id", "string", "the host name")),
+      checked<&ip_address, ip_address_expected, false, &C::listen_address>(
+          text<&C::listen_address>("listen.address", "IP address", "127.0.0.1")),
+      integer<&C::listen_port>("listen.port", 0, 65535, "8080"),
+      checked<&socket_path, socket_path_expected, true, &C::listen_unix_socket>(
+          text<&C::listen_unix_socket>("listen.unix_socket", "path", "none")),
+      checked<&octal_mode, octal_mode_expected, true, &C::listen_unix_socket_mode>(
+          typed(integer<&C::listen_unix_socket_mode>("listen.unix_socket_mode", 0, 0777, "0660"),
+                "octal string")),
+      integer<&C::http, &http_config::max_connections>("http.max_connections", 1, 10'000'000,
+                                                       "10000"),
+      integer<&C::http, &http_config::threads>("http.threads", 0, 256, "0"),
+      integer<&C::http, &http_config::max_body_bytes>("http.max_body_bytes", 64, 1ll << 30,
+                                                      "1048576"),
+      integer<&C::http, &http_config::max_items_per_request>("http.max_items_per_request", 1,
+                                                             10'000'000, "100000"),
+      time_key<&C::http, &http_config::idle_timeout>("http.idle_timeout", 100ms, 1h, "30s"),
+      text<&C::mysql, &mysql_config::host>("mysql.host", "string", "127.0.0.1"),
+      integer<&C::mysql, &mysql_config::port>("mysql.port", 1, 65535, "3306"),
+      text<&C::mysql, &mysql_config::socket>("mysql.socket", "path", "none"),
+      structured({.key = "mysql.hosts", .type = "list of host:port", .default_value = "[]",
+                  .parse = &parse_hosts},
+                 &differs<&C::mysql, &mysql_config::hosts>, &change_hosts),
+      planned_as(choice<&tls_modes, &C::mysql, &mysql_config::tls, &tls_config::mode>(
+                     "mysql.tls.mode", "preferred", true),
+                 "mysql.tls"),
+      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::ca_file>("mysql.tls.ca_file",
+                                                                           "path", "none", true),
+                 "mysql.tls"),
+      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::cert_file>(
+                     "mysql.tls.cert_file", "path", "none", true),
+                 "mysql.tls"),
+      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::key_file>("mysql.tls.key_file",
+                                                                            "path", "none", true),
+                 "mysql.tls"),
+      text<&C::mysql, &mysql_config::user>("mysql.user", "string", "counterd"),
+      {.key = "mysql.password", .type = "(refused)", .default_value = "", .reload = rk::refused, .secret = true,
+       .parse = &refuse_password},
+      secret(text<&C::mysql, &mysql_config::password_file>("mysql.password_file", "path", "none",
+                                                           true),
+             &password_file_differs),
+      secret(text<&C::mysql, &mysql_config::password_env>("mysql.password_env", "string", "none",
+                                                          true),
+             &password_env_differs),
+      identifier<&C::mysql, &mysql_config::database>("mysql.database", "app"),
+      identifier<&C::mysql, &mysql_config::table>("mysql.table", "slotted_counters"),
+      time_key<&C::mysql, &mysql_config::connect_timeout>("mysql.connect_timeout", 100ms, 5min, "5s"),
+      integer<&C::mysql, &mysql_config::pool_size>("mysql.pool_size", 1, 64, "2"),
+      integer<&C::shards>("shards", 1, 4096, "64"),
+      time_key<&C::flush, &flush_config::interval>("flush.interval", 10ms, 1h, "1s"),
+      integer<&C::flush, &flush_config::max_rows_per_statement>("flush.max_rows_per_statement", 1,
+                                                                100000, "1000"),
+      integer<&C::flush, &flush_config::slots>("flush.slots", 1, 65535, "100"),
+      integer<&C::flush, &flush_config::max_pending_keys>("flush.max_pending_keys", 1,
+                                                          1'000'000'000, "5000000"),
+      time_key<&C::flush, &flush_config::max_retry_backoff>("flush.max_retry_backoff", 10ms, 1h, "30s"),
+      // Sizes the flusher's writers against the pool, which is sized at start.
+      integer<&C::flush, &flush_config::connections>("flush.connections", 1, max_flush_connections,
+                                                     "1", true),
+      time_key<&C::rollup, &rollup_config::interval>("rollup.interval", 100ms, 24h, "60s"),
+      integer<&C::rollup, &rollup_config::batch_size>("rollup.batch_size", 1, 100000, "500"),
+      text<&C::wal, &wal_config::dir>("wal.dir", "path", "none (no WAL)"),
+      choice<&fsync_modes, &C::wal, &wal_config::fsync>("wal.fsync", "always"),
+      time_key<&C::wal, &wal_config::fsync_interval>("wal.fsync_interval", 1ms, 10s, "10ms"),
+      time_key<&C::shutdown_timeout>("shutdown_timeout", 100ms, 1h, "30s"),
+      time_key<&C::idempotency, &idempotency_config::window>("idempotency.window", 1s, 24h * 30, "24h"),
+      integer<&C::idempotency, &idempotency_config::max_keys>("idempotency.max_keys", 1,
+                                                              100'000'000, "1000000"),
+      structured({.key = "log_sources", .type = "list", .default_value = "[]",
+                  .parse = &defer_log_sources},
+                 &differs<&C::log_sources>, &change_log_sources),
+      part("log_sources[].path", "path", "(required)", "log_sources"),
+      part("log_sources[].format", "enum", "combined", "log_sources"),
+      part("log_sources[].json.time", "string", "time", "log_sources"),
+      part("log_sources[].json.method", "string", "method", "log_sources"),
+      part("log_sources[].json.path", "string", "path", "log_sources"),
+      part("log_sources[].json.status", "string", "status", "log_sources"),
+      part("log_sources[].rules", "list", "(required)", "log_sources"),
+      part("log_sources[].rules[].counter", "string", "(required)", "log_sources"),
+      part("log_sources[].rules[].path", "regex", "(required)", "log_sources"),
+      part("log_sources[].rules[].methods", "list of strings", "[GET]", "log_sources"),
+      part("log_sources[].rules[].statuses", "list of integers", "[200]", "log_sources"),
+  };
+  return rows;
+}
+
+}  // namespace
+
+std::span<const key_row> config_keys() { return table(); }
+
+const key_row* find_key(std::string_view key) {
+  for (const auto& r : table()) {
+    if (r.key == key) return &r;
+  }
+  return nullptr;
+}
+
+std::string_view plan_name(const key_row& row) {
+  return row.plan_as.empty() ? row.key : row.plan_as;
+}
+
+void adopt_live(daemon_config& running, const daemon_config& next) {
+  for (const auto& r : table()) {
+    if (r.adopt != nullptr) r.adopt(running, next);
+  }
+}
+
+}  // namespace slotted::config
