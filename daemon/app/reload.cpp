@@ -74,6 +74,12 @@ bool application::reload(const std::string& config_path) {
     for (const auto& p : e.problems()) log::error("reload: config error: ", p);
     log::error("reload refused; the running configuration stays");
     return false;
+  } catch (const std::exception& e) {
+    // A programming error (a config key parsed without a row in the key table), or out
+    // of memory: the reload is refused rather than ending a running daemon.
+    log::error("reload: internal error reading the config: ", e.what());
+    log::error("reload refused; the running configuration stays");
+    return false;
   }
   // A token given by LoadCredential= is the copy systemd made at start: reading it again
   // finds the old token. Said at each reload, so whoever rotated it learns how.
