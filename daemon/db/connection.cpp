@@ -111,9 +111,7 @@ connection::connection(const connect_options& o) {
     throw db_error(code, message);
   }
   try {
-    execute(session_isolation);
-    execute(session_sql_mode);
-    execute(session_time_zone);
+    for (const char* sql : session_setup) execute(sql);
     // Read at every connect: an operator may lower it, and new sessions see the change.
     const auto rows = query("SELECT @@max_allowed_packet");
     if (!rows.empty() && !rows[0].empty() && rows[0][0]) {

@@ -15,7 +15,7 @@ void require_ready_node(connection& conn) {
     // Variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
     // a server built with Galera, and wsrep_local_state only while a provider is
     // loaded (a plain MariaDB reports wsrep_ready OFF, so that alone says nothing).
-    for (const char* sql : {node_variables, node_status}) {
+    for (const char* sql : node_state_selects) {
       for (const auto& row : conn.query(sql))
         if (row.size() >= 2 && row[0] && row[1]) v[*row[0]] = *row[1];
     }

@@ -42,29 +42,30 @@ inline constexpr const char* commit = "COMMIT";
 inline constexpr const char* rollback = "ROLLBACK";
 // A round trip that proves the connection alive and touches no table.
 inline constexpr const char* ping = "DO 1";
-// Sent on every new connection: READ COMMITTED, and a strict sql_mode whatever the
-// server's global one, so a value that does not fit its column is an error (the flusher
-// isolates and reports the row), never a silent clamp.
-inline constexpr const char* session_isolation =
-    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
-inline constexpr const char* session_sql_mode =
-    "SET SESSION sql_mode = "
-    "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'";
-// And UTC: the TIMESTAMP column (the ledger's `committed_at`) is written through NOW()
-// and compared with INTERVAL arithmetic, in the session's time_zone (so was the keys
-// table's `created` before it became `created_ms`). In a zone with daylight saving (the
-// server's default is SYSTEM, its host's zone) that arithmetic is on the wall clock: an
-// hour is missing across the spring change, so a keyed retry 23 h 45 min after the
-// first was past a window of 24 h and counted twice.
-inline constexpr const char* session_time_zone = "SET SESSION time_zone = '+00:00'";
+// Sent on every new connection, in this order:
+inline constexpr const char* session_setup[] = {
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    // A strict sql_mode whatever the server's global one, so a value that does not fit
+    // its column is an error (the flusher isolates and reports the row), never a silent
+    // clamp.
+    ("SET SESSION sql_mode = "
+     "'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'"),
+    // UTC: the TIMESTAMP column (the ledger's `committed_at`) is written through NOW()
+    // and compared with INTERVAL arithmetic, in the session's time_zone (so was the keys
+    // table's `created` before it became `created_ms`). In a zone with daylight saving
+    // (the server's default is SYSTEM, its host's zone) that arithmetic is on the wall
+    // clock: an hour is missing across the spring change, so a keyed retry 23 h 45 min
+    // after the first was past a window of 24 h and counted twice.
+    "SET SESSION time_zone = '+00:00'",
+};
 // Whether a node may take writes (db/pool.cpp require_ready_node), as (name, value)
 // rows: variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
 // a server built with Galera.
-inline constexpr const char* node_variables =
-    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_reject_queries')";
-inline constexpr const char* node_status =
-    "SHOW GLOBAL STATUS WHERE Variable_name IN "
-    "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')";
+inline constexpr const char* node_state_selects[] = {
+    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'wsrep_reject_queries')",
+    ("SHOW GLOBAL STATUS WHERE Variable_name IN "
+     "('wsrep_ready', 'wsrep_local_state', 'wsrep_local_state_comment')"),
+};
 // On a Galera node: reads wait until the node has applied what the cluster committed.
 inline constexpr const char* galera_sync_reads = "SET SESSION wsrep_sync_wait = 1";
 

@@ -381,16 +381,8 @@ void committer::lead_groups(bool log_thread) {
       wake_.notify_one();
       return;
     }
-    std::vector<request> group;
     lock.lock();
-    std::size_t bytes = 0;
-    while (!pending_.empty() &&
-           (group.empty() || bytes + pending_.front().record.size() <= max_group_bytes)) {
-      bytes += pending_.front().record.size();
-      group.push_back(std::move(pending_.front()));
-      pending_.pop_front();
-      ++dequeued_;
-    }
+    std::vector<request> group = dequeue_group();
     lock.unlock();
     if (group_hook_) group_hook_();
     std::vector<std::shared_ptr<job>> local;
@@ -399,10 +391,7 @@ void committer::lead_groups(bool log_thread) {
     // database outage): without this the segments would only grow.
     const bool snapshot_due = log_.snapshot_due();
     log_lock.unlock();
-    groups_.fetch_add(1, std::memory_order_relaxed);
-    grouped_requests_.fetch_add(group.size(), std::memory_order_relaxed);
-    log_.metrics().wal_group_requests.Observe(static_cast<double>(group.size()));
-    if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
+    count_group(group.size(), log_thread);
 
     // What queued meanwhile: the next leader is the loop of its first request (a post;
     // that loop answers its own requests without a post back), so this thread goes back
@@ -438,6 +427,26 @@ void committer::lead_groups(bool log_thread) {
     if (!again) return;
     lock.lock();
   }
+}
+
+std::vector<committer::request> committer::dequeue_group() {
+  std::vector<request> group;
+  std::size_t bytes = 0;
+  while (!pending_.empty() &&
+         (group.empty() || bytes + pending_.front().record.size() <= max_group_bytes)) {
+    bytes += pending_.front().record.size();
+    group.push_back(std::move(pending_.front()));
+    pending_.pop_front();
+    ++dequeued_;
+  }
+  return group;
+}
+
+void committer::count_group(std::size_t requests, bool log_thread) {
+  groups_.fetch_add(1, std::memory_order_relaxed);
+  grouped_requests_.fetch_add(requests, std::memory_order_relaxed);
+  log_.metrics().wal_group_requests.Observe(static_cast<double>(requests));
+  if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void committer::write_group(std::vector<request>& group,
@@ -504,7 +513,7 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
     if (j->keys > 0 || j->keyed) {
       unapplied_keys_ += j->keys;
       unapplied_magnitude_ += j->magnitude;
-      std::lock_guard lock(unapplied_mutex_);
+      util::lock_guard lock(unapplied_mutex_);
       unapplied_.push_back(j);
     } else {
       j->applied = true;  // nothing to apply
@@ -551,7 +560,7 @@ void committer::apply_whole(job& j) {
   j.applied = true;
   unapplied_keys_ -= j.keys;
   unapplied_magnitude_ -= j.magnitude;
-  std::lock_guard l(unapplied_mutex_);
+  util::lock_guard l(unapplied_mutex_);
   std::erase_if(unapplied_, [&](const std::shared_ptr<job>& p) { return p.get() == &j; });
 }
 
@@ -563,7 +572,7 @@ void committer::apply_and_answer(job& j) {
 void committer::drain() {
   std::vector<std::shared_ptr<job>> jobs;
   {
-    std::lock_guard lock(unapplied_mutex_);
+    util::lock_guard lock(unapplied_mutex_);
     jobs = unapplied_;
   }
   for (auto& j : jobs) apply(*j);

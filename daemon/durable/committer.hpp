@@ -75,6 +75,7 @@
 #include "model/batch.hpp"
 #include "model/increment.hpp"
 #include "store/pending_store.hpp"
+#include "util/thread_annotations.hpp"
 #include "wal/wal.hpp"
 
 namespace slotted::durable {
@@ -159,6 +160,11 @@ class committer final : public store::batch_source {
   // An exception in there (bad_alloc) is logged and ends the process: see lead().
   void lead(bool log_thread);
   void lead_groups(bool log_thread);
+  // The next group: queued requests in order, up to max_group_bytes (at least one).
+  // Under mutex_.
+  std::vector<request> dequeue_group();
+  // A written group's metrics.
+  void count_group(std::size_t requests, bool log_thread);
   void run();
   // Writes `group` (one pwrite, and one fdatasync with wal.fsync always, unless the
   // pending-sum bound needs a drain in between) and hands its requests on: those this
@@ -208,8 +214,8 @@ class committer final : public store::batch_source {
 
   // Jobs logged and not yet applied, and upper bounds of what they will add: the keys
   // they may create (for the pending limit) and the sum of |delta| (for the bound).
-  std::mutex unapplied_mutex_;
-  std::vector<std::shared_ptr<job>> unapplied_;
+  util::mutex unapplied_mutex_;
+  std::vector<std::shared_ptr<job>> unapplied_ GUARDED_BY(unapplied_mutex_);
   std::atomic<std::size_t> unapplied_keys_{0};
   std::atomic<std::uint64_t> unapplied_magnitude_{0};
 

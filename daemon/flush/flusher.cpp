@@ -128,7 +128,7 @@ bool flusher::take_from_store() {
 }
 
 void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
-  std::lock_guard lock(rollups_mutex_);
+  util::lock_guard lock(rollups_mutex_);
   next_rollups_ = std::move(rollups);
 }
 
@@ -209,7 +209,7 @@ void flusher::begin_cycle() {
   in_cycle_.store(true);
   deadline_hit_ = false;
   conn_lost_ = false;
-  std::lock_guard lock(rollups_mutex_);
+  util::lock_guard lock(rollups_mutex_);
   if (next_rollups_) {
     settings_.rollups = std::move(*next_rollups_);
     next_rollups_.reset();

@@ -41,6 +41,7 @@
 #include "metrics/metrics.hpp"
 #include "model/batch.hpp"
 #include "store/pending_store.hpp"
+#include "util/thread_annotations.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::flush {
@@ -380,8 +381,9 @@ class flusher final : public store::batch_queue {
   bool fatal_ = false;
   std::string last_error_;
   unsigned consecutive_failures_ = 0;
-  std::mutex rollups_mutex_;
-  std::optional<std::vector<db::rollup_target>> next_rollups_;  // from set_rollups()
+  util::mutex rollups_mutex_;
+  // From set_rollups().
+  std::optional<std::vector<db::rollup_target>> next_rollups_ GUARDED_BY(rollups_mutex_);
   std::chrono::steady_clock::time_point last_prune_{};
   bool ledger_prune_behind_ = false;  // the last ledger prune deleted all it was allowed
   std::chrono::steady_clock::time_point last_key_prune_{};

@@ -176,11 +176,122 @@ void split_requests(const store::flush_batch& whole, store::flush_batch& left,
   right.bucket_rows = bucket_rows_of(right.keyed, slot, buckets, right.rows);
 }
 
-keyed_outcome commit_keyed_batch(
-    db::connection& conn, const std::string& table, const db::batch_identity& id,
-    const store::flush_batch& b, std::chrono::milliseconds window,
-    const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
-    const store::bucket_spec& buckets, std::int64_t local_now_ms) {
+namespace {
+
+using dirty_marks =
+    std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>;
+
+// Claims the key of each request for batch `id`. A key first received longer than
+// `window` before this request is forgotten: this batch takes the row over. Judged by
+// when each request arrived (`created` holds the first one's arrival), not by when this
+// batch commits: a retry accepted inside the window stays a retry however late its
+// flush. Each request's age by this instance's clock, its arrival by the database's (one
+// clock for every instance, whatever their skew).
+void claim_keys(db::connection& conn, std::span<const keyed_request> requests,
+                std::span<const std::string> keys, const std::string& instance,
+                const db::batch_identity& id, std::chrono::milliseconds window,
+                std::int64_t local_now_ms) {
+  const std::int64_t local_now = local_now_ms != 0 ? local_now_ms : now_ms();
+  in_chunks(
+      requests.size(), conn.max_statement_bytes(),
+      [&](std::size_t first, std::size_t n) {
+        return db::idempotency_keys_claim(requests.subspan(first, n), keys.subspan(first, n),
+                                          instance, id.run_id, id.seq, window, local_now);
+      },
+      [&](const std::string& sql) { conn.execute(sql); });
+}
+
+// The keys' rows, by a locking read: the latest committed rows, whatever this
+// transaction's snapshot.
+std::vector<db::result_row> read_claimed_rows(db::connection& conn,
+                                              std::span<const std::string> keys) {
+  std::vector<db::result_row> found;
+  in_chunks(
+      keys.size(), conn.max_statement_bytes(),
+      [&](std::size_t first, std::size_t n) {
+        return db::idempotency_keys_select_locked(keys.subspan(first, n));
+      },
+      [&](const std::string& sql) {
+        auto part = conn.query(sql);
+        std::move(part.begin(), part.end(), std::back_inserter(found));
+      });
+  return found;
+}
+
+// The requests whose key this batch holds now; the others are counted in `out` as
+// duplicates (the row's body is theirs) or conflicts.
+std::vector<keyed_request> applied_requests(std::span<const keyed_request> requests,
+                                            const std::vector<db::result_row>& found,
+                                            const db::batch_identity& id, keyed_outcome& out) {
+  const std::string run = std::to_string(id.run_id), seq = std::to_string(id.seq);
+  std::unordered_set<std::string> ours;
+  std::map<std::string, std::string> hash_of_key;
+  for (const auto& row : found) {
+    const std::string key = row[0].value_or("");
+    if (row[2].value_or("") == id.instance_id && row[3].value_or("") == run &&
+        row[4].value_or("") == seq) {
+      ours.insert(key);
+    } else {
+      hash_of_key[key] = row[1].value_or("");
+    }
+  }
+  std::vector<keyed_request> applied;
+  for (const auto& r : requests) {
+    if (ours.contains(r.key)) {
+      applied.push_back(r);
+    } else if (hash_of_key[r.key] == hex(r.hash)) {
+      ++out.duplicates;
+    } else {
+      ++out.conflicts;
+    }
+  }
+  return applied;
+}
+
+// The counts of the applied requests, in the writers' lock order (db/repository.hpp,
+// "Lock order"): slot rows, then bucket rows, then dirty marks. Buckets first
+// deadlocked with a plain batch or a reset holding the slot row and waiting for the
+// bucket row. One request alone may hold more rows than a statement carries: cut to the
+// budget. Returns the slot rows written.
+std::size_t write_applied(db::connection& conn, const std::string& table,
+                          const db::batch_identity& id, const std::string& instance,
+                          const store::flush_batch& b, const std::vector<keyed_request>& applied,
+                          const dirty_marks& dirty, const store::bucket_spec& buckets) {
+  const std::size_t budget = conn.max_statement_bytes();
+  const std::uint16_t slot = b.rows.empty() ? 0 : b.rows.front().slot;
+  auto rows = rows_of(applied, slot);
+  // The applied requests' buckets, in this transaction with their totals (each
+  // counter with a bucket row has a row in `rows`).
+  const auto bucket_rows = bucket_rows_of(applied, slot, buckets, rows);
+  if (rows.empty()) return 0;
+  const std::span<const db::counter_row> all(rows);
+  in_chunks(
+      all.size(), budget,
+      [&](std::size_t first, std::size_t n) {
+        return db::upsert_statement(table, all.subspan(first, n));
+      },
+      [&](const std::string& sql) { conn.execute(sql); });
+  db::upsert_buckets(conn, table, bucket_rows, std::clamp<std::size_t>(budget / 256, 1, 1000));
+  if (const auto marks = dirty(rows); !marks.empty()) {
+    std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
+    gen ^= gen >> 31;
+    gen &= 0x7fffffffffffffffull;
+    in_chunks(
+        marks.size(), budget,
+        [&](std::size_t first, std::size_t n) {
+          return db::dirty_upsert(instance, marks.subspan(first, n), gen);
+        },
+        [&](const std::string& sql) { conn.execute(sql); });
+  }
+  return rows.size();
+}
+
+}  // namespace
+
+keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
+                                 const db::batch_identity& id, const store::flush_batch& b,
+                                 std::chrono::milliseconds window, const dirty_marks& dirty,
+                                 const store::bucket_spec& buckets, std::int64_t local_now_ms) {
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
@@ -197,89 +308,11 @@ keyed_outcome commit_keyed_batch(
     std::vector<std::string> quoted_keys;
     quoted_keys.reserve(requests.size());
     for (const auto& r : requests) quoted_keys.push_back(conn.quote(r.key));
-    // A key first received longer than `window` before this request is forgotten: this
-    // batch takes the row over. Judged by when each request arrived (`created` holds
-    // the first one's arrival), not by when this batch commits: a retry accepted inside
-    // the window stays a retry however late its flush.
-    // Each request's age by this instance's clock, its arrival by the database's (one
-    // clock for every instance, whatever their skew).
-    const std::int64_t local_now = local_now_ms != 0 ? local_now_ms : now_ms();
-    const std::size_t budget = conn.max_statement_bytes();
-    const std::span<const std::string> keys(quoted_keys);
-    in_chunks(
-        requests.size(), budget,
-        [&](std::size_t first, std::size_t n) {
-          return db::idempotency_keys_claim(requests.subspan(first, n), keys.subspan(first, n),
-                                            instance, id.run_id, id.seq, window, local_now);
-        },
-        [&](const std::string& sql) { conn.execute(sql); });
-    // A locking read: the latest committed rows, whatever this transaction's snapshot.
-    std::vector<db::result_row> found;
-    in_chunks(
-        keys.size(), budget,
-        [&](std::size_t first, std::size_t n) {
-          return db::idempotency_keys_select_locked(keys.subspan(first, n));
-        },
-        [&](const std::string& sql) {
-          auto part = conn.query(sql);
-          std::move(part.begin(), part.end(), std::back_inserter(found));
-        });
-    const std::string run = std::to_string(id.run_id), seq = std::to_string(id.seq);
-    std::unordered_set<std::string> ours;
-    std::map<std::string, std::string> hash_of_key;
-    for (const auto& row : found) {
-      const std::string key = row[0].value_or("");
-      if (row[2].value_or("") == id.instance_id && row[3].value_or("") == run &&
-          row[4].value_or("") == seq) {
-        ours.insert(key);
-      } else {
-        hash_of_key[key] = row[1].value_or("");
-      }
-    }
-    std::vector<keyed_request> applied;
-    for (const auto& r : requests) {
-      if (ours.contains(r.key)) {
-        applied.push_back(r);
-      } else if (hash_of_key[r.key] == hex(r.hash)) {
-        ++out.duplicates;
-      } else {
-        ++out.conflicts;
-      }
-    }
-    if (!applied.empty()) {
-      const std::uint16_t slot = b.rows.empty() ? 0 : b.rows.front().slot;
-      auto rows = rows_of(applied, slot);
-      // The applied requests' buckets, in this transaction with their totals (each
-      // counter with a bucket row has a row in `rows`).
-      const auto bucket_rows = bucket_rows_of(applied, slot, buckets, rows);
-      if (!rows.empty()) {
-        // The writers' lock order (db/repository.hpp, "Lock order"): slot rows, then
-        // bucket rows, then dirty marks. Buckets first deadlocked with a plain batch or
-        // a reset holding the slot row and waiting for the bucket row. One request
-        // alone may hold more rows than a statement carries: cut to the budget.
-        const std::span<const db::counter_row> all(rows);
-        in_chunks(
-            all.size(), budget,
-            [&](std::size_t first, std::size_t n) {
-              return db::upsert_statement(table, all.subspan(first, n));
-            },
-            [&](const std::string& sql) { conn.execute(sql); });
-        db::upsert_buckets(conn, table, bucket_rows,
-                           std::clamp<std::size_t>(budget / 256, 1, 1000));
-        if (const auto marks = dirty(rows); !marks.empty()) {
-          std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
-          gen ^= gen >> 31;
-          gen &= 0x7fffffffffffffffull;
-          in_chunks(
-              marks.size(), budget,
-              [&](std::size_t first, std::size_t n) {
-                return db::dirty_upsert(instance, marks.subspan(first, n), gen);
-              },
-              [&](const std::string& sql) { conn.execute(sql); });
-        }
-      }
-      out.rows = rows.size();
-    }
+    claim_keys(conn, requests, quoted_keys, instance, id, window, local_now_ms);
+    const auto found = read_claimed_rows(conn, quoted_keys);
+    const auto applied = applied_requests(requests, found, id, out);
+    if (!applied.empty())
+      out.rows = write_applied(conn, table, id, instance, b, applied, dirty, buckets);
     conn.execute(db::commit);
     return out;
   } catch (const db::db_error& e) {

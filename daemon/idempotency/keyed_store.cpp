@@ -133,7 +133,7 @@ void keyed_store::remember(shard& sh, const keyed_request& r, std::uint64_t h,
 }
 
 void keyed_store::add_pending(keyed_request&& r) {
-  std::lock_guard lock(pending_mutex_);
+  util::lock_guard lock(pending_mutex_);
   // Under the lock, so that take_pending() releases exactly what it takes.
   pending_entries_ += entry_weight(r);
   pending_.push_back(std::move(r));
@@ -214,7 +214,7 @@ std::vector<keyed_request> keyed_store::take_pending() {
   keys_.Set(static_cast<double>(indexed_.load()));
   std::deque<keyed_request> taken;
   {
-    std::lock_guard lock(pending_mutex_);
+    util::lock_guard lock(pending_mutex_);
     taken.swap(pending_);
     // Formed into batches next: the flusher's queue counts them from then on.
     bound_.release(pending_entries_.exchange(0));
@@ -225,7 +225,7 @@ std::vector<keyed_request> keyed_store::take_pending() {
 void keyed_store::put_back(std::vector<keyed_request>&& requests) {
   std::size_t entries = 0;
   for (const auto& r : requests) entries += entry_weight(r);
-  std::lock_guard lock(pending_mutex_);
+  util::lock_guard lock(pending_mutex_);
   pending_entries_ += entries;
   bound_.hold(entries);
   pending_.insert(pending_.begin(), std::make_move_iterator(requests.begin()),
@@ -233,7 +233,7 @@ void keyed_store::put_back(std::vector<keyed_request>&& requests) {
 }
 
 std::vector<keyed_request> keyed_store::pending_copy() const {
-  std::lock_guard lock(pending_mutex_);
+  util::lock_guard lock(pending_mutex_);
   return {pending_.begin(), pending_.end()};
 }
 
@@ -280,7 +280,7 @@ std::size_t keyed_store::pending_entries() const {
 }
 
 std::int64_t keyed_store::pending(const store::counter_key& key) const {
-  std::lock_guard lock(pending_mutex_);
+  util::lock_guard lock(pending_mutex_);
   std::int64_t sum = 0;
   for (const auto& r : pending_) {
     for (const auto& inc : r.increments) {
@@ -293,7 +293,7 @@ std::int64_t keyed_store::pending(const store::counter_key& key) const {
 void keyed_store::pending_buckets(const store::counter_key& key, store::granularity g,
                                   std::int64_t from, std::int64_t to,
                                   std::vector<std::pair<std::int64_t, std::int64_t>>& out) const {
-  std::lock_guard lock(pending_mutex_);
+  util::lock_guard lock(pending_mutex_);
   for (const auto& r : pending_) {
     for (const auto& inc : r.increments) {
       if (inc.record_type != key.record_type || inc.record_id != key.record_id || !inc.has_time())

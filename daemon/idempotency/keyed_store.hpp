@@ -30,6 +30,7 @@
 #include "model/keyed_request.hpp"
 #include "store/pending_store.hpp"
 #include "util/siphash.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace slotted::idempotency {
 
@@ -139,8 +140,8 @@ class keyed_store {
   std::vector<std::unique_ptr<shard>> shards_;
   std::atomic<std::size_t> indexed_{0};
   // Pending requests: a deque, so that growing never moves what it holds under the lock.
-  mutable std::mutex pending_mutex_;
-  std::deque<keyed_request> pending_;
+  mutable util::mutex pending_mutex_;
+  std::deque<keyed_request> pending_ GUARDED_BY(pending_mutex_);
   std::atomic<std::size_t> pending_entries_{0};
   store::pending_store& bound_;
   std::atomic<bool> table_present_{true};

@@ -67,6 +67,8 @@ bool snapshot_of(int fd, file_snapshot& out);
 bool still_same_file(const file_snapshot& before, const file_snapshot& after);
 
 struct source_state;
+struct pass_counts;
+struct log_position;
 
 class log_ingester {
  public:
@@ -87,6 +89,9 @@ class log_ingester {
 
  private:
   bool run_source(source_state& s);
+  void load_position(db::pool::lease& lease, source_state& s);
+  bool commit_pass(db::pool::lease& lease, source_state& s, const pass_counts& pass,
+                   const log_position& to);
   void loop();
 
   ingest_settings settings_;

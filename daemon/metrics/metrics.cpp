@@ -175,6 +175,12 @@ registry::registry()
       rollup_adopted_(family(BuildGauge(), *registry_, "slotted_counterd_rollup_adopted",
                              "1 when the counter's owning column is adopted and rolled up, 0 "
                              "while rollup leaves it alone until slotted-counterd --adopt")) {
+  add_labelled_children();
+}
+
+// The children of the labelled families (one per route, code, reason, kind) and the
+// build info.
+void registry::add_labelled_children() {
   const auto route_of = [](std::size_t r) { return route_name(static_cast<route>(r)); };
   for (std::size_t r = 0; r < durations_.size(); ++r)
     durations_[r] = &request_duration_.Add({{"route", route_of(r)}}, http_buckets);

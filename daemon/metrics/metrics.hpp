@@ -121,6 +121,7 @@ class registry {
   std::string serialize() const;
 
  private:
+  void add_labelled_children();
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Family<prometheus::Counter>& rejected_;

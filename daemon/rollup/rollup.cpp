@@ -39,82 +39,27 @@ void roller::request(std::function<void(const rollup_result&)> done) {
   if (!worker_.request(done)) done(rollup_result{false, 0, "shutting down"});
 }
 
+namespace {
+// Per run, so that a counter refused at every run does not flood the log.
+constexpr std::size_t refusals_logged = 10;
+}  // namespace
+
+// What one run counts besides its result.
+struct roller::run_tally {
+  std::size_t missing = 0;
+  std::size_t refused = 0;
+  bool no_adoptions_table = false;
+};
+
 rollup_result roller::run_once() {
   const auto targets_now = targets();
   if (targets_now.empty()) return rollup_result{true, 0, {}};
   const auto started = std::chrono::steady_clock::now();
   rollup_result result;
-  std::size_t missing = 0, refused = 0;
-  bool no_adoptions_table = false;
-  // Per run, so that a counter refused at every run does not flood the log.
-  constexpr std::size_t refusals_logged = 10;
+  run_tally tally;
   try {
-    auto lease = pool_.acquire();
-    for (const auto& target : targets_now) {
-      // Each target on its own: one that fails does not starve the ones after it.
-      try {
-        lease.use([&](db::connection& conn) {
-          // Also a target a reload applied while the database was unreachable: one that
-          // is missing fails here, for itself alone.
-          db::verify_rollup_target(conn, target);
-          const target_key key{target.record_type, target.table, target.count_column};
-          if (!adopted_.contains(key)) {
-            const auto state = adopt::check_adopted(conn, target);
-            if (state == adopt::adoption::no_table) {
-              no_adoptions_table = true;
-              metrics_.rollup_adopted(target.counter, false);
-              return;
-            }
-            if (state == adopt::adoption::not_adopted) {
-              metrics_.rollup_adopted(target.counter, false);
-              if (skip_logged_.insert(key).second) {
-                log::warn("rollup: counter '", target.counter, "' is not rolled up: `",
-                          target.table, "`.`", target.count_column,
-                          "` holds counts the daemon did not write, which a rollup would "
-                          "overwrite; once no other writer of the column is left, run "
-                          "slotted-counterd --config FILE --adopt ",
-                          target.counter,
-                          " (docs/adopting.md). If an earlier slotted-counterd already rolled "
-                          "this column up, its values are the daemon's: run --adopt ",
-                          target.counter,
-                          " --no-history instead (--adopt would count them twice). "
-                          "Its counts are kept.");
-              }
-              return;
-            }
-            adopted_.insert(key);
-            if (skip_logged_.contains(key))
-              log::info("rollup: counter '", target.counter, "' is adopted; rolling it up");
-          }
-          metrics_.rollup_adopted(target.counter, true);
-          // Bounded to the marks there are now: under steady load new marks keep coming,
-          // and a run that chased them would never end (later targets would starve and
-          // POST /v1/rollup never answer). Marks past the cursor wait for the next run.
-          auto cursor = db::rollup_start(conn, target.record_type);
-          while (cursor) {
-            const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
-                                                settings_.batch_size, *cursor);
-            result.records += chunk.records;
-            missing += chunk.missing_owners;
-            for (const auto& f : chunk.refused) {
-              if (refused++ < refusals_logged) {
-                log::error("rollup: counter (", target.record_type, ", ", f.record_id,
-                           ") has SUM(count) ", f.sum, ", which `", target.table, "`.`",
-                           target.count_column, "` cannot hold (", f.error,
-                           "); its owning row is left as it is and it stays marked");
-              }
-            }
-            if (chunk.marks < settings_.batch_size) break;
-          }
-        });
-      } catch (const db::db_error& e) {
-        if (e.connection_lost()) throw;  // no connection left for the other targets
-        metrics_.db_error(e.kind());
-        if (!result.error.empty()) result.error += "; ";
-        result.error += "record_type " + std::to_string(target.record_type) + ": " + e.what();
-      }
-    }
-    if (no_adoptions_table) {
+    roll_up_targets(targets_now, result, tally);
+    if (tally.no_adoptions_table) {
       if (!result.error.empty()) result.error += "; ";
       result.error += "table `" + std::string(db::adoptions_table) +
                       "` does not exist: no counter is rolled up until slotted-counterd "
@@ -126,15 +71,100 @@ rollup_result roller::run_once() {
     if (!result.error.empty()) result.error += "; ";
     result.error += e.what();
   }
-  if (refused > refusals_logged)
-    log::error("rollup: ", refused - refusals_logged, " more counters refused likewise");
-  metrics_.rollup_rows_refused.Increment(static_cast<double>(refused));
+  report(result, tally, started);
+  return result;
+}
+
+void roller::roll_up_targets(const std::vector<db::rollup_target>& targets,
+                             rollup_result& result, run_tally& tally) {
+  auto lease = pool_.acquire();
+  for (const auto& target : targets) {
+    // Each target on its own: one that fails does not starve the ones after it.
+    try {
+      lease.use([&](db::connection& conn) {
+        // Also a target a reload applied while the database was unreachable: one that
+        // is missing fails here, for itself alone.
+        db::verify_rollup_target(conn, target);
+        if (!adopted(conn, target, tally)) return;
+        metrics_.rollup_adopted(target.counter, true);
+        roll_up(conn, target, result, tally);
+      });
+    } catch (const db::db_error& e) {
+      if (e.connection_lost()) throw;  // no connection left for the other targets
+      metrics_.db_error(e.kind());
+      if (!result.error.empty()) result.error += "; ";
+      result.error += "record_type " + std::to_string(target.record_type) + ": " + e.what();
+    }
+  }
+}
+
+bool roller::adopted(db::connection& conn, const db::rollup_target& target, run_tally& tally) {
+  const target_key key{target.record_type, target.table, target.count_column};
+  if (adopted_.contains(key)) return true;
+  const auto state = adopt::check_adopted(conn, target);
+  if (state == adopt::adoption::no_table) {
+    tally.no_adoptions_table = true;
+    metrics_.rollup_adopted(target.counter, false);
+    return false;
+  }
+  if (state == adopt::adoption::not_adopted) {
+    metrics_.rollup_adopted(target.counter, false);
+    if (skip_logged_.insert(key).second) {
+      log::warn("rollup: counter '", target.counter, "' is not rolled up: `", target.table,
+                "`.`", target.count_column,
+                "` holds counts the daemon did not write, which a rollup would "
+                "overwrite; once no other writer of the column is left, run "
+                "slotted-counterd --config FILE --adopt ",
+                target.counter,
+                " (docs/adopting.md). If an earlier slotted-counterd already rolled "
+                "this column up, its values are the daemon's: run --adopt ",
+                target.counter,
+                " --no-history instead (--adopt would count them twice). "
+                "Its counts are kept.");
+    }
+    return false;
+  }
+  adopted_.insert(key);
+  if (skip_logged_.contains(key))
+    log::info("rollup: counter '", target.counter, "' is adopted; rolling it up");
+  return true;
+}
+
+void roller::roll_up(db::connection& conn, const db::rollup_target& target,
+                     rollup_result& result, run_tally& tally) {
+  // Bounded to the marks there are now: under steady load new marks keep coming, and a
+  // run that chased them would never end (later targets would starve and POST
+  // /v1/rollup never answer). Marks past the cursor wait for the next run.
+  auto cursor = db::rollup_start(conn, target.record_type);
+  while (cursor) {
+    const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
+                                        settings_.batch_size, *cursor);
+    result.records += chunk.records;
+    tally.missing += chunk.missing_owners;
+    for (const auto& f : chunk.refused) {
+      if (tally.refused++ < refusals_logged) {
+        log::error("rollup: counter (", target.record_type, ", ", f.record_id,
+                   ") has SUM(count) ", f.sum, ", which `", target.table, "`.`",
+                   target.count_column, "` cannot hold (", f.error,
+                   "); its owning row is left as it is and it stays marked");
+      }
+    }
+    if (chunk.marks < settings_.batch_size) break;
+  }
+}
+
+void roller::report(const rollup_result& result, const run_tally& tally,
+                    std::chrono::steady_clock::time_point started) {
+  if (tally.refused > refusals_logged)
+    log::error("rollup: ", tally.refused - refusals_logged, " more counters refused likewise");
+  metrics_.rollup_rows_refused.Increment(static_cast<double>(tally.refused));
 
   metrics_.rollup_records.Increment(static_cast<double>(result.records));
-  metrics_.rollup_missing_owners.Increment(static_cast<double>(missing));
+  metrics_.rollup_missing_owners.Increment(static_cast<double>(tally.missing));
   metrics_.rollup_duration_seconds.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  if (missing > 0) log::warn("rollup: ", missing, " counters have no owning row; skipped");
+  if (tally.missing > 0)
+    log::warn("rollup: ", tally.missing, " counters have no owning row; skipped");
   if (result.ok) {
     metrics_.rollups_ok.Increment();
     metrics_.last_rollup_success_timestamp_seconds.Set(
@@ -146,7 +176,6 @@ rollup_result roller::run_once() {
     if (result.error != last_error_) log::warn("rollup failed: ", result.error);
     last_error_ = result.error;
   }
-  return result;
 }
 
 }  // namespace slotted::rollup

@@ -57,7 +57,18 @@ class roller {
   void set_targets(std::vector<db::rollup_target> targets);
 
  private:
+  struct run_tally;
   rollup_result run_once();
+  // The steps of a run: every target on its own; whether a target is adopted (a column
+  // with counts the daemon did not write is not rolled up); its marks rolled up; the
+  // run's metrics and log.
+  void roll_up_targets(const std::vector<db::rollup_target>& targets, rollup_result& result,
+                       run_tally& tally);
+  bool adopted(db::connection& conn, const db::rollup_target& target, run_tally& tally);
+  void roll_up(db::connection& conn, const db::rollup_target& target, rollup_result& result,
+               run_tally& tally);
+  void report(const rollup_result& result, const run_tally& tally,
+              std::chrono::steady_clock::time_point started);
   std::vector<db::rollup_target> targets() const;
 
   settings settings_;

@@ -154,6 +154,25 @@ struct pending_store::shard {
     const granularity g = hour ? granularity::hour : granularity::day;
     return add_bucket({key, g, bucket_start(g, inc.at), hash}, inc.delta);
   }
+
+  // Adds `inc` (its key's hash `hash`; `c` its counter's buckets, if any) and counts
+  // the keys it creates in `keys`. `keys` changes under the shard's lock, so take_all()
+  // can never subtract a key before the add that inserted it was counted (the count
+  // would wrap below zero).
+  void apply(const ingest::increment& inc, std::uint64_t hash, const bucket_spec::counter* c,
+             std::atomic<std::size_t>& keys) REQUIRES(mutex) {
+    const counter_key key{inc.record_type, inc.record_id};
+    auto it = deltas.find(hashed_key{key, hash});
+    if (it != deltas.end()) {
+      it->second += inc.delta;
+    } else {
+      it = deltas.emplace(key, inc.delta).first;
+      keys.fetch_add(1, std::memory_order_relaxed);
+    }
+    note_sum(it->second);
+    if (const auto created = count_in_buckets(c, inc, hash))
+      keys.fetch_add(created, std::memory_order_relaxed);
+  }
 };
 
 pending_store::pending_store(unsigned shards)
@@ -167,127 +186,153 @@ std::uint64_t pending_store::magnitude(std::span<const ingest::increment> increm
   return total;
 }
 
-// Not analysed: with a request near the bound every touched shard is locked at once
-// (held), which the analysis cannot follow; `apply` is.
+// A request's increments grouped by shard (a counting sort), so each shard is locked
+// once per request rather than once per increment: the items of shard k are
+// order[starts[k-1] .. starts[k]) (starts[-1] being 0).
+struct pending_store::shard_groups {
+  std::vector<std::uint32_t> shard_of_item, order, starts;
+  std::vector<std::uint64_t> hashes;
+};
+
+namespace {
+// The spec's entry of a type, remembered for the next increment: a request's items are
+// nearly always of one type.
+class counter_lookup {
+ public:
+  explicit counter_lookup(const bucket_spec& spec) : spec_(spec) {}
+  const bucket_spec::counter* of(std::uint32_t type) {
+    if (!looked_up_ || type != last_type_) {
+      last_counter_ = spec_.find(type);
+      last_type_ = type;
+      looked_up_ = true;
+    }
+    return last_counter_;
+  }
+
+ private:
+  const bucket_spec& spec_;
+  std::uint32_t last_type_ = 0;
+  const bucket_spec::counter* last_counter_ = nullptr;
+  bool looked_up_ = false;
+};
+}  // namespace
+
 add_result pending_store::add(std::span<const ingest::increment> increments,
-                              std::size_t max_pending_keys) NO_THREAD_SAFETY_ANALYSIS {
+                              std::size_t max_pending_keys) {
   if (over_pending_limit(max_pending_keys)) return add_result::over_limit;
+  if (increments.size() == 1) return add_one(increments.front());
+  return add_many(increments);
+}
+
+add_result pending_store::add_one(const ingest::increment& inc) {
+  const std::uint64_t bound = abs_of(max_pending_sum);
+  const counter_key key{inc.record_type, inc.record_id};
+  const auto hash = hash_of(key);
+  shard& s = shards_[shard_of(hash)];
+  util::lock_guard lock(s.mutex);
+  // Looked up with the hash computed for the shard; hashed again only to insert.
+  const auto it = s.deltas.find(hashed_key{key, hash});
+  const bool found = it != s.deltas.end();
+  // Stored sums stay within the bound, and a delta is an int32: no overflow here.
+  const std::int64_t sum = (found ? it->second : 0) + inc.delta;
+  if (abs_of(sum) > bound) return add_result::out_of_range;
+  // Read only when a shard has no arrival time yet: a clock read per request showed in
+  // the single-event profile.
+  if (!s.first_arrival) s.first_arrival = clock::now();
+  if (found) {
+    it->second = sum;
+  } else {
+    s.deltas.emplace(key, sum);
+    keys_.fetch_add(1, std::memory_order_relaxed);
+  }
+  s.note_sum(sum);
+  if (!buckets_.empty()) {
+    if (const auto created = s.count_in_buckets(buckets_.find(inc.record_type), inc, hash))
+      keys_.fetch_add(created, std::memory_order_relaxed);
+  }
+  return add_result::applied;
+}
+
+// Not analysed: with a request near the bound every touched shard is locked at once
+// (held), which the analysis cannot follow; shard::apply is.
+add_result pending_store::add_many(std::span<const ingest::increment> increments)
+    NO_THREAD_SAFETY_ANALYSIS {
+  const shard_groups& g = group_by_shard(increments);
+  // Far from the bound (always, in practice) the request cannot pass it: apply shard
+  // by shard. Near it, check exactly with every touched shard locked (in index
+  // order, so two such requests cannot deadlock), then apply under those locks.
+  const bool near = near_bound(g, magnitude(increments));
+  std::vector<std::unique_lock<util::mutex>> held;
+  if (near) {
+    for (std::size_t k = 0, begin = 0; k < shard_count_; begin = g.starts[k++]) {
+      if (g.starts[k] != begin) held.emplace_back(shards_[k].mutex);
+    }
+    if (passes_bound(increments, g.order, [&](std::uint32_t i) -> const delta_map& {
+          return shards_[g.shard_of_item[i]].deltas;
+        }))
+      return add_result::out_of_range;
+  }
+  apply_by_shard(increments, g, near);
+  return add_result::applied;
+}
+
+const pending_store::shard_groups& pending_store::group_by_shard(
+    std::span<const ingest::increment> increments) const {
+  thread_local shard_groups g;
+  g.shard_of_item.resize(increments.size());
+  g.hashes.resize(increments.size());
+  g.order.resize(increments.size());
+  g.starts.assign(shard_count_ + 1, 0);
+  for (std::size_t i = 0; i < increments.size(); ++i) {
+    const auto& inc = increments[i];
+    g.hashes[i] = hash_of(counter_key{inc.record_type, inc.record_id});
+    g.shard_of_item[i] = static_cast<std::uint32_t>(shard_of(g.hashes[i]));
+    ++g.starts[g.shard_of_item[i] + 1];
+  }
+  for (std::size_t k = 0; k < shard_count_; ++k) g.starts[k + 1] += g.starts[k];
+  for (std::size_t i = 0; i < increments.size(); ++i)
+    g.order[g.starts[g.shard_of_item[i]]++] = static_cast<std::uint32_t>(i);
+  // starts[k] is now the end of shard k's run.
+  return g;
+}
+
+bool pending_store::near_bound(const shard_groups& g, std::uint64_t request) const {
+  const std::uint64_t bound = abs_of(max_pending_sum);
+  bool near = false;
+  for (std::size_t k = 0, begin = 0; k < shard_count_ && !near; begin = g.starts[k++]) {
+    if (g.starts[k] != begin &&
+        add_saturating(shards_[k].max_abs.load(std::memory_order_relaxed), request) > bound)
+      near = true;
+  }
+  return near;
+}
+
+// Not analysed: locks each shard unless the caller holds them all (`locked`).
+void pending_store::apply_by_shard(std::span<const ingest::increment> increments,
+                                   const shard_groups& g, bool locked) NO_THREAD_SAFETY_ANALYSIS {
   // Read only when a shard has no arrival time yet: a clock read per request showed in
   // the single-event profile.
   std::optional<clock::time_point> now;
-  const auto arrival = [&now] {
-    if (!now) now = clock::now();
-    return *now;
-  };
+  counter_lookup counters(buckets_);
   const bool with_buckets = !buckets_.empty();
-  // The spec's entry of a type, remembered for the next increment: a request's items are
-  // nearly always of one type.
-  std::uint32_t last_type = 0;
-  const bucket_spec::counter* last_counter = nullptr;
-  bool looked_up = false;
-  const auto counter_of = [&](std::uint32_t type) {
-    if (!looked_up || type != last_type) {
-      last_counter = buckets_.find(type);
-      last_type = type;
-      looked_up = true;
+  std::size_t begin = 0;
+  for (std::size_t k = 0; k < shard_count_; ++k) {
+    const std::size_t end = g.starts[k];
+    if (end == begin) continue;
+    shard& s = shards_[k];
+    std::unique_lock<util::mutex> lock(s.mutex, std::defer_lock);
+    if (!locked) lock.lock();
+    if (!s.first_arrival) {
+      if (!now) now = clock::now();
+      s.first_arrival = *now;
     }
-    return last_counter;
-  };
-  // keys_ changes under the shard's lock, so take_all() can never subtract a key before
-  // the add that inserted it was counted (the count would wrap below zero).
-  const auto apply = [&](shard& s, const ingest::increment& inc,
-                         std::uint64_t hash) REQUIRES(s.mutex) {
-    const counter_key key{inc.record_type, inc.record_id};
-    auto it = s.deltas.find(hashed_key{key, hash});
-    if (it != s.deltas.end()) {
-      it->second += inc.delta;
-    } else {
-      it = s.deltas.emplace(key, inc.delta).first;
-      keys_.fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t j = begin; j < end; ++j) {
+      const auto& inc = increments[g.order[j]];
+      s.apply(inc, g.hashes[g.order[j]], with_buckets ? counters.of(inc.record_type) : nullptr,
+              keys_);
     }
-    s.note_sum(it->second);
-    if (with_buckets) {
-      if (const auto created = s.count_in_buckets(counter_of(inc.record_type), inc, hash))
-        keys_.fetch_add(created, std::memory_order_relaxed);
-    }
-  };
-  const std::uint64_t bound = abs_of(max_pending_sum);
-  if (increments.size() == 1) {
-    const auto& inc = increments.front();
-    const counter_key key{inc.record_type, inc.record_id};
-    const auto hash = hash_of(key);
-    shard& s = shards_[shard_of(hash)];
-    util::lock_guard lock(s.mutex);
-    // Looked up with the hash computed for the shard; hashed again only to insert.
-    const auto it = s.deltas.find(hashed_key{key, hash});
-    const bool found = it != s.deltas.end();
-    // Stored sums stay within the bound, and a delta is an int32: no overflow here.
-    const std::int64_t sum = (found ? it->second : 0) + inc.delta;
-    if (abs_of(sum) > bound) return add_result::out_of_range;
-    if (!s.first_arrival) s.first_arrival = arrival();
-    if (found) {
-      it->second = sum;
-    } else {
-      s.deltas.emplace(key, sum);
-      keys_.fetch_add(1, std::memory_order_relaxed);
-    }
-    s.note_sum(sum);
-    if (with_buckets) {
-      if (const auto created = s.count_in_buckets(buckets_.find(inc.record_type), inc, hash))
-        keys_.fetch_add(created, std::memory_order_relaxed);
-    }
-  } else {
-    // Grouped by shard (a counting sort), so each shard is locked once per request
-    // rather than once per increment.
-    thread_local std::vector<std::uint32_t> shard_of_item, order, starts;
-    thread_local std::vector<std::uint64_t> hashes;
-    shard_of_item.resize(increments.size());
-    hashes.resize(increments.size());
-    order.resize(increments.size());
-    starts.assign(shard_count_ + 1, 0);
-    for (std::size_t i = 0; i < increments.size(); ++i) {
-      const auto& inc = increments[i];
-      hashes[i] = hash_of(counter_key{inc.record_type, inc.record_id});
-      shard_of_item[i] = static_cast<std::uint32_t>(shard_of(hashes[i]));
-      ++starts[shard_of_item[i] + 1];
-    }
-    for (std::size_t k = 0; k < shard_count_; ++k) starts[k + 1] += starts[k];
-    for (std::size_t i = 0; i < increments.size(); ++i)
-      order[starts[shard_of_item[i]]++] = static_cast<std::uint32_t>(i);
-    // starts[k] is now the end of shard k's run.
-    // Far from the bound (always, in practice) the request cannot pass it: apply shard
-    // by shard. Near it, check exactly with every touched shard locked (in index
-    // order, so two such requests cannot deadlock), then apply under those locks.
-    const std::uint64_t request = magnitude(increments);
-    bool near = false;
-    for (std::size_t k = 0, begin = 0; k < shard_count_ && !near; begin = starts[k++]) {
-      if (starts[k] != begin &&
-          add_saturating(shards_[k].max_abs.load(std::memory_order_relaxed), request) > bound)
-        near = true;
-    }
-    std::vector<std::unique_lock<util::mutex>> held;
-    if (near) {
-      for (std::size_t k = 0, begin = 0; k < shard_count_; begin = starts[k++]) {
-        if (starts[k] != begin) held.emplace_back(shards_[k].mutex);
-      }
-      if (passes_bound(increments, order, [&](std::uint32_t i) -> const delta_map& {
-            return shards_[shard_of_item[i]].deltas;
-          }))
-        return add_result::out_of_range;
-    }
-    std::size_t begin = 0;
-    for (std::size_t k = 0; k < shard_count_; ++k) {
-      const std::size_t end = starts[k];
-      if (end == begin) continue;
-      shard& s = shards_[k];
-      std::unique_lock<util::mutex> lock(s.mutex, std::defer_lock);
-      if (!near) lock.lock();
-      if (!s.first_arrival) s.first_arrival = arrival();
-      for (std::size_t j = begin; j < end; ++j) apply(s, increments[order[j]], hashes[order[j]]);
-      begin = end;
-    }
+    begin = end;
   }
-  return add_result::applied;
 }
 
 pending_store::fit pending_store::fits(std::span<const ingest::increment> increments,

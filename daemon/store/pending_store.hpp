@@ -126,6 +126,15 @@ class pending_store {
 
  private:
   struct shard;
+  struct shard_groups;
+  add_result add_one(const ingest::increment& inc);
+  add_result add_many(std::span<const ingest::increment> increments);
+  const shard_groups& group_by_shard(std::span<const ingest::increment> increments) const;
+  // Whether a request of total magnitude `request` could take a pending sum of a shard
+  // it touches past max_pending_sum (then checked exactly).
+  bool near_bound(const shard_groups& g, std::uint64_t request) const;
+  void apply_by_shard(std::span<const ingest::increment> increments, const shard_groups& g,
+                      bool locked);
   std::size_t shard_of(std::uint64_t hash) const { return hash % shard_count_; }
 
   std::size_t shard_count_;

@@ -139,7 +139,7 @@ std::string write_ahead_log::segment_path(std::uint64_t n) const {
   return cfg_.dir + name;
 }
 
-recovered write_ahead_log::open(const open_options& options) {
+void write_ahead_log::open_directory() {
   if (::mkdir(cfg_.dir.c_str(), 0700) == 0) {
     sync_directory(parent_of(cfg_.dir));  // the new directory's name must survive a crash
   } else if (errno != EEXIST) {
@@ -151,7 +151,9 @@ recovered write_ahead_log::open(const open_options& options) {
   if (dir_fd_ < 0)
     throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
   lock_directory();
+}
 
+std::set<std::uint64_t> write_ahead_log::segment_numbers() const {
   std::set<std::uint64_t> segments;
   if (DIR* d = ::opendir(cfg_.dir.c_str())) {
     while (const dirent* e = ::readdir(d)) {
@@ -160,6 +162,71 @@ recovered write_ahead_log::open(const open_options& options) {
     }
     ::closedir(d);
   }
+  return segments;
+}
+
+void write_ahead_log::cut_torn_tail(const std::string& path, const scan_result& scan) {
+  log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes,
+            " (", scan.problem, "): cut off; it was never acknowledged");
+  metrics_.wal_torn_tails.Increment();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(scan.valid_bytes)) != 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw wal_error("cannot truncate " + path + ": " + std::strerror(err));
+  }
+  ::close(fd);
+  if (::fsync(dir_fd_) != 0)
+    throw wal_error("cannot sync WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+}
+
+void write_ahead_log::salvage_damaged(const std::string& path, const std::string& data,
+                                      const scan_result& scan, bool salvage) {
+  const std::string where = "WAL segment " + path + " is damaged at offset " +
+                            std::to_string(scan.valid_bytes) + " of " +
+                            std::to_string(data.size()) + " (" + scan.problem + ")";
+  if (!salvage) {
+    throw wal_error(where +
+                    ". To keep the records before that offset, run once with --wal-salvage "
+                    "(it moves the file aside); or move that file out of " +
+                    cfg_.dir + ": the increments logged in it from that offset on are lost");
+  }
+  // The records before the damage are applied, in memory only: the file goes aside
+  // (kept for a post mortem, under a name replay ignores) once start()'s snapshot
+  // holds them. A salvage that stops before that leaves it for the next try.
+  const std::string aside =
+      path + ".damaged-" + std::to_string(static_cast<long long>(std::time(nullptr)));
+  salvaged_.push_back({path, aside});
+  log::warn(where, ": salvaged, keeping the ", scan.valid_bytes,
+            " bytes of whole records before the damage; dropped bytes ", scan.valid_bytes,
+            " to ", data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
+            scan.intact_records_after,
+            " intact records after the damage not applied: their increments are lost, and "
+            "kept increments that a dropped batches record had moved into committed "
+            "batches are applied again); the file becomes ",
+            aside, " once a snapshot holds what was kept");
+}
+
+namespace {
+// What the replay recovered: the deltas, the keyed requests and the batches (a batch
+// logged twice, in a snapshot and a batches record, is one batch).
+void take_replayed(const replay_state& state, const std::string& dir, recovered& out) {
+  try {
+    out.deltas = state.deltas();
+  } catch (const std::overflow_error& e) {
+    throw wal_error("WAL in " + dir + " is corrupt: " + e.what());
+  }
+  out.keyed = state.keyed();
+  std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
+  for (const auto& b : state.batches()) {
+    if (seen.insert({b.run_id, b.seq}).second) out.batches.push_back(b);
+  }
+}
+}  // namespace
+
+recovered write_ahead_log::open(const open_options& options) {
+  open_directory();
+  const std::set<std::uint64_t> segments = segment_numbers();
   replay_state state(options.buckets);
   recovered out;
   for (const auto n : segments) {
@@ -170,43 +237,9 @@ recovered write_ahead_log::open(const open_options& options) {
     const bool last = n == *segments.rbegin();
     segment_ = n;
     if (scan.outcome == scan_result::status::torn_tail && last) {
-      log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes,
-                " (", scan.problem, "): cut off; it was never acknowledged");
-      metrics_.wal_torn_tails.Increment();
-      const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(scan.valid_bytes)) != 0 ||
-          ::fsync(fd) != 0) {
-        const int err = errno;
-        if (fd >= 0) ::close(fd);
-        throw wal_error("cannot truncate " + path + ": " + std::strerror(err));
-      }
-      ::close(fd);
-      if (::fsync(dir_fd_) != 0)
-        throw wal_error("cannot sync WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+      cut_torn_tail(path, scan);
     } else if (scan.outcome != scan_result::status::ok) {
-      const std::string where = "WAL segment " + path + " is damaged at offset " +
-                                std::to_string(scan.valid_bytes) + " of " +
-                                std::to_string(data.size()) + " (" + scan.problem + ")";
-      if (!options.salvage) {
-        throw wal_error(where +
-                        ". To keep the records before that offset, run once with --wal-salvage "
-                        "(it moves the file aside); or move that file out of " +
-                        cfg_.dir + ": the increments logged in it from that offset on are lost");
-      }
-      // The records before the damage are applied, in memory only: the file goes aside
-      // (kept for a post mortem, under a name replay ignores) once start()'s snapshot
-      // holds them. A salvage that stops before that leaves it for the next try.
-      const std::string aside =
-          path + ".damaged-" + std::to_string(static_cast<long long>(std::time(nullptr)));
-      salvaged_.push_back({path, aside});
-      log::warn(where, ": salvaged, keeping the ", scan.valid_bytes,
-                " bytes of whole records before the damage; dropped bytes ", scan.valid_bytes,
-                " to ", data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
-                scan.intact_records_after,
-                " intact records after the damage not applied: their increments are lost, and "
-                "kept increments that a dropped batches record had moved into committed "
-                "batches are applied again); the file becomes ",
-                aside, " once a snapshot holds what was kept");
+      salvage_damaged(path, data, scan, options.salvage);
       ++out.salvaged;
       ++out.segments;
       continue;
@@ -215,17 +248,7 @@ recovered write_ahead_log::open(const open_options& options) {
     closed_bytes_ += scan.valid_bytes;
     ++out.segments;
   }
-  try {
-    out.deltas = state.deltas();
-  } catch (const std::overflow_error& e) {
-    throw wal_error("WAL in " + cfg_.dir + " is corrupt: " + e.what());
-  }
-  out.keyed = state.keyed();
-  // A batch logged twice (a snapshot and a batches record) is one batch.
-  std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
-  for (const auto& b : state.batches()) {
-    if (seen.insert({b.run_id, b.seq}).second) out.batches.push_back(b);
-  }
+  take_replayed(state, cfg_.dir, out);
   return out;
 }
 

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,8 @@ struct open_options {
   // again (see wal::replay_state).
   store::bucket_spec buckets{};
 };
+
+struct scan_result;
 
 class write_ahead_log {
  public:
@@ -119,6 +122,14 @@ class write_ahead_log {
   std::size_t synced_bytes() const { return synced_bytes_.load(std::memory_order_acquire); }
 
  private:
+  // The steps of open(): the directory created, opened and locked; its segments' numbers;
+  // a torn tail of the last segment cut off; a damaged segment refused, or set aside
+  // (--wal-salvage).
+  void open_directory();
+  std::set<std::uint64_t> segment_numbers() const;
+  void cut_torn_tail(const std::string& path, const scan_result& scan);
+  void salvage_damaged(const std::string& path, const std::string& data,
+                       const scan_result& scan, bool salvage);
   void lock_directory();
   bool rotate();
   std::string segment_path(std::uint64_t n) const;

@@ -17,6 +17,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -45,8 +46,7 @@ class Buckets : public ::testing::Test {
  protected:
   void SetUp() override {
     database_ = shared_mariadb().create_database();
-    char tmpl[] = "/tmp/slotted-buckets-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    root_ = make_temp_dir("buckets-test");
   }
   void TearDown() override { fs::remove_all(root_); }
 

@@ -12,6 +12,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -28,8 +29,7 @@ class CredentialsDb : public ::testing::Test {
     database_ = shared_mariadb().create_database();
     admin_ = "cred_admin_" + database_;
     reader_ = "cred_reader_" + database_;
-    char tmpl[] = "/tmp/slotted-cred-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    dir_ = make_temp_dir("cred-test");
     auto root = shared_mariadb().connect();
     // Over TCP ('%'): the socket's anonymous ''@'localhost' would shadow them.
     root.execute("CREATE USER '" + admin_ + "'@'%' IDENTIFIED BY '" + admin_password + "'");

@@ -16,6 +16,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -40,8 +41,7 @@ class GrantsDb : public ::testing::Test {
     database_ = shared_mariadb().create_database();
     // A name that needs quoting: a quote and a backslash.
     user_ = "slotted'grant\\" + database_;
-    char tmpl[] = "/tmp/slotted-grants-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    dir_ = make_temp_dir("grants-test");
     std::ofstream(dir_ + "/pw") << user_password << "\n";
 
     std::string out;

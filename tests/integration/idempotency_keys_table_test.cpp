@@ -26,6 +26,7 @@
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 #include "support/mariadb_server.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -104,8 +105,7 @@ mariadb_server& berlin_mariadb() {
 TEST(IdempotencyKeysTable, AKeyOf128CharactersSurvivesASigkillWithTheWal) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  char tmpl[] = "/tmp/slotted-idem-keys-XXXXXX";
-  const std::string root = mkdtemp(tmpl);
+  const std::string root = make_temp_dir("idem-keys");
   const std::string yaml =
       daemon_yaml(server, database,
                   "instance_id: rv-long\naccept_undeclared_types: true\nflush: {interval: 1h}\n"

@@ -19,6 +19,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -50,8 +51,7 @@ class Idempotency : public ::testing::Test {
  protected:
   void SetUp() override {
     database_ = migrated_database(shared_mariadb());
-    char tmpl[] = "/tmp/slotted-idem-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    root_ = make_temp_dir("idem-test");
   }
   void TearDown() override { fs::remove_all(root_); }
 

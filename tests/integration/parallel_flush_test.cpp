@@ -19,6 +19,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -346,8 +347,7 @@ TEST(ParallelFlushWal, SigkillDuringParallelFlushesLosesNothingAndDoublesNothing
   namespace fs = std::filesystem;
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  char tmpl[] = "/tmp/slotted-parflush-XXXXXX";
-  const std::string root = mkdtemp(tmpl);
+  const std::string root = make_temp_dir("parflush");
   const std::string yaml = daemon_yaml(server, database,
                                        "instance_id: par-test\n"
                                        "accept_undeclared_types: true\n"

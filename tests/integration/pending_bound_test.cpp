@@ -15,6 +15,7 @@
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 #include "support/mariadb_server.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -62,8 +63,7 @@ TEST_P(PendingBound, KeyedRequestsWithoutIncrementsGet503AtTheLimit) {
   cfg.flush.max_pending_keys = 100;
   std::string root;
   if (with_wal) {
-    char tmpl[] = "/tmp/slotted-bound-XXXXXX";
-    root = mkdtemp(tmpl);
+    root = make_temp_dir("bound");
     cfg.wal.dir = root + "/wal";
   }
   {

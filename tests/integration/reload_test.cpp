@@ -14,6 +14,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -33,8 +34,7 @@ bool wait_for_log(const daemon_process& d, const std::string& needle, std::size_
 struct token_files {
   std::string dir;
   token_files() {
-    char tmpl[] = "/tmp/slotted-reload-XXXXXX";
-    dir = mkdtemp(tmpl);
+    dir = make_temp_dir("reload");
     std::ofstream(dir + "/a") << "token-a\n";
     std::ofstream(dir + "/b") << "token-b\n";
   }

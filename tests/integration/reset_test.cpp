@@ -18,6 +18,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -271,8 +272,7 @@ TEST_F(Reset, AnotherInstancesPendingLandsAfterTheReset) {
 class ResetUnderLoad : public Reset, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(ResetUnderLoad, EveryAcknowledgedIncrementIsClearedOnceOrCountsAfter) {
-  char tmpl[] = "/tmp/slotted-reset-load-XXXXXX";
-  const std::string root = mkdtemp(tmpl);
+  const std::string root = make_temp_dir("reset-load");
   auto c0 = cfg();
   c0.flush.interval = 50ms;
   if (GetParam() != "none") {
@@ -329,8 +329,7 @@ INSTANTIATE_TEST_SUITE_P(WalModes, ResetUnderLoad, ::testing::Values("none", "al
 // its cut and dropped, and only the WAL's reset record keeps a replay from bringing
 // them back. A keyed request among them is kept whole and counts after the reset.
 TEST_F(Reset, SigkillRightAfterTheAnswerNeitherLosesItNorReplaysWhatItCleared) {
-  char tmpl[] = "/tmp/slotted-reset-test-XXXXXX";
-  const std::string root = mkdtemp(tmpl);
+  const std::string root = make_temp_dir("reset-test");
   const std::string yaml = daemon_yaml(shared_mariadb(), database_,
                                        "instance_id: reset-wal\n"
                                        "accept_undeclared_types: true\n"
@@ -412,8 +411,7 @@ TEST_F(Reset, SigkillRightAfterTheAnswerNeitherLosesItNorReplaysWhatItCleared) {
 // cycle then follow each other on the flusher thread, so reads hold both connections
 // when the next one goes odd.
 TEST_F(Reset, ReadsDoNotStallConcurrentResetsNorFail) {
-  char tmpl[] = "/tmp/slotted-reset-reads-XXXXXX";
-  const std::string root = mkdtemp(tmpl);
+  const std::string root = make_temp_dir("reset-reads");
   auto c0 = cfg();
   ASSERT_EQ(c0.mysql.pool_size, 2u);
   c0.wal.dir = root + "/wal";

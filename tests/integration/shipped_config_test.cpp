@@ -12,6 +12,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -31,8 +32,7 @@ TEST(ShippedConfigDb, StartsOnAFreshDatabaseAfterMigrate) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
   const std::string admin = "shipped_admin_" + database, user = "shipped_" + database;
-  char tmpl[] = "/tmp/slotted-shipped-test-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const std::string dir = make_temp_dir("shipped-test");
   std::ofstream(dir + "/admin-pw") << "Shipped-admin-pw\n";
   std::ofstream(dir + "/pw") << "Shipped-user-pw\n";
   {

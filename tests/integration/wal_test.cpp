@@ -18,6 +18,7 @@
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/notify_socket.hpp"
+#include "support/temp_dir.hpp"
 #include "wal/record.hpp"
 
 namespace slotted::test {
@@ -30,8 +31,7 @@ class Wal : public ::testing::Test {
  protected:
   void SetUp() override {
     database_ = migrated_database(shared_mariadb());
-    char tmpl[] = "/tmp/slotted-wal-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    root_ = make_temp_dir("wal-test");
     wal_dir_ = root_ + "/wal";
   }
   void TearDown() override { fs::remove_all(root_); }

@@ -18,6 +18,8 @@
 
 #include "db/repository.hpp"
 #include "support/http_client.hpp"
+#include "support/eventually.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 
@@ -68,9 +70,8 @@ std::string daemon_yaml(const mariadb_server& server, const std::string& databas
 }
 
 int run_binary(const std::string& yaml, const std::string& flags, std::string& output) {
-  char dir[] = "/tmp/slotted-check-XXXXXX";
-  if (mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
-  const std::string cfg = std::string(dir) + "/c.yaml", out = std::string(dir) + "/out";
+  const std::string dir = make_temp_dir("check");
+  const std::string cfg = dir + "/c.yaml", out = dir + "/out";
   std::ofstream(cfg) << yaml;
   // Bounded: a binary that wrongly starts serving instead of exiting fails the test.
   const int status = std::system((std::string("timeout -s KILL 120 ") + SLOTTED_DAEMON_BINARY +
@@ -109,9 +110,7 @@ int in_process_daemon::stop() {
 daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_limit,
                                bool journal_stream, const std::vector<passed_fd>& passed,
                                const std::vector<std::string>& extra_args) {
-  char tmpl[] = "/tmp/slotted-daemon-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  dir_ = tmpl;
+  dir_ = make_temp_dir("daemon");
   std::ofstream(dir_ + "/config.yaml") << yaml;
   const std::string log_path = dir_ + "/daemon.log";
   // Formed before the fork: the child only execs.
@@ -151,25 +150,26 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
   }
   // The port of the first TCP listener; none when it listens on Unix sockets only.
   const std::regex listening("listening on [0-9.]+:([0-9]+)");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::smatch m;
-    const std::string text = log();
-    if (text.find("slotted-counterd listening on") != std::string::npos) {
-      if (std::regex_search(text, m, listening)) {
-        port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
-      }
-      return;
-    }
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      throw std::runtime_error("daemon exited at start with status " + std::to_string(status) +
-                               ": " + log());
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  throw std::runtime_error("daemon did not start listening: " + log());
+  const bool started = eventually(
+      [&] {
+        std::smatch m;
+        const std::string text = log();
+        if (text.find("slotted-counterd listening on") != std::string::npos) {
+          if (std::regex_search(text, m, listening)) {
+            port_ = static_cast<std::uint16_t>(std::stoi(m[1]));
+          }
+          return true;
+        }
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+          pid_ = -1;
+          throw std::runtime_error("daemon exited at start with status " +
+                                   std::to_string(status) + ": " + log());
+        }
+        return false;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(20));
+  if (!started) throw std::runtime_error("daemon did not start listening: " + log());
 }
 
 daemon_process::~daemon_process() {
@@ -190,17 +190,13 @@ void daemon_process::signal(int signo) {
 }
 
 int daemon_process::wait(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      return -WTERMSIG(status);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return -1000;
+  int status = 0;
+  const bool exited = eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
+                                 timeout, std::chrono::milliseconds(10));
+  if (!exited) return -1000;
+  pid_ = -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return -WTERMSIG(status);
 }
 
 void daemon_process::write_config(const std::string& yaml) {

@@ -14,6 +14,8 @@
 
 #include "model/errors.hpp"
 #include "support/mariadb_server.hpp"
+#include "support/eventually.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 
@@ -53,9 +55,7 @@ galera_cluster::galera_cluster(int count) {
   db::initialize_client_library();
   if (!fs::exists("/usr/lib/galera/libgalera_smm.so"))
     throw std::runtime_error("galera_cluster: /usr/lib/galera/libgalera_smm.so missing (galera-4)");
-  char tmpl[] = "/tmp/slotted-galera-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  dir_ = tmpl;
+  dir_ = make_temp_dir("galera");
   // mysql must traverse it to reach its node directory.
   fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
 
@@ -143,22 +143,24 @@ void galera_cluster::start_node(int i, const std::vector<std::string>& extra) {
 
 void galera_cluster::wait_synced(int i, std::chrono::seconds limit) {
   auto& n = nodes_[i];
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int st = 0;
-    if (waitpid(n.pid, &st, WNOHANG) == n.pid) {
-      n.pid = -1;
-      throw std::runtime_error("galera node " + std::to_string(i) + " exited; see " + n.dir +
-                               "/error.log");
-    }
-    try {
-      if (synced(i)) return;
-    } catch (const db::db_error&) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  throw std::runtime_error("galera node " + std::to_string(i) + " not Synced within " +
-                           std::to_string(limit.count()) + "s; see " + n.dir + "/error.log");
+  const bool is_synced = eventually(
+      [&] {
+        int st = 0;
+        if (waitpid(n.pid, &st, WNOHANG) == n.pid) {
+          n.pid = -1;
+          throw std::runtime_error("galera node " + std::to_string(i) + " exited; see " + n.dir +
+                                   "/error.log");
+        }
+        try {
+          return synced(i);
+        } catch (const db::db_error&) {
+          return false;
+        }
+      },
+      limit, std::chrono::milliseconds(100));
+  if (!is_synced)
+    throw std::runtime_error("galera node " + std::to_string(i) + " not Synced within " +
+                             std::to_string(limit.count()) + "s; see " + n.dir + "/error.log");
 }
 
 db::connection galera_cluster::connect(int i, const std::string& database) const {

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "model/errors.hpp"
+#include "support/eventually.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 
@@ -142,9 +144,7 @@ std::uint16_t free_loopback_port() {
 mariadb_server::mariadb_server(std::vector<std::string> extra_args)
     : extra_args_(std::move(extra_args)) {
   db::initialize_client_library();
-  char tmpl[] = "/tmp/slotted-mariadb-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  dir_ = tmpl;
+  dir_ = make_temp_dir("mariadb");
   socket_ = dir_ + "/mysqld.sock";
   port_ = free_loopback_port();
   // Temporary files in our own directory: the bootstrap's temporary tables in a /tmp
@@ -183,21 +183,22 @@ void mariadb_server::start() {
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   pid_ = spawn_process(args, dir_ + "/mariadbd.out");
   // Wait until it accepts connections (a condition, polled), or give up.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      throw std::runtime_error("mariadbd exited at start; see " + dir_ + "/error.log");
-    }
-    try {
-      connect();
-      return;
-    } catch (const db::db_error&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  throw std::runtime_error("mariadbd did not accept connections within 60s");
+  const bool accepting = eventually(
+      [&] {
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+          pid_ = -1;
+          throw std::runtime_error("mariadbd exited at start; see " + dir_ + "/error.log");
+        }
+        try {
+          connect();
+          return true;
+        } catch (const db::db_error&) {
+          return false;
+        }
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(50));
+  if (!accepting) throw std::runtime_error("mariadbd did not accept connections within 60s");
 }
 
 void mariadb_server::stop(bool hard) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "support/mariadb_server.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 
@@ -26,9 +27,7 @@ void make_ca(const std::string& dir, const std::string& name, const std::string&
 }  // namespace
 
 tls_files::tls_files() {
-  char tmpl[] = "/tmp/slotted-tls-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  dir_ = tmpl;
+  dir_ = make_temp_dir("tls");
   make_ca(dir_, "ca", "/CN=slotted-counterd test CA");
   make_ca(dir_, "other-ca", "/CN=an unrelated CA");
   run(dir_, {"openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "config/config.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::config {
 namespace {
@@ -17,8 +18,7 @@ constexpr const char* secret = "Adm1n-s3cret-do-not-print";
 struct temp_dir {
   std::string path;
   temp_dir() {
-    char tmpl[] = "/tmp/slotted-cred-XXXXXX";
-    path = ::mkdtemp(tmpl);
+    path = test::make_temp_dir("cred");
   }
   ~temp_dir() { std::filesystem::remove_all(path); }
   std::string write(const std::string& name, const std::string& content) const {

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "support/notify_socket.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::notify {
 namespace {
@@ -16,8 +17,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(StartupExtender, ExtendsAtOnceThenOnlyWhileThereIsProgress) {
-  char tmpl[] = "/tmp/slotted-notify-test-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const std::string dir = test::make_temp_dir("notify-test");
   {
     test::notify_socket socket(dir + "/notify");
     {

@@ -1,0 +1,116 @@
+// The bucket tables' statements (sql.hpp): counts per hour and per day.
+#include "db/sql.hpp"
+
+#include <cstdio>
+
+#include "db/sql_text.hpp"
+
+namespace slotted::db {
+
+using namespace sql_text;
+
+std::string bucket_table(std::string_view table, store::granularity g) {
+  return std::string(table) + "_" + std::string(store::name_of(g));
+}
+
+std::string bucket_literal(store::granularity g, std::int64_t start) {
+  // Civil date of a day count (H. Hinnant's days_from_civil, inverted): no time zone,
+  // no locale, no libc state.
+  const std::int64_t days = start / 86400, secs = start % 86400;
+  const std::int64_t z = days + 719468;
+  const std::int64_t era = z / 146097;
+  const std::int64_t doe = z - era * 146097;
+  const std::int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const std::int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const std::int64_t mp = (5 * doy + 2) / 153;
+  const std::int64_t d = doy - (153 * mp + 2) / 5 + 1;
+  const std::int64_t m = mp < 10 ? mp + 3 : mp - 9;
+  const std::int64_t y = yoe + era * 400 + (m <= 2 ? 1 : 0);
+  char buf[128];  // room for any int64 fields, though a valid time needs 21
+  if (g == store::granularity::day) {
+    std::snprintf(buf, sizeof buf, "'%04lld-%02lld-%02lld'", static_cast<long long>(y),
+                  static_cast<long long>(m), static_cast<long long>(d));
+  } else {
+    std::snprintf(buf, sizeof buf, "'%04lld-%02lld-%02lld %02lld:%02lld:%02lld'",
+                  static_cast<long long>(y), static_cast<long long>(m), static_cast<long long>(d),
+                  static_cast<long long>(secs / 3600), static_cast<long long>(secs / 60 % 60),
+                  static_cast<long long>(secs % 60));
+  }
+  return buf;
+}
+
+std::string create_bucket_table(std::string_view table, store::granularity g) {
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(bucket_table(table, g)) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+         // The UTC start of the bucket (see sql.hpp).
+         "  `bucket` " +
+         std::string(g == store::granularity::day ? "DATE" : "DATETIME") +
+         " NOT NULL,\n"
+         "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
+         "  `count` BIGINT NOT NULL,\n"
+         "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
+         // Retention deletes the oldest buckets of one record type through this.
+         "  KEY `by_age` (`record_type`, `bucket`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string bucket_upsert_statement(std::string_view table, store::granularity g,
+                                    std::span<const store::bucket_row> rows) {
+  std::string sql;
+  sql.reserve(128 + rows.size() * 64);
+  sql += "INSERT INTO ";
+  sql += quote_identifier(bucket_table(table, g));
+  sql += " (`record_type`, `record_id`, `bucket`, `slot`, `count`) VALUES ";
+  append_tuples(sql, rows, [&](const store::bucket_row& r) {
+    append_values(sql, r.record_type, r.record_id, bucket_literal(g, r.bucket), r.slot, r.delta);
+  });
+  sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+  return sql;
+}
+
+std::string bucket_series_select(std::string_view table, store::granularity g,
+                                 std::uint32_t record_type, std::uint64_t record_id,
+                                 std::int64_t from, std::int64_t to) {
+  // TIMESTAMPDIFF from the epoch as text: unix seconds of a UTC value, whatever the
+  // session's time_zone.
+  std::string sql =
+      "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), "
+      "SUM(`count`) FROM " +
+      quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `record_id` = ";
+  append_int(sql, record_id);
+  sql += " AND `bucket` BETWEEN " + bucket_literal(g, from) + " AND " + bucket_literal(g, to);
+  sql += " GROUP BY `bucket` ORDER BY `bucket`";
+  return sql;
+}
+
+std::string bucket_prune_select(std::string_view table, store::granularity g,
+                                std::uint32_t record_type, std::int64_t before, std::size_t limit) {
+  // A plain (consistent, lock-free) read of the index alone: it holds record_id and
+  // slot after (record_type, bucket), in the order asked for.
+  std::string sql =
+      "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `record_id` FROM " +
+      quote_identifier(bucket_table(table, g)) + " FORCE INDEX (`by_age`) WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `bucket` < " + bucket_literal(g, before) + " ORDER BY `bucket`, `record_id` LIMIT ";
+  append_int(sql, limit);
+  return sql;
+}
+
+std::string bucket_prune_delete(std::string_view table, store::granularity g,
+                                std::uint32_t record_type, std::int64_t bucket,
+                                std::span<const std::uint64_t> record_ids) {
+  // Primary-key prefixes (record_type, record_id, bucket): MariaDB reads and locks
+  // those rows only, whatever share of the type's rows is old.
+  std::string sql =
+      "DELETE FROM " + quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `bucket` = " + bucket_literal(g, bucket) + " AND `record_id` IN ";
+  append_int_list(sql, record_ids);
+  return sql;
+}
+
+}  // namespace slotted::db

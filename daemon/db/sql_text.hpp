@@ -1,0 +1,76 @@
+#pragma once
+// Private to the SQL builders (db/sql*.cpp): appending numbers, lists and tuples to
+// statement text.
+
+#include <charconv>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+
+namespace slotted::db::sql_text {
+
+template <typename Int>
+void append_int(std::string& out, Int value) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, r.ptr);
+}
+// Appends "(a,b,...)": the values of an IN list.
+template <typename Ints>
+void append_int_list(std::string& out, const Ints& values) {
+  out.push_back('(');
+  bool first = true;
+  for (const auto v : values) {
+    if (!first) out.push_back(',');
+    first = false;
+    append_int(out, v);
+  }
+  out.push_back(')');
+}
+// Appends "a,b,...": integers as numbers, anything else (a quoted string, a bucket
+// literal) as it is.
+template <typename... Values>
+void append_values(std::string& out, const Values&... values) {
+  bool first = true;
+  const auto one = [&](const auto& v) {
+    if (!first) out.push_back(',');
+    first = false;
+    if constexpr (std::is_integral_v<std::remove_cvref_t<decltype(v)>>) {
+      append_int(out, v);
+    } else {
+      out += v;
+    }
+  };
+  (one(values), ...);
+}
+// Appends "(a,b,...),(...)" with one tuple per row, written by `tuple`.
+template <typename Row, typename Tuple>
+void append_tuples(std::string& sql, std::span<const Row> rows, Tuple tuple) {
+  bool first = true;
+  for (const auto& r : rows) {
+    if (!first) sql.push_back(',');
+    first = false;
+    sql.push_back('(');
+    tuple(r);
+    sql.push_back(')');
+  }
+}
+// "a,b,...": ids as numbers, without parentheses.
+inline void append_id_list(std::string& sql, std::span<const std::uint64_t> ids) {
+  bool first = true;
+  for (const auto id : ids) {
+    if (!first) sql.push_back(',');
+    first = false;
+    append_int(sql, id);
+  }
+}
+// " WHERE `record_type` = T AND `record_id` = I"
+inline void append_counter_key(std::string& sql, std::uint32_t record_type, std::uint64_t record_id) {
+  sql += " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `record_id` = ";
+  append_int(sql, record_id);
+}
+
+}  // namespace slotted::db::sql_text

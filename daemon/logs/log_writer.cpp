@@ -1,0 +1,81 @@
+// The writer of the log reader (source_state.hpp): the batch one pass commits (counts
+// and the new position in one transaction, db/log_positions.hpp) and what a commit
+// records.
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <tuple>
+
+#include "logs/source_state.hpp"
+
+namespace slotted::logs {
+
+namespace {
+
+std::vector<db::counter_row> sorted_rows(const pass_counts& pass, std::uint16_t slot) {
+  std::vector<db::counter_row> rows;
+  rows.reserve(pass.totals.size());
+  for (const auto& [k, n] : pass.totals) rows.push_back({k.record_type, k.record_id, slot, n});
+  std::sort(rows.begin(), rows.end(), [](const db::counter_row& a, const db::counter_row& b) {
+    return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
+  });
+  return rows;
+}
+
+// Hour rows then day rows, each sorted by (record_type, record_id, bucket).
+std::vector<store::bucket_row> bucket_rows_of(const pass_counts& pass, std::uint16_t slot) {
+  std::vector<store::bucket_row> bucket_rows;
+  for (const auto g : store::all_granularities)
+    for (const auto& [k, n] : pass.buckets)
+      if (k.gran == g) bucket_rows.push_back({k.record_type, k.record_id, g, k.bucket, slot, n});
+  return bucket_rows;
+}
+
+// The rows of the counters rolled up into their owning tables.
+std::vector<db::counter_row> dirty_rows(const ingest_settings& settings,
+                                        const std::vector<db::counter_row>& rows) {
+  std::vector<db::counter_row> dirty;
+  for (const auto& r : rows) {
+    const bool rolled = std::any_of(settings.counters.begin(), settings.counters.end(),
+                                    [&](const config::counter_decl& c) {
+                                      return c.record_type == r.record_type && c.rollup;
+                                    });
+    if (rolled) dirty.push_back(r);
+  }
+  return dirty;
+}
+
+}  // namespace
+
+void make_batch(const source_state& s, const ingest_settings& settings,
+                const pass_counts& pass, const log_position& to, pass_batch& out) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  const auto slot = static_cast<std::uint16_t>(
+      std::uniform_int_distribution<unsigned>(0, settings.slots - 1)(rng));
+  out.rows = sorted_rows(pass, slot);
+  out.buckets = bucket_rows_of(pass, slot);
+  out.dirty = dirty_rows(settings, out.rows);
+  log_batch& batch = out.batch;
+  batch.instance_id = settings.instance_id;
+  batch.path = s.cfg.path;
+  batch.from = s.committed;
+  batch.to = to;
+  batch.rows = out.rows;
+  batch.dirty = out.dirty;
+  batch.buckets = out.buckets;
+  batch.dirty_gen = rng() & 0x7fffffffffffffffull;
+  batch.max_rows_per_statement = settings.max_rows_per_statement;
+}
+
+void record_commit(source_state& s, const pass_counts& pass, const log_position& to) {
+  s.committed = to;
+  for (int o = 0; o < outcome_count_; ++o)
+    if (pass.tally[o] > 0) s.lines[o]->Increment(static_cast<double>(pass.tally[o]));
+  s.last_commit->Set(static_cast<double>(
+      std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count()));
+}
+
+}  // namespace slotted::logs
