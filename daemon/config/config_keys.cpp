@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <optional>
+#include <iterator>
 #include <type_traits>
 
 #include "config/checker.hpp"
@@ -350,9 +351,9 @@ constexpr auto structured(key_row r, decltype(key_row::differs) differs,
 
 using C = daemon_config;
 
-// The table. Its order is the order of a reload plan's lists.
-const std::vector<key_row>& table() {
-  static const std::vector<key_row> rows{
+// The keys a reload applies (and the counters' parts, planned with them).
+std::vector<key_row> live_keys() {
+  return {
       live(choice<&log_levels, &C::log>("log.level", "info"), &adopt<&C::log>),
       live(secret(text<&C::http, &http_config::auth_token_file>("http.auth_token_file", "path",
                                                                 "none", true),
@@ -373,6 +374,12 @@ const std::vector<key_row>& table() {
       part("counters[].buckets.day", "duration", "none", "counters[].buckets"),
       live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
            &adopt<&C::accept_undeclared_types>),
+  };
+}
+
+// Where and how it listens.
+std::vector<key_row> listen_http_keys() {
+  return {
       checked<&instance_id_text, instance_id_expected, false, &C::instance_id>(
           text<&C::instance_id>("instance_id", "string", "the host name")),
       checked<&ip_address, ip_address_expected, false, &C::listen_address>(
@@ -391,6 +398,12 @@ const std::vector<key_row>& table() {
       integer<&C::http, &http_config::max_items_per_request>("http.max_items_per_request", 1,
                                                              10'000'000, "100000"),
       time_key<&C::http, &http_config::idle_timeout>("http.idle_timeout", 100ms, 1h, "30s"),
+  };
+}
+
+// The database connection.
+std::vector<key_row> mysql_keys() {
+  return {
       text<&C::mysql, &mysql_config::host>("mysql.host", "string", "127.0.0.1"),
       integer<&C::mysql, &mysql_config::port>("mysql.port", 1, 65535, "3306"),
       text<&C::mysql, &mysql_config::socket>("mysql.socket", "path", "none"),
@@ -422,6 +435,12 @@ const std::vector<key_row>& table() {
       identifier<&C::mysql, &mysql_config::table>("mysql.table", "slotted_counters"),
       time_key<&C::mysql, &mysql_config::connect_timeout>("mysql.connect_timeout", 100ms, 5min, "5s"),
       integer<&C::mysql, &mysql_config::pool_size>("mysql.pool_size", 1, 64, "2"),
+  };
+}
+
+// Shards, flushing, rollup, the WAL, shutdown and idempotency.
+std::vector<key_row> runtime_keys() {
+  return {
       integer<&C::shards>("shards", 1, 4096, "64"),
       time_key<&C::flush, &flush_config::interval>("flush.interval", 10ms, 1h, "1s"),
       integer<&C::flush, &flush_config::max_rows_per_statement>("flush.max_rows_per_statement", 1,
@@ -442,6 +461,12 @@ const std::vector<key_row>& table() {
       time_key<&C::idempotency, &idempotency_config::window>("idempotency.window", 1s, 24h * 30, "24h"),
       integer<&C::idempotency, &idempotency_config::max_keys>("idempotency.max_keys", 1,
                                                               100'000'000, "1000000"),
+  };
+}
+
+// The access logs it counts from.
+std::vector<key_row> log_source_keys() {
+  return {
       structured({.key = "log_sources", .type = "list", .default_value = "[]",
                   .parse = &defer_log_sources},
                  &differs<&C::log_sources>, &change_log_sources),
@@ -457,6 +482,18 @@ const std::vector<key_row>& table() {
       part("log_sources[].rules[].methods", "list of strings", "[GET]", "log_sources"),
       part("log_sources[].rules[].statuses", "list of integers", "[200]", "log_sources"),
   };
+}
+
+// The table. Its order is the order of a reload plan's lists.
+const std::vector<key_row>& table() {
+  static const std::vector<key_row> rows = [] {
+    std::vector<key_row> all;
+    for (auto part : {live_keys(), listen_http_keys(), mysql_keys(), runtime_keys(),
+                      log_source_keys()})
+      all.insert(all.end(), std::make_move_iterator(part.begin()),
+                 std::make_move_iterator(part.end()));
+    return all;
+  }();
   return rows;
 }
 
