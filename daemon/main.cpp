@@ -42,14 +42,18 @@ void raise_open_file_limit() {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line, parsed.
+struct flags {
   std::string config_path;
   bool check_only = false, migrate = false, salvage = false, grants = false;
   std::optional<std::string> grant_host;
   slotted::config::mysql_credentials credentials;
   slotted::adopt::options adopt;
+};
+
+// Parses the command line into `f`; returns an exit code when the process ends here
+// (--help, --version: 0; a bad command line: 2, after the usage).
+std::optional<int> parse_flags(int argc, char** argv, flags& f) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -59,106 +63,127 @@ int main(int argc, char** argv) {
       std::cout << "slotted-counterd " << slotted::version << "\n";
       return 0;
     } else if (arg == "--config" && i + 1 < argc) {
-      config_path = argv[++i];
+      f.config_path = argv[++i];
     } else if (arg.starts_with("--config=")) {
-      config_path = arg.substr(9);
+      f.config_path = arg.substr(9);
     } else if (arg == "--check-config") {
-      check_only = true;
+      f.check_only = true;
     } else if (arg == "--migrate") {
-      migrate = true;
+      f.migrate = true;
     } else if (arg == "--wal-salvage") {
-      salvage = true;
+      f.salvage = true;
     } else if (arg == "--adopt" && i + 1 < argc) {
-      adopt.counter = argv[++i];
+      f.adopt.counter = argv[++i];
     } else if (arg == "--no-history") {
-      adopt.no_history = true;
+      f.adopt.no_history = true;
     } else if (arg == "--print-grants") {
-      grants = true;
+      f.grants = true;
     } else if (arg == "--grant-host" && i + 1 < argc) {
-      grant_host = argv[++i];
+      f.grant_host = argv[++i];
     } else if (arg.starts_with("--grant-host=")) {
-      grant_host = arg.substr(13);
+      f.grant_host = arg.substr(13);
     } else if (arg == "--mysql-user" && i + 1 < argc) {
-      credentials.user = argv[++i];
+      f.credentials.user = argv[++i];
     } else if (arg.starts_with("--mysql-user=")) {
-      credentials.user = arg.substr(13);
+      f.credentials.user = arg.substr(13);
     } else if (arg == "--mysql-password-file" && i + 1 < argc) {
-      credentials.password_file = argv[++i];
+      f.credentials.password_file = argv[++i];
     } else if (arg.starts_with("--mysql-password-file=")) {
-      credentials.password_file = arg.substr(22);
+      f.credentials.password_file = arg.substr(22);
     } else {
       std::cerr << "slotted-counterd: unknown argument '" << arg << "'\n" << usage;
       return 2;
     }
   }
-  if (config_path.empty() ||
-      int{check_only} + int{migrate} + int{salvage} + int{grants} + int{!adopt.counter.empty()} >
+  if (f.config_path.empty() ||
+      int{f.check_only} + int{f.migrate} + int{f.salvage} + int{f.grants} +
+              int{!f.adopt.counter.empty()} >
           1 ||
-      (adopt.no_history && adopt.counter.empty()) || (grant_host && !grants)) {
+      (f.adopt.no_history && f.adopt.counter.empty()) || (f.grant_host && !f.grants)) {
     std::cerr << usage;
     return 2;
   }
+  return std::nullopt;
+}
 
-  slotted::config::daemon_config cfg;
+// --check-config: the database too, when it can be reached: schema and rollup targets.
+int check_config(const flags& f, const slotted::config::daemon_config& cfg) {
   try {
-    cfg = slotted::config::load_config(config_path, credentials, !grants);
-  } catch (const slotted::config::config_error& e) {
-    for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
+    if (slotted::verify_database(cfg)) {
+      std::cout << f.config_path << ": OK (database schema and rollup targets verified)\n";
+    } else {
+      std::cout << f.config_path
+                << ": OK (database not reachable; schema and rollup targets not checked)\n";
+    }
+    return 0;
+  } catch (const slotted::db::db_error& e) {
+    std::cerr << "config error: " << f.config_path << ": " << e.what() << "\n";
     return 2;
   }
+}
+
+int migrate(const slotted::config::daemon_config& cfg) {
+  auto conn = slotted::connect_once(cfg.mysql);
+  slotted::db::migrate(conn, cfg.mysql.table);
+  slotted::db::migrate_buckets(conn, cfg.mysql.table, slotted::config::bucket_spec_of(cfg));
+  slotted::db::verify_schema(conn, cfg.mysql.table, true);
+  slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");
+  return 0;
+}
+
+int run_daemon(const flags& f, slotted::config::daemon_config&& cfg) {
+  // A reachable database with a missing table or rollup target is a startup error;
+  // an unreachable one is not (G3): the flusher verifies at its first connection.
+  if (!slotted::verify_database(cfg)) {
+    slotted::log::warn("database not reachable at start; accepting into memory until it is");
+  }
+  raise_open_file_limit();
+  slotted::application app(std::move(cfg));
+  app.install_signal_handlers(f.config_path, f.credentials);
+  app.start();
+  return app.run_until_stopped();
+}
+
+// The mode the flags name, on a loaded config.
+int run_mode(const flags& f, slotted::config::daemon_config&& cfg) {
   // Offline: the config alone, no database.
-  if (grants) return slotted::db::print_grants(cfg, grant_host.value_or("%"), std::cout, std::cerr);
+  if (f.grants)
+    return slotted::db::print_grants(cfg, f.grant_host.value_or("%"), std::cout, std::cerr);
   slotted::log::set_level(slotted::log_level_for(cfg.log));
   if (!slotted::db::initialize_client_library()) {
     slotted::log::error("cannot initialise the MySQL client library");
     return 1;
   }
-  if (!adopt.counter.empty()) {
+  if (!f.adopt.counter.empty()) {
     return slotted::adopt::run(
-        cfg, adopt, [&] { return slotted::connect_once(cfg.mysql); }, std::cout, std::cerr);
+        cfg, f.adopt, [&] { return slotted::connect_once(cfg.mysql); }, std::cout, std::cerr);
   }
-  if (check_only) {
-    // The database too, when it can be reached: schema and rollup targets.
-    try {
-      if (slotted::verify_database(cfg)) {
-        std::cout << config_path << ": OK (database schema and rollup targets verified)\n";
-      } else {
-        std::cout << config_path
-                  << ": OK (database not reachable; schema and rollup targets not checked)\n";
-      }
-      return 0;
-    } catch (const slotted::db::db_error& e) {
-      std::cerr << "config error: " << config_path << ": " << e.what() << "\n";
-      return 2;
-    }
-  }
-
+  if (f.check_only) return check_config(f, cfg);
   try {
-    if (salvage) {
+    if (f.salvage) {
       // Offline: the WAL alone, no database, no listener.
       slotted::application app(std::move(cfg));
       return app.salvage_wal();
     }
-    if (migrate) {
-      auto conn = slotted::connect_once(cfg.mysql);
-      slotted::db::migrate(conn, cfg.mysql.table);
-      slotted::db::migrate_buckets(conn, cfg.mysql.table, slotted::config::bucket_spec_of(cfg));
-      slotted::db::verify_schema(conn, cfg.mysql.table, true);
-      slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");
-      return 0;
-    }
-    // A reachable database with a missing table or rollup target is a startup error;
-    // an unreachable one is not (G3): the flusher verifies at its first connection.
-    if (!slotted::verify_database(cfg)) {
-      slotted::log::warn("database not reachable at start; accepting into memory until it is");
-    }
-    raise_open_file_limit();
-    slotted::application app(std::move(cfg));
-    app.install_signal_handlers(config_path, credentials);
-    app.start();
-    return app.run_until_stopped();
+    if (f.migrate) return migrate(cfg);
+    return run_daemon(f, std::move(cfg));
   } catch (const std::exception& e) {
     slotted::log::error("fatal: ", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  flags f;
+  if (const auto exit_code = parse_flags(argc, argv, f)) return *exit_code;
+  slotted::config::daemon_config cfg;
+  try {
+    cfg = slotted::config::load_config(f.config_path, f.credentials, !f.grants);
+  } catch (const slotted::config::config_error& e) {
+    for (const auto& p : e.problems()) std::cerr << "config error: " << p << "\n";
+    return 2;
+  }
+  return run_mode(f, std::move(cfg));
 }

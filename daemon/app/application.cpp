@@ -10,7 +10,6 @@
 #include <optional>
 
 #include "http/passed_sockets.hpp"
-#include "idempotency/keyed_batches.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
@@ -83,10 +82,6 @@ std::chrono::milliseconds probe_period(const config::daemon_config& c) {
   return std::min<std::chrono::milliseconds>(c.flush.interval, std::chrono::seconds(5));
 }
 
-// The HTTP loop running on this thread (null elsewhere): a durable request is applied
-// and answered on the loop that received it.
-thread_local net::io_context* this_thread_loop = nullptr;
-
 unsigned http_threads(const config::daemon_config& c) {
   if (c.http.threads > 0) return c.http.threads;
   const unsigned hw = std::thread::hardware_concurrency();
@@ -109,7 +104,10 @@ application::application(config::daemon_config cfg)
              [this](bool reachable) { flusher_.probe_result(reachable); }),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
       pruner_({cfg_.mysql.table, config::bucket_spec_of(cfg_)}, pool_, metrics_),
-      router_(cfg_, *this, metrics_, limits_),
+      service_({store_, keyed_, committer_.get(), flusher_, roller_, pool_, metrics_, db_workers_,
+                draining_},
+               cfg_.flush.max_pending_keys),
+      router_(cfg_, service_, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size),
       running_(cfg_) {
   // Buckets are fixed for the process's life (a reload does not change them).
@@ -164,6 +162,34 @@ bool verify_database(const config::daemon_config& cfg) {
 void application::start() {
   // Before the listener opens: what the log holds is pending again.
   if (wal_) replay_wal({});
+  const auto passed = open_listeners();
+  start_components();
+  for (auto& l : listeners_) l->run();
+  start_http_threads();
+  log_listening(passed);
+  notify::ready();
+  start_watchdog();
+}
+
+namespace {
+// Client connections must never take the descriptors the daemon needs for itself:
+// WAL segments, database connections, /proc reads, the HTTP threads' event loops.
+std::size_t max_connections_for(const config::daemon_config& c) {
+  const std::size_t fd_reserve = 256 + 2 * c.mysql.pool_size;
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  const std::size_t max_connections =
+      http::connection_limit(c.http.max_connections, nofile.rlim_cur, fd_reserve);
+  if (max_connections < c.http.max_connections) {
+    log::warn("http.max_connections ", c.http.max_connections, " lowered to ", max_connections,
+              ": the open-file limit is ", nofile.rlim_cur, " and ", fd_reserve,
+              " are kept for the daemon's own files and database connections");
+  }
+  return max_connections;
+}
+}  // namespace
+
+std::vector<http::passed_socket> application::open_listeners() {
   const net::ip::tcp::endpoint endpoint(net::ip::make_address(cfg_.listen_address),
                                         cfg_.listen_port);
   http::session_limits limits;
@@ -171,18 +197,7 @@ void application::start() {
   limits.idle_timeout = cfg_.http.idle_timeout;
   std::vector<net::io_context*> contexts;
   for (auto& c : contexts_) contexts.push_back(c.get());
-  // Client connections must never take the descriptors the daemon needs for itself:
-  // WAL segments, database connections, /proc reads, the HTTP threads' event loops.
-  const std::size_t fd_reserve = 256 + 2 * cfg_.mysql.pool_size;
-  rlimit nofile{};
-  getrlimit(RLIMIT_NOFILE, &nofile);
-  const std::size_t max_connections =
-      http::connection_limit(cfg_.http.max_connections, nofile.rlim_cur, fd_reserve);
-  if (max_connections < cfg_.http.max_connections) {
-    log::warn("http.max_connections ", cfg_.http.max_connections, " lowered to ", max_connections,
-              ": the open-file limit is ", nofile.rlim_cur, " and ", fd_reserve,
-              " are kept for the daemon's own files and database connections");
-  }
+  const std::size_t max_connections = max_connections_for(cfg_);
   // Sockets passed by systemd (socket activation) replace the configured listeners.
   std::vector<http::passed_socket> passed;
   try {
@@ -209,6 +224,11 @@ void application::start() {
     if (committer_) committer_->stop();
     throw;
   }
+  return passed;
+}
+
+// The background components, in the order they start (stop_in_order() stops them).
+void application::start_components() {
   flusher_.start();
   probe_.start();
   roller_.start();
@@ -218,35 +238,22 @@ void application::start() {
                                                  metrics_.prometheus_registry());
     logs_->start();
   }
-  for (auto& l : listeners_) l->run();
+}
+
+void application::start_http_threads() {
   const unsigned n = http_threads(cfg_);
   for (unsigned i = 0; i < n; ++i) {
     // Sessions come and go; the context must not run out of work in between.
     io_threads_.emplace_back([ctx = contexts_[i].get()] {
-      this_thread_loop = ctx;
+      counter_service::serve_on(ctx);
       http::run_io_context(*ctx);
     });
   }
-  if (!passed.empty()) {
-    for (const auto& p : passed) {
-      log::info("listening on ", p.address, " (socket '", p.name, "' passed by systemd)");
-    }
-    // A config that listens elsewhere (e.g. one from before the socket unit, upgraded)
-    // would silently move the API: say so loudly (docs/production.md, Socket activation).
-    const config::daemon_config defaults;
-    if (cfg_.listen_address != defaults.listen_address ||
-        cfg_.listen_port != defaults.listen_port || !cfg_.listen_unix_socket.empty()) {
-      log::warn("the config listens on ", cfg_.listen_address, ":", cfg_.listen_port,
-                cfg_.listen_unix_socket.empty() ? "" : " and " + cfg_.listen_unix_socket,
-                ", but sockets passed by systemd replace it: only the sockets above are served. "
-                "Move those addresses into slotted-counterd.socket (systemctl edit "
-                "slotted-counterd.socket) or drop them from the config");
-    }
-    log::info("slotted-counterd listening on ", passed.size(),
-              " passed sockets; the config's listen.address, listen.port and listen.unix_socket "
-              "are not used (instance ",
-              cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
-  } else {
+}
+
+void application::log_listening(const std::vector<http::passed_socket>& passed) const {
+  const unsigned n = http_threads(cfg_);
+  if (passed.empty()) {
     log::info("slotted-counterd listening on ", cfg_.listen_address, ":", port(), " (instance ",
               cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
     if (!cfg_.listen_unix_socket.empty()) {
@@ -254,9 +261,26 @@ void application::start() {
                 (cfg_.listen_unix_socket_mode >> 6) & 7, (cfg_.listen_unix_socket_mode >> 3) & 7,
                 cfg_.listen_unix_socket_mode & 7, ")");
     }
+    return;
   }
-  notify::ready();
-  start_watchdog();
+  for (const auto& p : passed) {
+    log::info("listening on ", p.address, " (socket '", p.name, "' passed by systemd)");
+  }
+  // A config that listens elsewhere (e.g. one from before the socket unit, upgraded)
+  // would silently move the API: say so loudly (docs/production.md, Socket activation).
+  const config::daemon_config defaults;
+  if (cfg_.listen_address != defaults.listen_address || cfg_.listen_port != defaults.listen_port ||
+      !cfg_.listen_unix_socket.empty()) {
+    log::warn("the config listens on ", cfg_.listen_address, ":", cfg_.listen_port,
+              cfg_.listen_unix_socket.empty() ? "" : " and " + cfg_.listen_unix_socket,
+              ", but sockets passed by systemd replace it: only the sockets above are served. "
+              "Move those addresses into slotted-counterd.socket (systemctl edit "
+              "slotted-counterd.socket) or drop them from the config");
+  }
+  log::info("slotted-counterd listening on ", passed.size(),
+            " passed sockets; the config's listen.address, listen.port and listen.unix_socket "
+            "are not used (instance ",
+            cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
 }
 
 std::uint16_t application::port() const {
@@ -354,37 +378,20 @@ int application::run_until_stopped() {
     std::unique_lock lock(stop_mutex_);
     stop_cv_.wait(lock, [&] { return stop_requested_; });
   }
-  const auto started = clock::now();
-  const auto deadline = started + cfg_.shutdown_timeout;
+  return exit_code_for(stop_in_order(clock::now()));
+}
+
+// The shutdown order, one step a line. In-flight requests get up to half of
+// shutdown_timeout (from `started`); the final flush the rest.
+std::size_t application::stop_in_order(clock::time_point started) {
   notify::stopping();
   draining_ = true;
-  if (signals_) {
-    net::post(*contexts_.front(), [this] {
-      boost::system::error_code ignored;
-      signals_->cancel(ignored);
-      if (reload_signals_) reload_signals_->cancel(ignored);
-    });
-  }
+  cancel_signals();
   // Stops accepting. A passed socket stays open in systemd: what arrives from now on
   // waits in its queue for the next daemon.
   for (auto& l : listeners_) l->stop();
-  // In-flight requests get up to half the shutdown budget; the final flush the rest.
-  const auto requests_deadline = started + cfg_.shutdown_timeout / 2;
-  const auto busy = [this] {
-    std::size_t n = 0;
-    for (const auto& l : listeners_) n += l->sessions();
-    return n;
-  };
-  while (busy() > 0 && clock::now() < requests_deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (busy() > 0) {
-    log::warn(busy(), " connections still busy at the shutdown deadline; closing them");
-  }
-  for (auto& c : contexts_) c->stop();
-  for (auto& t : io_threads_) t.join();
-  io_threads_.clear();
-
+  wait_for_sessions(started + cfg_.shutdown_timeout / 2);
+  stop_http_threads();
   roller_.stop();
   pruner_.stop();
   // The log reader ends its pass (at most max_batch_bytes of log, one commit) while the
@@ -392,10 +399,43 @@ int application::run_until_stopped() {
   // so it does not take the flusher's share of the shutdown deadline first.
   if (logs_) logs_->request_stop();
   probe_.stop();
-  const std::size_t unwritten = flusher_.stop(deadline);
+  const std::size_t unwritten = flusher_.stop(started + cfg_.shutdown_timeout);
   if (logs_) logs_->stop();
   if (committer_) committer_->stop();
   db_workers_.join();
+  return unwritten;
+}
+
+void application::cancel_signals() {
+  if (!signals_) return;
+  net::post(*contexts_.front(), [this] {
+    boost::system::error_code ignored;
+    signals_->cancel(ignored);
+    if (reload_signals_) reload_signals_->cancel(ignored);
+  });
+}
+
+void application::wait_for_sessions(clock::time_point deadline) {
+  const auto busy = [this] {
+    std::size_t n = 0;
+    for (const auto& l : listeners_) n += l->sessions();
+    return n;
+  };
+  while (busy() > 0 && clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (busy() > 0) {
+    log::warn(busy(), " connections still busy at the shutdown deadline; closing them");
+  }
+}
+
+void application::stop_http_threads() {
+  for (auto& c : contexts_) c->stop();
+  for (auto& t : io_threads_) t.join();
+  io_threads_.clear();
+}
+
+int application::exit_code_for(std::size_t unwritten) const {
   if (unwritten > 0) {
     if (wal_) {
       log::warn("shutdown: ", unwritten,
@@ -409,195 +449,6 @@ int application::run_until_stopped() {
   }
   log::info("shutdown complete; everything acknowledged was written");
   return 0;
-}
-
-namespace {
-http::backend_result from_store(store::add_result r) {
-  using status = http::backend_result::status;
-  switch (r) {
-    case store::add_result::applied:
-      return {status::done, {}};
-    case store::add_result::over_limit:
-      return {status::over_limit, {}};
-    case store::add_result::out_of_range:
-      return {status::out_of_range, {}};
-  }
-  return {status::unavailable, "internal error"};
-}
-
-http::backend_result from_commit(durable::commit_result r) {
-  using status = http::backend_result::status;
-  switch (r) {
-    case durable::commit_result::applied:
-      return {status::done, {}};
-    case durable::commit_result::over_limit:
-      return {status::over_limit, {}};
-    case durable::commit_result::out_of_range:
-      return {status::out_of_range, {}};
-    case durable::commit_result::log_unavailable:
-      break;
-  }
-  return {status::unavailable, "the write-ahead log cannot be written; retry later"};
-}
-
-// What the key index's answer means for the request, or nullopt when the index leaves it
-// open (fresh: not known here; over_limit, which only admit() can say).
-std::optional<http::backend_result> from_index(const idempotency::admission& a) {
-  using idempotency::admit_result;
-  using status = http::backend_result::status;
-  switch (a.result) {
-    case admit_result::replay: {
-      http::backend_result r{status::replayed, {}};
-      r.count = a.accepted;
-      return r;
-    }
-    case admit_result::conflict:
-      return http::backend_result{status::conflict, {}};
-    case admit_result::in_progress:
-      return http::backend_result{status::unavailable,
-                                  "a request with this Idempotency-Key is being logged; retry"};
-    case admit_result::fresh:
-    case admit_result::over_limit:
-      break;
-  }
-  return std::nullopt;
-}
-}  // namespace
-
-http::backend_result application::add(std::span<const ingest::increment> increments) {
-  return from_store(store_.add(increments, cfg_.flush.max_pending_keys));
-}
-
-void application::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
-  committer_->submit(std::move(increments), this_thread_loop,
-                     [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
-}
-
-void application::add_keyed(idempotency::keyed_request&& request, done_fn done) {
-  using idempotency::admit_result;
-  using status = http::backend_result::status;
-  if (!keyed_.table_present()) {
-    return done({status::unavailable,
-                 "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
-                 "creates it); nothing of this request was applied"});
-  }
-  // Without a WAL a fresh request is pending at once; with one, only once logged.
-  const auto a = keyed_.admit(request, cfg_.flush.max_pending_keys, committer_ == nullptr);
-  if (auto known = from_index(a)) return done(std::move(*known));
-  if (a.result == admit_result::over_limit) return done({status::over_limit, {}});
-  if (committer_) {
-    return committer_->submit_keyed(
-        std::move(request), this_thread_loop,
-        [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
-  }
-  done({status::done, {}});
-}
-
-void application::find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
-                             done_fn done) {
-  using status = http::backend_result::status;
-  // The index first: it knows what this instance accepted, flushed or not.
-  if (auto known = from_index(keyed_.lookup(key, hash))) return done(std::move(*known));
-  if (!keyed_.table_present()) {
-    return done({status::unavailable,
-                 "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
-                 "creates it); nothing of this request was applied"});
-  }
-  // Then the keys table: what any instance committed (this one's index may have forgotten
-  // it, or never seen it). A read on a database worker, like a counter's.
-  const auto window = std::chrono::duration_cast<std::chrono::milliseconds>(keyed_.window());
-  net::post(db_workers_, [this, key = std::move(key), hash, received_ms, window,
-                          done = std::move(done)] {
-    http::backend_result r;
-    try {
-      const auto found = pool_.acquire().use([&](db::connection& conn) {
-        return idempotency::find_committed_key(conn, key, received_ms, window);
-      });
-      if (!found) {
-        r = {status::done, {}};
-      } else if (found->body_hash != idempotency::hex(hash)) {
-        r = {status::conflict, {}};
-      } else {
-        keyed_.count_replay();
-        r = {status::replayed, {}};
-        r.count = found->accepted;
-      }
-    } catch (const db::db_error& e) {
-      metrics_.db_error(e.kind());
-      r = {
-          status::unavailable,
-          std::string("this Idempotency-Key cannot be looked up, the database is not reachable (") +
-              e.what() + "); nothing of this request was applied"};
-    }
-    done(std::move(r));
-  });
-}
-
-void application::read_counter(store::counter_key key, done_fn done) {
-  net::post(db_workers_, [this, key, done = std::move(done)] {
-    http::backend_result r;
-    try {
-      const auto reading = flusher_.read_total(key);
-      if (!reading.retry.empty()) {
-        r = {http::backend_result::status::unavailable, reading.retry};
-      } else {
-        r.persisted = reading.persisted;
-        r.pending = reading.pending;
-      }
-    } catch (const db::db_error& e) {
-      r = {http::backend_result::status::unavailable,
-           std::string("database not reachable: ") + e.what()};
-    }
-    done(std::move(r));
-  });
-}
-
-void application::reset_counter(store::counter_key key, done_fn done) {
-  // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
-  flusher_.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {
-    if (!f.ok) return done({http::backend_result::status::unavailable, f.error});
-    http::backend_result r;
-    r.cleared = f.persisted + f.pending;
-    done(std::move(r));
-  });
-}
-
-void application::read_series(store::counter_key key, store::granularity g, std::int64_t from,
-                              std::int64_t to, done_fn done) {
-  net::post(db_workers_, [this, key, g, from, to, done = std::move(done)] {
-    http::backend_result r;
-    try {
-      auto reading = flusher_.read_series(key, g, from, to);
-      if (!reading.retry.empty()) {
-        r = {http::backend_result::status::unavailable, reading.retry};
-      } else {
-        r.points = std::move(reading.points);
-      }
-    } catch (const db::db_error& e) {
-      r = {http::backend_result::status::unavailable,
-           std::string("database not reachable: ") + e.what()};
-    }
-    done(std::move(r));
-  });
-}
-
-void application::flush_now(done_fn done) {
-  flusher_.request_flush([done = std::move(done)](const flush::flush_result& f) {
-    if (!f.ok) return done({http::backend_result::status::unavailable, f.error});
-    done({http::backend_result::status::done, {}, f.rows});
-  });
-}
-
-void application::rollup_now(done_fn done) {
-  roller_.request([done = std::move(done)](const rollup::rollup_result& r) {
-    if (!r.ok) return done({http::backend_result::status::unavailable, r.error});
-    done({http::backend_result::status::done, {}, r.records});
-  });
-}
-
-std::string application::metrics_text() {
-  flusher_.update_gauges();
-  return metrics_.serialize();
 }
 
 }  // namespace slotted

@@ -1,7 +1,9 @@
 #pragma once
 // Wires the daemon together: config -> metrics, store, WAL and committer, pool, flusher,
-// router, listener. Data flows one way: HTTP -> parser -> store (through the committer
-// and the WAL when wal.dir is set) -> flusher -> database -> rollup (README: Design).
+// router, listener. The application builds, starts and stops these; the work behind the
+// HTTP routes is counter_service's (app/counter_service.hpp). Data flows one way: HTTP ->
+// parser -> store (through the committer and the WAL when wal.dir is set) -> flusher ->
+// database -> rollup (README: Design).
 //
 // start() throws on startup errors (bind). The database may be down at start: the
 // daemon accepts into memory and /readyz answers 503 until the flusher connects.
@@ -17,16 +19,18 @@
 #include <thread>
 #include <vector>
 
+#include "app/counter_service.hpp"
 #include "config/config.hpp"
+#include "db/log_positions.hpp"
 #include "db/pool.hpp"
 #include "db/probe.hpp"
 #include "durable/committer.hpp"
 #include "flush/flusher.hpp"
 #include "http/listener.hpp"
+#include "http/passed_sockets.hpp"
 #include "http/router.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "logs/log_ingest.hpp"
-#include "db/log_positions.hpp"
 #include "metrics/metrics.hpp"
 #include "retention/pruner.hpp"
 #include "rollup/rollup.hpp"
@@ -52,10 +56,10 @@ std::vector<db::rollup_target> rollup_targets_for(const config::daemon_config& c
 
 log::level log_level_for(config::log_level l);
 
-class application final : public http::backend {
+class application final {
  public:
   explicit application(config::daemon_config cfg);
-  ~application() override;
+  ~application();
 
   // Replays the WAL (when configured), then binds and starts serving. Throws on
   // startup errors: bind, WAL damage or an unusable WAL directory.
@@ -91,25 +95,19 @@ class application final : public http::backend {
   // written within shutdown_timeout.
   int run_until_stopped();
 
-  // http::backend
-  bool draining() const override { return draining_.load(); }
-  bool ready() const override { return flusher_.ready(); }
-  http::backend_result add(std::span<const ingest::increment> increments) override;
-  bool durable() const override { return committer_ != nullptr; }
-  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
-  void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
-  void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
-                  done_fn done) override;
-  void read_counter(store::counter_key key, done_fn done) override;
-  void reset_counter(store::counter_key key, done_fn done) override;
-  void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
-                   done_fn done) override;
-  void flush_now(done_fn done) override;
-  void rollup_now(done_fn done) override;
-  std::string metrics_text() override;
-
  private:
   void replay_wal(const wal::open_options& options);
+  // start(), in order.
+  std::vector<http::passed_socket> open_listeners();
+  void start_components();
+  void start_http_threads();
+  void log_listening(const std::vector<http::passed_socket>& passed) const;
+  // run_until_stopped(): the shutdown order, and what it returns for the unwritten count.
+  std::size_t stop_in_order(std::chrono::steady_clock::time_point started);
+  void cancel_signals();
+  void wait_for_sessions(std::chrono::steady_clock::time_point deadline);
+  void stop_http_threads();
+  int exit_code_for(std::size_t unwritten) const;
   void start_watchdog();
   void watchdog_tick(std::chrono::steady_clock::duration period);
 
@@ -132,6 +130,8 @@ class application final : public http::backend {
   retention::pruner pruner_;
   // Counts from access logs (log_sources), when configured.
   std::unique_ptr<logs::log_ingester> logs_;
+  // The routes' work (http::backend) on the parts above.
+  counter_service service_;
   http::router router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
@@ -140,6 +140,8 @@ class application final : public http::backend {
   std::vector<std::shared_ptr<http::listener>> listeners_;
   std::vector<std::thread> io_threads_;
   boost::asio::thread_pool db_workers_;
+  // Set once shutting down (run_until_stopped): /readyz answers 503, resets are refused,
+  // the watchdog and reloads stop.
   std::atomic<bool> draining_{false};
   std::unique_ptr<boost::asio::steady_timer> watchdog_timer_;
   std::optional<boost::asio::signal_set> signals_;

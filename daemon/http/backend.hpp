@@ -1,7 +1,8 @@
 #pragma once
 // What the HTTP layer needs from the rest of the daemon, and nothing more: the router
 // includes this header, not the flusher, the WAL or the database layer (README: Design).
-// Every call answers with one result type, mapped to a status by the router.
+// Every call answers with one result type; its failures are one error category (errc),
+// mapped to an HTTP status in one function (router::failure_response).
 //
 // Thread-safety: every member may be called from any HTTP thread at once; each `done`
 // is called exactly once, from any thread.
@@ -10,6 +11,8 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "model/buckets.hpp"
@@ -18,6 +21,29 @@
 #include "model/keyed_request.hpp"
 
 namespace slotted::http {
+
+// The expected failures of the HTTP work, one error category (backend_category(),
+// named "slotted.http"): what the client can retry or correct. router::failure_response
+// is the one place they become an HTTP status; anything else the backend cannot handle
+// where it happens is an exception (a 500, see router.cpp: guarded).
+enum class errc {
+  over_limit = 1,  // the pending limit is reached: 503, retry in 5 s
+  out_of_range,    // a counter's pending sum would pass 2^62: 422
+  unavailable,     // not now: the WAL or the database (503, retry in 5 s)
+  conflict,        // an Idempotency-Key used with another body: 422
+  draining,        // the daemon is shutting down: 503, retry in 1 s
+};
+}  // namespace slotted::http
+
+template <>
+struct std::is_error_code_enum<slotted::http::errc> : std::true_type {};
+
+namespace slotted::http {
+
+const std::error_category& backend_category() noexcept;
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), backend_category()};
+}
 
 struct backend_result {
   enum class status {
@@ -43,6 +69,24 @@ struct backend_result {
   // A counter's series: (bucket start in unix seconds, persisted + pending), in bucket
   // order, buckets whose count is 0 left out.
   std::vector<std::pair<std::int64_t, __int128>> points{};
+
+  // The failure in errc's category; none (false) for done and replayed.
+  std::error_code failure() const noexcept {
+    switch (outcome) {
+      case status::done:
+      case status::replayed:
+        return {};
+      case status::over_limit:
+        return errc::over_limit;
+      case status::out_of_range:
+        return errc::out_of_range;
+      case status::unavailable:
+        return errc::unavailable;
+      case status::conflict:
+        return errc::conflict;
+    }
+    return errc::unavailable;
+  }
 };
 
 class backend {

@@ -1,40 +1,24 @@
 #include "http/router.hpp"
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 
+#include "http/router_internal.hpp"
 #include "util/json.hpp"
 #include "util/log.hpp"
 
 namespace slotted::http {
 
+using namespace detail;
+
 namespace {
 
-// persisted + pending can pass int64 (a total near the count column's limit plus what
-// is pending): added in 128 bits and printed exactly.
-std::string decimal(__int128 v) {
-  if (v >= INT64_MIN && v <= INT64_MAX) return std::to_string(static_cast<std::int64_t>(v));
-  const bool negative = v < 0;
-  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(v) : v;
-  std::string digits;
-  for (; u > 0; u /= 10) digits.insert(digits.begin(), static_cast<char>('0' + u % 10));
-  return negative ? "-" + digits : digits;
-}
-using beast_http::field;
-using beast_http::status;
-using clock = std::chrono::steady_clock;
-
-response json_response(unsigned version, status s, std::string body) {
-  response res{s, version};
-  res.set(field::content_type, "application/json");
-  res.body() = std::move(body);
-  res.prepare_payload();
-  return res;
-}
-
-response retry_later(unsigned version, std::string_view message, std::string_view seconds = "1") {
-  auto res = router::error_response(version, status::service_unavailable, message);
-  res.set(field::retry_after, seconds);
-  return res;
+// How a refused increments request is counted.
+metrics::reject_reason rejected_as(std::error_code e) {
+  if (e == errc::over_limit) return metrics::reject_reason::pending_limit;
+  if (e == errc::unavailable) return metrics::reject_reason::wal_unavailable;
+  return metrics::reject_reason::invalid;  // conflict, out_of_range
 }
 
 metrics::reject_reason reason_for(status s) {
@@ -87,23 +71,65 @@ std::int64_t unix_seconds_now() {
       .count();
 }
 
-template <typename Int>
-bool parse_decimal(std::string_view s, Int& out) {
-  if (s.empty() || s.size() > 20) return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
 }  // namespace
 
-struct router::route_match {
-  metrics::route route = metrics::route::not_found;
-  const char* allow = "";  // methods allowed on the path
-  beast_http::verb method = beast_http::verb::unknown;
-  bool needs_auth = false;
-  std::string_view counter_type;  // for GET /v1/counters/{t}/{id}
-  std::string_view counter_id;
-  bool series = false;  // GET /v1/counters/{t}/{id}/series
+// The endpoint table: every path the daemon answers, with its method, whether it needs
+// the bearer token, and its handler. Rows of one pattern are one path: together they
+// name its methods (the Allow header of a 405). A pattern with placeholders claims every
+// path with its literal start and end, tried in table order, so the series comes before
+// the counter's own path: "/v1/counters/3/series" is the series' and a 404, never the
+// counter "3" with id "series".
+const router::endpoint router::endpoints[] = {
+    {metrics::route::increments, "/v1/increments", beast_http::verb::post, true,
+     &router::handle_increments},
+    {metrics::route::flush, "/v1/flush", beast_http::verb::post, true, &router::handle_flush},
+    {metrics::route::rollup, "/v1/rollup", beast_http::verb::post, true, &router::handle_rollup},
+    {metrics::route::metrics, "/metrics", beast_http::verb::get, false, &router::handle_metrics},
+    {metrics::route::healthz, "/healthz", beast_http::verb::get, false, &router::handle_healthz},
+    {metrics::route::readyz, "/readyz", beast_http::verb::get, false, &router::handle_readyz},
+    // The series is read-only: a DELETE there is a 405 like any other method, so no
+    // other path reaches the reset.
+    {metrics::route::counters, "/v1/counters/{record_type}/{record_id}/series",
+     beast_http::verb::get, true, &router::handle_series},
+    {metrics::route::counters, "/v1/counters/{record_type}/{record_id}", beast_http::verb::get,
+     true, &router::handle_counter},
+    // DELETE of the counter's own path resets it (its own route for metrics).
+    {metrics::route::reset, "/v1/counters/{record_type}/{record_id}", beast_http::verb::delete_,
+     true, &router::handle_reset},
 };
+
+namespace {
+// Whether `path` is one `pattern` claims (see router::endpoints): its literal start and
+// end, and between them one non-empty segment for each placeholder, into `params`.
+// `claimed` tells a path with the pattern's literal start and end apart, even when its
+// segments do not fit.
+bool match_pattern(std::string_view pattern, std::string_view path,
+                   std::array<std::string_view, 2>& params, bool& claimed) {
+  const auto open = pattern.find('{');
+  if (open == std::string_view::npos) {
+    claimed = path == pattern;
+    return claimed;
+  }
+  const auto close = pattern.rfind('}');
+  const std::string_view prefix = pattern.substr(0, open), suffix = pattern.substr(close + 1);
+  claimed = path.size() >= prefix.size() + suffix.size() && path.starts_with(prefix) &&
+            path.ends_with(suffix);
+  if (!claimed) return false;
+  std::string_view middle = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+  const auto wanted = static_cast<std::size_t>(
+      std::count(pattern.begin() + open, pattern.begin() + close + 1, '{'));
+  for (std::size_t i = 0; i < wanted; ++i) {
+    const auto slash = middle.find('/');
+    const std::string_view segment = middle.substr(0, slash);
+    if (segment.empty() || i >= params.size() ||
+        (slash == std::string_view::npos) != (i + 1 == wanted))
+      return false;
+    params[i] = segment;
+    middle = slash == std::string_view::npos ? std::string_view{} : middle.substr(slash + 1);
+  }
+  return true;
+}
+}  // namespace
 
 router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
                const ingest::table_limits& limits)
@@ -136,64 +162,105 @@ response router::error_response(unsigned version, status s, std::string_view mes
   return json_response(version, s, std::move(body));
 }
 
+namespace {
+class backend_error_category final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "slotted.http"; }
+  // What the client is told when the caller has nothing more precise.
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+      case errc::over_limit:
+        return "too many pending counters (flush.max_pending_keys); retry later";
+      case errc::out_of_range:
+        return "a counter's pending sum would pass 2^62 (4611686018427387904) in either "
+               "direction; nothing of this request was applied";
+      case errc::unavailable:
+        return "not available now; retry later";
+      case errc::conflict:
+        return "this Idempotency-Key was used with another body; nothing of this request was "
+               "applied";
+      case errc::draining:
+        return "shutting down";
+    }
+    return "unknown backend error " + std::to_string(ev);
+  }
+};
+}  // namespace
+
+const std::error_category& backend_category() noexcept {
+  static const backend_error_category category;
+  return category;
+}
+
+response router::failure_response(unsigned v, std::error_code e,
+                                  std::optional<std::string_view> message) {
+  status s = status::internal_server_error;
+  std::string_view retry_after;  // seconds; none: a retry does not help
+  if (e.category() == backend_category()) {
+    switch (static_cast<errc>(e.value())) {
+      case errc::over_limit:
+      case errc::unavailable:
+        s = status::service_unavailable;
+        retry_after = "5";
+        break;
+      case errc::draining:
+        s = status::service_unavailable;
+        retry_after = "1";
+        break;
+      case errc::out_of_range:
+      case errc::conflict:
+        s = status::unprocessable_entity;
+        break;
+    }
+  }
+  auto res = message ? error_response(v, s, *message) : error_response(v, s, e.message());
+  if (!retry_after.empty()) res.set(field::retry_after, retry_after);
+  return res;
+}
+
 router::route_match router::match(const request_header& req) const {
   std::string_view target = req.target();
   target = target.substr(0, target.find('?'));
+  const std::span<const endpoint> table(endpoints);
   route_match m;
-  if (target == "/v1/increments") {
-    m = {metrics::route::increments, "POST", beast_http::verb::post, true, {}, {}};
-  } else if (target == "/v1/flush") {
-    m = {metrics::route::flush, "POST", beast_http::verb::post, true, {}, {}};
-  } else if (target == "/v1/rollup") {
-    m = {metrics::route::rollup, "POST", beast_http::verb::post, true, {}, {}};
-  } else if (target == "/metrics") {
-    m = {metrics::route::metrics, "GET, HEAD", beast_http::verb::get, false, {}, {}};
-  } else if (target == "/healthz") {
-    m = {metrics::route::healthz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
-  } else if (target == "/readyz") {
-    m = {metrics::route::readyz, "GET, HEAD", beast_http::verb::get, false, {}, {}};
-  } else if (target.starts_with("/v1/counters/")) {
-    std::string_view rest = target.substr(std::string_view("/v1/counters/").size());
-    constexpr std::string_view series_suffix = "/series";
-    const bool series = rest.ends_with(series_suffix);
-    if (series) rest.remove_suffix(series_suffix.size());
-    const auto slash = rest.find('/');
-    if (slash != std::string_view::npos && slash > 0 && slash + 1 < rest.size() &&
-        rest.find('/', slash + 1) == std::string_view::npos) {
-      // DELETE of the counter's own path resets it (its own route for metrics); GET
-      // reads it. Its series is read-only: a DELETE there is a 405 like any other
-      // method, so no other path reaches the reset.
-      if (series) {
-        m = {metrics::route::counters, "GET, HEAD", beast_http::verb::get, true, {}, {}};
-      } else if (req.method() == beast_http::verb::delete_) {
-        m = {metrics::route::reset, "GET, HEAD, DELETE", beast_http::verb::delete_, true, {}, {}};
-      } else {
-        m = {metrics::route::counters, "GET, HEAD, DELETE", beast_http::verb::get, true, {}, {}};
+  for (auto first = table.begin(); first != table.end();) {
+    // The rows of one path are adjacent in the table.
+    auto last = std::find_if(first, table.end(),
+                             [&](const endpoint& e) { return e.pattern != first->pattern; });
+    bool claimed = false;
+    if (match_pattern(first->pattern, target, m.params, claimed)) {
+      m.path_rows = std::span(first, last);
+      m.row = &*first;
+      for (const auto& e : m.path_rows) {
+        // HEAD is GET without the body (RFC 9110 9.3.2); the session leaves the body out.
+        if (req.method() == e.method ||
+            (req.method() == beast_http::verb::head && e.method == beast_http::verb::get)) {
+          m.row = &e;
+          m.method_allowed = true;
+          break;
+        }
       }
-      m.counter_type = rest.substr(0, slash);
-      m.counter_id = rest.substr(slash + 1);
-      m.series = series;
+      return m;
     }
+    if (claimed) return m;
+    first = last;
   }
   return m;
 }
 
 std::optional<response> router::refuse(const request_header& req, const route_match& m) {
   const unsigned v = req.version();
-  if (m.route == metrics::route::not_found) {
+  if (m.row == nullptr) {
     return error_response(v, status::not_found, "no such path");
   }
-  // HEAD is GET without the body (RFC 9110 9.3.2); the session leaves the body out.
-  const bool head_of_get =
-      req.method() == beast_http::verb::head && m.method == beast_http::verb::get;
-  if (req.method() != m.method && !head_of_get) {
-    auto res = error_response(v, status::method_not_allowed,
-                              std::string("method not allowed; use ") + m.allow);
-    res.set(field::allow, m.allow);
+  if (!m.method_allowed) {
+    const std::string allow = m.allow();
+    auto res = error_response(v, status::method_not_allowed, "method not allowed; use " + allow);
+    res.set(field::allow, allow);
     return res;
   }
   const auto live = live_.load();
-  if (m.needs_auth && live->auth) {
+  if (m.row->needs_auth && live->auth) {
     const std::string_view header = req[field::authorization];
     constexpr std::string_view prefix = "bearer ";  // the scheme is case-insensitive (RFC 7235)
     const bool bearer = header.size() > prefix.size() &&
@@ -204,7 +271,7 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
       return res;
     }
   }
-  if (m.route == metrics::route::increments && !ingest::format_for(req[field::content_type])) {
+  if (m.route() == metrics::route::increments && !ingest::format_for(req[field::content_type])) {
     return error_response(v, status::unsupported_media_type,
                           "Content-Type must be application/json or application/x-ndjson");
   }
@@ -215,96 +282,64 @@ std::optional<response> router::check_header(const request_header& req) {
   const auto m = match(req);
   auto refused = refuse(req, m);
   if (refused) {
-    metrics_.observe_request(m.route, refused->result_int(), 0.0);
-    if (m.route == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
+    metrics_.observe_request(m.route(), refused->result_int(), 0.0);
+    if (m.route() == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
   }
   return refused;
 }
-
-// Answers one request: counts it (route, status, time taken) and hands the response on.
-// Built on the stack for each request; only the asynchronous routes copy it.
-struct router::reply {
-  router* self;
-  metrics::route route;
-  clock::time_point started;
-  respond_fn respond;
-
-  void operator()(response&& res) const {
-    self->metrics_.observe_request(route, res.result_int(),
-                                   std::chrono::duration<double>(clock::now() - started).count());
-    respond(std::move(res));
-  }
-};
-
-namespace {
-// Wraps a backend's answer callback, which runs on a database or WAL thread. An
-// exception there (memory running out while the answer is built or handed to the
-// connection) would escape into that thread and end the process; instead it is logged
-// and the request answered 500 (closing its connection) if that still works. The
-// session takes only the first answer to a request, so a 500 after an answer that got
-// through changes nothing.
-template <typename Reply, typename F>
-auto guarded(const Reply& answer, unsigned v, F f) {
-  return [answer, v, f = std::move(f)](auto&&... args) {
-    try {
-      f(std::forward<decltype(args)>(args)...);
-    } catch (const std::exception& e) {
-      log::error("HTTP answer from a backend thread failed: ", e.what());
-      try {
-        auto res = router::error_response(v, status::internal_server_error, "internal error");
-        res.keep_alive(false);
-        answer(std::move(res));
-      } catch (...) {
-      }
-    }
-  };
-}
-}  // namespace
 
 void router::handle(request&& req, respond_fn respond) {
   // check_header() has passed this header already: path, method, token and content
   // type are not checked a second time here.
   const auto m = match(req);
-  const reply answer{this, m.route, clock::now(), std::move(respond)};
-  const unsigned v = req.version();
-  switch (m.route) {
-    case metrics::route::increments:
-      return handle_increments(req, answer);
-    case metrics::route::counters:
-      return m.series ? handle_series(req, m, answer) : handle_counter(req, m, answer);
-    case metrics::route::reset:
-      return handle_reset(req, m, answer);
-    case metrics::route::flush:
-      return backend_.flush_now(guarded(answer, v, [v, answer](const backend_result& r) {
-        if (r.outcome != backend_result::status::done)
-          return answer(retry_later(v, "flush failed: " + r.error, "5"));
-        answer(json_response(v, status::ok, "{\"flushed_rows\": " + std::to_string(r.count) + "}"));
-      }));
-    case metrics::route::rollup:
-      return backend_.rollup_now(guarded(answer, v, [v, answer](const backend_result& r) {
-        if (r.outcome != backend_result::status::done)
-          return answer(retry_later(v, "rollup failed: " + r.error, "5"));
-        answer(json_response(v, status::ok, "{\"records\": " + std::to_string(r.count) + "}"));
-      }));
-    case metrics::route::metrics: {
-      response res{status::ok, v};
-      res.set(field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-      res.body() = backend_.metrics_text();
-      res.prepare_payload();
-      return answer(std::move(res));
-    }
-    case metrics::route::healthz:
-      return answer(json_response(v, status::ok, "{\"status\": \"ok\"}"));
-    case metrics::route::readyz:
-      if (backend_.draining()) return answer(retry_later(v, "draining"));
-      if (!backend_.ready()) return answer(retry_later(v, "database not reachable", "5"));
-      return answer(json_response(v, status::ok, "{\"status\": \"ready\"}"));
-    default:
-      return answer(error_response(v, status::not_found, "no such path"));
-  }
+  const reply answer{this, m.route(), clock::now(), std::move(respond)};
+  if (m.row == nullptr)
+    return answer(error_response(req.version(), status::not_found, "no such path"));
+  (this->*(m.row->handle))(req, m, answer);
 }
 
-void router::handle_increments(const request& req, const reply& answer) {
+namespace {
+// The answer to a flush or a rollup: {"<name>": count}, or `failed` and why.
+template <typename Reply>
+auto count_answer(const Reply& answer, unsigned v, std::string_view failed, std::string_view name) {
+  return guarded(answer, v, [answer, v, failed, name](const backend_result& r) {
+    if (const auto e = r.failure())
+      return answer(router::failure_response(v, e, std::string(failed) + r.error));
+    answer(json_response(v, status::ok,
+                         "{\"" + std::string(name) + "\": " + std::to_string(r.count) + "}"));
+  });
+}
+}  // namespace
+
+void router::handle_flush(const request& req, const route_match&, const reply& answer) {
+  backend_.flush_now(count_answer(answer, req.version(), "flush failed: ", "flushed_rows"));
+}
+
+void router::handle_rollup(const request& req, const route_match&, const reply& answer) {
+  backend_.rollup_now(count_answer(answer, req.version(), "rollup failed: ", "records"));
+}
+
+void router::handle_metrics(const request& req, const route_match&, const reply& answer) {
+  response res{status::ok, req.version()};
+  res.set(field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+  res.body() = backend_.metrics_text();
+  res.prepare_payload();
+  answer(std::move(res));
+}
+
+void router::handle_healthz(const request& req, const route_match&, const reply& answer) {
+  answer(json_response(req.version(), status::ok, "{\"status\": \"ok\"}"));
+}
+
+void router::handle_readyz(const request& req, const route_match&, const reply& answer) {
+  const unsigned v = req.version();
+  if (backend_.draining()) return answer(failure_response(v, errc::draining, "draining"));
+  if (!backend_.ready())
+    return answer(failure_response(v, errc::unavailable, "database not reachable"));
+  answer(json_response(v, status::ok, "{\"status\": \"ready\"}"));
+}
+
+void router::handle_increments(const request& req, const route_match&, const reply& answer) {
   const unsigned v = req.version();
   // Idempotency-Key (README: HTTP API): one field with a valid key, or nothing applied.
   std::string_view idempotency_key;
@@ -389,198 +424,32 @@ void router::refuse_unless_known(const request& req, std::string_view key,
 
 void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool minimal,
                           const backend_result& r) {
+  if (const auto e = r.failure()) {
+    metrics_.reject(rejected_as(e), n);
+    // Only `unavailable` has a reason of its own to tell (the WAL, a key being logged).
+    if (e != errc::unavailable) return answer(failure_response(v, e));
+    return answer(failure_response(
+        v, e, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error));
+  }
   // A replay (Idempotency-Key) was applied once already: answered as the first time
   // (with its count), and said to be a replay.
   const bool replayed = r.outcome == backend_result::status::replayed;
-  switch (r.outcome) {
-    case backend_result::status::done:
-    case backend_result::status::replayed: {
-      if (replayed) {
-        n = r.count;
-      } else {
-        metrics_.increments_accepted.Increment(static_cast<double>(n));
-      }
-      if (minimal) {
-        // No body at all: an nginx mirror subrequest keeps its upstream connection
-        // only for answers without one.
-        response res{status::no_content, v};
-        res.set(field::preference_applied, "return=minimal");
-        if (replayed) res.set("Idempotent-Replayed", "true");
-        return answer(std::move(res));
-      }
-      auto res = json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}");
-      if (replayed) res.set("Idempotent-Replayed", "true");
-      return answer(std::move(res));
-    }
-    case backend_result::status::conflict:
-      metrics_.reject(metrics::reject_reason::invalid, n);
-      return answer(error_response(v, status::unprocessable_entity,
-                                   "this Idempotency-Key was used with another body; nothing of "
-                                   "this request was applied"));
-    case backend_result::status::over_limit:
-      metrics_.reject(metrics::reject_reason::pending_limit, n);
-      return answer(
-          retry_later(v, "too many pending counters (flush.max_pending_keys); retry later", "5"));
-    case backend_result::status::unavailable:
-      metrics_.reject(metrics::reject_reason::wal_unavailable, n);
-      return answer(retry_later(
-          v, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error,
-          "5"));
-    case backend_result::status::out_of_range:
-      // Well-formed, but a counter's pending sum would pass 2^62: it stays as it was.
-      metrics_.reject(metrics::reject_reason::invalid, n);
-      return answer(error_response(
-          v, status::unprocessable_entity,
-          "a counter's pending sum would pass 2^62 (4611686018427387904) in either direction; "
-          "nothing of this request was applied"));
+  if (replayed) {
+    n = r.count;
+  } else {
+    metrics_.increments_accepted.Increment(static_cast<double>(n));
   }
-}
-
-std::variant<store::counter_key, response> router::counter_of(const route_match& m, unsigned v) {
-  std::uint32_t type = 0;
-  std::uint64_t id = 0;
-  const auto live = live_.load();
-  if (!parse_decimal(m.counter_type, type) || type > ingest::max_record_type) {
-    const auto named = live->types.by_name(m.counter_type);
-    if (!named) {
-      return error_response(v, status::bad_request,
-                            std::string("record_type must be an integer in ") +
-                                ingest::record_type_range + " or a declared counter name");
-    }
-    type = *named;
+  if (minimal) {
+    // No body at all: an nginx mirror subrequest keeps its upstream connection
+    // only for answers without one.
+    response res{status::no_content, v};
+    res.set(field::preference_applied, "return=minimal");
+    if (replayed) res.set("Idempotent-Replayed", "true");
+    return answer(std::move(res));
   }
-  if (!live->types.allows(type)) {
-    return error_response(
-        v, status::bad_request,
-        "record_type " + std::to_string(type) + " is not declared under counters");
-  }
-  if (!parse_decimal(m.counter_id, id)) {
-    return error_response(
-        v, status::bad_request,
-        std::string("record_id must be an integer in ") + ingest::record_id_range);
-  }
-  return store::counter_key{type, id};
-}
-
-void router::handle_counter(const request& req, const route_match& m, const reply& answer) {
-  const unsigned v = req.version();
-  auto parsed = counter_of(m, v);
-  if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
-  const auto key = std::get<store::counter_key>(parsed);
-  const auto type = key.record_type;
-  const auto id = key.record_id;
-  backend_.read_counter(
-      key, guarded(answer, v, [v, type, id, answer](const backend_result& r) {
-        if (r.outcome != backend_result::status::done) return answer(retry_later(v, r.error, "5"));
-        answer(json_response(v, status::ok,
-                             "{\"record_type\": " + std::to_string(type) + ", \"record_id\": \"" +
-                                 std::to_string(id) + "\", \"count\": " +
-                                 decimal(r.persisted + r.pending) +
-                                 ", \"persisted\": " + decimal(r.persisted) +
-                                 ", \"pending\": " + std::to_string(r.pending) + "}"));
-      }));
-}
-
-void router::handle_reset(const request& req, const route_match& m, const reply& answer) {
-  const unsigned v = req.version();
-  auto parsed = counter_of(m, v);
-  if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
-  const auto key = std::get<store::counter_key>(parsed);
-  // As for increments: an id the counters table's columns cannot hold names no counter,
-  // so it is a 400 rather than a ledger row, a synced WAL record and a flush cycle.
-  const ingest::increment named{key.record_type, key.record_id, 0};
-  if (auto bad = limits_.check(std::span(&named, 1)))
-    return answer(error_response(v, status::bad_request, bad->message));
-  if (backend_.draining()) {
-    metrics_.resets_error.Increment();  // a 503, as those the flusher refuses
-    return answer(retry_later(v, "shutting down"));
-  }
-  backend_.reset_counter(
-      key, guarded(answer, v, [v, key, answer](const backend_result& r) {
-        // Nothing changed: a retry is safe and needed.
-        if (r.outcome != backend_result::status::done)
-          return answer(retry_later(v, "reset failed: " + r.error, "5"));
-        answer(json_response(v, status::ok,
-                             "{\"record_type\": " + std::to_string(key.record_type) +
-                                 ", \"record_id\": \"" + std::to_string(key.record_id) +
-                                 "\", \"cleared\": " + decimal(r.cleared) + "}"));
-      }));
-}
-
-void router::handle_series(const request& req, const route_match& m, const reply& answer) {
-  const unsigned v = req.version();
-  auto parsed = counter_of(m, v);
-  if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
-  const auto [type, id] = std::get<store::counter_key>(parsed);
-  const auto bad_request = [&](const std::string& message) {
-    answer(error_response(v, status::bad_request, message));
-  };
-  // granularity, from and to, each exactly once; nothing else.
-  std::string_view target = req.target();
-  const auto q = target.find('?');
-  std::string_view query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
-  std::optional<std::string_view> gran_text, from_text, to_text;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view param = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const auto eq = param.find('=');
-    const std::string_view name = param.substr(0, eq);
-    const std::string_view value =
-        eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
-    std::optional<std::string_view>* slot = name == "granularity" ? &gran_text
-                                            : name == "from"      ? &from_text
-                                            : name == "to"        ? &to_text
-                                                                  : nullptr;
-    if (slot == nullptr)
-      return bad_request("unknown query parameter " + json::excerpt(name) +
-                         "; expected granularity, from and to");
-    if (*slot) return bad_request("query parameter \"" + std::string(name) + "\" given twice");
-    *slot = value;
-  }
-  if (!gran_text || !from_text || !to_text)
-    return bad_request(
-        "granularity, from and to are required (e.g. ?granularity=day&from="
-        "1700000000&to=1702592000, unix seconds)");
-  const auto g = store::granularity_named(*gran_text);
-  if (!g) return bad_request("granularity must be hour or day");
-  std::int64_t from = 0, to = 0;
-  if (!parse_decimal(*from_text, from) || from < 0 || from > ingest::max_at ||
-      !parse_decimal(*to_text, to) || to < 0 || to > ingest::max_at)
-    return bad_request(std::string("from and to must be unix seconds in ") + ingest::at_range);
-  if (from > to) return bad_request("from must not be after to");
-  const auto* counter = buckets_.find(type);
-  if (counter == nullptr || !counter->keeps(*g)) {
-    return bad_request("record_type " + std::to_string(type) + " keeps no " +
-                       std::string(store::name_of(*g)) + " buckets (counters[].buckets)");
-  }
-  // The buckets that start in [from, to].
-  const std::int64_t step = store::seconds_of(*g);
-  const std::int64_t first = store::bucket_start(*g, from) + (from % step == 0 ? 0 : step);
-  const std::int64_t last = store::bucket_start(*g, to);
-  if (first <= last && (last - first) / step + 1 > max_series_points) {
-    return bad_request("the range holds more than " + std::to_string(max_series_points) + " " +
-                       std::string(store::name_of(*g)) + " buckets; ask for a shorter one");
-  }
-  const std::string gran_name(store::name_of(*g));
-  if (first > last) {
-    return answer(
-        json_response(v, status::ok, "{\"granularity\": \"" + gran_name + "\", \"points\": []}"));
-  }
-  backend_.read_series({type, id}, *g, first, last,
-                       guarded(answer, v, [v, gran_name, answer](const backend_result& r) {
-                         if (r.outcome != backend_result::status::done)
-                           return answer(retry_later(v, r.error, "5"));
-                         std::string body =
-                             "{\"granularity\": \"" + gran_name + "\", \"points\": [";
-                         for (std::size_t i = 0; i < r.points.size(); ++i) {
-                           if (i > 0) body += ", ";
-                           body += "{\"bucket\": " + std::to_string(r.points[i].first) +
-                                   ", \"count\": " + decimal(r.points[i].second) + "}";
-                         }
-                         body += "]}";
-                         answer(json_response(v, status::ok, std::move(body)));
-                       }));
+  auto res = json_response(v, status::accepted, "{\"accepted\": " + std::to_string(n) + "}");
+  if (replayed) res.set("Idempotent-Replayed", "true");
+  answer(std::move(res));
 }
 
 }  // namespace slotted::http

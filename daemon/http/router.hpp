@@ -6,11 +6,11 @@
 // Thread-safety: handle() and check_header() may run on any number of threads at once.
 
 #include <atomic>
-#include <mutex>
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -56,12 +56,43 @@ class router {
                                  std::string_view message,
                                  std::optional<std::size_t> index = std::nullopt);
 
+  // The one mapping of the backend's expected failures (errc, http/backend.hpp) to an
+  // HTTP status: 503 with Retry-After (5 s; 1 s while draining) for those a retry cures,
+  // 422 for those it does not, 500 for a code of another category. The body's error is
+  // `message`, or else the code's own text.
+  static response failure_response(unsigned version, std::error_code e,
+                                   std::optional<std::string_view> message = std::nullopt);
+
  private:
   struct route_match;
   struct reply;
+  // One row of the endpoint table (router.cpp): a request whose path matches `pattern`
+  // and whose method is `method` (or HEAD, for GET) is answered by `handler`, counted
+  // under `route`.
+  using handler = void (router::*)(const request&, const route_match&, const reply&);
+  struct endpoint {
+    metrics::route route;
+    // A literal path, or one with {placeholders}, each a whole non-empty path segment.
+    std::string_view pattern;
+    beast_http::verb method;
+    bool needs_auth;
+    handler handle;
+  };
+  static const endpoint endpoints[];
+
   route_match match(const request_header& req) const;
   std::optional<response> refuse(const request_header& req, const route_match& m);
-  void handle_increments(const request& req, const reply& answer);
+  // One handler per route.
+  void handle_increments(const request& req, const route_match& m, const reply& answer);
+  void handle_flush(const request& req, const route_match& m, const reply& answer);
+  void handle_rollup(const request& req, const route_match& m, const reply& answer);
+  void handle_metrics(const request& req, const route_match& m, const reply& answer);
+  void handle_healthz(const request& req, const route_match& m, const reply& answer);
+  void handle_readyz(const request& req, const route_match& m, const reply& answer);
+  void handle_counter(const request& req, const route_match& m, const reply& answer);
+  void handle_reset(const request& req, const route_match& m, const reply& answer);
+  // GET /v1/counters/{record_type}/{record_id}/series?granularity=G&from=F&to=T (README: HTTP API).
+  void handle_series(const request& req, const route_match& m, const reply& answer);
   // A keyed request whose times resolve_times() refused (`bad`): answered as a replay or
   // a conflict when the backend knows its key (find_keyed), else with `bad` (400).
   void refuse_unless_known(const request& req, std::string_view key,
@@ -69,10 +100,6 @@ class router {
                            const reply& answer);
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
                     const backend_result& r);
-  void handle_counter(const request& req, const route_match& m, const reply& answer);
-  void handle_reset(const request& req, const route_match& m, const reply& answer);
-  // GET /v1/counters/{type}/{id}/series?granularity=G&from=F&to=T (README: HTTP API).
-  void handle_series(const request& req, const route_match& m, const reply& answer);
   // The counter a /v1/counters/{record_type}/{record_id} path names, or the 400 that
   // says why it names none (a bad number, an undeclared type).
   std::variant<store::counter_key, response> counter_of(const route_match& m, unsigned version);

@@ -416,3 +416,105 @@ TEST_F(KeyedRouter, WithoutAKeyAnAtTheRouterRefusesIs400AtOnce) {
 
 }  // namespace
 }  // namespace slotted::http
+
+namespace slotted::http {
+namespace {
+
+// The endpoint table (router.cpp) decides path, method and route for every request:
+// a 404 for a path no row has, a 405 naming every method of the path's rows (HEAD with
+// GET), and the route a request is counted under. A row lost, or methods gathered
+// wrongly, changes one of these.
+TEST_F(Router, TheEndpointTableDecidesPathMethodAndRoute) {
+  struct expectation {
+    bh::verb verb;
+    const char* target;
+    unsigned code;
+    const char* allow;  // for a 405
+  };
+  const expectation cases[] = {
+      {bh::verb::get, "/v1/increments", 405, "POST"},
+      {bh::verb::get, "/v1/flush", 405, "POST"},
+      {bh::verb::put, "/v1/rollup", 405, "POST"},
+      {bh::verb::post, "/metrics", 405, "GET, HEAD"},
+      {bh::verb::post, "/healthz?x=1", 405, "GET, HEAD"},
+      {bh::verb::delete_, "/readyz", 405, "GET, HEAD"},
+      {bh::verb::post, "/v1/counters/3/9", 405, "GET, HEAD, DELETE"},
+      {bh::verb::delete_, "/v1/counters/3/9/series", 405, "GET, HEAD"},
+      {bh::verb::get, "/healthz", 200, ""},
+      {bh::verb::head, "/healthz", 200, ""},
+      {bh::verb::head, "/readyz", 200, ""},
+      {bh::verb::get, "/", 404, ""},
+      {bh::verb::get, "/v1/increments/x", 404, ""},
+      {bh::verb::get, "/healthz/", 404, ""},
+      {bh::verb::get, "/v1/counters/3", 404, ""},
+      {bh::verb::get, "/v1/counters//9", 404, ""},
+      {bh::verb::get, "/v1/counters/3/series", 404, ""},
+      {bh::verb::get, "/v1/counters/3/9/series/x", 404, ""},
+  };
+  for (const auto& c : cases) {
+    const auto got = send(c.verb, c.target);
+    ASSERT_EQ(got.size(), 1u) << c.verb << " " << c.target;
+    EXPECT_EQ(got[0].result_int(), c.code) << c.verb << " " << c.target;
+    EXPECT_EQ(got[0][bh::field::allow], c.allow) << c.verb << " " << c.target;
+  }
+  // Each request counted under its row's route; the 405 of a path under its first row's.
+  const auto text = metrics_text();
+  for (const auto* counted :
+       {R"(slotted_counterd_http_requests_total{code="405",route="increments"} 1)",
+        R"(slotted_counterd_http_requests_total{code="405",route="counters"} 2)",
+        R"(slotted_counterd_http_requests_total{code="200",route="healthz"} 2)",
+        R"(slotted_counterd_http_requests_total{code="404",route="not_found"} 7)"}) {
+    EXPECT_NE(text.find(counted), std::string::npos) << counted;
+  }
+  // A DELETE of the counter's own path is the reset row's.
+  EXPECT_TRUE(send(bh::verb::delete_, "/v1/counters/3/9").empty());
+  backend_.reset_done_({status::unavailable, "gone"});
+  EXPECT_NE(
+      metrics_text().find(R"(slotted_counterd_http_requests_total{code="503",route="reset"} 1)"),
+      std::string::npos);
+}
+
+// The backend's expected failures are one error category, and router::failure_response
+// the one place they become a status (and a Retry-After for those a retry cures).
+TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
+  struct expectation {
+    errc e;
+    unsigned code;
+    const char* retry_after;
+    const char* text;
+  };
+  const expectation cases[] = {
+      {errc::over_limit, 503, "5", "flush.max_pending_keys"},
+      {errc::unavailable, 503, "5", "retry later"},
+      {errc::draining, 503, "1", "shutting down"},
+      {errc::out_of_range, 422, "", "2^62"},
+      {errc::conflict, 422, "", "Idempotency-Key"},
+  };
+  for (const auto& c : cases) {
+    const std::error_code e = c.e;
+    EXPECT_EQ(&e.category(), &backend_category());
+    EXPECT_STREQ(e.category().name(), "slotted.http");
+    const auto res = router::failure_response(11, e);
+    EXPECT_EQ(res.result_int(), c.code) << e.message();
+    EXPECT_EQ(res[bh::field::retry_after], c.retry_after) << e.message();
+    EXPECT_NE(res.body().find(c.text), std::string::npos) << res.body();
+    // The caller's message replaces the code's own text; the status stays.
+    const auto told = router::failure_response(11, e, "flush failed: x");
+    EXPECT_EQ(told.result_int(), c.code);
+    EXPECT_EQ(told.body(), R"({"error": "flush failed: x"})");
+  }
+  // A code of another category is not an expected failure: a 500.
+  EXPECT_EQ(router::failure_response(11, std::make_error_code(std::errc::io_error)).result_int(),
+            500u);
+  // Each failing outcome of a backend_result is its code; done and replayed are none.
+  const auto failure_of = [](status s) { return backend_result{s, {}}.failure(); };
+  EXPECT_FALSE(failure_of(status::done));
+  EXPECT_FALSE(failure_of(status::replayed));
+  EXPECT_EQ(failure_of(status::over_limit), errc::over_limit);
+  EXPECT_EQ(failure_of(status::out_of_range), errc::out_of_range);
+  EXPECT_EQ(failure_of(status::unavailable), errc::unavailable);
+  EXPECT_EQ(failure_of(status::conflict), errc::conflict);
+}
+
+}  // namespace
+}  // namespace slotted::http

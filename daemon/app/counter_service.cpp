@@ -1,0 +1,203 @@
+#include "app/counter_service.hpp"
+
+#include <boost/asio/post.hpp>
+#include <optional>
+
+#include "idempotency/keyed_batches.hpp"
+#include "model/errors.hpp"
+
+namespace slotted {
+
+namespace net = boost::asio;
+using status = http::backend_result::status;
+
+namespace {
+
+// The HTTP loop running on this thread (null elsewhere), set by serve_on().
+thread_local net::io_context* this_thread_loop = nullptr;
+
+// An increment's outcome, from the store (store::add_result) or the committer
+// (durable::commit_result): anything but the three shared outcomes is `unavailable`.
+template <typename Outcome>
+http::backend_result from_outcome(Outcome r, std::string unavailable) {
+  if (r == Outcome::applied) return {status::done, {}};
+  if (r == Outcome::over_limit) return {status::over_limit, {}};
+  if (r == Outcome::out_of_range) return {status::out_of_range, {}};
+  return {status::unavailable, std::move(unavailable)};
+}
+
+http::backend_result from_commit(durable::commit_result r) {
+  return from_outcome(r, "the write-ahead log cannot be written; retry later");
+}
+
+// What the key index's answer means for the request, or nullopt when the index leaves it
+// open (fresh: not known here; over_limit, which only admit() can say).
+std::optional<http::backend_result> from_index(const idempotency::admission& a) {
+  using idempotency::admit_result;
+  switch (a.result) {
+    case admit_result::replay: {
+      http::backend_result r{status::replayed, {}};
+      r.count = a.accepted;
+      return r;
+    }
+    case admit_result::conflict:
+      return http::backend_result{status::conflict, {}};
+    case admit_result::in_progress:
+      return http::backend_result{status::unavailable,
+                                  "a request with this Idempotency-Key is being logged; retry"};
+    case admit_result::fresh:
+    case admit_result::over_limit:
+      break;
+  }
+  return std::nullopt;
+}
+
+http::backend_result no_keys_table() {
+  return {status::unavailable,
+          "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
+          "creates it); nothing of this request was applied"};
+}
+
+// Runs `read` (which answers a backend_result) on a database worker and answers `done`
+// with its result, or unavailable when the database cannot be reached.
+template <typename Read>
+void read_on(net::thread_pool& workers, Read read, http::backend::done_fn done) {
+  net::post(workers, [read = std::move(read), done = std::move(done)] {
+    http::backend_result r;
+    try {
+      r = read();
+    } catch (const db::db_error& e) {
+      r = {status::unavailable, std::string("database not reachable: ") + e.what()};
+    }
+    done(std::move(r));
+  });
+}
+
+}  // namespace
+
+counter_service::counter_service(parts p, std::size_t max_pending_keys)
+    : p_(p), max_pending_keys_(max_pending_keys) {}
+
+void counter_service::serve_on(net::io_context* loop) {
+  this_thread_loop = loop;
+}
+
+http::backend_result counter_service::add(std::span<const ingest::increment> increments) {
+  return from_outcome(p_.store.add(increments, max_pending_keys_), "internal error");
+}
+
+void counter_service::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
+  p_.committer->submit(
+      std::move(increments), this_thread_loop,
+      [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
+}
+
+void counter_service::add_keyed(idempotency::keyed_request&& request, done_fn done) {
+  if (!p_.keyed.table_present()) return done(no_keys_table());
+  // Without a WAL a fresh request is pending at once; with one, only once logged.
+  const auto a = p_.keyed.admit(request, max_pending_keys_, p_.committer == nullptr);
+  if (auto known = from_index(a)) return done(std::move(*known));
+  if (a.result == idempotency::admit_result::over_limit) return done({status::over_limit, {}});
+  if (p_.committer) {
+    return p_.committer->submit_keyed(
+        std::move(request), this_thread_loop,
+        [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
+  }
+  done({status::done, {}});
+}
+
+void counter_service::find_keyed(std::string key, idempotency::body_hash hash,
+                                 std::int64_t received_ms, done_fn done) {
+  // The index first: it knows what this instance accepted, flushed or not.
+  if (auto known = from_index(p_.keyed.lookup(key, hash))) return done(std::move(*known));
+  if (!p_.keyed.table_present()) return done(no_keys_table());
+  // Then the keys table: what any instance committed (this one's index may have forgotten
+  // it, or never seen it). A read on a database worker, like a counter's.
+  const auto window = std::chrono::duration_cast<std::chrono::milliseconds>(p_.keyed.window());
+  net::post(p_.db_workers,
+            [this, key = std::move(key), hash, received_ms, window, done = std::move(done)] {
+              done(find_committed(key, hash, received_ms, window));
+            });
+}
+
+http::backend_result counter_service::find_committed(const std::string& key,
+                                                     idempotency::body_hash hash,
+                                                     std::int64_t received_ms,
+                                                     std::chrono::milliseconds window) {
+  try {
+    const auto found = p_.pool.acquire().use([&](db::connection& conn) {
+      return idempotency::find_committed_key(conn, key, received_ms, window);
+    });
+    if (!found) return {status::done, {}};
+    if (found->body_hash != idempotency::hex(hash)) return {status::conflict, {}};
+    p_.keyed.count_replay();
+    http::backend_result r{status::replayed, {}};
+    r.count = found->accepted;
+    return r;
+  } catch (const db::db_error& e) {
+    p_.metrics.db_error(e.kind());
+    return {
+        status::unavailable,
+        std::string("this Idempotency-Key cannot be looked up, the database is not reachable (") +
+            e.what() + "); nothing of this request was applied"};
+  }
+}
+
+void counter_service::read_counter(store::counter_key key, done_fn done) {
+  read_on(
+      p_.db_workers,
+      [this, key] {
+        const auto reading = p_.flusher.read_total(key);
+        http::backend_result r;
+        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
+        r.persisted = reading.persisted;
+        r.pending = reading.pending;
+        return r;
+      },
+      std::move(done));
+}
+
+void counter_service::reset_counter(store::counter_key key, done_fn done) {
+  // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
+  p_.flusher.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {
+    if (!f.ok) return done({status::unavailable, f.error});
+    http::backend_result r;
+    r.cleared = f.persisted + f.pending;
+    done(std::move(r));
+  });
+}
+
+void counter_service::read_series(store::counter_key key, store::granularity g, std::int64_t from,
+                                  std::int64_t to, done_fn done) {
+  read_on(
+      p_.db_workers,
+      [this, key, g, from, to] {
+        auto reading = p_.flusher.read_series(key, g, from, to);
+        http::backend_result r;
+        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
+        r.points = std::move(reading.points);
+        return r;
+      },
+      std::move(done));
+}
+
+void counter_service::flush_now(done_fn done) {
+  p_.flusher.request_flush([done = std::move(done)](const flush::flush_result& f) {
+    if (!f.ok) return done({status::unavailable, f.error});
+    done({status::done, {}, f.rows});
+  });
+}
+
+void counter_service::rollup_now(done_fn done) {
+  p_.roller.request([done = std::move(done)](const rollup::rollup_result& r) {
+    if (!r.ok) return done({status::unavailable, r.error});
+    done({status::done, {}, r.records});
+  });
+}
+
+std::string counter_service::metrics_text() {
+  p_.flusher.update_gauges();
+  return p_.metrics.serialize();
+}
+
+}  // namespace slotted
