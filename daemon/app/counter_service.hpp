@@ -25,7 +25,10 @@ namespace slotted {
 
 class counter_service final : public http::backend {
  public:
-  // What the service works on; each outlives it. `committer` is null without a WAL.
+  // What the service works on; each outlives its use. `committer` is null without a WAL.
+  // `db_workers` and `draining` are members of application declared after the service:
+  // the service keeps only references to them, used once started (the pool is joined in
+  // application::stop_in_order before anything is destroyed).
   struct parts {
     store::pending_store& store;
     idempotency::keyed_store& keyed;

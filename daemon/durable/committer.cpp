@@ -336,6 +336,22 @@ commit_result committer::admit(const request& r, std::size_t new_keys, std::uint
                                               : commit_result::applied;
 }
 
+namespace {
+// Runs f; an exception out of it is logged and ends the process (see lead() and apply()).
+template <typename F>
+void or_terminate(const char* doing, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    log::error("WAL: exception while ", doing, ", terminating: ", e.what());
+    std::terminate();
+  } catch (...) {
+    log::error("WAL: unknown exception while ", doing, ", terminating");
+    std::terminate();
+  }
+}
+}  // namespace
+
 void committer::lead(bool log_thread) {
   // An exception past leading_ = true would leave leading_ set for good: no later lead
   // writes, the queue and stop() wait for ever, the group's requests are dropped
@@ -344,15 +360,7 @@ void committer::lead(bool log_thread) {
   // answer (log_unavailable would be wrong for a written record: replay applies it) and
   // no undo is safe. The process ends instead, as it did when the log thread wrote: what
   // was answered is in the WAL; what was not is in doubt, as for a SIGKILL.
-  try {
-    lead_groups(log_thread);
-  } catch (const std::exception& e) {
-    log::error("WAL: exception while writing a group, terminating: ", e.what());
-    std::terminate();
-  } catch (...) {
-    log::error("WAL: unknown exception while writing a group, terminating");
-    std::terminate();
-  }
+  or_terminate("writing a group", [&] { lead_groups(log_thread); });
 }
 
 void committer::lead_groups(bool log_thread) {
@@ -533,15 +541,7 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
 // job's requests would never be answered. No undo is safe, so the process ends, as for an
 // exception while leading: what was answered is in the WAL and replays once.
 void committer::apply(job& j) {
-  try {
-    apply_whole(j);
-  } catch (const std::exception& e) {
-    log::error("WAL: exception while applying logged requests, terminating: ", e.what());
-    std::terminate();
-  } catch (...) {
-    log::error("WAL: unknown exception while applying logged requests, terminating");
-    std::terminate();
-  }
+  or_terminate("applying logged requests", [&] { apply_whole(j); });
 }
 
 void committer::apply_whole(job& j) {
