@@ -537,7 +537,10 @@ TEST_F(CommitterGroup, ConcurrentAppendsAreAnsweredOnlyOnceWrittenAndSyncedAndSh
   EXPECT_LE(syncs, writes);
   EXPECT_EQ(c.grouped_requests(), static_cast<std::uint64_t>(total));
   EXPECT_EQ(c.groups(), writes);
-  EXPECT_EQ(c.log_thread_groups(), 0u) << "the log thread wrote groups: a hand-off per group";
+  // The log thread's safety net (a queue seen twice, 250 ms apart, with no progress) may
+  // write a group when a sanitized build on a loaded machine is slow (seen once under
+  // TSan); a hand-off per group would be most of them.
+  EXPECT_LE(c.log_thread_groups(), 2u) << "the log thread wrote groups: a hand-off per group";
   c.stop();
   for (std::uint64_t id = 0; id < total; ++id) ASSERT_EQ(store.pending({1, id}), 1) << id;
 }
