@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <system_error>
 #include <thread>
 
 #include "idempotency/keyed_batches.hpp"
@@ -257,30 +256,20 @@ std::size_t flusher::write_queued(db::connection& conn) {
     round.popped = true;
   }
   // Writers beside this thread's: one per extra connection, as far as batches wait
-  // for them. They start with the round and end with it.
+  // for them. They are the flusher's long-lived writer threads (see writer_threads.hpp):
+  // each that joins the round has left it before run_round returns, so `round` may
+  // live on this stack.
   std::size_t helpers = 0;
   {
     std::lock_guard lock(queue_mutex_);
     const std::size_t waiting = queued_.size();
     helpers = std::min<std::size_t>(settings_.connections - 1, waiting > 0 ? waiting - 1 : 0);
   }
-  std::vector<std::thread> writers;
-  writers.reserve(helpers);
-  for (std::size_t i = 0; i < helpers; ++i) {
-    try {
-      writers.emplace_back([this, &round] { write_batches_on_lease(round); });
-    } catch (const std::system_error& e) {
-      // No thread (a process or memory limit): fewer writers, not a failed flush, and
-      // never std::terminate with the started ones still joinable.
-      log::warn("flush: cannot start another writer thread (", e.what(), "); ", writers.size() + 1,
-                " write this round");
-      break;
-    }
-  }
   // Its connection, when lost, is discarded by cycle() as the error comes out, even
   // when the error rethrown below is another writer's.
-  conn_lost_ = write_batches(conn, round, dirty_rows_);
-  for (auto& w : writers) w.join();
+  writers_.run_round(
+      helpers, [this, &round] { write_batches_on_lease(round); },
+      [this, &conn, &round] { conn_lost_ = write_batches(conn, round, dirty_rows_); });
   if (round.popped) release_source();
   if (round.error) std::rethrow_exception(round.error);
   return round.written;

@@ -33,6 +33,7 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
 flusher::~flusher() = default;
 
 void flusher::start() {
+  writers_.start(settings_.connections > 1 ? settings_.connections - 1 : 0);
   worker_.start();
 }
 
@@ -51,6 +52,8 @@ std::size_t flusher::stop(clock::time_point deadline) {
     std::this_thread::sleep_for(std::max<clock::duration>(pause, clock::duration::zero()));
     result = cycle();
   }
+  // The final flush is over: no round comes after it.
+  writers_.stop();
   for (auto& w : waiters) w(result);
   std::lock_guard lock(queue_mutex_);
   return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0);

@@ -17,7 +17,8 @@
 // in the queue (see batch_schedule.hpp); the cycle ends once none is in flight.
 //
 // Thread-safety: one background thread runs the cycles; within one it may hand batches
-// to writer threads of its own (one per extra connection). request_flush(),
+// to writer threads of its own (one per extra connection, started with the flusher and
+// stopped after its final flush: see writer_threads.hpp). request_flush(),
 // read_total(), ready() and the accessors may be called from any thread.
 
 #include <atomic>
@@ -36,6 +37,7 @@
 
 #include "db/pool.hpp"
 #include "db/repository.hpp"
+#include "flush/writer_threads.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
@@ -388,6 +390,10 @@ class flusher final : public store::batch_queue {
   bool ledger_prune_behind_ = false;  // the last ledger prune deleted all it was allowed
   std::chrono::steady_clock::time_point last_key_prune_{};
   bool keys_prune_behind_ = false;  // the last key prune deleted all it was allowed
+  // The extra writers (flush.connections - 1), from start() until stop() after the
+  // final flush. Before worker_: destroyed after its thread, the last to hand them a
+  // round, has stopped.
+  writer_threads writers_;
   // Last member: its thread must stop before anything it uses is destroyed.
   util::worker<flush_result> worker_;
 };

@@ -14,6 +14,7 @@
 #include <regex>
 #include <thread>
 
+#include "flush/writer_threads.hpp"
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -302,6 +303,38 @@ TEST(ParallelFlushLimits, AWriterRefusedAConnectionDoesNotFailTheFlush) {
                          R"(slotted_counterd_flushes_total{result="error"})"),
             0);
   EXPECT_EQ(daemon.stop(), 0);
+}
+
+// The extra writers are the flusher's own threads, started once with it (flush.connections
+// - 1 of them) and stopped with it, not new threads every round: after several flushes
+// over 3 connections, each with more batches than writers, at most 2 were ever started,
+// and every batch was written once.
+TEST(ParallelFlushWriters, WriterThreadsAreStartedOnceNotPerRound) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto cfg = parallel_config(server, database, 3);
+  cfg.flush.interval = 1h;  // only explicit flushes
+  cfg.flush.max_rows_per_statement = 10;
+  const auto before = flush::writer_threads::started_total();
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+
+  constexpr int rounds = 4;
+  for (int i = 0; i < rounds; ++i) {
+    ASSERT_TRUE(post_ids_1_to_100(client));
+    const auto reply = client.request("POST", "/v1/flush");
+    ASSERT_EQ(reply.status, 200u) << reply.body;
+    EXPECT_EQ(json_int(reply.body, "flushed_rows"), 100);
+  }
+  EXPECT_LE(flush::writer_threads::started_total() - before, 2u)
+      << "writer threads were started per round";
+  EXPECT_EQ(server.query_int(
+                database, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters"),
+            100 * rounds);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"),
+            10 * rounds);
+  EXPECT_EQ(daemon.stop(), 0);
+  EXPECT_LE(flush::writer_threads::started_total() - before, 2u);
 }
 
 // A connection cut after COMMIT reached the server (its outcome unknown to the daemon)
