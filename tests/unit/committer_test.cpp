@@ -97,6 +97,24 @@ class Committer : public ::testing::Test {
     ASSERT_GT(wal_bytes(), before);
   }
 
+  // A pending store, its WAL (opened) and a committer over them, started with a stub of
+  // the flusher's queue: where most tests here begin. Stops in the reverse order.
+  struct started {
+    started(const config::wal_config& cfg, metrics::registry& metrics, std::size_t shards,
+            std::size_t max_pending_keys)
+        : store(shards), log(cfg, metrics), c(opened(log), store, max_pending_keys) {
+      c.start(queue);
+    }
+    static wal::write_ahead_log& opened(wal::write_ahead_log& log) {
+      log.open();
+      return log;
+    }
+    store::pending_store store;
+    wal::write_ahead_log log;
+    queue_stub queue;
+    committer c;
+  };
+
   void takes_between_applies(config::fsync_mode mode);
 
   std::string root_;
@@ -107,12 +125,8 @@ class Committer : public ::testing::Test {
 TEST_F(Committer, ATakeCoversWhatWasLoggedEvenIfItsHttpThreadHasNotAppliedItYet) {
   std::vector<store::flush_batch> first, second;
   {
-    store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 4, 1000);
+    auto& [store, log, queue, c] = rig;
     // An HTTP loop that does not run (as one busy elsewhere, or stopped at shutdown):
     // the apply posted to it waits, and the request is never answered.
     net::io_context http_loop;
@@ -158,12 +172,8 @@ void Committer::takes_between_applies(config::fsync_mode mode) {
   std::vector<store::flush_batch> taken;
   std::int64_t left_in_store = 0;
   {
-    store::pending_store store(8);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1'000'000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 8, 1'000'000);
+    auto& [store, log, queue, c] = rig;
     std::vector<std::unique_ptr<net::io_context>> loops;
     std::vector<std::thread> runners, clients;
     for (int t = 0; t < threads; ++t) loops.push_back(std::make_unique<net::io_context>(1));
@@ -286,12 +296,8 @@ TEST_F(Committer, StopLetsNoSessionOutliveItsIoContext) {
 // without bound (README: Durability).
 TEST_F(Committer, NeverModeSnapshotsDuringAnOutage) {
   cfg_.fsync = config::fsync_mode::never;
-  store::pending_store store(8);
-  wal::write_ahead_log log(cfg_, metrics_);
-  log.open();
-  committer c(log, store, 10'000'000);
-  queue_stub queue;
-  c.start(queue);
+  started rig(cfg_, metrics_, 8, 10'000'000);
+  auto& [store, log, queue, c] = rig;
   std::vector<ingest::increment> one;
   for (std::uint64_t id = 0; id < 100'000; ++id) one.push_back({1, id, 1});
   // 45 x 100k increments: about 72 MB logged (past the 64 MiB slack), 2 MB pending.
@@ -321,12 +327,8 @@ TEST_F(Committer, InlineSubmitDoesNotWaitForATakeOnTheLogThread) {
     SCOPED_TRACE(mode == config::fsync_mode::never ? "never" : "interval");
     fs::remove_all(cfg_.dir);
     cfg_.fsync = mode;
-    store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 4, 1000);
+    auto& [store, log, queue, c] = rig;
     std::atomic<int> answered{0};
     const auto count = [&](commit_result r) {
       EXPECT_EQ(r, commit_result::applied);
@@ -379,12 +381,8 @@ TEST_F(Committer, WalBytesGaugeFollowsAppends) {
     SCOPED_TRACE(mode == config::fsync_mode::always ? "always" : "never");
     fs::remove_all(cfg_.dir);
     cfg_.fsync = mode;
-    store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 4, 1000);
+    auto& [store, log, queue, c] = rig;
     const auto after_start = wal_bytes();
     EXPECT_EQ(metrics_.wal_bytes.Value(), static_cast<double>(after_start));
     std::atomic<int> answered{0};
@@ -405,12 +403,8 @@ TEST_F(Committer, WalBytesGaugeFollowsAppends) {
 // then log the take's batches as committed, and a replay would drop them. It takes
 // nothing and leaves the store as it was.
 TEST_F(Committer, ATakeAfterStopTakesNothing) {
-  store::pending_store store(4);
-  wal::write_ahead_log log(cfg_, metrics_);
-  log.open();
-  committer c(log, store, 1000);
-  queue_stub queue;
-  c.start(queue);
+  started rig(cfg_, metrics_, 4, 1000);
+  auto& [store, log, queue, c] = rig;
   std::atomic<bool> answered{false};
   c.submit({{1, 42, 5}}, nullptr, [&](commit_result) { answered = true; });
   const auto deadline = clock::now() + std::chrono::seconds(20);
@@ -497,12 +491,8 @@ TEST_F(CommitterGroup, ConcurrentAppendsAreAnsweredOnlyOnceWrittenAndSyncedAndSh
   cfg_.fsync = config::fsync_mode::always;
   constexpr int threads = 3, bursts = 5, per_burst = 16;
   constexpr int total = threads * bursts * per_burst;
-  store::pending_store store(8);
-  wal::write_ahead_log log(cfg_, metrics_);
-  log.open();
-  committer c(log, store, 1'000'000);
-  queue_stub queue;
-  c.start(queue);
+  started rig(cfg_, metrics_, 8, 1'000'000);
+  auto& [store, log, queue, c] = rig;
   const auto segment = current_segment();
   const auto writes_before = log.writes();
   const auto syncs_before = log.syncs();
@@ -552,12 +542,8 @@ TEST_F(CommitterGroup, ALoopTurnIsOneWriteByTheLoopItself) {
     SCOPED_TRACE(mode == config::fsync_mode::never ? "never" : "always");
     fs::remove_all(cfg_.dir);
     cfg_.fsync = mode;
-    store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 4, 1000);
+    auto& [store, log, queue, c] = rig;
     const auto writes_before = log.writes();
     std::atomic<int> answered{0}, elsewhere{0};
     {
@@ -588,12 +574,8 @@ TEST_F(CommitterGroup, ALoopTurnIsOneWriteByTheLoopItself) {
 // back to where the group began; the next group is written again.
 TEST_F(CommitterGroup, AFailedWriteFailsTheWholeGroup) {
   cfg_.fsync = config::fsync_mode::always;
-  store::pending_store store(4);
-  wal::write_ahead_log log(cfg_, metrics_);
-  log.open();
-  committer c(log, store, 1000);
-  queue_stub queue;
-  c.start(queue);
+  started rig(cfg_, metrics_, 4, 1000);
+  auto& [store, log, queue, c] = rig;
   const auto segment = current_segment();
   loops http(1);
   std::atomic<int> answered{0}, applied{0};
@@ -649,12 +631,8 @@ TEST_F(CommitterGroup, AGroupCutMidWriteReplaysWholeRecordsOnly) {
   std::string segment;
   std::uintmax_t acked_end = 0, group_end = 0;
   {
-    store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 4, 1000);
+    auto& [store, log, queue, c] = rig;
     segment = current_segment();
     loops http(1);
     std::atomic<int> answered{0};
@@ -740,12 +718,8 @@ TEST_F(CommitterGroup, ATakeIsNotStarvedWhileTheLogThreadLeads) {
     SCOPED_TRACE(mode == config::fsync_mode::always ? "always" : "interval");
     fs::remove_all(cfg_.dir);
     cfg_.fsync = mode;
-    store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1'000'000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 4, 1'000'000);
+    auto& [store, log, queue, c] = rig;
     // Requests of about 0.4 max_group_bytes (two to a group: few end-of-turn leads that
     // could take the lead back between two groups), four outstanding per loop: more
     // queued at any time than one group takes.
@@ -829,12 +803,8 @@ TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
     SCOPED_TRACE(mode == config::fsync_mode::never ? "never" : "always");
     fs::remove_all(cfg_.dir);
     cfg_.fsync = mode;
-    store::pending_store store(2);
-    wal::write_ahead_log log(cfg_, metrics_);
-    log.open();
-    committer c(log, store, 1000);
-    queue_stub queue;
-    c.start(queue);
+    started rig(cfg_, metrics_, 2, 1000);
+    auto& [store, log, queue, c] = rig;
     {
       loops http(1);
       net::post(*http.contexts[0], [&] {
