@@ -8,39 +8,60 @@
 // tail), and the length is 64 bits so that no snapshot outgrows it. Segments written
 // before the magic existed (format 1: [u32 length][u32 CRC-32 of payload]) are still
 // read. The payload starts with a kind byte:
-//   increments: u32 n, then n x (u32 record_type, u64 record_id, i32 delta)
-//   batches:    u32 n, then n batches (u64 run_id, u64 seq, u32 rows,
-//               rows x (u32 record_type, u64 record_id, u16 slot, i64 delta))
-//   snapshot:   the batches encoding, then u64 n, n x (u32 record_type, u64 record_id, i64 delta)
-//   committed:  nothing after the kind byte
-//   keyed:      one request with an Idempotency-Key: u8 key length (1 to 127, or 0 for
-//               the longest key, 128), the key, u64 x 2 body hash, i64 received (unix
-//               ms), u32 n, n x (u32 record_type, u64 record_id, i32 delta)
-//   reset:      u32 record_type, u64 record_id (README: HTTP API, Reset)
-//   timed_increments: increments of which any has a time: u32 n, n x (u32 record_type,
-//               u64 record_id, i32 delta, i64 at), at -1 for one without a time (its
-//               counter had no buckets), else its `at` (0 included: 1970-01-01 is a time).
-//               An older daemon refuses a log with them as corrupt (an unknown kind).
-// Counts per bucket extended three encodings, each marked by a bit earlier versions never
-// set, so every older log still replays (and an older daemon refuses a log with them):
-//   increments: when any increment has an `at`, n x i64 at follow the n items (0 read
-//               as no time, so an `at` of 0 lost its buckets: no longer written, this
-//               version logs timed_increments instead, and only reads these).
-//   keyed:      0x80 in the key length byte: each item is followed by its i64 at.
+//
+//   kind name               payload after the kind byte                 written when
+//   1    increments         u32 n, n x inc                              no `at`
+//   7    timed_increments   u32 n, n x (inc, i64 at)                    any `at`
+//   5    keyed              key(plain), req, u32 n, n x inc             no `at`
+//   8    timed_keyed        key(timed), req, u32 n, n x (inc, i64 at')  any `at`
+//   2    batches            batches(plain), trailer(plain)              no bucket row, no `at`
+//   9    bucketed_batches   batches(timed), trailer(timed)              else
+//   3    snapshot           batches(plain), u64 n, n x total,           no bucket row or
+//                           trailer(plain)                              count, no `at`
+//   10   bucketed_snapshot  batches(timed), u64 n, n x (total, u8       else
+//                           granularity, i64 bucket start), trailer(timed)
+//   4    committed          nothing
+//   6    reset              u32 record_type, u64 record_id (README: HTTP API, Reset)
+// where
+//   inc          u32 record_type, u64 record_id, i32 delta
+//   total        u32 record_type, u64 record_id, i64 delta
+//   at           -1 for an increment without a time (its counter had no buckets), else
+//                its `at` (0 included: 1970-01-01 is a time)
+//   at'          a keyed item's time: 0 none, > 0 the receive time, < 0 a time the
+//                client sent (-at' - 1), which the body hash covers
+//   key(plain)   u8 length (1 to 127, or 0 for the longest key, 128), the key
+//   key(timed)   u8 length (1 to 128), the key
+//   req          u64 x 2 body hash, i64 received (unix ms)
+//   batches(f)   u32 n, n x (u64 run_id, u64 seq, u32 rows, rows x row, and in the timed
+//                form u32 k, k x bucket row)
+//   row          u32 record_type, u64 record_id, u16 slot, i64 delta
+//   bucket row   u32 record_type, u64 record_id, u8 granularity, i64 bucket start, u16
+//                slot, i64 delta
+//   granularity  0 a counter's total (snapshot only), 1 hour, 2 day (store::granularity)
+//   trailer(f)   the keyed requests the record holds: u32 m, m x (u32 batch index, or
+//                0xffffffff for a request not yet in a batch, then the keyed (plain) or
+//                timed_keyed (timed) payload); the plain form leaves out a trailer of
+//                none (m = 0), as logs before keyed requests had none.
+// A record is written in the plain kind whenever that can hold it, so a log that uses no
+// buckets is byte for byte what earlier versions wrote, and they read it. The timed kinds
+// are refused by earlier versions as corrupt (an unknown kind is a malformed record), as
+// this version refuses a kind that a later one adds: a format change is a new kind (or a
+// new segment magic), never a bit borrowed from a field.
+// Earlier versions wrote the bucket extension by borrowing bits; this version still reads
+// them (every log an earlier version wrote replays), never writes them:
+//   increments: when any increment has an `at`, n x i64 at follow the n items (0 read as
+//               no time, so an `at` of 0 lost its buckets).
+//   keyed:      0x80 in the key length byte: each item is followed by its i64 at'.
 //               (Earlier versions logged a 128-character key as 0x80 alone: it reads as
 //               128 with `at`, and where its items had none the record is malformed.)
-//   batches:    0x80000000 in a batch's row count: its rows are followed by u32 k,
-//               k x (u32 record_type, u64 record_id, u8 granularity, i64 bucket start,
-//               u16 slot, i64 delta).
-//   snapshot:   the top bit of its u64 n: each delta is followed by u8 granularity
-//               (0: the counter's total) and i64 bucket start.
+//   batches:    0x80000000 in a batch's row count: its rows are followed by u32 k, k x
+//               bucket row; the keyed requests of its trailer as keyed (above).
+//   snapshot:   the top bit of its u64 n: each total is followed by u8 granularity and
+//               i64 bucket start; its batches and trailer as in batches (above).
 // Replay counts a logged `at` in the buckets its counter keeps under the config it
 // replays with (a counter whose buckets were removed just drops them, and an increment
 // logged without a time, its counter then having none, counts in no bucket); logged batches
 // and snapshots carry their bucket counts as they were formed.
-// Batches and snapshot records end with the keyed requests they hold (absent in logs of
-// earlier versions): u32 m, m x (u32 batch index, or 0xffffffff for a request not yet
-// in a batch, then the keyed encoding after its kind byte).
 // A batches record means: every increment logged before it (since the previous batches
 // or snapshot record) now lives in these batches. A snapshot replaces everything logged
 // before it. A committed record means every batch logged before it has committed, so
@@ -62,10 +83,10 @@
 
 namespace slotted::wal {
 
-// One encoder (append_*) and one decoder per record kind, each in the file of its kind
-// (record_increments.cpp, record_keyed.cpp, record_batches.cpp, record_snapshot.cpp,
-// record_reset.cpp); the frame and checksums in frame.cpp, scanning in scan.cpp, replay
-// in replay.cpp.
+// One encoder (append_*, choosing the plain or the timed kind) and one decoder per record
+// kind, each in the file of its kind (record_increments.cpp, record_keyed.cpp,
+// record_batches.cpp, record_snapshot.cpp, record_reset.cpp); the frame and checksums in
+// frame.cpp, scanning in scan.cpp, replay in replay.cpp.
 
 namespace codec {
 struct timed_delta;
@@ -79,7 +100,10 @@ enum class record_kind : std::uint8_t {
   committed = 4,
   keyed = 5,
   reset = 6,
-  timed_increments = 7
+  timed_increments = 7,
+  timed_keyed = 8,
+  bucketed_batches = 9,
+  bucketed_snapshot = 10
 };
 
 constexpr std::size_t record_header_bytes = 16;
@@ -122,6 +146,7 @@ class replay_state {
                         std::vector<store::pending_delta>& out) const;
   // Each kind's decoded record applied; false (and nothing changed) for a malformed one.
   bool apply_increments(const std::optional<std::vector<codec::timed_delta>>& read);
+  bool apply_keyed(std::optional<idempotency::keyed_request>&& r);
   bool apply_batches(std::optional<std::vector<store::flush_batch>>&& logged);
   void apply_reset(const store::counter_key& key);
   bool apply_snapshot(std::optional<codec::snapshot_record>&& s);
