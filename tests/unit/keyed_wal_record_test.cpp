@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "idempotency/keyed_batches.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
 namespace slotted::idempotency {
 namespace {
@@ -34,7 +34,7 @@ keyed_request longest(char c, bool with_at) {
 // instance that accepted such a request (one valid client request) stops the next
 // start as corrupt, and --wal-salvage cuts it and everything logged after it.
 TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
-  using namespace slotted::wal;
+  using namespace slotted::durable;
   for (const bool with_at : {false, true}) {
     SCOPED_TRACE(with_at ? "with at" : "without at");
     std::mt19937_64 rng(1);
@@ -73,7 +73,7 @@ TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
 // One shorter than the longest still reads as before (the encoding of keys up to 127
 // characters is what every existing log holds).
 TEST(KeyedWalRecord, AKeyOf127CharactersReplaysAsBefore) {
-  using namespace slotted::wal;
+  using namespace slotted::durable;
   for (const bool with_at : {false, true}) {
     auto r = longest('c', with_at);
     r.key.pop_back();

@@ -12,9 +12,9 @@
 #include <tuple>
 #include <vector>
 
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 namespace {
 
 std::string hex(std::string_view bytes) {
@@ -330,4 +330,4 @@ TEST(WalFormat, TheSegmentMagicIsUnchanged) {
 }
 
 }  // namespace
-}  // namespace slotted::wal
+}  // namespace slotted::durable

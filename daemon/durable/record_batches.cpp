@@ -1,9 +1,9 @@
 // The batches and committed records (see record.hpp).
 #include <algorithm>
 
-#include "wal/codec.hpp"
+#include "durable/codec.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 namespace codec {
 
@@ -139,4 +139,4 @@ void append_committed(std::string& out) {
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

@@ -1,5 +1,5 @@
 #pragma once
-// What the record encoders and decoders share (internal to wal/): little-endian put and
+// What the record encoders and decoders share (internal to durable/): little-endian put and
 // get, the record frame around a payload, the extension marks, and one decoder per
 // record kind (each in the file of its kind). The decoders read a payload after its kind
 // byte and change nothing but their output; replay_state applies what they read.
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
-namespace slotted::wal::codec {
+namespace slotted::durable::codec {
 
 template <typename T>
 void put(std::string& out, T value) {
@@ -42,12 +42,14 @@ class reader {
   std::size_t pos_ = 0;
 };
 
-std::uint32_t crc_of(std::string_view payload);
-
-// Appends a header placeholder and the kind byte; finish_record() fills the header once
-// the payload is written.
-std::size_t begin_record(std::string& out, record_kind kind);
-void finish_record(std::string& out, std::size_t start);
+// Appends a frame's header placeholder and the kind byte; finish_record() fills the
+// header once the payload is written.
+inline std::size_t begin_record(std::string& out, record_kind kind) {
+  const std::size_t start = wal::begin_record(out);
+  out.push_back(static_cast<char>(kind));
+  return start;
+}
+using wal::finish_record;
 
 // The bits earlier versions borrowed to mark their bucket extensions (see record.hpp):
 // read in old logs only, never written.
@@ -130,4 +132,4 @@ std::optional<snapshot_record> decode_bucketed_snapshot(reader& in);
 // record_reset.cpp
 std::optional<store::counter_key> decode_reset(reader& in);
 
-}  // namespace slotted::wal::codec
+}  // namespace slotted::durable::codec

@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "wal/codec.hpp"
-#include "wal/record.hpp"
+#include "durable/codec.hpp"
+#include "durable/record.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 bool replay_state::apply(std::string_view payload) {
   // A malformed record changes nothing: a salvage keeps exactly the records before it.
@@ -131,4 +131,4 @@ std::vector<store::pending_delta> replay_state::deltas() const {
   return out;
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

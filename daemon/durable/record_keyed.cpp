@@ -2,9 +2,9 @@
 // record.hpp).
 #include <algorithm>
 
-#include "wal/codec.hpp"
+#include "durable/codec.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 namespace codec {
 
@@ -153,4 +153,4 @@ void append_keyed(std::string& out, const idempotency::keyed_request& request) {
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

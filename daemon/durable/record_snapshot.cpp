@@ -1,9 +1,9 @@
 // The snapshot record (see record.hpp).
 #include <algorithm>
 
-#include "wal/codec.hpp"
+#include "durable/codec.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 namespace codec {
 
@@ -86,4 +86,4 @@ void append_snapshot(std::string& out, std::span<const store::flush_batch> batch
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

@@ -1,13 +1,9 @@
 #pragma once
-// The write-ahead log's on-disk records. Pure functions, no I/O, thread-safe.
+// The write-ahead log's records: their codec and replay. Pure functions, no I/O,
+// thread-safe.
 //
-// A segment starts with the 8-byte segment_magic, then records. A record is
-// [u64 payload length][u32 CRC-32 of payload][u32 CRC-32 of the 12 bytes before][payload],
-// little endian. The header has its own checksum so that a damaged length is recognised
-// as damage rather than taken for a record that runs past the end of the file (a torn
-// tail), and the length is 64 bits so that no snapshot outgrows it. Segments written
-// before the magic existed (format 1: [u32 length][u32 CRC-32 of payload]) are still
-// read. The payload starts with a kind byte:
+// Each is one payload in the WAL's record frame (wal/frame.hpp: segments, lengths,
+// checksums). The payload starts with a kind byte:
 //
 //   kind name               payload after the kind byte                 written when
 //   1    increments         u32 n, n x inc                              no `at`
@@ -80,13 +76,20 @@
 #include "model/batch.hpp"
 #include "model/increment.hpp"
 #include "store/pending_store.hpp"
+#include "wal/frame.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
+
+using wal::decode_header;
+using wal::encode_header;
+using wal::record_header_bytes;
+using wal::scan_result;
+using wal::segment_magic;
 
 // One encoder (append_*, choosing the plain or the timed kind) and one decoder per record
 // kind, each in the file of its kind (record_increments.cpp, record_keyed.cpp,
-// record_batches.cpp, record_snapshot.cpp, record_reset.cpp); the frame and checksums in
-// frame.cpp, scanning in scan.cpp, replay in replay.cpp.
+// record_batches.cpp, record_snapshot.cpp, record_reset.cpp); replay in replay.cpp. The
+// frame, checksums and scanning are wal/'s (wal/frame.hpp).
 
 namespace codec {
 struct timed_delta;
@@ -105,10 +108,6 @@ enum class record_kind : std::uint8_t {
   bucketed_batches = 9,
   bucketed_snapshot = 10
 };
-
-constexpr std::size_t record_header_bytes = 16;
-// The first bytes of every segment this version writes.
-constexpr std::string_view segment_magic{"SCWAL02\n", 8};
 
 void append_increments(std::string& out, std::span<const ingest::increment> increments);
 void append_batches(std::string& out, std::span<const store::flush_batch> batches);
@@ -158,26 +157,9 @@ class replay_state {
   std::vector<idempotency::keyed_request> keyed_;
 };
 
-struct scan_result {
-  enum class status { ok, torn_tail, corrupt } outcome = status::ok;
-  std::size_t valid_bytes = 0;  // records before this offset are whole and valid
-  std::string problem;          // for torn_tail and corrupt
-  // For corrupt: whole, valid records found after the damage (not applied).
-  std::size_t intact_records_after = 0;
-};
+// Scans one segment (wal::scan_segment), applying each record to `state`.
+inline scan_result scan_segment(std::string_view data, replay_state& state) {
+  return wal::scan_segment(data, [&](std::string_view payload) { return state.apply(payload); });
+}
 
-// Walks the records of one segment, applying each to `state` and stopping at the first
-// damaged one. Damage is a torn tail (an interrupted append) only when no valid record
-// follows it anywhere in the data: appends are sequential, so nothing written after a
-// torn append can be intact. Anything else (a flipped bit in a length or a payload with
-// valid records after it, or a record whose checksums hold but whose content does not
-// parse) is corruption. Whether a torn tail is acceptable (last segment only) is the
-// caller's decision.
-scan_result scan_segment(std::string_view data, replay_state& state);
-
-// Encodes / decodes a format-2 record header; exposed for tests. decode_header() is
-// false when the header's own checksum does not match.
-void encode_header(char* out, std::uint64_t length, std::uint32_t payload_crc);
-bool decode_header(const char* in, std::uint64_t& length, std::uint32_t& payload_crc);
-
-}  // namespace slotted::wal
+}  // namespace slotted::durable
