@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "util/log.hpp"
-#include "wal/record.hpp"
+#include "durable/recovery.hpp"
 
 namespace slotted::durable {
 
@@ -110,7 +110,7 @@ void committer::submit(std::vector<ingest::increment>&& increments, net::io_cont
                        done_fn done) {
   request r{std::move(increments), {}, home, std::move(done)};
   // Encoded here, on the submitting thread: the log thread only concatenates.
-  wal::append_increments(r.record, r.increments);
+  append_increments(r.record, r.increments);
   r.magnitude = store::pending_store::magnitude(r.increments);
   queue(std::move(r));
 }
@@ -146,7 +146,7 @@ void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context
               if (result != commit_result::applied) keyed_->abandon(key);
               done(result);
             }};
-  wal::append_keyed(r.record, keyed);
+  append_keyed(r.record, keyed);
   r.keyed = std::move(keyed);
   queue(std::move(r));
 }
@@ -192,7 +192,7 @@ bool committer::take(const former& form, const publisher& publish) {
     // `form` takes the keyed requests too (they may be all there is).
     auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
     if (batches.empty()) return true;  // nothing, or only zero net deltas
-    if (!log_.log_batches(batches)) {
+    if (!durable::log_batches(log_, batches)) {
       // Nothing of these batches may commit unlogged: back where they came from.
       std::vector<store::pending_delta> back;
       std::vector<idempotency::keyed_request> keyed_back;
@@ -225,7 +225,7 @@ void committer::release(std::uint64_t min_queued_tag) {
         util::lock_guard l(mutex_);
         min_tag = min_queued_tag_;
       }
-      log_.release(min_tag);
+      durable::release(log_, min_tag);
     });
   }
   wake_.notify_one();
@@ -239,7 +239,7 @@ bool committer::batches_logged_committed() {
       util::lock_guard l(mutex_);
       min_tag = min_queued_tag_;
     }
-    log_.release(min_tag);  // logs the committed record if nothing is queued
+    durable::release(log_, min_tag);  // logs the committed record if nothing is queued
     return log_.batches_logged_committed();
   });
 }
@@ -251,7 +251,7 @@ std::optional<std::int64_t> committer::drop_pending(const store::counter_key& ke
     // logged after the record can be (no group is written until this returns).
     drain();
     std::string record;
-    wal::append_reset(record, key);
+    append_reset(record, key);
     // Synced in every wal.fsync mode: the reset is answered only once it holds.
     if (!log_.append(record, true)) return std::nullopt;
     return store_.drop(key);
@@ -592,7 +592,7 @@ bool committer::snapshot() {
   const auto batches = queue_->queued_copy();
   const auto keyed =
       keyed_ != nullptr ? keyed_->pending_copy() : std::vector<idempotency::keyed_request>{};
-  const auto tag = log_.snapshot(batches, deltas, keyed);
+  const auto tag = durable::log_snapshot(log_, batches, deltas, keyed);
   if (tag == 0) return false;
   // Only now that the snapshot holds them do the queued batches belong to it.
   queue_->retag_all(tag);
