@@ -102,23 +102,24 @@ bool read_batches(reader& in, std::vector<store::flush_batch>& out, form f) {
   return true;
 }
 
-// A batches record: plain, or (old logs) with the marks of bucket rows and `at`s.
-std::optional<std::vector<store::flush_batch>> decode_batches(reader& in) {
+namespace {
+// The batches and their keyed trailer (which holds no request not in a batch), in `f`.
+std::optional<std::vector<store::flush_batch>> batches_in(reader& in, form f) {
   std::vector<store::flush_batch> logged;
   std::vector<idempotency::keyed_request> none;
-  if (!read_batches(in, logged, form::plain) ||
-      !read_keyed_trailer(in, logged, none, form::plain) || !none.empty())
+  if (!read_batches(in, logged, f) || !read_keyed_trailer(in, logged, none, f) || !none.empty())
     return std::nullopt;
   return logged;
 }
+}  // namespace
+
+// A batches record: plain, or (old logs) with the marks of bucket rows and `at`s.
+std::optional<std::vector<store::flush_batch>> decode_batches(reader& in) {
+  return batches_in(in, form::plain);
+}
 
 std::optional<std::vector<store::flush_batch>> decode_bucketed_batches(reader& in) {
-  std::vector<store::flush_batch> logged;
-  std::vector<idempotency::keyed_request> none;
-  if (!read_batches(in, logged, form::timed) ||
-      !read_keyed_trailer(in, logged, none, form::timed) || !none.empty())
-    return std::nullopt;
-  return logged;
+  return batches_in(in, form::timed);
 }
 
 bool decode_committed(reader& in) { return in.done(); }
