@@ -43,8 +43,7 @@ struct committer::request {
 struct committer::job {
   util::mutex mutex;
   bool applied GUARDED_BY(mutex) = false;  // the logged increments are in the store
-  // No lock: filled before the job is shared; then only apply_whole changes it (each
-  // request's `keyed`, moved out under `mutex`).
+  // No lock: filled before the job is shared; only apply_whole then moves `keyed` out.
   std::vector<request> requests;
   std::size_t keys = 0;         // logged increments, counted in unapplied_keys_
   std::uint64_t magnitude = 0;  // their |delta|, counted in unapplied_magnitude_
@@ -100,8 +99,7 @@ void committer::stop() {
   // stopped, its post never run): into the store now, and out of unapplied_. The last
   // reference to its job, and so to the answer callbacks and the sessions they hold, is
   // then the loop's queued handler, destroyed with its io_context, not by this object
-  // after the loops are gone. Those requests are never answered; they replay from the
-  // WAL.
+  // after the loops are gone. Those requests are never answered; the WAL replays them.
   drain();
   if (started_ && log_.unsynced()) log_.sync();
 }
