@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
-#include "model/errors.hpp"
 #include "db/repository.hpp"
+#include "db/sql_text.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::logs {
 
@@ -19,25 +20,26 @@ std::uint64_t head_hash(std::string_view bytes) {
 }
 
 namespace {
-std::string table() { return db::quote_identifier(positions_table); }
+std::string table() {
+  return db::quote_identifier(positions_table);
+}
 std::string key_where(std::string_view instance, std::string_view path) {
   return " WHERE `instance_id` = " + std::string(instance) + " AND `path` = " + std::string(path);
 }
 }  // namespace
 
 std::string create_positions_table() {
-  return "CREATE TABLE IF NOT EXISTS " + table() +
-         " (\n"
-         "  `instance_id` VARCHAR(64) NOT NULL,\n"
-         "  `path` VARBINARY(512) NOT NULL,\n"
-         "  `file_dev` BIGINT UNSIGNED NOT NULL,\n"
-         "  `file_ino` BIGINT UNSIGNED NOT NULL,\n"
-         "  `head_len` INT UNSIGNED NOT NULL,\n"
-         "  `head_hash` BIGINT UNSIGNED NOT NULL,\n"
-         "  `offset` BIGINT UNSIGNED NOT NULL,\n"
-         "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
-         "  PRIMARY KEY (`instance_id`, `path`)\n"
-         ") ENGINE=InnoDB";
+  return db::sql_text::create_table(
+      table(),
+      "  `instance_id` VARCHAR(64) NOT NULL,\n"
+      "  `path` VARBINARY(512) NOT NULL,\n"
+      "  `file_dev` BIGINT UNSIGNED NOT NULL,\n"
+      "  `file_ino` BIGINT UNSIGNED NOT NULL,\n"
+      "  `head_len` INT UNSIGNED NOT NULL,\n"
+      "  `head_hash` BIGINT UNSIGNED NOT NULL,\n"
+      "  `offset` BIGINT UNSIGNED NOT NULL,\n"
+      "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
+      "  PRIMARY KEY (`instance_id`, `path`)\n");
 }
 
 std::string position_select(std::string_view instance, std::string_view path, bool for_update) {
@@ -61,8 +63,8 @@ std::string position_update(std::string_view instance, std::string_view path,
          ", `file_ino` = " + std::to_string(p.file.ino) +
          ", `head_len` = " + std::to_string(p.file.head_len) +
          ", `head_hash` = " + std::to_string(p.file.head_hash) +
-         ", `offset` = " + std::to_string(p.offset) +
-         ", `committed_at` = CURRENT_TIMESTAMP(3)" + key_where(instance, path);
+         ", `offset` = " + std::to_string(p.offset) + ", `committed_at` = CURRENT_TIMESTAMP(3)" +
+         key_where(instance, path);
 }
 
 namespace {

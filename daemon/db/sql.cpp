@@ -60,8 +60,8 @@ std::string index_exists_select(std::string_view quoted_table, std::string_view 
 }
 
 std::string autoincrement_column_select(std::string_view quoted_table) {
-  return schema_select("COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE)", "COLUMNS",
-                       quoted_table, " AND EXTRA LIKE '%auto_increment%'");
+  return schema_select("COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE)", "COLUMNS", quoted_table,
+                       " AND EXTRA LIKE '%auto_increment%'");
 }
 
 std::string autoincrement_next_select(std::string_view quoted_table) {
@@ -83,22 +83,20 @@ std::string upsert_statement(std::string_view table, std::span<const counter_row
 }
 
 std::string create_counters_table(std::string_view table) {
-  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(table) +
-         " (\n"
-         "  `record_type` INT UNSIGNED NOT NULL,\n"
-         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-         "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
-         "  `count` BIGINT NOT NULL,\n"
-         "  PRIMARY KEY (`record_type`, `record_id`, `slot`)\n"
-         ") ENGINE=InnoDB";
+  return create_table(quote_identifier(table),
+                      "  `record_type` INT UNSIGNED NOT NULL,\n"
+                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+                      "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
+                      "  `count` BIGINT NOT NULL,\n"
+                      "  PRIMARY KEY (`record_type`, `record_id`, `slot`)\n");
 }
 
 std::string select_count(std::string_view table, std::uint32_t record_type,
                          std::uint64_t record_id) {
   // SUM is DECIMAL and printed exactly: a CAST AS SIGNED would cap a total past
   // 2^63 - 1 silently (read into 128 bits, see db::read_count).
-  std::string sql = "SELECT COALESCE(SUM(`count`), 0) FROM " +
-                    quote_identifier(table) + " WHERE `record_type` = ";
+  std::string sql = "SELECT COALESCE(SUM(`count`), 0) FROM " + quote_identifier(table) +
+                    " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` = ";
   append_int(sql, record_id);

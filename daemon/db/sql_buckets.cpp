@@ -40,20 +40,17 @@ std::string bucket_literal(store::granularity g, std::int64_t start) {
 }
 
 std::string create_bucket_table(std::string_view table, store::granularity g) {
-  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(bucket_table(table, g)) +
-         " (\n"
-         "  `record_type` INT UNSIGNED NOT NULL,\n"
-         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-         // The UTC start of the bucket (see sql.hpp).
-         "  `bucket` " +
-         std::string(g == store::granularity::day ? "DATE" : "DATETIME") +
-         " NOT NULL,\n"
-         "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
-         "  `count` BIGINT NOT NULL,\n"
-         "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
-         // Retention deletes the oldest buckets of one record type through this.
-         "  KEY `by_age` (`record_type`, `bucket`)\n"
-         ") ENGINE=InnoDB";
+  // The UTC start of the bucket (see sql.hpp).
+  const std::string bucket = g == store::granularity::day ? "DATE" : "DATETIME";
+  return create_table(quote_identifier(bucket_table(table, g)),
+                      "  `record_type` INT UNSIGNED NOT NULL,\n"
+                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+                      "  `bucket` " + bucket + " NOT NULL,\n" +
+                      "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
+                      "  `count` BIGINT NOT NULL,\n"
+                      "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
+                      // Retention deletes the oldest buckets of one record type through this.
+                      "  KEY `by_age` (`record_type`, `bucket`)\n");
 }
 
 std::string bucket_upsert_statement(std::string_view table, store::granularity g,

@@ -1,8 +1,7 @@
 // The Idempotency-Keys table's statements (sql.hpp).
-#include "db/sql.hpp"
-
 #include <algorithm>
 
+#include "db/sql.hpp"
 #include "db/sql_text.hpp"
 
 namespace slotted::db {
@@ -11,20 +10,18 @@ using namespace sql_text;
 
 std::string create_idempotency_keys_table() {
   // idem_key is binary: keys are compared byte for byte ("a" and "A" are two keys).
-  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(idempotency_keys_table) +
-         " (\n"
-         "  `idem_key` VARBINARY(128) NOT NULL,\n"
-         "  `body_hash` CHAR(32) CHARACTER SET ascii NOT NULL,\n"
-         "  `accepted` INT UNSIGNED NOT NULL,\n"
-         "  `instance_id` VARCHAR(64) NOT NULL,\n"
-         "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
-         "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-         // When the first request with the key arrived: unix milliseconds by the
-         // database's clock (see sql.hpp).
-         "  `created_ms` BIGINT NOT NULL,\n"
-         "  PRIMARY KEY (`idem_key`),\n"
-         "  KEY `by_age` (`created_ms`)\n"
-         ") ENGINE=InnoDB";
+  return create_table(quote_identifier(idempotency_keys_table),
+                      "  `idem_key` VARBINARY(128) NOT NULL,\n"
+                      "  `body_hash` CHAR(32) CHARACTER SET ascii NOT NULL,\n"
+                      "  `accepted` INT UNSIGNED NOT NULL,\n"
+                      "  `instance_id` VARCHAR(64) NOT NULL,\n"
+                      "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
+                      "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
+                      // When the first request with the key arrived: unix milliseconds by the
+                      // database's clock (see sql.hpp).
+                      "  `created_ms` BIGINT NOT NULL,\n"
+                      "  PRIMARY KEY (`idem_key`),\n"
+                      "  KEY `by_age` (`created_ms`)\n");
 }
 
 std::vector<std::string> idempotency_keys_upgrade(bool has_created_ms, bool has_by_age) {
@@ -98,14 +95,14 @@ std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t age_
                                   std::chrono::milliseconds window) {
   // The claim's test for a row to take over, negated, for an arrival `age_ms` ago.
   return "SELECT `body_hash`, `accepted` FROM " + quote_identifier(idempotency_keys_table) +
-         " WHERE `idem_key` = " + std::string(quoted_key) + " AND `created_ms` >= " +
-         database_ms_ago(age_ms) + " - " + std::to_string(window.count());
+         " WHERE `idem_key` = " + std::string(quoted_key) +
+         " AND `created_ms` >= " + database_ms_ago(age_ms) + " - " + std::to_string(window.count());
 }
 
 std::string idempotency_keys_prune_select(std::chrono::milliseconds age, std::size_t limit) {
   return "SELECT `idem_key` FROM " + quote_identifier(idempotency_keys_table) +
-         " WHERE `created_ms` < " + database_ms_ago(age.count()) +
-         " ORDER BY `created_ms` LIMIT " + std::to_string(limit);
+         " WHERE `created_ms` < " + database_ms_ago(age.count()) + " ORDER BY `created_ms` LIMIT " +
+         std::to_string(limit);
 }
 
 std::string idempotency_keys_delete(std::span<const std::string> quoted_keys,

@@ -1,6 +1,5 @@
 // The ledger table's statements (sql.hpp): exactly-once bookkeeping of flush batches.
 #include "db/sql.hpp"
-
 #include "db/sql_text.hpp"
 
 namespace slotted::db {
@@ -33,18 +32,17 @@ std::string ledger_seqs_select(std::string_view quoted_instance, std::uint64_t r
 }
 
 std::string create_ledger_table() {
-  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(ledger_table) +
-         " (\n"
-         "  `instance_id` VARCHAR(64) NOT NULL,\n"
-         "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
-         "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-         "  `row_count` INT UNSIGNED NOT NULL,\n"
-         "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
-         "  PRIMARY KEY (`instance_id`, `run_id`, `batch_seq`),\n"
-         "  KEY `by_age` (`instance_id`, `committed_at`),\n"
-         // Every instance's old rows (an instance that never comes back leaves its own).
-         "  KEY `by_time` (`committed_at`)\n"
-         ") ENGINE=InnoDB";
+  return create_table(
+      quote_identifier(ledger_table),
+      "  `instance_id` VARCHAR(64) NOT NULL,\n"
+      "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
+      "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
+      "  `row_count` INT UNSIGNED NOT NULL,\n"
+      "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
+      "  PRIMARY KEY (`instance_id`, `run_id`, `batch_seq`),\n"
+      "  KEY `by_age` (`instance_id`, `committed_at`),\n"
+      // Every instance's old rows (an instance that never comes back leaves its own).
+      "  KEY `by_time` (`committed_at`)\n");
 }
 
 std::string ledger_add_time_index() {

@@ -1,6 +1,5 @@
 // The dirty marks, rollup and adoptions tables' statements (sql.hpp).
 #include "db/sql.hpp"
-
 #include "db/sql_text.hpp"
 
 namespace slotted::db {
@@ -8,34 +7,31 @@ namespace slotted::db {
 using namespace sql_text;
 
 std::string create_dirty_table() {
-  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(dirty_table) +
-         " (\n"
-         "  `record_type` INT UNSIGNED NOT NULL,\n"
-         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-         "  `instance_id` VARCHAR(64) NOT NULL,\n"
-         "  `gen` BIGINT UNSIGNED NOT NULL,\n"
-         "  PRIMARY KEY (`record_type`, `record_id`, `instance_id`)\n"
-         ") ENGINE=InnoDB";
+  return create_table(quote_identifier(dirty_table),
+                      "  `record_type` INT UNSIGNED NOT NULL,\n"
+                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+                      "  `instance_id` VARCHAR(64) NOT NULL,\n"
+                      "  `gen` BIGINT UNSIGNED NOT NULL,\n"
+                      "  PRIMARY KEY (`record_type`, `record_id`, `instance_id`)\n");
 }
 
 std::string create_adoptions_table() {
   // Identifiers are ASCII (config::is_valid_identifier) and compared as MariaDB compares
   // table names on Linux: case-sensitively.
-  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(adoptions_table) +
-         " (\n"
-         "  `record_type` INT UNSIGNED NOT NULL,\n"
-         "  `owner_table` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
-         "  `count_column` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
-         "  `id_column` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
-         "  `state` ENUM('running', 'done') NOT NULL,\n"
-         "  `mode` ENUM('history', 'no_history', 'zeros') NOT NULL,\n"
-         "  `last_id` BIGINT UNSIGNED NULL,\n"
-         "  `rows_taken` BIGINT UNSIGNED NOT NULL DEFAULT 0,\n"
-         "  `total_taken` DECIMAL(65, 0) NOT NULL DEFAULT 0,\n"
-         "  `started` DATETIME NOT NULL,\n"
-         "  `finished` DATETIME NULL,\n"
-         "  PRIMARY KEY (`record_type`, `owner_table`, `count_column`)\n"
-         ") ENGINE=InnoDB";
+  return create_table(
+      quote_identifier(adoptions_table),
+      "  `record_type` INT UNSIGNED NOT NULL,\n"
+      "  `owner_table` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
+      "  `count_column` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
+      "  `id_column` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n"
+      "  `state` ENUM('running', 'done') NOT NULL,\n"
+      "  `mode` ENUM('history', 'no_history', 'zeros') NOT NULL,\n"
+      "  `last_id` BIGINT UNSIGNED NULL,\n"
+      "  `rows_taken` BIGINT UNSIGNED NOT NULL DEFAULT 0,\n"
+      "  `total_taken` DECIMAL(65, 0) NOT NULL DEFAULT 0,\n"
+      "  `started` DATETIME NOT NULL,\n"
+      "  `finished` DATETIME NULL,\n"
+      "  PRIMARY KEY (`record_type`, `owner_table`, `count_column`)\n");
 }
 
 std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows,

@@ -1,11 +1,12 @@
 #pragma once
-// Private to the SQL builders (db/sql*.cpp): appending numbers, lists and tuples to
-// statement text.
+// Private to the SQL builders (db/sql*.cpp, db/log_positions.cpp): appending numbers,
+// lists and tuples to statement text.
 
 #include <charconv>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace slotted::db::sql_text {
@@ -66,11 +67,21 @@ inline void append_id_list(std::string& sql, std::span<const std::uint64_t> ids)
   }
 }
 // " WHERE `record_type` = T AND `record_id` = I"
-inline void append_counter_key(std::string& sql, std::uint32_t record_type, std::uint64_t record_id) {
+inline void append_counter_key(std::string& sql, std::uint32_t record_type,
+                               std::uint64_t record_id) {
   sql += " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` = ";
   append_int(sql, record_id);
+}
+
+// "CREATE TABLE IF NOT EXISTS <name> (\n<columns>) ENGINE=InnoDB": every table the
+// daemon creates, with the one set of table options. `name` is quoted already;
+// `columns` are the column and key lines, each ending in "\n".
+inline std::string create_table(std::string_view name, std::string_view columns) {
+  std::string sql = "CREATE TABLE IF NOT EXISTS ";
+  sql.append(name).append(" (\n").append(columns).append(") ENGINE=InnoDB");
+  return sql;
 }
 
 }  // namespace slotted::db::sql_text

@@ -57,25 +57,27 @@ void writer_threads::run_round(std::size_t wanted, const std::function<void()>& 
 }
 
 void writer_threads::end_round() {
-  util::lock_guard lock(mutex_);
+  util::unique_lock lock(mutex_);
   // A thread that has not woken yet stays out: the caller's share is done, so what is
   // left (batches in flight, the halves of a split one) is its writers'.
   seats_ = 0;
-  while (running_ > 0) done_.wait(mutex_);
+  lock.wait(done_, [this]() REQUIRES(mutex_) { return running_ == 0; });
   job_ = nullptr;
 }
 
 void writer_threads::loop() {
   std::uint64_t joined = 0;  // the last round this thread took part in
-  mutex_.lock();
+  util::unique_lock lock(mutex_);
   for (;;) {
-    while (!stopping_ && (seats_ == 0 || round_ == joined)) wake_.wait(mutex_);
+    lock.wait(wake_, [&]() REQUIRES(mutex_) {
+      return stopping_ || (seats_ > 0 && round_ != joined);
+    });
     if (stopping_) break;
     --seats_;
     ++running_;
     joined = round_;
     const std::function<void()>* job = job_;
-    mutex_.unlock();
+    lock.unlock();
     try {
       (*job)();
     } catch (const std::exception& e) {
@@ -83,11 +85,9 @@ void writer_threads::loop() {
     } catch (...) {
       log::error("flush: a writer thread's round failed");
     }
-    mutex_.lock();
-    --running_;
-    if (running_ == 0) done_.notify_all();
+    lock.lock();
+    if (--running_ == 0) done_.notify_all();
   }
-  mutex_.unlock();
 }
 
 void writer_threads::stop() {

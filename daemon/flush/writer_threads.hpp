@@ -47,9 +47,9 @@ class writer_threads {
 
   util::mutex mutex_;
   // A round offered, or stop().
-  std::condition_variable_any wake_;
+  std::condition_variable wake_;
   // A thread finished the round's job.
-  std::condition_variable_any done_;
+  std::condition_variable done_;
   const std::function<void()>* job_ GUARDED_BY(mutex_) = nullptr;
   std::uint64_t round_ GUARDED_BY(mutex_) = 0;   // counts the rounds offered
   std::size_t seats_ GUARDED_BY(mutex_) = 0;     // threads that may still join it

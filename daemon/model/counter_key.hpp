@@ -1,4 +1,8 @@
 #pragma once
+// A counter's identity, (record_type, record_id), and how the daemon hashes it: the key
+// of every pending map, WAL record and slot row (README: Design).
+//
+// Thread-safety: values; hash_of() may be called from any thread.
 
 #include <compare>
 #include <cstdint>

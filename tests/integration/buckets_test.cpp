@@ -115,9 +115,12 @@ TEST_F(Buckets, HourAndDayBoundariesAreUtcAndTotalsEqualTheSumOfBuckets) {
   daemon_process d(yaml());
   ASSERT_EQ(d.settle(), 200u);
   http_client c(d.port());
-  // The latest UTC midnight at least 10 minutes back (inside 48h).
+  // The latest UTC midnight at least 70 minutes back (inside 48h): the items reach an
+  // hour past it, and all of them must be at least 10 minutes old whatever the time of
+  // day (with "10 minutes back" the test failed from 00:10 to 00:55 UTC, its last items
+  // being ahead of the clock).
   const std::int64_t now = unix_now();
-  const std::int64_t midnight = (now - 600) / 86400 * 86400;
+  const std::int64_t midnight = (now - 3600 - 600) / 86400 * 86400;
   auto r = c.request("POST", "/v1/increments",
                      "{\"record_type\": 123, \"record_id\": 5, \"delta\": 2, \"at\": " +
                          std::to_string(midnight - 1) +
