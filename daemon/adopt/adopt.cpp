@@ -189,7 +189,10 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
     }
     b.rows = std::stoull(check[0][1].value_or("0"));
     b.total = check[0][2].value_or("0");
-    if (b.rows > 0) conn.execute(take_batch_insert(counters_table, t, range));
+    if (b.rows > 0) {
+      conn.execute(take_batch_insert(counters_table, t, range));
+      conn.execute(take_batch_totals_insert(counters_table, t, range));
+    }
     b.last = !range.upto;
     std::optional<std::uint64_t> last_id = range.upto;
     if (!last_id && check[0][3]) last_id = std::stoull(*check[0][3]);

@@ -75,6 +75,11 @@ std::string batch_check_select(const db::rollup_target& t, const row_limits& lim
 std::string take_batch_insert(std::string_view counters_table, const db::rollup_target& t,
                               const id_range& range);
 
+// The same rows added to the totals table (db/top.hpp), right after take_batch_insert in
+// its transaction (the lock order's 5).
+std::string take_batch_totals_insert(std::string_view counters_table, const db::rollup_target& t,
+                                     const id_range& range);
+
 // One row when the owning column holds a value other than 0 (the roller's check of a
 // column that needs no adoption).
 std::string nonzero_select(const db::rollup_target& t);

@@ -8,6 +8,7 @@
 
 #include "db/log_positions.hpp"
 #include "model/errors.hpp"
+#include "db/top.hpp"
 
 namespace slotted::db {
 
@@ -23,6 +24,8 @@ void migrate(connection& conn, const std::string& table) {
   conn.execute(create_idempotency_keys_table());
   migrate_idempotency_keys(conn);
   conn.execute(logs::create_positions_table());
+  // The totals of top-N (db/top.hpp); those of the bucket tables by migrate_buckets.
+  migrate_totals(conn, table, store::bucket_spec{});
 }
 
 void migrate_idempotency_keys(connection& conn) {
@@ -284,6 +287,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
     // A batch's bucket rows are not bounded by its rows: statements under the budget.
     upsert_buckets(conn, table, buckets,
                    std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
+    for (const auto& sql : totals_upserts(table, rows, buckets)) conn.execute(sql);
     if (!dirty.empty())
       conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
     conn.execute(commit);
@@ -318,10 +322,30 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
       read.persisted += slot_count(row[1]);
     }
     read.rows = slots.size();
-    for (const auto& sql :
-         reset_statements(table, key.record_type, key.record_id, slots, instance,
-                          rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt, bucket_grans))
+    // What the totals lose (db/top.hpp): the bucket rows of the slots read, locked (no
+    // other writer writes a bucket row of a slot it does not hold).
+    std::vector<store::bucket_row> lost_buckets;
+    if (!slots.empty()) {
+      for (const auto g : bucket_grans) {
+        for (const auto& row : conn.query(reset_bucket_sums_select_locked(table, g, key, slots))) {
+          if (!row[0]) continue;
+          lost_buckets.push_back({key.record_type, key.record_id, g, std::stoll(*row[0]), 0,
+                                  -static_cast<std::int64_t>(slot_count(row[1]))});  // BIGINT
+        }
+      }
+    }
+    for (const auto& sql : reset_statements(table, key.record_type, key.record_id, slots, instance,
+                                             std::nullopt, bucket_grans))
       conn.execute(sql);
+    // Then the totals, lowered by what was deleted, a total left at 0 removed; then the
+    // dirty mark (the lock order's 5, 6).
+    if (read.persisted != 0) conn.execute(totals_subtract(table, key, read.persisted));
+    for (const auto& sql : totals_upserts(table, {}, lost_buckets)) conn.execute(sql);
+    for (const auto& sql : totals_zero_deletes(table, key, bucket_grans)) conn.execute(sql);
+    if (rolled_up) {
+      const counter_row mark{key.record_type, key.record_id, 0, 0};
+      conn.execute(dirty_upsert(instance, std::span(&mark, 1), dirty_gen_of(id)));
+    }
     read.commit_sent = true;
     progress = read;
     conn.execute(commit);
@@ -391,11 +415,24 @@ __int128 read_count(connection& conn, const std::string& table, std::uint32_t re
   return slot_count(rows[0][0]);  // exact, as a reset sums it
 }
 
+std::vector<std::pair<std::uint64_t, __int128>> read_counts(
+    connection& conn, const std::string& table, std::uint32_t record_type,
+    std::span<const std::uint64_t> record_ids) {
+  std::vector<std::pair<std::uint64_t, __int128>> out;
+  if (record_ids.empty()) return out;
+  for (const auto& row : conn.query(select_counts(table, record_type, record_ids))) {
+    if (!row[0]) continue;
+    out.emplace_back(std::stoull(*row[0]), slot_count(row[1]));
+  }
+  return out;
+}
+
 void migrate_buckets(connection& conn, const std::string& table,
                      const store::bucket_spec& buckets) {
   for (const auto g : store::all_granularities) {
     if (buckets.uses(g)) conn.execute(create_bucket_table(table, g));
   }
+  migrate_totals(conn, table, buckets);
 }
 
 std::vector<std::string> missing_bucket_tables(connection& conn, const std::string& table,
@@ -405,6 +442,7 @@ std::vector<std::string> missing_bucket_tables(connection& conn, const std::stri
     if (buckets.uses(g) && !table_exists(conn, bucket_table(table, g)))
       missing.push_back(bucket_table(table, g));
   }
+  for (auto& t : missing_totals_tables(conn, table, buckets)) missing.push_back(std::move(t));
   return missing;
 }
 
@@ -446,6 +484,8 @@ prune_chunk prune_buckets(connection& conn, const std::string& table, store::gra
     if (ids.empty()) return;
     conn.execute(bucket_prune_delete(table, g, record_type, bucket, ids));
     deleted += conn.affected_rows();
+    // Their totals (db/top.hpp) go with them, in a statement of their own.
+    conn.execute(bucket_totals_prune_delete(table, g, record_type, bucket, ids));
     ids.clear();
   };
   for (const auto& row : rows) {

@@ -154,12 +154,16 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //   3. Slot rows of the counters table, sorted by (record_type, record_id).
 //   4. Bucket rows, `<table>_hour` then `<table>_day`, each sorted by (record_type,
 //      record_id, bucket), and only of slot rows the transaction holds (3).
-//   5. Dirty marks, sorted.
-// The writers: commit_batch (1, 3, 4, 5); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 and 5 through
-// sql.hpp reset_statements); an adoption's batch (adopt/adopt.hpp: in place of 1 its
+//   5. Totals rows (db/top.hpp): `<table>_totals` sorted by (record_type, record_id),
+//      then `<table>_hour_totals`, `<table>_day_totals`, each sorted by (record_type,
+//      record_id, bucket); only of counters whose slot rows the transaction holds (3).
+//   6. Dirty marks, sorted.
+// The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
+// 5, 6); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 by a locking
+// read of their bucket rows, then sql.hpp reset_statements; 5 lowered by what it deleted;
+// 6); an adoption's batch (adopt/adopt.hpp: in place of 1 its
 // adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of
-// each counter by INSERT ... SELECT ... ORDER BY id; the owning rows it reads are a
+// each counter by INSERT ... SELECT ... ORDER BY id; then 5, the same rows' totals; the owning rows it reads are a
 // consistent read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
 // of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes a slot row for every counter it has bucket
 // rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row
@@ -240,5 +244,12 @@ std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::st
 // SUM(count) over the slots of one counter, exact in 128 bits (it may pass int64).
 __int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
                         std::uint64_t record_id);
+
+// SUM(count) of each of `record_ids` (one record type) in one statement, exact in 128
+// bits: (record_id, sum) for the ids that have slot rows, the others left out. Throws
+// db_error.
+std::vector<std::pair<std::uint64_t, __int128>> read_counts(
+    connection& conn, const std::string& table, std::uint32_t record_type,
+    std::span<const std::uint64_t> record_ids);
 
 }  // namespace slotted::db

@@ -86,6 +86,18 @@ struct counter_reading {
   std::string retry;
 };
 
+// Many counters of one record type (GET /v1/counters/{t}?ids=...): one entry per id
+// asked for, in that order, each exact as counter_reading is.
+struct totals_reading {
+  struct total {
+    std::uint64_t record_id = 0;
+    __int128 persisted = 0;
+    std::int64_t pending = 0;
+  };
+  std::vector<total> totals;
+  std::string retry;  // as counter_reading::retry
+};
+
 // A counter reset (README: HTTP API, Reset): what it cleared, or why nothing changed.
 struct reset_result {
   bool ok = false;
@@ -173,6 +185,19 @@ class flusher final : public store::batch_queue {
   // `retry`. Blocking: call from a database worker thread. Throws db_error when the
   // database cannot be read.
   counter_reading read_total(const store::counter_key& key);
+
+  // read_total() of each of `record_ids` (distinct) of `record_type`, with one
+  // database statement per try (db::read_counts) and the same exactness rules.
+  // multi_reader.cpp. Blocking: call from a database worker thread. Throws db_error.
+  totals_reading read_totals(std::uint32_t record_type, std::span<const std::uint64_t> record_ids);
+
+  // Top-N (db/top.hpp): the `limit` largest persisted totals of `record_type`, or with
+  // `g` those of the sums of its buckets starting in [from, to] (bucket-aligned).
+  // multi_reader.cpp. Blocking: call from a database worker thread. Throws db_error.
+  std::vector<std::pair<std::uint64_t, __int128>> read_top(
+      std::uint32_t record_type, std::size_t limit,
+      std::optional<store::granularity> g = std::nullopt, std::int64_t from = 0,
+      std::int64_t to = 0);
 
   // The counter's buckets of granularity `g` starting in [from, to] (bucket-aligned):
   // persisted plus pending, exact as read_total() is (the same generation and in-doubt

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "db/top.hpp"
 #include "db/sql.hpp"
 #include "model/errors.hpp"
 
@@ -272,6 +273,8 @@ std::size_t write_applied(db::connection& conn, const std::string& table,
       },
       [&](const std::string& sql) { conn.execute(sql); });
   db::upsert_buckets(conn, table, bucket_rows, std::clamp<std::size_t>(budget / 256, 1, 1000));
+  // Then the totals (db/top.hpp), before the dirty marks (the lock order's 5).
+  for (const auto& sql : db::totals_upserts(table, rows, bucket_rows)) conn.execute(sql);
   if (const auto marks = dirty(rows); !marks.empty()) {
     std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
     gen ^= gen >> 31;

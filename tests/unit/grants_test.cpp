@@ -32,6 +32,9 @@ counters:
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_hour` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_day` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_totals` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_hour_totals` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_day_totals` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` TO "
       "'counterd'@'%'",
@@ -52,6 +55,10 @@ TEST(Grants, OnlyTheBucketTablesDeclaredAndNoRollupTablesWithoutARollup) {
   const std::vector<std::string> want = {
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_day` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_totals` TO "
+      "'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_day_totals` TO "
+      "'counterd'@'%'",
       "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` TO "
       "'counterd'@'%'",
@@ -94,7 +101,7 @@ TEST(Grants, NeedNoSecret) {
       "http: {auth_token_file: /run/credentials/slotted-counterd.service/token}\n";
   EXPECT_THROW(config::parse_config(yaml, "c.yaml"), config::config_error);
   const auto cfg = config::parse_config(yaml, "c.yaml", {}, false);
-  EXPECT_EQ(grant_statements(cfg).size(), 3u);
+  EXPECT_EQ(grant_statements(cfg).size(), 4u);
 }
 
 TEST(Grants, PrintedOnePerLineWithASemicolon) {
@@ -103,6 +110,7 @@ TEST(Grants, PrintedOnePerLineWithASemicolon) {
   EXPECT_EQ(err.str(), "");
   EXPECT_EQ(out.str(),
             "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters` TO 'u'@'h';\n"
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_totals` TO 'u'@'h';\n"
             "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'u'@'h';\n"
             "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` "
             "TO 'u'@'h';\n");

@@ -446,7 +446,7 @@ TEST_F(Router, TheEndpointTableDecidesPathMethodAndRoute) {
       {bh::verb::get, "/", 404, ""},
       {bh::verb::get, "/v1/increments/x", 404, ""},
       {bh::verb::get, "/healthz/", 404, ""},
-      {bh::verb::get, "/v1/counters/3", 404, ""},
+      {bh::verb::get, "/v1/top/3/9", 404, ""},
       {bh::verb::get, "/v1/counters//9", 404, ""},
       {bh::verb::get, "/v1/counters/3/series", 404, ""},
       {bh::verb::get, "/v1/counters/3/9/series/x", 404, ""},

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Top-N cost against the number of counters (README: HTTP API, Many counters and top-N).
+
+One throwaway MariaDB, two databases, one daemon on each, identical but for the number of
+counters of record_type 1: --small (10,000) and --big (1,000,000). Each is made by
+--migrate, then filled on the server (INSERT ... SELECT from the sequence engine, not over
+HTTP): `<table>_totals` with one row per counter, and `<table>_day_totals` with 30 days of
+day buckets. Counts are skewed as downloads are: counter n has about 10^7/n in total and a
+day-bucket count on each of the 30 days for the first 1% of counters, on 3 of the 30 days
+(by a hash of n and the day) for the others (so the 1M database holds 1.2M bucket rows,
+not 30M: the build stays within minutes).
+
+Then GET /v1/top/1?limit=10 and GET /v1/top/1?limit=10&granularity=day&from=F&to=T (the
+30 days) in turn against both daemons, interleaved (small big big small ...), --requests
+each, over one keep-alive connection: p50 and p99 of the answer time per database.
+
+usage: bench/top.py [--binary build/release/slotted-counterd] [--requests 400]
+"""
+import argparse, os, re, socket, statistics, subprocess, sys, tempfile, time, signal
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from throwaway_mariadb import throwaway_mariadb  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DAY = 86400
+
+
+def log(msg):
+    print(f"[top {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def start_daemon(binary, tmp, db, name, counters, today):
+    database = f"bench_top_{name}"
+    db.sql(f"CREATE DATABASE {database}")
+    cfg = f"{tmp}/{name}.yaml"
+    with open(cfg, "w") as f:
+        f.write(f"instance_id: bench-{name}\n"
+                "listen: {address: 127.0.0.1, port: 0}\n"
+                f"mysql: {{socket: {db.socket}, user: root, database: {database}}}\n"
+                "counters:\n"
+                "  - {name: downloads, record_type: 1, buckets: {day: 400d}}\n"
+                "flush: {interval: 1h}\n")
+    logf = f"{tmp}/{name}.log"
+    subprocess.run([binary, "--config", cfg, "--migrate"], check=True, timeout=120,
+                   stdout=open(logf, "a"), stderr=subprocess.STDOUT)
+    started = time.time()
+    hot = max(1, counters // 100)
+    db.sql(f"""USE {database};
+INSERT INTO slotted_counters_totals (record_type, record_id, count)
+  SELECT 1, seq, 10000000 DIV seq + seq % 7 FROM seq_1_to_{counters};
+INSERT INTO slotted_counters_day_totals (record_type, record_id, bucket, count)
+  SELECT 1, s.seq, FROM_UNIXTIME({today}) - INTERVAL d.seq DAY, GREATEST(1, 10000000 DIV s.seq DIV 30)
+  FROM seq_1_to_{counters} AS s JOIN seq_0_to_29 AS d
+  WHERE s.seq <= {hot} OR (s.seq * 7919 + d.seq * 104729) % 10 = 0;
+""")
+    rows = db.sql(f"SELECT COUNT(*) FROM {database}.slotted_counters_day_totals").strip()
+    log(f"{name}: {counters} counters, {rows} day-bucket rows, filled in {time.time() - started:.0f} s")
+    proc = subprocess.Popen([binary, "--config", cfg], stdout=open(logf, "a"), stderr=subprocess.STDOUT)
+    for _ in range(300):
+        m = re.findall(r"listening on 127\.0\.0\.1:(\d+)", open(logf).read())
+        if m:
+            return proc, int(m[-1]), int(rows)
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited; see {logf}")
+        time.sleep(0.1)
+    raise RuntimeError(f"daemon did not listen; see {logf}")
+
+
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.buf = b""
+
+    def get(self, path):
+        self.s.sendall(f"GET {path} HTTP/1.1\r\nHost: b\r\n\r\n".encode())
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self.s.recv(65536)
+        head, _, rest = self.buf.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
+        while len(rest) < length:
+            rest += self.s.recv(65536)
+        self.buf = rest[length:]
+        status = int(head.split(b" ", 2)[1])
+        if status != 200:
+            raise RuntimeError(f"{path}: {status} {rest[:length]!r}")
+        return rest[:length]
+
+
+def pct(values, p):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(len(v) * p))]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--binary", default=os.environ.get("SLOTTED_COUNTERD",
+                                                      f"{ROOT}/build/release/slotted-counterd"))
+    p.add_argument("--requests", type=int, default=400)
+    p.add_argument("--small", type=int, default=10000)
+    p.add_argument("--big", type=int, default=1000000)
+    args = p.parse_args()
+    today = int(time.time()) // DAY * DAY
+    tmp = tempfile.mkdtemp(prefix="slotted-bench-top-")
+    procs = []
+    with throwaway_mariadb("1G") as db:
+        try:
+            runs = {}
+            for name, n in (("small", args.small), ("big", args.big)):
+                proc, port, rows = start_daemon(args.binary, tmp, db, name, n, today)
+                procs.append(proc)
+                runs[name] = {"conn": Conn(port), "n": n, "rows": rows, "total": [], "days": []}
+            targets = {"total": "/v1/top/1?limit=10",
+                       "days": f"/v1/top/1?limit=10&granularity=day&from={today - 29 * DAY}&to={today}"}
+            answers = {}
+            for r in runs.values():  # warm-up, and the answers compared
+                for kind, t in targets.items():
+                    for _ in range(20):
+                        body = r["conn"].get(t)
+                    answers.setdefault(kind, []).append(body)
+            order = ["small", "big", "big", "small"]
+            for i in range(args.requests):
+                for name in order if i % 2 == 0 else reversed(order):
+                    r = runs[name]
+                    for kind, t in targets.items():
+                        t0 = time.perf_counter()
+                        r["conn"].get(t)
+                        r[kind].append((time.perf_counter() - t0) * 1000)
+            print(f"top-10, {args.requests * 2} requests each, interleaved; binary {args.binary}")
+            print("| counters | day-bucket rows | top-10 of totals p50 / p99 (ms) | top-10 over 30 days p50 / p99 (ms) |")
+            print("|---|---|---|---|")
+            for name, r in runs.items():
+                print(f"| {r['n']:,} | {r['rows']:,} | {pct(r['total'], 0.5):.2f} / {pct(r['total'], 0.99):.2f} "
+                      f"| {pct(r['days'], 0.5):.2f} / {pct(r['days'], 0.99):.2f} |")
+            s, b = runs["small"], runs["big"]
+            print(f"big / small p50: totals {pct(b['total'], .5) / pct(s['total'], .5):.2f}x, "
+                  f"30 days {pct(b['days'], .5) / pct(s['days'], .5):.2f}x; p99: totals "
+                  f"{pct(b['total'], .99) / pct(s['total'], .99):.2f}x, 30 days "
+                  f"{pct(b['days'], .99) / pct(s['days'], .99):.2f}x")
+            for kind, bodies in answers.items():
+                print(f"{kind}: small answers {bodies[0][:90]!r}...")
+                print(f"{kind}: big answers   {bodies[1][:90]!r}...")
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+// The totals tables' SQL (db/top.hpp), pure: their names and CREATE TABLE, the upserts a
+// batch adds, a reset's and the retention's statements; and the many-counter read's
+// SELECT (sql.hpp select_counts).
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "db/sql_text.hpp"
+#include "db/top.hpp"
+
+namespace slotted::db {
+
+using sql_text::num;
+
+std::string select_counts(std::string_view table, std::uint32_t record_type,
+                          std::span<const std::uint64_t> record_ids) {
+  // SUM printed exactly, as in select_count.
+  std::string sql = "SELECT `record_id`, COALESCE(SUM(`count`), 0) FROM " +
+                    quote_identifier(table) + " WHERE `record_type` = ";
+  sql_text::append_int(sql, record_type);
+  sql += " AND `record_id` IN ";
+  sql_text::append_int_list(sql, record_ids);
+  sql += " GROUP BY `record_id`";
+  return sql;
+}
+
+std::string totals_table(std::string_view table) { return std::string(table) + "_totals"; }
+
+std::string bucket_totals_table(std::string_view table, store::granularity g) {
+  return bucket_table(table, g) + "_totals";
+}
+
+std::string create_totals_table(std::string_view table) {
+  // DECIMAL: the sum of a counter's slots may pass BIGINT (read_count reads 128 bits).
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(totals_table(table)) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+         "  `count` DECIMAL(30,0) NOT NULL,\n"
+         "  PRIMARY KEY (`record_type`, `record_id`),\n"
+         // A top-N is a range read of this index, in its order (MariaDB 10.8 and later
+         // keep DESC; an older server sorts the record type's rows instead).
+         "  KEY `by_count` (`record_type`, `count` DESC, `record_id`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::string create_bucket_totals_table(std::string_view table, store::granularity g) {
+  return "CREATE TABLE IF NOT EXISTS " + quote_identifier(bucket_totals_table(table, g)) +
+         " (\n"
+         "  `record_type` INT UNSIGNED NOT NULL,\n"
+         "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+         "  `bucket` " +
+         std::string(g == store::granularity::day ? "DATE" : "DATETIME") +
+         " NOT NULL,\n"
+         "  `count` DECIMAL(30,0) NOT NULL,\n"
+         "  PRIMARY KEY (`record_type`, `record_id`, `bucket`),\n"
+         "  KEY `by_count` (`record_type`, `bucket`, `count` DESC, `record_id`)\n"
+         ") ENGINE=InnoDB";
+}
+
+std::vector<std::string> totals_upserts(std::string_view table, std::span<const counter_row> rows,
+                                        std::span<const store::bucket_row> buckets) {
+  std::vector<std::string> out;
+  // Summed per key, in key order (the lock order's).
+  std::map<std::pair<std::uint32_t, std::uint64_t>, __int128> totals;
+  for (const auto& r : rows) totals[{r.record_type, r.record_id}] += r.delta;
+  // At most max_totals_rows tuples a statement (a batch's bucket rows are not bounded by
+  // its rows), in key order across the statements.
+  constexpr std::size_t max_totals_rows = 1000;
+  const std::string update = " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+  std::string sql;
+  std::size_t n = 0;
+  for (const auto& [key, delta] : totals) {
+    if (delta == 0) continue;  // a row of delta 0 carries buckets only
+    sql += sql.empty() ? "INSERT INTO " + quote_identifier(totals_table(table)) +
+                             " (`record_type`, `record_id`, `count`) VALUES "
+                       : ",";
+    sql += "(" + num(key.first) + "," + num(key.second) + "," + num(delta) + ")";
+    if (++n % max_totals_rows == 0) out.push_back(std::exchange(sql, {}) + update);
+  }
+  if (!sql.empty()) out.push_back(sql + update);
+  for (const auto g : store::all_granularities) {
+    std::map<std::tuple<std::uint32_t, std::uint64_t, std::int64_t>, __int128> sums;
+    for (const auto& b : buckets) {
+      if (b.gran == g) sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
+    }
+    std::string b_sql;
+    std::size_t m = 0;
+    for (const auto& [key, delta] : sums) {
+      if (delta == 0) continue;
+      b_sql += b_sql.empty() ? "INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
+                                   " (`record_type`, `record_id`, `bucket`, `count`) VALUES "
+                             : ",";
+      b_sql += "(" + num(std::get<0>(key)) + "," + num(std::get<1>(key)) + "," +
+               bucket_literal(g, std::get<2>(key)) + "," + num(delta) + ")";
+      if (++m % max_totals_rows == 0) out.push_back(std::exchange(b_sql, {}) + update);
+    }
+    if (!b_sql.empty()) out.push_back(b_sql + update);
+  }
+  return out;
+}
+
+std::string reset_bucket_sums_select_locked(std::string_view table, store::granularity g,
+                                            const store::counter_key& key,
+                                            std::span<const std::int64_t> slots) {
+  std::string sql = "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `count` FROM " +
+                    quote_identifier(bucket_table(table, g)) +
+                    " WHERE `record_type` = " + num(key.record_type) +
+                    " AND `record_id` = " + num(key.record_id) + " AND `slot` IN (";
+  for (std::size_t i = 0; i < slots.size(); ++i) sql += (i ? "," : "") + num(slots[i]);
+  return sql + ") ORDER BY `bucket`, `slot` FOR UPDATE";
+}
+
+std::string bucket_totals_prune_delete(std::string_view table, store::granularity g,
+                                       std::uint32_t record_type, std::int64_t bucket,
+                                       std::span<const std::uint64_t> ids) {
+  std::string sql = "DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) +
+                    " WHERE `record_type` = " + num(record_type) +
+                    " AND `bucket` = " + bucket_literal(g, bucket) + " AND `record_id` IN (";
+  for (std::size_t i = 0; i < ids.size(); ++i) sql += (i ? "," : "") + num(ids[i]);
+  return sql + ")";
+}
+
+std::string totals_subtract(std::string_view table, const store::counter_key& key,
+                            __int128 persisted) {
+  return "UPDATE " + quote_identifier(totals_table(table)) + " SET `count` = `count` - " +
+         num(persisted) + " WHERE `record_type` = " + num(key.record_type) +
+         " AND `record_id` = " + num(key.record_id);
+}
+
+std::vector<std::string> totals_zero_deletes(std::string_view table, const store::counter_key& key,
+                                             std::span<const store::granularity> grans) {
+  const std::string where = " WHERE `record_type` = " + num(key.record_type) +
+                            " AND `record_id` = " + num(key.record_id) + " AND `count` = 0";
+  std::vector<std::string> out{"DELETE FROM " + quote_identifier(totals_table(table)) + where};
+  for (const auto g : grans)
+    out.push_back("DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) + where);
+  return out;
+}
+
+}  // namespace slotted::db

@@ -1,0 +1,207 @@
+// Issue 26 against a real MariaDB: many counters in one read equal to single reads
+// (pending and persisted), and top-N (totals and day ranges) equal to the truth computed
+// from the same events, through plain and keyed batches, a reset, and a second instance.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <regex>
+
+#include "support/daemon_process.hpp"
+#include "support/eventually.hpp"
+#include "support/http_client.hpp"
+
+namespace slotted::test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+using ranking = std::vector<std::pair<std::uint64_t, std::int64_t>>;
+
+// The items of a top-N answer, in order.
+ranking items_of(const std::string& body) {
+  ranking out;
+  static const std::regex item(R"re(\{"record_id": "(\d+)", "count": (-?\d+)\})re");
+  for (auto it = std::sregex_iterator(body.begin(), body.end(), item); it != std::sregex_iterator();
+       ++it)
+    out.emplace_back(std::stoull((*it)[1]), std::stoll((*it)[2]));
+  return out;
+}
+
+// The truth: largest first, ties by smaller id, `limit` of them, zeros left out.
+ranking top_of(const std::map<std::uint64_t, std::int64_t>& sums, std::size_t limit) {
+  ranking all;
+  for (const auto& [id, c] : sums) {
+    if (c != 0) all.emplace_back(id, c);
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  if (all.size() > limit) all.resize(limit);
+  return all;
+}
+
+class ManyAndTop : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    database_ = shared_mariadb().create_database();
+    char tmpl[] = "/tmp/slotted-top-test-XXXXXX";
+    root_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string yaml(const std::string& instance) const {
+    return daemon_yaml(shared_mariadb(), database_,
+                       "instance_id: " + instance +
+                           "\n"
+                           "counters:\n"
+                           "  - {name: downloads, record_type: 123, buckets: {day: 400d}}\n"
+                           "flush: {interval: 1h}\n");
+  }
+  void run_migrate() const {
+    std::string out;
+    ASSERT_EQ(run_binary(yaml("top-a"), "--migrate", out), 0) << out;
+  }
+
+  std::string database_, root_;
+};
+
+TEST_F(ManyAndTop, AManyCounterReadEqualsSingleReadsPendingAndPersisted) {
+  run_migrate();
+  daemon_process d(yaml("top-a"));
+  ASSERT_EQ(d.settle(), 200u);
+  http_client c(d.port());
+  const auto post = [&](std::uint64_t id, int delta) {
+    ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": " +
+                                           std::to_string(id) +
+                                           ", \"delta\": " + std::to_string(delta) + "}")
+                  .status,
+              202u);
+  };
+  post(1, 3);
+  post(2, 5);
+  ASSERT_TRUE(flush_until_ok(c));
+  post(1, 4);   // persisted 3 + pending 4
+  post(3, -2);  // pending only
+  const std::string ids = "1,2,3,1,99";
+  const auto check = [&] {
+    const auto many = c.get("/v1/counters/downloads?ids=" + ids);
+    ASSERT_EQ(many.status, 200u) << many.body;
+    std::string want = "{\"record_type\": 123, \"items\": [";
+    bool first = true;
+    for (const std::uint64_t id : {1, 2, 3, 99}) {
+      const auto one = c.get("/v1/counters/123/" + std::to_string(id));
+      ASSERT_EQ(one.status, 200u) << one.body;
+      // The single read's fields after its record_type, as one item.
+      const auto from = one.body.find("\"record_id\"");
+      want += (first ? "{" : ", {") + one.body.substr(from);
+      first = false;
+    }
+    want += "]}";
+    EXPECT_EQ(many.body, want);
+  };
+  check();
+  EXPECT_NE(c.get("/v1/counters/downloads?ids=1,2,3,1,99").body.find("\"count\": 7"),
+            std::string::npos);
+  ASSERT_TRUE(flush_until_ok(c));
+  check();
+  EXPECT_NE(c.get("/v1/counters/downloads?ids=3").body.find("\"persisted\": -2"), std::string::npos);
+  const auto bad = c.get("/v1/counters/downloads?ids=1,x");
+  EXPECT_EQ(bad.status, 400u);
+  EXPECT_NE(bad.body.find("ids must be"), std::string::npos);
+}
+
+TEST_F(ManyAndTop, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
+  run_migrate();
+  daemon_process a(yaml("top-a"));
+  daemon_process b(yaml("top-b"));
+  ASSERT_EQ(a.settle(), 200u);
+  ASSERT_EQ(b.settle(), 200u);
+  http_client ca(a.port()), cb(b.port());
+  const std::int64_t today = unix_now() / 86400 * 86400;
+  std::map<std::uint64_t, std::int64_t> total;
+  std::map<std::int64_t, std::map<std::uint64_t, std::int64_t>> by_day;  // day -> id -> sum
+  std::mt19937 rng(26);
+  // Skewed: a few ids take most events; ties are frequent (small deltas).
+  for (int request = 0; request < 24; ++request) {
+    std::string body;
+    for (int i = 0; i < 20; ++i) {
+      const std::uint64_t id = rng() % 4 == 0 ? rng() % 5 : 5 + rng() % 60;
+      const int delta = static_cast<int>(rng() % 3) + 1 - (rng() % 10 == 0 ? 3 : 0);
+      const std::int64_t day = today - 86400 * static_cast<std::int64_t>(rng() % 4);
+      const std::int64_t at = day + static_cast<std::int64_t>(rng() % 600);
+      if (at > unix_now()) continue;
+      body += "{\"record_type\": 123, \"record_id\": " + std::to_string(id) + ", \"delta\": " +
+              std::to_string(delta) + ", \"at\": " + std::to_string(at) + "}\n";
+      total[id] += delta;
+      by_day[day][id] += delta;
+    }
+    auto& client = request % 2 == 0 ? ca : cb;
+    std::map<std::string, std::string> extra;
+    if (request % 3 == 0) extra = {{"Idempotency-Key", "top-" + std::to_string(request)}};
+    const auto r = client.request("POST", "/v1/increments", body, "application/x-ndjson", extra);
+    ASSERT_EQ(r.status, 202u) << r.body;
+    if (request % 8 == 7) {
+      ASSERT_TRUE(flush_until_ok(ca));
+      ASSERT_TRUE(flush_until_ok(cb));
+    }
+  }
+  ASSERT_TRUE(flush_until_ok(ca));
+  ASSERT_TRUE(flush_until_ok(cb));
+  const auto range_truth = [&](int days, std::size_t limit) {
+    std::map<std::uint64_t, std::int64_t> sums;
+    for (const auto& [day, ids] : by_day) {
+      if (day > today - 86400 * days)
+        for (const auto& [id, c] : ids) sums[id] += c;
+    }
+    return top_of(sums, limit);
+  };
+  const auto check = [&] {
+    for (const std::size_t limit : {1u, 3u, 10u, 1000u}) {
+      auto got = cb.get("/v1/top/downloads?limit=" + std::to_string(limit));
+      ASSERT_EQ(got.status, 200u) << got.body;
+      EXPECT_EQ(items_of(got.body), top_of(total, limit)) << "limit " << limit;
+      for (const int days : {1, 2, 4}) {
+        const std::string range = "&granularity=day&from=" +
+                                  std::to_string(today - 86400 * (days - 1)) +
+                                  "&to=" + std::to_string(today + 1);
+        got = ca.get("/v1/top/123?limit=" + std::to_string(limit) + range);
+        ASSERT_EQ(got.status, 200u) << got.body;
+        EXPECT_EQ(items_of(got.body), range_truth(days, limit))
+            << "limit " << limit << ", " << days << " days";
+      }
+    }
+  };
+  check();
+  // A reset lowers the totals and the buckets' totals: the leader leaves the ranking.
+  const auto leader = top_of(total, 1).at(0).first;
+  const auto reset = ca.request("DELETE", "/v1/counters/123/" + std::to_string(leader));
+  ASSERT_EQ(reset.status, 200u) << reset.body;
+  total.erase(leader);
+  for (auto& [day, ids] : by_day) ids.erase(leader);
+  check();
+  // It counts again from zero.
+  ASSERT_EQ(cb.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": " +
+                                          std::to_string(leader) + ", \"delta\": 1}")
+                .status,
+            202u);
+  ASSERT_TRUE(flush_until_ok(cb));
+  total[leader] = 1;
+  by_day[today][leader] = 1;
+  check();
+  EXPECT_EQ(ca.get("/v1/top/123?limit=0").status, 400u);
+  EXPECT_EQ(ca.get("/v1/top/123?limit=1001").status, 400u);
+}
+
+}  // namespace
+}  // namespace slotted::test
