@@ -9,6 +9,7 @@
 #include <csignal>
 #include <optional>
 
+#include "db/top.hpp"
 #include "http/passed_sockets.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
@@ -155,6 +156,7 @@ bool verify_database(const config::daemon_config& cfg) {
                            "slotted-counterd --migrate",
                        true);
   }
+  db::verify_totals_tables(*conn, cfg.mysql.table, config::bucket_spec_of(cfg));
   if (!cfg.log_sources.empty()) logs::verify_positions_table(*conn);
   return true;
 }

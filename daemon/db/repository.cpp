@@ -442,7 +442,6 @@ std::vector<std::string> missing_bucket_tables(connection& conn, const std::stri
     if (buckets.uses(g) && !table_exists(conn, bucket_table(table, g)))
       missing.push_back(bucket_table(table, g));
   }
-  for (auto& t : missing_totals_tables(conn, table, buckets)) missing.push_back(std::move(t));
   return missing;
 }
 

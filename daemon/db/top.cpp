@@ -72,6 +72,18 @@ std::vector<std::string> missing_totals_tables(connection& conn, const std::stri
   return missing;
 }
 
+void verify_totals_tables(connection& conn, const std::string& table,
+                          const store::bucket_spec& buckets) {
+  const auto missing = missing_totals_tables(conn, table, buckets);
+  if (missing.empty()) return;
+  throw db_error(0,
+                 "table `" + missing.front() +
+                     "` does not exist: every flush writes the totals of top-N "
+                     "(GET /v1/top) there since this version; run slotted-counterd --migrate "
+                     "(it creates the totals tables and fills them from the counts)",
+                 true);
+}
+
 std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const std::string& table,
                                                          std::uint32_t record_type,
                                                          std::size_t limit) {

@@ -38,6 +38,14 @@ void migrate_totals(connection& conn, const std::string& table, const store::buc
 std::vector<std::string> missing_totals_tables(connection& conn, const std::string& table,
                                                const store::bucket_spec& buckets);
 
+// Throws a fatal db_error naming the first of them and --migrate when one is missing (a
+// version before top-N, upgraded without --migrate): at start (app verify_database) and
+// at the flusher's schema check, as for a missing bucket table. The totals are written
+// in every batch's transaction; a batch committed without them would leave top-N short
+// of it for good, so nothing is flushed until --migrate has made (and filled) them.
+void verify_totals_tables(connection& conn, const std::string& table,
+                          const store::bucket_spec& buckets);
+
 // The upserts adding a batch's deltas to the totals: one statement for `rows` (summed
 // per counter; sorted by counter), one per granularity for `buckets` (summed per
 // counter and bucket, sorted). Pure; empty when there is nothing to add.

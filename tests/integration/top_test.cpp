@@ -203,5 +203,61 @@ TEST_F(ManyAndTop, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
   EXPECT_EQ(ca.get("/v1/top/123?limit=1001").status, 400u);
 }
 
+// A database of a version before top-N (no totals tables), upgraded without --migrate:
+// the start is refused with an error naming the missing table and --migrate (as for a
+// missing bucket table), never a daemon that runs but does not flush; --migrate then
+// creates the totals tables filled from the counts already there.
+TEST_F(ManyAndTop, AnUpgradeWithoutMigrateIsRefusedAtStartNamingTheTotalsTable) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  conn.execute("DROP TABLE slotted_counters_totals, slotted_counters_day_totals");
+  conn.execute(
+      "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES "
+      "(123, 5, 0, 7), (123, 5, 1, 2), (123, 6, 0, 4)");
+  for (const std::string flags : {"--check-config", ""}) {
+    std::string out;
+    EXPECT_NE(run_binary(yaml("top-a"), flags, out), 0) << flags << out;
+    EXPECT_NE(out.find("table `slotted_counters_totals` does not exist: every flush writes the "
+                       "totals of top-N"),
+              std::string::npos)
+        << flags << out;
+    EXPECT_NE(out.find("run slotted-counterd --migrate"), std::string::npos) << flags << out;
+  }
+  run_migrate();
+  daemon_process d(yaml("top-a"));
+  ASSERT_EQ(d.settle(), 200u);
+  http_client c(d.port());
+  const auto top = c.get("/v1/top/downloads");
+  ASSERT_EQ(top.status, 200u) << top.body;
+  EXPECT_EQ(items_of(top.body), (ranking{{5, 9}, {6, 4}}));
+}
+
+// The totals table dropped while the daemon runs: the flush stops with the same error
+// (no batch commits without its totals), nothing is dropped, and --migrate resumes it.
+TEST_F(ManyAndTop, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
+  run_migrate();
+  daemon_process d(yaml("top-a"));
+  ASSERT_EQ(d.settle(), 200u);
+  http_client c(d.port());
+  shared_mariadb().connect(database_).execute("DROP TABLE slotted_counters_totals");
+  ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": 4, \"delta\": 7}")
+                .status,
+            202u);
+  ASSERT_TRUE(eventually(
+      [&] {
+        c.request("POST", "/v1/flush");
+        return d.log().find("table `slotted_counters_totals` does not exist: every flush "
+                            "writes the totals of top-N") != std::string::npos;
+      },
+      30s))
+      << d.log();
+  EXPECT_EQ(c.get("/readyz").status, 503u);
+  run_migrate();
+  ASSERT_TRUE(flush_until_ok(c));
+  const auto top = c.get("/v1/top/downloads");
+  ASSERT_EQ(top.status, 200u) << top.body;
+  EXPECT_EQ(items_of(top.body), (ranking{{4, 7}}));
+}
+
 }  // namespace
 }  // namespace slotted::test
