@@ -88,9 +88,9 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
                                                          std::uint32_t record_type,
                                                          std::size_t limit) {
   // The positive totals, then (when fewer than `limit`) the negative ones: each one range
-  // of `by_count` read in its order, `limit` rows at most. One `count <> 0` would be two
-  // ranges, which the server sorts in full (every total of the record type) before the
-  // LIMIT: the cost then grows with the number of counters.
+  // of `by_count` read in its order, `limit` rows at most (EXPLAIN at 1M counters: a range
+  // read of by_count, no filesort; MariaDB 10.11 reads `count <> 0` the same way, so this
+  // split only keeps the plan from depending on how a server orders two ranges).
   std::vector<std::pair<std::uint64_t, __int128>> out;
   const auto read = [&](std::string_view sign) {
     if (out.size() >= limit) return;
