@@ -177,9 +177,12 @@ void counter_service::read_top(std::uint32_t record_type, std::optional<top_rang
   read_on(
       p_.db_workers,
       [this, record_type, range, limit] {
+        auto reading = range ? p_.flusher.read_top(record_type, limit, range->gran, range->from,
+                                                   range->to)
+                             : p_.flusher.read_top(record_type, limit);
+        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
         http::backend_result r;
-        r.top = range ? p_.flusher.read_top(record_type, limit, range->gran, range->from, range->to)
-                      : p_.flusher.read_top(record_type, limit);
+        r.top = std::move(reading.items);
         return r;
       },
       std::move(done));

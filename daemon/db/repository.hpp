@@ -161,7 +161,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
 // 5, 6); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 by a locking
 // read of their bucket rows, then sql.hpp reset_statements; 5 lowered by what it deleted;
-// 6); an adoption's batch (adopt/adopt.hpp: in place of 1 its
+// 6); logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row,
+// locked; then 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1 its
 // adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of
 // each counter by INSERT ... SELECT ... ORDER BY id; then 5, the same rows' totals; the owning rows it reads are a
 // consistent read, unlocked). An INSERT IGNORE of an adoption row (the roller's record

@@ -167,6 +167,12 @@ std::vector<std::pair<std::uint64_t, __int128>> best_of(
   return best;
 }
 
+// `select`, cut by the server after 5 s (MariaDB's max_statement_time, error 1969): a
+// top-N's statement never holds its connection of the flusher's pool for long.
+std::string time_limited(const std::string& select) {
+  return "SET STATEMENT max_statement_time = 5 FOR " + select;
+}
+
 // Runs `read` in one consistent read-only snapshot.
 template <typename Read>
 auto in_snapshot(connection& conn, Read read) {
@@ -184,6 +190,9 @@ auto in_snapshot(connection& conn, Read read) {
       }
     }
     throw;
+  } catch (const top_too_costly&) {
+    conn.execute("ROLLBACK");  // the connection goes back to the pool with no snapshot
+    throw;
   }
 }
 
@@ -191,7 +200,7 @@ auto in_snapshot(connection& conn, Read read) {
 
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
-    std::int64_t from, std::int64_t to, std::size_t limit) {
+    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows) {
   const std::int64_t step = store::seconds_of(g);
   std::vector<bucket_cursor> cursors;
   for (std::int64_t b = from; b <= to; b += step) cursors.push_back({b});
@@ -200,13 +209,26 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
   std::unordered_map<std::uint64_t, __int128> sums;  // every record id met, its range sum
   return in_snapshot(conn, [&] {
     std::vector<std::pair<std::uint64_t, __int128>> best;
+    const auto too_costly = [&] {
+      return top_too_costly("this top-N would read more than " + std::to_string(max_rows) +
+                            " rows (a long range, or counts tied across many records): ask "
+                            "for a shorter range, a coarser granularity or a smaller limit");
+    };
+    // One round reads up to a page of every bucket: refused before any statement when
+    // that alone could pass the bound (e.g. limit 1000 over 400 hours).
+    if (cursors.size() * page > max_rows) throw too_costly();
+    std::size_t rows_read = 0;
+    const auto count_rows = [&](std::size_t n) {
+      rows_read += n;
+      if (rows_read > max_rows) throw too_costly();
+    };
     while (true) {
       std::vector<std::size_t> asked;
       const std::string sql = round_select(bt, g, record_type, cursors, page, asked);
       if (asked.empty()) break;
       std::vector<std::size_t> got(cursors.size(), 0);
       std::vector<std::uint64_t> fresh;
-      for (const auto& row : conn.query(sql)) {
+      for (const auto& row : conn.query(time_limited(sql))) {
         const auto i = static_cast<std::size_t>(id_of(row[0]));
         auto& c = cursors[i];
         c.started = true;
@@ -218,14 +240,21 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
       for (const auto i : asked) {
         if (got[i] < page) cursors[i].done = true;
       }
-      if (!fresh.empty()) {
+      std::size_t round_rows = 0;
+      for (const auto n : got) round_rows += n;
+      count_rows(round_rows + fresh.size());
+      // Summed 1000 record ids a statement (a statement stays far below max_allowed_packet).
+      for (std::size_t at = 0; at < fresh.size(); at += 1000) {
         std::string ids;
-        for (const auto id : fresh) ids += (ids.empty() ? "" : ",") + num(id);
-        for (const auto& row : conn.query(
+        for (std::size_t k = at; k < std::min(fresh.size(), at + 1000); ++k) {
+          if (!ids.empty()) ids += ',';
+          ids += num(fresh[k]);
+        }
+        for (const auto& row : conn.query(time_limited(
                  "SELECT `record_id`, SUM(`count`) FROM " + bt + " WHERE `record_type` = " +
                  num(record_type) + " AND `record_id` IN (" + ids + ") AND `bucket` BETWEEN " +
                  bucket_literal(g, from) + " AND " + bucket_literal(g, to) +
-                 " GROUP BY `record_id`")) {
+                 " GROUP BY `record_id`"))) {
           sums[id_of(row[0])] = decimal_of(row[1]);
         }
       }

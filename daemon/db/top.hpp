@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,11 +76,22 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
                                                          std::uint32_t record_type,
                                                          std::size_t limit);
 
+// What one bucketed top-N may read (rows of the round statements plus record ids summed)
+// before it stops: with counts tied across many record ids over a long range the merge
+// would read on to every row of the range, holding a connection of the flusher's pool.
+constexpr std::size_t max_top_rows = 200'000;
+
+// A bucketed top-N stopped at `max_rows` (see max_top_rows); nothing else changed.
+struct top_too_costly : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // The same over the sums of the `g` buckets starting in [from, to] (bucket-aligned), by
 // an exact threshold-algorithm merge of the buckets' count-ordered indexes, in one
-// consistent snapshot (see top.cpp for its cost). Throws db_error.
+// consistent snapshot (see top.cpp for its cost). Each statement is cut by the server
+// after 5 s (max_statement_time). Throws db_error, or top_too_costly past `max_rows`.
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
-    std::int64_t from, std::int64_t to, std::size_t limit);
+    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows = max_top_rows);
 
 }  // namespace slotted::db

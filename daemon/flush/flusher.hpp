@@ -88,6 +88,11 @@ struct counter_reading {
 
 // Many counters of one record type (GET /v1/counters/{t}?ids=...): one entry per id
 // asked for, in that order, each exact as counter_reading is.
+struct top_reading {
+  std::vector<std::pair<std::uint64_t, __int128>> items;  // (record_id, count), best first
+  std::string retry;  // not empty: no answer, and why (another top-N running, too costly)
+};
+
 struct totals_reading {
   struct total {
     std::uint64_t record_id = 0;
@@ -192,9 +197,12 @@ class flusher final : public store::batch_queue {
   totals_reading read_totals(std::uint32_t record_type, std::span<const std::uint64_t> record_ids);
 
   // Top-N (db/top.hpp): the `limit` largest persisted totals of `record_type`, or with
-  // `g` those of the sums of its buckets starting in [from, to] (bucket-aligned).
-  // multi_reader.cpp. Blocking: call from a database worker thread. Throws db_error.
-  std::vector<std::pair<std::uint64_t, __int128>> read_top(
+  // `g` those of the sums of its buckets starting in [from, to] (bucket-aligned). One at
+  // a time per instance (a second meanwhile is told to retry), so top-N reads never hold
+  // more than one connection of the pool the flushes need; a bucketed one past
+  // db::max_top_rows stops. multi_reader.cpp. Blocking: call from a database worker
+  // thread. Throws db_error.
+  top_reading read_top(
       std::uint32_t record_type, std::size_t limit,
       std::optional<store::granularity> g = std::nullopt, std::int64_t from = 0,
       std::int64_t to = 0);
@@ -381,6 +389,7 @@ class flusher final : public store::batch_queue {
   // may not include them (see read_total).
   std::uint64_t generation_ = 0;
 
+  std::atomic<bool> top_running_{false};  // a read_top() holds a connection
   std::atomic<bool> ready_{false};
   std::atomic<bool> reachable_{true};
   // True while a cycle runs; last_progress_ holds steady_clock ticks of its last sign

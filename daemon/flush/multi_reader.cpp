@@ -50,19 +50,30 @@ totals_reading flusher::read_totals(std::uint32_t record_type,
   return reading;
 }
 
-std::vector<std::pair<std::uint64_t, __int128>> flusher::read_top(std::uint32_t record_type,
-                                                                  std::size_t limit,
-                                                                  std::optional<store::granularity> g,
-                                                                  std::int64_t from, std::int64_t to) {
+top_reading flusher::read_top(std::uint32_t record_type, std::size_t limit,
+                              std::optional<store::granularity> g, std::int64_t from,
+                              std::int64_t to) {
+  top_reading reading;
+  if (top_running_.exchange(true)) {
+    reading.retry = "another top-N read is running on this instance; retry shortly";
+    return reading;
+  }
+  struct done_guard {
+    std::atomic<bool>& running;
+    ~done_guard() { running.store(false); }
+  } done{top_running_};
   try {
-    return pool_.acquire().use([&](db::connection& conn) {
+    reading.items = pool_.acquire().use([&](db::connection& conn) {
       if (!g) return db::read_top(conn, settings_.table, record_type, limit);
       return db::read_top_buckets(conn, settings_.table, *g, record_type, from, to, limit);
     });
+  } catch (const db::top_too_costly& e) {
+    reading.retry = e.what();
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
     throw;
   }
+  return reading;
 }
 
 }  // namespace slotted::flush

@@ -140,6 +140,16 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
   const auto positions = shared_mariadb().query_int(
       db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
   EXPECT_EQ(positions, 1);
+  // The totals of top-N hold every counted line too (written in the same transaction):
+  // one row per counter, equal to the sum of its slots.
+  EXPECT_EQ(shared_mariadb().query_int(
+                db_, "SELECT COUNT(*) FROM (SELECT record_type, record_id, SUM(`count`) AS s "
+                     "FROM slotted_counters GROUP BY record_type, record_id) c LEFT JOIN "
+                     "slotted_counters_totals t USING (record_type, record_id) "
+                     "WHERE t.`count` IS NULL OR t.`count` <> c.s"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_totals"),
+            static_cast<std::int64_t>(expected_.size()));
 }
 
 TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {

@@ -10,6 +10,7 @@
 #include <random>
 #include <regex>
 
+#include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -257,6 +258,37 @@ TEST_F(ManyAndTop, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
   const auto top = c.get("/v1/top/downloads");
   ASSERT_EQ(top.status, 200u) << top.body;
   EXPECT_EQ(items_of(top.body), (ranking{{4, 7}}));
+}
+
+// A bucketed top-N whose merge would read past its row bound (here every count tied:
+// the merge reads on to every row of the range) stops with top_too_costly and leaves
+// its connection with no snapshot open, to go back to the pool; a range whose first
+// round alone could pass the bound is refused before any statement; under the bound the
+// same read answers exactly (ties by smaller record_id).
+TEST_F(ManyAndTop, ABucketedTopNPastItsRowBoundStopsAndLeavesNoSnapshot) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  // 300 records, each counted once on each of 30 days: 9,000 rows, all tied.
+  conn.execute(
+      "INSERT INTO slotted_counters_day_totals (record_type, record_id, bucket, count) "
+      "SELECT 123, r.seq, '2026-01-01' + INTERVAL d.seq DAY, 1 FROM seq_1_to_300 r, "
+      "seq_0_to_29 d");
+  const std::int64_t from = 1767225600;  // 2026-01-01
+  const std::int64_t to = from + 29 * 86400;
+  const auto g = store::granularity::day;
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 10, 2000),
+               db::top_too_costly);
+  EXPECT_EQ(conn.query("SELECT @@in_transaction").at(0).at(0).value_or("?"), "0");
+  // Limit 100 reads a first round of 30 x 150 rows: refused before it.
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 100, 4000),
+               db::top_too_costly);
+  EXPECT_EQ(conn.query("SELECT @@in_transaction").at(0).at(0).value_or("?"), "0");
+  const auto top = db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 20000);
+  ASSERT_EQ(top.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(top[i].first, i + 1);
+    EXPECT_TRUE(top[i].second == 30);
+  }
 }
 
 }  // namespace
