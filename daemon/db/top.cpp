@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -42,22 +43,42 @@ bool table_exists(connection& conn, std::string_view name) {
 
 }  // namespace
 
+namespace {
+// Creates `target` (its CREATE TABLE `ddl`) already filled by `fill` (an INSERT ...
+// SELECT given the table to fill), so that it never exists empty or part filled: built
+// under a scratch name, then renamed into place by one atomic RENAME TABLE. A scratch
+// table left by a crash is dropped and built again.
+void create_filled(connection& conn, const std::string& target, std::string ddl,
+                   const std::function<std::string(const std::string&)>& fill) {
+  const std::string scratch = target + "_filling";
+  const auto at = ddl.find(quote_identifier(target));
+  ddl.replace(at, quote_identifier(target).size(), quote_identifier(scratch));
+  conn.execute("DROP TABLE IF EXISTS " + quote_identifier(scratch));
+  conn.execute(ddl);
+  conn.execute(fill(quote_identifier(scratch)));
+  conn.execute("RENAME TABLE " + quote_identifier(scratch) + " TO " + quote_identifier(target));
+}
+}  // namespace
+
 void migrate_totals(connection& conn, const std::string& table, const store::bucket_spec& buckets) {
   if (!table_exists(conn, totals_table(table))) {
-    conn.execute(create_totals_table(table));
-    conn.execute("INSERT INTO " + quote_identifier(totals_table(table)) +
-                 " (`record_type`, `record_id`, `count`) SELECT `record_type`, `record_id`, "
-                 "SUM(`count`) FROM " +
-                 quote_identifier(table) + " GROUP BY `record_type`, `record_id`");
+    create_filled(conn, totals_table(table), create_totals_table(table), [&](const std::string& into) {
+      return "INSERT INTO " + into +
+             " (`record_type`, `record_id`, `count`) SELECT `record_type`, `record_id`, "
+             "SUM(`count`) FROM " +
+             quote_identifier(table) + " GROUP BY `record_type`, `record_id`";
+    });
   }
   for (const auto g : store::all_granularities) {
     if (!buckets.uses(g) || table_exists(conn, bucket_totals_table(table, g))) continue;
-    conn.execute(create_bucket_totals_table(table, g));
-    conn.execute("INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
-                 " (`record_type`, `record_id`, `bucket`, `count`) SELECT `record_type`, "
-                 "`record_id`, `bucket`, SUM(`count`) FROM " +
-                 quote_identifier(bucket_table(table, g)) +
-                 " GROUP BY `record_type`, `record_id`, `bucket`");
+    create_filled(conn, bucket_totals_table(table, g), create_bucket_totals_table(table, g),
+                  [&](const std::string& into) {
+                    return "INSERT INTO " + into +
+                           " (`record_type`, `record_id`, `bucket`, `count`) SELECT "
+                           "`record_type`, `record_id`, `bucket`, SUM(`count`) FROM " +
+                           quote_identifier(bucket_table(table, g)) +
+                           " GROUP BY `record_type`, `record_id`, `bucket`";
+                  });
   }
 }
 
