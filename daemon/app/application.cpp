@@ -292,14 +292,14 @@ std::uint16_t application::port() const {
   return 0;
 }
 
-void application::replay_wal(const wal::open_options& options) {
+void application::replay_wal(const durable::recover_options& options) {
   ::signal(SIGXFSZ, SIG_IGN);  // a file-size limit must fail the write, not kill us
   // Replay and snapshot grow with what the WAL holds: under systemd the start timeout is
   // extended while they make progress (see notify::startup_extender).
   notify::startup_extender extend_start;
-  wal::open_options with_buckets = options;
+  durable::recover_options with_buckets = options;
   with_buckets.buckets = store_.buckets();
-  auto recovered = wal_->open(with_buckets);
+  auto recovered = durable::recover(*wal_, with_buckets);
   store_.add_deltas(recovered.deltas);
   {
     // Keyed requests come back pending, or in their logged batches; the index knows

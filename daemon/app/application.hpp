@@ -36,6 +36,7 @@
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
 #include "util/log.hpp"
+#include "durable/recovery.hpp"
 #include "wal/wal.hpp"
 
 namespace slotted {
@@ -96,7 +97,7 @@ class application final {
   int run_until_stopped();
 
  private:
-  void replay_wal(const wal::open_options& options);
+  void replay_wal(const durable::recover_options& options);
   // start(), in order.
   std::vector<http::passed_socket> open_listeners();
   void start_components();

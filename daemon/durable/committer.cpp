@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "util/log.hpp"
-#include "wal/record.hpp"
+#include "durable/recovery.hpp"
 
 namespace slotted::durable {
 
@@ -41,8 +41,9 @@ struct committer::request {
 
 // The requests of one group that one HTTP thread applies and answers.
 struct committer::job {
-  std::mutex mutex;
-  bool applied = false;  // under mutex: the logged increments are in the store
+  util::mutex mutex;
+  bool applied GUARDED_BY(mutex) = false;  // the logged increments are in the store
+  // No lock: filled before the job is shared; only apply_whole then moves `keyed` out.
   std::vector<request> requests;
   std::size_t keys = 0;         // logged increments, counted in unapplied_keys_
   std::uint64_t magnitude = 0;  // their |delta|, counted in unapplied_magnitude_
@@ -52,6 +53,8 @@ struct committer::job {
 committer::committer(wal::write_ahead_log& log, store::pending_store& store,
                      std::size_t max_pending_keys)
     : log_(log),
+      log_config_(log.config()),
+      log_metrics_(log.metrics()),
       store_(store),
       max_pending_keys_(max_pending_keys),
       synced_(log.config().fsync == config::fsync_mode::always) {}
@@ -63,22 +66,24 @@ committer::~committer() {
 void committer::start(store::batch_queue& queue) {
   queue_ = &queue;
   // Everything replayed is logged again as one snapshot; the old segments then go.
+  util::unique_lock log_lock(log_mutex_);  // no other thread yet; snapshot() requires it
   if (!snapshot())
     throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
                          log_.last_error());
+  log_lock.unlock();
   started_ = true;
   thread_ = std::thread([this] { run(); });
 }
 
 void committer::stop() {
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard log_lock(log_mutex_);
+  util::lock_guard log_lock(log_mutex_);
   closed_ = true;
   // Releases queued after the thread's last look, in their order (takes and the other
   // waited-for tasks are refused once stopping_ is set, see on_log_thread). A release
@@ -86,7 +91,7 @@ void committer::stop() {
   // replay sends those batches again, which the ledger makes no-ops.
   std::deque<std::function<void()>> left;
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     left.swap(tasks_);
   }
   for (auto& task : left) task();
@@ -94,8 +99,7 @@ void committer::stop() {
   // stopped, its post never run): into the store now, and out of unapplied_. The last
   // reference to its job, and so to the answer callbacks and the sessions they hold, is
   // then the loop's queued handler, destroyed with its io_context, not by this object
-  // after the loops are gone. Those requests are never answered; they replay from the
-  // WAL.
+  // after the loops are gone. Those requests are never answered; the WAL replays them.
   drain();
   if (started_ && log_.unsynced()) log_.sync();
 }
@@ -104,7 +108,7 @@ void committer::submit(std::vector<ingest::increment>&& increments, net::io_cont
                        done_fn done) {
   request r{std::move(increments), {}, home, std::move(done)};
   // Encoded here, on the submitting thread: the log thread only concatenates.
-  wal::append_increments(r.record, r.increments);
+  append_increments(r.record, r.increments);
   r.magnitude = store::pending_store::magnitude(r.increments);
   queue(std::move(r));
 }
@@ -113,7 +117,7 @@ void committer::queue(request&& r) {
   r.on_loop = runs_here(r.home);
   net::io_context* const home = r.on_loop ? r.home : nullptr;
   {
-    std::unique_lock lock(mutex_);
+    util::unique_lock lock(mutex_);
     if (stopping_) {
       lock.unlock();
       r.done(commit_result::log_unavailable);
@@ -140,7 +144,7 @@ void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context
               if (result != commit_result::applied) keyed_->abandon(key);
               done(result);
             }};
-  wal::append_keyed(r.record, keyed);
+  append_keyed(r.record, keyed);
   r.keyed = std::move(keyed);
   queue(std::move(r));
 }
@@ -150,13 +154,13 @@ auto committer::on_log_thread(Task task) {
   using result_type = decltype(task());
   std::promise<result_type> result;
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     // Checked as it is queued: the log thread exits only once stopping_ is set and
     // tasks_ is empty, so a task queued before runs. Run here instead, a take could
     // overtake a release still queued, which would then log the take's batches as
     // committed.
     if (stopping_) return result_type{};
-    tasks_.push_back([&] {
+    tasks_.push_back([&]() REQUIRES(log_mutex_) {
       // An exception (bad_alloc forming batches) goes to the caller, not out of the log
       // thread (which would end the process).
       try {
@@ -177,7 +181,7 @@ auto committer::on_log_thread(Task task) {
 
 bool committer::take(const former& form, const publisher& publish) {
   // Once stop() began: false, nothing taken, the store keeps it.
-  return on_log_thread([&] {
+  return on_log_thread([&]() REQUIRES(log_mutex_) {
     // The cut: everything logged before the batches record is in the store, and
     // nothing logged after it can be (no group is written until this returns).
     drain();
@@ -186,7 +190,7 @@ bool committer::take(const former& form, const publisher& publish) {
     // `form` takes the keyed requests too (they may be all there is).
     auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
     if (batches.empty()) return true;  // nothing, or only zero net deltas
-    if (!log_.log_batches(batches)) {
+    if (!durable::log_batches(log_, batches)) {
       // Nothing of these batches may commit unlogged: back where they came from.
       std::vector<store::pending_delta> back;
       std::vector<idempotency::keyed_request> keyed_back;
@@ -211,15 +215,15 @@ bool committer::take(const former& form, const publisher& publish) {
 
 void committer::release(std::uint64_t min_queued_tag) {
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     min_queued_tag_ = min_queued_tag;
-    tasks_.push_back([this] {
+    tasks_.push_back([this]() REQUIRES(log_mutex_) {
       std::uint64_t min_tag = 0;
       {
-        std::lock_guard l(mutex_);
+        util::lock_guard l(mutex_);
         min_tag = min_queued_tag_;
       }
-      log_.release(min_tag);
+      durable::release(log_, min_tag);
     });
   }
   wake_.notify_one();
@@ -227,25 +231,25 @@ void committer::release(std::uint64_t min_queued_tag) {
 
 bool committer::batches_logged_committed() {
   // Once stop() began: false (stop() runs what is queued, nothing after it).
-  return on_log_thread([this] {
+  return on_log_thread([this]() REQUIRES(log_mutex_) {
     std::uint64_t min_tag = 0;
     {
-      std::lock_guard l(mutex_);
+      util::lock_guard l(mutex_);
       min_tag = min_queued_tag_;
     }
-    log_.release(min_tag);  // logs the committed record if nothing is queued
+    durable::release(log_, min_tag);  // logs the committed record if nothing is queued
     return log_.batches_logged_committed();
   });
 }
 
 std::optional<std::int64_t> committer::drop_pending(const store::counter_key& key) {
   // Once stop() began: nullopt, nothing dropped.
-  return on_log_thread([&]() -> std::optional<std::int64_t> {
+  return on_log_thread([&]() REQUIRES(log_mutex_) -> std::optional<std::int64_t> {
     // The cut, as for a take: everything logged so far is in the store, and nothing
     // logged after the record can be (no group is written until this returns).
     drain();
     std::string record;
-    wal::append_reset(record, key);
+    append_reset(record, key);
     // Synced in every wal.fsync mode: the reset is answered only once it holds.
     if (!log_.append(record, true)) return std::nullopt;
     return store_.drop(key);
@@ -253,8 +257,8 @@ std::optional<std::int64_t> committer::drop_pending(const store::counter_key& ke
 }
 
 void committer::run() {
-  std::unique_lock lock(mutex_);
-  const auto& cfg = log_.config();
+  util::unique_lock lock(mutex_);
+  const auto& cfg = log_config_;
   const bool interval_mode = cfg.fsync == config::fsync_mode::interval;
   // Appends happen on other threads without a word to this one: it looks at the log
   // when the oldest unsynced append may be due, or an interval from now.
@@ -268,18 +272,18 @@ void committer::run() {
   std::optional<std::uint64_t> dequeued_seen;  // dequeued_ at a look that found requests
   while (true) {
     // Stopping, it waits for a leader still writing (which wakes it once done).
-    const auto has_work = [&] {
+    const auto has_work = [&]() REQUIRES(mutex_) {
       return (stopping_ && !leading_) || snapshot_wanted_ || log_wanted_ || !tasks_.empty();
     };
     const auto safety_deadline = clock::now() + safety_look;
-    const bool woken = wake_.wait_until(
-        lock, interval_mode ? std::min(next_look, safety_deadline) : safety_deadline, has_work);
+    const bool woken = lock.wait_until(
+        wake_, interval_mode ? std::min(next_look, safety_deadline) : safety_deadline, has_work);
     while (!tasks_.empty()) {
       auto task = std::move(tasks_.front());
       tasks_.pop_front();
       lock.unlock();
       {
-        std::lock_guard log_lock(log_mutex_);
+        util::lock_guard log_lock(log_mutex_);
         task();
       }
       lock.lock();
@@ -298,7 +302,7 @@ void committer::run() {
     snapshot_wanted_ = false;  // looked at below
     lock.unlock();
     {
-      std::lock_guard log_lock(log_mutex_);
+      util::lock_guard log_lock(log_mutex_);
       if (interval_mode && log_.unsynced() && clock::now() >= log_.last_sync() + cfg.fsync_interval)
         log_.sync();
       // Nothing unsynced: an append after this look is due an interval from now at most.
@@ -364,7 +368,7 @@ void committer::lead(bool log_thread) {
 }
 
 void committer::lead_groups(bool log_thread) {
-  std::unique_lock lock(mutex_);
+  util::unique_lock lock(mutex_);
   while (true) {
     if (leading_ || pending_.empty()) return;
     if (stopping_ && !log_thread) {
@@ -375,7 +379,7 @@ void committer::lead_groups(bool log_thread) {
     }
     leading_ = true;
     lock.unlock();
-    std::unique_lock log_lock(log_mutex_, std::defer_lock);
+    util::unique_lock log_lock(log_mutex_, std::defer_lock);
     if (log_thread) {
       log_lock.lock();
     } else if (!log_lock.try_lock()) {
@@ -453,7 +457,7 @@ std::vector<committer::request> committer::dequeue_group() {
 void committer::count_group(std::size_t requests, bool log_thread) {
   groups_.fetch_add(1, std::memory_order_relaxed);
   grouped_requests_.fetch_add(requests, std::memory_order_relaxed);
-  log_.metrics().wal_group_requests.Observe(static_cast<double>(requests));
+  log_metrics_.wal_group_requests.Observe(static_cast<double>(requests));
   if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -465,7 +469,7 @@ void committer::write_group(std::vector<request>& group,
   bool any_logged = false;
   std::size_t new_keys = 0;     // keys the requests logged in `bytes` may create
   std::uint64_t unapplied = 0;  // their |delta|
-  const auto write_chunk = [&] {
+  const auto write_chunk = [&]() REQUIRES(log_mutex_) {
     if (any_logged && !log_.append(bytes, synced_)) {
       // One write for all of them: none is logged, none is applied or acknowledged.
       for (auto& r : chunk) {
@@ -524,7 +528,8 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
       util::lock_guard lock(unapplied_mutex_);
       unapplied_.push_back(j);
     } else {
-      j->applied = true;  // nothing to apply
+      util::lock_guard lock(j->mutex);  // not shared yet: for the analysis
+      j->applied = true;                // nothing to apply
     }
     auto* home = j->requests.front().home;
     if (home == nullptr || runs_here(home)) {
@@ -545,7 +550,7 @@ void committer::apply(job& j) {
 }
 
 void committer::apply_whole(job& j) {
-  std::lock_guard lock(j.mutex);
+  util::lock_guard lock(j.mutex);
   if (j.applied) return;
   for (auto& r : j.requests) {
     if (r.result != commit_result::applied) continue;
@@ -585,7 +590,7 @@ bool committer::snapshot() {
   const auto batches = queue_->queued_copy();
   const auto keyed =
       keyed_ != nullptr ? keyed_->pending_copy() : std::vector<idempotency::keyed_request>{};
-  const auto tag = log_.snapshot(batches, deltas, keyed);
+  const auto tag = durable::log_snapshot(log_, batches, deltas, keyed);
   if (tag == 0) return false;
   // Only now that the snapshot holds them do the queued batches belong to it.
   queue_->retag_all(tag);

@@ -147,7 +147,7 @@ class committer final : public store::batch_source {
   // and the check is exact. Under log_mutex_.
   template <typename BeforeDrain>
   commit_result admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
-                      BeforeDrain before_drain);
+                      BeforeDrain before_drain) REQUIRES(log_mutex_);
   // Queues `r` for the next group and makes sure a leader writes it: at the end of this
   // loop turn when submitted on its HTTP loop, else now, on this thread. Once stop()
   // began: answers log_unavailable.
@@ -162,55 +162,65 @@ class committer final : public store::batch_source {
   void lead_groups(bool log_thread);
   // The next group: queued requests in order, up to max_group_bytes (at least one).
   // Under mutex_.
-  std::vector<request> dequeue_group();
+  std::vector<request> dequeue_group() REQUIRES(mutex_);
   // A written group's metrics.
   void count_group(std::size_t requests, bool log_thread);
   void run();
   // Writes `group` (one pwrite, and one fdatasync with wal.fsync always, unless the
   // pending-sum bound needs a drain in between) and hands its requests on: those this
   // thread applies and answers itself go to `local`. Under log_mutex_.
-  void write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local);
+  void write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local)
+      REQUIRES(log_mutex_);
   // Registers `chunk`'s logged requests as unapplied and posts each HTTP loop its
   // requests, but those of this thread (its own loop, or none), which go to `local`.
-  void dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local);
+  // Under log_mutex_: registered before the log is free, so the next take applies them.
+  void dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local)
+      REQUIRES(log_mutex_);
   // Applies a job's logged increments unless that was done; idempotent.
   void apply(job& j);        // ends the process on an exception: see the .cpp
   void apply_whole(job& j);
   void apply_and_answer(job& j);
-  // Applies every increment logged so far (on the log thread, between groups).
-  void drain();
-  bool snapshot();
-  // Runs `task` on the log thread between two groups and waits for it; once stop()
-  // began, runs nothing and returns a value-initialised result (false).
+  // Applies every increment logged so far (on the log thread, between groups; with the
+  // log held, so that nothing is logged meanwhile: the cut).
+  void drain() REQUIRES(log_mutex_);
+  bool snapshot() REQUIRES(log_mutex_);
+  // Runs `task` on the log thread between two groups, under log_mutex_ (so `task` is
+  // written [&]() REQUIRES(log_mutex_) { ... }), and waits for it; once stop() began,
+  // runs nothing and returns a value-initialised result (false).
   template <typename Task>
   auto on_log_thread(Task task);
 
-  wal::write_ahead_log& log_;
+  wal::write_ahead_log& log_ GUARDED_BY(log_mutex_);
+  // The log's settings and metrics: fixed, thread-safe, read without log_mutex_.
+  const config::wal_config& log_config_;
+  metrics::registry& log_metrics_;
   store::pending_store& store_;
   std::size_t max_pending_keys_;
   const bool synced_;  // wal.fsync always: each group is synced before it is answered
   // Guards log_ (not thread-safe) and makes check-then-append one step.
-  std::mutex log_mutex_;
+  util::mutex log_mutex_;
   std::atomic<bool> closed_{false};  // stop() began: nothing more is logged
   store::batch_queue* queue_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;
 
-  std::mutex mutex_;
+  util::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<request> pending_;  // queued for the next group
+  std::deque<request> pending_ GUARDED_BY(mutex_);  // queued for the next group
   // Leader progress (requests taken from pending_, groups ended): run()'s safety net.
-  std::uint64_t dequeued_ = 0;
-  bool leading_ = false;         // a leader is writing a group
+  std::uint64_t dequeued_ GUARDED_BY(mutex_) = 0;
+  bool leading_ GUARDED_BY(mutex_) = false;  // a leader is writing a group
   // A leader found the log held (a task on the log thread): the log thread writes what
   // is queued once its task is done.
-  bool log_wanted_ = false;
-  std::deque<std::function<void()>> tasks_;  // run on the log thread between groups
-  bool stopping_ = false;
-  bool started_ = false;
+  bool log_wanted_ GUARDED_BY(mutex_) = false;
+  // Run on the log thread between groups, under log_mutex_ (a call through
+  // std::function: the analysis does not check it).
+  std::deque<std::function<void()>> tasks_ GUARDED_BY(mutex_);
+  bool stopping_ GUARDED_BY(mutex_) = false;
   // A leader found a snapshot due (the log thread has no other reason to wake while
   // nothing is taken, as during a database outage).
-  bool snapshot_wanted_ = false;
-  std::uint64_t min_queued_tag_ = UINT64_MAX;
+  bool snapshot_wanted_ GUARDED_BY(mutex_) = false;
+  std::uint64_t min_queued_tag_ GUARDED_BY(mutex_) = UINT64_MAX;
+  bool started_ = false;  // no lock: written by start(), read by stop(), on one thread
 
   // Jobs logged and not yet applied, and upper bounds of what they will add: the keys
   // they may create (for the pending limit) and the sum of |delta| (for the bound).

@@ -14,14 +14,14 @@ namespace slotted::flush {
 
 void flusher::set_committing(bool committing) {
   {
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     if ((generation_ % 2 == 1) != committing) ++generation_;
   }
   generation_changed_.notify_all();
 }
 
 void flusher::publish(std::vector<flush_batch>&& batches) {
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   for (auto& b : batches) {
     queued_rows_ += rows_held(b);
     queued_.push_back(std::move(b));
@@ -35,7 +35,7 @@ void flusher::enqueue(std::vector<flush_batch> batches) {
   // (expand_recovered for the parts of a split one, else its own commit attempt). Until
   // then a read would count it twice, in the table and as queued: reads wait for the
   // answer or say retry (read_stable).
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   for (auto& b : batches) {
     b.recovered = true;
     queued_rows_ += rows_held(b);
@@ -46,12 +46,12 @@ void flusher::enqueue(std::vector<flush_batch> batches) {
 }
 
 std::vector<flush_batch> flusher::queued_copy() {
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   return {queued_.begin(), queued_.end()};
 }
 
 void flusher::retag_all(std::uint64_t tag) {
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   for (auto& b : queued_) b.wal_tag = tag;
 }
 
@@ -59,7 +59,7 @@ void flusher::release_source() {
   if (source_ == nullptr) return;
   std::uint64_t min_tag = UINT64_MAX;
   {
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     for (const auto& b : queued_) min_tag = std::min(min_tag, b.wal_tag);
   }
   source_->release(min_tag);
@@ -75,6 +75,11 @@ void flusher::unmark_in_flight(queue_position it) {
   std::erase(in_flight_, &*it);
   if (in_flight_.empty()) ++generation_;
   metrics_.flush_batches_in_flight.Set(static_cast<double>(in_flight_.size()));
+}
+
+bool flusher::deadline_hit() const {
+  util::lock_guard lock(queue_mutex_);
+  return deadline_hit_;
 }
 
 flusher::queue_position flusher::next_batch() {
@@ -98,7 +103,7 @@ flusher::queue_position flusher::next_batch() {
 void flusher::expand_recovered(db::connection& conn, std::uint64_t run) {
   // One look at the ledger for every queued batch of that run.
   const auto committed = db::committed_split_parts(conn, settings_.instance_id, run);
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   for (auto it = queued_.begin(); it != queued_.end();) {
     flush_batch& b = *it;
     // A keyed batch stays whole: its keys tell which of its requests committed.
@@ -131,7 +136,7 @@ void flusher::update_gauges() {
   std::optional<clock::time_point> oldest = store_.oldest();
   std::size_t queued_rows = 0;
   {
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     queued_rows = queued_rows_;
     if (!queued_.empty() && (!oldest || queued_.front().oldest_arrival < *oldest)) {
       oldest = queued_.front().oldest_arrival;

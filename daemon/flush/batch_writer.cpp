@@ -79,7 +79,7 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
     // order against the batches before and after it.
     auto [left, right] = split_batch(batch);
     if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right, settings_.buckets);
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     queued_rows_ = queued_rows_ - rows_held(batch) + rows_held(left) + rows_held(right);
     queued_.insert(it, std::move(left));
     queued_.insert(it, std::move(right));
@@ -114,7 +114,7 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
     log::info("batch ", batch.seq, " of run ", batch.run_id,
               " was already committed (found in the ledger); not applied again");
   }
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   queued_rows_ -= rows_held(batch);
   std::erase(in_doubt_, &*it);
   // Gone from the queue before the generation turns even: a read that waited for the
@@ -131,7 +131,7 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
   for (;;) {
     queue_position it;
     {
-      std::unique_lock lock(queue_mutex_);
+      util::unique_lock lock(queue_mutex_);
       for (;;) {
         if (round.stop) return lost;
         // Nothing left that is not in flight: this writer is done (another one's
@@ -147,7 +147,7 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
         it = next_batch();
         if (it != queued_.end()) break;
         // Every waiting batch conflicts with one before it: wait for a flight to end.
-        writers_wake_.wait(lock);
+        lock.wait(writers_wake_);
       }
       mark_in_flight(it);
     }
@@ -155,7 +155,7 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
     try {
       const auto attempt = commit_with_retries(conn, *it, dirty);
       const std::size_t written = pop_committed(it, attempt);
-      std::lock_guard lock(queue_mutex_);
+      util::lock_guard lock(queue_mutex_);
       round.written += written;
       round.popped = true;
     } catch (...) {
@@ -172,7 +172,7 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
         // a lost connection, and the batch resolved against the ledger.
         lost = true;
       }
-      std::lock_guard lock(queue_mutex_);
+      util::lock_guard lock(queue_mutex_);
       if (lost && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
         in_doubt_.push_back(&*it);
       unmark_in_flight(it);
@@ -217,7 +217,7 @@ void flusher::write_batches_on_lease(write_round& round) {
   } catch (...) {
     // Not a database error (a refused connection is handled above): the round stops as
     // after any writer's error.
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     round.stop = true;
     if (!round.error) round.error = std::current_exception();
     writers_wake_.notify_all();
@@ -232,7 +232,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
   for (;;) {
     std::optional<std::uint64_t> run;
     {
-      std::lock_guard lock(queue_mutex_);
+      util::lock_guard lock(queue_mutex_);
       for (const auto& b : queued_) {
         if (b.recovered) {
           run = b.run_id;
@@ -242,7 +242,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
     }
     if (!run) break;
     if (past_deadline()) {
-      std::lock_guard lock(queue_mutex_);
+      util::lock_guard lock(queue_mutex_);
       deadline_hit_ = true;
       return 0;
     }
@@ -261,7 +261,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
   // live on this stack.
   std::size_t helpers = 0;
   {
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     const std::size_t waiting = queued_.size();
     helpers = std::min<std::size_t>(settings_.connections - 1, waiting > 0 ? waiting - 1 : 0);
   }

@@ -13,7 +13,7 @@ namespace slotted::flush {
 
 counter_reading flusher::read_total(const store::counter_key& key) {
   // The pending sum, or nullopt when it is out of range.
-  const auto queued_delta = [&]() -> std::optional<std::int64_t> {
+  const auto queued_delta = [&]() REQUIRES(queue_mutex_) -> std::optional<std::int64_t> {
     std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
     for (const auto& b : queued_) {
       const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
@@ -34,7 +34,7 @@ counter_reading flusher::read_total(const store::counter_key& key) {
       [&](db::connection& conn) {
         reading.persisted = db::read_count(conn, settings_.table, key.record_type, key.record_id);
       },
-      [&]() -> std::string {
+      [&]() REQUIRES(queue_mutex_) -> std::string {
         const auto pending = queued_delta();
         if (!pending)
           return "the counter's pending sum is out of range; retry after the next flush";
@@ -48,7 +48,7 @@ series_reading flusher::read_series(const store::counter_key& key, store::granul
                                     std::int64_t from, std::int64_t to) {
   // What is pending for these buckets: the store, keyed requests not yet in a batch,
   // and the queued batches' bucket rows (under queue_mutex_).
-  const auto queued_buckets = [&](std::map<std::int64_t, __int128>& sums) {
+  const auto queued_buckets = [&](std::map<std::int64_t, __int128>& sums) REQUIRES(queue_mutex_) {
     std::vector<std::pair<std::int64_t, std::int64_t>> found;
     store_.pending_buckets(key, g, from, to, found);
     if (keyed_ != nullptr) keyed_->pending_buckets(key, g, from, to, found);
@@ -75,7 +75,7 @@ series_reading flusher::read_series(const store::counter_key& key, store::granul
              db::read_series(conn, settings_.table, g, key.record_type, key.record_id, from, to))
           sums[bucket] += count;
       },
-      [&] {
+      [&]() REQUIRES(queue_mutex_) {
         queued_buckets(sums);
         return std::string();
       });
@@ -94,16 +94,18 @@ std::string flusher::read_stable(const std::function<void(db::connection&)>& rea
       // Retry until no commit started or ended during the database read and no batch
       // is in doubt; rather than answer a figure that may count a batch twice or not
       // at all, give up (503) after a few tries.
-      const auto stable = [&] { return generation_ % 2 == 0 && in_doubt_.empty(); };
+      const auto stable = [&]() REQUIRES(queue_mutex_) {
+        return generation_ % 2 == 0 && in_doubt_.empty();
+      };
       for (int attempt = 0; attempt < 20; ++attempt) {
         std::uint64_t before = 0;
         {
-          std::unique_lock lock(queue_mutex_);
-          if (!generation_changed_.wait_for(lock, std::chrono::milliseconds(200), stable)) continue;
+          util::unique_lock lock(queue_mutex_);
+          if (!lock.wait_for(generation_changed_, std::chrono::milliseconds(200), stable)) continue;
           before = generation_;
         }
         read_db(conn);
-        std::lock_guard lock(queue_mutex_);
+        util::lock_guard lock(queue_mutex_);
         if (auto why = add_pending(); !why.empty()) return why;
         if (generation_ == before && stable()) return {};
       }

@@ -55,7 +55,7 @@ std::size_t flusher::stop(clock::time_point deadline) {
   // The final flush is over: no round comes after it.
   writers_.stop();
   for (auto& w : waiters) w(result);
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0);
 }
 
@@ -75,7 +75,7 @@ bool flusher::take_from_store() {
   // Odd while deltas move from the store into batches: read_total() waits it out
   // instead of missing them in between.
   {
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     ++generation_;
   }
   // Every statement of a batch must stay within the server's max_allowed_packet (as the
@@ -104,7 +104,7 @@ bool flusher::take_from_store() {
   };
   const auto even_again = [this] {
     {
-      std::lock_guard lock(queue_mutex_);
+      util::lock_guard lock(queue_mutex_);
       ++generation_;
     }
     generation_changed_.notify_all();
@@ -210,7 +210,10 @@ flush_result flusher::cycle() {
 void flusher::begin_cycle() {
   progress();
   in_cycle_.store(true);
-  deadline_hit_ = false;
+  {
+    util::lock_guard lock(queue_mutex_);
+    deadline_hit_ = false;
+  }
   conn_lost_ = false;
   util::lock_guard lock(rollups_mutex_);
   if (next_rollups_) {
@@ -223,7 +226,7 @@ void flusher::begin_cycle() {
 std::size_t flusher::write_backlog_then_new(db::connection& conn, bool& wal_failed) {
   // The backlog first, oldest first; only then anything new from the store.
   std::size_t rows = write_queued(conn);
-  if (!deadline_hit_) {
+  if (!deadline_hit()) {
     wal_failed = !take_from_store();
     progress();
     rows += write_queued(conn);
@@ -242,7 +245,7 @@ void flusher::prove_connection(db::connection& conn, std::size_t rows) {
 
 void flusher::finish_cycle(flush_result& result, clock::time_point started, bool wal_failed) {
   if (result.ok) publish_success(result, started);
-  if (result.ok && deadline_hit_) {
+  if (result.ok && deadline_hit()) {
     result.ok = false;
     result.error = "the shutdown deadline passed before the backlog was written";
   }

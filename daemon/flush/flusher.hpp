@@ -254,7 +254,8 @@ class flusher final : public store::batch_queue {
   void prune_ledger_when_due(db::connection& conn);
   void prune_keys_when_due(db::connection& conn);
   // The exact read of read_total() and read_series(), on a connection of the pool:
-  // `read_db` reads the database, then `add_pending` (under queue_mutex_) adds what is
+  // `read_db` reads the database, then `add_pending` (under queue_mutex_: written
+  // [&]() REQUIRES(queue_mutex_), unchecked through std::function) adds what is
   // pending, again until no commit started or ended during the read and no batch is in
   // doubt; at most 20 tries, each waiting up to 200 ms for that. Returns "" when the
   // figures are exact, else why not: what add_pending returned (not empty: give up
@@ -287,7 +288,9 @@ class flusher final : public store::batch_queue {
   // after its cycle, whose writers have all ended), or the parity would be the writers'.
   void set_committing(bool committing);
   using queue_position = std::list<flush_batch>::iterator;
-  // One call of write_queued: its writers' shared state, under queue_mutex_.
+  // One call of write_queued: its writers' shared state, under queue_mutex_ while they
+  // run (not annotated: GUARDED_BY cannot name the flusher's mutex from here, and
+  // write_queued reads it without the lock once they have ended).
   struct write_round {
     bool stop = false;         // an error or the stop deadline: no writer starts another batch
     std::exception_ptr error;  // the first writer's error, rethrown once all have ended
@@ -308,11 +311,13 @@ class flusher final : public store::batch_queue {
   // round to the other writers (one fewer, not an error).
   void write_batches_on_lease(write_round& round);
   // Under queue_mutex_: the oldest batch that may start now, or queued_.end().
-  queue_position next_batch();
+  queue_position next_batch() REQUIRES(queue_mutex_);
   // Under queue_mutex_: a batch is or is no longer in flight; the generation is odd
   // while any is (see read_total).
-  void mark_in_flight(queue_position it);
-  void unmark_in_flight(queue_position it);
+  void mark_in_flight(queue_position it) REQUIRES(queue_mutex_);
+  void unmark_in_flight(queue_position it) REQUIRES(queue_mutex_);
+  // deadline_hit_, read under queue_mutex_.
+  bool deadline_hit() const EXCLUDES(queue_mutex_);
   // How one batch's commit ended: its outcome, or the database refused its data.
   struct commit_attempt {
     db::commit_outcome outcome{};
@@ -374,20 +379,22 @@ class flusher final : public store::batch_queue {
   // Guards queued_, the in-flight and in-doubt lists and generation_. The flusher's
   // threads alone change them. A list: a batch in flight stays where it is (and is
   // read by its writer without the lock) while others leave or are split around it.
-  mutable std::mutex queue_mutex_;
+  // The batches in the list are not annotated: a batch in flight is read by its writer
+  // without the lock (the list itself is under it).
+  mutable util::mutex queue_mutex_;
   std::condition_variable generation_changed_;
   // A batch left the flight or the round stopped: waiting writers look again.
   std::condition_variable writers_wake_;
-  std::list<flush_batch> queued_;
-  std::size_t queued_rows_ = 0;
+  std::list<flush_batch> queued_ GUARDED_BY(queue_mutex_);
+  std::size_t queued_rows_ GUARDED_BY(queue_mutex_) = 0;
   // Queued batches being committed now (at most settings_.connections).
-  std::vector<const flush_batch*> in_flight_;
+  std::vector<const flush_batch*> in_flight_ GUARDED_BY(queue_mutex_);
   // Queued batches whose commit outcome is unknown (the connection was lost during it,
   // or recovered from the WAL) until a later attempt resolves it.
-  std::vector<const flush_batch*> in_doubt_;
+  std::vector<const flush_batch*> in_doubt_ GUARDED_BY(queue_mutex_);
   // Odd while batches are being committed: a concurrent read of the database may or
   // may not include them (see read_total).
-  std::uint64_t generation_ = 0;
+  std::uint64_t generation_ GUARDED_BY(queue_mutex_) = 0;
 
   std::atomic<bool> top_running_{false};  // a read_top() holds a connection
   std::atomic<bool> ready_{false};
@@ -401,7 +408,7 @@ class flusher final : public store::batch_queue {
   // progress, which reads it on the flusher thread, hence atomic.
   std::atomic<std::chrono::steady_clock::rep> deadline_{
       std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
-  bool deadline_hit_ = false;  // under queue_mutex_ while writers run
+  bool deadline_hit_ GUARDED_BY(queue_mutex_) = false;
   // The cycle's own connection was lost in write_queued (flusher thread only): cycle()
   // discards it whichever writer's error came out first.
   bool conn_lost_ = false;

@@ -118,12 +118,12 @@ void flusher::prune_ledger_when_due(db::connection& conn) {
   // makes that a no-op: prune only once the WAL has logged every batch committed.
   // In bounded chunks, once a minute, and at every cycle while the last run could not
   // delete all that was due (a backlog catches up).
-  if (deadline_hit_ || !(ledger_prune_behind_ || clock::now() - last_prune_ > prune_every) ||
+  if (deadline_hit() || !(ledger_prune_behind_ || clock::now() - last_prune_ > prune_every) ||
       (source_ != nullptr && !source_->batches_logged_committed()))
     return;
   std::uint64_t keep_from = next_seq_;
   {
-    std::lock_guard lock(queue_mutex_);
+    util::lock_guard lock(queue_mutex_);
     if (!queued_.empty()) keep_from = queued_.front().seq;
   }
   last_prune_ = clock::now();
@@ -141,7 +141,7 @@ void flusher::prune_keys_when_due(db::connection& conn) {
   // least once per min(1 minute, window), and at every cycle while the last prune
   // found more than its chunks could take (a keyed rate above what one prune a
   // minute deletes), so that the table stays about two windows of keys.
-  if (deadline_hit_ || keyed_ == nullptr || !keyed_->table_present() ||
+  if (deadline_hit() || keyed_ == nullptr || !keyed_->table_present() ||
       !(keys_prune_behind_ ||
         clock::now() - last_key_prune_ >
             std::min<clock::duration>(prune_every, settings_.idempotency_window)))

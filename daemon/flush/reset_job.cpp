@@ -74,7 +74,7 @@ std::optional<std::string> flusher::reset_refusal(const flush_result& flushed) {
   // Every batch formed before the reset must commit before it, or it would bring back
   // what the reset cleared: the cycle wrote them all, or the reset does not happen.
   if (!flushed.ok) return "the flush before the reset failed: " + flushed.error;
-  std::lock_guard lock(queue_mutex_);
+  util::lock_guard lock(queue_mutex_);
   if (!queued_.empty() || !in_doubt_.empty())
     return "batches formed before the reset are not yet written; retry";
   return std::nullopt;

@@ -51,28 +51,31 @@ struct keyed_store::shard {
     }
   };
 
-  std::mutex mutex;
-  boost::unordered_flat_set<std::unique_ptr<entry>, entry_hash, entry_equal> index;
-  entry* oldest = nullptr;
-  entry* newest = nullptr;
+  util::mutex mutex;
+  boost::unordered_flat_set<std::unique_ptr<entry>, entry_hash, entry_equal> index
+      GUARDED_BY(mutex);
+  // The age list's ends. Its entries are reached only through these and `index`, so
+  // they are under `mutex` too (which the analysis does not follow through pointers).
+  entry* oldest GUARDED_BY(mutex) = nullptr;
+  entry* newest GUARDED_BY(mutex) = nullptr;
 
-  entry* find(std::string_view key, std::uint64_t h) const {
+  entry* find(std::string_view key, std::uint64_t h) const REQUIRES(mutex) {
     const auto it = index.find(key_ref{key, h});
     return it == index.end() ? nullptr : it->get();
   }
-  void unlink(entry* e) {
+  void unlink(entry* e) REQUIRES(mutex) {
     (e->older != nullptr ? e->older->newer : oldest) = e->newer;
     (e->newer != nullptr ? e->newer->older : newest) = e->older;
     e->older = e->newer = nullptr;
   }
-  void link_newest(entry* e) {
+  void link_newest(entry* e) REQUIRES(mutex) {
     e->older = newest;
     e->newer = nullptr;
     (newest != nullptr ? newest->newer : oldest) = e;
     newest = e;
   }
   // Unlinks and deletes `e`.
-  void forget(entry* e) {
+  void forget(entry* e) REQUIRES(mutex) {
     unlink(e);
     index.erase(key_ref{e->key, e->key_hash});
   }
@@ -100,7 +103,9 @@ keyed_store::shard& keyed_store::shard_of(std::uint64_t key_hash) {
   return *shards_[(key_hash >> 32) % shard_count];
 }
 
-void keyed_store::expire(shard& sh, clock::time_point now) {
+// REQUIRES on these definitions: the header cannot name sh.mutex (shard is incomplete
+// there), so they precede their callers in this file.
+void keyed_store::expire(shard& sh, clock::time_point now) REQUIRES(sh.mutex) {
   const std::size_t before = sh.index.size();
   while (sh.oldest != nullptr) {
     entry* e = sh.oldest;
@@ -113,7 +118,7 @@ void keyed_store::expire(shard& sh, clock::time_point now) {
 }
 
 void keyed_store::remember(shard& sh, const keyed_request& r, std::uint64_t h,
-                           clock::time_point now, bool in_flight) {
+                           clock::time_point now, bool in_flight) REQUIRES(sh.mutex) {
   entry* e = sh.find(r.key, h);
   if (e != nullptr) {
     sh.unlink(e);
@@ -132,6 +137,16 @@ void keyed_store::remember(shard& sh, const keyed_request& r, std::uint64_t h,
   sh.link_newest(e);
 }
 
+std::optional<admission> keyed_store::find(shard& sh, const std::string& key, std::uint64_t h,
+                                           const body_hash& hash) REQUIRES(sh.mutex) {
+  const entry* e = sh.find(key, h);
+  if (e == nullptr) return std::nullopt;
+  if (e->in_flight) return admission{admit_result::in_progress};
+  if (e->hash != hash) return admission{admit_result::conflict};
+  replays_.Increment();
+  return admission{admit_result::replay, e->accepted};
+}
+
 void keyed_store::add_pending(keyed_request&& r) {
   util::lock_guard lock(pending_mutex_);
   // Under the lock, so that take_pending() releases exactly what it takes.
@@ -145,7 +160,7 @@ admission keyed_store::admit(keyed_request& r, std::size_t max_pending, bool acc
   const auto h = hash_key(r.key);
   auto& sh = shard_of(h);
   {
-    std::lock_guard lock(sh.mutex);
+    util::lock_guard lock(sh.mutex);
     expire(sh, now);
     if (const auto known = find(sh, r.key, h, r.hash)) return *known;
     if (bound_.over_pending_limit(max_pending)) return {admit_result::over_limit};
@@ -160,21 +175,11 @@ admission keyed_store::admit(keyed_request& r, std::size_t max_pending, bool acc
   return {admit_result::fresh};
 }
 
-std::optional<admission> keyed_store::find(shard& sh, const std::string& key, std::uint64_t h,
-                                           const body_hash& hash) {
-  const entry* e = sh.find(key, h);
-  if (e == nullptr) return std::nullopt;
-  if (e->in_flight) return admission{admit_result::in_progress};
-  if (e->hash != hash) return admission{admit_result::conflict};
-  replays_.Increment();
-  return admission{admit_result::replay, e->accepted};
-}
-
 admission keyed_store::lookup(const std::string& key, const body_hash& hash) {
   requests_.Increment();
   const auto h = hash_key(key);
   auto& sh = shard_of(h);
-  std::lock_guard lock(sh.mutex);
+  util::lock_guard lock(sh.mutex);
   expire(sh, clock::now());
   return find(sh, key, h, hash).value_or(admission{admit_result::fresh});
 }
@@ -183,7 +188,7 @@ void keyed_store::accept(keyed_request&& r) {
   const auto h = hash_key(r.key);
   auto& sh = shard_of(h);
   {
-    std::lock_guard lock(sh.mutex);
+    util::lock_guard lock(sh.mutex);
     if (entry* e = sh.find(r.key, h)) e->in_flight = false;
   }
   add_pending(std::move(r));
@@ -192,7 +197,7 @@ void keyed_store::accept(keyed_request&& r) {
 void keyed_store::abandon(const std::string& key) {
   const auto h = hash_key(key);
   auto& sh = shard_of(h);
-  std::lock_guard lock(sh.mutex);
+  util::lock_guard lock(sh.mutex);
   if (entry* e = sh.find(key, h); e != nullptr && e->in_flight) {
     // In flight entries are never expired or evicted: this is the reservation admit()
     // made, holding 1 + its accepted increments.
@@ -208,7 +213,7 @@ std::vector<keyed_request> keyed_store::take_pending() {
   // At every flush cycle: the gauge follows the window even without keyed traffic.
   const auto now = clock::now();
   for (auto& sh : shards_) {
-    std::lock_guard lock(sh->mutex);
+    util::lock_guard lock(sh->mutex);
     expire(*sh, now);
   }
   keys_.Set(static_cast<double>(indexed_.load()));
@@ -262,7 +267,7 @@ void keyed_store::restore(std::vector<keyed_request>&& pending,
   for (const auto& [at, r] : order) {
     const auto h = hash_key(r->key);
     auto& sh = shard_of(h);
-    std::lock_guard lock(sh.mutex);
+    util::lock_guard lock(sh.mutex);
     remember(sh, *r, h, at, false);
     expire(sh, now);
   }

@@ -122,7 +122,7 @@ class keyed_store {
   std::uint64_t hash_key(std::string_view key) const { return util::siphash<1, 3>(sip_, key); }
   shard& shard_of(std::uint64_t key_hash);
   // Drops the shard's expired entries and, past its share of max_keys_, its oldest
-  // (never one in flight). Under the shard's mutex.
+  // (never one in flight). Under the shard's mutex (REQUIRES on the definitions).
   void expire(shard& sh, clock::time_point now);
   // Remembers `r` (key hash `h`) as the shard's newest entry: a new entry, or the one
   // the key had (updated and moved to the newest end). Under the shard's mutex.

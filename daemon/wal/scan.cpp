@@ -1,19 +1,16 @@
 // Scanning a segment: record by record, telling a torn tail from corruption (see
-// record.hpp).
+// frame.hpp).
 #include <cstring>
 
-#include "wal/codec.hpp"
-#include "wal/record.hpp"
+#include "wal/frame.hpp"
 
 namespace slotted::wal {
-
-using codec::crc_of;
 
 namespace {
 
 // Format 1 (no segment magic): [u32 length][u32 CRC-32 of payload]. The length is not
 // covered by a checksum, so damage that reaches the end of the data counts as torn.
-scan_result scan_format1(std::string_view data, replay_state& state) {
+scan_result scan_format1(std::string_view data, const record_sink& apply) {
   constexpr std::size_t header = 8;
   scan_result r;
   std::size_t pos = 0;
@@ -34,7 +31,7 @@ scan_result scan_format1(std::string_view data, replay_state& state) {
     if (end > data.size()) return damaged("record runs past the end of the file", true);
     const std::string_view payload = data.substr(pos + header, length);
     if (crc_of(payload) != crc) return damaged("checksum mismatch", end == data.size());
-    if (!state.apply(payload)) return damaged("malformed record", false);
+    if (!apply(payload)) return damaged("malformed record", false);
     pos = end;
   }
   r.valid_bytes = pos;
@@ -70,7 +67,7 @@ std::size_t count_valid_after(std::string_view data, std::size_t from) {
 }
 
 // The format-2 records from `pos` on.
-scan_result scan_records(std::string_view data, std::size_t pos, replay_state& state) {
+scan_result scan_records(std::string_view data, std::size_t pos, const record_sink& apply) {
   scan_result r;
   while (pos < data.size()) {
     const auto damaged = [&](std::string what) {
@@ -94,7 +91,7 @@ scan_result scan_records(std::string_view data, std::size_t pos, replay_state& s
       return damaged("record runs past the end of the file");
     const std::string_view payload = data.substr(pos + record_header_bytes, length);
     if (crc_of(payload) != crc) return damaged("checksum mismatch");
-    if (!state.apply(payload)) {
+    if (!apply(payload)) {
       // Whole and checksummed, yet unreadable: never a torn append.
       r.outcome = scan_result::status::corrupt;
       r.valid_bytes = pos;
@@ -110,7 +107,7 @@ scan_result scan_records(std::string_view data, std::size_t pos, replay_state& s
 
 }  // namespace
 
-scan_result scan_segment(std::string_view data, replay_state& state) {
+scan_result scan_segment(std::string_view data, const record_sink& apply) {
   scan_result r;
   if (!data.starts_with(segment_magic)) {
     if (data.empty()) return r;
@@ -126,14 +123,14 @@ scan_result scan_segment(std::string_view data, replay_state& state) {
     // bytes would be a length past the end of the file and the whole segment a "torn
     // tail". A format-1 segment has a valid format-2 header there only by a 2^-32 chance.
     if (data.size() > segment_magic.size() && valid_record_at(data, segment_magic.size()) != 0) {
-      r = scan_records(data, segment_magic.size(), state);
+      r = scan_records(data, segment_magic.size(), apply);
       r.outcome = scan_result::status::corrupt;
       if (r.problem.empty()) r.problem = "damaged segment header";
       return r;
     }
-    return scan_format1(data, state);
+    return scan_format1(data, apply);
   }
-  return scan_records(data, segment_magic.size(), state);
+  return scan_records(data, segment_magic.size(), apply);
 }
 
 }  // namespace slotted::wal

@@ -18,7 +18,6 @@
 
 #include "util/log.hpp"
 #include "util/notify.hpp"
-#include "wal/record.hpp"
 
 namespace slotted::wal {
 
@@ -207,32 +206,14 @@ void write_ahead_log::salvage_damaged(const std::string& path, const std::string
             aside, " once a snapshot holds what was kept");
 }
 
-namespace {
-// What the replay recovered: the deltas, the keyed requests and the batches (a batch
-// logged twice, in a snapshot and a batches record, is one batch).
-void take_replayed(const replay_state& state, const std::string& dir, recovered& out) {
-  try {
-    out.deltas = state.deltas();
-  } catch (const std::overflow_error& e) {
-    throw wal_error("WAL in " + dir + " is corrupt: " + e.what());
-  }
-  out.keyed = state.keyed();
-  std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
-  for (const auto& b : state.batches()) {
-    if (seen.insert({b.run_id, b.seq}).second) out.batches.push_back(b);
-  }
-}
-}  // namespace
-
-recovered write_ahead_log::open(const open_options& options) {
+opened write_ahead_log::open(const record_sink& apply, const open_options& options) {
   open_directory();
   const std::set<std::uint64_t> segments = segment_numbers();
-  replay_state state(options.buckets);
-  recovered out;
+  opened out;
   for (const auto n : segments) {
     const std::string path = segment_path(n);
     const std::string data = read_file(path);
-    const auto scan = scan_segment(data, state);
+    const auto scan = scan_segment(data, apply);
     notify::progress();
     const bool last = n == *segments.rbegin();
     segment_ = n;
@@ -248,16 +229,12 @@ recovered write_ahead_log::open(const open_options& options) {
     closed_bytes_ += scan.valid_bytes;
     ++out.segments;
   }
-  take_replayed(state, cfg_.dir, out);
   return out;
 }
 
-bool write_ahead_log::log_batches(std::vector<store::flush_batch>& batches) {
+bool write_ahead_log::log_batches(const std::function<std::string(std::uint64_t tag)>& record) {
   if (!rotate()) return false;
-  for (auto& b : batches) b.wal_tag = segment_;
-  std::string bytes;
-  append_batches(bytes, batches);
-  if (!append(bytes, true)) return false;
+  if (!append(record(segment_), true)) return false;
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = true;
   return true;
@@ -346,20 +323,16 @@ bool write_ahead_log::rotate() {
   return true;
 }
 
-std::uint64_t write_ahead_log::snapshot(std::span<const store::flush_batch> batches,
-                                        std::span<const store::pending_delta> deltas,
-                                        std::span<const idempotency::keyed_request> keyed) {
+std::uint64_t write_ahead_log::snapshot(std::string_view record, bool holds_batches) {
   // A failed snapshot (a full disk) is not due again on every request group.
   next_snapshot_try_ = clock::now() + std::chrono::seconds(1);
   if (!rotate()) return 0;
-  std::string bytes;
-  append_snapshot(bytes, batches, deltas, keyed);
   notify::progress();
-  if (!append(bytes, true)) return 0;
+  if (!append(record, true)) return 0;
   notify::progress();
   covering_.push_back(segment_);
-  uncommitted_batches_logged_ = !batches.empty();
-  last_snapshot_bytes_ = bytes.size();
+  uncommitted_batches_logged_ = holds_batches;
+  last_snapshot_bytes_ = record.size();
   next_snapshot_try_ = {};
   // Everything before a snapshot is superseded by it, salvaged segments too. A crash
   // before they are moved leaves them in place: a salvage run again reads their prefix,
@@ -384,16 +357,14 @@ bool write_ahead_log::snapshot_due() const {
          clock::now() >= next_snapshot_try_;
 }
 
-void write_ahead_log::release(std::uint64_t min_tag) {
+void write_ahead_log::release(std::uint64_t min_tag, std::string_view committed_record) {
   // Nothing queued: every batch logged so far has committed. Say so in the log, or a
   // replay long after (the current segment stays until the next rotation) would send
   // them again when their ledger rows are already pruned. The committer runs takes and
   // releases on one thread in the order the flusher asked for them, so no batch was
   // logged after this release.
   if (min_tag == UINT64_MAX && uncommitted_batches_logged_) {
-    std::string bytes;
-    append_committed(bytes);
-    if (append(bytes, true)) uncommitted_batches_logged_ = false;
+    if (append(committed_record, true)) uncommitted_batches_logged_ = false;
   }
   bool deleted = false;
   // Oldest first: a segment goes once a later segment logs batches (or a snapshot)

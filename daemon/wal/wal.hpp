@@ -1,7 +1,9 @@
 #pragma once
 // The write-ahead log (wal.dir): segments of records on disk. It appends, syncs,
-// rotates, snapshots and replays; it does not decide when. durable::committer owns the
-// one thread that calls it and the "log, then apply, then answer" order around it.
+// rotates, snapshots and scans; it does not decide when, and sees only bytes: the
+// records' content and their replay are durable/'s (durable/recovery.hpp).
+// durable::committer owns the one thread that calls it and the "log, then apply, then
+// answer" order around it.
 //
 // Segments and batches: when the flusher takes the store's content, the batches formed
 // from it are logged as the first record of a new segment, synced, before any of them
@@ -23,8 +25,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <set>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -32,7 +34,7 @@
 
 #include "config/config.hpp"
 #include "metrics/metrics.hpp"
-#include "model/batch.hpp"
+#include "wal/frame.hpp"
 
 namespace slotted::wal {
 
@@ -41,10 +43,7 @@ class wal_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct recovered {
-  std::vector<store::pending_delta> deltas;
-  std::vector<store::flush_batch> batches;
-  std::vector<idempotency::keyed_request> keyed;  // keyed requests not yet in a batch
+struct opened {
   std::size_t segments = 0;
   std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept
 };
@@ -53,12 +52,7 @@ struct open_options {
   // Keep the valid records before the damage in a damaged segment and move the file
   // aside (logging what is dropped), rather than refusing to start.
   bool salvage = false;
-  // Counters with buckets: increments logged with their `at` count in these buckets
-  // again (see wal::replay_state).
-  store::bucket_spec buckets{};
 };
-
-struct scan_result;
 
 class write_ahead_log {
  public:
@@ -73,15 +67,16 @@ class write_ahead_log {
   const config::wal_config& config() const { return cfg_; }
   metrics::registry& metrics() const { return metrics_; }
 
-  // Creates the directory (0700) if needed, locks it (flock on the directory and a lock file) and
-  // replays every segment. A torn tail is cut off with a warning; corruption anywhere else throws
-  // wal_error naming the file and offset (or, with options.salvage, keeps what precedes it). Throws
-  // wal_error, having read and changed nothing, when another process holds the lock (the message
-  // names its pid); and when the directory cannot be used. The lock is held until this object is
-  // destroyed.
-  recovered open(const open_options& options = {});
+  // Creates the directory (0700) if needed, locks it (flock on the directory and a lock file)
+  // and scans every segment, oldest first, handing each record's payload to `apply` (a
+  // false from it: a malformed record, corruption). A torn tail is cut off with a
+  // warning; corruption anywhere else throws wal_error naming the file and offset (or,
+  // with options.salvage, keeps what precedes it). Throws wal_error, having read and
+  // changed nothing, when another process holds the lock (the message names its pid); and
+  // when the directory cannot be used. The lock is held until this object is destroyed.
+  opened open(const record_sink& apply, const open_options& options = {});
 
-  // Appends whole records (see record.hpp) at the end of the current segment, synced
+  // Appends whole records (see frame.hpp) at the end of the current segment, synced
   // when `synced`. On failure cuts the segment back to where it was: false.
   bool append(std::string_view bytes, bool synced);
   // Syncs every appended record.
@@ -89,24 +84,22 @@ class write_ahead_log {
   bool unsynced() const { return unsynced_; }
   clock::time_point last_sync() const { return last_sync_; }
 
-  // Starts a new segment whose first record logs `batches` (each tagged with that
-  // segment), synced: every increment appended before is covered by them.
-  bool log_batches(std::vector<store::flush_batch>& batches);
+  // Starts a new segment whose first record, synced, is record(the new segment's tag):
+  // one that logs batches covering every record appended before.
+  bool log_batches(const std::function<std::string(std::uint64_t tag)>& record);
 
-  // Starts a new segment holding one snapshot of `batches` and `deltas` (everything
-  // pending), synced, and drops every older segment (salvaged ones move aside). Returns
-  // the new segment's tag for the batches, 0 when it could not be written.
-  std::uint64_t snapshot(std::span<const store::flush_batch> batches,
-                         std::span<const store::pending_delta> deltas,
-                         std::span<const idempotency::keyed_request> keyed = {});
+  // Starts a new segment holding `record`, synced: one snapshot of everything pending
+  // (`holds_batches`: batches among it), and drops every older segment (salvaged ones
+  // move aside). Returns the new segment's tag, 0 when it could not be written.
+  std::uint64_t snapshot(std::string_view record, bool holds_batches);
   // The segments have grown well past the last snapshot (and no failed snapshot was
   // tried within the last second): time to replace them with a new one.
   bool snapshot_due() const;
 
-  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued): logs
-  // that every batch has committed when none is queued, and deletes the segments no
-  // queued batch needs.
-  void release(std::uint64_t min_queued_tag);
+  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued): appends
+  // `committed_record` (it says every batch has committed) when none is queued and
+  // batches were logged since, and deletes the segments no queued batch needs.
+  void release(std::uint64_t min_queued_tag, std::string_view committed_record);
   // No batch is logged that is not yet logged as committed.
   bool batches_logged_committed() const { return !uncommitted_batches_logged_; }
 

@@ -1,14 +1,14 @@
 // libFuzzer harness: the WAL's record reader and replay on arbitrary bytes.
 //
 // Input: one mode byte, then:
-//   mode 0: a segment's bytes, scanned by wal::scan_segment. The records before
+//   mode 0: a segment's bytes, scanned by durable::scan_segment. The records before
 //           valid_bytes must scan clean on their own, and `ok` means all of it.
 //   mode 1: a description of records (kinds and contents), written with the log's own
 //           append_* functions, then cut at a chosen length. The whole log must replay
 //           to what the records say (a model of increments, batches, snapshots and
 //           committed marks), and the cut log must be `ok` or a torn tail ending at the
 //           last whole record before the cut: never corruption, never a lost record.
-//   mode 2: the bytes as one or two segment files, recovered by write_ahead_log::open()
+//   mode 2: the bytes as one or two segment files, recovered by durable::recover()
 //           in a scratch directory: a wal_error or a result, nothing else.
 
 #include <fuzzer/FuzzedDataProvider.h>
@@ -22,7 +22,8 @@
 #include <string>
 
 #include "metrics/metrics.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
+#include "durable/recovery.hpp"
 #include "wal/wal.hpp"
 
 using namespace slotted;
@@ -60,17 +61,17 @@ bool same_batches(const std::vector<store::flush_batch>& a,
 }
 
 void raw_segment(std::string_view data) {
-  wal::replay_state state;
-  const auto r = wal::scan_segment(data, state);
+  durable::replay_state state;
+  const auto r = durable::scan_segment(data, state);
   if (r.valid_bytes > data.size()) fail("valid_bytes past the end");
-  if (r.outcome == wal::scan_result::status::ok && r.valid_bytes != data.size())
+  if (r.outcome == durable::scan_result::status::ok && r.valid_bytes != data.size())
     fail("ok without reading everything");
-  if (r.outcome != wal::scan_result::status::ok && r.problem.empty())
+  if (r.outcome != durable::scan_result::status::ok && r.problem.empty())
     fail("damage without a problem");
   (void)state.deltas();
-  wal::replay_state prefix_state;
-  const auto p = wal::scan_segment(data.substr(0, r.valid_bytes), prefix_state);
-  if (p.outcome != wal::scan_result::status::ok || p.valid_bytes != r.valid_bytes)
+  durable::replay_state prefix_state;
+  const auto p = durable::scan_segment(data.substr(0, r.valid_bytes), prefix_state);
+  if (p.outcome != durable::scan_result::status::ok || p.valid_bytes != r.valid_bytes)
     fail("the valid prefix does not scan clean on its own");
   if (summed(prefix_state.deltas()) != summed(state.deltas()) ||
       !same_batches(prefix_state.batches(), state.batches()))
@@ -95,7 +96,7 @@ std::vector<store::flush_batch> make_batches(FuzzedDataProvider& in) {
 
 void written_log(FuzzedDataProvider& in) {
   // A segment as the log writes it: the magic, then records.
-  std::string log(wal::segment_magic);
+  std::string log(durable::segment_magic);
   std::vector<std::size_t> boundaries{log.size()};
   std::vector<std::pair<store::counter_key, std::int64_t>> model_log;
   std::vector<store::flush_batch> model_batches;
@@ -110,12 +111,12 @@ void written_log(FuzzedDataProvider& in) {
           inc.delta = in.ConsumeIntegral<std::int32_t>();
           model_log.push_back({{inc.record_type, inc.record_id}, inc.delta});
         }
-        wal::append_increments(log, incs);
+        durable::append_increments(log, incs);
         break;
       }
       case 1: {
         auto batches = make_batches(in);
-        wal::append_batches(log, batches);
+        durable::append_batches(log, batches);
         model_log.clear();
         for (auto& b : batches) model_batches.push_back(std::move(b));
         break;
@@ -127,23 +128,23 @@ void written_log(FuzzedDataProvider& in) {
           d.key = {in.ConsumeIntegral<std::uint32_t>(), in.ConsumeIntegral<std::uint64_t>()};
           d.delta = in.ConsumeIntegral<std::int64_t>() >> 8;
         }
-        wal::append_snapshot(log, batches, deltas);
+        durable::append_snapshot(log, batches, deltas);
         model_batches = std::move(batches);
         model_log.clear();
         for (const auto& d : deltas) model_log.push_back({d.key, d.delta});
         break;
       }
       default:
-        wal::append_committed(log);
+        durable::append_committed(log);
         model_batches.clear();
         break;
     }
     boundaries.push_back(log.size());
   }
 
-  wal::replay_state state;
-  const auto whole = wal::scan_segment(log, state);
-  if (whole.outcome != wal::scan_result::status::ok || whole.valid_bytes != log.size())
+  durable::replay_state state;
+  const auto whole = durable::scan_segment(log, state);
+  if (whole.outcome != durable::scan_result::status::ok || whole.valid_bytes != log.size())
     fail("a log written by append_* does not replay clean");
   std::vector<store::pending_delta> expected;
   for (const auto& [key, delta] : model_log) expected.push_back({key, delta});
@@ -158,12 +159,12 @@ void written_log(FuzzedDataProvider& in) {
   for (const auto b : boundaries) {
     if (b <= cut) last_whole = b;
   }
-  wal::replay_state cut_state;
-  const auto torn = wal::scan_segment(std::string_view(log).substr(0, cut), cut_state);
-  if (torn.outcome == wal::scan_result::status::corrupt)
+  durable::replay_state cut_state;
+  const auto torn = durable::scan_segment(std::string_view(log).substr(0, cut), cut_state);
+  if (torn.outcome == durable::scan_result::status::corrupt)
     fail("an interrupted append reads as corruption");
   if (torn.valid_bytes != last_whole) fail("an interrupted append lost whole records");
-  if ((torn.outcome == wal::scan_result::status::ok) != (cut == last_whole))
+  if ((torn.outcome == durable::scan_result::status::ok) != (cut == last_whole))
     fail("a cut inside a record is not a torn tail");
 }
 
@@ -196,7 +197,7 @@ void recovered_dir(std::string_view data) {
   cfg.dir = dir;
   try {
     wal::write_ahead_log log(cfg, metrics);
-    (void)log.open();
+    (void)durable::recover(log);
   } catch (const wal::wal_error&) {
   }
 }

@@ -19,7 +19,7 @@
 #include "support/http_client.hpp"
 #include "support/notify_socket.hpp"
 #include "support/temp_dir.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
 namespace slotted::test {
 namespace {
@@ -60,7 +60,7 @@ class Wal : public ::testing::Test {
   void write_segment(const std::string& records) const {
     fs::create_directories(wal_dir_);
     std::ofstream(wal_dir_ + "/wal-0000000000000001.log", std::ios::binary)
-        << wal::segment_magic << records;
+        << durable::segment_magic << records;
   }
 
   // Every file in wal.dir but the lock, with its content.
@@ -188,15 +188,15 @@ TEST_F(Wal, CommittedBatchesAreNotReplayedLongAfter) {
 
 TEST_F(Wal, TornTailIsCutWithAWarningAndTheRestReplayed) {
   std::string bytes;
-  wal::append_increments(bytes, std::vector<ingest::increment>{{1, 77, 5}, {1, 78, 2}});
+  durable::append_increments(bytes, std::vector<ingest::increment>{{1, 77, 5}, {1, 78, 2}});
   std::string partial;
-  wal::append_increments(partial, std::vector<ingest::increment>{{1, 77, 1000}});
+  durable::append_increments(partial, std::vector<ingest::increment>{{1, 77, 1000}});
   write_segment(bytes + partial.substr(0, partial.size() - 3));
 
   daemon_process daemon(yaml("always", "1h"));
   http_client c(daemon.port());
   EXPECT_NE(daemon.log().find("ends in an incomplete record at offset " +
-                              std::to_string(wal::segment_magic.size() + bytes.size())),
+                              std::to_string(durable::segment_magic.size() + bytes.size())),
             std::string::npos)
       << daemon.log();
   EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_wal_torn_tails_total 1"),
@@ -208,10 +208,10 @@ TEST_F(Wal, TornTailIsCutWithAWarningAndTheRestReplayed) {
 
 TEST_F(Wal, CorruptionInTheMiddleStopsStartupNamingFileAndOffset) {
   std::string one, two, three;
-  wal::append_increments(one, std::vector<ingest::increment>{{1, 80, 1}});
-  wal::append_increments(two, std::vector<ingest::increment>{{1, 81, 1}});
-  wal::append_increments(three, std::vector<ingest::increment>{{1, 82, 1}});
-  two[wal::record_header_bytes + 2] ^= 0x01;
+  durable::append_increments(one, std::vector<ingest::increment>{{1, 80, 1}});
+  durable::append_increments(two, std::vector<ingest::increment>{{1, 81, 1}});
+  durable::append_increments(three, std::vector<ingest::increment>{{1, 82, 1}});
+  two[durable::record_header_bytes + 2] ^= 0x01;
   write_segment(one + two + three);
   const std::string segment = wal_dir_ + "/wal-0000000000000001.log";
   try {
@@ -221,7 +221,7 @@ TEST_F(Wal, CorruptionInTheMiddleStopsStartupNamingFileAndOffset) {
     const std::string message = e.what();
     EXPECT_NE(message.find("status 256"), std::string::npos) << message;  // exit code 1
     EXPECT_NE(message.find(segment + " is damaged at offset " +
-                           std::to_string(wal::segment_magic.size() + one.size())),
+                           std::to_string(durable::segment_magic.size() + one.size())),
               std::string::npos)
         << message;
     EXPECT_NE(message.find("move that file out of"), std::string::npos) << message;
@@ -236,15 +236,15 @@ TEST_F(Wal, CorruptionInTheMiddleStopsStartupNamingFileAndOffset) {
 
 TEST_F(Wal, LengthBitFlipMidSegmentIsCorruptionAndSalvageKeepsThePrefix) {
   std::string one, two, three;
-  wal::append_increments(one, std::vector<ingest::increment>{{1, 83, 3}});
-  wal::append_increments(two, std::vector<ingest::increment>{{1, 84, 1}});
-  wal::append_increments(three, std::vector<ingest::increment>{{1, 85, 1}});
+  durable::append_increments(one, std::vector<ingest::increment>{{1, 83, 3}});
+  durable::append_increments(two, std::vector<ingest::increment>{{1, 84, 1}});
+  durable::append_increments(three, std::vector<ingest::increment>{{1, 85, 1}});
   // A high bit of the middle record's length: it now seems to run past the end of the
   // file, as a torn append would, but acknowledged records follow it.
   two[3] ^= 0x10;
   write_segment(one + two + three);
   const std::string segment = wal_dir_ + "/wal-0000000000000001.log";
-  const std::string offset = std::to_string(wal::segment_magic.size() + one.size());
+  const std::string offset = std::to_string(durable::segment_magic.size() + one.size());
   std::string out;
   EXPECT_EQ(run_binary(yaml(), "", out), 1) << out;
   EXPECT_NE(out.find(segment + " is damaged at offset " + offset), std::string::npos) << out;
@@ -274,9 +274,9 @@ TEST_F(Wal, SalvageThatFailsHalfwayKeepsTheDamagedSegmentForTheNextTry) {
   // it: a salvage that stops before that (here an unreadable later segment; a crash or
   // a full disk alike) must leave it, or the next try has lost that prefix.
   std::string one, two, three;
-  wal::append_increments(one, std::vector<ingest::increment>{{1, 86, 3}});
-  wal::append_increments(two, std::vector<ingest::increment>{{1, 87, 1}});
-  wal::append_increments(three, std::vector<ingest::increment>{{1, 88, 1}});
+  durable::append_increments(one, std::vector<ingest::increment>{{1, 86, 3}});
+  durable::append_increments(two, std::vector<ingest::increment>{{1, 87, 1}});
+  durable::append_increments(three, std::vector<ingest::increment>{{1, 88, 1}});
   two[3] ^= 0x10;
   write_segment(one + two + three);
   const std::string blocker = wal_dir_ + "/wal-0000000000000002.log";
@@ -435,7 +435,7 @@ TEST_F(Wal, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedPart
   batch.seq = 1;
   batch.rows = {{1, 101, 0, 1}, {1, 102, 0, 2}, {1, 103, 0, 3}, {1, 104, 0, 4}};
   std::string records;
-  wal::append_batches(records, std::vector{batch});
+  durable::append_batches(records, std::vector{batch});
   write_segment(records);
   auto conn = shared_mariadb().connect(database_);
   conn.execute(
@@ -464,7 +464,7 @@ TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
   batch.seq = 1;
   batch.rows = {{1, 111, 0, 1}, {1, 112, 0, 2}};
   std::string records;
-  wal::append_batches(records, std::vector{batch});
+  durable::append_batches(records, std::vector{batch});
   write_segment(records);
   auto conn = shared_mariadb().connect(database_);
   for (const std::uint64_t node : {2, 3}) {
@@ -500,7 +500,7 @@ TEST_F(Wal, AReplayedBatchThatHadCommittedIsNeverCountedTwiceByReads) {
   batch.seq = 1;
   batch.rows = {{1, 120, 0, 5}};
   std::string records;
-  wal::append_batches(records, std::vector{batch});
+  durable::append_batches(records, std::vector{batch});
   write_segment(records);
   auto conn = shared_mariadb().connect(database_);
   conn.execute(
@@ -542,7 +542,7 @@ TEST_F(Wal, UnderSystemdStartUpExtendsTheStartTimeoutWhileItReplays) {
   // the daemon asks systemd for more time (EXTEND_TIMEOUT_USEC) while it replays and
   // snapshots, before READY=1.
   std::string records;
-  wal::append_increments(records, std::vector<ingest::increment>{{1, 130, 3}});
+  durable::append_increments(records, std::vector<ingest::increment>{{1, 130, 3}});
   write_segment(records);
   notify_socket systemd(root_ + "/notify");  // NOTIFY_SOCKET for the daemon
   daemon_process daemon(yaml());
@@ -566,7 +566,7 @@ TEST_F(Wal, IncrementPastThePendingSumBoundIsRefusedWholeAndNeverLogged) {
   // the database is down, so it stays pending.
   constexpr std::int64_t bound = std::int64_t{1} << 62;
   std::string records;
-  wal::append_snapshot(records, {}, std::vector<store::pending_delta>{{{1, 60}, bound - 10}});
+  durable::append_snapshot(records, {}, std::vector<store::pending_delta>{{{1, 60}, bound - 10}});
   write_segment(records);
   std::string database_down = yaml("always", "1h");
   database_down.replace(database_down.find(shared_mariadb().socket()),

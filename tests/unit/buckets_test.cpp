@@ -19,7 +19,7 @@
 #include "ingest/parser.hpp"
 #include "model/keyed_request.hpp"
 #include "store/pending_store.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
 namespace slotted {
 namespace {
@@ -304,13 +304,13 @@ TEST(BucketStore, AResetDropsTheCountersBucketsWithItsTotal) {
 }
 
 TEST(BucketWal, AResetRecordDropsTheCountersLoggedBucketsToo) {
-  std::string log(wal::segment_magic);
+  std::string log(durable::segment_magic);
   // (A time of 0 is written as no time at all: 100 is in the first hour and day too.)
-  wal::append_increments(log, std::vector{at(1, 1, 2, 100), at(1, 2, 3, 100)});
-  wal::append_reset(log, {1, 1});
-  wal::append_increments(log, std::vector{at(1, 1, 4, 7200)});
-  wal::replay_state state(hour_and_day(1));
-  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  durable::append_increments(log, std::vector{at(1, 1, 2, 100), at(1, 2, 3, 100)});
+  durable::append_reset(log, {1, 1});
+  durable::append_increments(log, std::vector{at(1, 1, 4, 7200)});
+  durable::replay_state state(hour_and_day(1));
+  ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   EXPECT_EQ(sums_of(state.deltas()), (bucket_sums{{{1, granularity::none, 0}, 4},
                                                   {{1, granularity::hour, 7200}, 4},
                                                   {{1, granularity::day, 0}, 4},
@@ -349,11 +349,11 @@ TEST(BucketBatches, BucketRowsTravelWithTheirCounterThroughSplits) {
 }
 
 TEST(BucketWal, IncrementsWithTimesReplayIntoTheirBuckets) {
-  std::string log(wal::segment_magic);
-  wal::append_increments(log, std::vector{at(1, 1, 2, 3599), at(1, 1, 3, 3600), at(2, 1, 1, 5)});
-  wal::append_increments(log, std::vector<ingest::increment>{{1, 1, 10}});  // an old record
-  wal::replay_state state(hour_and_day(1));
-  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  std::string log(durable::segment_magic);
+  durable::append_increments(log, std::vector{at(1, 1, 2, 3599), at(1, 1, 3, 3600), at(2, 1, 1, 5)});
+  durable::append_increments(log, std::vector<ingest::increment>{{1, 1, 10}});  // an old record
+  durable::replay_state state(hour_and_day(1));
+  ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   const auto sums = sums_of(state.deltas());
   EXPECT_EQ((sums.at({1, granularity::none, 0})), 16);
   EXPECT_EQ((sums.at({1, granularity::hour, 0})), 2);
@@ -365,15 +365,15 @@ TEST(BucketWal, IncrementsWithTimesReplayIntoTheirBuckets) {
 // A counter that gains buckets across a restart: what was logged before, without a
 // time (it had no buckets), counts in its total only, not in 1970's buckets.
 TEST(BucketWal, IncrementsLoggedWithoutATimeCountInNoBucketAfterTheirCounterGainsSome) {
-  std::string log(wal::segment_magic);
+  std::string log(durable::segment_magic);
   // Type 1 had buckets when logged (a time), type 2 had none (0).
-  wal::append_increments(log, std::vector{at(1, 1, 2, 7200), at(2, 5, 3, 0)});
+  durable::append_increments(log, std::vector{at(1, 1, 2, 7200), at(2, 5, 3, 0)});
   idempotency::keyed_request k{"key-1", {1, 2}, {at(2, 6, 4, 0)}, 99};
-  wal::append_keyed(log, k);
+  durable::append_keyed(log, k);
   store::bucket_spec both = hour_and_day(1);
   both.declare(2, granularity::hour, std::chrono::hours(48));
-  wal::replay_state state(both);
-  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  durable::replay_state state(both);
+  ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   EXPECT_EQ(sums_of(state.deltas()), (bucket_sums{{{1, granularity::none, 0}, 2},
                                                   {{1, granularity::hour, 7200}, 2},
                                                   {{1, granularity::day, 0}, 2},
@@ -401,13 +401,13 @@ TEST(BucketWal, AnAtOfZeroKeepsItsBucketsThroughAReplay) {
   sent[0].at_given = true;
   sent[0].at = 0;
   ASSERT_FALSE(ingest::resolve_times(sent, spec, 1'800'000'000)) << "retention accepts it";
-  std::string log(wal::segment_magic);
-  wal::append_increments(log, sent);
-  wal::append_increments(log, std::vector{at(1, 3, 7, 0)});  // no time: no buckets then
+  std::string log(durable::segment_magic);
+  durable::append_increments(log, sent);
+  durable::append_increments(log, std::vector{at(1, 3, 7, 0)});  // no time: no buckets then
   idempotency::keyed_request k{"key-1", {1, 2}, {sent[0]}, 99};
-  wal::append_keyed(log, k);
-  wal::replay_state state(spec);
-  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  durable::append_keyed(log, k);
+  durable::replay_state state(spec);
+  ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   const std::int64_t day = store::bucket_start(granularity::day, 1'800'000'000);
   EXPECT_EQ(sums_of(state.deltas()),
             (bucket_sums{{{1, granularity::none, 0}, 2},
@@ -427,7 +427,7 @@ TEST(BucketWal, AnAtOfZeroKeepsItsBucketsThroughAReplay) {
 // The encoding earlier versions wrote for increments with times (kind 1, the times
 // after the items, 0 for none) still replays into the buckets.
 TEST(BucketWal, IncrementsRecordsWithTimesOfEarlierVersionsStillReplay) {
-  std::string payload(1, static_cast<char>(wal::record_kind::increments));
+  std::string payload(1, static_cast<char>(durable::record_kind::increments));
   const auto put = [&](const auto v) {
     payload.append(reinterpret_cast<const char*>(&v), sizeof v);
   };
@@ -441,13 +441,13 @@ TEST(BucketWal, IncrementsRecordsWithTimesOfEarlierVersionsStillReplay) {
   put(std::int64_t{0});
   boost::crc_32_type crc;
   crc.process_bytes(payload.data(), payload.size());
-  char header[wal::record_header_bytes];
-  wal::encode_header(header, payload.size(), crc.checksum());
-  std::string log(wal::segment_magic);
+  char header[durable::record_header_bytes];
+  durable::encode_header(header, payload.size(), crc.checksum());
+  std::string log(durable::segment_magic);
   log.append(header, sizeof header);
   log += payload;
-  wal::replay_state state(hour_and_day(1));
-  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  durable::replay_state state(hour_and_day(1));
+  ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   EXPECT_EQ(sums_of(state.deltas()), (bucket_sums{{{1, granularity::none, 0}, 4},
                                                   {{1, granularity::hour, 7200}, 4},
                                                   {{1, granularity::day, 0}, 4},
@@ -462,11 +462,11 @@ TEST(BucketWal, BatchesSnapshotsAndKeyedRequestsKeepTheirBuckets) {
   b.bucket_rows = {{1, 1, granularity::hour, 3600, 7, 5}, {1, 1, granularity::day, 0, 7, 5}};
   idempotency::keyed_request k{"key-1", {1, 2}, {at(1, 1, 4, 7200)}, 99};
   k.increments[0].at_given = true;
-  std::string log(wal::segment_magic);
-  wal::append_batches(log, std::vector{b});
-  wal::append_keyed(log, k);
-  wal::replay_state state(hour_and_day(1));
-  ASSERT_EQ(wal::scan_segment(log, state).outcome, wal::scan_result::status::ok);
+  std::string log(durable::segment_magic);
+  durable::append_batches(log, std::vector{b});
+  durable::append_keyed(log, k);
+  durable::replay_state state(hour_and_day(1));
+  ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   ASSERT_EQ(state.batches().size(), 1u);
   ASSERT_EQ(state.batches()[0].bucket_rows.size(), 2u);
   EXPECT_EQ(state.batches()[0].bucket_rows[0].bucket, 3600);
@@ -475,13 +475,13 @@ TEST(BucketWal, BatchesSnapshotsAndKeyedRequestsKeepTheirBuckets) {
   EXPECT_EQ(state.keyed()[0].increments[0].at, 7200);
   EXPECT_TRUE(state.keyed()[0].increments[0].at_given);
 
-  std::string snap(wal::segment_magic);
-  wal::append_snapshot(
+  std::string snap(durable::segment_magic);
+  durable::append_snapshot(
       snap, std::vector{b},
       std::vector<store::pending_delta>{{{1, 2}, 6}, {{1, 2}, 6, granularity::day, 86400}},
       std::vector{k});
-  wal::replay_state from_snapshot(hour_and_day(1));
-  ASSERT_EQ(wal::scan_segment(snap, from_snapshot).outcome, wal::scan_result::status::ok);
+  durable::replay_state from_snapshot(hour_and_day(1));
+  ASSERT_EQ(durable::scan_segment(snap, from_snapshot).outcome, durable::scan_result::status::ok);
   const auto sums = sums_of(from_snapshot.deltas());
   EXPECT_EQ((sums.at({2, granularity::none, 0})), 6);
   EXPECT_EQ((sums.at({2, granularity::day, 86400})), 6);

@@ -26,7 +26,8 @@
 #include <thread>
 
 #include "metrics/metrics.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
+#include "durable/recovery.hpp"
 
 namespace slotted::durable {
 namespace {
@@ -106,7 +107,7 @@ class Committer : public ::testing::Test {
       c.start(queue);
     }
     static wal::write_ahead_log& opened(wal::write_ahead_log& log) {
-      log.open();
+      recover(log);
       return log;
     }
     store::pending_store store;
@@ -158,7 +159,7 @@ TEST_F(Committer, ATakeCoversWhatWasLoggedEvenIfItsHttpThreadHasNotAppliedItYet)
   // A crash now: replay holds each increment once, in the batch that covers it.
   store::pending_store store(4);
   wal::write_ahead_log log(cfg_, metrics_);
-  const auto recovered = log.open();
+  const auto recovered = recover(log);
   EXPECT_TRUE(recovered.deltas.empty());
   EXPECT_EQ(batched(recovered.batches, 42), 8);
   ASSERT_EQ(recovered.batches.size(), 2u);
@@ -216,7 +217,7 @@ void Committer::takes_between_applies(config::fsync_mode mode) {
   EXPECT_EQ(total + left_in_store, threads * per_thread);
   // Replay agrees with what was taken: every batch as logged, nothing pending twice.
   wal::write_ahead_log log(cfg_, metrics_);
-  const auto recovered = log.open();
+  const auto recovered = recover(log);
   std::int64_t replayed = 0;
   for (const auto& d : recovered.deltas) replayed += d.delta;
   for (std::uint64_t id = 0; id < 10; ++id) replayed += batched(recovered.batches, id);
@@ -239,7 +240,7 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
   cfg_.fsync = config::fsync_mode::always;
   store::pending_store store(4);
   auto log = std::make_unique<wal::write_ahead_log>(cfg_, metrics_);
-  log->open();
+  recover(*log);
   auto c = std::make_unique<committer>(*log, store, 1000);
   queue_stub queue;
   c->start(queue);
@@ -262,7 +263,7 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
   log.reset();
   // Never answered: it replays from the WAL.
   wal::write_ahead_log again(cfg_, metrics_);
-  const auto recovered = again.open();
+  const auto recovered = recover(again);
   ASSERT_EQ(recovered.deltas.size(), 1u);
   EXPECT_EQ(recovered.deltas[0].delta, 5);
 }
@@ -273,7 +274,7 @@ TEST_F(Committer, StopLetsNoSessionOutliveItsIoContext) {
   cfg_.fsync = config::fsync_mode::always;
   store::pending_store store(4);
   wal::write_ahead_log log(cfg_, metrics_);
-  log.open();
+  recover(log);
   auto c = std::make_unique<committer>(log, store, 1000);
   queue_stub queue;
   c->start(queue);
@@ -444,9 +445,9 @@ class CommitterGroup : public Committer {
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
   // The record ids of the single-increment records in `data` (whole records only).
-  static std::set<std::uint64_t> ids_in(std::string_view data, wal::scan_result* scan = nullptr) {
-    wal::replay_state state;
-    const auto result = wal::scan_segment(data, state);
+  static std::set<std::uint64_t> ids_in(std::string_view data, durable::scan_result* scan = nullptr) {
+    durable::replay_state state;
+    const auto result = durable::scan_segment(data, state);
     if (scan != nullptr) *scan = result;
     std::set<std::uint64_t> ids;
     for (const auto& d : state.deltas()) {
@@ -669,7 +670,7 @@ TEST_F(CommitterGroup, AGroupCutMidWriteReplaysWholeRecordsOnly) {
     config::wal_config cut_cfg = cfg_;
     cut_cfg.dir = copy_dir;
     wal::write_ahead_log replay(cut_cfg, metrics_);
-    const auto recovered = replay.open();
+    const auto recovered = recover(replay);
     std::set<std::uint64_t> ids;
     for (const auto& d : recovered.deltas) {
       ASSERT_EQ(d.delta, 1);
@@ -696,7 +697,7 @@ TEST_F(CommitterGroup, ALeaderExceptionDoesNotWedgeTheQueue) {
   cfg_.fsync = config::fsync_mode::never;
   store::pending_store store(2);
   wal::write_ahead_log log(cfg_, metrics_);
-  log.open();
+  recover(log);
   committer c(log, store, 1000);
   c.set_group_hook_for_test([] { throw std::runtime_error("injected"); });
   queue_stub queue;
@@ -726,7 +727,7 @@ TEST_F(CommitterGroup, ATakeIsNotStarvedWhileTheLogThreadLeads) {
     std::vector<ingest::increment> probe;
     for (std::uint64_t i = 0; i < 1000; ++i) probe.push_back({1, i, 1});
     std::string probe_record;
-    wal::append_increments(probe_record, probe);
+    durable::append_increments(probe_record, probe);
     const std::uint64_t per_request = committer::max_group_bytes * 2 / 5 * 1000 / probe_record.size();
     std::vector<ingest::increment> one;
     for (std::uint64_t i = 0; i < per_request; ++i) one.push_back({1, i, 1});

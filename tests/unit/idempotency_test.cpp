@@ -9,7 +9,7 @@
 #include "db/sql.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "idempotency/keyed_store.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
 namespace slotted::idempotency {
 namespace {
@@ -434,7 +434,7 @@ TEST(KeyedBatches, ASplitDividesRequestsNotRows) {
 }
 
 TEST(KeyedWal, KeyedRecordsAndBatchesReplay) {
-  using namespace slotted::wal;
+  using namespace slotted::durable;
   std::mt19937_64 rng(1);
   std::size_t dropped = 0;
   std::string log{segment_magic};
@@ -480,9 +480,9 @@ TEST(KeyedWal, KeyedRecordsAndBatchesReplay) {
 
 TEST(KeyedWal, AMalformedKeyedRecordIsRefused) {
   std::string good;
-  wal::append_keyed(good, req("k1", {{1, 1, 5}}));
-  const std::string payload = good.substr(wal::record_header_bytes);
-  wal::replay_state state;
+  durable::append_keyed(good, req("k1", {{1, 1, 5}}));
+  const std::string payload = good.substr(durable::record_header_bytes);
+  durable::replay_state state;
   EXPECT_TRUE(state.apply(payload));
   std::string bad_key = payload;
   bad_key[2] = '/';  // not a key character

@@ -1,6 +1,7 @@
 // Keyed WAL records with the longest key the contract allows (README: HTTP API,
-// Idempotency-Key: 1 to 128 characters). The record's key length byte also carries the
-// "items have an `at`" flag in its top bit, which a length of 128 needs itself.
+// Idempotency-Key: 1 to 128 characters). Earlier versions also carried the "items have
+// an `at`" mark in the top bit of the key length byte, which a length of 128 needs itself;
+// this version logs such a request as a timed_keyed record instead (see wal/record.hpp).
 
 #include <gtest/gtest.h>
 
@@ -9,7 +10,7 @@
 #include <vector>
 
 #include "idempotency/keyed_batches.hpp"
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
 namespace slotted::idempotency {
 namespace {
@@ -33,7 +34,7 @@ keyed_request longest(char c, bool with_at) {
 // instance that accepted such a request (one valid client request) stops the next
 // start as corrupt, and --wal-salvage cuts it and everything logged after it.
 TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
-  using namespace slotted::wal;
+  using namespace slotted::durable;
   for (const bool with_at : {false, true}) {
     SCOPED_TRACE(with_at ? "with at" : "without at");
     std::mt19937_64 rng(1);
@@ -72,15 +73,17 @@ TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
 // One shorter than the longest still reads as before (the encoding of keys up to 127
 // characters is what every existing log holds).
 TEST(KeyedWalRecord, AKeyOf127CharactersReplaysAsBefore) {
-  using namespace slotted::wal;
+  using namespace slotted::durable;
   for (const bool with_at : {false, true}) {
     auto r = longest('c', with_at);
     r.key.pop_back();
     std::string log{segment_magic};
     append_keyed(log, r);
-    // The length byte: 127, with the `at` flag in its top bit.
+    // The kind, then the length byte: 127, no mark in it (an `at` is a kind of its own).
+    EXPECT_EQ(static_cast<unsigned char>(log[segment_magic.size() + record_header_bytes]),
+              static_cast<unsigned char>(with_at ? record_kind::timed_keyed : record_kind::keyed));
     EXPECT_EQ(static_cast<unsigned char>(log[segment_magic.size() + record_header_bytes + 1]),
-              127u | (with_at ? 0x80u : 0u));
+              127u);
     replay_state state;
     ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
     ASSERT_EQ(state.keyed().size(), 1u);

@@ -5,9 +5,9 @@
 #include <map>
 #include <stdexcept>
 
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 namespace {
 
 store::flush_batch batch(std::uint64_t run, std::uint64_t seq,
@@ -300,4 +300,4 @@ TEST(WalRecord, AHugeCountInAWellFormedRecordIsMalformedNotAnAllocation) {
 }
 
 }  // namespace
-}  // namespace slotted::wal
+}  // namespace slotted::durable

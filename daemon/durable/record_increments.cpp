@@ -1,9 +1,9 @@
 // The increments and timed_increments records (see record.hpp).
 #include <algorithm>
 
-#include "wal/codec.hpp"
+#include "durable/codec.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 namespace codec {
 
@@ -66,4 +66,4 @@ void append_increments(std::string& out, std::span<const ingest::increment> incr
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

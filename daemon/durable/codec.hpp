@@ -1,5 +1,5 @@
 #pragma once
-// What the record encoders and decoders share (internal to wal/): little-endian put and
+// What the record encoders and decoders share (internal to durable/): little-endian put and
 // get, the record frame around a payload, the extension marks, and one decoder per
 // record kind (each in the file of its kind). The decoders read a payload after its kind
 // byte and change nothing but their output; replay_state applies what they read.
@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "wal/record.hpp"
+#include "durable/record.hpp"
 
-namespace slotted::wal::codec {
+namespace slotted::durable::codec {
 
 template <typename T>
 void put(std::string& out, T value) {
@@ -42,17 +42,20 @@ class reader {
   std::size_t pos_ = 0;
 };
 
-std::uint32_t crc_of(std::string_view payload);
+// Appends a frame's header placeholder and the kind byte; finish_record() fills the
+// header once the payload is written.
+inline std::size_t begin_record(std::string& out, record_kind kind) {
+  const std::size_t start = wal::begin_record(out);
+  out.push_back(static_cast<char>(kind));
+  return start;
+}
+using wal::finish_record;
 
-// Appends a header placeholder and the kind byte; finish_record() fills the header once
-// the payload is written.
-std::size_t begin_record(std::string& out, record_kind kind);
-void finish_record(std::string& out, std::size_t start);
-
-// The marks of the bucket extensions (see record.hpp).
-constexpr std::uint8_t keyed_with_at = 0x80;
-constexpr std::uint32_t batch_with_buckets = 0x80000000u;
-constexpr std::uint64_t snapshot_with_buckets = std::uint64_t{1} << 63;
+// The bits earlier versions borrowed to mark their bucket extensions (see record.hpp):
+// read in old logs only, never written.
+constexpr std::uint8_t old_keyed_with_at = 0x80;
+constexpr std::uint32_t old_batch_with_buckets = 0x80000000u;
+constexpr std::uint64_t old_snapshot_with_buckets = std::uint64_t{1} << 63;
 // A timed_increments record's time of one increment: its `at`, or no_time.
 constexpr std::int64_t no_time = -1;
 // A keyed trailer's batch index of a request not yet in a batch.
@@ -90,20 +93,32 @@ struct snapshot_record {
   std::vector<idempotency::keyed_request> keyed;  // not yet in a batch
 };
 
+// The two encodings of a keyed request, and of everything that holds keyed requests:
+// `plain` as the keyed, batches and snapshot kinds (no bucket counts, no `at`; read with
+// the borrowed bits of old logs), `timed` as the timed_keyed, bucketed_batches and
+// bucketed_snapshot kinds (every `at` and every bucket count, in fields of their own).
+enum class form { plain, timed };
+
 // record_keyed.cpp
-void put_keyed(std::string& out, const idempotency::keyed_request& r);
-bool read_keyed(reader& in, idempotency::keyed_request& r);
+bool any_at(std::span<const ingest::increment> increments);
+void put_keyed(std::string& out, const idempotency::keyed_request& r, form f);
+bool read_keyed(reader& in, idempotency::keyed_request& r, form f);
 void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
-                       std::span<const idempotency::keyed_request> pending);
+                       std::span<const idempotency::keyed_request> pending, form f);
 bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
-                        std::vector<idempotency::keyed_request>& pending);
+                        std::vector<idempotency::keyed_request>& pending, form f);
 std::optional<idempotency::keyed_request> decode_keyed(reader& in);
+std::optional<idempotency::keyed_request> decode_timed_keyed(reader& in);
 
 // record_batches.cpp
 bool valid_granularity(std::uint8_t g);
-void put_batches(std::string& out, std::span<const store::flush_batch> batches);
-bool read_batches(reader& in, std::vector<store::flush_batch>& out);
+// Whether `batches` and `pending` need the timed form: a bucket row, or an `at`.
+bool needs_timed(std::span<const store::flush_batch> batches,
+                 std::span<const idempotency::keyed_request> pending);
+void put_batches(std::string& out, std::span<const store::flush_batch> batches, form f);
+bool read_batches(reader& in, std::vector<store::flush_batch>& out, form f);
 std::optional<std::vector<store::flush_batch>> decode_batches(reader& in);
+std::optional<std::vector<store::flush_batch>> decode_bucketed_batches(reader& in);
 bool decode_committed(reader& in);
 
 // record_increments.cpp
@@ -112,8 +127,9 @@ std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in);
 
 // record_snapshot.cpp
 std::optional<snapshot_record> decode_snapshot(reader& in);
+std::optional<snapshot_record> decode_bucketed_snapshot(reader& in);
 
 // record_reset.cpp
 std::optional<store::counter_key> decode_reset(reader& in);
 
-}  // namespace slotted::wal::codec
+}  // namespace slotted::durable::codec

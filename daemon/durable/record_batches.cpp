@@ -1,7 +1,9 @@
 // The batches and committed records (see record.hpp).
-#include "wal/codec.hpp"
+#include <algorithm>
 
-namespace slotted::wal {
+#include "durable/codec.hpp"
+
+namespace slotted::durable {
 
 namespace codec {
 
@@ -59,27 +61,40 @@ bool read_bucket_rows(reader& in, store::flush_batch& b) {
 
 }  // namespace
 
-void put_batches(std::string& out, std::span<const store::flush_batch> batches) {
+bool needs_timed(std::span<const store::flush_batch> batches,
+                 std::span<const idempotency::keyed_request> pending) {
+  const auto timed = [](const idempotency::keyed_request& r) { return any_at(r.increments); };
+  return std::any_of(pending.begin(), pending.end(), timed) ||
+         std::any_of(batches.begin(), batches.end(), [&](const store::flush_batch& b) {
+           return !b.bucket_rows.empty() || std::any_of(b.keyed.begin(), b.keyed.end(), timed);
+         });
+}
+
+// The plain form is written only for batches without bucket rows (needs_timed).
+void put_batches(std::string& out, std::span<const store::flush_batch> batches, form f) {
   put<std::uint32_t>(out, static_cast<std::uint32_t>(batches.size()));
   for (const auto& b : batches) {
     put<std::uint64_t>(out, b.run_id);
     put<std::uint64_t>(out, b.seq);
-    const std::uint32_t flag = b.bucket_rows.empty() ? 0 : batch_with_buckets;
-    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()) | flag);
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()));
     put_rows(out, b);
-    if (flag != 0) put_bucket_rows(out, b);
+    if (f == form::timed) put_bucket_rows(out, b);
   }
 }
 
-bool read_batches(reader& in, std::vector<store::flush_batch>& out) {
+bool read_batches(reader& in, std::vector<store::flush_batch>& out, form f) {
   std::uint32_t n = 0;
   if (!in.get(n)) return false;
   for (std::uint32_t i = 0; i < n; ++i) {
     store::flush_batch b;
     std::uint32_t rows = 0;
     if (!in.get(b.run_id) || !in.get(b.seq) || !in.get(rows)) return false;
-    const bool with_buckets = (rows & batch_with_buckets) != 0;
-    rows &= ~batch_with_buckets;
+    // Old logs: bucket rows marked in the row count's top bit.
+    bool with_buckets = f == form::timed;
+    if (f == form::plain && (rows & old_batch_with_buckets) != 0) {
+      with_buckets = true;
+      rows &= ~old_batch_with_buckets;
+    }
     if (!read_rows(in, rows, b)) return false;
     if (with_buckets && !read_bucket_rows(in, b)) return false;
     out.push_back(std::move(b));
@@ -87,12 +102,24 @@ bool read_batches(reader& in, std::vector<store::flush_batch>& out) {
   return true;
 }
 
-std::optional<std::vector<store::flush_batch>> decode_batches(reader& in) {
+namespace {
+// The batches and their keyed trailer (which holds no request not in a batch), in `f`.
+std::optional<std::vector<store::flush_batch>> batches_in(reader& in, form f) {
   std::vector<store::flush_batch> logged;
   std::vector<idempotency::keyed_request> none;
-  if (!read_batches(in, logged) || !read_keyed_trailer(in, logged, none) || !none.empty())
+  if (!read_batches(in, logged, f) || !read_keyed_trailer(in, logged, none, f) || !none.empty())
     return std::nullopt;
   return logged;
+}
+}  // namespace
+
+// A batches record: plain, or (old logs) with the marks of bucket rows and `at`s.
+std::optional<std::vector<store::flush_batch>> decode_batches(reader& in) {
+  return batches_in(in, form::plain);
+}
+
+std::optional<std::vector<store::flush_batch>> decode_bucketed_batches(reader& in) {
+  return batches_in(in, form::timed);
 }
 
 bool decode_committed(reader& in) { return in.done(); }
@@ -100,9 +127,11 @@ bool decode_committed(reader& in) { return in.done(); }
 }  // namespace codec
 
 void append_batches(std::string& out, std::span<const store::flush_batch> batches) {
-  const std::size_t start = codec::begin_record(out, record_kind::batches);
-  codec::put_batches(out, batches);
-  codec::put_keyed_trailer(out, batches, {});
+  const auto f = codec::needs_timed(batches, {}) ? codec::form::timed : codec::form::plain;
+  const std::size_t start = codec::begin_record(
+      out, f == codec::form::timed ? record_kind::bucketed_batches : record_kind::batches);
+  codec::put_batches(out, batches, f);
+  codec::put_keyed_trailer(out, batches, {}, f);
   codec::finish_record(out, start);
 }
 
@@ -111,4 +140,4 @@ void append_committed(std::string& out) {
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

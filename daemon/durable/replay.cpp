@@ -5,10 +5,10 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "wal/codec.hpp"
-#include "wal/record.hpp"
+#include "durable/codec.hpp"
+#include "durable/record.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 bool replay_state::apply(std::string_view payload) {
   // A malformed record changes nothing: a salvage keeps exactly the records before it.
@@ -19,13 +19,14 @@ bool replay_state::apply(std::string_view payload) {
       return apply_increments(codec::decode_increments(in));
     case record_kind::timed_increments:
       return apply_increments(codec::decode_timed_increments(in));
-    case record_kind::keyed: {
-      auto r = codec::decode_keyed(in);
-      if (r) keyed_.push_back(std::move(*r));
-      return r.has_value();
-    }
+    case record_kind::keyed:
+      return apply_keyed(codec::decode_keyed(in));
+    case record_kind::timed_keyed:
+      return apply_keyed(codec::decode_timed_keyed(in));
     case record_kind::batches:
       return apply_batches(codec::decode_batches(in));
+    case record_kind::bucketed_batches:
+      return apply_batches(codec::decode_bucketed_batches(in));
     case record_kind::committed:
       batches_.clear();
       return codec::decode_committed(in);
@@ -36,7 +37,10 @@ bool replay_state::apply(std::string_view payload) {
     }
     case record_kind::snapshot:
       return apply_snapshot(codec::decode_snapshot(in));
+    case record_kind::bucketed_snapshot:
+      return apply_snapshot(codec::decode_bucketed_snapshot(in));
   }
+  // A kind this version does not know (one a later version wrote): as a malformed record.
   return false;
 }
 
@@ -48,6 +52,12 @@ bool replay_state::apply_increments(const std::optional<std::vector<codec::timed
     if (d.at != codec::no_time) count_in_buckets(d.key, d.delta, d.at, buckets);
   }
   bucket_log_.insert(bucket_log_.end(), buckets.begin(), buckets.end());
+  return true;
+}
+
+bool replay_state::apply_keyed(std::optional<idempotency::keyed_request>&& r) {
+  if (!r) return false;
+  keyed_.push_back(std::move(*r));
   return true;
 }
 
@@ -121,4 +131,4 @@ std::vector<store::pending_delta> replay_state::deltas() const {
   return out;
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

@@ -1,9 +1,9 @@
 // The snapshot record (see record.hpp).
 #include <algorithm>
 
-#include "wal/codec.hpp"
+#include "durable/codec.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 namespace codec {
 
@@ -34,16 +34,27 @@ bool read_deltas_with_buckets(reader& in, std::uint64_t n, snapshot_record& s) {
 
 }  // namespace
 
+// A snapshot record: plain, or (old logs) with the marks of bucket counts and `at`s.
 std::optional<snapshot_record> decode_snapshot(reader& in) {
   snapshot_record s;
   std::uint64_t n = 0;
-  if (!read_batches(in, s.batches) || !in.get(n)) return std::nullopt;
-  if ((n & snapshot_with_buckets) != 0) {
-    if (!read_deltas_with_buckets(in, n & ~snapshot_with_buckets, s)) return std::nullopt;
+  if (!read_batches(in, s.batches, form::plain) || !in.get(n)) return std::nullopt;
+  if ((n & old_snapshot_with_buckets) != 0) {
+    if (!read_deltas_with_buckets(in, n & ~old_snapshot_with_buckets, s)) return std::nullopt;
   } else if (!read_deltas<std::int64_t>(in, n, s.deltas)) {
     return std::nullopt;
   }
-  if (!read_keyed_trailer(in, s.batches, s.keyed)) return std::nullopt;
+  if (!read_keyed_trailer(in, s.batches, s.keyed, form::plain)) return std::nullopt;
+  return s;
+}
+
+std::optional<snapshot_record> decode_bucketed_snapshot(reader& in) {
+  snapshot_record s;
+  std::uint64_t n = 0;
+  if (!read_batches(in, s.batches, form::timed) || !in.get(n) ||
+      !read_deltas_with_buckets(in, n, s) ||
+      !read_keyed_trailer(in, s.batches, s.keyed, form::timed))
+    return std::nullopt;
   return s;
 }
 
@@ -53,23 +64,26 @@ void append_snapshot(std::string& out, std::span<const store::flush_batch> batch
                      std::span<const store::pending_delta> deltas,
                      std::span<const idempotency::keyed_request> keyed) {
   using codec::put;
-  const std::size_t start = codec::begin_record(out, record_kind::snapshot);
-  codec::put_batches(out, batches);
-  const bool with_buckets = std::any_of(deltas.begin(), deltas.end(), [](const auto& d) {
+  const bool bucketed = std::any_of(deltas.begin(), deltas.end(), [](const auto& d) {
     return d.gran != store::granularity::none;
   });
-  put<std::uint64_t>(out, deltas.size() | (with_buckets ? codec::snapshot_with_buckets : 0));
+  const auto f =
+      bucketed || codec::needs_timed(batches, keyed) ? codec::form::timed : codec::form::plain;
+  const std::size_t start = codec::begin_record(
+      out, f == codec::form::timed ? record_kind::bucketed_snapshot : record_kind::snapshot);
+  codec::put_batches(out, batches, f);
+  put<std::uint64_t>(out, deltas.size());
   for (const auto& d : deltas) {
     put<std::uint32_t>(out, d.key.record_type);
     put<std::uint64_t>(out, d.key.record_id);
     put<std::int64_t>(out, d.delta);
-    if (with_buckets) {
+    if (f == codec::form::timed) {
       put<std::uint8_t>(out, static_cast<std::uint8_t>(d.gran));
       put<std::int64_t>(out, d.bucket);
     }
   }
-  codec::put_keyed_trailer(out, batches, keyed);
+  codec::put_keyed_trailer(out, batches, keyed, f);
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable

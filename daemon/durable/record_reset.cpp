@@ -1,7 +1,7 @@
 // The reset record (see record.hpp).
-#include "wal/codec.hpp"
+#include "durable/codec.hpp"
 
-namespace slotted::wal {
+namespace slotted::durable {
 
 namespace codec {
 
@@ -20,4 +20,4 @@ void append_reset(std::string& out, const store::counter_key& key) {
   codec::finish_record(out, start);
 }
 
-}  // namespace slotted::wal
+}  // namespace slotted::durable
