@@ -37,7 +37,7 @@ def start_daemon(binary, tmp, db, name, counters, today):
                 "listen: {address: 127.0.0.1, port: 0}\n"
                 f"mysql: {{socket: {db.socket}, user: root, database: {database}}}\n"
                 "counters:\n"
-                "  - {name: downloads, record_type: 1, buckets: {day: 400d}}\n"
+                "  - {name: downloads, record_type: 1, buckets: {day: 400d}, top: true}\n"
                 "flush: {interval: 1h}\n")
     logf = f"{tmp}/{name}.log"
     subprocess.run([binary, "--config", cfg, "--migrate"], check=True, timeout=120,

@@ -115,14 +115,9 @@ std::string take_batch_insert(std::string_view counters_table, const db::rollup_
          ".`count` + VALUES(`count`)";
 }
 
-std::string take_batch_totals_insert(std::string_view counters_table, const db::rollup_target& t,
-                                     const id_range& range) {
-  const std::string totals = quote_identifier(std::string(counters_table) + "_totals");
-  return "INSERT INTO " + totals + " (`record_type`, `record_id`, `count`) SELECT " +
-         std::to_string(t.record_type) + ", " + id_of(t) + ", " + count_of(t) + from_owner(t) +
-         where_range(t, range) + " AND " + count_of(t) + " > 0 ORDER BY " + id_of(t) +
-         " ON DUPLICATE KEY UPDATE " + totals + ".`count` = " + totals +
-         ".`count` + VALUES(`count`)";
+std::string take_batch_rows_select(const db::rollup_target& t, const id_range& range) {
+  return "SELECT " + id_of(t) + ", " + count_of(t) + from_owner(t) + where_range(t, range) +
+         " AND " + count_of(t) + " > 0 ORDER BY " + id_of(t);
 }
 
 std::string nonzero_select(const db::rollup_target& t) {

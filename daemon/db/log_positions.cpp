@@ -135,8 +135,10 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
                                         b.rows.subspan(i, std::min(per, b.rows.size() - i))));
     db::upsert_buckets(conn, counters_table, b.buckets,
                        std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
-    // 5. The totals of top-N (db/top.hpp), as every writer of slot rows keeps them.
-    for (const auto& sql : db::totals_upserts(counters_table, b.rows, b.buckets))
+    // 5. The totals of top-N of the counters that keep them (db/top.hpp).
+    for (const auto& sql : db::totals_upserts(counters_table, b.rows, b.buckets,
+                                              b.top ? *b.top : store::no_top(),
+                                              conn.max_statement_bytes()))
       conn.execute(sql);
     if (!b.dirty.empty()) conn.execute(db::dirty_upsert(instance, b.dirty, b.dirty_gen));
     conn.execute(db::commit);

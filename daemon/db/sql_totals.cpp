@@ -1,6 +1,7 @@
 // The totals tables' SQL (db/top.hpp), pure: their names and CREATE TABLE, the upserts a
 // batch adds, a reset's and the retention's statements; and the many-counter read's
 // SELECT (sql.hpp select_counts).
+#include <algorithm>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -58,45 +59,76 @@ std::string create_bucket_totals_table(std::string_view table, store::granularit
          ") ENGINE=InnoDB";
 }
 
+namespace {
+
+// Multi-row upserts of VALUES tuples under `head`, each statement at most `max_bytes`
+// long (as the slot statements are formed, see flush::batch_forming), at least one tuple
+// a statement; in the order added.
+class upsert_cutter {
+ public:
+  upsert_cutter(std::vector<std::string>& out, std::string head, std::size_t max_bytes)
+      : out_(out), head_(std::move(head)), max_bytes_(max_bytes) {}
+  void add(const std::string& tuple) {
+    if (!sql_.empty() && sql_.size() + 1 + tuple.size() + update.size() > max_bytes_) finish();
+    sql_ += sql_.empty() ? head_ : ",";
+    sql_ += tuple;
+  }
+  void finish() {
+    if (!sql_.empty()) out_.push_back(std::exchange(sql_, {}) + std::string(update));
+  }
+  static constexpr std::string_view update =
+      " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+
+ private:
+  std::vector<std::string>& out_;
+  std::string head_, sql_;
+  std::size_t max_bytes_;
+};
+
+// The bucket totals of `buckets` of granularity `g` (of counters `top` keeps), summed per
+// counter and bucket, in key order.
+void bucket_totals_upserts(std::vector<std::string>& out, std::string_view table,
+                           store::granularity g, std::span<const store::bucket_row> buckets,
+                           const store::top_spec& top, std::size_t max_bytes) {
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::int64_t>, __int128> sums;
+  for (const auto& b : buckets) {
+    if (b.gran == g && top.keeps(b.record_type)) sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
+  }
+  upsert_cutter cut(out,
+                    "INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
+                        " (`record_type`, `record_id`, `bucket`, `count`) VALUES ",
+                    max_bytes);
+  for (const auto& [key, delta] : sums) {
+    if (delta == 0) continue;
+    cut.add("(" + num(std::get<0>(key)) + "," + num(std::get<1>(key)) + "," +
+            bucket_literal(g, std::get<2>(key)) + "," + num(delta) + ")");
+  }
+  cut.finish();
+}
+
+}  // namespace
+
 std::vector<std::string> totals_upserts(std::string_view table, std::span<const counter_row> rows,
-                                        std::span<const store::bucket_row> buckets) {
+                                        std::span<const store::bucket_row> buckets,
+                                        const store::top_spec& top, std::size_t max_bytes) {
   std::vector<std::string> out;
+  if (top.empty()) return out;  // counters[].top off everywhere: no totals table
   // Summed per key, in key order (the lock order's).
   std::map<std::pair<std::uint32_t, std::uint64_t>, __int128> totals;
-  for (const auto& r : rows) totals[{r.record_type, r.record_id}] += r.delta;
-  // At most max_totals_rows tuples a statement (a batch's bucket rows are not bounded by
-  // its rows), in key order across the statements.
-  constexpr std::size_t max_totals_rows = 1000;
-  const std::string update = " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
-  std::string sql;
-  std::size_t n = 0;
+  for (const auto& r : rows) {
+    if (top.keeps(r.record_type)) totals[{r.record_type, r.record_id}] += r.delta;
+  }
+  upsert_cutter cut(out,
+                    "INSERT INTO " + quote_identifier(totals_table(table)) +
+                        " (`record_type`, `record_id`, `count`) VALUES ",
+                    max_bytes);
   for (const auto& [key, delta] : totals) {
     if (delta == 0) continue;  // a row of delta 0 carries buckets only
-    sql += sql.empty() ? "INSERT INTO " + quote_identifier(totals_table(table)) +
-                             " (`record_type`, `record_id`, `count`) VALUES "
-                       : ",";
-    sql += "(" + num(key.first) + "," + num(key.second) + "," + num(delta) + ")";
-    if (++n % max_totals_rows == 0) out.push_back(std::exchange(sql, {}) + update);
+    cut.add("(" + num(key.first) + "," + num(key.second) + "," + num(delta) + ")");
   }
-  if (!sql.empty()) out.push_back(sql + update);
-  for (const auto g : store::all_granularities) {
-    std::map<std::tuple<std::uint32_t, std::uint64_t, std::int64_t>, __int128> sums;
-    for (const auto& b : buckets) {
-      if (b.gran == g) sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
-    }
-    std::string b_sql;
-    std::size_t m = 0;
-    for (const auto& [key, delta] : sums) {
-      if (delta == 0) continue;
-      b_sql += b_sql.empty() ? "INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
-                                   " (`record_type`, `record_id`, `bucket`, `count`) VALUES "
-                             : ",";
-      b_sql += "(" + num(std::get<0>(key)) + "," + num(std::get<1>(key)) + "," +
-               bucket_literal(g, std::get<2>(key)) + "," + num(delta) + ")";
-      if (++m % max_totals_rows == 0) out.push_back(std::exchange(b_sql, {}) + update);
-    }
-    if (!b_sql.empty()) out.push_back(b_sql + update);
-  }
+  cut.finish();
+  for (const auto g : store::all_granularities)
+    bucket_totals_upserts(out, table, g, buckets, top, max_bytes);
   return out;
 }
 
@@ -121,20 +153,28 @@ std::string bucket_totals_prune_delete(std::string_view table, store::granularit
   return sql + ")";
 }
 
-std::string totals_subtract(std::string_view table, const store::counter_key& key,
-                            __int128 persisted) {
-  return "UPDATE " + quote_identifier(totals_table(table)) + " SET `count` = `count` - " +
-         num(persisted) + " WHERE `record_type` = " + num(key.record_type) +
-         " AND `record_id` = " + num(key.record_id);
-}
-
-std::vector<std::string> totals_zero_deletes(std::string_view table, const store::counter_key& key,
-                                             std::span<const store::granularity> grans) {
+std::vector<std::string> reset_totals_statements(std::string_view table,
+                                                 const store::counter_key& key, __int128 persisted,
+                                                 std::span<const store::bucket_row> lost_buckets,
+                                                 std::span<const store::granularity> grans,
+                                                 std::size_t max_bytes) {
   const std::string where = " WHERE `record_type` = " + num(key.record_type) +
-                            " AND `record_id` = " + num(key.record_id) + " AND `count` = 0";
-  std::vector<std::string> out{"DELETE FROM " + quote_identifier(totals_table(table)) + where};
-  for (const auto g : grans)
-    out.push_back("DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) + where);
+                            " AND `record_id` = " + num(key.record_id);
+  // `<table>_totals` first, even when nothing is subtracted (its DELETE takes the row's
+  // lock), then each granularity's table: the lock order's 5 (repository.hpp).
+  std::vector<std::string> out;
+  if (persisted != 0) {
+    out.push_back("UPDATE " + quote_identifier(totals_table(table)) + " SET `count` = `count` - " +
+                  num(persisted) + where);
+  }
+  out.push_back("DELETE FROM " + quote_identifier(totals_table(table)) + where + " AND `count` = 0");
+  const store::top_spec only_key({key.record_type}, store::no_buckets());
+  for (const auto g : store::all_granularities) {
+    if (std::find(grans.begin(), grans.end(), g) == grans.end()) continue;
+    bucket_totals_upserts(out, table, g, lost_buckets, only_key, max_bytes);
+    out.push_back("DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) + where +
+                  " AND `count` = 0");
+  }
   return out;
 }
 

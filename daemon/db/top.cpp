@@ -60,48 +60,56 @@ void create_filled(connection& conn, const std::string& target, std::string ddl,
 }
 }  // namespace
 
-void migrate_totals(connection& conn, const std::string& table, const store::bucket_spec& buckets) {
+void migrate_totals(connection& conn, const std::string& table, const store::top_spec& top) {
+  if (top.empty()) return;  // no counter keeps totals: no table
+  // Only the counters that keep totals are filled in (the others' are never written).
+  std::string kept = " WHERE `record_type` IN (";
+  for (std::size_t i = 0; i < top.record_types().size(); ++i)
+    kept += (i ? "," : "") + num(top.record_types()[i]);
+  kept += ")";
   if (!table_exists(conn, totals_table(table))) {
     create_filled(conn, totals_table(table), create_totals_table(table), [&](const std::string& into) {
       return "INSERT INTO " + into +
              " (`record_type`, `record_id`, `count`) SELECT `record_type`, `record_id`, "
              "SUM(`count`) FROM " +
-             quote_identifier(table) + " GROUP BY `record_type`, `record_id`";
+             quote_identifier(table) + kept + " GROUP BY `record_type`, `record_id`";
     });
   }
   for (const auto g : store::all_granularities) {
-    if (!buckets.uses(g) || table_exists(conn, bucket_totals_table(table, g))) continue;
+    if (!top.uses(g) || table_exists(conn, bucket_totals_table(table, g))) continue;
     create_filled(conn, bucket_totals_table(table, g), create_bucket_totals_table(table, g),
                   [&](const std::string& into) {
                     return "INSERT INTO " + into +
                            " (`record_type`, `record_id`, `bucket`, `count`) SELECT "
                            "`record_type`, `record_id`, `bucket`, SUM(`count`) FROM " +
-                           quote_identifier(bucket_table(table, g)) +
+                           quote_identifier(bucket_table(table, g)) + kept +
                            " GROUP BY `record_type`, `record_id`, `bucket`";
                   });
   }
 }
 
 std::vector<std::string> missing_totals_tables(connection& conn, const std::string& table,
-                                               const store::bucket_spec& buckets) {
+                                               const store::top_spec& top) {
   std::vector<std::string> missing;
+  if (top.empty()) return missing;
   if (!table_exists(conn, totals_table(table))) missing.push_back(totals_table(table));
   for (const auto g : store::all_granularities) {
-    if (buckets.uses(g) && !table_exists(conn, bucket_totals_table(table, g)))
+    if (top.uses(g) && !table_exists(conn, bucket_totals_table(table, g)))
       missing.push_back(bucket_totals_table(table, g));
   }
   return missing;
 }
 
 void verify_totals_tables(connection& conn, const std::string& table,
-                          const store::bucket_spec& buckets) {
-  const auto missing = missing_totals_tables(conn, table, buckets);
+                          const store::top_spec& top) {
+  const auto missing = missing_totals_tables(conn, table, top);
   if (missing.empty()) return;
   throw db_error(0,
                  "table `" + missing.front() +
                      "` does not exist: every flush writes the totals of top-N "
-                     "(GET /v1/top) there since this version; run slotted-counterd --migrate "
-                     "(it creates the totals tables and fills them from the counts)",
+                     "(GET /v1/top) of the counters with counters[].top there; run "
+                     "slotted-counterd --migrate (it creates the totals tables and fills them "
+                     "from the counts)",
                  true);
 }
 

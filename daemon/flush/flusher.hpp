@@ -42,6 +42,7 @@
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
 #include "model/batch.hpp"
+#include "model/top_spec.hpp"
 #include "store/pending_store.hpp"
 #include "util/thread_annotations.hpp"
 #include "util/worker.hpp"
@@ -70,6 +71,9 @@ struct settings {
   // Counters with buckets: their tables are verified with the schema (missing ones stop
   // the flush, see cycle()), and keyed batches derive their bucket rows with it.
   store::bucket_spec buckets;
+  // Counters that keep the totals of top-N (counters[].top, db/top.hpp): only their rows
+  // are added to the totals tables, which are verified with the schema when not empty.
+  store::top_spec top;
 };
 
 struct flush_result {

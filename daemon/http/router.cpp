@@ -146,6 +146,7 @@ router::router(const config::daemon_config& cfg, backend& b, metrics::registry& 
                const ingest::table_limits& limits)
     : live_(make_live(cfg)),
       buckets_(config::bucket_spec_of(cfg)),
+      top_(config::top_spec_of(cfg)),
       limits_(limits),
       max_items_(cfg.http.max_items_per_request),
       backend_(b),

@@ -145,6 +145,8 @@ class router {
   static constexpr std::int64_t max_top_buckets = 400;
   // Fixed for the process's life, as the store's (see config::plan_reload).
   const store::bucket_spec buckets_;
+  // The counters that keep top-N totals (counters[].top); fixed as buckets_ is.
+  const store::top_spec top_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
   backend& backend_;

@@ -100,6 +100,15 @@ void router::handle_top(const request& req, const route_match& m, const reply& a
   auto parsed = type_of(m.params[0], v);
   if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
   const auto type = std::get<std::uint32_t>(parsed);
+  // Only a counter declared with `top: true` keeps the totals a top-N reads (db/top.hpp):
+  // for any other there is no top-N to read, a 404 naming the switch.
+  if (!top_.keeps(type)) {
+    return answer(error_response(
+        v, status::not_found,
+        "record_type " + std::to_string(type) +
+            " keeps no top-N totals: declare its counter with top: true (counters[].top), "
+            "run slotted-counterd --migrate and restart"));
+  }
   const auto bad_request = [&](const std::string& message) {
     answer(error_response(v, status::bad_request, message));
   };

@@ -48,6 +48,7 @@ COUNTERS = """counters:
     record_type: 123
     rollup: {table: repositories, id_column: id, count_column: download_count}
     buckets: {hour: 48h, day: 400d}
+    top: true
 """
 
 

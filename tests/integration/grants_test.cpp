@@ -87,13 +87,14 @@ class GrantsDb : public ::testing::Test {
     }
     return out;
   }
-  // Every feature: rollup to repos, hour and day buckets with retention.
+  // Every feature: rollup to repos, hour and day buckets with retention, top-N totals.
   static std::string counters() {
     return "counters:\n"
            "  - name: downloads\n"
            "    record_type: 1\n"
            "    rollup: {table: repos, id_column: id, count_column: download_count}\n"
-           "    buckets: {hour: 48h, day: 400d}\n";
+           "    buckets: {hour: 48h, day: 400d}\n"
+           "    top: true\n";
   }
   // The daemon's config: the user above, over TCP, with its password file.
   std::string yaml() const {

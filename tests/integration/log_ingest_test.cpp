@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 
@@ -34,6 +35,9 @@ class LogIngest : public ::testing::Test {
  protected:
   void SetUp() override {
     db_ = migrated_database(shared_mariadb());
+    // dl keeps top-N totals (counters[].top): its totals table, as --migrate makes it.
+    auto conn = shared_mariadb().connect(db_);
+    db::migrate_totals(conn, "slotted_counters", store::top_spec({7}, store::no_buckets()));
     char tmpl[] = "/tmp/slotted-logs-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -43,7 +47,7 @@ class LogIngest : public ::testing::Test {
 
   std::string yaml() const {
     return daemon_yaml(shared_mariadb(), db_,
-                       "counters: [{name: dl, record_type: 7}]\n"
+                       "counters: [{name: dl, record_type: 7, top: true}]\n"
                        "flush: {interval: 50ms}\n"
                        "log_sources:\n"
                        "  - path: " + log_ +

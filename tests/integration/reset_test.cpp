@@ -478,11 +478,12 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
       "INSERT INTO wide_counters VALUES (1, 5, 0, 18446744073709551615), (1, 5, 1, 1), "
       "(1, 6, 0, 7)");
   // Its totals table, as --migrate makes it for an existing table (summed in DECIMAL).
-  db::migrate_totals(conn, "wide_counters", store::bucket_spec{});
+  const store::top_spec top({1}, store::no_buckets());
+  db::migrate_totals(conn, "wide_counters", top);
   db::reset_progress p;
   db::commit_outcome outcome{};
   ASSERT_NO_THROW(outcome = db::reset_counter(conn, "wide_counters", {"rv", 1, 1},
-                                              store::counter_key{1, 5}, false, {}, p));
+                                              store::counter_key{1, 5}, false, {}, p, top));
   EXPECT_EQ(outcome, db::commit_outcome::applied);
   EXPECT_TRUE(p.persisted == (static_cast<__int128>(1) << 64)) << "persisted is not 2^64";
   EXPECT_EQ(p.rows, 2u);

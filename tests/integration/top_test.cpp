@@ -61,13 +61,19 @@ class ManyAndTop : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  std::string yaml(const std::string& instance) const {
+  // `counters`: the YAML list; by default downloads keeps day buckets and top-N totals.
+  std::string yaml(const std::string& instance,
+                   const std::string& counters =
+                       "  - {name: downloads, record_type: 123, buckets: {day: 400d}, top: true}\n")
+      const {
     return daemon_yaml(shared_mariadb(), database_,
-                       "instance_id: " + instance +
-                           "\n"
-                           "counters:\n"
-                           "  - {name: downloads, record_type: 123, buckets: {day: 400d}}\n"
+                       "instance_id: " + instance + "\ncounters:\n" + counters +
                            "flush: {interval: 1h}\n");
+  }
+  std::int64_t totals_tables() const {
+    return shared_mariadb().query_int(
+        database_, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '" +
+                       database_ + "' AND table_name LIKE '%totals%'");
   }
   void run_migrate() const {
     std::string out;
@@ -300,6 +306,76 @@ TEST_F(ManyAndTop, ABucketedTopNPastItsRowBoundStopsAndLeavesNoSnapshot) {
     EXPECT_EQ(top[i].first, i + 1);
     EXPECT_TRUE(top[i].second == 30);
   }
+}
+
+// counters[].top off (the default): --migrate makes no totals table, the start does not
+// ask for one, and plain and keyed batches, a reset and the many-counter read all work
+// without it (a totals statement anywhere would fail on the missing table: the flush
+// would not commit); top-N is a 404 naming the switch.
+TEST_F(ManyAndTop, WithTopOffNoTotalsTableIsMadeAskedForOrWritten) {
+  const std::string off = "  - {name: downloads, record_type: 123, buckets: {day: 400d}}\n";
+  std::string out;
+  ASSERT_EQ(run_binary(yaml("top-a", off), "--migrate", out), 0) << out;
+  EXPECT_EQ(totals_tables(), 0);
+  daemon_process d(yaml("top-a", off));
+  ASSERT_EQ(d.settle(), 200u) << d.log();
+  http_client c(d.port());
+  const auto at = std::to_string(unix_now() - 60);
+  ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": 1, \"delta\": 3, "
+                                         "\"at\": " + at + "}")
+                .status,
+            202u);
+  ASSERT_EQ(c.request("POST", "/v1/increments",
+                      "{\"record_type\": 123, \"record_id\": 2, \"delta\": 5, \"at\": " + at + "}",
+                      "application/json", {{"Idempotency-Key", "top-off-1"}})
+                .status,
+            202u);
+  ASSERT_TRUE(flush_until_ok(c)) << d.log();
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT SUM(count) FROM slotted_counters"), 8);
+  const auto reset = c.request("DELETE", "/v1/counters/123/1");
+  ASSERT_EQ(reset.status, 200u) << reset.body;
+  const auto many = c.get("/v1/counters/downloads?ids=1,2");
+  ASSERT_EQ(many.status, 200u) << many.body;
+  EXPECT_EQ(many.body,
+            "{\"record_type\": 123, \"items\": [{\"record_id\": \"1\", \"count\": 0, "
+            "\"persisted\": 0, \"pending\": 0}, {\"record_id\": \"2\", \"count\": 5, "
+            "\"persisted\": 5, \"pending\": 0}]}");
+  const auto top = c.get("/v1/top/downloads");
+  EXPECT_EQ(top.status, 404u) << top.body;
+  EXPECT_NE(top.body.find("top: true (counters[].top)"), std::string::npos) << top.body;
+  EXPECT_EQ(totals_tables(), 0);
+  EXPECT_EQ(d.log().find("_totals"), std::string::npos) << d.log();
+}
+
+// Two counters on one table, one with top: true: only its rows reach the totals (and its
+// day buckets' totals); the other's flushes write none.
+TEST_F(ManyAndTop, OnlyTheCountersWithTopAreAddedToTheTotals) {
+  const std::string mixed =
+      "  - {name: downloads, record_type: 123, buckets: {day: 400d}, top: true}\n"
+      "  - {name: views, record_type: 124, buckets: {day: 400d}}\n";
+  std::string out;
+  ASSERT_EQ(run_binary(yaml("top-a", mixed), "--migrate", out), 0) << out;
+  daemon_process d(yaml("top-a", mixed));
+  ASSERT_EQ(d.settle(), 200u) << d.log();
+  http_client c(d.port());
+  std::string body;
+  for (const int type : {123, 124})
+    for (const int id : {1, 2})
+      body += "{\"record_type\": " + std::to_string(type) + ", \"record_id\": " +
+              std::to_string(id) + ", \"delta\": " + std::to_string(id * 10) + "}\n";
+  ASSERT_EQ(c.request("POST", "/v1/increments", body, "application/x-ndjson").status, 202u);
+  ASSERT_TRUE(flush_until_ok(c)) << d.log();
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_, "SELECT COUNT(*) FROM slotted_counters_totals WHERE record_type = 124"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_, "SELECT COUNT(*) FROM slotted_counters_day_totals WHERE record_type = 124"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_, "SELECT SUM(count) FROM slotted_counters_totals WHERE record_type = 123"),
+            30);
+  EXPECT_EQ(items_of(c.get("/v1/top/downloads").body), (ranking{{2, 20}, {1, 10}}));
+  EXPECT_EQ(c.get("/v1/top/views").status, 404u);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ counters:
     record_type: 123
     rollup: {table: repositories, id_column: id, count_column: download_count}
     buckets: {hour: 48h, day: 400d}
+    top: true
   - name: release_downloads
     record_type: 124
     rollup: {table: releases, id_column: release_id, count_column: downloads}
@@ -55,10 +56,6 @@ TEST(Grants, OnlyTheBucketTablesDeclaredAndNoRollupTablesWithoutARollup) {
   const std::vector<std::string> want = {
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_day` TO 'counterd'@'%'",
-      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_totals` TO "
-      "'counterd'@'%'",
-      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_day_totals` TO "
-      "'counterd'@'%'",
       "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` TO "
       "'counterd'@'%'",
@@ -101,7 +98,7 @@ TEST(Grants, NeedNoSecret) {
       "http: {auth_token_file: /run/credentials/slotted-counterd.service/token}\n";
   EXPECT_THROW(config::parse_config(yaml, "c.yaml"), config::config_error);
   const auto cfg = config::parse_config(yaml, "c.yaml", {}, false);
-  EXPECT_EQ(grant_statements(cfg).size(), 4u);
+  EXPECT_EQ(grant_statements(cfg).size(), 3u);
 }
 
 TEST(Grants, PrintedOnePerLineWithASemicolon) {
@@ -110,7 +107,6 @@ TEST(Grants, PrintedOnePerLineWithASemicolon) {
   EXPECT_EQ(err.str(), "");
   EXPECT_EQ(out.str(),
             "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters` TO 'u'@'h';\n"
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters_totals` TO 'u'@'h';\n"
             "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'u'@'h';\n"
             "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` "
             "TO 'u'@'h';\n");

@@ -1,6 +1,7 @@
 // Issue 26: GET /v1/counters/{t}?ids=... and GET /v1/top/{t}: their parameters (pure
 // parsing, then through the router against a scripted backend) and their SQL.
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "db/top.hpp"
@@ -62,9 +63,12 @@ class ManyAndTop : public ::testing::Test {
  protected:
   static config::daemon_config cfg() {
     config::daemon_config c;
+    // downloads and clicks keep top-N totals (counters[].top), views does not.
     c.counters = {
-        {"downloads", 3, std::nullopt, {{store::granularity::day, std::chrono::hours(24 * 400)}}},
-        {"views", 4, std::nullopt, {}}};
+        {"downloads", 3, std::nullopt, {{store::granularity::day, std::chrono::hours(24 * 400)}},
+         true},
+        {"views", 4, std::nullopt, {}},
+        {"clicks", 6, std::nullopt, {}, true}};
     return c;
   }
   std::vector<response> get(std::string target, bh::verb verb = bh::verb::get) {
@@ -167,7 +171,7 @@ TEST_F(ManyAndTop, BadTopParametersAre400NamingThem) {
             std::string::npos);
   EXPECT_NE(reason("/v1/top/3?granularity=hour&from=0&to=1").find("keeps no hour"),
             std::string::npos);
-  EXPECT_NE(reason("/v1/top/4?granularity=day&from=0&to=1").find("keeps no day"),
+  EXPECT_NE(reason("/v1/top/6?granularity=day&from=0&to=1").find("keeps no day"),
             std::string::npos);
   EXPECT_NE(reason("/v1/top/3?granularity=day&from=0&to=" + std::to_string(86400 * 400))
                 .find("more than 400 day buckets"),
@@ -179,6 +183,25 @@ TEST_F(ManyAndTop, BadTopParametersAre400NamingThem) {
   const auto empty = get("/v1/top/3?granularity=day&from=1&to=86399");
   ASSERT_EQ(empty.size(), 1u);
   EXPECT_EQ(empty[0].body(), R"({"items": []})");
+}
+
+// counters[].top off (views): no top-N totals are kept, so there is none to read: a 404
+// naming the switch, whatever the parameters, and nothing asked of the backend; the
+// many-counter read needs no totals and works as for any counter.
+TEST_F(ManyAndTop, ATopReadOfACounterWithoutTopIs404NamingTheSwitch) {
+  for (const std::string target : {"/v1/top/views", "/v1/top/4?limit=3", "/v1/top/4?limit=0"}) {
+    const auto got = get(target);
+    ASSERT_EQ(got.size(), 1u) << target;
+    EXPECT_EQ(got[0].result_int(), 404u) << target;
+    EXPECT_NE(got[0].body().find("keeps no top-N totals: declare its counter with top: true "
+                                 "(counters[].top)"),
+              std::string::npos)
+        << got[0].body();
+  }
+  EXPECT_EQ(backend_.top_limit_, 0u);
+  EXPECT_TRUE(get("/v1/counters/views?ids=1,2").empty());
+  EXPECT_EQ(backend_.read_key_.record_type, 4u);
+  EXPECT_EQ(backend_.read_ids_, (std::vector<std::uint64_t>{1, 2}));
 }
 
 }  // namespace
@@ -193,7 +216,8 @@ TEST(TopSql, TotalsUpsertsSumPerCounterAndBucketInKeyOrder) {
       {3, 9, store::granularity::day, 86400, 1, 2},
       {3, 9, store::granularity::day, 86400, 2, 5},
       {3, 1, store::granularity::hour, 3600, 1, 4}};
-  const auto sql = totals_upserts("t", rows, buckets);
+  const store::top_spec top({3}, store::no_buckets());
+  const auto sql = totals_upserts("t", rows, buckets, top, 1 << 20);
   ASSERT_EQ(sql.size(), 3u);
   EXPECT_EQ(sql[0],
             "INSERT INTO `t_totals` (`record_type`, `record_id`, `count`) VALUES (3,1,4),(3,9,7) "
@@ -204,7 +228,70 @@ TEST(TopSql, TotalsUpsertsSumPerCounterAndBucketInKeyOrder) {
             "VALUES(`count`)");
   EXPECT_NE(sql[2].find("`t_day_totals`"), std::string::npos);
   EXPECT_NE(sql[2].find("(3,9,'1970-01-02',7)"), std::string::npos);
-  EXPECT_TRUE(totals_upserts("t", {}, {}).empty());
+  EXPECT_TRUE(totals_upserts("t", {}, {}, top, 1 << 20).empty());
+}
+
+// counters[].top: only the rows of counters that keep totals are added; with none, no
+// statement at all (no totals table exists).
+TEST(TopSql, TotalsUpsertsLeaveOutCountersWithoutTop) {
+  const std::vector<counter_row> rows = {{3, 9, 1, 2}, {4, 1, 1, 4}};
+  const std::vector<store::bucket_row> buckets = {{3, 9, store::granularity::day, 86400, 1, 2},
+                                                  {4, 1, store::granularity::day, 86400, 1, 4}};
+  EXPECT_TRUE(totals_upserts("t", rows, buckets, store::no_top(), 1 << 20).empty());
+  const auto sql = totals_upserts("t", rows, buckets, store::top_spec({3}, store::no_buckets()), 1 << 20);
+  ASSERT_EQ(sql.size(), 2u);
+  EXPECT_NE(sql[0].find("VALUES (3,9,2) ON"), std::string::npos) << sql[0];
+  EXPECT_NE(sql[1].find("VALUES (3,9,'1970-01-02',2) ON"), std::string::npos) << sql[1];
+}
+
+// Cut by bytes as the slot statements are (max_statement_bytes), not by a row count:
+// 1,500 totals are one statement under a large budget, and under a small one each
+// statement stays within it and together they hold every total once, in key order.
+TEST(TopSql, TotalsStatementsAreCutByTheByteBudget) {
+  std::vector<counter_row> rows;
+  for (std::uint64_t id = 1; id <= 1500; ++id) rows.push_back({3, id, 0, 1});
+  const store::top_spec top({3}, store::no_buckets());
+  EXPECT_EQ(totals_upserts("t", rows, {}, top, 1 << 20).size(), 1u);
+  const auto cut = totals_upserts("t", rows, {}, top, 1000);
+  ASSERT_GT(cut.size(), 10u);
+  std::size_t tuples = 0;
+  for (const auto& sql : cut) {
+    EXPECT_LE(sql.size(), 1000u);
+    tuples += static_cast<std::size_t>(std::count(sql.begin(), sql.end(), '('));
+    tuples -= 2;  // the column list's and VALUES(`count`)'s are not tuples
+  }
+  EXPECT_EQ(tuples, 1500u);
+  EXPECT_NE(cut.front().find("VALUES (3,1,1),(3,2,1)"), std::string::npos);
+}
+
+// A reset's totals in the lock order (repository.hpp, 5): `t_totals` first, even when
+// the slots summed to 0 (its DELETE locks the row), then `t_hour_totals`, then
+// `t_day_totals`, whatever order the granularities come in.
+TEST(TopSql, AResetLocksTheTotalsBeforeTheBucketTotalsEvenAtSumZero) {
+  const store::counter_key key{3, 9};
+  const std::vector<store::bucket_row> lost = {{3, 9, store::granularity::day, 86400, 0, -2},
+                                               {3, 9, store::granularity::hour, 3600, 0, 2}};
+  const std::vector<store::granularity> grans = {store::granularity::day,
+                                                 store::granularity::hour};
+  const auto tables = [](const std::vector<std::string>& sql) {
+    std::vector<std::string> out;
+    for (const auto& s : sql) {
+      const auto from = s.find('`');
+      out.push_back(s.substr(from, s.find('`', from + 1) - from + 1));
+    }
+    return out;
+  };
+  const auto at_zero = reset_totals_statements("t", key, 0, lost, grans, 1 << 20);
+  EXPECT_EQ(tables(at_zero), (std::vector<std::string>{"`t_totals`", "`t_hour_totals`",
+                                                       "`t_hour_totals`", "`t_day_totals`",
+                                                       "`t_day_totals`"}));
+  EXPECT_EQ(at_zero[0],
+            "DELETE FROM `t_totals` WHERE `record_type` = 3 AND `record_id` = 9 AND `count` = 0");
+  const auto some = reset_totals_statements("t", key, 5, lost, grans, 1 << 20);
+  ASSERT_EQ(some.size(), 6u);
+  EXPECT_EQ(some[0], "UPDATE `t_totals` SET `count` = `count` - 5 WHERE `record_type` = 3 AND "
+                     "`record_id` = 9");
+  EXPECT_EQ(tables(some)[1], "`t_totals`");
 }
 
 TEST(TopSql, ManyCountersAreOneStatementThroughThePrimaryKey) {
