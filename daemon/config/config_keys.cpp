@@ -331,27 +331,26 @@ void adopt_counters(daemon_config& running, const daemon_config& next) {
 bool buckets_differ(const daemon_config& a, const daemon_config& b) {
   return bucket_spec_of(a) != bucket_spec_of(b);
 }
-void change_buckets(const key_row&, daemon_config& cfg) {
+// The first counter, one declared if there is none (the change functions' subject).
+counter_decl& first_counter(daemon_config& cfg) {
   if (cfg.counters.empty()) {
     counter_decl d;
     d.name = "changed";
     d.record_type = 1;
     cfg.counters.push_back(d);
   }
-  cfg.counters[0].buckets.push_back({store::granularity::day, std::chrono::hours(24) * 7});
+  return cfg.counters[0];
+}
+void change_buckets(const key_row&, daemon_config& cfg) {
+  first_counter(cfg).buckets.push_back({store::granularity::day, std::chrono::hours(24) * 7});
 }
 // The totals tables are made by --migrate and written by every batch: a restart key.
 bool top_differs(const daemon_config& a, const daemon_config& b) {
   return top_spec_of(a).record_types() != top_spec_of(b).record_types();
 }
 void change_top(const key_row&, daemon_config& cfg) {
-  if (cfg.counters.empty()) {
-    counter_decl d;
-    d.name = "changed";
-    d.record_type = 1;
-    cfg.counters.push_back(d);
-  }
-  cfg.counters[0].top = !cfg.counters[0].top;
+  auto& c = first_counter(cfg);
+  c.top = !c.top;
 }
 void change_hosts(const key_row&, daemon_config& cfg) {
   cfg.mysql.hosts.push_back({"changed.example", 3307});
