@@ -11,9 +11,11 @@ class Server:
     def __init__(self, socket):
         self.socket = socket
 
-    def sql(self, text):
-        """Runs statements (from stdin, so they may be long); returns the output, tab-separated."""
-        return subprocess.run(["mariadb", "--no-defaults", "-S", self.socket, "-uroot", "-N"], input=text,
+    def sql(self, text, local_infile=False):
+        """Runs statements (from stdin, so they may be long); returns the output, tab-separated.
+        local_infile: allow LOAD DATA LOCAL INFILE."""
+        extra = ["--local-infile=1"] if local_infile else []
+        return subprocess.run(["mariadb", "--no-defaults", "-S", self.socket, "-uroot", "-N", *extra], input=text,
                               capture_output=True, text=True, check=True).stdout
 
 

@@ -12,6 +12,7 @@
 
 #include "adopt/adopt_sql.hpp"
 #include "db/sql.hpp"
+#include "db/top.hpp"
 #include "model/errors.hpp"
 
 namespace slotted::adopt {
@@ -154,10 +155,44 @@ struct batch_outcome {
   std::string total = "0";
 };
 
-// One batch in one transaction (adopt.hpp, Mechanism).
+// A batch of a counter that keeps top-N totals (counters[].top): its owning rows read
+// once (adopt_sql.hpp take_batch_rows_select), then slot 0 of each (3) and its total (5,
+// db/top.hpp) written from those values, and the batch's rows and total taken from
+// them too. A row that changed past the limits since the batch's check is refused.
+void take_rows_once(db::connection& conn, const std::string& counters_table,
+                    const db::rollup_target& t, const row_limits& limits, const id_range& range,
+                    batch_outcome& b) {
+  std::vector<db::counter_row> rows;
+  unsigned __int128 total = 0;
+  for (const auto& row : conn.query(take_batch_rows_select(t, range))) {
+    const unsigned __int128 id = row[0] ? parse_u128(*row[0]) : 0;
+    const unsigned __int128 count = row[1] ? parse_u128(*row[1]) : 0;
+    if (!row[0] || !row[1] || id > limits.max_id || count > limits.max_count) {
+      roll_back(conn);
+      throw bad_input("an owning row changed while it was checked");
+    }
+    rows.push_back({t.record_type, static_cast<std::uint64_t>(id), 0,
+                    static_cast<std::int64_t>(count)});
+    total += count;
+  }
+  const std::span<const db::counter_row> all(rows);
+  const std::size_t per = std::max<std::size_t>(1, conn.max_statement_bytes() / 64);
+  for (std::size_t i = 0; i < all.size(); i += per)
+    conn.execute(
+        db::upsert_statement(counters_table, all.subspan(i, std::min(per, all.size() - i))));
+  const store::top_spec top({t.record_type}, store::no_buckets());
+  for (const auto& sql :
+       db::totals_upserts(counters_table, rows, {}, top, conn.max_statement_bytes()))
+    conn.execute(sql);
+  b.rows = rows.size();
+  b.total = format_u128(total);
+}
+
+// One batch in one transaction (adopt.hpp, Mechanism). `with_totals`: the counter keeps
+// top-N totals (take_rows_once).
 batch_outcome take_batch(db::connection& conn, const std::string& counters_table,
                          const db::rollup_target& t, const row_limits& limits,
-                         std::size_t batch_rows) {
+                         std::size_t batch_rows, bool with_totals) {
   conn.execute(db::start_transaction);
   try {
     const auto s = read_state(conn, t, true);
@@ -189,7 +224,11 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
     }
     b.rows = std::stoull(check[0][1].value_or("0"));
     b.total = check[0][2].value_or("0");
-    if (b.rows > 0) conn.execute(take_batch_insert(counters_table, t, range));
+    if (b.rows > 0 && with_totals) {
+      take_rows_once(conn, counters_table, t, limits, range, b);
+    } else if (b.rows > 0) {
+      conn.execute(take_batch_insert(counters_table, t, range));
+    }
     b.last = !range.upto;
     std::optional<std::uint64_t> last_id = range.upto;
     if (!last_id && check[0][3]) last_id = std::stoull(*check[0][3]);
@@ -262,7 +301,8 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
     batch_outcome b;
     for (int attempt = 1;; ++attempt) {
       try {
-        b = take_batch(conn, cfg.mysql.table, t, limits, batch_rows);
+        b = take_batch(conn, cfg.mysql.table, t, limits, batch_rows,
+                       config::top_spec_of(cfg).keeps(t.record_type));
         break;
       } catch (const db::db_error& e) {
         // A deadlock or lock wait timeout rolled the batch back whole: again.

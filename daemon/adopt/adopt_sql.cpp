@@ -115,6 +115,11 @@ std::string take_batch_insert(std::string_view counters_table, const db::rollup_
          ".`count` + VALUES(`count`)";
 }
 
+std::string take_batch_rows_select(const db::rollup_target& t, const id_range& range) {
+  return "SELECT " + id_of(t) + ", " + count_of(t) + from_owner(t) + where_range(t, range) +
+         " AND " + count_of(t) + " > 0 ORDER BY " + id_of(t);
+}
+
 std::string nonzero_select(const db::rollup_target& t) {
   return "SELECT 1" + from_owner(t) + " WHERE " + count_of(t) + " <> 0 LIMIT 1";
 }

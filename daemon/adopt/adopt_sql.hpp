@@ -75,6 +75,12 @@ std::string batch_check_select(const db::rollup_target& t, const row_limits& lim
 std::string take_batch_insert(std::string_view counters_table, const db::rollup_target& t,
                               const id_range& range);
 
+// The rows take_batch_insert takes, (id, count) in id order: for a counter that keeps
+// top-N totals (counters[].top) they are read once, and slot 0 and the totals table
+// (db/top.hpp) written from those values, so the two cannot disagree (two INSERT ...
+// SELECT would each read the owning table anew under READ COMMITTED).
+std::string take_batch_rows_select(const db::rollup_target& t, const id_range& range);
+
 // One row when the owning column holds a value other than 0 (the roller's check of a
 // column that needs no adoption).
 std::string nonzero_select(const db::rollup_target& t);

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <optional>
 
+#include "db/top.hpp"
 #include "http/passed_sockets.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
@@ -73,6 +74,7 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
   s.idempotency_window =
       std::chrono::duration_cast<std::chrono::milliseconds>(c.idempotency.window);
   s.buckets = config::bucket_spec_of(c);
+  s.top = config::top_spec_of(c);
   return s;
 }
 
@@ -103,7 +105,10 @@ application::application(config::daemon_config cfg)
       probe_(connect_options_for(cfg_.mysql), probe_period(cfg_),
              [this](bool reachable) { flusher_.probe_result(reachable); }),
       roller_(rollup_settings_for(cfg_), pool_, metrics_),
-      pruner_({cfg_.mysql.table, config::bucket_spec_of(cfg_)}, pool_, metrics_),
+      pruner_({.table = cfg_.mysql.table,
+               .buckets = config::bucket_spec_of(cfg_),
+               .top = config::top_spec_of(cfg_)},
+              pool_, metrics_),
       service_({store_, keyed_, committer_.get(), flusher_, roller_, pool_, metrics_, db_workers_,
                 draining_},
                cfg_.flush.max_pending_keys),
@@ -155,6 +160,7 @@ bool verify_database(const config::daemon_config& cfg) {
                            "slotted-counterd --migrate",
                        true);
   }
+  db::verify_totals_tables(*conn, cfg.mysql.table, config::top_spec_of(cfg));
   if (!cfg.log_sources.empty()) logs::verify_positions_table(*conn);
   return true;
 }

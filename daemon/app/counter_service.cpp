@@ -157,6 +157,37 @@ void counter_service::read_counter(store::counter_key key, done_fn done) {
       std::move(done));
 }
 
+void counter_service::read_counters(std::uint32_t record_type,
+                                    std::vector<std::uint64_t> record_ids, done_fn done) {
+  read_on(
+      p_.db_workers,
+      [this, record_type, ids = std::move(record_ids)] {
+        const auto reading = p_.flusher.read_totals(record_type, ids);
+        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
+        http::backend_result r;
+        for (const auto& t : reading.totals)
+          r.totals.push_back({t.record_id, t.persisted, t.pending});
+        return r;
+      },
+      std::move(done));
+}
+
+void counter_service::read_top(std::uint32_t record_type, std::optional<top_range> range,
+                               std::size_t limit, done_fn done) {
+  read_on(
+      p_.db_workers,
+      [this, record_type, range, limit] {
+        auto reading = range ? p_.flusher.read_top(record_type, limit, range->gran, range->from,
+                                                   range->to)
+                             : p_.flusher.read_top(record_type, limit);
+        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
+        http::backend_result r;
+        r.top = std::move(reading.items);
+        return r;
+      },
+      std::move(done));
+}
+
 void counter_service::reset_counter(store::counter_key key, done_fn done) {
   // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
   p_.flusher.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {

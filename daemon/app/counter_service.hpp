@@ -56,6 +56,10 @@ class counter_service final : public http::backend {
   void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
                   done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
+  void read_counters(std::uint32_t record_type, std::vector<std::uint64_t> record_ids,
+                     done_fn done) override;
+  void read_top(std::uint32_t record_type, std::optional<top_range> range, std::size_t limit,
+                done_fn done) override;
   void reset_counter(store::counter_key key, done_fn done) override;
   void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
                    done_fn done) override;

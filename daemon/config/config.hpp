@@ -15,6 +15,7 @@
 #include "config/duration.hpp"
 #include "config/log_sources.hpp"
 #include "model/buckets.hpp"
+#include "model/top_spec.hpp"
 
 namespace slotted::config {
 
@@ -37,6 +38,8 @@ struct counter_decl {
   std::uint32_t record_type = 0;
   std::optional<rollup_target> rollup;
   std::vector<bucket_decl> buckets{};  // hour before day, each at most once
+  // counters[i].top: keeps the totals tables of top-N (db/top.hpp), off by default.
+  bool top = false;
   bool operator==(const counter_decl&) const = default;
 };
 
@@ -188,7 +191,9 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
 // targets) and accept_undeclared_types. Every other changed key is listed in
 // needs_restart and keeps its running value until the next start; so does
 // counters[].buckets (reported as "counters[].buckets"): the WAL and the pending
-// buckets are formed under the buckets the daemon started with. Secrets are
+// buckets are formed under the buckets the daemon started with; and counters[].top
+// (reported as "counters[].top"): the totals tables are made by --migrate and written by
+// every batch under the spec the daemon started with. Secrets are
 // compared but never shown: a changed password is reported by its source key.
 struct reload_plan {
   std::vector<std::string> live;
@@ -199,6 +204,10 @@ reload_plan plan_reload(const daemon_config& running, const daemon_config& next)
 // The counters of `cfg` that keep buckets (counters[].buckets), as the store, the
 // router and the flusher take them.
 store::bucket_spec bucket_spec_of(const daemon_config& cfg);
+
+// The counters of `cfg` that keep the totals of top-N (counters[].top), as the flusher,
+// the log ingester, the pruner, adoption, --migrate and the router take them.
+store::top_spec top_spec_of(const daemon_config& cfg);
 
 // README, Configuration: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
 bool is_valid_identifier(std::string_view name);

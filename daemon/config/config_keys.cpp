@@ -297,9 +297,13 @@ key_row secret(key_row r, bool (*differs)(const daemon_config&, const daemon_con
   return r;
 }
 
-// counters is live but for the buckets, which need a restart (config.hpp, plan_reload).
+// counters is live but for the buckets and top, which need a restart (config.hpp,
+// plan_reload).
 std::vector<counter_decl> without_buckets(std::vector<counter_decl> counters) {
-  for (auto& c : counters) c.buckets.clear();
+  for (auto& c : counters) {
+    c.buckets.clear();
+    c.top = false;
+  }
   return counters;
 }
 bool counters_differ(const daemon_config& a, const daemon_config& b) {
@@ -311,12 +315,15 @@ void change_counters(const key_row&, daemon_config& cfg) {
   d.record_type = 1234567;
   cfg.counters.push_back(d);
 }
-// The buckets stay those the daemon runs with: a restart key (plan_reload).
+// The buckets and top stay those the daemon runs with: restart keys (plan_reload).
 void adopt_counters(daemon_config& running, const daemon_config& next) {
   auto counters = without_buckets(next.counters);
   for (auto& c : counters) {
     for (const auto& r : running.counters) {
-      if (r.record_type == c.record_type) c.buckets = r.buckets;
+      if (r.record_type == c.record_type) {
+        c.buckets = r.buckets;
+        c.top = r.top;
+      }
     }
   }
   running.counters = std::move(counters);
@@ -324,14 +331,26 @@ void adopt_counters(daemon_config& running, const daemon_config& next) {
 bool buckets_differ(const daemon_config& a, const daemon_config& b) {
   return bucket_spec_of(a) != bucket_spec_of(b);
 }
-void change_buckets(const key_row&, daemon_config& cfg) {
+// The first counter, one declared if there is none (the change functions' subject).
+counter_decl& first_counter(daemon_config& cfg) {
   if (cfg.counters.empty()) {
     counter_decl d;
     d.name = "changed";
     d.record_type = 1;
     cfg.counters.push_back(d);
   }
-  cfg.counters[0].buckets.push_back({store::granularity::day, std::chrono::hours(24) * 7});
+  return cfg.counters[0];
+}
+void change_buckets(const key_row&, daemon_config& cfg) {
+  first_counter(cfg).buckets.push_back({store::granularity::day, std::chrono::hours(24) * 7});
+}
+// The totals tables are made by --migrate and written by every batch: a restart key.
+bool top_differs(const daemon_config& a, const daemon_config& b) {
+  return top_spec_of(a).record_types() != top_spec_of(b).record_types();
+}
+void change_top(const key_row&, daemon_config& cfg) {
+  auto& c = first_counter(cfg);
+  c.top = !c.top;
 }
 void change_hosts(const key_row&, daemon_config& cfg) {
   cfg.mysql.hosts.push_back({"changed.example", 3307});
@@ -372,6 +391,8 @@ std::vector<key_row> live_keys() {
                  &buckets_differ, &change_buckets),
       part("counters[].buckets.hour", "duration", "none", "counters[].buckets"),
       part("counters[].buckets.day", "duration", "none", "counters[].buckets"),
+      structured({.key = "counters[].top", .type = "boolean", .default_value = "false"},
+                 &top_differs, &change_top),
       live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
            &adopt<&C::accept_undeclared_types>),
   };

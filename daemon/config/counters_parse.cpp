@@ -74,7 +74,7 @@ void parse_buckets(checker& c, const YAML::Node& a, const std::string& ap,
 
 }  // namespace
 
-// counters: a list of {name, record_type[, rollup][, buckets]}, names and types each
+// counters: a list of {name, record_type[, rollup][, buckets][, top]}, names and types each
 // unique.
 void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                     std::vector<counter_decl>& counters) {
@@ -107,6 +107,7 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                    }},
                   {"rollup", [&](auto& a, auto& ap) { parse_rollup_target(c, a, ap, d.rollup); }},
                   {"buckets", [&](auto& a, auto& ap) { parse_buckets(c, a, ap, d.buckets); }},
+                  {"top", [&](auto& a, auto& ap) { c.boolean(a, ap, d.top); }},
               });
     if (!has_name) c.fail(item, ip + ".name", "missing");
     if (!has_type) c.fail(item, ip + ".record_type", "missing");
@@ -133,3 +134,15 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
 }
 
 }  // namespace slotted::config::detail
+
+namespace slotted::config {
+
+store::top_spec top_spec_of(const daemon_config& cfg) {
+  std::vector<std::uint32_t> types;
+  for (const auto& c : cfg.counters) {
+    if (c.top) types.push_back(c.record_type);
+  }
+  return store::top_spec(std::move(types), bucket_spec_of(cfg));
+}
+
+}  // namespace slotted::config

@@ -61,6 +61,13 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
   for (const auto g : {store::granularity::hour, store::granularity::day}) {
     if (buckets.uses(g)) grant(all_rows, bucket_table(cfg.mysql.table, g));
   }
+  // The totals of top-N (db/top.hpp), with counters[].top only.
+  if (const auto top = config::top_spec_of(cfg); !top.empty()) {
+    grant(all_rows, cfg.mysql.table + "_totals");
+    for (const auto g : {store::granularity::hour, store::granularity::day}) {
+      if (top.uses(g)) grant(all_rows, bucket_table(cfg.mysql.table, g) + "_totals");
+    }
+  }
   grant("SELECT, INSERT, DELETE", ledger_table);
   grant(all_rows, idempotency_keys_table);
   if (!cfg.log_sources.empty()) grant("SELECT, INSERT, UPDATE", logs::positions_table);

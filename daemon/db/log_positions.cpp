@@ -6,6 +6,7 @@
 
 #include "db/repository.hpp"
 #include "db/sql_text.hpp"
+#include "db/top.hpp"
 #include "model/errors.hpp"
 
 namespace slotted::logs {
@@ -129,13 +130,18 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
         return log_commit::conflict;
       }
     }
-    // 3. Slot rows, sorted; 4. bucket rows; 5. dirty marks.
+    // 3. Slot rows, sorted; 4. bucket rows; 5. totals; 6. dirty marks.
     const std::size_t per = std::max<std::size_t>(1, b.max_rows_per_statement);
     for (std::size_t i = 0; i < b.rows.size(); i += per)
       conn.execute(db::upsert_statement(counters_table,
                                         b.rows.subspan(i, std::min(per, b.rows.size() - i))));
     db::upsert_buckets(conn, counters_table, b.buckets,
                        std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
+    // 5. The totals of top-N of the counters that keep them (db/top.hpp).
+    for (const auto& sql : db::totals_upserts(counters_table, b.rows, b.buckets,
+                                              b.top ? *b.top : store::no_top(),
+                                              conn.max_statement_bytes()))
+      conn.execute(sql);
     if (!b.dirty.empty()) conn.execute(db::dirty_upsert(instance, b.dirty, b.dirty_gen));
     conn.execute(db::commit);
     return log_commit::applied;

@@ -11,6 +11,7 @@
 
 #include "db/connection.hpp"
 #include "db/sql.hpp"
+#include "model/top_spec.hpp"
 
 namespace slotted::logs {
 
@@ -63,6 +64,8 @@ struct log_batch {
   std::span<const store::bucket_row> buckets;      // sorted
   std::uint64_t dirty_gen = 0;
   std::size_t max_rows_per_statement = 1000;
+  // The counters whose rows are added to the totals of top-N (db/top.hpp); null: none.
+  const store::top_spec* top = nullptr;
 };
 
 enum class log_commit { applied, conflict };

@@ -8,6 +8,7 @@
 
 #include "db/log_positions.hpp"
 #include "model/errors.hpp"
+#include "db/top.hpp"
 
 namespace slotted::db {
 
@@ -270,7 +271,8 @@ void roll_back_after(connection& conn, const db_error& e) {
 
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
                             std::span<const counter_row> rows, std::span<const counter_row> dirty,
-                            std::span<const store::bucket_row> buckets) {
+                            std::span<const store::bucket_row> buckets,
+                            const store::top_spec& top) {
   conn.execute(start_transaction);
   try {
     try {
@@ -284,6 +286,8 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
     // A batch's bucket rows are not bounded by its rows: statements under the budget.
     upsert_buckets(conn, table, buckets,
                    std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
+    for (const auto& sql : totals_upserts(table, rows, buckets, top, conn.max_statement_bytes()))
+      conn.execute(sql);
     if (!dirty.empty())
       conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
     conn.execute(commit);
@@ -294,10 +298,43 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
   }
 }
 
+namespace {
+// A reset of a counter that keeps top-N totals (db/top.hpp), after its locking read of
+// the slot rows: the bucket rows of those slots, locked (4: no other writer writes a
+// bucket row of a slot it does not hold), the deletes of sql.hpp reset_statements, the
+// totals lowered by what was deleted (5, db::reset_totals_statements), the dirty mark (6).
+void reset_rows_and_totals(connection& conn, const std::string& table, const batch_identity& id,
+                           const store::counter_key& key, std::span<const std::int64_t> slots,
+                           __int128 persisted, bool rolled_up,
+                           std::span<const store::granularity> bucket_grans) {
+  const std::string instance = conn.quote(id.instance_id);
+  std::vector<store::bucket_row> lost_buckets;
+  if (!slots.empty()) {
+    for (const auto g : bucket_grans) {
+      for (const auto& row : conn.query(reset_bucket_sums_select_locked(table, g, key, slots))) {
+        if (!row[0]) continue;
+        lost_buckets.push_back({key.record_type, key.record_id, g, std::stoll(*row[0]), 0,
+                                -static_cast<std::int64_t>(slot_count(row[1]))});  // BIGINT
+      }
+    }
+  }
+  for (const auto& sql : reset_statements(table, key.record_type, key.record_id, slots, instance,
+                                           std::nullopt, bucket_grans))
+    conn.execute(sql);
+  for (const auto& sql : reset_totals_statements(table, key, persisted, lost_buckets, bucket_grans,
+                                                 conn.max_statement_bytes()))
+    conn.execute(sql);
+  if (rolled_up) {
+    const counter_row mark{key.record_type, key.record_id, 0, 0};
+    conn.execute(dirty_upsert(instance, std::span(&mark, 1), dirty_gen_of(id)));
+  }
+}
+}  // namespace
+
 commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
                              const store::counter_key& key, bool rolled_up,
                              std::span<const store::granularity> bucket_grans,
-                             reset_progress& progress) {
+                             reset_progress& progress, const store::top_spec& top) {
   conn.execute(start_transaction);
   try {
     const std::string instance = conn.quote(id.instance_id);
@@ -318,10 +355,14 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
       read.persisted += slot_count(row[1]);
     }
     read.rows = slots.size();
-    for (const auto& sql :
-         reset_statements(table, key.record_type, key.record_id, slots, instance,
-                          rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt, bucket_grans))
-      conn.execute(sql);
+    if (top.keeps(key.record_type)) {
+      reset_rows_and_totals(conn, table, id, key, slots, read.persisted, rolled_up, bucket_grans);
+    } else {
+      for (const auto& sql : reset_statements(
+               table, key.record_type, key.record_id, slots, instance,
+               rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt, bucket_grans))
+        conn.execute(sql);
+    }
     read.commit_sent = true;
     progress = read;
     conn.execute(commit);
@@ -391,6 +432,18 @@ __int128 read_count(connection& conn, const std::string& table, std::uint32_t re
   return slot_count(rows[0][0]);  // exact, as a reset sums it
 }
 
+std::vector<std::pair<std::uint64_t, __int128>> read_counts(
+    connection& conn, const std::string& table, std::uint32_t record_type,
+    std::span<const std::uint64_t> record_ids) {
+  std::vector<std::pair<std::uint64_t, __int128>> out;
+  if (record_ids.empty()) return out;
+  for (const auto& row : conn.query(select_counts(table, record_type, record_ids))) {
+    if (!row[0]) continue;
+    out.emplace_back(std::stoull(*row[0]), slot_count(row[1]));
+  }
+  return out;
+}
+
 void migrate_buckets(connection& conn, const std::string& table,
                      const store::bucket_spec& buckets) {
   for (const auto g : store::all_granularities) {
@@ -436,16 +489,33 @@ std::vector<std::pair<std::int64_t, __int128>> read_series(
 }
 
 prune_chunk prune_buckets(connection& conn, const std::string& table, store::granularity g,
-                          std::uint32_t record_type, std::int64_t before, std::size_t limit) {
+                          std::uint32_t record_type, std::int64_t before, std::size_t limit,
+                          bool totals) {
   const auto rows = conn.query(bucket_prune_select(table, g, record_type, before, limit));
-  // In (bucket, record_id) order: one DELETE per bucket met, each committing on its own.
+  // In (bucket, record_id) order: one DELETE per bucket met, each committing on its own;
+  // with `totals`, the DELETE of their bucket totals (db/top.hpp) with it, in one
+  // transaction (the lock order's 4 then 5), so none is left without its rows.
   std::uint64_t deleted = 0;
   std::vector<std::uint64_t> ids;
   std::int64_t bucket = 0;
   const auto flush_ids = [&] {
     if (ids.empty()) return;
-    conn.execute(bucket_prune_delete(table, g, record_type, bucket, ids));
-    deleted += conn.affected_rows();
+    if (!totals) {
+      conn.execute(bucket_prune_delete(table, g, record_type, bucket, ids));
+      deleted += conn.affected_rows();
+      ids.clear();
+      return;
+    }
+    conn.execute(start_transaction);
+    try {
+      conn.execute(bucket_prune_delete(table, g, record_type, bucket, ids));
+      deleted += conn.affected_rows();
+      conn.execute(bucket_totals_prune_delete(table, g, record_type, bucket, ids));
+      conn.execute(commit);
+    } catch (const db_error& e) {
+      roll_back_after(conn, e);
+      throw;
+    }
     ids.clear();
   };
   for (const auto& row : rows) {

@@ -12,6 +12,7 @@
 #include "db/connection.hpp"
 #include "db/sql.hpp"
 #include "model/increment.hpp"
+#include "model/top_spec.hpp"
 
 namespace slotted::db {
 
@@ -57,8 +58,11 @@ struct prune_chunk {
   std::size_t read = 0;
   std::uint64_t deleted = 0;
 };
+// `totals` (the counter keeps top-N totals, counters[].top): each bucket's DELETE and
+// that of its bucket totals rows in one transaction.
 prune_chunk prune_buckets(connection& conn, const std::string& table, store::granularity g,
-                          std::uint32_t record_type, std::int64_t before, std::size_t limit);
+                          std::uint32_t record_type, std::int64_t before, std::size_t limit,
+                          bool totals = false);
 
 // Checks that `table` has record_type, record_id, slot and count and a unique key on
 // exactly (record_type, record_id, slot), and that the ledger (and, with rollups, the
@@ -154,13 +158,21 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //   3. Slot rows of the counters table, sorted by (record_type, record_id).
 //   4. Bucket rows, `<table>_hour` then `<table>_day`, each sorted by (record_type,
 //      record_id, bucket), and only of slot rows the transaction holds (3).
-//   5. Dirty marks, sorted.
-// The writers: commit_batch (1, 3, 4, 5); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5); reset_counter (1; 3 by a locking read of the counter's slot rows; 4 and 5 through
-// sql.hpp reset_statements); an adoption's batch (adopt/adopt.hpp: in place of 1 its
-// adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of
-// each counter by INSERT ... SELECT ... ORDER BY id; the owning rows it reads are a
-// consistent read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
+//   5. Totals rows (db/top.hpp), only of counters declared with counters[].top:
+//      `<table>_totals` sorted by (record_type, record_id), then `<table>_hour_totals`,
+//      `<table>_day_totals`, each sorted by (record_type, record_id, bucket); only of
+//      counters whose slot rows the transaction holds (3).
+//   6. Dirty marks, sorted.
+// The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
+// 5, 6); reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
+// a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
+// what it deleted, `<table>_totals` first even when its sum was 0; 6);
+// logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
+// then 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1 its adoption
+// row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of each
+// counter by INSERT ... SELECT ... ORDER BY id, or with top the owning rows read once
+// and 3 then 5 written from those values; the owning rows it reads are a consistent
+// read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
 // of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes a slot row for every counter it has bucket
 // rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row
 // of a slot is written by a transaction that does not hold the slot row: a reset that
@@ -168,7 +180,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // slot another instance inserts meanwhile keeps its buckets with its total.
 // Statements that commit on their own wait in no cycle, as each holds one kind of row
 // at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
-// marks), prune_buckets (one bucket's rows, in key order), prune_ledger, and
+// marks), prune_buckets (one bucket's rows, in key order; with top, then their bucket
+// totals, 4 then 5 in one transaction), prune_ledger, and
 // idempotency::prune_keys. Tested in tests/integration/lock_order_test.cpp.
 
 enum class commit_outcome { applied, already_applied };
@@ -185,11 +198,13 @@ struct batch_identity {
 // lost), nothing is applied and already_applied is returned. On error the transaction
 // is rolled back (when the connection still allows it) and db_error is thrown.
 // `buckets`: the batch's bucket rows, upserted in the same transaction (see
-// upsert_buckets).
+// upsert_buckets). `top`: the counters whose rows (and bucket rows) are added to the
+// totals of top-N in the same transaction (db/top.hpp totals_upserts); none by default.
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
                             std::span<const counter_row> rows,
                             std::span<const counter_row> dirty = {},
-                            std::span<const store::bucket_row> buckets = {});
+                            std::span<const store::bucket_row> buckets = {},
+                            const store::top_spec& top = store::no_top());
 
 // How far a reset_counter() call got: its locking read's figures, and whether COMMIT
 // was sent (then a lost connection leaves the outcome unknown until the ledger tells).
@@ -205,11 +220,11 @@ struct reset_progress {
 // When the ledger already holds `id` (an earlier attempt committed, its reply lost),
 // nothing is done and already_applied is returned: `progress` then still holds that
 // attempt's figures. On error the transaction is rolled back when the connection allows
-// it and db_error is thrown.
+// it and db_error is thrown. When `top` keeps the counter, its totals follow (db/top.hpp).
 commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
                              const store::counter_key& key, bool rolled_up,
                              std::span<const store::granularity> bucket_grans,
-                             reset_progress& progress);
+                             reset_progress& progress, const store::top_spec& top = store::no_top());
 
 // The ledger's retention, one run of it: deletes this process's own rows (`keep_from`'s
 // instance and run) older than `own_max_age_seconds` before `keep_from`'s seq (see
@@ -240,5 +255,12 @@ std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::st
 // SUM(count) over the slots of one counter, exact in 128 bits (it may pass int64).
 __int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
                         std::uint64_t record_id);
+
+// SUM(count) of each of `record_ids` (one record type) in one statement, exact in 128
+// bits: (record_id, sum) for the ids that have slot rows, the others left out. Throws
+// db_error.
+std::vector<std::pair<std::uint64_t, __int128>> read_counts(
+    connection& conn, const std::string& table, std::uint32_t record_type,
+    std::span<const std::uint64_t> record_ids);
 
 }  // namespace slotted::db

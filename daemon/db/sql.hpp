@@ -230,6 +230,12 @@ std::string owner_ids_select(std::string_view owner_table, std::string_view id_c
 std::string select_count(std::string_view table, std::uint32_t record_type,
                          std::uint64_t record_id);
 
+// Many counters of one record type in one statement (GET /v1/counters/{t}?ids=...):
+// (record_id, SUM(count)) for those of `record_ids` that have slot rows, through the
+// primary key. `record_ids` not empty.
+std::string select_counts(std::string_view table, std::uint32_t record_type,
+                          std::span<const std::uint64_t> record_ids);
+
 // A reset of one counter (README: HTTP API, Reset), in its transaction after its ledger
 // row: first this locking read of its slot rows, (slot, count) ...
 std::string reset_rows_select_locked(std::string_view table, std::uint32_t record_type,

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <climits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -73,6 +74,18 @@ inline void append_counter_key(std::string& sql, std::uint32_t record_type,
   append_int(sql, record_type);
   sql += " AND `record_id` = ";
   append_int(sql, record_id);
+}
+// A number as statement text; 128 bits printed exactly (a total, a DECIMAL(30,0)).
+inline std::string num(std::int64_t v) { return std::to_string(v); }
+inline std::string num(std::uint64_t v) { return std::to_string(v); }
+inline std::string num(std::uint32_t v) { return std::to_string(v); }
+inline std::string num(__int128 v) {
+  if (v >= INT64_MIN && v <= INT64_MAX) return std::to_string(static_cast<std::int64_t>(v));
+  const bool negative = v < 0;
+  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(v) : v;
+  std::string digits;
+  for (; u > 0; u /= 10) digits.insert(digits.begin(), static_cast<char>('0' + u % 10));
+  return negative ? "-" + digits : digits;
 }
 
 // "CREATE TABLE IF NOT EXISTS <name> (\n<columns>) ENGINE=InnoDB": every table the

@@ -37,7 +37,8 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
       commit_attempt done;
       if (b.keyed.empty()) {
         done.outcome = db::commit_batch(conn, settings_.table, id, b.rows,
-                                        rolled_up_rows(b.rows, dirty), b.bucket_rows);
+                                        rolled_up_rows(b.rows, dirty), b.bucket_rows,
+                                        settings_.top);
       } else {
         done = commit_keyed(conn, id, b, dirty);
       }
@@ -281,7 +282,7 @@ flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::ba
   const auto outcome = idempotency::commit_keyed_batch(
       conn, settings_.table, id, batch, settings_.idempotency_window,
       [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
-      settings_.buckets);
+      settings_.buckets, 0, settings_.top);
   if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
     keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
   if (outcome.duplicates + outcome.conflicts > 0) {

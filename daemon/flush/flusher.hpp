@@ -42,6 +42,7 @@
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
 #include "model/batch.hpp"
+#include "model/top_spec.hpp"
 #include "store/pending_store.hpp"
 #include "util/thread_annotations.hpp"
 #include "util/worker.hpp"
@@ -70,6 +71,9 @@ struct settings {
   // Counters with buckets: their tables are verified with the schema (missing ones stop
   // the flush, see cycle()), and keyed batches derive their bucket rows with it.
   store::bucket_spec buckets;
+  // Counters that keep the totals of top-N (counters[].top, db/top.hpp): only their rows
+  // are added to the totals tables, which are verified with the schema when not empty.
+  store::top_spec top;
 };
 
 struct flush_result {
@@ -84,6 +88,23 @@ struct counter_reading {
   // Empty when the figures are exact; else why none could be read now (a batch being
   // committed or in doubt throughout, a sum out of range): not an error, retry later.
   std::string retry;
+};
+
+// Many counters of one record type (GET /v1/counters/{t}?ids=...): one entry per id
+// asked for, in that order, each exact as counter_reading is.
+struct top_reading {
+  std::vector<std::pair<std::uint64_t, __int128>> items;  // (record_id, count), best first
+  std::string retry;  // not empty: no answer, and why (another top-N running, too costly)
+};
+
+struct totals_reading {
+  struct total {
+    std::uint64_t record_id = 0;
+    __int128 persisted = 0;
+    std::int64_t pending = 0;
+  };
+  std::vector<total> totals;
+  std::string retry;  // as counter_reading::retry
 };
 
 // A counter reset (README: HTTP API, Reset): what it cleared, or why nothing changed.
@@ -173,6 +194,22 @@ class flusher final : public store::batch_queue {
   // `retry`. Blocking: call from a database worker thread. Throws db_error when the
   // database cannot be read.
   counter_reading read_total(const store::counter_key& key);
+
+  // read_total() of each of `record_ids` (distinct) of `record_type`, with one
+  // database statement per try (db::read_counts) and the same exactness rules.
+  // multi_reader.cpp. Blocking: call from a database worker thread. Throws db_error.
+  totals_reading read_totals(std::uint32_t record_type, std::span<const std::uint64_t> record_ids);
+
+  // Top-N (db/top.hpp): the `limit` largest persisted totals of `record_type`, or with
+  // `g` those of the sums of its buckets starting in [from, to] (bucket-aligned). One at
+  // a time per instance (a second meanwhile is told to retry), so top-N reads never hold
+  // more than one connection of the pool the flushes need; a bucketed one past
+  // db::max_top_rows stops. multi_reader.cpp. Blocking: call from a database worker
+  // thread. Throws db_error.
+  top_reading read_top(
+      std::uint32_t record_type, std::size_t limit,
+      std::optional<store::granularity> g = std::nullopt, std::int64_t from = 0,
+      std::int64_t to = 0);
 
   // The counter's buckets of granularity `g` starting in [from, to] (bucket-aligned):
   // persisted plus pending, exact as read_total() is (the same generation and in-doubt
@@ -363,6 +400,7 @@ class flusher final : public store::batch_queue {
   // may not include them (see read_total).
   std::uint64_t generation_ GUARDED_BY(queue_mutex_) = 0;
 
+  std::atomic<bool> top_running_{false};  // a read_top() holds a connection
   std::atomic<bool> ready_{false};
   std::atomic<bool> reachable_{true};
   // True while a cycle runs; last_progress_ holds steady_clock ticks of its last sign

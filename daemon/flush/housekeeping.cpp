@@ -6,6 +6,7 @@
 #include "idempotency/keyed_batches.hpp"
 
 #include "flush/flusher_internal.hpp"
+#include "db/top.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
@@ -57,7 +58,7 @@ void flusher::verify_bucket_tables(db::connection& conn) {
   // buckets would leave the two disagreeing for good. Nothing is dropped meanwhile:
   // what is pending stays in memory (and the WAL) up to flush.max_pending_keys.
   const auto missing = db::missing_bucket_tables(conn, settings_.table, settings_.buckets);
-  if (missing.empty()) return;
+  if (missing.empty()) return db::verify_totals_tables(conn, settings_.table, settings_.top);
   std::string names;
   for (const auto& t : missing) names += (names.empty() ? "`" : ", `") + t + "`";
   throw db::db_error(0,

@@ -101,7 +101,8 @@ std::optional<std::string> flusher::commit_reset(const store::counter_key& key,
       // Kept across retries; taken again only after a lost connection.
       if (!lease) lease.emplace(pool_.acquire());
       const auto outcome =
-          db::reset_counter(**lease, settings_.table, id, key, rolled_up, bucket_grans, p);
+          db::reset_counter(**lease, settings_.table, id, key, rolled_up, bucket_grans, p,
+                            settings_.top);
       progress();
       // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
       if (outcome == db::commit_outcome::applied) known = p;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <system_error>
@@ -87,6 +88,15 @@ struct backend_result {
     }
     return errc::unavailable;
   }
+  // Many counters (read_counters): one per id asked for, in that order.
+  struct counter_total {
+    std::uint64_t record_id = 0;
+    __int128 persisted = 0;
+    std::int64_t pending = 0;
+  };
+  std::vector<counter_total> totals{};
+  // Top-N (read_top): (record_id, count), largest first, ties by smaller record_id.
+  std::vector<std::pair<std::uint64_t, __int128>> top{};
 };
 
 class backend {
@@ -113,6 +123,20 @@ class backend {
   virtual void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
                           done_fn done) = 0;
   virtual void read_counter(store::counter_key key, done_fn done) = 0;
+  // read_counter of each of `record_ids` (distinct, 1 to 1000, validated by the router)
+  // in one database round trip: `totals`, or unavailable.
+  virtual void read_counters(std::uint32_t record_type, std::vector<std::uint64_t> record_ids,
+                             done_fn done) = 0;
+  // The `limit` largest persisted totals of `record_type` (README: HTTP API, Top-N):
+  // `top`, or unavailable. With `range` (granularity and bucket-aligned [from, to],
+  // validated by the router) the sums of the buckets starting in it.
+  struct top_range {
+    store::granularity gran = store::granularity::day;
+    std::int64_t from = 0;
+    std::int64_t to = 0;
+  };
+  virtual void read_top(std::uint32_t record_type, std::optional<top_range> range,
+                        std::size_t limit, done_fn done) = 0;
   // Sets one counter to zero (README: HTTP API, Reset): done with `cleared`, or
   // unavailable (nothing changed: the database or the WAL cannot be written, or
   // draining).

@@ -10,30 +10,15 @@ namespace slotted::http {
 using namespace detail;
 
 std::variant<store::counter_key, response> router::counter_of(const route_match& m, unsigned v) {
-  std::uint32_t type = 0;
+  auto parsed = type_of(m.params[0], v);
+  if (auto* refused = std::get_if<response>(&parsed)) return std::move(*refused);
   std::uint64_t id = 0;
-  const auto live = live_.load();
-  const std::string_view type_text = m.params[0], id_text = m.params[1];
-  if (!parse_decimal(type_text, type) || type > ingest::max_record_type) {
-    const auto named = live->types.by_name(type_text);
-    if (!named) {
-      return error_response(v, status::bad_request,
-                            std::string("record_type must be an integer in ") +
-                                ingest::record_type_range + " or a declared counter name");
-    }
-    type = *named;
-  }
-  if (!live->types.allows(type)) {
-    return error_response(
-        v, status::bad_request,
-        "record_type " + std::to_string(type) + " is not declared under counters");
-  }
-  if (!parse_decimal(id_text, id)) {
+  if (!parse_decimal(m.params[1], id)) {
     return error_response(
         v, status::bad_request,
         std::string("record_id must be an integer in ") + ingest::record_id_range);
   }
-  return store::counter_key{type, id};
+  return store::counter_key{std::get<std::uint32_t>(parsed), id};
 }
 
 void router::handle_counter(const request& req, const route_match& m, const reply& answer) {

@@ -96,13 +96,18 @@ const router::endpoint router::endpoints[] = {
     // DELETE of the counter's own path resets it (its own route for metrics).
     {metrics::route::reset, "/v1/counters/{record_type}/{record_id}", beast_http::verb::delete_,
      true, &router::handle_reset},
+    // Many counters of one type (?ids=...), and the top-N of one type (totals_routes.cpp).
+    {metrics::route::counters_many, "/v1/counters/{record_type}", beast_http::verb::get, true,
+     &router::handle_counters_many},
+    {metrics::route::top, "/v1/top/{record_type}", beast_http::verb::get, true,
+     &router::handle_top},
 };
 
 namespace {
 // Whether `path` is one `pattern` claims (see router::endpoints): its literal start and
 // end, and between them one non-empty segment for each placeholder, into `params`.
-// `claimed` tells a path with the pattern's literal start and end apart, even when its
-// segments do not fit.
+// `claimed` tells a path the pattern is for apart, even when its segments do not fit
+// (then a 404, never another row's).
 bool match_pattern(std::string_view pattern, std::string_view path,
                    std::array<std::string_view, 2>& params, bool& claimed) {
   const auto open = pattern.find('{');
@@ -112,12 +117,18 @@ bool match_pattern(std::string_view pattern, std::string_view path,
   }
   const auto close = pattern.rfind('}');
   const std::string_view prefix = pattern.substr(0, open), suffix = pattern.substr(close + 1);
-  claimed = path.size() >= prefix.size() + suffix.size() && path.starts_with(prefix) &&
-            path.ends_with(suffix);
-  if (!claimed) return false;
+  if (path.size() < prefix.size() + suffix.size() || !path.starts_with(prefix) ||
+      !path.ends_with(suffix))
+    return false;
   std::string_view middle = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
   const auto wanted = static_cast<std::size_t>(
       std::count(pattern.begin() + open, pattern.begin() + close + 1, '{'));
+  // A pattern with a literal end claims every path with its start and end; one ending in
+  // a placeholder only those with as many segments there as it has placeholders (so
+  // "/v1/counters/3" is the many-counter route's, "/v1/counters/3/5" the counter's).
+  claimed = !suffix.empty() ||
+            static_cast<std::size_t>(std::count(middle.begin(), middle.end(), '/')) + 1 == wanted;
+  if (!claimed) return false;
   for (std::size_t i = 0; i < wanted; ++i) {
     const auto slash = middle.find('/');
     const std::string_view segment = middle.substr(0, slash);
@@ -135,6 +146,7 @@ router::router(const config::daemon_config& cfg, backend& b, metrics::registry& 
                const ingest::table_limits& limits)
     : live_(make_live(cfg)),
       buckets_(config::bucket_spec_of(cfg)),
+      top_(config::top_spec_of(cfg)),
       limits_(limits),
       max_items_(cfg.http.max_items_per_request),
       backend_(b),

@@ -100,6 +100,12 @@ class router {
                            const reply& answer);
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
                     const backend_result& r);
+  // GET /v1/counters/{type}?ids=... and GET /v1/top/{type} (README: HTTP API):
+  // totals_routes.cpp.
+  void handle_counters_many(const request& req, const route_match& m, const reply& answer);
+  void handle_top(const request& req, const route_match& m, const reply& answer);
+  // The record type a path names (a number or a declared counter's name), or the 400.
+  std::variant<std::uint32_t, response> type_of(std::string_view text, unsigned version);
   // The counter a /v1/counters/{record_type}/{record_id} path names, or the 400 that
   // says why it names none (a bad number, an undeclared type).
   std::variant<store::counter_key, response> counter_of(const route_match& m, unsigned version);
@@ -134,8 +140,13 @@ class router {
   live_holder live_;
   // At most this many buckets in one series request (README: HTTP API).
   static constexpr std::int64_t max_series_points = 1000;
+  // Top-N: at most this many items, over at most this many buckets.
+  static constexpr std::size_t max_top_limit = 1000;
+  static constexpr std::int64_t max_top_buckets = 400;
   // Fixed for the process's life, as the store's (see config::plan_reload).
   const store::bucket_spec buckets_;
+  // The counters that keep top-N totals (counters[].top); fixed as buckets_ is.
+  const store::top_spec top_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
   backend& backend_;

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <unordered_set>
 
+#include "db/top.hpp"
 #include "db/sql.hpp"
 #include "model/errors.hpp"
 
@@ -256,7 +257,8 @@ std::vector<keyed_request> applied_requests(std::span<const keyed_request> reque
 std::size_t write_applied(db::connection& conn, const std::string& table,
                           const db::batch_identity& id, const std::string& instance,
                           const store::flush_batch& b, const std::vector<keyed_request>& applied,
-                          const dirty_marks& dirty, const store::bucket_spec& buckets) {
+                          const dirty_marks& dirty, const store::bucket_spec& buckets,
+                          const store::top_spec& top) {
   const std::size_t budget = conn.max_statement_bytes();
   const std::uint16_t slot = b.rows.empty() ? 0 : b.rows.front().slot;
   auto rows = rows_of(applied, slot);
@@ -272,6 +274,10 @@ std::size_t write_applied(db::connection& conn, const std::string& table,
       },
       [&](const std::string& sql) { conn.execute(sql); });
   db::upsert_buckets(conn, table, bucket_rows, std::clamp<std::size_t>(budget / 256, 1, 1000));
+  // Then the totals of the counters `top` keeps (db/top.hpp), before the dirty marks
+  // (the lock order's 5).
+  for (const auto& sql : db::totals_upserts(table, rows, bucket_rows, top, budget))
+    conn.execute(sql);
   if (const auto marks = dirty(rows); !marks.empty()) {
     std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
     gen ^= gen >> 31;
@@ -291,7 +297,8 @@ std::size_t write_applied(db::connection& conn, const std::string& table,
 keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
                                  const db::batch_identity& id, const store::flush_batch& b,
                                  std::chrono::milliseconds window, const dirty_marks& dirty,
-                                 const store::bucket_spec& buckets, std::int64_t local_now_ms) {
+                                 const store::bucket_spec& buckets, std::int64_t local_now_ms,
+                                 const store::top_spec& top) {
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
@@ -312,7 +319,7 @@ keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
     const auto found = read_claimed_rows(conn, quoted_keys);
     const auto applied = applied_requests(requests, found, id, out);
     if (!applied.empty())
-      out.rows = write_applied(conn, table, id, instance, b, applied, dirty, buckets);
+      out.rows = write_applied(conn, table, id, instance, b, applied, dirty, buckets, top);
     conn.execute(db::commit);
     return out;
   } catch (const db::db_error& e) {

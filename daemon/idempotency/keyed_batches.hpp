@@ -35,6 +35,7 @@
 #include "db/repository.hpp"
 #include "model/batch.hpp"
 #include "model/keyed_request.hpp"
+#include "model/top_spec.hpp"
 
 namespace slotted::idempotency {
 
@@ -94,12 +95,14 @@ struct keyed_outcome {
 // gives the rows whose counters are rolled up among those it is passed.
 // `local_now_ms`: this instance's clock now (0: now_ms()), against which each request's
 // received_ms gives its age; the keys table places its arrival on the database's clock
-// by that age (see db::idempotency_keys_claim).
+// by that age (see db::idempotency_keys_claim). `top`: the counters whose applied rows
+// are added to the totals of top-N in the same transaction (db/top.hpp); none by default.
 keyed_outcome commit_keyed_batch(
     db::connection& conn, const std::string& table, const db::batch_identity& id,
     const store::flush_batch& b, std::chrono::milliseconds window,
     const std::function<std::span<const db::counter_row>(std::span<const db::counter_row>)>& dirty,
-    const store::bucket_spec& buckets = store::no_buckets(), std::int64_t local_now_ms = 0);
+    const store::bucket_spec& buckets = store::no_buckets(), std::int64_t local_now_ms = 0,
+    const store::top_spec& top = store::no_top());
 
 // A key's row in the keys table, as committed.
 struct committed_key {

@@ -18,6 +18,7 @@ ingest_settings ingest_settings_for(const config::daemon_config& cfg) {
   s.sources = cfg.log_sources;
   s.counters = cfg.counters;
   s.buckets = config::bucket_spec_of(cfg);
+  s.top = config::top_spec_of(cfg);
   s.slots = cfg.flush.slots;
   s.interval = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.flush.interval);
   s.max_rows_per_statement = cfg.flush.max_rows_per_statement;
@@ -169,6 +170,7 @@ bool log_ingester::commit_pass(db::pool::lease& lease, source_state& s, const pa
                                const log_position& to) {
   pass_batch b;
   make_batch(s, settings_, pass, to, b);
+  b.batch.top = &settings_.top;
   const auto result = lease.use([&](db::connection& c) {
     return commit_log_batch(c, settings_.table, b.batch);
   });

@@ -38,6 +38,7 @@ struct ingest_settings {
   std::vector<config::log_source> sources;
   std::vector<config::counter_decl> counters;
   store::bucket_spec buckets;
+  store::top_spec top;  // counters[].top: their rows are added to the totals of top-N
   unsigned slots = 100;
   std::chrono::milliseconds interval{1000};
   std::size_t max_rows_per_statement = 1000;

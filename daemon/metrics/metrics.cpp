@@ -53,7 +53,8 @@ void label_children(prometheus::Family<Metric>& f, const char* label, NameOf nam
 
 const char* route_name(route r) {
   static constexpr const char* names[] = {"increments", "counters", "flush",  "rollup",   "reset",
-                                          "metrics",    "healthz",  "readyz", "not_found"};
+                                          "metrics",    "healthz",  "readyz", "counters_many",
+                                          "top",        "not_found"};
   return names[static_cast<int>(r)];
 }
 

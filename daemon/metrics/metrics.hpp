@@ -32,6 +32,8 @@ enum class route {
   metrics,
   healthz,
   readyz,
+  counters_many,  // GET /v1/counters/{t}?ids=...
+  top,            // GET /v1/top/{t}
   not_found,
   count_
 };

@@ -22,13 +22,14 @@ std::chrono::milliseconds prune_period(const store::bucket_spec& buckets) {
 
 std::uint64_t prune_counter(db::connection& conn, const std::string& table,
                             const store::bucket_spec::counter& counter, store::granularity g,
-                            std::int64_t now, std::size_t chunk, int max_chunks, bool& behind) {
+                            std::int64_t now, std::size_t chunk, int max_chunks, bool& behind,
+                            bool totals) {
   const std::int64_t cut =
       std::max<std::int64_t>(0, now - counter.retention[static_cast<int>(g)].count());
   const std::int64_t before = store::bucket_start(g, cut);
   std::uint64_t deleted = 0;
   for (int i = 0; i < max_chunks; ++i) {
-    const auto n = db::prune_buckets(conn, table, g, counter.record_type, before, chunk);
+    const auto n = db::prune_buckets(conn, table, g, counter.record_type, before, chunk, totals);
     deleted += n.deleted;
     if (n.read < chunk) return deleted;
   }
@@ -82,7 +83,8 @@ prune_result pruner::run_once() {
         for (const auto g : store::all_granularities) {
           if (!c.keeps(g)) continue;
           const auto n = prune_counter(conn, settings_.table, c, g, now, settings_.chunk,
-                                       settings_.max_chunks, result.behind);
+                                       settings_.max_chunks, result.behind,
+                                       settings_.top.keeps(c.record_type));
           result.rows += n;
           metrics_.buckets_pruned.Increment(static_cast<double>(n));
         }

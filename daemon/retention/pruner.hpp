@@ -24,6 +24,7 @@
 #include "db/pool.hpp"
 #include "metrics/metrics.hpp"
 #include "model/buckets.hpp"
+#include "model/top_spec.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::retention {
@@ -45,6 +46,9 @@ struct settings {
   // restored VM) must not delete, at once and for good, buckets still inside their
   // retention; a disagreement past a few minutes is logged.
   std::function<std::int64_t()> clock = nullptr;
+  // Counters that keep top-N totals (counters[].top): their bucket totals are deleted
+  // with their buckets, in one transaction.
+  store::top_spec top{};
 };
 
 // The period between runs for `buckets` (see above).
@@ -52,10 +56,12 @@ std::chrono::milliseconds prune_period(const store::bucket_spec& buckets);
 
 // Deletes `counter`'s buckets of granularity `g` older than its retention at `now`
 // (unix seconds) in chunks; returns rows deleted, and sets `behind` when max_chunks
-// were all full. Throws db_error.
+// were all full. `totals`: the counter keeps top-N totals (their bucket totals go with
+// the buckets, see db::prune_buckets). Throws db_error.
 std::uint64_t prune_counter(db::connection& conn, const std::string& table,
                             const store::bucket_spec::counter& counter, store::granularity g,
-                            std::int64_t now, std::size_t chunk, int max_chunks, bool& behind);
+                            std::int64_t now, std::size_t chunk, int max_chunks, bool& behind,
+                            bool totals = false);
 
 class pruner {
  public:

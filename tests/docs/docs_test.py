@@ -48,6 +48,7 @@ COUNTERS = """counters:
     record_type: 123
     rollup: {table: repositories, id_column: id, count_column: download_count}
     buckets: {hour: 48h, day: 400d}
+    top: true
 """
 
 
@@ -351,6 +352,8 @@ CONCRETE = {
     "/v1/increments": "/v1/increments",
     "/v1/counters/{record_type}/{record_id}": "/v1/counters/repo_downloads/42",
     "/v1/counters/{record_type}/{record_id}/series": "/v1/counters/repo_downloads/42/series",
+    "/v1/counters/{record_type}": "/v1/counters/repo_downloads",
+    "/v1/top/{record_type}": "/v1/top/repo_downloads",
     "/v1/flush": "/v1/flush",
     "/v1/rollup": "/v1/rollup",
     "/metrics": "/metrics",
@@ -385,6 +388,11 @@ def provocations(path, method, db_up):
         many = "\n".join(f'{{"record_type": 123, "record_id": {i}}}' for i in range(1000, 1030))
         nd = {**AUTH, "Content-Type": "application/x-ndjson"}
         return [("503-setup", "", many, nd), (503, "", many, nd)]
+    if path in ("/v1/counters/{record_type}", "/v1/top/{record_type}"):
+        ok, wrong = ("?ids=42,43", "?ids=42,x") if path.startswith("/v1/counters/") else ("?limit=3", "?limit=0")
+        if db_up:
+            return [(200, ok, None, AUTH), (400, wrong, None, AUTH), (401, ok, None, {})]
+        return [(503, ok, None, AUTH)]
     if path.startswith("/v1/counters/"):
         if db_up:
             return [(200, q, None, AUTH), (400, "BAD", None, AUTH), (401, q, None, {})]

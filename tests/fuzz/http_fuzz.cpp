@@ -96,6 +96,21 @@ class fuzz_backend : public http::backend {
     r.pending = store_.pending(key);
     done(std::move(r));
   }
+  void read_counters(std::uint32_t record_type, std::vector<std::uint64_t> record_ids,
+                     done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    http::backend_result r;
+    for (const auto id : record_ids)
+      r.totals.push_back({id, 7, store_.pending({record_type, id})});
+    done(std::move(r));
+  }
+  void read_top(std::uint32_t, std::optional<top_range>, std::size_t limit,
+                done_fn done) override {
+    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    http::backend_result r;
+    for (std::size_t i = 0; i < limit && i < 3; ++i) r.top.emplace_back(i, 3 - i);
+    done(std::move(r));
+  }
   // The store's pending buckets (none unless the fuzzed config declares buckets).
   void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
                    done_fn done) override {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "integration/load.hpp"
+#include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -473,6 +474,44 @@ TEST(Adopt, AdoptionWhileADaemonFlushesTheSameCounterIsExact) {
                                             std::to_string(k.second)) !=
              slot_sum(server, database, k.second);
   EXPECT_EQ(wrong, 0u);
+}
+
+// counters[].top on the adopted counter: each batch reads its owning rows once and
+// writes slot 0 and the totals from those values (not two INSERT ... SELECT reading the
+// owning table twice): after the adoption, in batches, the totals equal the slot sums
+// row for row, and the adoption row's total equals them too.
+TEST(Adopt, WithTopTheTotalsAreWrittenFromTheOneReadOfTheOwningRows) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  create_many_owners(server, database, 700);
+  {
+    auto conn = server.connect(database);
+    db::migrate_totals(conn, "slotted_counters", store::top_spec({123}, store::no_buckets()));
+  }
+  const std::string yaml =
+      daemon_yaml(server, database,
+                  "counters:\n"
+                  "  - name: repo_downloads\n"
+                  "    record_type: 123\n"
+                  "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
+                  "    top: true\n");
+  const auto r = adopt(yaml, {"--adopt", "repo_downloads"}, 100);
+  ASSERT_EQ(r.exit_code(), 0) << r.output;
+  expect_exact(server, database);
+  EXPECT_EQ(server.query_int(
+                database,
+                "SELECT COUNT(*) FROM (SELECT record_id, SUM(count) AS s FROM slotted_counters "
+                "WHERE record_type = 123 GROUP BY record_id) c LEFT JOIN slotted_counters_totals t "
+                "ON t.record_type = 123 AND t.record_id = c.record_id WHERE t.count IS NULL OR "
+                "t.count <> c.s"),
+            0);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters_totals"),
+            server.query_int(database,
+                             "SELECT COUNT(*) FROM repositories WHERE download_count > 0"));
+  EXPECT_EQ(server.query_int(database, "SELECT CAST(SUM(count) AS SIGNED) FROM "
+                                       "slotted_counters_totals"),
+            server.query_int(database, "SELECT CAST(total_taken AS SIGNED) FROM "
+                                       "slotted_counterd_adoptions"));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 
@@ -34,6 +35,9 @@ class LogIngest : public ::testing::Test {
  protected:
   void SetUp() override {
     db_ = migrated_database(shared_mariadb());
+    // dl keeps top-N totals (counters[].top): its totals table, as --migrate makes it.
+    auto conn = shared_mariadb().connect(db_);
+    db::migrate_totals(conn, "slotted_counters", store::top_spec({7}, store::no_buckets()));
     char tmpl[] = "/tmp/slotted-logs-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
@@ -43,7 +47,7 @@ class LogIngest : public ::testing::Test {
 
   std::string yaml() const {
     return daemon_yaml(shared_mariadb(), db_,
-                       "counters: [{name: dl, record_type: 7}]\n"
+                       "counters: [{name: dl, record_type: 7, top: true}]\n"
                        "flush: {interval: 50ms}\n"
                        "log_sources:\n"
                        "  - path: " + log_ +
@@ -140,6 +144,16 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
   const auto positions = shared_mariadb().query_int(
       db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
   EXPECT_EQ(positions, 1);
+  // The totals of top-N hold every counted line too (written in the same transaction):
+  // one row per counter, equal to the sum of its slots.
+  EXPECT_EQ(shared_mariadb().query_int(
+                db_, "SELECT COUNT(*) FROM (SELECT record_type, record_id, SUM(`count`) AS s "
+                     "FROM slotted_counters GROUP BY record_type, record_id) c LEFT JOIN "
+                     "slotted_counters_totals t USING (record_type, record_id) "
+                     "WHERE t.`count` IS NULL OR t.`count` <> c.s"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_totals"),
+            static_cast<std::int64_t>(expected_.size()));
 }
 
 TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "db/repository.hpp"
+#include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -476,10 +477,13 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
   conn.execute(
       "INSERT INTO wide_counters VALUES (1, 5, 0, 18446744073709551615), (1, 5, 1, 1), "
       "(1, 6, 0, 7)");
+  // Its totals table, as --migrate makes it for an existing table (summed in DECIMAL).
+  const store::top_spec top({1}, store::no_buckets());
+  db::migrate_totals(conn, "wide_counters", top);
   db::reset_progress p;
   db::commit_outcome outcome{};
   ASSERT_NO_THROW(outcome = db::reset_counter(conn, "wide_counters", {"rv", 1, 1},
-                                              store::counter_key{1, 5}, false, {}, p));
+                                              store::counter_key{1, 5}, false, {}, p, top));
   EXPECT_EQ(outcome, db::commit_outcome::applied);
   EXPECT_TRUE(p.persisted == (static_cast<__int128>(1) << 64)) << "persisted is not 2^64";
   EXPECT_EQ(p.rows, 2u);
@@ -489,6 +493,13 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
   EXPECT_EQ(shared_mariadb().query_int(database_,
                                        "SELECT COUNT(*) FROM wide_counters WHERE record_id = 6"),
             1);
+  // The totals follow: the reset counter's row is gone, the other's kept.
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_, "SELECT COUNT(*) FROM wide_counters_totals WHERE record_id = 5"),
+            0);
+  EXPECT_EQ(shared_mariadb().query_int(
+                database_, "SELECT CAST(count AS SIGNED) FROM wide_counters_totals WHERE record_id = 6"),
+            7);
 }
 
 // A total past 2^63 - 1 (two slots of 9e18 in the BIGINT `count`): GET prints it

@@ -43,6 +43,21 @@ class fake_backend : public http::backend {
     read_key_ = key;
     read_done_ = std::move(done);
   }
+  void read_counters(std::uint32_t record_type, std::vector<std::uint64_t> record_ids,
+                     done_fn done) override {
+    std::lock_guard lock(mutex_);
+    read_key_ = {record_type, 0};
+    read_ids_ = std::move(record_ids);
+    read_done_ = std::move(done);
+  }
+  void read_top(std::uint32_t record_type, std::optional<top_range> range, std::size_t limit,
+                done_fn done) override {
+    std::lock_guard lock(mutex_);
+    read_key_ = {record_type, 0};
+    top_range_ = range;
+    top_limit_ = limit;
+    read_done_ = std::move(done);
+  }
   void reset_counter(store::counter_key key, done_fn done) override {
     std::lock_guard lock(mutex_);
     reset_key_ = key;
@@ -78,6 +93,9 @@ class fake_backend : public http::backend {
   std::vector<idempotency::keyed_request> keyed_;
   std::vector<std::pair<std::string, idempotency::body_hash>> found_;  // find_keyed's keys
   store::counter_key read_key_, reset_key_;
+  std::vector<std::uint64_t> read_ids_;          // read_counters
+  std::optional<top_range> top_range_;           // read_top
+  std::size_t top_limit_ = 0;
   struct series_args {
     store::granularity g = store::granularity::none;
     std::int64_t from = 0, to = 0;

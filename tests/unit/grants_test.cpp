@@ -21,6 +21,7 @@ counters:
     record_type: 123
     rollup: {table: repositories, id_column: id, count_column: download_count}
     buckets: {hour: 48h, day: 400d}
+    top: true
   - name: release_downloads
     record_type: 124
     rollup: {table: releases, id_column: release_id, count_column: downloads}
@@ -32,6 +33,9 @@ counters:
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_hour` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_day` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_totals` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_hour_totals` TO 'counterd'@'%'",
+      "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_day_totals` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` TO "
       "'counterd'@'%'",

@@ -440,13 +440,16 @@ TEST_F(Router, TheEndpointTableDecidesPathMethodAndRoute) {
       {bh::verb::delete_, "/readyz", 405, "GET, HEAD"},
       {bh::verb::post, "/v1/counters/3/9", 405, "GET, HEAD, DELETE"},
       {bh::verb::delete_, "/v1/counters/3/9/series", 405, "GET, HEAD"},
+      // The many-counter read's path: a DELETE without a record_id resets nothing
+      // (docs/http-api.md, Many counters and top-N).
+      {bh::verb::delete_, "/v1/counters/3", 405, "GET, HEAD"},
       {bh::verb::get, "/healthz", 200, ""},
       {bh::verb::head, "/healthz", 200, ""},
       {bh::verb::head, "/readyz", 200, ""},
       {bh::verb::get, "/", 404, ""},
       {bh::verb::get, "/v1/increments/x", 404, ""},
       {bh::verb::get, "/healthz/", 404, ""},
-      {bh::verb::get, "/v1/counters/3", 404, ""},
+      {bh::verb::get, "/v1/top/3/9", 404, ""},
       {bh::verb::get, "/v1/counters//9", 404, ""},
       {bh::verb::get, "/v1/counters/3/series", 404, ""},
       {bh::verb::get, "/v1/counters/3/9/series/x", 404, ""},

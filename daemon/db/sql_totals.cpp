@@ -1,0 +1,178 @@
+// The totals tables' SQL (db/top.hpp), pure: their names and CREATE TABLE, the upserts a
+// batch adds, a reset's and the retention's statements; and the many-counter read's
+// SELECT (sql.hpp select_counts).
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "db/sql_text.hpp"
+#include "db/top.hpp"
+
+namespace slotted::db {
+
+using sql_text::num;
+
+std::string select_counts(std::string_view table, std::uint32_t record_type,
+                          std::span<const std::uint64_t> record_ids) {
+  // SUM printed exactly, as in select_count.
+  std::string sql = "SELECT `record_id`, COALESCE(SUM(`count`), 0) FROM " +
+                    quote_identifier(table) + " WHERE `record_type` = ";
+  sql_text::append_int(sql, record_type);
+  sql += " AND `record_id` IN ";
+  sql_text::append_int_list(sql, record_ids);
+  sql += " GROUP BY `record_id`";
+  return sql;
+}
+
+std::string totals_table(std::string_view table) { return std::string(table) + "_totals"; }
+
+std::string bucket_totals_table(std::string_view table, store::granularity g) {
+  return bucket_table(table, g) + "_totals";
+}
+
+std::string create_totals_table(std::string_view table) {
+  // DECIMAL: the sum of a counter's slots may pass BIGINT (read_count reads 128 bits).
+  return sql_text::create_table(
+      quote_identifier(totals_table(table)),
+      "  `record_type` INT UNSIGNED NOT NULL,\n"
+      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+      "  `count` DECIMAL(30,0) NOT NULL,\n"
+      "  PRIMARY KEY (`record_type`, `record_id`),\n"
+      // A top-N is a range read of this index, in its order (MariaDB 10.8 and later
+      // keep DESC; an older server sorts the record type's rows instead).
+      "  KEY `by_count` (`record_type`, `count` DESC, `record_id`)\n");
+}
+
+std::string create_bucket_totals_table(std::string_view table, store::granularity g) {
+  const std::string bucket = g == store::granularity::day ? "DATE" : "DATETIME";
+  return sql_text::create_table(
+      quote_identifier(bucket_totals_table(table, g)),
+      "  `record_type` INT UNSIGNED NOT NULL,\n"
+      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+      "  `bucket` " + bucket + " NOT NULL,\n" +
+      "  `count` DECIMAL(30,0) NOT NULL,\n"
+      "  PRIMARY KEY (`record_type`, `record_id`, `bucket`),\n"
+      "  KEY `by_count` (`record_type`, `bucket`, `count` DESC, `record_id`)\n");
+}
+
+namespace {
+
+// Multi-row upserts of VALUES tuples under `head`, each statement at most `max_bytes`
+// long (as the slot statements are formed, see flush::batch_forming), at least one tuple
+// a statement; in the order added.
+class upsert_cutter {
+ public:
+  upsert_cutter(std::vector<std::string>& out, std::string head, std::size_t max_bytes)
+      : out_(out), head_(std::move(head)), max_bytes_(max_bytes) {}
+  void add(const std::string& tuple) {
+    if (!sql_.empty() && sql_.size() + 1 + tuple.size() + update.size() > max_bytes_) finish();
+    sql_ += sql_.empty() ? head_ : ",";
+    sql_ += tuple;
+  }
+  void finish() {
+    if (!sql_.empty()) out_.push_back(std::exchange(sql_, {}) + std::string(update));
+  }
+  static constexpr std::string_view update =
+      " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+
+ private:
+  std::vector<std::string>& out_;
+  std::string head_, sql_;
+  std::size_t max_bytes_;
+};
+
+// The bucket totals of `buckets` of granularity `g` (of counters `top` keeps), summed per
+// counter and bucket, in key order.
+void bucket_totals_upserts(std::vector<std::string>& out, std::string_view table,
+                           store::granularity g, std::span<const store::bucket_row> buckets,
+                           const store::top_spec& top, std::size_t max_bytes) {
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::int64_t>, __int128> sums;
+  for (const auto& b : buckets) {
+    if (b.gran == g && top.keeps(b.record_type)) sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
+  }
+  upsert_cutter cut(out,
+                    "INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
+                        " (`record_type`, `record_id`, `bucket`, `count`) VALUES ",
+                    max_bytes);
+  for (const auto& [key, delta] : sums) {
+    if (delta == 0) continue;
+    cut.add("(" + num(std::get<0>(key)) + "," + num(std::get<1>(key)) + "," +
+            bucket_literal(g, std::get<2>(key)) + "," + num(delta) + ")");
+  }
+  cut.finish();
+}
+
+}  // namespace
+
+std::vector<std::string> totals_upserts(std::string_view table, std::span<const counter_row> rows,
+                                        std::span<const store::bucket_row> buckets,
+                                        const store::top_spec& top, std::size_t max_bytes) {
+  std::vector<std::string> out;
+  if (top.empty()) return out;  // counters[].top off everywhere: no totals table
+  // Summed per key, in key order (the lock order's).
+  std::map<std::pair<std::uint32_t, std::uint64_t>, __int128> totals;
+  for (const auto& r : rows) {
+    if (top.keeps(r.record_type)) totals[{r.record_type, r.record_id}] += r.delta;
+  }
+  upsert_cutter cut(out,
+                    "INSERT INTO " + quote_identifier(totals_table(table)) +
+                        " (`record_type`, `record_id`, `count`) VALUES ",
+                    max_bytes);
+  for (const auto& [key, delta] : totals) {
+    if (delta == 0) continue;  // a row of delta 0 carries buckets only
+    cut.add("(" + num(key.first) + "," + num(key.second) + "," + num(delta) + ")");
+  }
+  cut.finish();
+  for (const auto g : store::all_granularities)
+    bucket_totals_upserts(out, table, g, buckets, top, max_bytes);
+  return out;
+}
+
+std::string reset_bucket_sums_select_locked(std::string_view table, store::granularity g,
+                                            const store::counter_key& key,
+                                            std::span<const std::int64_t> slots) {
+  std::string sql = "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `count` FROM " +
+                    quote_identifier(bucket_table(table, g)) +
+                    " WHERE `record_type` = " + num(key.record_type) +
+                    " AND `record_id` = " + num(key.record_id) + " AND `slot` IN (";
+  for (std::size_t i = 0; i < slots.size(); ++i) sql += (i ? "," : "") + num(slots[i]);
+  return sql + ") ORDER BY `bucket`, `slot` FOR UPDATE";
+}
+
+std::string bucket_totals_prune_delete(std::string_view table, store::granularity g,
+                                       std::uint32_t record_type, std::int64_t bucket,
+                                       std::span<const std::uint64_t> ids) {
+  std::string sql = "DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) +
+                    " WHERE `record_type` = " + num(record_type) +
+                    " AND `bucket` = " + bucket_literal(g, bucket) + " AND `record_id` IN (";
+  for (std::size_t i = 0; i < ids.size(); ++i) sql += (i ? "," : "") + num(ids[i]);
+  return sql + ")";
+}
+
+std::vector<std::string> reset_totals_statements(std::string_view table,
+                                                 const store::counter_key& key, __int128 persisted,
+                                                 std::span<const store::bucket_row> lost_buckets,
+                                                 std::span<const store::granularity> grans,
+                                                 std::size_t max_bytes) {
+  const std::string where = " WHERE `record_type` = " + num(key.record_type) +
+                            " AND `record_id` = " + num(key.record_id);
+  // `<table>_totals` first, even when nothing is subtracted (its DELETE takes the row's
+  // lock), then each granularity's table: the lock order's 5 (repository.hpp).
+  std::vector<std::string> out;
+  if (persisted != 0) {
+    out.push_back("UPDATE " + quote_identifier(totals_table(table)) + " SET `count` = `count` - " +
+                  num(persisted) + where);
+  }
+  out.push_back("DELETE FROM " + quote_identifier(totals_table(table)) + where + " AND `count` = 0");
+  const store::top_spec only_key({key.record_type}, store::no_buckets());
+  for (const auto g : store::all_granularities) {
+    if (std::find(grans.begin(), grans.end(), g) == grans.end()) continue;
+    bucket_totals_upserts(out, table, g, lost_buckets, only_key, max_bytes);
+    out.push_back("DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) + where +
+                  " AND `count` = 0");
+  }
+  return out;
+}
+
+}  // namespace slotted::db

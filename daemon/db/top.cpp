@@ -1,0 +1,305 @@
+#include "db/top.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <utility>
+
+#include "db/sql_text.hpp"
+#include "model/errors.hpp"
+
+namespace slotted::db {
+
+using sql_text::num;
+
+namespace {
+
+// A DECIMAL as the server prints it (no fraction: DECIMAL(30,0)), exactly.
+__int128 decimal_of(const std::optional<std::string>& text) {
+  if (!text || text->empty()) return 0;
+  std::string_view s = *text;
+  const bool negative = s.front() == '-';
+  if (negative) s.remove_prefix(1);
+  __int128 v = 0;
+  for (const char c : s) {
+    if (c == '.') break;
+    if (c < '0' || c > '9') throw db_error(0, "a total is not an integer: " + *text);
+    v = v * 10 + (c - '0');
+  }
+  return negative ? -v : v;
+}
+
+std::uint64_t id_of(const std::optional<std::string>& text) {
+  std::uint64_t v = 0;
+  if (text) std::from_chars(text->data(), text->data() + text->size(), v);
+  return v;
+}
+
+bool table_exists(connection& conn, std::string_view name) {
+  return !conn.query(table_exists_select(conn.quote(name))).empty();
+}
+
+}  // namespace
+
+namespace {
+// Creates `target` (its CREATE TABLE `ddl`) already filled by `fill` (an INSERT ...
+// SELECT given the table to fill), so that it never exists empty or part filled: built
+// under a scratch name, then renamed into place by one atomic RENAME TABLE. A scratch
+// table left by a crash is dropped and built again.
+void create_filled(connection& conn, const std::string& target, std::string ddl,
+                   const std::function<std::string(const std::string&)>& fill) {
+  const std::string scratch = target + "_filling";
+  const auto at = ddl.find(quote_identifier(target));
+  ddl.replace(at, quote_identifier(target).size(), quote_identifier(scratch));
+  conn.execute("DROP TABLE IF EXISTS " + quote_identifier(scratch));
+  conn.execute(ddl);
+  conn.execute(fill(quote_identifier(scratch)));
+  conn.execute("RENAME TABLE " + quote_identifier(scratch) + " TO " + quote_identifier(target));
+}
+}  // namespace
+
+void migrate_totals(connection& conn, const std::string& table, const store::top_spec& top) {
+  if (top.empty()) return;  // no counter keeps totals: no table
+  // Only the counters that keep totals are filled in (the others' are never written).
+  std::string kept = " WHERE `record_type` IN (";
+  for (std::size_t i = 0; i < top.record_types().size(); ++i)
+    kept += (i ? "," : "") + num(top.record_types()[i]);
+  kept += ")";
+  if (!table_exists(conn, totals_table(table))) {
+    create_filled(conn, totals_table(table), create_totals_table(table), [&](const std::string& into) {
+      return "INSERT INTO " + into +
+             " (`record_type`, `record_id`, `count`) SELECT `record_type`, `record_id`, "
+             "SUM(`count`) FROM " +
+             quote_identifier(table) + kept + " GROUP BY `record_type`, `record_id`";
+    });
+  }
+  for (const auto g : store::all_granularities) {
+    if (!top.uses(g) || table_exists(conn, bucket_totals_table(table, g))) continue;
+    create_filled(conn, bucket_totals_table(table, g), create_bucket_totals_table(table, g),
+                  [&](const std::string& into) {
+                    return "INSERT INTO " + into +
+                           " (`record_type`, `record_id`, `bucket`, `count`) SELECT "
+                           "`record_type`, `record_id`, `bucket`, SUM(`count`) FROM " +
+                           quote_identifier(bucket_table(table, g)) + kept +
+                           " GROUP BY `record_type`, `record_id`, `bucket`";
+                  });
+  }
+}
+
+std::vector<std::string> missing_totals_tables(connection& conn, const std::string& table,
+                                               const store::top_spec& top) {
+  std::vector<std::string> missing;
+  if (top.empty()) return missing;
+  if (!table_exists(conn, totals_table(table))) missing.push_back(totals_table(table));
+  for (const auto g : store::all_granularities) {
+    if (top.uses(g) && !table_exists(conn, bucket_totals_table(table, g)))
+      missing.push_back(bucket_totals_table(table, g));
+  }
+  return missing;
+}
+
+void verify_totals_tables(connection& conn, const std::string& table,
+                          const store::top_spec& top) {
+  const auto missing = missing_totals_tables(conn, table, top);
+  if (missing.empty()) return;
+  throw db_error(0,
+                 "table `" + missing.front() +
+                     "` does not exist: every flush writes the totals of top-N "
+                     "(GET /v1/top) of the counters with counters[].top there; run "
+                     "slotted-counterd --migrate (it creates the totals tables and fills them "
+                     "from the counts)",
+                 true);
+}
+
+std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const std::string& table,
+                                                         std::uint32_t record_type,
+                                                         std::size_t limit) {
+  // The positive totals, then (when fewer than `limit`) the negative ones: each one range
+  // of `by_count` read in its order, `limit` rows at most (EXPLAIN at 1M counters: a range
+  // read of by_count, no filesort; MariaDB 10.11 reads `count <> 0` the same way, so this
+  // split only keeps the plan from depending on how a server orders two ranges).
+  std::vector<std::pair<std::uint64_t, __int128>> out;
+  const auto read = [&](std::string_view sign) {
+    if (out.size() >= limit) return;
+    for (const auto& row : conn.query(
+             "SELECT `record_id`, `count` FROM " + quote_identifier(totals_table(table)) +
+             " FORCE INDEX (`by_count`) WHERE `record_type` = " + num(record_type) +
+             " AND `count` " + std::string(sign) + " 0 ORDER BY `count` DESC, `record_id` LIMIT " +
+             num(std::uint64_t{limit - out.size()}))) {
+      out.emplace_back(id_of(row[0]), decimal_of(row[1]));
+    }
+  };
+  read(">");
+  read("<");
+  return out;
+}
+
+// The merge (Fagin's threshold algorithm, exact): each bucket's rows are read in
+// count order, a page of `page` rows per bucket per round, all buckets in one UNION
+// statement; every record id met is summed over the whole range by its primary key (one
+// statement per round). A record id not met yet has, in each bucket, at most the last
+// count read there (0 when the bucket is read to its end, or has no row for it): once
+// the limit-th best sum is above the sum of those bounds, no record id not met can
+// enter. Its cost: with a skewed distribution (a few record ids far ahead, as downloads
+// are), one or two rounds, i.e. buckets x page index rows plus buckets x ids met
+// primary-key rows, whatever the number of counters; with counts tied across many
+// record ids it reads on, page by page, up to every row of the range.
+namespace {
+
+struct bucket_cursor {
+  std::int64_t bucket;
+  bool started = false, done = false;
+  __int128 last = 0;
+  std::uint64_t last_id = 0;
+};
+
+// One round's statement: the next `page` rows of each cursor not done, in count order,
+// one UNION ALL; into `asked` the cursors it reads.
+std::string round_select(const std::string& bt, store::granularity g, std::uint32_t record_type,
+                         const std::vector<bucket_cursor>& cursors, std::size_t page,
+                         std::vector<std::size_t>& asked) {
+  std::string sql;
+  for (std::size_t i = 0; i < cursors.size(); ++i) {
+    const auto& c = cursors[i];
+    if (c.done) continue;
+    if (!sql.empty()) sql += " UNION ALL ";
+    sql += "(SELECT " + num(std::uint64_t{i}) + ", `record_id`, `count` FROM " + bt +
+           " FORCE INDEX (`by_count`) WHERE `record_type` = " + num(record_type) +
+           " AND `bucket` = " + bucket_literal(g, c.bucket);
+    if (c.started) {
+      sql += " AND (`count` < " + num(c.last) + " OR (`count` = " + num(c.last) +
+             " AND `record_id` > " + num(c.last_id) + "))";
+    }
+    sql += " ORDER BY `count` DESC, `record_id` LIMIT " + num(std::uint64_t{page}) + ")";
+    asked.push_back(i);
+  }
+  return sql;
+}
+
+// The `limit` best of `sums` (count descending, ties by smaller id; a count of 0 is no
+// rank).
+std::vector<std::pair<std::uint64_t, __int128>> best_of(
+    const std::unordered_map<std::uint64_t, __int128>& sums, std::size_t limit) {
+  std::vector<std::pair<std::uint64_t, __int128>> best;
+  for (const auto& s : sums) {
+    if (s.second != 0) best.push_back(s);
+  }
+  const auto order = [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  };
+  const std::size_t n = std::min(limit, best.size());
+  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n), best.end(),
+                    order);
+  best.resize(n);
+  return best;
+}
+
+// `select`, cut by the server after 5 s (MariaDB's max_statement_time, error 1969): a
+// top-N's statement never holds its connection of the flusher's pool for long.
+std::string time_limited(const std::string& select) {
+  return "SET STATEMENT max_statement_time = 5 FOR " + select;
+}
+
+// Runs `read` in one consistent read-only snapshot.
+template <typename Read>
+auto in_snapshot(connection& conn, Read read) {
+  conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+  conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");
+  try {
+    auto out = read();
+    conn.execute("COMMIT");
+    return out;
+  } catch (const db_error& e) {
+    if (!e.connection_lost()) {
+      try {
+        conn.execute("ROLLBACK");
+      } catch (const db_error&) {
+      }
+    }
+    throw;
+  } catch (const top_too_costly&) {
+    conn.execute("ROLLBACK");  // the connection goes back to the pool with no snapshot
+    throw;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
+    connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
+    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows) {
+  const std::int64_t step = store::seconds_of(g);
+  std::vector<bucket_cursor> cursors;
+  for (std::int64_t b = from; b <= to; b += step) cursors.push_back({b});
+  const std::size_t page = std::max<std::size_t>(limit + limit / 2, 20);
+  const std::string bt = quote_identifier(bucket_totals_table(table, g));
+  std::unordered_map<std::uint64_t, __int128> sums;  // every record id met, its range sum
+  return in_snapshot(conn, [&] {
+    std::vector<std::pair<std::uint64_t, __int128>> best;
+    const auto too_costly = [&] {
+      return top_too_costly("this top-N would read more than " + std::to_string(max_rows) +
+                            " rows (a long range, or counts tied across many records): ask "
+                            "for a shorter range, a coarser granularity or a smaller limit");
+    };
+    // One round reads up to a page of every bucket: refused before any statement when
+    // that alone could pass the bound (e.g. limit 1000 over 400 hours).
+    if (cursors.size() * page > max_rows) throw too_costly();
+    std::size_t rows_read = 0;
+    const auto count_rows = [&](std::size_t n) {
+      rows_read += n;
+      if (rows_read > max_rows) throw too_costly();
+    };
+    while (true) {
+      std::vector<std::size_t> asked;
+      const std::string sql = round_select(bt, g, record_type, cursors, page, asked);
+      if (asked.empty()) break;
+      std::vector<std::size_t> got(cursors.size(), 0);
+      std::vector<std::uint64_t> fresh;
+      for (const auto& row : conn.query(time_limited(sql))) {
+        const auto i = static_cast<std::size_t>(id_of(row[0]));
+        auto& c = cursors[i];
+        c.started = true;
+        c.last_id = id_of(row[1]);
+        c.last = decimal_of(row[2]);
+        ++got[i];
+        if (sums.emplace(c.last_id, 0).second) fresh.push_back(c.last_id);
+      }
+      for (const auto i : asked) {
+        if (got[i] < page) cursors[i].done = true;
+      }
+      std::size_t round_rows = 0;
+      for (const auto n : got) round_rows += n;
+      count_rows(round_rows + fresh.size());
+      // Summed 1000 record ids a statement (a statement stays far below max_allowed_packet).
+      for (std::size_t at = 0; at < fresh.size(); at += 1000) {
+        std::string ids;
+        for (std::size_t k = at; k < std::min(fresh.size(), at + 1000); ++k) {
+          if (!ids.empty()) ids += ',';
+          ids += num(fresh[k]);
+        }
+        for (const auto& row : conn.query(time_limited(
+                 "SELECT `record_id`, SUM(`count`) FROM " + bt + " WHERE `record_type` = " +
+                 num(record_type) + " AND `record_id` IN (" + ids + ") AND `bucket` BETWEEN " +
+                 bucket_literal(g, from) + " AND " + bucket_literal(g, to) +
+                 " GROUP BY `record_id`"))) {
+          sums[id_of(row[0])] = decimal_of(row[1]);
+        }
+      }
+      best = best_of(sums, limit);
+      // A record id not met yet sums at most the last count read in each open bucket.
+      __int128 bound = 0;
+      bool open = false;
+      for (const auto& c : cursors) {
+        if (c.done) continue;
+        open = true;
+        bound += std::max<__int128>(c.last, 0);
+      }
+      if (!open || (best.size() == limit && best.back().second > bound)) break;
+    }
+    return best;
+  });
+}
+
+}  // namespace slotted::db

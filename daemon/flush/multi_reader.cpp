@@ -1,0 +1,79 @@
+// read_totals: many counters of one record type exact in one database statement per
+// try, with the pending parts read_total() adds (the store, keyed requests not yet in a
+// batch, the queued batches), under the same read_stable rules; and top-N.
+#include <algorithm>
+#include <unordered_map>
+
+#include "db/top.hpp"
+#include "flush/flusher.hpp"
+#include "flush/flusher_internal.hpp"
+
+namespace slotted::flush {
+
+totals_reading flusher::read_totals(std::uint32_t record_type,
+                                    std::span<const std::uint64_t> record_ids) {
+  totals_reading reading;
+  reading.totals.resize(record_ids.size());
+  std::unordered_map<std::uint64_t, std::size_t> index;
+  for (std::size_t i = 0; i < record_ids.size(); ++i) {
+    reading.totals[i].record_id = record_ids[i];
+    index.emplace(record_ids[i], i);
+  }
+  reading.retry = read_stable(
+      [&](db::connection& conn) {
+        for (auto& t : reading.totals) t.persisted = 0;
+        const auto rows = db::read_counts(conn, settings_.table, record_type, record_ids);
+        for (const auto& [id, sum] : rows) {
+          if (const auto it = index.find(id); it != index.end()) reading.totals[it->second].persisted = sum;
+        }
+      },
+      [&]() -> std::string {
+        for (auto& t : reading.totals) {
+          const store::counter_key key{record_type, t.record_id};
+          std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
+          for (const auto& b : queued_) {
+            const auto it =
+                std::lower_bound(b.rows.begin(), b.rows.end(), key,
+                                 [](const db::counter_row& r, const store::counter_key& k) {
+                                   return store::counter_key{r.record_type, r.record_id} < k;
+                                 });
+            if (it != b.rows.end() && it->record_type == key.record_type &&
+                it->record_id == key.record_id) {
+              if (__builtin_add_overflow(sum, it->delta, &sum))
+                return "a counter's pending sum is out of range; retry after the next flush";
+            }
+          }
+          t.pending = sum;
+        }
+        return {};
+      });
+  return reading;
+}
+
+top_reading flusher::read_top(std::uint32_t record_type, std::size_t limit,
+                              std::optional<store::granularity> g, std::int64_t from,
+                              std::int64_t to) {
+  top_reading reading;
+  if (top_running_.exchange(true)) {
+    reading.retry = "another top-N read is running on this instance; retry shortly";
+    return reading;
+  }
+  struct done_guard {
+    std::atomic<bool>& running;
+    ~done_guard() { running.store(false); }
+  } done{top_running_};
+  try {
+    reading.items = pool_.acquire().use([&](db::connection& conn) {
+      if (!g) return db::read_top(conn, settings_.table, record_type, limit);
+      return db::read_top_buckets(conn, settings_.table, *g, record_type, from, to, limit);
+    });
+  } catch (const db::top_too_costly& e) {
+    reading.retry = e.what();
+  } catch (const db::db_error& e) {
+    metrics_.db_error(e.kind());
+    throw;
+  }
+  return reading;
+}
+
+}  // namespace slotted::flush
