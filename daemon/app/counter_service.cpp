@@ -16,18 +16,26 @@ namespace {
 // The HTTP loop running on this thread (null elsewhere), set by serve_on().
 thread_local net::io_context* this_thread_loop = nullptr;
 
+// Not now: `why` (a code of errc) and the text the answer tells.
+http::backend_result unavailable(std::error_code why, std::string detail) {
+  http::backend_result r{status::unavailable, std::move(detail)};
+  r.why = why;
+  return r;
+}
+
 // An increment's outcome, from the store (store::add_result) or the committer
 // (durable::commit_result): anything but the three shared outcomes is `unavailable`.
 template <typename Outcome>
-http::backend_result from_outcome(Outcome r, std::string unavailable) {
+http::backend_result from_outcome(Outcome r, errc why, std::string detail) {
   if (r == Outcome::applied) return {status::done, {}};
   if (r == Outcome::over_limit) return {status::over_limit, {}};
   if (r == Outcome::out_of_range) return {status::out_of_range, {}};
-  return {status::unavailable, std::move(unavailable)};
+  return unavailable(why, std::move(detail));
 }
 
 http::backend_result from_commit(durable::commit_result r) {
-  return from_outcome(r, "the write-ahead log cannot be written; retry later");
+  return from_outcome(r, errc::wal_write_failed,
+                      "the write-ahead log cannot be written; retry later");
 }
 
 // What the key index's answer means for the request, or nullopt when the index leaves it
@@ -43,8 +51,8 @@ std::optional<http::backend_result> from_index(const idempotency::admission& a) 
     case admit_result::conflict:
       return http::backend_result{status::conflict, {}};
     case admit_result::in_progress:
-      return http::backend_result{status::unavailable,
-                                  "a request with this Idempotency-Key is being logged; retry"};
+      return unavailable(errc::retry_later,
+                         "a request with this Idempotency-Key is being logged; retry");
     case admit_result::fresh:
     case admit_result::over_limit:
       break;
@@ -53,9 +61,9 @@ std::optional<http::backend_result> from_index(const idempotency::admission& a) 
 }
 
 http::backend_result no_keys_table() {
-  return {status::unavailable,
-          "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
-          "creates it); nothing of this request was applied"};
+  return unavailable(errc::database_unavailable,
+                     "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
+                     "creates it); nothing of this request was applied");
 }
 
 // Runs `read` (which answers a backend_result) on a database worker and answers `done`
@@ -67,7 +75,8 @@ void read_on(net::thread_pool& workers, Read read, http::backend::done_fn done) 
     try {
       r = read();
     } catch (const db::db_error& e) {
-      r = {status::unavailable, std::string("database not reachable: ") + e.what()};
+      r = unavailable(errc::database_unavailable,
+                      std::string("database not reachable: ") + e.what());
     }
     done(std::move(r));
   });
@@ -83,7 +92,8 @@ void counter_service::serve_on(net::io_context* loop) {
 }
 
 http::backend_result counter_service::add(std::span<const ingest::increment> increments) {
-  return from_outcome(p_.store.add(increments, max_pending_keys_), "internal error");
+  return from_outcome(p_.store.add(increments, max_pending_keys_), errc::unavailable,
+                      "internal error");
 }
 
 void counter_service::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
@@ -136,10 +146,10 @@ http::backend_result counter_service::find_committed(const std::string& key,
     return r;
   } catch (const db::db_error& e) {
     p_.metrics.db_error(e.kind());
-    return {
-        status::unavailable,
+    return unavailable(
+        errc::database_unavailable,
         std::string("this Idempotency-Key cannot be looked up, the database is not reachable (") +
-            e.what() + "); nothing of this request was applied"};
+            e.what() + "); nothing of this request was applied");
   }
 }
 
