@@ -23,6 +23,10 @@ http::backend_result unavailable(std::error_code why, std::string detail) {
   return r;
 }
 
+http::backend_result unavailable(const failure& f) {
+  return unavailable(f.code, f.text());
+}
+
 // An increment's outcome, from the store (store::add_result) or the committer
 // (durable::commit_result): anything but the three shared outcomes is `unavailable`.
 template <typename Outcome>
@@ -158,10 +162,10 @@ void counter_service::read_counter(store::counter_key key, done_fn done) {
       p_.db_workers,
       [this, key] {
         const auto reading = p_.flusher.read_total(key);
+        if (!reading) return unavailable(reading.failed());
         http::backend_result r;
-        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
-        r.persisted = reading.persisted;
-        r.pending = reading.pending;
+        r.persisted = reading->persisted;
+        r.pending = reading->pending;
         return r;
       },
       std::move(done));
@@ -170,9 +174,9 @@ void counter_service::read_counter(store::counter_key key, done_fn done) {
 void counter_service::reset_counter(store::counter_key key, done_fn done) {
   // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
   p_.flusher.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {
-    if (!f.ok) return done({status::unavailable, f.error});
+    if (!f) return done(unavailable(f.failed()));
     http::backend_result r;
-    r.cleared = f.persisted + f.pending;
+    r.cleared = f->persisted + f->pending;
     done(std::move(r));
   });
 }
@@ -183,9 +187,9 @@ void counter_service::read_series(store::counter_key key, store::granularity g, 
       p_.db_workers,
       [this, key, g, from, to] {
         auto reading = p_.flusher.read_series(key, g, from, to);
+        if (!reading) return unavailable(reading.failed());
         http::backend_result r;
-        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
-        r.points = std::move(reading.points);
+        r.points = std::move(reading->points);
         return r;
       },
       std::move(done));
@@ -193,8 +197,8 @@ void counter_service::read_series(store::counter_key key, store::granularity g, 
 
 void counter_service::flush_now(done_fn done) {
   p_.flusher.request_flush([done = std::move(done)](const flush::flush_result& f) {
-    if (!f.ok) return done({status::unavailable, f.error});
-    done({status::done, {}, f.rows});
+    if (!f) return done(unavailable(f.failed()));
+    done({status::done, {}, *f});
   });
 }
 
