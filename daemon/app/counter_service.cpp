@@ -204,8 +204,8 @@ void counter_service::flush_now(done_fn done) {
 
 void counter_service::rollup_now(done_fn done) {
   p_.roller.request([done = std::move(done)](const rollup::rollup_result& r) {
-    if (!r.ok) return done({status::unavailable, r.error});
-    done({status::done, {}, r.records});
+    if (!r) return done(unavailable(r.failed()));
+    done({status::done, {}, *r});
   });
 }
 

@@ -1,7 +1,8 @@
 // The flusher answers with results whose failures are codes of the daemon's one
 // category (model/errc.hpp), the texts as before: a read while a batch is in doubt is
 // not_exact_yet, a flush or a reset without the database is database_unavailable (the
-// database's message in the detail), and either after stop() is draining.
+// database's message in the detail), and either after stop() is draining; so is a
+// rollup.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 
 #include "app/application.hpp"
 #include "flush/flusher.hpp"
+#include "rollup/rollup.hpp"
 #include "support/daemon_process.hpp"
 
 namespace slotted::test {
@@ -27,11 +29,25 @@ flush::settings flusher_settings() {
   return s;
 }
 
-// What request_flush or request_reset answers.
-template <typename Result>
-Result answered(std::future<Result>& f) {
-  EXPECT_EQ(f.wait_for(60s), std::future_status::ready);
-  return f.get();
+// A database that is not there: nothing listens on port 1, a connection is refused at
+// once.
+db::connect_options nowhere() {
+  db::connect_options o;
+  o.host = "127.0.0.1";
+  o.port = 1;
+  o.connect_timeout = 2s;
+  return o;
+}
+
+// What `request` (request_flush, request_reset, a roller's request) answers its
+// callback, waited for up to a minute.
+template <typename Result, typename Request>
+Result answer_of(Request request) {
+  std::promise<Result> answered;
+  auto answer = answered.get_future();
+  request([&answered](const Result& r) { answered.set_value(r); });
+  EXPECT_EQ(answer.wait_for(60s), std::future_status::ready);
+  return answer.get();
 }
 
 TEST(FlushResults, AReadWhileABatchIsInDoubtIsNotExactYet) {
@@ -55,43 +71,52 @@ TEST(FlushResults, AReadWhileABatchIsInDoubtIsNotExactYet) {
 }
 
 TEST(FlushResults, WithoutTheDatabaseFlushAndResetAreDatabaseUnavailableThenDraining) {
-  db::connect_options nowhere;
-  nowhere.host = "127.0.0.1";
-  nowhere.port = 1;  // nothing listens: refused at once
-  nowhere.connect_timeout = 2s;
   metrics::registry metrics;
   store::pending_store store{8};
-  db::pool pool(nowhere, 2);
+  db::pool pool(nowhere(), 2);
   flush::flusher f(flusher_settings(), store, pool, metrics);
   f.start();
-  std::promise<flush::flush_result> flushed;
-  f.request_flush([&](const flush::flush_result& r) { flushed.set_value(r); });
-  std::future<flush::flush_result> flush_answer = flushed.get_future();
-  const auto flush = answered(flush_answer);
+  const auto flush =
+      answer_of<flush::flush_result>([&](auto done) { f.request_flush(std::move(done)); });
   ASSERT_FALSE(flush);
   EXPECT_EQ(flush.error(), errc::database_unavailable);
   EXPECT_FALSE(flush.failed().detail.empty()) << "the database's message is kept";
 
-  std::promise<flush::reset_result> reset;
-  f.request_reset({1, 7}, [&](const flush::reset_result& r) { reset.set_value(r); });
-  std::future<flush::reset_result> reset_answer = reset.get_future();
-  const auto refused = answered(reset_answer);
+  const auto refused =
+      answer_of<flush::reset_result>([&](auto done) { f.request_reset({1, 7}, std::move(done)); });
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error(), errc::database_unavailable);
   EXPECT_EQ(refused.failed().detail.rfind("the flush before the reset failed: ", 0), 0u)
       << refused.failed().detail;
 
   f.stop(steady::now());
-  std::promise<flush::flush_result> late_flush;
-  f.request_flush([&](const flush::flush_result& r) { late_flush.set_value(r); });
-  std::future<flush::flush_result> late_flush_answer = late_flush.get_future();
-  const auto late = answered(late_flush_answer);
+  const auto late =
+      answer_of<flush::flush_result>([&](auto done) { f.request_flush(std::move(done)); });
   EXPECT_EQ(late.error(), errc::draining);
   EXPECT_EQ(late.failed().detail, "shutting down");
-  std::promise<flush::reset_result> late_reset;
-  f.request_reset({1, 7}, [&](const flush::reset_result& r) { late_reset.set_value(r); });
-  std::future<flush::reset_result> late_reset_answer = late_reset.get_future();
-  EXPECT_EQ(answered(late_reset_answer).error(), errc::draining);
+  const auto late_reset =
+      answer_of<flush::reset_result>([&](auto done) { f.request_reset({1, 7}, std::move(done)); });
+  EXPECT_EQ(late_reset.error(), errc::draining);
+}
+
+TEST(RollupResults, WithoutTheDatabaseARollupIsDatabaseUnavailableThenDraining) {
+  metrics::registry metrics;
+  db::pool pool(nowhere(), 1);
+  rollup::settings s;
+  s.counters_table = "slotted_counters";
+  s.targets.push_back({1, "owners", "id", "hits", "hits"});
+  rollup::roller roller(s, pool, metrics);
+  roller.start();
+  const auto failed =
+      answer_of<rollup::rollup_result>([&](auto done) { roller.request(std::move(done)); });
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error(), errc::database_unavailable);
+  EXPECT_FALSE(failed.failed().detail.empty()) << "the database's message is kept";
+  roller.stop();
+  const auto refused =
+      answer_of<rollup::rollup_result>([&](auto done) { roller.request(std::move(done)); });
+  EXPECT_EQ(refused.error(), errc::draining);
+  EXPECT_EQ(refused.failed().detail, "shutting down");
 }
 
 }  // namespace
