@@ -16,18 +16,30 @@ namespace {
 // The HTTP loop running on this thread (null elsewhere), set by serve_on().
 thread_local net::io_context* this_thread_loop = nullptr;
 
+// Not now: `why` (a code of errc) and the text the answer tells.
+http::backend_result unavailable(std::error_code why, std::string detail) {
+  http::backend_result r{status::unavailable, std::move(detail)};
+  r.why = why;
+  return r;
+}
+
+http::backend_result unavailable(const failure& f) {
+  return unavailable(f.code, f.text());
+}
+
 // An increment's outcome, from the store (store::add_result) or the committer
 // (durable::commit_result): anything but the three shared outcomes is `unavailable`.
 template <typename Outcome>
-http::backend_result from_outcome(Outcome r, std::string unavailable) {
+http::backend_result from_outcome(Outcome r, errc why, std::string detail) {
   if (r == Outcome::applied) return {status::done, {}};
   if (r == Outcome::over_limit) return {status::over_limit, {}};
   if (r == Outcome::out_of_range) return {status::out_of_range, {}};
-  return {status::unavailable, std::move(unavailable)};
+  return unavailable(why, std::move(detail));
 }
 
 http::backend_result from_commit(durable::commit_result r) {
-  return from_outcome(r, "the write-ahead log cannot be written; retry later");
+  return from_outcome(r, errc::wal_write_failed,
+                      "the write-ahead log cannot be written; retry later");
 }
 
 // What the key index's answer means for the request, or nullopt when the index leaves it
@@ -43,8 +55,8 @@ std::optional<http::backend_result> from_index(const idempotency::admission& a) 
     case admit_result::conflict:
       return http::backend_result{status::conflict, {}};
     case admit_result::in_progress:
-      return http::backend_result{status::unavailable,
-                                  "a request with this Idempotency-Key is being logged; retry"};
+      return unavailable(errc::retry_later,
+                         "a request with this Idempotency-Key is being logged; retry");
     case admit_result::fresh:
     case admit_result::over_limit:
       break;
@@ -53,9 +65,9 @@ std::optional<http::backend_result> from_index(const idempotency::admission& a) 
 }
 
 http::backend_result no_keys_table() {
-  return {status::unavailable,
-          "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
-          "creates it); nothing of this request was applied"};
+  return unavailable(errc::database_unavailable,
+                     "the database has no Idempotency-Key table yet (slotted-counterd --migrate "
+                     "creates it); nothing of this request was applied");
 }
 
 // Runs `read` (which answers a backend_result) on a database worker and answers `done`
@@ -67,7 +79,8 @@ void read_on(net::thread_pool& workers, Read read, http::backend::done_fn done) 
     try {
       r = read();
     } catch (const db::db_error& e) {
-      r = {status::unavailable, std::string("database not reachable: ") + e.what()};
+      r = unavailable(errc::database_unavailable,
+                      std::string("database not reachable: ") + e.what());
     }
     done(std::move(r));
   });
@@ -83,7 +96,8 @@ void counter_service::serve_on(net::io_context* loop) {
 }
 
 http::backend_result counter_service::add(std::span<const ingest::increment> increments) {
-  return from_outcome(p_.store.add(increments, max_pending_keys_), "internal error");
+  return from_outcome(p_.store.add(increments, max_pending_keys_), errc::unavailable,
+                      "internal error");
 }
 
 void counter_service::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
@@ -136,10 +150,10 @@ http::backend_result counter_service::find_committed(const std::string& key,
     return r;
   } catch (const db::db_error& e) {
     p_.metrics.db_error(e.kind());
-    return {
-        status::unavailable,
+    return unavailable(
+        errc::database_unavailable,
         std::string("this Idempotency-Key cannot be looked up, the database is not reachable (") +
-            e.what() + "); nothing of this request was applied"};
+            e.what() + "); nothing of this request was applied");
   }
 }
 
@@ -148,10 +162,10 @@ void counter_service::read_counter(store::counter_key key, done_fn done) {
       p_.db_workers,
       [this, key] {
         const auto reading = p_.flusher.read_total(key);
+        if (!reading) return unavailable(reading.failed());
         http::backend_result r;
-        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
-        r.persisted = reading.persisted;
-        r.pending = reading.pending;
+        r.persisted = reading->persisted;
+        r.pending = reading->pending;
         return r;
       },
       std::move(done));
@@ -163,9 +177,9 @@ void counter_service::read_counters(std::uint32_t record_type,
       p_.db_workers,
       [this, record_type, ids = std::move(record_ids)] {
         const auto reading = p_.flusher.read_totals(record_type, ids);
-        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
+        if (!reading) return unavailable(reading.failed());
         http::backend_result r;
-        for (const auto& t : reading.totals)
+        for (const auto& t : reading->totals)
           r.totals.push_back({t.record_id, t.persisted, t.pending});
         return r;
       },
@@ -180,9 +194,9 @@ void counter_service::read_top(std::uint32_t record_type, std::optional<top_rang
         auto reading = range ? p_.flusher.read_top(record_type, limit, range->gran, range->from,
                                                    range->to)
                              : p_.flusher.read_top(record_type, limit);
-        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
+        if (!reading) return unavailable(reading.failed());
         http::backend_result r;
-        r.top = std::move(reading.items);
+        r.top = std::move(reading->items);
         return r;
       },
       std::move(done));
@@ -191,9 +205,9 @@ void counter_service::read_top(std::uint32_t record_type, std::optional<top_rang
 void counter_service::reset_counter(store::counter_key key, done_fn done) {
   // Ordered with the flusher's batches, on its thread (see flush::flusher::request_reset).
   p_.flusher.request_reset(key, [done = std::move(done)](const flush::reset_result& f) {
-    if (!f.ok) return done({status::unavailable, f.error});
+    if (!f) return done(unavailable(f.failed()));
     http::backend_result r;
-    r.cleared = f.persisted + f.pending;
+    r.cleared = f->persisted + f->pending;
     done(std::move(r));
   });
 }
@@ -204,9 +218,9 @@ void counter_service::read_series(store::counter_key key, store::granularity g, 
       p_.db_workers,
       [this, key, g, from, to] {
         auto reading = p_.flusher.read_series(key, g, from, to);
+        if (!reading) return unavailable(reading.failed());
         http::backend_result r;
-        if (!reading.retry.empty()) return http::backend_result{status::unavailable, reading.retry};
-        r.points = std::move(reading.points);
+        r.points = std::move(reading->points);
         return r;
       },
       std::move(done));
@@ -214,15 +228,15 @@ void counter_service::read_series(store::counter_key key, store::granularity g, 
 
 void counter_service::flush_now(done_fn done) {
   p_.flusher.request_flush([done = std::move(done)](const flush::flush_result& f) {
-    if (!f.ok) return done({status::unavailable, f.error});
-    done({status::done, {}, f.rows});
+    if (!f) return done(unavailable(f.failed()));
+    done({status::done, {}, *f});
   });
 }
 
 void counter_service::rollup_now(done_fn done) {
   p_.roller.request([done = std::move(done)](const rollup::rollup_result& r) {
-    if (!r.ok) return done({status::unavailable, r.error});
-    done({status::done, {}, r.records});
+    if (!r) return done(unavailable(r.failed()));
+    done({status::done, {}, *r});
   });
 }
 

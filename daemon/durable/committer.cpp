@@ -67,9 +67,9 @@ void committer::start(store::batch_queue& queue) {
   queue_ = &queue;
   // Everything replayed is logged again as one snapshot; the old segments then go.
   util::unique_lock log_lock(log_mutex_);  // no other thread yet; snapshot() requires it
-  if (!snapshot())
+  if (const auto written = snapshot(); !written)
     throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
-                         log_.last_error());
+                         written.failed().detail);
   log_lock.unlock();
   started_ = true;
   thread_ = std::thread([this] { run(); });
@@ -101,7 +101,7 @@ void committer::stop() {
   // then the loop's queued handler, destroyed with its io_context, not by this object
   // after the loops are gone. Those requests are never answered; the WAL replays them.
   drain();
-  if (started_ && log_.unsynced()) log_.sync();
+  if (started_ && log_.unsynced()) static_cast<void>(log_.sync());  // a failure is logged
 }
 
 void committer::submit(std::vector<ingest::increment>&& increments, net::io_context* home,
@@ -304,12 +304,12 @@ void committer::run() {
     {
       util::lock_guard log_lock(log_mutex_);
       if (interval_mode && log_.unsynced() && clock::now() >= log_.last_sync() + cfg.fsync_interval)
-        log_.sync();
+        static_cast<void>(log_.sync());  // a failure is logged
       // Nothing unsynced: an append after this look is due an interval from now at most.
       next_look = log_.unsynced() ? log_.last_sync() + cfg.fsync_interval
                                   : clock::now() + cfg.fsync_interval;
       if (stop_now) return;
-      if (log_.snapshot_due()) snapshot();
+      if (log_.snapshot_due()) static_cast<void>(snapshot());  // retried when due again
     }
     lock.lock();
   }
@@ -583,7 +583,7 @@ void committer::drain() {
   for (auto& j : jobs) apply(*j);
 }
 
-bool committer::snapshot() {
+result<void> committer::snapshot() {
   drain();  // a snapshot holds everything logged, so it must all be in the store
   std::vector<store::pending_delta> deltas;
   store_.copy_all(deltas);
@@ -591,10 +591,10 @@ bool committer::snapshot() {
   const auto keyed =
       keyed_ != nullptr ? keyed_->pending_copy() : std::vector<idempotency::keyed_request>{};
   const auto tag = durable::log_snapshot(log_, batches, deltas, keyed);
-  if (tag == 0) return false;
+  if (!tag) return tag.failed();
   // Only now that the snapshot holds them do the queued batches belong to it.
-  queue_->retag_all(tag);
-  return true;
+  queue_->retag_all(*tag);
+  return {};
 }
 
 }  // namespace slotted::durable

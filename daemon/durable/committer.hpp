@@ -74,6 +74,7 @@
 #include "idempotency/keyed_store.hpp"
 #include "model/batch.hpp"
 #include "model/increment.hpp"
+#include "model/result.hpp"
 #include "store/pending_store.hpp"
 #include "util/thread_annotations.hpp"
 #include "wal/wal.hpp"
@@ -183,7 +184,7 @@ class committer final : public store::batch_source {
   // Applies every increment logged so far (on the log thread, between groups; with the
   // log held, so that nothing is logged meanwhile: the cut).
   void drain() REQUIRES(log_mutex_);
-  bool snapshot() REQUIRES(log_mutex_);
+  result<void> snapshot() REQUIRES(log_mutex_);
   // Runs `task` on the log thread between two groups, under log_mutex_ (so `task` is
   // written [&]() REQUIRES(log_mutex_) { ... }), and waits for it; once stop() began,
   // runs nothing and returns a value-initialised result (false).

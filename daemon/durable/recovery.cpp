@@ -28,7 +28,7 @@ recovered recover(wal::write_ahead_log& log, const recover_options& options) {
   return out;
 }
 
-bool log_batches(wal::write_ahead_log& log, std::vector<store::flush_batch>& batches) {
+result<void> log_batches(wal::write_ahead_log& log, std::vector<store::flush_batch>& batches) {
   return log.log_batches([&](std::uint64_t tag) {
     for (auto& b : batches) b.wal_tag = tag;
     std::string bytes;
@@ -37,9 +37,10 @@ bool log_batches(wal::write_ahead_log& log, std::vector<store::flush_batch>& bat
   });
 }
 
-std::uint64_t log_snapshot(wal::write_ahead_log& log, std::span<const store::flush_batch> batches,
-                           std::span<const store::pending_delta> deltas,
-                           std::span<const idempotency::keyed_request> keyed) {
+result<std::uint64_t> log_snapshot(wal::write_ahead_log& log,
+                                   std::span<const store::flush_batch> batches,
+                                   std::span<const store::pending_delta> deltas,
+                                   std::span<const idempotency::keyed_request> keyed) {
   std::string bytes;
   append_snapshot(bytes, batches, deltas, keyed);
   return log.snapshot(bytes, !batches.empty());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "durable/record.hpp"
+#include "model/result.hpp"
 #include "wal/wal.hpp"
 
 namespace slotted::durable {
@@ -35,13 +36,15 @@ recovered recover(wal::write_ahead_log& log, const recover_options& options = {}
 
 // Starts a new segment whose first record logs `batches` (each tagged with that
 // segment), synced: every increment appended before is covered by them.
-bool log_batches(wal::write_ahead_log& log, std::vector<store::flush_batch>& batches);
+// Fails as the log does (wal_write_failed, wal_sync_failed).
+result<void> log_batches(wal::write_ahead_log& log, std::vector<store::flush_batch>& batches);
 
 // A new segment holding one snapshot of everything pending (write_ahead_log::snapshot):
-// the new segment's tag for the batches, 0 when it could not be written.
-std::uint64_t log_snapshot(wal::write_ahead_log& log, std::span<const store::flush_batch> batches,
-                           std::span<const store::pending_delta> deltas,
-                           std::span<const idempotency::keyed_request> keyed = {});
+// the new segment's tag for the batches, or why it could not be written.
+result<std::uint64_t> log_snapshot(wal::write_ahead_log& log,
+                                   std::span<const store::flush_batch> batches,
+                                   std::span<const store::pending_delta> deltas,
+                                   std::span<const idempotency::keyed_request> keyed = {});
 
 // write_ahead_log::release with a committed record.
 void release(wal::write_ahead_log& log, std::uint64_t min_queued_tag);

@@ -11,7 +11,7 @@
 
 namespace slotted::flush {
 
-counter_reading flusher::read_total(const store::counter_key& key) {
+result<counter_reading> flusher::read_total(const store::counter_key& key) {
   // The pending sum, or nullopt when it is out of range.
   const auto queued_delta = [&]() REQUIRES(queue_mutex_) -> std::optional<std::int64_t> {
     std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
@@ -30,22 +30,25 @@ counter_reading flusher::read_total(const store::counter_key& key) {
     return sum;
   };
   counter_reading reading;
-  reading.retry = read_stable(
+  const auto exact = read_stable(
       [&](db::connection& conn) {
         reading.persisted = db::read_count(conn, settings_.table, key.record_type, key.record_id);
       },
-      [&]() REQUIRES(queue_mutex_) -> std::string {
+      [&]() REQUIRES(queue_mutex_) -> result<void> {
         const auto pending = queued_delta();
-        if (!pending)
-          return "the counter's pending sum is out of range; retry after the next flush";
+        if (!pending) {
+          return failure(errc::not_exact_yet,
+                         "the counter's pending sum is out of range; retry after the next flush");
+        }
         reading.pending = *pending;
         return {};
       });
+  if (!exact) return exact.failed();
   return reading;
 }
 
-series_reading flusher::read_series(const store::counter_key& key, store::granularity g,
-                                    std::int64_t from, std::int64_t to) {
+result<series_reading> flusher::read_series(const store::counter_key& key, store::granularity g,
+                                            std::int64_t from, std::int64_t to) {
   // What is pending for these buckets: the store, keyed requests not yet in a batch,
   // and the queued batches' bucket rows (under queue_mutex_).
   const auto queued_buckets = [&](std::map<std::int64_t, __int128>& sums) REQUIRES(queue_mutex_) {
@@ -67,8 +70,7 @@ series_reading flusher::read_series(const store::counter_key& key, store::granul
     }
   };
   std::map<std::int64_t, __int128> sums;
-  series_reading reading;
-  reading.retry = read_stable(
+  const auto exact = read_stable(
       [&](db::connection& conn) {
         sums.clear();
         for (const auto& [bucket, count] :
@@ -77,20 +79,21 @@ series_reading flusher::read_series(const store::counter_key& key, store::granul
       },
       [&]() REQUIRES(queue_mutex_) {
         queued_buckets(sums);
-        return std::string();
+        return result<void>();
       });
-  if (!reading.retry.empty()) return reading;
+  if (!exact) return exact.failed();
+  series_reading reading;
   for (const auto& [bucket, count] : sums) {
     if (count != 0) reading.points.emplace_back(bucket, count);
   }
   return reading;
 }
 
-std::string flusher::read_stable(const std::function<void(db::connection&)>& read_db,
-                                 const std::function<std::string()>& add_pending) {
+result<void> flusher::read_stable(const std::function<void(db::connection&)>& read_db,
+                                  const std::function<result<void>()>& add_pending) {
   auto lease = pool_.acquire();
   try {
-    return lease.use([&](db::connection& conn) -> std::string {
+    return lease.use([&](db::connection& conn) -> result<void> {
       // Retry until no commit started or ended during the database read and no batch
       // is in doubt; rather than answer a figure that may count a batch twice or not
       // at all, give up (503) after a few tries.
@@ -106,10 +109,10 @@ std::string flusher::read_stable(const std::function<void(db::connection&)>& rea
         }
         read_db(conn);
         util::lock_guard lock(queue_mutex_);
-        if (auto why = add_pending(); !why.empty()) return why;
+        if (auto added = add_pending(); !added) return added;
         if (generation_ == before && stable()) return {};
       }
-      return "the counter is being written; retry";
+      return failure(errc::not_exact_yet, "the counter is being written; retry");
     });
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());

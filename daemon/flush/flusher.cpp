@@ -19,7 +19,7 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
       pool_(pool),
       metrics_(metrics),
       worker_([this] { return cycle(); },
-              [this](const flush_result& r) { return r.ok ? settings_.interval : next_backoff(); },
+              [this](const flush_result& r) { return r ? settings_.interval : next_backoff(); },
               // The first cycle runs at once: it connects, verifies the schema and so
               // makes /readyz true without waiting a whole interval.
               std::chrono::milliseconds(0)) {
@@ -38,7 +38,7 @@ void flusher::start() {
 }
 
 void flusher::request_flush(std::function<void(const flush_result&)> done) {
-  if (!worker_.request(done)) done(flush_result{false, 0, "shutting down"});
+  if (!worker_.request(done)) done(flush_result(errc::draining, "shutting down"));
 }
 
 std::size_t flusher::stop(clock::time_point deadline) {
@@ -47,7 +47,7 @@ std::size_t flusher::stop(clock::time_point deadline) {
   deadline_.store(deadline.time_since_epoch().count());
   auto waiters = worker_.stop();
   flush_result result = cycle();
-  while (!result.ok && !fatal_ && !past_deadline()) {
+  while (!result && !fatal_ && !past_deadline()) {
     const auto pause = std::min<clock::duration>(next_backoff(), deadline - clock::now());
     std::this_thread::sleep_for(std::max<clock::duration>(pause, clock::duration::zero()));
     result = cycle();
@@ -176,7 +176,7 @@ void flusher::probe_result(bool reachable) {
 flush_result flusher::cycle() {
   const auto started = clock::now();
   begin_cycle();
-  flush_result result;
+  flush_result result = std::size_t{0};
   bool wal_failed = false;
   std::optional<db::pool::lease> lease;
   try {
@@ -184,22 +184,22 @@ flush_result flusher::cycle() {
     progress();
     statement_budget_.store((*lease)->max_statement_bytes());
     if (!schema_verified_ || fatal_) verify_schema(**lease);
-    result.rows = write_backlog_then_new(**lease, wal_failed);
-    prove_connection(**lease, result.rows);
+    const std::size_t rows = write_backlog_then_new(**lease, wal_failed);
+    prove_connection(**lease, rows);
     prune_ledger_when_due(**lease);
     prune_keys_when_due(**lease);
-    result.ok = true;
+    result = rows;
   } catch (const db::db_error& e) {
     if (lease && (e.connection_lost() || conn_lost_)) lease->discard();
     note_failure(e);
-    result.error = e.what();
+    result = failure(errc::database_unavailable, e.what());
   } catch (const std::exception& e) {
     // Not a database error: forming or writing a batch ran out of memory (bad_alloc),
     // or a bug. The cycle fails and is retried with backoff; the process goes on, and
     // what is queued stays queued. The connection may be mid-statement: closed.
     if (lease) lease->discard();
     note_failure(db::db_error(0, std::string("flush cycle failed: ") + e.what()));
-    result.error = e.what();
+    result = failure(errc::unavailable, e.what());
   }
   lease.reset();
   in_cycle_.store(false);
@@ -244,19 +244,18 @@ void flusher::prove_connection(db::connection& conn, std::size_t rows) {
 }
 
 void flusher::finish_cycle(flush_result& result, clock::time_point started, bool wal_failed) {
-  if (result.ok) publish_success(result, started);
-  if (result.ok && deadline_hit()) {
-    result.ok = false;
-    result.error = "the shutdown deadline passed before the backlog was written";
+  if (result) publish_success(result, started);
+  if (result && deadline_hit()) {
+    result = failure(errc::deadline_passed,
+                     "the shutdown deadline passed before the backlog was written");
   }
-  if (result.ok && wal_failed) {
+  if (result && wal_failed) {
     // The database is fine, but what is pending could not be logged as batches: it
     // stays in memory and in the log for the next cycle, and this flush did not do
     // what it was asked.
-    result.ok = false;
-    result.error = "the write-ahead log cannot be written";
+    result = failure(errc::wal_write_failed, "the write-ahead log cannot be written");
   }
-  if (result.ok) {
+  if (result) {
     metrics_.flushes_ok.Increment();
   } else {
     metrics_.flushes_error.Increment();
@@ -274,10 +273,10 @@ void flusher::publish_success(const flush_result& result, clock::time_point star
   reachable_.store(true);  // the cycle just reached it
   publish_ready();
   metrics_.last_flush_success_timestamp_seconds.Set(unix_now());
-  if (result.rows > 0) {
+  if (*result > 0) {
     metrics_.flush_duration_seconds.Observe(
         std::chrono::duration<double>(clock::now() - started).count());
-    log::debug("flushed ", result.rows, " rows");
+    log::debug("flushed ", *result, " rows");
   }
 }
 

@@ -42,6 +42,7 @@
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
 #include "model/batch.hpp"
+#include "model/result.hpp"
 #include "model/top_spec.hpp"
 #include "store/pending_store.hpp"
 #include "util/thread_annotations.hpp"
@@ -76,27 +77,27 @@ struct settings {
   store::top_spec top;
 };
 
-struct flush_result {
-  bool ok = false;
-  std::size_t rows = 0;  // rows committed by this cycle
-  std::string error;     // why not, when !ok
-};
+// A flush cycle: the rows it committed, or why it failed (database_unavailable with the
+// database's message, wal_write_failed, deadline_passed, draining; unavailable for a
+// failure of another kind, such as memory).
+using flush_result = result<std::size_t>;
 
+// A counter's exact figures (read_total); when none can be had now, the read fails with
+// not_exact_yet (a batch being committed or in doubt throughout, a sum out of range):
+// not an error, retry later.
 struct counter_reading {
   __int128 persisted = 0;  // SUM(count) may pass int64
   std::int64_t pending = 0;
-  // Empty when the figures are exact; else why none could be read now (a batch being
-  // committed or in doubt throughout, a sum out of range): not an error, retry later.
-  std::string retry;
+};
+
+// A top-N (read_top): (record_id, count), best first; or retry_later (another top-N
+// running on this instance, or too costly: the detail says what to narrow).
+struct top_reading {
+  std::vector<std::pair<std::uint64_t, __int128>> items;
 };
 
 // Many counters of one record type (GET /v1/counters/{t}?ids=...): one entry per id
-// asked for, in that order, each exact as counter_reading is.
-struct top_reading {
-  std::vector<std::pair<std::uint64_t, __int128>> items;  // (record_id, count), best first
-  std::string retry;  // not empty: no answer, and why (another top-N running, too costly)
-};
-
+// asked for, in that order, each exact as counter_reading is (or not_exact_yet).
 struct totals_reading {
   struct total {
     std::uint64_t record_id = 0;
@@ -104,24 +105,24 @@ struct totals_reading {
     std::int64_t pending = 0;
   };
   std::vector<total> totals;
-  std::string retry;  // as counter_reading::retry
 };
 
-// A counter reset (README: HTTP API, Reset): what it cleared, or why nothing changed.
-struct reset_result {
-  bool ok = false;
-  // When !ok: why. Nothing changed, except after "outcome unknown" (a connection lost
-  // during the reset's COMMIT and not resolved before the stop deadline).
-  std::string error;
+// What a counter reset (README: HTTP API, Reset) cleared.
+struct cleared_counter {
   __int128 persisted = 0;    // SUM(count) of the slot rows deleted
   std::int64_t pending = 0;  // what this instance held pending for it, dropped
 };
+// What it cleared, or why nothing changed (draining, retry_later, database_unavailable,
+// or the failed flush's code before it). Nothing changed, except after outcome_unknown
+// (a connection lost during the reset's COMMIT and not resolved before the stop
+// deadline).
+using reset_result = result<cleared_counter>;
 
 // One counter's counts per bucket (GET .../series): (bucket start, persisted + pending),
-// in bucket order, buckets whose count is 0 left out.
+// in bucket order, buckets whose count is 0 left out; exact, or not_exact_yet as
+// counter_reading.
 struct series_reading {
   std::vector<std::pair<std::int64_t, __int128>> points;
-  std::string retry;  // as counter_reading::retry
 };
 
 // The two halves of a batch the database refused for its data (see write_queued):
@@ -190,15 +191,16 @@ class flusher final : public store::batch_queue {
   void request_reset(const store::counter_key& key, std::function<void(const reset_result&)> done);
 
   // Persisted SUM(count) plus what is still pending, never counting a batch twice or
-  // not at all while it commits; when no exact figure can be had now, says why in
-  // `retry`. Blocking: call from a database worker thread. Throws db_error when the
+  // not at all while it commits; when no exact figure can be had now, not_exact_yet
+  // and why. Blocking: call from a database worker thread. Throws db_error when the
   // database cannot be read.
-  counter_reading read_total(const store::counter_key& key);
+  result<counter_reading> read_total(const store::counter_key& key);
 
   // read_total() of each of `record_ids` (distinct) of `record_type`, with one
   // database statement per try (db::read_counts) and the same exactness rules.
   // multi_reader.cpp. Blocking: call from a database worker thread. Throws db_error.
-  totals_reading read_totals(std::uint32_t record_type, std::span<const std::uint64_t> record_ids);
+  result<totals_reading> read_totals(std::uint32_t record_type,
+                                     std::span<const std::uint64_t> record_ids);
 
   // Top-N (db/top.hpp): the `limit` largest persisted totals of `record_type`, or with
   // `g` those of the sums of its buckets starting in [from, to] (bucket-aligned). One at
@@ -206,7 +208,7 @@ class flusher final : public store::batch_queue {
   // more than one connection of the pool the flushes need; a bucketed one past
   // db::max_top_rows stops. multi_reader.cpp. Blocking: call from a database worker
   // thread. Throws db_error.
-  top_reading read_top(
+  result<top_reading> read_top(
       std::uint32_t record_type, std::size_t limit,
       std::optional<store::granularity> g = std::nullopt, std::int64_t from = 0,
       std::int64_t to = 0);
@@ -214,8 +216,8 @@ class flusher final : public store::batch_queue {
   // The counter's buckets of granularity `g` starting in [from, to] (bucket-aligned):
   // persisted plus pending, exact as read_total() is (the same generation and in-doubt
   // rules). Blocking: call from a database worker thread. Throws db_error.
-  series_reading read_series(const store::counter_key& key, store::granularity g, std::int64_t from,
-                             std::int64_t to);
+  result<series_reading> read_series(const store::counter_key& key, store::granularity g,
+                                     std::int64_t from, std::int64_t to);
 
   // The database was reachable and the schema valid at the last cycle, and the probe
   // (see db/probe.hpp) has not found it gone since.
@@ -261,25 +263,24 @@ class flusher final : public store::batch_queue {
   // `read_db` reads the database, then `add_pending` (under queue_mutex_: written
   // [&]() REQUIRES(queue_mutex_), unchecked through std::function) adds what is
   // pending, again until no commit started or ended during the read and no batch is in
-  // doubt; at most 20 tries, each waiting up to 200 ms for that. Returns "" when the
-  // figures are exact, else why not: what add_pending returned (not empty: give up
-  // now) or that the counter is being written. Throws db_error (counted; a lost
+  // doubt; at most 20 tries, each waiting up to 200 ms for that. Succeeds when the
+  // figures are exact, else fails with what add_pending failed with (give up now) or
+  // not_exact_yet: the counter is being written. Throws db_error (counted; a lost
   // connection is closed).
-  std::string read_stable(const std::function<void(db::connection&)>& read_db,
-                          const std::function<std::string()>& add_pending);
+  result<void> read_stable(const std::function<void(db::connection&)>& read_db,
+                           const std::function<result<void>()>& add_pending);
   // reset_job.cpp: the reset job of request_reset, after the cycle that ended with
   // `flushed`, and its steps.
   reset_result reset_now(const store::counter_key& key, const flush_result& flushed);
-  reset_result refused_reset(std::string why);
+  reset_result refused_reset(failure why);
   // Why the reset cannot run after the cycle that ended with `flushed`, if so.
-  std::optional<std::string> reset_refusal(const flush_result& flushed);
+  std::optional<failure> reset_refusal(const flush_result& flushed);
   // Commits the reset on `lease` (taken again after a lost connection), retrying lock
   // conflicts and re-sending a COMMIT in doubt until the ledger answers or the stop
   // deadline passes. Returns why it failed, else nullopt with `known` its figures.
-  std::optional<std::string> commit_reset(const store::counter_key& key,
-                                          const db::batch_identity& id,
-                                          std::optional<db::pool::lease>& lease,
-                                          db::reset_progress& known);
+  std::optional<failure> commit_reset(const store::counter_key& key, const db::batch_identity& id,
+                                      std::optional<db::pool::lease>& lease,
+                                      db::reset_progress& known);
   // The pause before a reset in doubt is re-sent (doubling `pause`, never past the stop
   // deadline).
   void wait_for_reset_ledger(const store::counter_key& key, const db::db_error& e,

@@ -10,8 +10,8 @@
 
 namespace slotted::flush {
 
-totals_reading flusher::read_totals(std::uint32_t record_type,
-                                    std::span<const std::uint64_t> record_ids) {
+result<totals_reading> flusher::read_totals(std::uint32_t record_type,
+                                            std::span<const std::uint64_t> record_ids) {
   totals_reading reading;
   reading.totals.resize(record_ids.size());
   std::unordered_map<std::uint64_t, std::size_t> index;
@@ -19,15 +19,16 @@ totals_reading flusher::read_totals(std::uint32_t record_type,
     reading.totals[i].record_id = record_ids[i];
     index.emplace(record_ids[i], i);
   }
-  reading.retry = read_stable(
+  const auto exact = read_stable(
       [&](db::connection& conn) {
         for (auto& t : reading.totals) t.persisted = 0;
         const auto rows = db::read_counts(conn, settings_.table, record_type, record_ids);
         for (const auto& [id, sum] : rows) {
-          if (const auto it = index.find(id); it != index.end()) reading.totals[it->second].persisted = sum;
+          if (const auto it = index.find(id); it != index.end())
+            reading.totals[it->second].persisted = sum;
         }
       },
-      [&]() -> std::string {
+      [&]() REQUIRES(queue_mutex_) -> result<void> {
         for (auto& t : reading.totals) {
           const store::counter_key key{record_type, t.record_id};
           std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
@@ -40,24 +41,26 @@ totals_reading flusher::read_totals(std::uint32_t record_type,
             if (it != b.rows.end() && it->record_type == key.record_type &&
                 it->record_id == key.record_id) {
               if (__builtin_add_overflow(sum, it->delta, &sum))
-                return "a counter's pending sum is out of range; retry after the next flush";
+                return failure(errc::not_exact_yet,
+                               "a counter's pending sum is out of range; retry after the next "
+                               "flush");
             }
           }
           t.pending = sum;
         }
-        return {};
+        return result<void>();
       });
+  if (!exact) return exact.failed();
   return reading;
 }
 
-top_reading flusher::read_top(std::uint32_t record_type, std::size_t limit,
-                              std::optional<store::granularity> g, std::int64_t from,
-                              std::int64_t to) {
+result<top_reading> flusher::read_top(std::uint32_t record_type, std::size_t limit,
+                                      std::optional<store::granularity> g, std::int64_t from,
+                                      std::int64_t to) {
+  if (top_running_.exchange(true))
+    return failure(errc::retry_later,
+                   "another top-N read is running on this instance; retry shortly");
   top_reading reading;
-  if (top_running_.exchange(true)) {
-    reading.retry = "another top-N read is running on this instance; retry shortly";
-    return reading;
-  }
   struct done_guard {
     std::atomic<bool>& running;
     ~done_guard() { running.store(false); }
@@ -68,7 +71,7 @@ top_reading flusher::read_top(std::uint32_t record_type, std::size_t limit,
       return db::read_top_buckets(conn, settings_.table, *g, record_type, from, to, limit);
     });
   } catch (const db::top_too_costly& e) {
-    reading.retry = e.what();
+    return failure(errc::retry_later, e.what());
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
     throw;

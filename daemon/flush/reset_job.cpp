@@ -18,9 +18,7 @@ void flusher::request_reset(const store::counter_key& key,
       [this, key, done](const flush_result& flushed) { done(reset_now(key, flushed)); });
   if (!queued) {
     metrics_.resets_error.Increment();
-    reset_result r;
-    r.error = "shutting down";
-    done(r);
+    done(reset_result(errc::draining, "shutting down"));
   }
 }
 
@@ -40,7 +38,7 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
     lease.emplace(pool_.acquire());
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
-    return refused_reset(std::string("database: ") + e.what());
+    return refused_reset({errc::database_unavailable, std::string("database: ") + e.what()});
   }
   // Odd throughout: a concurrent read_total() retries rather than see the slot rows
   // gone and the pending delta not yet dropped.
@@ -53,37 +51,33 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
   const std::int64_t dropped = drop_pending_after_reset(key);
   set_committing(false);
   metrics_.resets_ok.Increment();
-  reset_result r;
-  r.ok = true;
-  r.persisted = known.persisted;
-  r.pending = dropped;
   log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.rows,
              " slot rows deleted, ", dropped, " pending dropped");
-  return r;
+  return cleared_counter{known.persisted, dropped};
 }
 
-reset_result flusher::refused_reset(std::string why) {
+reset_result flusher::refused_reset(failure why) {
   metrics_.resets_error.Increment();
-  reset_result r;
-  r.error = std::move(why);
-  return r;
+  return why;
 }
 
-std::optional<std::string> flusher::reset_refusal(const flush_result& flushed) {
-  if (stopping_.load()) return "shutting down";
+std::optional<failure> flusher::reset_refusal(const flush_result& flushed) {
+  if (stopping_.load()) return failure(errc::draining, "shutting down");
   // Every batch formed before the reset must commit before it, or it would bring back
   // what the reset cleared: the cycle wrote them all, or the reset does not happen.
-  if (!flushed.ok) return "the flush before the reset failed: " + flushed.error;
+  if (!flushed)
+    return failure(flushed.error(),
+                   "the flush before the reset failed: " + flushed.failed().text());
   util::lock_guard lock(queue_mutex_);
   if (!queued_.empty() || !in_doubt_.empty())
-    return "batches formed before the reset are not yet written; retry";
+    return failure(errc::retry_later, "batches formed before the reset are not yet written; retry");
   return std::nullopt;
 }
 
-std::optional<std::string> flusher::commit_reset(const store::counter_key& key,
-                                                 const db::batch_identity& id,
-                                                 std::optional<db::pool::lease>& lease,
-                                                 db::reset_progress& known) {
+std::optional<failure> flusher::commit_reset(const store::counter_key& key,
+                                             const db::batch_identity& id,
+                                             std::optional<db::pool::lease>& lease,
+                                             db::reset_progress& known) {
   const bool rolled_up =
       std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
                   [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
@@ -126,10 +120,11 @@ std::optional<std::string> flusher::commit_reset(const store::counter_key& key,
       }
       if (!in_doubt && lock_conflict && attempt + 1 < lock_retries && !past_deadline()) continue;
       if (in_doubt)
-        return "the reset's outcome is unknown (connection lost during its COMMIT, "
-               "not resolved before the shutdown deadline): " +
-               std::string(e.what());
-      return std::string("database: ") + e.what();
+        return failure(errc::outcome_unknown,
+                       "the reset's outcome is unknown (connection lost during its COMMIT, "
+                       "not resolved before the shutdown deadline): " +
+                           std::string(e.what()));
+      return failure(errc::database_unavailable, std::string("database: ") + e.what());
     }
   }
 }

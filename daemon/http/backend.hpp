@@ -13,38 +13,21 @@
 #include <span>
 #include <string>
 #include <system_error>
-#include <type_traits>
 #include <vector>
 
 #include "model/buckets.hpp"
 #include "model/counter_key.hpp"
+#include "model/errc.hpp"
 #include "model/increment.hpp"
 #include "model/keyed_request.hpp"
 
 namespace slotted::http {
 
-// The expected failures of the HTTP work, one error category (backend_category(),
-// named "slotted.http"): what the client can retry or correct. router::failure_response
-// is the one place they become an HTTP status; anything else the backend cannot handle
-// where it happens is an exception (a 500, see router.cpp: guarded).
-enum class errc {
-  over_limit = 1,  // the pending limit is reached: 503, retry in 5 s
-  out_of_range,    // a counter's pending sum would pass 2^62: 422
-  unavailable,     // not now: the WAL or the database (503, retry in 5 s)
-  conflict,        // an Idempotency-Key used with another body: 422
-  draining,        // the daemon is shutting down: 503, retry in 1 s
-};
-}  // namespace slotted::http
-
-template <>
-struct std::is_error_code_enum<slotted::http::errc> : std::true_type {};
-
-namespace slotted::http {
-
-const std::error_category& backend_category() noexcept;
-inline std::error_code make_error_code(errc e) noexcept {
-  return {static_cast<int>(e), backend_category()};
-}
+// The expected failures are the daemon's one error category (model/errc.hpp: what the
+// client can retry or correct). router::failure_response is the one place they become an
+// HTTP status; anything else the backend cannot handle where it happens is an exception
+// (a 500, see router.cpp: guarded).
+using slotted::errc;
 
 struct backend_result {
   enum class status {
@@ -70,6 +53,9 @@ struct backend_result {
   // A counter's series: (bucket start in unix seconds, persisted + pending), in bucket
   // order, buckets whose count is 0 left out.
   std::vector<std::pair<std::int64_t, __int128>> points{};
+  // For unavailable: why, a code of errc (the WAL, the database, a read not exact yet);
+  // none: errc::unavailable.
+  std::error_code why{};
 
   // The failure in errc's category; none (false) for done and replayed.
   std::error_code failure() const noexcept {
@@ -82,11 +68,11 @@ struct backend_result {
       case status::out_of_range:
         return errc::out_of_range;
       case status::unavailable:
-        return errc::unavailable;
+        return why ? why : make_error_code(errc::unavailable);
       case status::conflict:
         return errc::conflict;
     }
-    return errc::unavailable;
+    return make_error_code(errc::unavailable);
   }
   // Many counters (read_counters): one per id asked for, in that order.
   struct counter_total {

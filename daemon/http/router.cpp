@@ -14,11 +14,13 @@ using namespace detail;
 
 namespace {
 
-// How a refused increments request is counted.
+// How a refused increments request is counted: every "not now" but the pending limit
+// as wal_unavailable (the WAL, a key being logged, the keys table not reachable).
 metrics::reject_reason rejected_as(std::error_code e) {
   if (e == errc::over_limit) return metrics::reject_reason::pending_limit;
-  if (e == errc::unavailable) return metrics::reject_reason::wal_unavailable;
-  return metrics::reject_reason::invalid;  // conflict, out_of_range
+  if (e == errc::conflict || e == errc::out_of_range || e == errc::draining)
+    return metrics::reject_reason::invalid;
+  return metrics::reject_reason::wal_unavailable;
 }
 
 metrics::reject_reason reason_for(status s) {
@@ -174,44 +176,21 @@ response router::error_response(unsigned version, status s, std::string_view mes
   return json_response(version, s, std::move(body));
 }
 
-namespace {
-class backend_error_category final : public std::error_category {
- public:
-  const char* name() const noexcept override { return "slotted.http"; }
-  // What the client is told when the caller has nothing more precise.
-  std::string message(int ev) const override {
-    switch (static_cast<errc>(ev)) {
-      case errc::over_limit:
-        return "too many pending counters (flush.max_pending_keys); retry later";
-      case errc::out_of_range:
-        return "a counter's pending sum would pass 2^62 (4611686018427387904) in either "
-               "direction; nothing of this request was applied";
-      case errc::unavailable:
-        return "not available now; retry later";
-      case errc::conflict:
-        return "this Idempotency-Key was used with another body; nothing of this request was "
-               "applied";
-      case errc::draining:
-        return "shutting down";
-    }
-    return "unknown backend error " + std::to_string(ev);
-  }
-};
-}  // namespace
-
-const std::error_category& backend_category() noexcept {
-  static const backend_error_category category;
-  return category;
-}
-
 response router::failure_response(unsigned v, std::error_code e,
                                   std::optional<std::string_view> message) {
   status s = status::internal_server_error;
   std::string_view retry_after;  // seconds; none: a retry does not help
-  if (e.category() == backend_category()) {
+  if (e.category() == slotted_category()) {
     switch (static_cast<errc>(e.value())) {
       case errc::over_limit:
       case errc::unavailable:
+      case errc::not_exact_yet:
+      case errc::retry_later:
+      case errc::outcome_unknown:
+      case errc::database_unavailable:
+      case errc::wal_write_failed:
+      case errc::wal_sync_failed:
+      case errc::deadline_passed:
         s = status::service_unavailable;
         retry_after = "5";
         break;
@@ -347,7 +326,7 @@ void router::handle_readyz(const request& req, const route_match&, const reply& 
   const unsigned v = req.version();
   if (backend_.draining()) return answer(failure_response(v, errc::draining, "draining"));
   if (!backend_.ready())
-    return answer(failure_response(v, errc::unavailable, "database not reachable"));
+    return answer(failure_response(v, errc::database_unavailable, "database not reachable"));
   answer(json_response(v, status::ok, "{\"status\": \"ready\"}"));
 }
 
@@ -439,7 +418,7 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
   if (const auto e = r.failure()) {
     metrics_.reject(rejected_as(e), n);
     // Only `unavailable` has a reason of its own to tell (the WAL, a key being logged).
-    if (e != errc::unavailable) return answer(failure_response(v, e));
+    if (r.outcome != backend_result::status::unavailable) return answer(failure_response(v, e));
     return answer(failure_response(
         v, e, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error));
   }

@@ -56,7 +56,7 @@ class router {
                                  std::string_view message,
                                  std::optional<std::size_t> index = std::nullopt);
 
-  // The one mapping of the backend's expected failures (errc, http/backend.hpp) to an
+  // The one mapping of the daemon's expected failures (errc, model/errc.hpp) to an
   // HTTP status: 503 with Retry-After (5 s; 1 s while draining) for those a retry cures,
   // 422 for those it does not, 500 for a code of another category. The body's error is
   // `message`, or else the code's own text.

@@ -31,12 +31,12 @@ std::vector<db::rollup_target> roller::targets() const {
 }
 
 void roller::stop() {
-  for (auto& w : worker_.stop()) w(rollup_result{false, 0, "shutting down"});
+  for (auto& w : worker_.stop()) w(rollup_result(errc::draining, "shutting down"));
 }
 
 void roller::request(std::function<void(const rollup_result&)> done) {
-  if (targets().empty()) return done(rollup_result{true, 0, {}});
-  if (!worker_.request(done)) done(rollup_result{false, 0, "shutting down"});
+  if (targets().empty()) return done(rollup_result(std::size_t{0}));
+  if (!worker_.request(done)) done(rollup_result(errc::draining, "shutting down"));
 }
 
 namespace {
@@ -44,39 +44,45 @@ namespace {
 constexpr std::size_t refusals_logged = 10;
 }  // namespace
 
-// What one run counts besides its result.
+// What one run counts: the owning rows set (by the targets that did roll up, even when
+// another failed), and why targets failed.
 struct roller::run_tally {
+  std::size_t records = 0;
   std::size_t missing = 0;
   std::size_t refused = 0;
   bool no_adoptions_table = false;
+  std::string error;  // the failures' messages, joined by "; "
+
+  void fail(const std::string& why) {
+    if (!error.empty()) error += "; ";
+    error += why;
+  }
 };
 
 rollup_result roller::run_once() {
   const auto targets_now = targets();
-  if (targets_now.empty()) return rollup_result{true, 0, {}};
+  if (targets_now.empty()) return std::size_t{0};
   const auto started = std::chrono::steady_clock::now();
-  rollup_result result;
   run_tally tally;
   try {
-    roll_up_targets(targets_now, result, tally);
+    roll_up_targets(targets_now, tally);
     if (tally.no_adoptions_table) {
-      if (!result.error.empty()) result.error += "; ";
-      result.error += "table `" + std::string(db::adoptions_table) +
-                      "` does not exist: no counter is rolled up until slotted-counterd "
-                      "--migrate creates it";
+      tally.fail("table `" + std::string(db::adoptions_table) +
+                 "` does not exist: no counter is rolled up until slotted-counterd "
+                 "--migrate creates it");
     }
-    result.ok = result.error.empty();
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
-    if (!result.error.empty()) result.error += "; ";
-    result.error += e.what();
+    tally.fail(e.what());
   }
+  rollup_result result = tally.error.empty()
+                             ? rollup_result(tally.records)
+                             : rollup_result(errc::database_unavailable, tally.error);
   report(result, tally, started);
   return result;
 }
 
-void roller::roll_up_targets(const std::vector<db::rollup_target>& targets,
-                             rollup_result& result, run_tally& tally) {
+void roller::roll_up_targets(const std::vector<db::rollup_target>& targets, run_tally& tally) {
   auto lease = pool_.acquire();
   for (const auto& target : targets) {
     // Each target on its own: one that fails does not starve the ones after it.
@@ -87,13 +93,12 @@ void roller::roll_up_targets(const std::vector<db::rollup_target>& targets,
         db::verify_rollup_target(conn, target);
         if (!adopted(conn, target, tally)) return;
         metrics_.rollup_adopted(target.counter, true);
-        roll_up(conn, target, result, tally);
+        roll_up(conn, target, tally);
       });
     } catch (const db::db_error& e) {
       if (e.connection_lost()) throw;  // no connection left for the other targets
       metrics_.db_error(e.kind());
-      if (!result.error.empty()) result.error += "; ";
-      result.error += "record_type " + std::to_string(target.record_type) + ": " + e.what();
+      tally.fail("record_type " + std::to_string(target.record_type) + ": " + e.what());
     }
   }
 }
@@ -130,8 +135,7 @@ bool roller::adopted(db::connection& conn, const db::rollup_target& target, run_
   return true;
 }
 
-void roller::roll_up(db::connection& conn, const db::rollup_target& target,
-                     rollup_result& result, run_tally& tally) {
+void roller::roll_up(db::connection& conn, const db::rollup_target& target, run_tally& tally) {
   // Bounded to the marks there are now: under steady load new marks keep coming, and a
   // run that chased them would never end (later targets would starve and POST
   // /v1/rollup never answer). Marks past the cursor wait for the next run.
@@ -139,7 +143,7 @@ void roller::roll_up(db::connection& conn, const db::rollup_target& target,
   while (cursor) {
     const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
                                         settings_.batch_size, *cursor);
-    result.records += chunk.records;
+    tally.records += chunk.records;
     tally.missing += chunk.missing_owners;
     for (const auto& f : chunk.refused) {
       if (tally.refused++ < refusals_logged) {
@@ -159,13 +163,13 @@ void roller::report(const rollup_result& result, const run_tally& tally,
     log::error("rollup: ", tally.refused - refusals_logged, " more counters refused likewise");
   metrics_.rollup_rows_refused.Increment(static_cast<double>(tally.refused));
 
-  metrics_.rollup_records.Increment(static_cast<double>(result.records));
+  metrics_.rollup_records.Increment(static_cast<double>(tally.records));
   metrics_.rollup_missing_owners.Increment(static_cast<double>(tally.missing));
   metrics_.rollup_duration_seconds.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (tally.missing > 0)
     log::warn("rollup: ", tally.missing, " counters have no owning row; skipped");
-  if (result.ok) {
+  if (result) {
     metrics_.rollups_ok.Increment();
     metrics_.last_rollup_success_timestamp_seconds.Set(
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -173,8 +177,8 @@ void roller::report(const rollup_result& result, const run_tally& tally,
     last_error_.clear();
   } else {
     metrics_.rollups_error.Increment();
-    if (result.error != last_error_) log::warn("rollup failed: ", result.error);
-    last_error_ = result.error;
+    if (tally.error != last_error_) log::warn("rollup failed: ", tally.error);
+    last_error_ = tally.error;
   }
 }
 

@@ -26,15 +26,14 @@
 #include "db/pool.hpp"
 #include "db/repository.hpp"
 #include "metrics/metrics.hpp"
+#include "model/result.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::rollup {
 
-struct rollup_result {
-  bool ok = false;
-  std::size_t records = 0;  // owning rows set by this run
-  std::string error;
-};
+// A rollup run: the owning rows it set, or why it failed: database_unavailable (the
+// database's messages, one per target that failed, joined by "; "), draining.
+using rollup_result = result<std::size_t>;
 
 struct settings {
   std::string counters_table;
@@ -62,11 +61,9 @@ class roller {
   // The steps of a run: every target on its own; whether a target is adopted (a column
   // with counts the daemon did not write is not rolled up); its marks rolled up; the
   // run's metrics and log.
-  void roll_up_targets(const std::vector<db::rollup_target>& targets, rollup_result& result,
-                       run_tally& tally);
+  void roll_up_targets(const std::vector<db::rollup_target>& targets, run_tally& tally);
   bool adopted(db::connection& conn, const db::rollup_target& target, run_tally& tally);
-  void roll_up(db::connection& conn, const db::rollup_target& target, rollup_result& result,
-               run_tally& tally);
+  void roll_up(db::connection& conn, const db::rollup_target& target, run_tally& tally);
   void report(const rollup_result& result, const run_tally& tally,
               std::chrono::steady_clock::time_point started);
   std::vector<db::rollup_target> targets() const;

@@ -78,7 +78,7 @@ write_ahead_log::write_ahead_log(config::wal_config cfg, metrics::registry& metr
     : cfg_(std::move(cfg)), metrics_(metrics) {}
 
 write_ahead_log::~write_ahead_log() {
-  if (unsynced_ && fd_ >= 0) sync();
+  if (unsynced_ && fd_ >= 0) static_cast<void>(sync());  // a failure is logged
   if (fd_ >= 0) ::close(fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
@@ -232,15 +232,16 @@ opened write_ahead_log::open(const record_sink& apply, const open_options& optio
   return out;
 }
 
-bool write_ahead_log::log_batches(const std::function<std::string(std::uint64_t tag)>& record) {
-  if (!rotate()) return false;
-  if (!append(record(segment_), true)) return false;
+result<void> write_ahead_log::log_batches(
+    const std::function<std::string(std::uint64_t tag)>& record) {
+  if (auto rotated = rotate(); !rotated) return rotated;
+  if (auto appended = append(record(segment_), true); !appended) return appended;
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = true;
-  return true;
+  return {};
 }
 
-bool write_ahead_log::append(std::string_view bytes, bool synced) {
+result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   const std::size_t before = segment_bytes_;
   std::size_t done = 0;
   writes_.fetch_add(1, std::memory_order_relaxed);
@@ -249,29 +250,29 @@ bool write_ahead_log::append(std::string_view bytes, bool synced) {
         ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(before + done));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      failed("write", w < 0 ? errno : ENOSPC);
+      auto why = failed("write", w < 0 ? errno : ENOSPC);
       // Cut the partial append back: what follows must start at a record boundary.
       if (::ftruncate(fd_, static_cast<off_t>(before)) != 0) failed("truncate", errno);
-      return false;
+      return why;
     }
     done += static_cast<std::size_t>(w);
   }
   segment_bytes_ = before + bytes.size();
   unsynced_ = true;
-  if (synced && !sync()) {
+  if (auto synced_now = synced ? sync() : result<void>(); !synced_now) {
     if (::ftruncate(fd_, static_cast<off_t>(before)) != 0) failed("truncate", errno);
     segment_bytes_ = before;
-    return false;
+    return synced_now;
   }
   update_size_gauge();  // one atomic store: the gauge follows every append
-  if (!last_error_.empty()) {
+  if (!last_logged_.empty()) {
     log::info("WAL writable again");
-    last_error_.clear();
+    last_logged_.clear();
   }
-  return true;
+  return {};
 }
 
-bool write_ahead_log::sync() {
+result<void> write_ahead_log::sync() {
   const auto started = clock::now();
   const std::size_t covered = segment_bytes_;
   syncs_.fetch_add(1, std::memory_order_relaxed);
@@ -280,34 +281,34 @@ bool write_ahead_log::sync() {
       std::chrono::duration<double>(clock::now() - started).count());
   last_sync_ = clock::now();
   if (rc != 0) {
-    failed("fdatasync", errno);
-    return false;
+    return failed("fdatasync", errno, errc::wal_sync_failed);
   }
   unsynced_ = false;
   synced_bytes_.store(covered, std::memory_order_release);
-  return true;
+  return {};
 }
 
-bool write_ahead_log::rotate() {
+result<void> write_ahead_log::rotate() {
   // An empty current segment is as good as a new one (after a failed append, say):
   // reusing it keeps failures from piling up empty files.
-  if (fd_ >= 0 && segment_bytes_ <= segment_magic.size()) return true;
+  if (fd_ >= 0 && segment_bytes_ <= segment_magic.size()) return {};
   // The segment being closed must be on disk before a later one exists: replay takes
   // damage in any segment but the last for corruption.
-  if (fd_ >= 0 && unsynced_ && !sync()) return false;
+  if (fd_ >= 0 && unsynced_) {
+    if (auto synced = sync(); !synced) return synced;
+  }
   const std::uint64_t next = segment_ + 1;
   const int fd = ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    failed("create segment", errno);
-    return false;
+    return failed("create segment", errno);
   }
   // Synced with the segment's first record.
   if (const ssize_t w = ::pwrite(fd, segment_magic.data(), segment_magic.size(), 0);
       w != static_cast<ssize_t>(segment_magic.size())) {
-    failed("write segment header", w < 0 ? errno : ENOSPC);
+    auto why = failed("write segment header", w < 0 ? errno : ENOSPC);
     ::close(fd);
     ::unlink(segment_path(next).c_str());
-    return false;
+    return why;
   }
   if (fd_ >= 0) {
     ::close(fd_);
@@ -320,15 +321,15 @@ bool write_ahead_log::rotate() {
   synced_bytes_.store(0, std::memory_order_release);
   unsynced_ = true;
   if (::fsync(dir_fd_) != 0) failed("sync directory", errno);  // the new name must survive a crash
-  return true;
+  return {};
 }
 
-std::uint64_t write_ahead_log::snapshot(std::string_view record, bool holds_batches) {
+result<std::uint64_t> write_ahead_log::snapshot(std::string_view record, bool holds_batches) {
   // A failed snapshot (a full disk) is not due again on every request group.
   next_snapshot_try_ = clock::now() + std::chrono::seconds(1);
-  if (!rotate()) return 0;
+  if (auto rotated = rotate(); !rotated) return rotated.failed();
   notify::progress();
-  if (!append(record, true)) return 0;
+  if (auto appended = append(record, true); !appended) return appended.failed();
   notify::progress();
   covering_.push_back(segment_);
   uncommitted_batches_logged_ = holds_batches;
@@ -390,12 +391,13 @@ void write_ahead_log::update_size_gauge() {
   metrics_.wal_bytes.Set(static_cast<double>(segment_bytes_ + closed_bytes_));
 }
 
-void write_ahead_log::failed(const std::string& what, int err) {
-  const std::string message = what + ": " + std::strerror(err);
-  if (message != last_error_) {
+failure write_ahead_log::failed(const std::string& what, int err, errc code) {
+  std::string message = what + ": " + std::strerror(err);
+  if (message != last_logged_) {
     log::error("WAL ", cfg_.dir, ": ", message, "; ingest answers 503 until it can write again");
-    last_error_ = message;
+    last_logged_ = message;
   }
+  return {code, std::move(message)};
 }
 
 }  // namespace slotted::wal

@@ -19,8 +19,10 @@
 // deleted.
 //
 // Thread-safety: none; one thread at a time (the committer's log thread, or the
-// starting thread before it runs). A failed write or sync returns false, cuts the
-// segment back to its last good length and logs the error once per distinct cause.
+// starting thread before it runs). A failed write or sync returns its failure
+// (errc::wal_write_failed or errc::wal_sync_failed, the detail naming the call and
+// errno's text), cuts the segment back to its last good length and logs the error once
+// per distinct cause.
 
 #include <atomic>
 #include <chrono>
@@ -34,6 +36,7 @@
 
 #include "config/config.hpp"
 #include "metrics/metrics.hpp"
+#include "model/result.hpp"
 #include "wal/frame.hpp"
 
 namespace slotted::wal {
@@ -77,21 +80,22 @@ class write_ahead_log {
   opened open(const record_sink& apply, const open_options& options = {});
 
   // Appends whole records (see frame.hpp) at the end of the current segment, synced
-  // when `synced`. On failure cuts the segment back to where it was: false.
-  bool append(std::string_view bytes, bool synced);
-  // Syncs every appended record.
-  bool sync();
+  // when `synced`. On failure cuts the segment back to where it was: wal_write_failed
+  // (or wal_sync_failed).
+  result<void> append(std::string_view bytes, bool synced);
+  // Syncs every appended record: wal_sync_failed when fdatasync fails.
+  result<void> sync();
   bool unsynced() const { return unsynced_; }
   clock::time_point last_sync() const { return last_sync_; }
 
   // Starts a new segment whose first record, synced, is record(the new segment's tag):
   // one that logs batches covering every record appended before.
-  bool log_batches(const std::function<std::string(std::uint64_t tag)>& record);
+  result<void> log_batches(const std::function<std::string(std::uint64_t tag)>& record);
 
   // Starts a new segment holding `record`, synced: one snapshot of everything pending
   // (`holds_batches`: batches among it), and drops every older segment (salvaged ones
-  // move aside). Returns the new segment's tag, 0 when it could not be written.
-  std::uint64_t snapshot(std::string_view record, bool holds_batches);
+  // move aside). Returns the new segment's tag, or why it could not be written.
+  result<std::uint64_t> snapshot(std::string_view record, bool holds_batches);
   // The segments have grown well past the last snapshot (and no failed snapshot was
   // tried within the last second): time to replace them with a new one.
   bool snapshot_due() const;
@@ -102,9 +106,6 @@ class write_ahead_log {
   void release(std::uint64_t min_queued_tag, std::string_view committed_record);
   // No batch is logged that is not yet logged as committed.
   bool batches_logged_committed() const { return !uncommitted_batches_logged_; }
-
-  // The last write or sync error, empty once writable again.
-  const std::string& last_error() const { return last_error_; }
 
   // Counts, readable from any thread (tests, the committer's group figures): the
   // appends that reached pwrite(2) (one per group of requests, plus takes, resets,
@@ -124,10 +125,11 @@ class write_ahead_log {
   void salvage_damaged(const std::string& path, const std::string& data,
                        const scan_result& scan, bool salvage);
   void lock_directory();
-  bool rotate();
+  result<void> rotate();
   std::string segment_path(std::uint64_t n) const;
   void update_size_gauge();
-  void failed(const std::string& what, int err);
+  // The failure `code` of call `what` with errno `err`, logged once per distinct cause.
+  failure failed(const std::string& what, int err, errc code = errc::wal_write_failed);
 
   config::wal_config cfg_;
   metrics::registry& metrics_;
@@ -152,7 +154,8 @@ class write_ahead_log {
   clock::time_point next_snapshot_try_{};
   bool unsynced_ = false;
   clock::time_point last_sync_ = clock::now();
-  std::string last_error_;
+  // The last write or sync error logged, empty once writable again.
+  std::string last_logged_;
   std::atomic<std::uint64_t> writes_{0};
   std::atomic<std::uint64_t> syncs_{0};
   std::atomic<std::size_t> synced_bytes_{0};

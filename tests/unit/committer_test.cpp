@@ -13,6 +13,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -117,6 +118,31 @@ class Committer : public ::testing::Test {
   };
 
   void takes_between_applies(config::fsync_mode mode);
+
+  // While it lives, a file this process writes cannot grow past `bytes`: a write past
+  // it fails with EFBIG (SIGXFSZ ignored meanwhile).
+  class file_size_limit {
+   public:
+    explicit file_size_limit(std::uintmax_t bytes) {
+      struct sigaction ignore {};
+      ignore.sa_handler = SIG_IGN;
+      EXPECT_EQ(sigaction(SIGXFSZ, &ignore, &old_action_), 0);
+      EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &saved_), 0);
+      rlimit limited = saved_;
+      limited.rlim_cur = static_cast<rlim_t>(bytes);
+      EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+    }
+    ~file_size_limit() {
+      setrlimit(RLIMIT_FSIZE, &saved_);
+      sigaction(SIGXFSZ, &old_action_, nullptr);
+    }
+    file_size_limit(const file_size_limit&) = delete;
+    file_size_limit& operator=(const file_size_limit&) = delete;
+
+   private:
+    struct sigaction old_action_ {};
+    rlimit saved_{};
+  };
 
   std::string root_;
   config::wal_config cfg_;
@@ -598,19 +624,12 @@ TEST_F(CommitterGroup, AFailedWriteFailsTheWholeGroup) {
   const auto record = before - empty;
   ASSERT_GT(record, 0u);
   // Room for one and a half records of the next group: the pwrite writes part, then fails.
-  struct sigaction ignore {}, old {};
-  ignore.sa_handler = SIG_IGN;
-  ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &old), 0);
-  rlimit saved{};
-  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
-  rlimit limited = saved;
-  limited.rlim_cur = static_cast<rlim_t>(before + record + record / 2);
-  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
   const auto groups_before = c.groups();
-  burst(0, 10);
-  await(answered, 11);
-  setrlimit(RLIMIT_FSIZE, &saved);
-  sigaction(SIGXFSZ, &old, nullptr);
+  {
+    const file_size_limit limit(before + record + record / 2);
+    burst(0, 10);
+    await(answered, 11);
+  }
   EXPECT_EQ(applied, 1) << "a request of the failed group was answered applied";
   EXPECT_EQ(c.groups() - groups_before, 1u) << "the ten were not one group";
   for (std::uint64_t id = 0; id < 10; ++id) EXPECT_EQ(store.pending({1, id}), 0) << id;
@@ -821,6 +840,39 @@ TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
     }
     EXPECT_EQ(store.pending({1, 7}), 1);
   }
+}
+
+// The WAL reports a failure as a code of the daemon's category (model/errc.hpp) with
+// the call and errno's text as its detail: a write it cannot make is wal_write_failed, a
+// sync wal_sync_failed, and a batches record that does not fit (a file size limit) is
+// wal_write_failed too, the log then writable again.
+TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
+  wal::write_ahead_log log(cfg_, metrics_);
+  recover(log);  // opened; no segment is open before the first rotation
+  const auto appended = log.append("x", false);
+  ASSERT_FALSE(appended);
+  EXPECT_EQ(appended.error(), errc::wal_write_failed);
+  EXPECT_EQ(appended.failed().detail, std::string("write: ") + std::strerror(EBADF));
+  const auto synced = log.sync();
+  ASSERT_FALSE(synced);
+  EXPECT_EQ(synced.error(), errc::wal_sync_failed);
+  EXPECT_EQ(synced.failed().detail, std::string("fdatasync: ") + std::strerror(EBADF));
+
+  const auto tag = durable::log_snapshot(log, {}, {});
+  ASSERT_TRUE(tag) << tag.failed().detail;
+  std::vector<store::flush_batch> batches(1);
+  batches[0].run_id = 7;
+  batches[0].seq = 1;
+  for (std::uint64_t id = 0; id < 20; ++id) batches[0].rows.push_back({1, id, 0, 1});
+  const auto logged = [&] {
+    const file_size_limit limit(64);  // the new segment's header fits, its record does not
+    return durable::log_batches(log, batches);
+  }();
+  ASSERT_FALSE(logged);
+  EXPECT_EQ(logged.error(), errc::wal_write_failed);
+  EXPECT_EQ(logged.failed().detail, std::string("write: ") + std::strerror(EFBIG));
+  const auto again = durable::log_batches(log, batches);
+  EXPECT_TRUE(again) << again.failed().detail;
 }
 
 }  // namespace

@@ -477,7 +477,7 @@ TEST_F(Router, TheEndpointTableDecidesPathMethodAndRoute) {
       std::string::npos);
 }
 
-// The backend's expected failures are one error category, and router::failure_response
+// The daemon's expected failures are one error category, and router::failure_response
 // the one place they become a status (and a Retry-After for those a retry cures).
 TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
   struct expectation {
@@ -488,15 +488,24 @@ TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
   };
   const expectation cases[] = {
       {errc::over_limit, 503, "5", "flush.max_pending_keys"},
-      {errc::unavailable, 503, "5", "retry later"},
-      {errc::draining, 503, "1", "shutting down"},
       {errc::out_of_range, 422, "", "2^62"},
+      {errc::unavailable, 503, "5", "retry later"},
       {errc::conflict, 422, "", "Idempotency-Key"},
+      {errc::draining, 503, "1", "shutting down"},
+      {errc::not_exact_yet, 503, "5", "being written; retry"},
+      {errc::retry_later, 503, "5", "retry later"},
+      {errc::outcome_unknown, 503, "5", "outcome is unknown"},
+      {errc::database_unavailable, 503, "5", "database is not reachable"},
+      {errc::wal_write_failed, 503, "5", "write-ahead log cannot be written"},
+      {errc::wal_sync_failed, 503, "5", "write-ahead log cannot be synced"},
+      {errc::deadline_passed, 503, "5", "shutdown deadline passed"},
   };
+  // Every code has a case: a new code without a status fails here.
+  EXPECT_EQ(std::size(cases), static_cast<std::size_t>(last_errc));
   for (const auto& c : cases) {
     const std::error_code e = c.e;
-    EXPECT_EQ(&e.category(), &backend_category());
-    EXPECT_STREQ(e.category().name(), "slotted.http");
+    EXPECT_EQ(&e.category(), &slotted_category());
+    EXPECT_STREQ(e.category().name(), "slotted");
     const auto res = router::failure_response(11, e);
     EXPECT_EQ(res.result_int(), c.code) << e.message();
     EXPECT_EQ(res[bh::field::retry_after], c.retry_after) << e.message();
@@ -506,9 +515,12 @@ TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
     EXPECT_EQ(told.result_int(), c.code);
     EXPECT_EQ(told.body(), R"({"error": "flush failed: x"})");
   }
-  // A code of another category is not an expected failure: a 500.
+  // A code of another category, or one this category does not know, is not an expected
+  // failure: a 500.
   EXPECT_EQ(router::failure_response(11, std::make_error_code(std::errc::io_error)).result_int(),
             500u);
+  const std::error_code unknown(static_cast<int>(last_errc) + 1, slotted_category());
+  EXPECT_EQ(router::failure_response(11, unknown).result_int(), 500u);
   // Each failing outcome of a backend_result is its code; done and replayed are none.
   const auto failure_of = [](status s) { return backend_result{s, {}}.failure(); };
   EXPECT_FALSE(failure_of(status::done));
@@ -517,6 +529,10 @@ TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
   EXPECT_EQ(failure_of(status::out_of_range), errc::out_of_range);
   EXPECT_EQ(failure_of(status::unavailable), errc::unavailable);
   EXPECT_EQ(failure_of(status::conflict), errc::conflict);
+  // An unavailable result with a finer code answers that code.
+  backend_result why{status::unavailable, "x"};
+  why.why = errc::wal_sync_failed;
+  EXPECT_EQ(why.failure(), errc::wal_sync_failed);
 }
 
 }  // namespace
