@@ -10,6 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "util/decimal.hpp"
+
 namespace slotted::db::sql_text {
 
 template <typename Int>
@@ -79,14 +81,7 @@ inline void append_counter_key(std::string& sql, std::uint32_t record_type,
 inline std::string num(std::int64_t v) { return std::to_string(v); }
 inline std::string num(std::uint64_t v) { return std::to_string(v); }
 inline std::string num(std::uint32_t v) { return std::to_string(v); }
-inline std::string num(__int128 v) {
-  if (v >= INT64_MIN && v <= INT64_MAX) return std::to_string(static_cast<std::int64_t>(v));
-  const bool negative = v < 0;
-  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(v) : v;
-  std::string digits;
-  for (; u > 0; u /= 10) digits.insert(digits.begin(), static_cast<char>('0' + u % 10));
-  return negative ? "-" + digits : digits;
-}
+inline std::string num(__int128 v) { return util::decimal(v); }
 
 // "CREATE TABLE IF NOT EXISTS <name> (\n<columns>) ENGINE=InnoDB": every table the
 // daemon creates, with the one set of table options. `name` is quoted already;

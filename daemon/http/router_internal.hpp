@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "http/router.hpp"
+#include "util/decimal.hpp"
 #include "util/log.hpp"
 
 namespace slotted::http {
@@ -21,16 +22,8 @@ using beast_http::field;
 using beast_http::status;
 using clock = std::chrono::steady_clock;
 
-// persisted + pending can pass int64 (a total near the count column's limit plus what
-// is pending): added in 128 bits and printed exactly.
-inline std::string decimal(__int128 v) {
-  if (v >= INT64_MIN && v <= INT64_MAX) return std::to_string(static_cast<std::int64_t>(v));
-  const bool negative = v < 0;
-  unsigned __int128 u = negative ? -static_cast<unsigned __int128>(v) : v;
-  std::string digits;
-  for (; u > 0; u /= 10) digits.insert(digits.begin(), static_cast<char>('0' + u % 10));
-  return negative ? "-" + digits : digits;
-}
+// persisted + pending can pass int64: added in 128 bits and printed exactly.
+using util::decimal;
 
 inline response json_response(unsigned version, status s, std::string body) {
   response res{s, version};
