@@ -9,18 +9,15 @@
 namespace slotted {
 
 namespace net = boost::asio;
-using status = http::backend_result::status;
 
 namespace {
 
 // The HTTP loop running on this thread (null elsewhere), set by serve_on().
 thread_local net::io_context* this_thread_loop = nullptr;
 
-// Not now: `why` (a code of errc) and the text the answer tells.
+// Not done: `why` (a code of errc) and the text the answer tells.
 http::backend_result unavailable(std::error_code why, std::string detail) {
-  http::backend_result r{status::unavailable, std::move(detail)};
-  r.why = why;
-  return r;
+  return {why, std::move(detail)};
 }
 
 http::backend_result unavailable(const failure& f) {
@@ -31,9 +28,9 @@ http::backend_result unavailable(const failure& f) {
 // (durable::commit_result): anything but the three shared outcomes is `unavailable`.
 template <typename Outcome>
 http::backend_result from_outcome(Outcome r, errc why, std::string detail) {
-  if (r == Outcome::applied) return {status::done, {}};
-  if (r == Outcome::over_limit) return {status::over_limit, {}};
-  if (r == Outcome::out_of_range) return {status::out_of_range, {}};
+  if (r == Outcome::applied) return {};
+  if (r == Outcome::over_limit) return {errc::over_limit};
+  if (r == Outcome::out_of_range) return {errc::out_of_range};
   return unavailable(why, std::move(detail));
 }
 
@@ -48,12 +45,13 @@ std::optional<http::backend_result> from_index(const idempotency::admission& a) 
   using idempotency::admit_result;
   switch (a.result) {
     case admit_result::replay: {
-      http::backend_result r{status::replayed, {}};
+      http::backend_result r;
+      r.replayed = true;
       r.count = a.accepted;
       return r;
     }
     case admit_result::conflict:
-      return http::backend_result{status::conflict, {}};
+      return http::backend_result{errc::conflict};
     case admit_result::in_progress:
       return unavailable(errc::retry_later,
                          "a request with this Idempotency-Key is being logged; retry");
@@ -111,13 +109,13 @@ void counter_service::add_keyed(idempotency::keyed_request&& request, done_fn do
   // Without a WAL a fresh request is pending at once; with one, only once logged.
   const auto a = p_.keyed.admit(request, max_pending_keys_, p_.committer == nullptr);
   if (auto known = from_index(a)) return done(std::move(*known));
-  if (a.result == idempotency::admit_result::over_limit) return done({status::over_limit, {}});
+  if (a.result == idempotency::admit_result::over_limit) return done({errc::over_limit});
   if (p_.committer) {
     return p_.committer->submit_keyed(
         std::move(request), this_thread_loop,
         [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
   }
-  done({status::done, {}});
+  done({});
 }
 
 void counter_service::find_keyed(std::string key, idempotency::body_hash hash,
@@ -142,10 +140,11 @@ http::backend_result counter_service::find_committed(const std::string& key,
     const auto found = p_.pool.acquire().use([&](db::connection& conn) {
       return idempotency::find_committed_key(conn, key, received_ms, window);
     });
-    if (!found) return {status::done, {}};
-    if (found->body_hash != idempotency::hex(hash)) return {status::conflict, {}};
+    if (!found) return {};
+    if (found->body_hash != idempotency::hex(hash)) return {errc::conflict};
     p_.keyed.count_replay();
-    http::backend_result r{status::replayed, {}};
+    http::backend_result r;
+    r.replayed = true;
     r.count = found->accepted;
     return r;
   } catch (const db::db_error& e) {
@@ -229,14 +228,14 @@ void counter_service::read_series(store::counter_key key, store::granularity g, 
 void counter_service::flush_now(done_fn done) {
   p_.flusher.request_flush([done = std::move(done)](const flush::flush_result& f) {
     if (!f) return done(unavailable(f.failed()));
-    done({status::done, {}, *f});
+    done({{}, {}, *f});
   });
 }
 
 void counter_service::rollup_now(done_fn done) {
   p_.roller.request([done = std::move(done)](const rollup::rollup_result& r) {
     if (!r) return done(unavailable(r.failed()));
-    done({status::done, {}, *r});
+    done({{}, {}, *r});
   });
 }
 

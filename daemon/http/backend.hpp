@@ -30,21 +30,14 @@ namespace slotted::http {
 using slotted::errc;
 
 struct backend_result {
-  enum class status {
-    done,          // applied (and, with a WAL, logged first); flushed; rolled up; read;
-                   // reset
-    over_limit,    // increments: the pending limit is reached; nothing applied
-    out_of_range,  // increments: a counter's pending sum would pass 2^62; nothing applied
-    unavailable,   // not now, retry: the WAL cannot be written (increments, nothing
-                   // applied), the database cannot be reached, a read is not exact yet
-    replayed,      // keyed increments: this key was accepted before with this body;
-                   // nothing applied again, `count` is what the first answer said
-    conflict,      // keyed increments: this key was accepted before with another body;
-                   // nothing applied
-  };
-  status outcome = status::done;
-  std::string error;        // why, for unavailable
-  std::uint64_t count = 0;  // rows flushed, records rolled up
+  // What happened, one code of errc: none (false) when the call did what it was asked
+  // (applied, and with a WAL logged first; flushed; rolled up; read; reset), else why not:
+  // over_limit or out_of_range (increments: nothing applied), conflict (keyed increments:
+  // the key was accepted before with another body; nothing applied), or a code that says
+  // retry (the WAL, the database, a read not exact yet, a key being logged).
+  std::error_code code{};
+  std::string error{};      // the failure's own text, told to the client when not empty
+  std::uint64_t count = 0;  // rows flushed, records rolled up; a replay's first count
   // A counter read: the database's total and what is pending in memory.
   __int128 persisted = 0;  // SUM(count) may pass int64
   std::int64_t pending = 0;
@@ -53,27 +46,11 @@ struct backend_result {
   // A counter's series: (bucket start in unix seconds, persisted + pending), in bucket
   // order, buckets whose count is 0 left out.
   std::vector<std::pair<std::int64_t, __int128>> points{};
-  // For unavailable: why, a code of errc (the WAL, the database, a read not exact yet);
-  // none: errc::unavailable.
-  std::error_code why{};
+  // Keyed increments, code none: this key was accepted before with this body; nothing
+  // applied again, `count` is what the first answer said.
+  bool replayed = false;
 
-  // The failure in errc's category; none (false) for done and replayed.
-  std::error_code failure() const noexcept {
-    switch (outcome) {
-      case status::done:
-      case status::replayed:
-        return {};
-      case status::over_limit:
-        return errc::over_limit;
-      case status::out_of_range:
-        return errc::out_of_range;
-      case status::unavailable:
-        return why ? why : make_error_code(errc::unavailable);
-      case status::conflict:
-        return errc::conflict;
-    }
-    return make_error_code(errc::unavailable);
-  }
+  std::error_code failure() const noexcept { return code; }
   // Many counters (read_counters): one per id asked for, in that order.
   struct counter_total {
     std::uint64_t record_id = 0;

@@ -405,7 +405,7 @@ void router::refuse_unless_known(const request& req, std::string_view key,
       std::string(key), idempotency::hash_of(increments), idempotency::now_ms(),
       guarded(answer, v,
               [this, v, n, minimal, answer, bad = std::move(bad)](const backend_result& r) {
-                if (r.outcome != backend_result::status::done) {
+                if (r.code || r.replayed) {
                   return answer_added(answer, v, n, minimal, r);
                 }
                 metrics_.reject(metrics::reject_reason::invalid, n);
@@ -417,14 +417,14 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
                           const backend_result& r) {
   if (const auto e = r.failure()) {
     metrics_.reject(rejected_as(e), n);
-    // Only `unavailable` has a reason of its own to tell (the WAL, a key being logged).
-    if (r.outcome != backend_result::status::unavailable) return answer(failure_response(v, e));
-    return answer(failure_response(
-        v, e, r.error.empty() ? "the write-ahead log cannot be written; retry later" : r.error));
+    // The failures that say retry have a reason of their own to tell (the WAL, a key
+    // being logged, the database); the others, the code's text.
+    if (r.error.empty()) return answer(failure_response(v, e));
+    return answer(failure_response(v, e, r.error));
   }
   // A replay (Idempotency-Key) was applied once already: answered as the first time
   // (with its count), and said to be a replay.
-  const bool replayed = r.outcome == backend_result::status::replayed;
+  const bool replayed = r.replayed;
   if (replayed) {
     n = r.count;
   } else {

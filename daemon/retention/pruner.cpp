@@ -44,7 +44,8 @@ pruner::pruner(settings s, db::pool& pool, metrics::registry& metrics)
       worker_([this] { return run_once(); },
               [this](const prune_result& r) {
                 // Behind: again soon (the chunks of one run were all full).
-                return r.behind ? std::chrono::milliseconds(100) : prune_period(settings_.buckets);
+                return r && r->behind ? std::chrono::milliseconds(100)
+                                      : prune_period(settings_.buckets);
               },
               prune_period(settings_.buckets)) {}
 
@@ -57,12 +58,12 @@ void pruner::stop() {
 }
 
 prune_result pruner::run_once() {
-  prune_result result;
   const std::int64_t local = settings_.clock
                                  ? settings_.clock()
                                  : std::chrono::duration_cast<std::chrono::seconds>(
                                        std::chrono::system_clock::now().time_since_epoch())
                                        .count();
+  pruned done;
   try {
     auto lease = pool_.acquire();
     lease.use([&](db::connection& conn) {
@@ -83,28 +84,27 @@ prune_result pruner::run_once() {
         for (const auto g : store::all_granularities) {
           if (!c.keeps(g)) continue;
           const auto n = prune_counter(conn, settings_.table, c, g, now, settings_.chunk,
-                                       settings_.max_chunks, result.behind,
+                                       settings_.max_chunks, done.behind,
                                        settings_.top.keeps(c.record_type));
-          result.rows += n;
+          done.rows += n;
           metrics_.buckets_pruned.Increment(static_cast<double>(n));
         }
       }
     });
-    result.ok = true;
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
-    result.error = e.what();
+    const std::string why = e.what();
+    if (why != last_error_) {
+      // Instances prune the same rows: a lock conflict is retried at the next run.
+      log::warn("bucket retention failed (retried at the next run): ", why);
+      last_error_ = why;
+    }
+    return failure(errc::database_unavailable, why);
   }
-  if (result.ok) {
-    if (!last_error_.empty()) log::info("bucket retention works again");
-    last_error_.clear();
-    if (result.rows > 0) log::debug("bucket retention: ", result.rows, " rows deleted");
-  } else if (result.error != last_error_) {
-    // Instances prune the same rows: a lock conflict is retried at the next run.
-    log::warn("bucket retention failed (retried at the next run): ", result.error);
-    last_error_ = result.error;
-  }
-  return result;
+  if (!last_error_.empty()) log::info("bucket retention works again");
+  last_error_.clear();
+  if (done.rows > 0) log::debug("bucket retention: ", done.rows, " rows deleted");
+  return done;
 }
 
 }  // namespace slotted::retention

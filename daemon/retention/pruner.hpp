@@ -24,17 +24,18 @@
 #include "db/pool.hpp"
 #include "metrics/metrics.hpp"
 #include "model/buckets.hpp"
+#include "model/result.hpp"
 #include "model/top_spec.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::retention {
 
-struct prune_result {
-  bool ok = false;
+// What one run did; a failure is errc::database_unavailable with the database's text.
+struct pruned {
   std::uint64_t rows = 0;  // rows deleted by this run
   bool behind = false;     // a counter had more to delete than one run's chunks
-  std::string error;
 };
+using prune_result = result<pruned>;
 
 struct settings {
   std::string table;  // the counters table; the bucket tables are named after it

@@ -62,19 +62,18 @@ class fuzz_backend : public http::backend {
   bool draining() const override { return draining_; }
   bool ready() const override { return ready_; }
   http::backend_result add(std::span<const ingest::increment> increments) override {
-    using status = http::backend_result::status;
     const auto r = store_.add(increments, max_pending_keys);
     switch (r) {
       case store::add_result::applied:
         ++applied_calls_;
         for (const auto& inc : increments) expected_[{inc.record_type, inc.record_id}] += inc.delta;
-        return {status::done, {}};
+        return {};
       case store::add_result::over_limit:
-        return {status::over_limit, {}};
+        return {errc::over_limit};
       case store::add_result::out_of_range:
-        return {status::out_of_range, {}};
+        return {errc::out_of_range};
     }
-    return {status::unavailable, "fuzz: unknown store result"};
+    return {errc::unavailable, "fuzz: unknown store result"};
   }
   bool durable() const override { return durable_; }
   void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override {
@@ -86,11 +85,11 @@ class fuzz_backend : public http::backend {
   }
   // No key is known here (add_keyed applies every request): the router's own 400.
   void find_keyed(std::string, idempotency::body_hash, std::int64_t, done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     done({});
   }
   void read_counter(store::counter_key key, done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     http::backend_result r;
     r.persisted = 7;
     r.pending = store_.pending(key);
@@ -98,7 +97,7 @@ class fuzz_backend : public http::backend {
   }
   void read_counters(std::uint32_t record_type, std::vector<std::uint64_t> record_ids,
                      done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     http::backend_result r;
     for (const auto id : record_ids)
       r.totals.push_back({id, 7, store_.pending({record_type, id})});
@@ -106,7 +105,7 @@ class fuzz_backend : public http::backend {
   }
   void read_top(std::uint32_t, std::optional<top_range>, std::size_t limit,
                 done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     http::backend_result r;
     for (std::size_t i = 0; i < limit && i < 3; ++i) r.top.emplace_back(i, 3 - i);
     done(std::move(r));
@@ -114,7 +113,7 @@ class fuzz_backend : public http::backend {
   // The store's pending buckets (none unless the fuzzed config declares buckets).
   void read_series(store::counter_key key, store::granularity g, std::int64_t from, std::int64_t to,
                    done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     std::vector<std::pair<std::int64_t, std::int64_t>> found;
     store_.pending_buckets(key, g, from, to, found);
     http::backend_result r;
@@ -123,18 +122,18 @@ class fuzz_backend : public http::backend {
   }
   // A reset clears the counter in the store and in what it must hold.
   void reset_counter(store::counter_key key, done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     http::backend_result r;
     r.cleared = store_.drop(key);
     expected_.erase(key);
     done(std::move(r));
   }
   void flush_now(done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     done({});
   }
   void rollup_now(done_fn done) override {
-    if (!ready_) return done({http::backend_result::status::unavailable, "fuzz: no database"});
+    if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     done({});
   }
   std::string metrics_text() override { return metrics_->serialize(); }

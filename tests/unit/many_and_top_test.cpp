@@ -12,7 +12,6 @@
 namespace slotted::http {
 namespace {
 
-using status = backend_result::status;
 namespace bh = boost::beast::http;
 
 TEST(IdList, ParsesDecimalIdsSeparatedByCommasEachOnceInOrder) {
@@ -108,7 +107,7 @@ TEST_F(ManyAndTop, AManyCounterReadAsksForEachIdOnceAndPrintsThemInOrder) {
             R"("persisted": 9223372036854775808, "pending": 1}, )"
             R"({"record_id": "2", "count": 0, "persisted": 0, "pending": 0}]})");
   get("/v1/counters/3?ids=1");
-  backend_.read_done_({status::unavailable, "the counter is being written; retry"});
+  backend_.read_done_({errc::unavailable, "the counter is being written; retry"});
   EXPECT_EQ(last_->at(0).result_int(), 503u);
   // HEAD is GET without the body (the session drops it); other methods are 405.
   EXPECT_TRUE(get("/v1/counters/3?ids=1", bh::verb::head).empty());
@@ -149,7 +148,7 @@ TEST_F(ManyAndTop, ATopReadAsksForTheLimitAndTheBucketsAndPrintsTheItems) {
   EXPECT_EQ(backend_.top_range_->gran, store::granularity::day);
   EXPECT_EQ(backend_.top_range_->from, 172800);
   EXPECT_EQ(backend_.top_range_->to, 259200);
-  backend_.read_done_({status::unavailable, "database not reachable"});
+  backend_.read_done_({errc::unavailable, "database not reachable"});
   EXPECT_EQ(last_->at(0).result_int(), 503u);
   EXPECT_TRUE(get("/v1/top/3?limit=1", bh::verb::head).empty());
   EXPECT_NE(metrics_.serialize().find("route=\"top\""), std::string::npos);

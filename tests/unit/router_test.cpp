@@ -13,7 +13,6 @@
 namespace slotted::http {
 namespace {
 
-using status = backend_result::status;
 namespace bh = boost::beast::http;
 
 class Router : public ::testing::Test {
@@ -69,12 +68,12 @@ TEST_F(Router, AnAppliedIncrementIsAnswered202AndReachesTheBackend) {
 }
 
 TEST_F(Router, EachRefusalOfTheBackendHasItsOwnStatus) {
-  backend_.add_answer_ = {status::over_limit, {}};
+  backend_.add_answer_ = {errc::over_limit};
   auto got = send(bh::verb::post, "/v1/increments", one);
   EXPECT_EQ(got.at(0).result_int(), 503u);
   EXPECT_EQ(got[0][bh::field::retry_after], "5");
   EXPECT_NE(got[0].body().find("flush.max_pending_keys"), std::string::npos);
-  backend_.add_answer_ = {status::out_of_range, {}};
+  backend_.add_answer_ = {errc::out_of_range};
   got = send(bh::verb::post, "/v1/increments", one);
   EXPECT_EQ(got.at(0).result_int(), 422u);
   EXPECT_NE(metrics_text().find(
@@ -86,13 +85,13 @@ TEST_F(Router, ADurableAddIsAnsweredOnceTheBackendAnswersFromItsThread) {
   backend_.durable_ = true;
   EXPECT_TRUE(send(bh::verb::post, "/v1/increments", one).empty()) << "answered before logged";
   ASSERT_TRUE(backend_.add_done_);
-  std::thread log_thread([&] { backend_.add_done_({status::done, {}}); });
+  std::thread log_thread([&] { backend_.add_done_({}); });
   log_thread.join();
   ASSERT_EQ(answers().size(), 1u);
   EXPECT_EQ(answers()[0].result_int(), 202u);
 
   send(bh::verb::post, "/v1/increments", one);
-  backend_.add_done_({status::unavailable, "the write-ahead log cannot be written; retry later"});
+  backend_.add_done_({errc::unavailable, "the write-ahead log cannot be written; retry later"});
   ASSERT_EQ(answers().size(), 1u);
   EXPECT_EQ(answers()[0].result_int(), 503u);
   EXPECT_NE(answers()[0].body().find("write-ahead log"), std::string::npos);
@@ -115,7 +114,7 @@ TEST_F(Router, ACounterReadShowsPersistedPlusPendingOrWhyNot) {
       << answers()[0].body();
 
   send(bh::verb::get, "/v1/counters/3/9");
-  backend_.read_done_({status::unavailable, "the counter is being written; retry"});
+  backend_.read_done_({errc::unavailable, "the counter is being written; retry"});
   ASSERT_EQ(answers().size(), 1u);
   EXPECT_EQ(answers()[0].result_int(), 503u);
   EXPECT_NE(answers()[0].body().find("being written"), std::string::npos);
@@ -135,7 +134,7 @@ TEST_F(Router, AResetAnswersWhatItClearedOr503) {
       R"({"record_type": 3, "record_id": "18446744073709551615", "cleared": 9223372036854775812})");
 
   send(bh::verb::delete_, "/v1/counters/3/9");
-  backend_.reset_done_({status::unavailable, "database: gone"});
+  backend_.reset_done_({errc::unavailable, "database: gone"});
   ASSERT_EQ(answers().size(), 1u);
   EXPECT_EQ(answers()[0].result_int(), 503u);
   EXPECT_EQ(answers()[0][bh::field::retry_after], "5");
@@ -219,10 +218,10 @@ TEST_F(Router, AnIncrementReadWhileDrainingIsApplied) {
 
 TEST_F(Router, FlushAndRollupReportTheirCountOrTheirError) {
   send(bh::verb::post, "/v1/flush");
-  backend_.flush_done_({status::done, {}, 12});
+  backend_.flush_done_({{}, {}, 12});
   EXPECT_EQ(answers().at(0).body(), R"({"flushed_rows": 12})");
   send(bh::verb::post, "/v1/rollup");
-  backend_.rollup_done_({status::unavailable, "no database"});
+  backend_.rollup_done_({errc::unavailable, "no database"});
   EXPECT_EQ(answers().at(0).result_int(), 503u);
   EXPECT_NE(answers()[0].body().find("rollup failed: no database"), std::string::npos);
 }
@@ -271,7 +270,7 @@ TEST_F(SeriesRouter, ASeriesReadAsksForWholeBucketsAndPrintsThePoints) {
             R"({"granularity": "day", "points": [{"bucket": 172800, "count": 5}, )"
             R"({"bucket": 259200, "count": 9223372036854775808}]})");
   get("/v1/counters/3/9/series?granularity=day&from=0&to=86400");
-  backend_.read_done_({status::unavailable, "the counter is being written; retry"});
+  backend_.read_done_({errc::unavailable, "the counter is being written; retry"});
   EXPECT_EQ(answers().at(0).result_int(), 503u);
   // No bucket starts in the range: nothing to read.
   const auto empty = get("/v1/counters/3/9/series?granularity=day&from=1&to=86399");
@@ -374,7 +373,8 @@ TEST_F(KeyedRouter, AnAtTheRouterRefusesIsAReplayWhenTheKeyWasAccepted) {
                                         ingest::type_registry({}, true), 10, sent));
   EXPECT_EQ(backend_.found_[0].second, idempotency::hash_of(sent));
   EXPECT_TRUE(backend_.keyed_.empty());  // nothing admitted
-  backend_result replay{status::replayed, {}};
+  backend_result replay;
+  replay.replayed = true;
   replay.count = 1;
   std::thread db_thread([&] { backend_.find_done_(replay); });
   db_thread.join();
@@ -384,15 +384,15 @@ TEST_F(KeyedRouter, AnAtTheRouterRefusesIsAReplayWhenTheKeyWasAccepted) {
   EXPECT_EQ(answers()[0].body(), R"({"accepted": 1})");
 
   post(aged_, "k1");
-  backend_.find_done_({status::conflict, {}});
+  backend_.find_done_({errc::conflict});
   EXPECT_EQ(answers().at(0).result_int(), 422u);
   post(aged_, "k1");
-  backend_.find_done_({status::unavailable, "the database is not reachable"});
+  backend_.find_done_({errc::unavailable, "the database is not reachable"});
   EXPECT_EQ(answers().at(0).result_int(), 503u);
   EXPECT_FALSE(answers()[0][bh::field::retry_after].empty());
   // Not known: the request's own 400.
   post(aged_, "k2");
-  backend_.find_done_({status::done, {}});
+  backend_.find_done_({});
   ASSERT_EQ(answers().size(), 1u);
   EXPECT_EQ(answers()[0].result_int(), 400u);
   EXPECT_NE(answers()[0].body().find("older than the longest retention"), std::string::npos);
@@ -471,7 +471,7 @@ TEST_F(Router, TheEndpointTableDecidesPathMethodAndRoute) {
   }
   // A DELETE of the counter's own path is the reset row's.
   EXPECT_TRUE(send(bh::verb::delete_, "/v1/counters/3/9").empty());
-  backend_.reset_done_({status::unavailable, "gone"});
+  backend_.reset_done_({errc::unavailable, "gone"});
   EXPECT_NE(
       metrics_text().find(R"(slotted_counterd_http_requests_total{code="503",route="reset"} 1)"),
       std::string::npos);
@@ -521,18 +521,11 @@ TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
             500u);
   const std::error_code unknown(static_cast<int>(last_errc) + 1, slotted_category());
   EXPECT_EQ(router::failure_response(11, unknown).result_int(), 500u);
-  // Each failing outcome of a backend_result is its code; done and replayed are none.
-  const auto failure_of = [](status s) { return backend_result{s, {}}.failure(); };
-  EXPECT_FALSE(failure_of(status::done));
-  EXPECT_FALSE(failure_of(status::replayed));
-  EXPECT_EQ(failure_of(status::over_limit), errc::over_limit);
-  EXPECT_EQ(failure_of(status::out_of_range), errc::out_of_range);
-  EXPECT_EQ(failure_of(status::unavailable), errc::unavailable);
-  EXPECT_EQ(failure_of(status::conflict), errc::conflict);
-  // An unavailable result with a finer code answers that code.
-  backend_result why{status::unavailable, "x"};
-  why.why = errc::wal_sync_failed;
-  EXPECT_EQ(why.failure(), errc::wal_sync_failed);
+  // A backend_result's failure is its code: none for done and for a replay.
+  backend_result replayed;
+  replayed.replayed = true;
+  EXPECT_FALSE(replayed.failure());
+  EXPECT_EQ((backend_result{errc::wal_sync_failed, "x"}.failure()), errc::wal_sync_failed);
 }
 
 }  // namespace
