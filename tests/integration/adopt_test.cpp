@@ -19,6 +19,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -66,9 +67,7 @@ class adopt_process {
  public:
   adopt_process(const std::string& yaml, const std::vector<std::string>& args,
                 std::size_t batch_rows = 0) {
-    char tmpl[] = "/tmp/slotted-adopt-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
+    dir_ = slotted::test::make_temp_dir("adopt");
     std::ofstream(dir_ + "/c.yaml") << yaml;
     std::vector<std::string> argv{"env"};
     if (batch_rows > 0)

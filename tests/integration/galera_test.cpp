@@ -17,6 +17,7 @@
 #include "support/eventually.hpp"
 #include "support/galera_cluster.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -67,9 +68,7 @@ struct galera_setup {
   galera_cluster cluster{3};
   std::string wal_base;
   galera_setup() {
-    char tmpl[] = "/tmp/slotted-galera-wal-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-    wal_base = tmpl;
+    wal_base = slotted::test::make_temp_dir("galera-wal");
     auto conn = cluster.connect(0);
     conn.execute("CREATE DATABASE counters");
     // Not SUPER: wsrep_reject_queries and read_only apply to it as to an application.

@@ -20,6 +20,7 @@
 #include "support/eventually.hpp"
 #include "support/fake_backend.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -395,9 +396,8 @@ TEST(HttpUnixListener, WithoutASharedCountItCountsItsOwnConnections) {
   metrics::registry metrics;
   ingest::table_limits limits;
   http::router router(cfg, backend, metrics, limits);
-  char tmpl[] = "/tmp/slotted-unixcount-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string path = std::string(tmpl) + "/api.sock";
+  const std::string dir = slotted::test::make_temp_dir("unixcount");
+  const std::string path = dir + "/api.sock";
   net::io_context ioc(1);
   // No shared count, as the TCP listener allows: on main the first accept
   // dereferenced the missing counter.
@@ -420,7 +420,7 @@ TEST(HttpUnixListener, WithoutASharedCountItCountsItsOwnConnections) {
   listener->stop();
   ioc.stop();
   io.join();
-  ::rmdir(tmpl);
+  ::rmdir(dir.c_str());
 }
 
 TEST(HttpFailures, AnAnswerThatThrowsOnABackendThreadDoesNotEndTheProcess) {

@@ -13,6 +13,7 @@
 #include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -38,9 +39,7 @@ class LogIngest : public ::testing::Test {
     // dl keeps top-N totals (counters[].top): its totals table, as --migrate makes it.
     auto conn = shared_mariadb().connect(db_);
     db::migrate_totals(conn, "slotted_counters", store::top_spec({7}, store::no_buckets()));
-    char tmpl[] = "/tmp/slotted-logs-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = slotted::test::make_temp_dir("logs");
     log_ = dir_ + "/access.log";
   }
   void TearDown() override { fs::remove_all(dir_); }

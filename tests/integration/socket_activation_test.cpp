@@ -19,6 +19,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -34,9 +35,7 @@ class SocketActivation : public ::testing::Test {
  protected:
   void SetUp() override {
     database_ = migrated_database(shared_mariadb());
-    char tmpl[] = "/tmp/slotted-activation-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = slotted::test::make_temp_dir("activation");
     unix_path_ = dir_ + "/http.sock";
     unix_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un u{};

@@ -14,6 +14,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -56,8 +57,7 @@ class ManyAndTop : public ::testing::Test {
  protected:
   void SetUp() override {
     database_ = shared_mariadb().create_database();
-    char tmpl[] = "/tmp/slotted-top-test-XXXXXX";
-    root_ = mkdtemp(tmpl);
+    root_ = slotted::test::make_temp_dir("top-test");
   }
   void TearDown() override { fs::remove_all(root_); }
 

@@ -12,6 +12,7 @@
 
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::test {
 namespace {
@@ -37,9 +38,7 @@ class UnixSocket : public ::testing::Test {
   void SetUp() override {
     auto& server = shared_mariadb();
     database_ = migrated_database(server);
-    char tmpl[] = "/tmp/slotted-unix-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = slotted::test::make_temp_dir("unix");
     path_ = dir_ + "/api.sock";
     cfg_ = test_config(server, database_);
     cfg_.flush.interval = std::chrono::hours(1);

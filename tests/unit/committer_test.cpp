@@ -29,6 +29,7 @@
 #include "metrics/metrics.hpp"
 #include "durable/record.hpp"
 #include "durable/recovery.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::durable {
 namespace {
@@ -46,9 +47,7 @@ struct queue_stub : store::batch_queue {
 class Committer : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/slotted-committer-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = slotted::test::make_temp_dir("committer-test");
     cfg_.dir = root_ + "/wal";
   }
   void TearDown() override { fs::remove_all(root_); }

@@ -18,6 +18,7 @@
 #include "http/listener.hpp"
 #include "support/eventually.hpp"
 #include "support/fake_backend.hpp"
+#include "support/temp_dir.hpp"
 
 namespace slotted::http {
 namespace {
@@ -33,9 +34,7 @@ const std::string increment =
 class unix_listen_socket {
  public:
   unix_listen_socket() {
-    char tmpl[] = "/tmp/slotted-passed-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) std::abort();
-    dir_ = tmpl;
+    dir_ = slotted::test::make_temp_dir("passed");
     path_ = dir_ + "/http.sock";
     fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un a{};
