@@ -17,7 +17,7 @@ thread_local net::io_context* this_thread_loop = nullptr;
 
 // Not done: `why` (a code of errc) and the text the answer tells.
 http::backend_result unavailable(std::error_code why, std::string detail) {
-  return {why, std::move(detail)};
+  return {why ? why : make_error_code(errc::unavailable), std::move(detail)};
 }
 
 http::backend_result unavailable(const failure& f) {
@@ -35,6 +35,11 @@ http::backend_result from_outcome(Outcome r, errc why, std::string detail) {
 }
 
 http::backend_result from_commit(durable::commit_result r) {
+  using durable::commit_result;
+  if (r == commit_result::stopping) return unavailable(errc::draining, "draining");
+  if (r == commit_result::log_unsynced) {
+    return unavailable(errc::wal_sync_failed, "the write-ahead log cannot be synced; retry later");
+  }
   return from_outcome(r, errc::wal_write_failed,
                       "the write-ahead log cannot be written; retry later");
 }
@@ -228,14 +233,14 @@ void counter_service::read_series(store::counter_key key, store::granularity g, 
 void counter_service::flush_now(done_fn done) {
   p_.flusher.request_flush([done = std::move(done)](const flush::flush_result& f) {
     if (!f) return done(unavailable(f.failed()));
-    done({{}, {}, *f});
+    done(http::backend_result::counted(*f));
   });
 }
 
 void counter_service::rollup_now(done_fn done) {
   p_.roller.request([done = std::move(done)](const rollup::rollup_result& r) {
     if (!r) return done(unavailable(r.failed()));
-    done({{}, {}, *r});
+    done(http::backend_result::counted(*r));
   });
 }
 

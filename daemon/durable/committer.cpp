@@ -85,10 +85,9 @@ void committer::stop() {
   if (thread_.joinable()) thread_.join();
   util::lock_guard log_lock(log_mutex_);
   closed_ = true;
-  // Releases queued after the thread's last look, in their order (takes and the other
-  // waited-for tasks are refused once stopping_ is set, see on_log_thread). A release
-  // after this one is dropped: the committed record it may log is then missing, and a
-  // replay sends those batches again, which the ledger makes no-ops.
+  // Releases queued after the thread's last look, in their order (takes and other waited-for
+  // tasks are refused once stopping_ is set, see on_log_thread). A later release is dropped:
+  // its committed record is then missing; a replay sends those batches again (no-ops).
   std::deque<std::function<void()>> left;
   {
     util::lock_guard lock(mutex_);
@@ -120,7 +119,7 @@ void committer::queue(request&& r) {
     util::unique_lock lock(mutex_);
     if (stopping_) {
       lock.unlock();
-      r.done(commit_result::log_unavailable);
+      r.done(commit_result::stopping);
       return;
     }
     pending_.push_back(std::move(r));
@@ -470,11 +469,12 @@ void committer::write_group(std::vector<request>& group,
   std::size_t new_keys = 0;     // keys the requests logged in `bytes` may create
   std::uint64_t unapplied = 0;  // their |delta|
   const auto write_chunk = [&]() REQUIRES(log_mutex_) {
-    if (any_logged && !log_.append(bytes, synced_)) {
-      // One write for all of them: none is logged, none is applied or acknowledged.
-      for (auto& r : chunk) {
-        if (r.result == commit_result::applied) r.result = commit_result::log_unavailable;
-      }
+    // One write for all of them: if it fails, none is logged, applied or acknowledged.
+    if (const auto w = any_logged ? log_.append(bytes, synced_) : result<void>(); !w) {
+      const auto failed = w.error() == errc::wal_sync_failed ? commit_result::log_unsynced
+                                                             : commit_result::log_unavailable;
+      for (auto& r : chunk)
+        if (r.result == commit_result::applied) r.result = failed;
     }
     dispatch(chunk, local);
     chunk.clear();

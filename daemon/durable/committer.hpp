@@ -39,10 +39,10 @@
 // thread never runs it (its loop stopped at shutdown) is done by the next drain; its
 // request is never answered (in doubt, as for a SIGKILL).
 //
-// Failures: a request whose write or sync fails is answered log_unavailable and was
-// applied nowhere (the WAL cut its segment back); a write fails for all
-// the requests it carries (a group split at the pending-sum bound is several writes).
-// Requests submitted once stop() began are answered log_unavailable at once. An
+// Failures: a request whose write fails is answered log_unavailable (log_unsynced when
+// the sync failed) and was applied nowhere (the WAL cut its segment back); a write fails
+// for all the requests it carries (a group split at the pending-sum bound is several
+// writes). Requests submitted once stop() began are answered stopping at once. An
 // exception while leading (bad_alloc: queuing, dispatching, applying in a drain), or
 // while applying a logged job anywhere (an HTTP loop, a take's or reset's drain), is
 // logged and ends the process (std::terminate), as one on the log thread always did:
@@ -81,7 +81,7 @@
 
 namespace slotted::durable {
 
-enum class commit_result { applied, over_limit, out_of_range, log_unavailable };
+enum class commit_result { applied, over_limit, out_of_range, log_unavailable, log_unsynced, stopping };
 
 class committer final : public store::batch_source {
  public:

@@ -51,6 +51,12 @@ struct backend_result {
   bool replayed = false;
 
   std::error_code failure() const noexcept { return code; }
+  // Done, with `count` (rows flushed, records rolled up).
+  static backend_result counted(std::uint64_t n) {
+    backend_result r;
+    r.count = n;
+    return r;
+  }
   // Many counters (read_counters): one per id asked for, in that order.
   struct counter_total {
     std::uint64_t record_id = 0;

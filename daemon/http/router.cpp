@@ -18,8 +18,8 @@ namespace {
 // as wal_unavailable (the WAL, a key being logged, the keys table not reachable).
 metrics::reject_reason rejected_as(std::error_code e) {
   if (e == errc::over_limit) return metrics::reject_reason::pending_limit;
-  if (e == errc::conflict || e == errc::out_of_range || e == errc::draining)
-    return metrics::reject_reason::invalid;
+  if (e == errc::draining) return metrics::reject_reason::draining;
+  if (e == errc::conflict || e == errc::out_of_range) return metrics::reject_reason::invalid;
   return metrics::reject_reason::wal_unavailable;
 }
 
@@ -204,7 +204,8 @@ response router::failure_response(unsigned v, std::error_code e,
         break;
     }
   }
-  auto res = message ? error_response(v, s, *message) : error_response(v, s, e.message());
+  auto res = message && !message->empty() ? error_response(v, s, *message)
+                                           : error_response(v, s, e.message());
   if (!retry_after.empty()) res.set(field::retry_after, retry_after);
   return res;
 }
@@ -417,9 +418,7 @@ void router::answer_added(const reply& answer, unsigned v, std::size_t n, bool m
                           const backend_result& r) {
   if (const auto e = r.failure()) {
     metrics_.reject(rejected_as(e), n);
-    // The failures that say retry have a reason of their own to tell (the WAL, a key
-    // being logged, the database); the others, the code's text.
-    if (r.error.empty()) return answer(failure_response(v, e));
+    // The failure's own text (the WAL, a key being logged, the database), else the code's.
     return answer(failure_response(v, e, r.error));
   }
   // A replay (Idempotency-Key) was applied once already: answered as the first time

@@ -440,7 +440,7 @@ TEST(HttpFailures, AnAnswerThatThrowsOnABackendThreadDoesNotEndTheProcess) {
                   EXPECT_FALSE(res.keep_alive());
                 });
   ASSERT_TRUE(backend.flush_done_);
-  std::thread db_thread([&] { backend.flush_done_({{}, {}, 5}); });
+  std::thread db_thread([&] { backend.flush_done_(http::backend_result::counted(5)); });
   db_thread.join();
   EXPECT_EQ(answered, (std::vector<unsigned>{200u, 500u}));
 }

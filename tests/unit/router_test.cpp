@@ -98,6 +98,23 @@ TEST_F(Router, ADurableAddIsAnsweredOnceTheBackendAnswersFromItsThread) {
   EXPECT_NE(metrics_text().find(
                 R"(slotted_counterd_increments_rejected_total{reason="wal_unavailable"} 1)"),
             std::string::npos);
+  // A failure without a text of its own tells its code's message.
+  send(bh::verb::post, "/v1/increments", one);
+  backend_.add_done_({errc::wal_sync_failed});
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 503u);
+  EXPECT_EQ(answers()[0][bh::field::retry_after], "5");
+  EXPECT_EQ(answers()[0].body(),
+            "{\"error\": \"" + make_error_code(errc::wal_sync_failed).message() + "\"}");
+  // A request the log refused because the daemon is stopping: draining, counted as such.
+  send(bh::verb::post, "/v1/increments", one);
+  backend_.add_done_({errc::draining, "draining"});
+  ASSERT_EQ(answers().size(), 1u);
+  EXPECT_EQ(answers()[0].result_int(), 503u);
+  EXPECT_EQ(answers()[0][bh::field::retry_after], "1");
+  EXPECT_NE(metrics_text().find(
+                R"(slotted_counterd_increments_rejected_total{reason="draining"} 1)"),
+            std::string::npos);
 }
 
 TEST_F(Router, ACounterReadShowsPersistedPlusPendingOrWhyNot) {
@@ -218,7 +235,7 @@ TEST_F(Router, AnIncrementReadWhileDrainingIsApplied) {
 
 TEST_F(Router, FlushAndRollupReportTheirCountOrTheirError) {
   send(bh::verb::post, "/v1/flush");
-  backend_.flush_done_({{}, {}, 12});
+  backend_.flush_done_(backend_result::counted(12));
   EXPECT_EQ(answers().at(0).body(), R"({"flushed_rows": 12})");
   send(bh::verb::post, "/v1/rollup");
   backend_.rollup_done_({errc::unavailable, "no database"});
