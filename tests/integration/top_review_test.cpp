@@ -176,7 +176,8 @@ TEST_F(TopReview, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
   s.max_retry_backoff = 100ms;
   flush::flusher f(s, store, pool, metrics);
   f.start();
-  ASSERT_EQ(f.heavy_reads().cap(), 1u);
+  // Not an ASSERT: with a cap of the whole pool the flush below must be seen to wait.
+  EXPECT_EQ(f.heavy_reads().cap(), 1u);
   // Each slot with the connection its read would hold.
   std::vector<flush::read_gate::slot> held;
   std::vector<db::pool::lease> leases;
