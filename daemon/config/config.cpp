@@ -161,23 +161,9 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   if (read_secrets) detail::resolve_secrets(cfg, c, over.password_file.has_value());
   detail::check_tls(cfg, c);
   detail::check_flush_connections(cfg, c);
-  // The bucket tables are named after the counters table: `<table>_hour`, `<table>_day`.
-  if (!bucket_spec_of(cfg).empty() && cfg.mysql.table.size() + 5 > 64) {
-    c.fail_plain("mysql.table",
-                 "with counters[].buckets the table name may have at most 59 characters "
-                 "(its bucket tables are named `<table>_hour` and `<table>_day`)");
-  }
-  // And its totals tables (counters[].top): `<table>_totals`, `<table>_hour_totals`.
-  if (const auto top = top_spec_of(cfg); !top.empty()) {
-    const std::size_t most = top.uses(store::granularity::hour)  ? 52
-                             : top.uses(store::granularity::day) ? 53
-                                                                  : 57;
-    if (cfg.mysql.table.size() > most)
-      c.fail_plain("mysql.table", "with counters[].top the table name may have at most " +
-                                      std::to_string(most) +
-                                      " characters (its totals tables are named `<table>_totals`"
-                                      ", `<table>_hour_totals` and `<table>_day_totals`)");
-  }
+  // The tables named after the counters table (`<table>_hour`, `<table>_totals`, ...)
+  // must fit 64 characters (config/table_names.cpp).
+  detail::check_table_name_length(cfg, c);
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }

@@ -5,6 +5,7 @@
 
 #include "db/sql.hpp"
 #include "db/log_positions.hpp"
+#include "db/top.hpp"
 
 namespace slotted::db {
 
@@ -67,6 +68,7 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
     for (const auto g : {store::granularity::hour, store::granularity::day}) {
       if (top.uses(g)) grant(all_rows, bucket_table(cfg.mysql.table, g) + "_totals");
     }
+    grant("SELECT", totals_filled_table);  // which types they were filled for (read at start)
   }
   grant("SELECT, INSERT, DELETE", ledger_table);
   grant(all_rows, idempotency_keys_table);

@@ -91,7 +91,7 @@ pool::lease::~lease() {
 }
 
 pool::pool(connect_options options, unsigned size)
-    : connector_(std::move(options)), free_slots_(size) {}
+    : connector_(std::move(options)), size_(size), free_slots_(size) {}
 
 pool::lease pool::acquire() {
   std::unique_lock lock(mutex_);

@@ -118,6 +118,8 @@ class pool {
   std::optional<lease> try_acquire();
 
   failover_connector& connector() { return connector_; }
+  // The number of connections it lends at most (mysql.pool_size).
+  unsigned size() const { return size_; }
 
  private:
   struct idle_connection {
@@ -133,6 +135,7 @@ class pool {
   std::mutex mutex_;
   std::condition_variable available_;
   std::vector<idle_connection> idle_;
+  unsigned size_;
   unsigned free_slots_;
   std::uint64_t next_ticket_ = 0;  // acquire()'s queue: the next caller's ticket
   std::uint64_t serving_ = 0;      // the ticket whose turn it is

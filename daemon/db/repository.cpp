@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "db/log_positions.hpp"
+#include "db/sql_text.hpp"
 #include "model/errors.hpp"
 #include "db/top.hpp"
 
@@ -437,7 +438,8 @@ std::vector<std::pair<std::uint64_t, __int128>> read_counts(
     std::span<const std::uint64_t> record_ids) {
   std::vector<std::pair<std::uint64_t, __int128>> out;
   if (record_ids.empty()) return out;
-  for (const auto& row : conn.query(select_counts(table, record_type, record_ids))) {
+  const auto select = sql_text::time_limited(select_counts(table, record_type, record_ids));
+  for (const auto& row : conn.query(select)) {
     if (!row[0]) continue;
     out.emplace_back(std::stoull(*row[0]), slot_count(row[1]));
   }

@@ -83,6 +83,17 @@ inline std::string num(std::uint64_t v) { return std::to_string(v); }
 inline std::string num(std::uint32_t v) { return std::to_string(v); }
 inline std::string num(__int128 v) { return util::decimal(v); }
 
+// `select`, cut by the server after read_time_limit_s seconds (MariaDB's
+// max_statement_time, error statement_timeout_code, db/top.hpp): a read of an HTTP
+// request (a many-counter read, a top-N) never holds a connection of the flushes' pool
+// for long.
+inline constexpr int read_time_limit_s = 5;
+inline std::string time_limited(std::string_view select) {
+  std::string sql = "SET STATEMENT max_statement_time = ";
+  sql.append(std::to_string(read_time_limit_s)).append(" FOR ").append(select);
+  return sql;
+}
+
 // "CREATE TABLE IF NOT EXISTS <name> (\n<columns>) ENGINE=InnoDB": every table the
 // daemon creates, with the one set of table options. `name` is quoted already;
 // `columns` are the column and key lines, each ending in "\n".

@@ -107,6 +107,48 @@ void bucket_totals_upserts(std::vector<std::string>& out, std::string_view table
   cut.finish();
 }
 
+// A reset's bucket totals of `key` in granularity `g` lowered by `lost` (negative
+// deltas): UPDATEs, never upserts, so a bucket whose totals row is gone (pruned) gets no
+// row of a negative count; each statement at most `max_bytes` long (one bucket at least).
+void bucket_totals_lowered(std::vector<std::string>& out, std::string_view table,
+                           store::granularity g, const store::counter_key& key,
+                           std::span<const store::bucket_row> lost, std::size_t max_bytes) {
+  std::map<std::int64_t, __int128> sums;  // bucket order: the index's, the lock order's
+  for (const auto& b : lost) {
+    if (b.gran == g && b.record_type == key.record_type && b.record_id == key.record_id)
+      sums[b.bucket] += b.delta;
+  }
+  std::string head = "UPDATE ";
+  head.append(quote_identifier(bucket_totals_table(table, g)))
+      .append(" SET `count` = `count` + CASE `bucket`");
+  std::string tail = " END WHERE `record_type` = ";
+  tail.append(num(key.record_type)).append(" AND `record_id` = ").append(num(key.record_id));
+  tail.append(" AND `bucket` IN (");
+  std::string cases, in;
+  const auto finish = [&] {
+    if (cases.empty()) return;
+    std::string sql = head;
+    sql.append(cases).append(tail).append(in).append(1, ')');
+    out.push_back(std::move(sql));
+    cases.clear();
+    in.clear();
+  };
+  for (const auto& [bucket, delta] : sums) {
+    if (delta == 0) continue;
+    const std::string lit = bucket_literal(g, bucket);
+    std::string when = " WHEN ";
+    when.append(lit).append(" THEN ").append(num(delta));
+    if (!cases.empty() && head.size() + cases.size() + when.size() + tail.size() + in.size() +
+                                  lit.size() + 2 >
+                              max_bytes)
+      finish();
+    cases += when;
+    if (!in.empty()) in += ',';
+    in += lit;
+  }
+  finish();
+}
+
 }  // namespace
 
 std::vector<std::string> totals_upserts(std::string_view table, std::span<const counter_row> rows,
@@ -178,10 +220,9 @@ std::vector<std::string> reset_totals_statements(std::string_view table,
                   num(persisted) + where);
   }
   out.push_back("DELETE FROM " + quote_identifier(totals_table(table)) + where + " AND `count` = 0");
-  const store::top_spec only_key({key.record_type}, store::no_buckets());
   for (const auto g : store::all_granularities) {
     if (std::find(grans.begin(), grans.end(), g) == grans.end()) continue;
-    bucket_totals_upserts(out, table, g, lost_buckets, only_key, max_bytes);
+    bucket_totals_lowered(out, table, g, key, lost_buckets, max_bytes);
     out.push_back("DELETE FROM " + quote_identifier(bucket_totals_table(table, g)) + where +
                   " AND `count` = 0");
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 namespace slotted::db {
 
 using sql_text::num;
+using sql_text::time_limited;
 
 namespace {
 
@@ -43,14 +45,23 @@ bool table_exists(connection& conn, std::string_view name) {
 
 }  // namespace
 
+std::string totals_scratch_table(std::string_view target) {
+  // `<x>_totals` -> `<x>_tfill`: shorter than the table it becomes, so any mysql.table
+  // the config accepts (config/table_names.cpp) leaves it a valid identifier.
+  constexpr std::string_view suffix = "_totals";
+  std::string out(target.substr(0, target.size() - suffix.size()));
+  out += "_tfill";
+  return out;
+}
+
 namespace {
 // Creates `target` (its CREATE TABLE `ddl`) already filled by `fill` (an INSERT ...
 // SELECT given the table to fill), so that it never exists empty or part filled: built
-// under a scratch name, then renamed into place by one atomic RENAME TABLE. A scratch
-// table left by a crash is dropped and built again.
+// under a scratch name (totals_scratch_table), then renamed into place by one atomic
+// RENAME TABLE. A scratch table left by a crash is dropped and built again.
 void create_filled(connection& conn, const std::string& target, std::string ddl,
                    const std::function<std::string(const std::string&)>& fill) {
-  const std::string scratch = target + "_filling";
+  const std::string scratch = totals_scratch_table(target);
   const auto at = ddl.find(quote_identifier(target));
   ddl.replace(at, quote_identifier(target).size(), quote_identifier(scratch));
   conn.execute("DROP TABLE IF EXISTS " + quote_identifier(scratch));
@@ -71,24 +82,27 @@ void migrate_totals(connection& conn, const std::string& table, const store::top
     kept += num(top.record_types()[i]);
   }
   kept += ")";
-  if (!table_exists(conn, totals_table(table))) {
-    create_filled(conn, totals_table(table), create_totals_table(table), [&](const std::string& into) {
-      return "INSERT INTO " + into +
-             " (`record_type`, `record_id`, `count`) SELECT `record_type`, `record_id`, "
-             "SUM(`count`) FROM " +
-             quote_identifier(table) + kept + " GROUP BY `record_type`, `record_id`";
+  conn.execute(create_totals_filled_table());
+  // A table made now is filled for every type; one that exists, for the types not
+  // recorded as filled into it (top turned on for a counter with counts).
+  const auto fill_or_refill = [&](const std::string& totals, const std::string& ddl,
+                                  const std::string& source, const std::string& columns) {
+    if (table_exists(conn, totals)) {
+      return refill_totals(conn, totals, source, columns.find("bucket") != std::string::npos,
+                           unfilled_record_types(conn, totals, top));
+    }
+    create_filled(conn, totals, ddl, [&](const std::string& into) {
+      return "INSERT INTO " + into + " (" + columns + ", `count`) SELECT " + columns +
+             ", SUM(`count`) FROM " + quote_identifier(source) + kept + " GROUP BY " + columns;
     });
-  }
+    record_filled(conn, totals, top.record_types());
+  };
+  fill_or_refill(totals_table(table), create_totals_table(table), table,
+                 "`record_type`, `record_id`");
   for (const auto g : store::all_granularities) {
-    if (!top.uses(g) || table_exists(conn, bucket_totals_table(table, g))) continue;
-    create_filled(conn, bucket_totals_table(table, g), create_bucket_totals_table(table, g),
-                  [&](const std::string& into) {
-                    return "INSERT INTO " + into +
-                           " (`record_type`, `record_id`, `bucket`, `count`) SELECT "
-                           "`record_type`, `record_id`, `bucket`, SUM(`count`) FROM " +
-                           quote_identifier(bucket_table(table, g)) + kept +
-                           " GROUP BY `record_type`, `record_id`, `bucket`";
-                  });
+    if (!top.uses(g)) continue;
+    fill_or_refill(bucket_totals_table(table, g), create_bucket_totals_table(table, g),
+                   bucket_table(table, g), "`record_type`, `record_id`, `bucket`");
   }
 }
 
@@ -107,7 +121,7 @@ std::vector<std::string> missing_totals_tables(connection& conn, const std::stri
 void verify_totals_tables(connection& conn, const std::string& table,
                           const store::top_spec& top) {
   const auto missing = missing_totals_tables(conn, table, top);
-  if (missing.empty()) return;
+  if (missing.empty()) return verify_totals_filled(conn, table, top);
   throw db_error(0,
                  "table `" + missing.front() +
                      "` does not exist: every flush writes the totals of top-N "
@@ -127,11 +141,11 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
   std::vector<std::pair<std::uint64_t, __int128>> out;
   const auto read = [&](std::string_view sign) {
     if (out.size() >= limit) return;
-    for (const auto& row : conn.query(
+    for (const auto& row : conn.query(time_limited(
              "SELECT `record_id`, `count` FROM " + quote_identifier(totals_table(table)) +
              " FORCE INDEX (`by_count`) WHERE `record_type` = " + num(record_type) +
              " AND `count` " + std::string(sign) + " 0 ORDER BY `count` DESC, `record_id` LIMIT " +
-             num(std::uint64_t{limit - out.size()}))) {
+             num(std::uint64_t{limit - out.size()})))) {
       out.emplace_back(id_of(row[0]), decimal_of(row[1]));
     }
   };
@@ -200,21 +214,36 @@ std::vector<std::pair<std::uint64_t, __int128>> best_of(
   return best;
 }
 
-// `select`, cut by the server after 5 s (MariaDB's max_statement_time, error 1969): a
-// top-N's statement never holds its connection of the flusher's pool for long.
-std::string time_limited(const std::string& select) {
-  return "SET STATEMENT max_statement_time = 5 FOR " + select;
+// Into `sums`: the sum over the buckets [from, to] of each of `fresh`, by its primary
+// key, 1000 record ids a statement (far below max_allowed_packet).
+void sum_over_range(connection& conn, const std::string& bt, store::granularity g,
+                    std::uint32_t record_type, std::int64_t from, std::int64_t to,
+                    const std::vector<std::uint64_t>& fresh,
+                    std::unordered_map<std::uint64_t, __int128>& sums) {
+  for (std::size_t at = 0; at < fresh.size(); at += 1000) {
+    std::string ids;
+    for (std::size_t k = at; k < std::min(fresh.size(), at + 1000); ++k) {
+      if (!ids.empty()) ids += ',';
+      ids += num(fresh[k]);
+    }
+    for (const auto& row : conn.query(time_limited(
+             "SELECT `record_id`, SUM(`count`) FROM " + bt + " WHERE `record_type` = " +
+             num(record_type) + " AND `record_id` IN (" + ids + ") AND `bucket` BETWEEN " +
+             bucket_literal(g, from) + " AND " + bucket_literal(g, to) +
+             " GROUP BY `record_id`"))) {
+      sums[id_of(row[0])] = decimal_of(row[1]);
+    }
+  }
 }
 
-// Runs `read` in one consistent read-only snapshot.
-template <typename Read>
-auto in_snapshot(connection& conn, Read read) {
-  conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
-  conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");
+}  // namespace
+
+void in_read_snapshot(connection& conn, const std::function<void()>& read) {
   try {
-    auto out = read();
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");
+    read();
     conn.execute("COMMIT");
-    return out;
   } catch (const db_error& e) {
     if (!e.connection_lost()) {
       try {
@@ -223,13 +252,15 @@ auto in_snapshot(connection& conn, Read read) {
       }
     }
     throw;
-  } catch (const top_too_costly&) {
-    conn.execute("ROLLBACK");  // the connection goes back to the pool with no snapshot
+  } catch (...) {
+    // top_too_costly, bad_alloc, a malformed row: no snapshot is left open.
+    try {
+      conn.execute("ROLLBACK");
+    } catch (const db_error&) {
+    }
     throw;
   }
 }
-
-}  // namespace
 
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
@@ -237,25 +268,33 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
   const std::int64_t step = store::seconds_of(g);
   std::vector<bucket_cursor> cursors;
   for (std::int64_t b = from; b <= to; b += step) cursors.push_back({b});
-  const std::size_t page = std::max<std::size_t>(limit + limit / 2, 20);
+  const std::size_t page = top_page(limit);
   const std::string bt = quote_identifier(bucket_totals_table(table, g));
   std::unordered_map<std::uint64_t, __int128> sums;  // every record id met, its range sum
-  return in_snapshot(conn, [&] {
-    std::vector<std::pair<std::uint64_t, __int128>> best;
+  std::vector<std::pair<std::uint64_t, __int128>> best;
+  in_read_snapshot(conn, [&] {
     const auto too_costly = [&] {
       return top_too_costly("this top-N would read more than " + std::to_string(max_rows) +
                             " rows (a long range, or counts tied across many records): ask "
                             "for a shorter range, a coarser granularity or a smaller limit");
     };
     // One round reads up to a page of every bucket: refused before any statement when
-    // that alone could pass the bound (e.g. limit 1000 over 400 hours).
-    if (cursors.size() * page > max_rows) throw too_costly();
+    // that alone could pass the bound (e.g. limit 1000 over 400 hours; the router
+    // refuses such a request as a 400 before it comes here, see top_first_round_rows).
+    if (top_first_round_rows(cursors.size(), limit) > max_rows) throw too_costly();
+    const auto deadline = std::chrono::steady_clock::now() + max_top_time;
     std::size_t rows_read = 0;
     const auto count_rows = [&](std::size_t n) {
       rows_read += n;
       if (rows_read > max_rows) throw too_costly();
     };
     while (true) {
+      if (std::chrono::steady_clock::now() > deadline) {  // the rounds' wall-clock bound
+        std::string why = "this top-N ran past its ";
+        why += std::to_string(max_top_time.count());
+        why += " s bound; ask for a shorter range, a coarser granularity or a smaller limit";
+        throw db_error(statement_timeout_code, why);
+      }
       std::vector<std::size_t> asked;
       const std::string sql = round_select(bt, g, record_type, cursors, page, asked);
       if (asked.empty()) break;
@@ -276,21 +315,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
       std::size_t round_rows = 0;
       for (const auto n : got) round_rows += n;
       count_rows(round_rows + fresh.size());
-      // Summed 1000 record ids a statement (a statement stays far below max_allowed_packet).
-      for (std::size_t at = 0; at < fresh.size(); at += 1000) {
-        std::string ids;
-        for (std::size_t k = at; k < std::min(fresh.size(), at + 1000); ++k) {
-          if (!ids.empty()) ids += ',';
-          ids += num(fresh[k]);
-        }
-        for (const auto& row : conn.query(time_limited(
-                 "SELECT `record_id`, SUM(`count`) FROM " + bt + " WHERE `record_type` = " +
-                 num(record_type) + " AND `record_id` IN (" + ids + ") AND `bucket` BETWEEN " +
-                 bucket_literal(g, from) + " AND " + bucket_literal(g, to) +
-                 " GROUP BY `record_id`"))) {
-          sums[id_of(row[0])] = decimal_of(row[1]);
-        }
-      }
+      sum_over_range(conn, bt, g, record_type, from, to, fresh, sums);
       best = best_of(sums, limit);
       // A record id not met yet sums at most the last count read in each open bucket.
       __int128 bound = 0;
@@ -302,8 +327,8 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
       }
       if (!open || (best.size() == limit && best.back().second > bound)) break;
     }
-    return best;
   });
+  return best;
 }
 
 }  // namespace slotted::db

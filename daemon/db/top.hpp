@@ -11,7 +11,10 @@
 //   `<table>_hour_totals`,  (record_type, record_id, bucket) -> SUM(count) of its bucket
 //   `<table>_day_totals`    rows, index (record_type, bucket, count DESC, record_id).
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -29,6 +32,11 @@ namespace slotted::db {
 std::string totals_table(std::string_view table);
 std::string bucket_totals_table(std::string_view table, store::granularity g);
 
+// The name --migrate builds the totals table `target` under before renaming it into
+// place: `<x>_totals` -> `<x>_tfill`, never longer than `target` (a name of 64
+// characters at most stays one). Pure.
+std::string totals_scratch_table(std::string_view target);
+
 // CREATE TABLE IF NOT EXISTS of each, pure.
 std::string create_totals_table(std::string_view table);
 std::string create_bucket_totals_table(std::string_view table, store::granularity g);
@@ -36,8 +44,35 @@ std::string create_bucket_totals_table(std::string_view table, store::granularit
 // Creates the totals tables `top` needs (--migrate; none when `top` is empty); a totals
 // table created now is filled with the counters `top` keeps from the counters (or
 // bucket) table before it is renamed into place, so a database migrated with counts in
-// it answers top-N at once. Idempotent.
+// it answers top-N at once; an existing one is filled again for the record types not
+// recorded as filled into it (refill_totals). Idempotent.
 void migrate_totals(connection& conn, const std::string& table, const store::top_spec& top);
+
+// Which record types each totals table was filled for (db/top_filled.cpp): a row
+// (totals_table, record_type) once --migrate has filled `totals_table` with that type's
+// counts (at its creation, or later when `top` was turned on for a counter that had
+// counts). Made by --migrate with the first totals table; read at every schema check.
+inline constexpr std::string_view totals_filled_table = "slotted_counterd_totals_filled";
+std::string create_totals_filled_table();
+
+// The record types of `top` not recorded as filled into `totals` (all of them when the
+// table of records does not exist yet). Throws db_error.
+std::vector<std::uint32_t> unfilled_record_types(connection& conn, const std::string& totals,
+                                                 const store::top_spec& top);
+// Records `record_types` as filled into `totals` (INSERT IGNORE).
+void record_filled(connection& conn, const std::string& totals,
+                   std::span<const std::uint32_t> record_types);
+// In one transaction: the rows of `record_types` in `totals` replaced by the sums of
+// their rows of `source` (the counters table, or the bucket table when `bucketed`),
+// read under shared locks, and the types recorded as filled.
+void refill_totals(connection& conn, const std::string& totals, const std::string& source,
+                   bool bucketed, std::span<const std::uint32_t> record_types);
+// Throws a fatal db_error naming the record type, the totals table and --migrate when a
+// totals table `top` needs was not filled for one of its types: a counter whose `top`
+// was turned on after it had counts would otherwise rank by what it counted since (and
+// a reset would drive its totals negative). Nothing is checked when `top` is empty.
+void verify_totals_filled(connection& conn, const std::string& table,
+                          const store::top_spec& top);
 
 // The totals tables `top` needs that do not exist.
 std::vector<std::string> missing_totals_tables(connection& conn, const std::string& table,
@@ -48,7 +83,8 @@ std::vector<std::string> missing_totals_tables(connection& conn, const std::stri
 // at the flusher's schema check, as for a missing bucket table. The totals are written
 // in every batch's transaction (for the counters `top` keeps); a batch committed without
 // them would leave top-N short of it for good, so nothing is flushed until --migrate has
-// made (and filled) them. Nothing is checked when `top` is empty.
+// made (and filled) them; and when one was not filled for a record type of `top`
+// (verify_totals_filled). Nothing is checked when `top` is empty.
 void verify_totals_tables(connection& conn, const std::string& table,
                           const store::top_spec& top);
 
@@ -85,7 +121,8 @@ std::string bucket_totals_prune_delete(std::string_view table, store::granularit
                                        std::span<const std::uint64_t> ids);
 
 // The `limit` largest totals of `record_type`: (record_id, count), count descending,
-// ties by smaller record_id. One index range read. Throws db_error.
+// ties by smaller record_id. One index range read (two: positive, then negative
+// counts), each cut after 5 s (max_statement_time). Throws db_error.
 std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const std::string& table,
                                                          std::uint32_t record_type,
                                                          std::size_t limit);
@@ -95,6 +132,25 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
 // would read on to every row of the range, holding a connection of the flusher's pool.
 constexpr std::size_t max_top_rows = 200'000;
 
+// The rows per bucket one round reads: 1.5 x `limit`, at least 20.
+constexpr std::size_t top_page(std::size_t limit) {
+  return std::max<std::size_t>(limit + limit / 2, 20);
+}
+// What the first round of a top-N of `limit` over `buckets` buckets may read: past
+// max_top_rows the request can never be answered, whatever the data (the router's 400).
+constexpr std::size_t top_first_round_rows(std::size_t buckets, std::size_t limit) {
+  return buckets * top_page(limit);
+}
+// The wall-clock bound on one bucketed top-N's rounds (each statement is also cut at
+// sql_text::read_time_limit_s): past it the read stops with a db_error of
+// statement_timeout_code, answered as read_timed_out.
+constexpr std::chrono::seconds max_top_time{10};
+
+// Runs `read` in one consistent read-only snapshot (REPEATABLE READ, READ ONLY);
+// whatever `read` (or the SET TRANSACTION / START before it) throws, the connection is
+// left with no transaction open (a ROLLBACK, unless it was lost), and it is rethrown.
+void in_read_snapshot(connection& conn, const std::function<void()>& read);
+
 // A bucketed top-N stopped at `max_rows` (see max_top_rows); nothing else changed.
 struct top_too_costly : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -103,7 +159,8 @@ struct top_too_costly : std::runtime_error {
 // The same over the sums of the `g` buckets starting in [from, to] (bucket-aligned), by
 // an exact threshold-algorithm merge of the buckets' count-ordered indexes, in one
 // consistent snapshot (see top.cpp for its cost). Each statement is cut by the server
-// after 5 s (max_statement_time). Throws db_error, or top_too_costly past `max_rows`.
+// after 5 s (max_statement_time), the whole after max_top_time. Throws db_error, or
+// top_too_costly past `max_rows`.
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
     std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows = max_top_rows);

@@ -18,6 +18,7 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
       store_(store),
       pool_(pool),
       metrics_(metrics),
+      heavy_reads_(pool.size(), settings_.connections),
       worker_([this] { return cycle(); },
               [this](const flush_result& r) { return r ? settings_.interval : next_backoff(); },
               // The first cycle runs at once: it connects, verifies the schema and so

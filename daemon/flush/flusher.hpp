@@ -37,6 +37,7 @@
 
 #include "db/pool.hpp"
 #include "db/repository.hpp"
+#include "flush/read_gate.hpp"
 #include "flush/writer_threads.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "ingest/table_limits.hpp"
@@ -212,6 +213,10 @@ class flusher final : public store::batch_queue {
       std::uint32_t record_type, std::size_t limit,
       std::optional<store::granularity> g = std::nullopt, std::int64_t from = 0,
       std::int64_t to = 0);
+
+  // The cap read_totals() and read_top() share (read_gate.hpp): past it they answer
+  // retry_later at once. Exposed for tests, which hold its slots.
+  read_gate& heavy_reads() { return heavy_reads_; }
 
   // The counter's buckets of granularity `g` starting in [from, to] (bucket-aligned):
   // persisted plus pending, exact as read_total() is (the same generation and in-doubt
@@ -402,6 +407,7 @@ class flusher final : public store::batch_queue {
   std::uint64_t generation_ GUARDED_BY(queue_mutex_) = 0;
 
   std::atomic<bool> top_running_{false};  // a read_top() holds a connection
+  read_gate heavy_reads_;                  // read_totals() and read_top() (read_gate.hpp)
   std::atomic<bool> ready_{false};
   std::atomic<bool> reachable_{true};
   // True while a cycle runs; last_progress_ holds steady_clock ticks of its last sign

@@ -10,8 +10,20 @@
 
 namespace slotted::flush {
 
+namespace {
+failure over_cap(unsigned cap) {
+  std::string why = "too many many-counter and top-N reads at once on this instance (at most ";
+  why += std::to_string(cap);
+  why += ", mysql.pool_size less flush.connections, so that the flushes keep a connection); "
+         "retry shortly";
+  return failure(errc::retry_later, std::move(why));
+}
+}  // namespace
+
 result<totals_reading> flusher::read_totals(std::uint32_t record_type,
                                             std::span<const std::uint64_t> record_ids) {
+  const auto slot = heavy_reads_.try_enter();
+  if (!slot.held()) return over_cap(heavy_reads_.cap());
   totals_reading reading;
   reading.totals.resize(record_ids.size());
   std::unordered_map<std::uint64_t, std::size_t> index;
@@ -60,6 +72,11 @@ result<top_reading> flusher::read_top(std::uint32_t record_type, std::size_t lim
   if (top_running_.exchange(true))
     return failure(errc::retry_later,
                    "another top-N read is running on this instance; retry shortly");
+  const auto slot = heavy_reads_.try_enter();
+  if (!slot.held()) {
+    top_running_.store(false);
+    return over_cap(heavy_reads_.cap());
+  }
   top_reading reading;
   struct done_guard {
     std::atomic<bool>& running;
@@ -71,7 +88,7 @@ result<top_reading> flusher::read_top(std::uint32_t record_type, std::size_t lim
       return db::read_top_buckets(conn, settings_.table, *g, record_type, from, to, limit);
     });
   } catch (const db::top_too_costly& e) {
-    return failure(errc::retry_later, e.what());
+    return failure(errc::too_costly, e.what());  // the same read would stop again: 422
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
     throw;

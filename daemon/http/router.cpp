@@ -191,6 +191,7 @@ response router::failure_response(unsigned v, std::error_code e,
       case errc::wal_write_failed:
       case errc::wal_sync_failed:
       case errc::deadline_passed:
+      case errc::read_timed_out:
         s = status::service_unavailable;
         retry_after = "5";
         break;
@@ -200,6 +201,7 @@ response router::failure_response(unsigned v, std::error_code e,
         break;
       case errc::out_of_range:
       case errc::conflict:
+      case errc::too_costly:
         s = status::unprocessable_entity;
         break;
     }

@@ -1,6 +1,7 @@
 // The many-counter and top-N routes: GET /v1/counters/{record_type}?ids=... and
 // GET /v1/top/{record_type} (README: HTTP API).
 
+#include "db/top.hpp"
 #include "http/query.hpp"
 #include "http/router.hpp"
 #include "http/router_internal.hpp"
@@ -136,6 +137,21 @@ void router::handle_top(const request& req, const route_match& m, const reply& a
     }
     if (parsed_range.empty) return answer(json_response(v, status::ok, "{\"items\": []}"));
     range = parsed_range.range;
+    // A first round past db::max_top_rows could never be answered, whatever the data: a
+    // 400 (not a 503 a client would retry for ever).
+    const auto buckets =
+        static_cast<std::size_t>((range->to - range->from) / store::seconds_of(range->gran) + 1);
+    if (db::top_first_round_rows(buckets, limit) > db::max_top_rows) {
+      std::string why = "limit and the range (from, to) together ask too much of one top-N: ";
+      why += "with limit ";
+      why += std::to_string(limit);
+      why += " the range may hold at most ";
+      why += std::to_string(db::max_top_rows / db::top_page(limit));
+      why += " buckets (it holds ";
+      why += std::to_string(buckets);
+      why += "); ask for a smaller limit, a shorter range or a coarser granularity";
+      return bad_request(why);
+    }
   }
   backend_.read_top(type, range, limit, guarded(answer, v, [v, answer](const backend_result& r) {
                       if (const auto e = r.failure())

@@ -34,6 +34,10 @@ class slotted_error_category final : public std::error_category {
         return "the write-ahead log cannot be synced; retry later";
       case errc::deadline_passed:
         return "the shutdown deadline passed before the backlog was written";
+      case errc::read_timed_out:
+        return "the read took too long and was stopped by the database; retry later";
+      case errc::too_costly:
+        return "this read would cost too much; narrow it";
     }
     return "unknown slotted error " + std::to_string(ev);
   }

@@ -28,9 +28,12 @@ enum class errc {
   wal_write_failed,      // the WAL could not be written (nothing logged)
   wal_sync_failed,       // the WAL could not be synced (the append is cut back)
   deadline_passed,       // the stop deadline passed before the backlog was written
+  read_timed_out,        // a read's statement passed its time limit (max_statement_time)
+  too_costly,            // a top-N whose merge passed its row bound (the data decides):
+                         // 422, the same request stops again until the counts change
 };
 // The last code, for tests that walk them all.
-inline constexpr errc last_errc = errc::deadline_passed;
+inline constexpr errc last_errc = errc::too_costly;
 
 // The category of errc: name() "slotted", message() the text a client is told when the
 // caller has nothing more precise.

@@ -34,6 +34,10 @@ bool is_data_error(unsigned code);
 // KEY UPDATE absorbs. Retrying cannot help until an operator widens the column.
 bool is_autoincrement_exhaustion(unsigned code, std::string_view message);
 
+// ER_STATEMENT_TIMEOUT: a statement passed its max_statement_time (the reads of HTTP
+// requests are limited, db/sql_text.hpp time_limited).
+inline constexpr unsigned statement_timeout_code = 1969;
+
 class db_error : public std::runtime_error {
  public:
   // `code` is the server or client error number; 0 for errors of our own (schema checks).

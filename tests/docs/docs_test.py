@@ -519,8 +519,11 @@ def check_openapi(ctx):
     for path, item in spec["paths"].items():
         for method, op in item.items():
             if method.upper() in METHODS:
+                # x-not-walked: statuses that need data no quick walk makes (a top-N
+                # merge past its 200,000 rows), each covered by a test the spec names.
+                skipped = {str(x) for x in op.get("x-not-walked", [])}
                 unprovoked += [f"{method.upper()} {path} {s}" for s in op["responses"]
-                               if (path, method, int(s)) not in seen]
+                               if (path, method, int(s)) not in seen and s not in skipped]
     if unprovoked:
         problems.append(f"listed but never answered in this walk: {unprovoked}")
     if problems:

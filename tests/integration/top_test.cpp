@@ -233,14 +233,14 @@ TEST_F(ManyAndTop, AnUpgradeWithoutMigrateIsRefusedAtStartNamingTheTotalsTable) 
   // A fill cut by a crash left its scratch table, part filled: --migrate builds it again
   // and renames it into place, leaving no scratch table.
   conn.execute(
-      "CREATE TABLE slotted_counters_totals_filling (record_type INT UNSIGNED NOT NULL, "
+      "CREATE TABLE slotted_counters_tfill (record_type INT UNSIGNED NOT NULL, "
       "record_id BIGINT UNSIGNED NOT NULL, count DECIMAL(30,0) NOT NULL, PRIMARY KEY "
       "(record_type, record_id))");
-  conn.execute("INSERT INTO slotted_counters_totals_filling VALUES (123, 5, 1)");
+  conn.execute("INSERT INTO slotted_counters_tfill VALUES (123, 5, 1)");
   run_migrate();
   EXPECT_EQ(shared_mariadb().query_int(
                 database_, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '" +
-                               database_ + "' AND table_name LIKE '%filling'"),
+                               database_ + "' AND table_name LIKE '%tfill'"),
             0);
   daemon_process d(yaml("top-a"));
   ASSERT_EQ(d.settle(), 200u);

@@ -36,6 +36,7 @@ counters:
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_totals` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_hour_totals` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`hits_day_totals` TO 'counterd'@'%'",
+      "GRANT SELECT ON `app`.`slotted_counterd_totals_filled` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'counterd'@'%'",
       "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` TO "
       "'counterd'@'%'",

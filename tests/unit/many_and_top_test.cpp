@@ -184,6 +184,31 @@ TEST_F(ManyAndTop, BadTopParametersAre400NamingThem) {
   EXPECT_EQ(empty[0].body(), R"({"items": []})");
 }
 
+// A top-N whose first round alone passes db::max_top_rows (buckets x max(1.5 x limit,
+// 20)) can never be answered, whatever the data: a 400 naming limit and the range at
+// parse time, nothing asked of the backend (a 503 would have a client obeying
+// Retry-After retry it for ever). One bucket fewer is read. A data-dependent stop (the
+// merge passing its bound on tied counts) is a 422, not a 503.
+TEST_F(ManyAndTop, ATopNThatCanNeverBeAnsweredIs400AndADataDependentStopIs422) {
+  // limit 1000: a page of 1500 rows, so at most 133 buckets.
+  const auto range = [](int days) {
+    return "/v1/top/3?limit=1000&granularity=day&from=0&to=" + std::to_string(86400 * (days - 1));
+  };
+  const auto refused = reason(range(134));
+  EXPECT_NE(refused.find("limit and the range (from, to)"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("at most 133 buckets (it holds 134)"), std::string::npos) << refused;
+  EXPECT_EQ(backend_.top_limit_, 0u);
+  EXPECT_TRUE(get(range(133)).empty());
+  EXPECT_EQ(backend_.top_limit_, 1000u);
+  backend_result stopped{status::unavailable, "this top-N would read more than 200000 rows"};
+  stopped.why = errc::too_costly;
+  backend_.read_done_(stopped);
+  ASSERT_EQ(last_->size(), 1u);
+  EXPECT_EQ(last_->at(0).result_int(), 422u);
+  EXPECT_EQ(last_->at(0)[bh::field::retry_after], "");
+  EXPECT_NE(last_->at(0).body().find("would read more than"), std::string::npos);
+}
+
 // counters[].top off (views): no top-N totals are kept, so there is none to read: a 404
 // naming the switch, whatever the parameters, and nothing asked of the backend; the
 // many-counter read needs no totals and works as for any counter.

@@ -516,6 +516,8 @@ TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
       {errc::wal_write_failed, 503, "5", "write-ahead log cannot be written"},
       {errc::wal_sync_failed, 503, "5", "write-ahead log cannot be synced"},
       {errc::deadline_passed, 503, "5", "shutdown deadline passed"},
+      {errc::read_timed_out, 503, "5", "the read took too long"},
+      {errc::too_costly, 422, "", "would cost too much"},
   };
   // Every code has a case: a new code without a status fails here.
   EXPECT_EQ(std::size(cases), static_cast<std::size_t>(last_errc));

@@ -1,0 +1,122 @@
+// Which record types each totals table was filled for (db/top.hpp, totals_filled_table):
+// a totals table counts a record type's slot (or bucket) rows only from the moment it
+// was filled for it; the counts of a counter that had some before `top` was turned on
+// are in it only once --migrate has filled it for that type.
+#include <algorithm>
+
+#include "db/sql_text.hpp"
+#include "db/top.hpp"
+#include "model/errors.hpp"
+
+namespace slotted::db {
+
+using sql_text::num;
+
+namespace {
+// Appended piece by piece (gcc 12's false -Wrestrict at -O3 on `"lit" + std::string&&`).
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+  std::string out;
+  (out.append(parts), ...);
+  return out;
+}
+}  // namespace
+
+std::string create_totals_filled_table() {
+  return sql_text::create_table(quote_identifier(totals_filled_table),
+                                "  `totals_table` VARCHAR(64) CHARACTER SET ascii NOT NULL,\n"
+                                "  `record_type` INT UNSIGNED NOT NULL,\n"
+                                "  `filled_at` TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,\n"
+                                "  PRIMARY KEY (`totals_table`, `record_type`)\n");
+}
+
+std::vector<std::uint32_t> unfilled_record_types(connection& conn, const std::string& totals,
+                                                 const store::top_spec& top) {
+  std::vector<std::uint32_t> filled;
+  try {
+    for (const auto& row :
+         conn.query(cat("SELECT `record_type` FROM ", quote_identifier(totals_filled_table),
+                        " WHERE `totals_table` = ", conn.quote(totals)))) {
+      filled.push_back(static_cast<std::uint32_t>(std::stoul(row[0].value_or("0"))));
+    }
+  } catch (const db_error& e) {
+    if (e.code() != 1146) throw;  // no such table (a version before it): none recorded
+  }
+  std::vector<std::uint32_t> out;
+  for (const auto t : top.record_types()) {
+    if (std::find(filled.begin(), filled.end(), t) == filled.end()) out.push_back(t);
+  }
+  return out;
+}
+
+void record_filled(connection& conn, const std::string& totals,
+                   std::span<const std::uint32_t> record_types) {
+  if (record_types.empty()) return;
+  std::string sql = cat("INSERT IGNORE INTO ", quote_identifier(totals_filled_table),
+                        " (`totals_table`, `record_type`) VALUES ");
+  for (std::size_t i = 0; i < record_types.size(); ++i) {
+    if (i > 0) sql += ',';
+    sql += '(';
+    sql += conn.quote(totals);
+    sql += ',';
+    sql += num(record_types[i]);
+    sql += ')';
+  }
+  conn.execute(sql);
+}
+
+void refill_totals(connection& conn, const std::string& totals, const std::string& source,
+                   bool bucketed, std::span<const std::uint32_t> record_types) {
+  if (record_types.empty()) return;
+  std::string in = " WHERE `record_type` IN (";
+  for (std::size_t i = 0; i < record_types.size(); ++i) {
+    if (i > 0) in += ',';
+    in += num(record_types[i]);
+  }
+  in += ")";
+  const std::string columns = bucketed ? "`record_type`, `record_id`, `bucket`"
+                                       : "`record_type`, `record_id`";
+  conn.execute("START TRANSACTION");
+  try {
+    // What the totals hold of these types (what was counted since top was turned on)
+    // goes; the sums of their rows, read under shared locks (a flush of them waits for
+    // the COMMIT), take its place.
+    conn.execute(cat("DELETE FROM ", quote_identifier(totals), in));
+    conn.execute(cat("INSERT INTO ", quote_identifier(totals), " (", columns, ", `count`) SELECT ",
+                     columns, ", SUM(`count`) FROM ", quote_identifier(source), in, " GROUP BY ",
+                     columns, " LOCK IN SHARE MODE"));
+    record_filled(conn, totals, record_types);
+    conn.execute("COMMIT");
+  } catch (const db_error& e) {
+    if (!e.connection_lost()) {
+      try {
+        conn.execute("ROLLBACK");
+      } catch (const db_error&) {
+      }
+    }
+    throw;
+  }
+}
+
+void verify_totals_filled(connection& conn, const std::string& table,
+                          const store::top_spec& top) {
+  if (top.empty()) return;
+  std::vector<std::string> tables{totals_table(table)};
+  for (const auto g : store::all_granularities) {
+    if (top.uses(g)) tables.push_back(bucket_totals_table(table, g));
+  }
+  for (const auto& t : tables) {
+    const auto unfilled = unfilled_record_types(conn, t, top);
+    if (unfilled.empty()) continue;
+    throw db_error(0,
+                   cat("counters[].top is on for record_type ", num(unfilled.front()),
+                       " but table `", t,
+                       "` was not filled with its counts (top was turned on for a counter that "
+                       "already had counts, or the totals were made by a version before "
+                       "it): top-N would miss what it counted before; run slotted-counterd "
+                       "--migrate (it fills the totals of those record types from their rows)"),
+                   true);
+  }
+}
+
+}  // namespace slotted::db
