@@ -200,8 +200,7 @@ TEST_F(ManyAndTop, ATopNThatCanNeverBeAnsweredIs400AndADataDependentStopIs422) {
   EXPECT_EQ(backend_.top_limit_, 0u);
   EXPECT_TRUE(get(range(133)).empty());
   EXPECT_EQ(backend_.top_limit_, 1000u);
-  backend_result stopped{status::unavailable, "this top-N would read more than 200000 rows"};
-  stopped.why = errc::too_costly;
+  backend_result stopped{errc::too_costly, "this top-N would read more than 200000 rows"};
   backend_.read_done_(stopped);
   ASSERT_EQ(last_->size(), 1u);
   EXPECT_EQ(last_->at(0).result_int(), 422u);

@@ -1,4 +1,4 @@
-// The review of issue 26's top-N and many-counter reads, against a real MariaDB: the
+// Top-N and many-counter reads at their edges, against a real MariaDB: the
 // longest accepted mysql.table migrates and starts; top turned on for a counter that
 // already has counts is refused until --migrate fills its totals, and a reset then
 // never drives them negative; the heavy reads' cap leaves the flush its connection; a
@@ -39,7 +39,7 @@ ranking items_of(const std::string& body) {
   return out;
 }
 
-class TopReview : public ::testing::Test {
+class TopEdges : public ::testing::Test {
  protected:
   void SetUp() override { database_ = shared_mariadb().create_database(); }
   std::string yaml(const std::string& counters, const std::string& mysql_extra = "") const {
@@ -58,7 +58,7 @@ class TopReview : public ::testing::Test {
 // its scratch name, 62 characters) and the daemon starts, flushes and answers top-N;
 // one character more is a config error naming mysql.table and 52. With the scratch name
 // `<x>_totals_filling` the --migrate failed here (error 1059).
-TEST_F(TopReview, TheLongestAcceptedTableNameMigratesAndStartsAndOneMoreIsRefused) {
+TEST_F(TopEdges, TheLongestAcceptedTableNameMigratesAndStartsAndOneMoreIsRefused) {
   const std::string counters =
       "  - {name: downloads, record_type: 123, buckets: {hour: 2d, day: 40d}, top: true}\n";
   const std::string longest(52, 't');
@@ -95,7 +95,7 @@ TEST_F(TopReview, TheLongestAcceptedTableNameMigratesAndStartsAndOneMoreIsRefuse
 // (before, it started and ranked by what was counted since: here nothing); --migrate
 // fills its totals from its rows; top-N then equals the truth, total and per day, and a
 // reset leaves no negative total, even for a bucket whose totals row is gone.
-TEST_F(TopReview, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
+TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
   const std::string off =
       "  - {name: downloads, record_type: 123, buckets: {day: 40d}}\n"
       "  - {name: stars, record_type: 124, buckets: {day: 40d}, top: true}\n";
@@ -163,7 +163,7 @@ TEST_F(TopReview, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) 
 // each), another is refused at once with retry_later (503 with Retry-After), and a
 // flush still commits over the connection left. With a cap of the whole pool the flush
 // would wait for a connection (the bounded wait below fails).
-TEST_F(TopReview, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
+TEST_F(TopEdges, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   metrics::registry metrics;
@@ -219,7 +219,7 @@ TEST_F(TopReview, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
 
 // L2: whatever a snapshot read throws (a db_error or not), its connection is left with
 // no transaction open, to go back to the pool.
-TEST_F(TopReview, ASnapshotReadThatThrowsLeavesNoTransactionOpen) {
+TEST_F(TopEdges, ASnapshotReadThatThrowsLeavesNoTransactionOpen) {
   auto conn = shared_mariadb().connect(database_);
   const auto in_transaction = [&] {
     return conn.query("SELECT @@in_transaction").at(0).at(0).value_or("?");
@@ -238,7 +238,7 @@ TEST_F(TopReview, ASnapshotReadThatThrowsLeavesNoTransactionOpen) {
 
 // L4: a many-counter read cut by its statement time limit (5 s; here it waits on a
 // table lock) is a 503 saying the read took too long, not "database not reachable".
-TEST_F(TopReview, AReadPastItsTimeLimitIs503SayingItTookTooLong) {
+TEST_F(TopEdges, AReadPastItsTimeLimitIs503SayingItTookTooLong) {
   const std::string counters = "  - {name: downloads, record_type: 123}\n";
   std::string out;
   ASSERT_EQ(run_binary(yaml(counters), "--migrate", out), 0) << out;
