@@ -185,11 +185,10 @@ TEST(Rollup, RunEndsUnderSteadyLoad) {
     }
   });
   // Marks exist and keep being renewed before the rollup is asked for.
-  const auto marked_by = std::chrono::steady_clock::now() + 20s;
-  while (server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty") < ids &&
-         std::chrono::steady_clock::now() < marked_by) {
-    std::this_thread::sleep_for(10ms);
-  }
+  const auto marked = [&] {
+    return server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty") >= ids;
+  };
+  eventually(marked, 20s, 10ms);
   http_client c(daemon.port(), 20s);
   const auto asked = std::chrono::steady_clock::now();
   const auto rolled = c.request("POST", "/v1/rollup");
@@ -197,11 +196,8 @@ TEST(Rollup, RunEndsUnderSteadyLoad) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
   const bool load_still_running = !stop && posted.load() > 0;
   const int posted_at_answer = posted.load();
-  const auto continued_by = std::chrono::steady_clock::now() + 10s;
-  while (posted.load() == posted_at_answer && std::chrono::steady_clock::now() < continued_by) {
-    std::this_thread::sleep_for(5ms);
-  }
-  const bool load_continued = posted.load() > posted_at_answer;
+  const bool load_continued =
+      eventually([&] { return posted.load() > posted_at_answer; }, 10s, 5ms);
   stop = true;
   loader.join();
   ASSERT_EQ(rolled.status, 200u) << "the rollup run did not end under load: " << rolled.body;

@@ -93,9 +93,8 @@ class Committer : public ::testing::Test {
 
   // Waits until the WAL has grown past `before` (a group was written and synced).
   void await_logged(std::uintmax_t before) const {
-    const auto deadline = clock::now() + std::chrono::seconds(20);
-    while (wal_bytes() <= before && clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    slotted::test::eventually([&] { return wal_bytes() > before; }, std::chrono::seconds(20),
+                              std::chrono::milliseconds(1));
     ASSERT_GT(wal_bytes(), before);
   }
 
@@ -380,16 +379,16 @@ TEST_F(Committer, InlineSubmitDoesNotWaitForATakeOnTheLogThread) {
           },
           [&](std::vector<store::flush_batch>&& b) { first = std::move(b); }));
     });
-    while (!in_take) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(slotted::test::eventually([&] { return in_take.load(); }, std::chrono::seconds(20),
+                                          std::chrono::milliseconds(1)));
     const auto started = clock::now();
     c.submit({{1, 2, 1}}, nullptr, count);  // an HTTP loop
     const auto waited = clock::now() - started;
     disk_done = true;
     flusher.join();
     EXPECT_LT(waited, std::chrono::seconds(1)) << "the HTTP thread waited for the take";
-    const auto deadline = clock::now() + std::chrono::seconds(20);
-    while (answered < 2 && clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    slotted::test::eventually([&] { return answered >= 2; }, std::chrono::seconds(20),
+                              std::chrono::milliseconds(1));
     EXPECT_EQ(answered, 2);
     // Queued during the take: after its cut, in the next one.
     EXPECT_EQ(batched(first, 1), 1);
@@ -506,9 +505,8 @@ class CommitterGroup : public Committer {
   };
 
   static void await(const std::atomic<int>& n, int target) {
-    const auto deadline = clock::now() + std::chrono::seconds(30);
-    while (n < target && clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    slotted::test::eventually([&] { return n >= target; }, std::chrono::seconds(30),
+                              std::chrono::milliseconds(1));
     ASSERT_EQ(n, target);
   }
 };
