@@ -101,8 +101,8 @@ prune_result pruner::run_once() {
     }
     return failure(errc::database_unavailable, why);
   }
-  if (!last_error_.empty()) log::info("bucket retention works again");
-  last_error_.clear();
+  if (last_error_) log::info("bucket retention works again");
+  last_error_.reset();
   if (done.rows > 0) log::debug("bucket retention: ", done.rows, " rows deleted");
   return done;
 }

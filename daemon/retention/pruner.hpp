@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "db/pool.hpp"
@@ -78,7 +79,7 @@ class pruner {
   settings settings_;
   db::pool& pool_;
   metrics::registry& metrics_;
-  std::string last_error_;
+  std::optional<std::string> last_error_;  // the last run's failure, logged once
   bool clocks_apart_ = false;  // logged once per episode
   util::worker<prune_result> worker_;
 };
