@@ -200,6 +200,7 @@ void check_hosts_and_socket(const daemon_config& cfg, checker& c);
 void check_tls(const daemon_config& cfg, checker& c);
 // The flusher's connections against mysql.pool_size.
 void check_flush_connections(const daemon_config& cfg, checker& c);
+void check_dedupe(const daemon_config& cfg, checker& c);
 // counters: a list of {name, record_type[, rollup][, buckets]}.
 void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                     std::vector<counter_decl>& counters);

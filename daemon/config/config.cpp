@@ -161,6 +161,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   if (read_secrets) detail::resolve_secrets(cfg, c, over.password_file.has_value());
   detail::check_tls(cfg, c);
   detail::check_flush_connections(cfg, c);
+  detail::check_dedupe(cfg, c);
   // The bucket tables are named after the counters table: `<table>_hour`, `<table>_day`.
   if (!bucket_spec_of(cfg).empty() && cfg.mysql.table.size() + 5 > 64) {
     c.fail_plain("mysql.table",

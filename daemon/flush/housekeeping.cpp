@@ -1,6 +1,7 @@
 // Housekeeping of the flush cycle: the schema, bucket-table and AUTO_INCREMENT checks, and
 // the ledger and Idempotency-Key prunes.
 #include "flush/flusher.hpp"
+#include "db/uniques.hpp"
 
 #include <algorithm>
 #include "idempotency/keyed_batches.hpp"
@@ -81,6 +82,7 @@ void flusher::verify_schema(db::connection& conn) {
   // never an owning table, so a missing one must not stop the flush (the roller
   // checks each target at each run, see rollup::roller).
   verify_bucket_tables(conn);
+  db::verify_uniques_table(conn, settings_.table, settings_.dedupe);
   check_autoincrement(conn);
   progress();
   schema_verified_ = true;
