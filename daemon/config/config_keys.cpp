@@ -404,7 +404,7 @@ std::vector<key_row> live_keys() {
       part("counters[].buckets.day", "duration", "none", "counters[].buckets"),
       structured({.key = "counters[].top", .type = "boolean", .default_value = "false"},
                  &top_differs, &change_top),
-      structured({.key = "counters[].dedupe", .type = "hour | day", .default_value = "none"},
+      structured({.key = "counters[].dedupe", .type = "enum", .default_value = "none"},
                  &dedupe_differs, &change_dedupe),
       live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
            &adopt<&C::accept_undeclared_types>),
