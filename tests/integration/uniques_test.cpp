@@ -14,7 +14,9 @@
 #include <thread>
 #include <tuple>
 
+#include "db/uniques.hpp"
 #include "support/daemon_process.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 
@@ -222,6 +224,108 @@ TEST_F(Uniques, TwoInstancesCountAPairOnceBetweenThem) {
   expect_truth(ca, t);
   expect_truth(cb, t);
   EXPECT_EQ(table_rows(), static_cast<std::int64_t>(t.pairs.size()));
+}
+
+// Through a proxy that cuts the database: a COMMIT whose reply is lost (the ledger
+// resolves the batch), then an outage during which unique entries stay pending, bounded
+// by flush.max_pending_keys, and are decided once the database is back.
+TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  {
+    auto conn = server.connect(database);
+    store::dedupe_spec dedupe;
+    dedupe.declare(321, store::granularity::day);
+    db::migrate_uniques(conn, "slotted_counters", dedupe);
+  }
+  fault_proxy proxy(server.port());
+  auto cfg = test_config(server, database);
+  cfg.mysql.socket.clear();
+  cfg.mysql.host = "127.0.0.1";
+  cfg.mysql.port = proxy.port();
+  cfg.flush.interval = 1h;
+  cfg.flush.max_pending_keys = 60;
+  cfg.counters = {{"dl", 321, std::nullopt, {}, false, store::granularity::day}};
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_TRUE(flush_until_ok(c));
+  truth t;
+  const std::int64_t now = unix_now();
+  const auto send = [&](std::uint64_t id, const std::string& client) {
+    const event e{id, client, 1, now};
+    const auto r = c.post_json("/v1/increments", e.json());
+    if (r.status == 202) t.add(e);
+    return r.status;
+  };
+  for (int round = 0; round < 2; ++round)
+    for (std::uint64_t id = 1; id <= 3; ++id)
+      for (const char* client : {"a", "b", "c", "d"}) ASSERT_EQ(send(id, client), 202u);
+  ASSERT_EQ(send(1, ""), 202u);
+  // The COMMIT is applied and its reply lost: the retry finds the ledger row.
+  proxy.arm("COMMIT", fault_proxy::cut::after_statement, 1);
+  EXPECT_EQ(c.request("POST", "/v1/flush").status, 503u);
+  ASSERT_TRUE(flush_until_ok(c));
+  EXPECT_EQ(proxy.cuts(), 1);
+  const auto persisted = [&](std::uint64_t id) {
+    return server.query_int(database, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM "
+                                      "slotted_counters WHERE record_type = 321 AND record_id = " +
+                                          std::to_string(id));
+  };
+  for (const auto& [id, n] : t.totals()) EXPECT_EQ(persisted(id), n) << id;
+  // An outage: the same pairs again and new ones stay pending, up to the limit.
+  proxy.set_down(true);
+  EXPECT_EQ(c.request("POST", "/v1/flush").status, 503u);
+  unsigned refused = 0, accepted = 0;
+  for (std::uint64_t id = 1; id <= 40 && refused == 0; ++id) {
+    for (const char* client : {"a", "e"}) {
+      const auto status = send(id, client);
+      if (status == 503u) {
+        ++refused;
+      } else {
+        EXPECT_EQ(status, 202u);
+        ++accepted;
+      }
+    }
+  }
+  // Each request holds one entry (a pair counted before included: only the database
+  // knows): the limit of 60 is reached by them, passed by at most one.
+  EXPECT_GE(refused, 1u) << "the pending limit never answered 503";
+  EXPECT_GE(accepted, 59u);
+  EXPECT_LE(accepted, 61u);
+  proxy.set_down(false);
+  ASSERT_TRUE(flush_until_ok(c, 30s));
+  for (const auto& [id, n] : t.totals()) EXPECT_EQ(persisted(id), n) << id;
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters_uniques"),
+            static_cast<std::int64_t>(t.pairs.size()));
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+// The prune deletes the rows of windows that ended more than twice the margin ago, of
+// the counters of their granularity, and keeps the rest.
+TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnly) {
+  auto& server = shared_mariadb();
+  const auto database = server.create_database();
+  auto conn = server.connect(database);
+  store::dedupe_spec dedupe;
+  dedupe.declare(321, store::granularity::day);
+  dedupe.declare(322, store::granularity::hour);
+  db::migrate_uniques(conn, "t", dedupe);
+  const std::int64_t now = 100 * 86400 + 3600 * 5 + 700;  // 05:11:40 on day 100
+  const std::int64_t margin = 2 * store::unique_margin_seconds;
+  // (type, window start): day 99 ended 5 h ago (gone), day 100 is now (kept); an hour
+  // that ended 740 s ago, more than twice the margin (gone), one that ends in 40 min
+  // (kept); type 323 dedupes no more (kept: its windows are not known).
+  conn.execute(
+      "INSERT INTO t_uniques VALUES (8553600, 321, 1, 'a', 'i', 1, 1), (8640000, 321, 1, 'a', "
+      "'i', 1, 1), (" + std::to_string(now - 700 - 3600 - 40) + ", 322, 1, 'a', 'i', 1, 1), (" +
+      std::to_string(now - 700 - 40) + ", 322, 1, 'a', 'i', 1, 1), (8553600, 323, 1, 'a', 'i', "
+      "1, 1)");
+  ASSERT_GT(700, margin);
+  EXPECT_EQ(db::prune_uniques(conn, "t", dedupe, now, 1), 2u);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM t_uniques"), 3);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM t_uniques WHERE window_start = "
+                                       "8553600 AND record_type = 321"),
+            0);
 }
 
 }  // namespace
