@@ -30,8 +30,12 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 using namespace slotted;
@@ -59,8 +63,9 @@ void memory(std::size_t n) {
     const std::size_t before = heap_bytes.load();
     uniques.add(entries);
     const std::size_t after = heap_bytes.load();
-    std::printf("memory: client of %zu bytes: %.1f heap bytes asked per pending entry (%zu entries)\n",
-                length, static_cast<double>(after - before) / static_cast<double>(n), n);
+    std::printf(
+        "memory: client of %zu bytes: %.1f heap bytes asked per pending entry (%zu entries)\n",
+        length, static_cast<double>(after - before) / static_cast<double>(n), n);
   }
 }
 
@@ -75,7 +80,9 @@ void database(std::size_t n) {
   const std::int64_t window = 86400 * 20000;
   auto entries = entries_of(n, 16, window);
   std::sort(entries.begin(), entries.end());
-  const auto dirty = [](std::span<const db::counter_row>) { return std::span<const db::counter_row>(); };
+  const auto dirty = [](std::span<const db::counter_row>) {
+    return std::span<const db::counter_row>();
+  };
   std::uint64_t seq = 1;
   const auto run = [&](const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -84,11 +91,12 @@ void database(std::size_t n) {
       store::flush_batch b;
       b.run_id = 7;
       b.seq = seq++;
-      b.uniques.assign(entries.begin() + static_cast<std::ptrdiff_t>(first),
-                       entries.begin() + static_cast<std::ptrdiff_t>(std::min(entries.size(), first + 1000)));
-      counted += db::commit_unique_batch(conn, "slotted_counters", {"bench", b.run_id, b.seq}, b,
-                                         dirty)
-                     .counted;
+      b.uniques.assign(
+          entries.begin() + static_cast<std::ptrdiff_t>(first),
+          entries.begin() + static_cast<std::ptrdiff_t>(std::min(entries.size(), first + 1000)));
+      counted +=
+          db::commit_unique_batch(conn, "slotted_counters", {"bench", b.run_id, b.seq}, b, dirty)
+              .counted;
     }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -101,10 +109,14 @@ void database(std::size_t n) {
   const auto rows = conn.query(
       "SELECT data_length, index_length, table_rows FROM information_schema.tables WHERE "
       "table_schema = DATABASE() AND table_name = 'slotted_counters_uniques'");
-  const double data = std::stod(rows[0][0].value_or("0")), index = std::stod(rows[0][1].value_or("0"));
-  const double count = static_cast<double>(server.query_int(dbname, "SELECT COUNT(*) FROM slotted_counters_uniques"));
-  std::printf("database: %.0f rows (client 16 bytes, instance id 5): data %.0f + index %.0f bytes, %.1f bytes a row\n",
-              count, data, index, (data + index) / count);
+  const double data = std::stod(rows[0][0].value_or("0")),
+               index = std::stod(rows[0][1].value_or("0"));
+  const double count = static_cast<double>(
+      server.query_int(dbname, "SELECT COUNT(*) FROM slotted_counters_uniques"));
+  std::printf(
+      "database: %.0f rows (client 16 bytes, instance id 5): data %.0f + index %.0f bytes, %.1f "
+      "bytes a row\n",
+      count, data, index, (data + index) / count);
   std::vector<std::string> quoted{conn.quote(entries[0].client), conn.quote(entries[1].client)};
   for (const auto& r : conn.query("EXPLAIN " + db::uniques_select_ours("slotted_counters",
                                                                        std::span(entries).first(2),

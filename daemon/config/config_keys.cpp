@@ -361,7 +361,8 @@ bool dedupe_differs(const daemon_config& a, const daemon_config& b) {
 }
 void change_dedupe(const key_row&, daemon_config& cfg) {
   auto& c = first_counter(cfg);
-  c.dedupe = c.dedupe == store::granularity::day ? store::granularity::hour : store::granularity::day;
+  c.dedupe =
+      c.dedupe == store::granularity::day ? store::granularity::hour : store::granularity::day;
 }
 void change_hosts(const key_row&, daemon_config& cfg) {
   cfg.mysql.hosts.push_back({"changed.example", 3307});

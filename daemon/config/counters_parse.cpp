@@ -74,8 +74,8 @@ void parse_buckets(checker& c, const YAML::Node& a, const std::string& ap,
 
 }  // namespace
 
-// counters: a list of {name, record_type[, rollup][, buckets][, top][, dedupe]}, names and types each
-// unique.
+// counters: a list of {name, record_type[, rollup][, buckets][, top][, dedupe]}, names and types
+// each unique.
 void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                     std::vector<counter_decl>& counters) {
   if (!c.list(v, p, "expected a list of counters")) return;
@@ -111,7 +111,8 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                   {"dedupe",
                    [&](auto& a, auto& ap) {
                      c.choice<store::granularity>(
-                         a, ap, {{"hour", store::granularity::hour}, {"day", store::granularity::day}},
+                         a, ap,
+                         {{"hour", store::granularity::hour}, {"day", store::granularity::day}},
                          d.dedupe);
                    }},
               });

@@ -167,7 +167,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
 // The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5, 6); db::commit_unique_batch (1, 2, 3, 4, 5, 6); reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
+// 5, 6); db::commit_unique_batch (1, 2, 3, 4, 5, 6);
+// reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
 // a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
 // what it deleted, `<table>_totals` first even when its sum was 0; 6);
 // logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
@@ -185,7 +186,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
 // marks), prune_buckets (one bucket's rows, in key order; with top, then their bucket
 // totals, 4 then 5 in one transaction), prune_ledger,
-// idempotency::prune_keys and db::prune_uniques. Tested in tests/integration/lock_order_test.cpp.
+// idempotency::prune_keys and db::prune_uniques (one window range of `<table>_uniques`).
+// Tested in tests/integration/lock_order_test.cpp.
 
 enum class commit_outcome { applied, already_applied };
 

@@ -45,8 +45,9 @@ std::string uniques_insert(std::string_view table, std::span<const store::unique
                            std::uint64_t seq) {
   std::string sql = "INSERT IGNORE INTO ";
   sql += quote_identifier(uniques_table(table));
-  sql += " (`window_start`, `record_type`, `record_id`, `client`, `instance_id`, `run_id`, "
-         "`batch_seq`) VALUES ";
+  sql +=
+      " (`window_start`, `record_type`, `record_id`, `client`, `instance_id`, `run_id`, "
+      "`batch_seq`) VALUES ";
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (i > 0) sql.push_back(',');
     sql.push_back('(');
@@ -63,8 +64,7 @@ std::string uniques_select_ours(std::string_view table,
                                 std::span<const std::string> quoted_clients,
                                 std::string_view quoted_instance, std::uint64_t run_id,
                                 std::uint64_t seq) {
-  std::string sql =
-      "SELECT `window_start`, `record_type`, `record_id`, HEX(`client`) FROM ";
+  std::string sql = "SELECT `window_start`, `record_type`, `record_id`, HEX(`client`) FROM ";
   sql += quote_identifier(uniques_table(table));
   sql += " WHERE (`window_start`, `record_type`, `record_id`, `client`) IN (";
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -95,8 +95,7 @@ std::string uniques_prune(std::string_view table, std::span<const std::uint32_t>
   return sql;
 }
 
-void migrate_uniques(connection& conn, const std::string& table,
-                     const store::dedupe_spec& dedupe) {
+void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe) {
   if (!dedupe.empty()) conn.execute(create_uniques_table(table));
 }
 
@@ -105,10 +104,10 @@ void verify_uniques_table(connection& conn, const std::string& table,
   if (dedupe.empty()) return;
   const std::string name = uniques_table(table);
   if (conn.query(table_exists_select(conn.quote(name))).empty()) {
-    throw db_error(0,
-                   "table `" + name +
-                       "` (counters[].dedupe) does not exist; run slotted-counterd --migrate",
-                   true);
+    throw db_error(
+        0,
+        "table `" + name + "` (counters[].dedupe) does not exist; run slotted-counterd --migrate",
+        true);
   }
 }
 
@@ -116,7 +115,8 @@ void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t
                      const store::bucket_spec& buckets, std::vector<counter_row>& rows,
                      std::vector<store::bucket_row>& bucket_rows) {
   std::map<store::counter_key, std::int64_t> totals;
-  std::map<std::tuple<store::counter_key, store::granularity, std::int64_t>, std::int64_t> in_buckets;
+  std::map<std::tuple<store::counter_key, store::granularity, std::int64_t>, std::int64_t>
+      in_buckets;
   for (const auto& e : counted) {
     const store::counter_key key{e.record_type, e.record_id};
     ++totals[key];
@@ -151,15 +151,16 @@ std::string hex_upper(std::string_view s) {
 constexpr std::size_t max_tuple_bytes = 512;
 
 // The entries this batch inserted (their rows carry its identity), in `entries`' order.
-std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const std::string& table,
-                                                     const batch_identity& id,
-                                                     std::span<const store::unique_entry> entries) {
+std::vector<store::unique_entry> insert_and_find_ours(
+    connection& conn, const std::string& table, const batch_identity& id,
+    std::span<const store::unique_entry> entries) {
   const std::string instance = conn.quote(id.instance_id);
   std::vector<std::string> clients;
   clients.reserve(entries.size());
   for (const auto& e : entries) clients.push_back(conn.quote(e.client));
   const std::size_t budget = conn.max_statement_bytes();
-  const std::size_t per = std::max<std::size_t>(1, budget > 2048 ? (budget - 1024) / max_tuple_bytes : 1);
+  const std::size_t per =
+      std::max<std::size_t>(1, budget > 2048 ? (budget - 1024) / max_tuple_bytes : 1);
   const std::span<const std::string> quoted(clients);
   std::set<std::tuple<std::int64_t, std::uint32_t, std::uint64_t, std::string>> ours;
   for (std::size_t first = 0; first < entries.size(); first += per) {
@@ -169,9 +170,9 @@ std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const st
   }
   for (std::size_t first = 0; first < entries.size(); first += per) {
     const std::size_t n = std::min(per, entries.size() - first);
-    for (const auto& r : conn.query(uniques_select_ours(table, entries.subspan(first, n),
-                                                        quoted.subspan(first, n), instance,
-                                                        id.run_id, id.seq))) {
+    for (const auto& r :
+         conn.query(uniques_select_ours(table, entries.subspan(first, n), quoted.subspan(first, n),
+                                        instance, id.run_id, id.seq))) {
       if (r.size() < 4 || !r[0] || !r[1] || !r[2] || !r[3]) continue;
       ours.emplace(std::stoll(*r[0]), static_cast<std::uint32_t>(std::stoul(*r[1])),
                    std::stoull(*r[2]), *r[3]);
@@ -179,7 +180,8 @@ std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const st
   }
   std::vector<store::unique_entry> out;
   for (const auto& e : entries) {
-    if (ours.contains({e.window, e.record_type, e.record_id, hex_upper(e.client)})) out.push_back(e);
+    if (ours.contains({e.window, e.record_type, e.record_id, hex_upper(e.client)}))
+      out.push_back(e);
   }
   return out;
 }

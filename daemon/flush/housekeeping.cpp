@@ -1,13 +1,13 @@
 // Housekeeping of the flush cycle: the schema, bucket-table and AUTO_INCREMENT checks, and
 // the ledger and Idempotency-Key prunes.
 #include "flush/flusher.hpp"
-#include "db/uniques.hpp"
 
 #include <algorithm>
 #include "idempotency/keyed_batches.hpp"
 
 #include "flush/flusher_internal.hpp"
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 

@@ -25,8 +25,8 @@ std::vector<flush_batch> flusher::form_unique_batches(std::size_t max_entries) {
     b.seq = next_seq_++;
     b.oldest_arrival = now;
     b.unique_slot = static_cast<std::uint16_t>(rng_() % settings_.slots);
-    const auto last = entries.begin() + static_cast<std::ptrdiff_t>(
-                                            std::min(entries.size(), first + max_entries));
+    const auto last = entries.begin() +
+                      static_cast<std::ptrdiff_t>(std::min(entries.size(), first + max_entries));
     b.uniques.assign(std::make_move_iterator(entries.begin() + static_cast<std::ptrdiff_t>(first)),
                      std::make_move_iterator(last));
     batches.push_back(std::move(b));

@@ -3,6 +3,8 @@
 // with client-less items mixed in; the totals, the day series and top-N equal the
 // distinct (client, day) pairs plus the client-less items.
 
+#include "db/uniques.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,10 +17,9 @@
 #include <thread>
 #include <tuple>
 
-#include "db/uniques.hpp"
 #include "support/daemon_process.hpp"
-#include "support/fault_proxy.hpp"
 #include "support/eventually.hpp"
+#include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 
 namespace slotted::test {
@@ -32,7 +33,9 @@ std::int64_t unix_now() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-std::int64_t day_of(std::int64_t at) { return at - at % 86400; }
+std::int64_t day_of(std::int64_t at) {
+  return at - at % 86400;
+}
 
 struct event {
   std::uint64_t id = 0;
@@ -312,9 +315,10 @@ TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
   ASSERT_TRUE(flush_until_ok(c));
   EXPECT_EQ(proxy.cuts(), 1);
   const auto persisted = [&](std::uint64_t id) {
-    return server.query_int(database, "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM "
-                                      "slotted_counters WHERE record_type = 321 AND record_id = " +
-                                          std::to_string(id));
+    return server.query_int(database,
+                            "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM "
+                            "slotted_counters WHERE record_type = 321 AND record_id = " +
+                                std::to_string(id));
   };
   for (const auto& [id, n] : t.totals()) EXPECT_EQ(persisted(id), n) << id;
   // An outage: the same pairs again and new ones stay pending, up to the limit.
@@ -362,14 +366,17 @@ TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnly) {
   // (kept); type 323 dedupes no more (kept: its windows are not known).
   conn.execute(
       "INSERT INTO t_uniques VALUES (8553600, 321, 1, 'a', 'i', 1, 1), (8640000, 321, 1, 'a', "
-      "'i', 1, 1), (" + std::to_string(now - 700 - 3600 - 40) + ", 322, 1, 'a', 'i', 1, 1), (" +
-      std::to_string(now - 700 - 40) + ", 322, 1, 'a', 'i', 1, 1), (8553600, 323, 1, 'a', 'i', "
+      "'i', 1, 1), (" +
+      std::to_string(now - 700 - 3600 - 40) + ", 322, 1, 'a', 'i', 1, 1), (" +
+      std::to_string(now - 700 - 40) +
+      ", 322, 1, 'a', 'i', 1, 1), (8553600, 323, 1, 'a', 'i', "
       "1, 1)");
   ASSERT_GT(700, margin);
   EXPECT_EQ(db::prune_uniques(conn, "t", dedupe, now, 1), 2u);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM t_uniques"), 3);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM t_uniques WHERE window_start = "
-                                       "8553600 AND record_type = 321"),
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT COUNT(*) FROM t_uniques WHERE window_start = "
+                             "8553600 AND record_type = 321"),
             0);
 }
 

@@ -2,10 +2,11 @@
 // router's checks of `client`, the windows, the pending set, the SQL text and the rows a
 // committed unique batch adds.
 
+#include "db/uniques.hpp"
+
 #include <gtest/gtest.h>
 
 #include "config/config.hpp"
-#include "db/uniques.hpp"
 #include "flush/batch_schedule.hpp"
 #include "flush/flusher.hpp"
 #include "flush/flusher_internal.hpp"
@@ -153,8 +154,7 @@ TEST_F(DedupeRouter, AClientHasOneTo128Bytes) {
 }
 
 TEST_F(DedupeRouter, AClientWithAnIdempotencyKeyIsRefusedForNow) {
-  const auto [status, body] =
-      answer(R"({"record_type": 5, "record_id": 1, "client": "a"})", true);
+  const auto [status, body] = answer(R"({"record_type": 5, "record_id": 1, "client": "a"})", true);
   EXPECT_EQ(status, 400u);
   EXPECT_NE(body.find("Idempotency-Key"), std::string::npos) << body;
   EXPECT_TRUE(backend_.added_.empty());
@@ -177,7 +177,7 @@ TEST(UniqueWindows, FromAtOrTheReceiveTimeInUtcHoursAndDays) {
   items[2].at_given = true;
   items[2].at = now + 200;  // a clock slightly ahead
   ASSERT_FALSE(ingest::check_clients(items, spec, now));
-  EXPECT_EQ(items[0].at, now);  // the receive time
+  EXPECT_EQ(items[0].at, now);                                               // the receive time
   EXPECT_EQ(ingest::unique_entry_of(items[0], spec).window, 1'699'920'000);  // 00:00 UTC
   EXPECT_EQ(ingest::unique_entry_of(items[1], spec).window, 1'699'999'200);
   EXPECT_EQ(ingest::unique_entry_of(items[1], spec).at, now - 100);
@@ -197,9 +197,11 @@ TEST(UniqueWindows, FromAtOrTheReceiveTimeInUtcHoursAndDays) {
 TEST(PendingUniques, HoldsEachEntryOnceAndCountsItAgainstThePendingLimit) {
   store::pending_store store(4);
   store::pending_uniques uniques(store, 4);
-  const std::vector<store::unique_entry> entries{
-      {5, 1, 86400, "a", 86500}, {5, 1, 86400, "a", 90000},  // the same, later
-      {5, 1, 86400, "b", 86500}, {5, 1, 172800, "a", 172900}, {5, 2, 86400, "a", 86500}};
+  const std::vector<store::unique_entry> entries{{5, 1, 86400, "a", 86500},
+                                                 {5, 1, 86400, "a", 90000},  // the same, later
+                                                 {5, 1, 86400, "b", 86500},
+                                                 {5, 1, 172800, "a", 172900},
+                                                 {5, 2, 86400, "a", 86500}};
   EXPECT_EQ(uniques.add(entries), 1u);
   EXPECT_EQ(uniques.add(std::span(entries).first(1)), 1u);
   EXPECT_EQ(uniques.size(), 4u);
