@@ -14,6 +14,7 @@
 #include "db/grants.hpp"
 #include "db/repository.hpp"
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 #include "version.hpp"
@@ -128,6 +129,7 @@ int migrate(const slotted::config::daemon_config& cfg) {
   slotted::db::migrate(conn, cfg.mysql.table);
   slotted::db::migrate_buckets(conn, cfg.mysql.table, slotted::config::bucket_spec_of(cfg));
   slotted::db::migrate_totals(conn, cfg.mysql.table, slotted::config::top_spec_of(cfg));
+  slotted::db::migrate_uniques(conn, cfg.mysql.table, slotted::config::dedupe_spec_of(cfg));
   slotted::db::verify_schema(conn, cfg.mysql.table, true);
   slotted::log::info("migrated: table `", cfg.mysql.table, "` and its ledger are ready");
   return 0;

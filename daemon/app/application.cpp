@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 #include "http/passed_sockets.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
@@ -75,6 +76,7 @@ flush::settings flush_settings_for(const config::daemon_config& c, ingest::table
       std::chrono::duration_cast<std::chrono::milliseconds>(c.idempotency.window);
   s.buckets = config::bucket_spec_of(c);
   s.top = config::top_spec_of(c);
+  s.dedupe = config::dedupe_spec_of(c);
   return s;
 }
 
@@ -94,6 +96,8 @@ unsigned http_threads(const config::daemon_config& c) {
 application::application(config::daemon_config cfg)
     : cfg_(std::move(cfg)),
       store_(cfg_.shards),
+      uniques_(store_, cfg_.shards),
+      dedupe_(config::dedupe_spec_of(cfg_)),
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
       keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_, store_),
       wal_(cfg_.wal.dir.empty() ? nullptr
@@ -110,7 +114,7 @@ application::application(config::daemon_config cfg)
                .top = config::top_spec_of(cfg_)},
               pool_, metrics_),
       service_({store_, keyed_, committer_.get(), flusher_, roller_, pool_, metrics_, db_workers_,
-                draining_},
+                draining_, uniques_, dedupe_},
                cfg_.flush.max_pending_keys),
       router_(cfg_, service_, metrics_, limits_),
       db_workers_(cfg_.mysql.pool_size),
@@ -120,6 +124,7 @@ application::application(config::daemon_config cfg)
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
   flusher_.attach_keyed(&keyed_);
+  flusher_.attach_uniques(&uniques_);
   if (committer_) committer_->attach_keyed(&keyed_);
   auto& connector = pool_.connector();
   metrics_.set_mysql_hosts(connector.host_names());
@@ -161,6 +166,7 @@ bool verify_database(const config::daemon_config& cfg) {
                        true);
   }
   db::verify_totals_tables(*conn, cfg.mysql.table, config::top_spec_of(cfg));
+  db::verify_uniques_table(*conn, cfg.mysql.table, config::dedupe_spec_of(cfg));
   if (!cfg.log_sources.empty()) logs::verify_positions_table(*conn);
   return true;
 }

@@ -115,6 +115,9 @@ class application final {
   config::daemon_config cfg_;
   metrics::registry metrics_;
   store::pending_store store_;
+  // Items with a `client` (counters[].dedupe), apart from store_ until their flush.
+  store::pending_uniques uniques_;
+  const store::dedupe_spec dedupe_;
   db::pool pool_;
   ingest::table_limits limits_;
   // Requests with an Idempotency-Key, apart from store_ until their flush.

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "idempotency/keyed_batches.hpp"
+#include "ingest/clients.hpp"
 #include "model/errors.hpp"
 
 namespace slotted {
@@ -105,8 +106,32 @@ void counter_service::serve_on(net::io_context* loop) {
 }
 
 http::backend_result counter_service::add(std::span<const ingest::increment> increments) {
-  return from_outcome(p_.store.add(increments, max_pending_keys_), errc::unavailable,
-                      "internal error");
+  if (!ingest::has_clients(increments)) {
+    return from_outcome(p_.store.add(increments, max_pending_keys_), errc::unavailable,
+                        "internal error");
+  }
+  // Items with a `client` (checked by the router: their counters dedupe) are held apart
+  // as unique entries; the others go to the store as always. The pending limit is checked
+  // once for the whole request, before anything is applied.
+  if (p_.store.over_pending_limit(max_pending_keys_)) return {status::over_limit, {}};
+  std::vector<ingest::increment> plain;
+  std::vector<store::unique_entry> entries;
+  for (const auto& inc : increments) {
+    if (inc.client.empty()) {
+      plain.push_back(inc);
+    } else {
+      entries.push_back(ingest::unique_entry_of(inc, p_.dedupe));
+    }
+  }
+  if (!plain.empty()) {
+    const auto r = p_.store.add(plain, SIZE_MAX);
+    if (r != store::add_result::applied)
+      return from_outcome(r, errc::unavailable, "internal error");
+  }
+  const std::size_t duplicates = p_.uniques.add(entries);
+  p_.metrics.unique_items_accepted.Increment(static_cast<double>(entries.size()));
+  p_.metrics.unique_items_duplicate.Increment(static_cast<double>(duplicates));
+  return {status::done, {}};
 }
 
 void counter_service::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {

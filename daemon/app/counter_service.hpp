@@ -20,6 +20,7 @@
 #include "metrics/metrics.hpp"
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
+#include "store/pending_uniques.hpp"
 
 namespace slotted {
 
@@ -40,6 +41,10 @@ class counter_service final : public http::backend {
     boost::asio::thread_pool& db_workers;
     // Set by the application when it starts shutting down.
     const std::atomic<bool>& draining;
+    // Items with a `client` (counters[].dedupe): held here until their flush.
+    store::pending_uniques& uniques;
+    // Which counters dedupe (counters[].dedupe), fixed at start.
+    const store::dedupe_spec& dedupe;
   };
   counter_service(parts p, std::size_t max_pending_keys);
 

@@ -16,6 +16,7 @@
 #include "config/log_sources.hpp"
 #include "model/buckets.hpp"
 #include "model/top_spec.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::config {
 
@@ -40,6 +41,9 @@ struct counter_decl {
   std::vector<bucket_decl> buckets{};  // hour before day, each at most once
   // counters[i].top: keeps the totals tables of top-N (db/top.hpp), off by default.
   bool top = false;
+  // counters[i].dedupe: hour or day, the window in which an item with a `client` counts
+  // once (model/uniques.hpp); none by default.
+  store::granularity dedupe = store::granularity::none;
   bool operator==(const counter_decl&) const = default;
 };
 
@@ -193,7 +197,8 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
 // counters[].buckets (reported as "counters[].buckets"): the WAL and the pending
 // buckets are formed under the buckets the daemon started with; and counters[].top
 // (reported as "counters[].top"): the totals tables are made by --migrate and written by
-// every batch under the spec the daemon started with. Secrets are
+// every batch under the spec the daemon started with; and counters[].dedupe (reported as
+// "counters[].dedupe"): its table is made by --migrate and its windows fixed at start. Secrets are
 // compared but never shown: a changed password is reported by its source key.
 struct reload_plan {
   std::vector<std::string> live;
@@ -208,6 +213,10 @@ store::bucket_spec bucket_spec_of(const daemon_config& cfg);
 // The counters of `cfg` that keep the totals of top-N (counters[].top), as the flusher,
 // the log ingester, the pruner, adoption, --migrate and the router take them.
 store::top_spec top_spec_of(const daemon_config& cfg);
+
+// The counters of `cfg` that dedupe items with a `client` (counters[].dedupe), as the
+// router, the store, the flusher, the pruner and --migrate take them.
+store::dedupe_spec dedupe_spec_of(const daemon_config& cfg);
 
 // README, Configuration: ^[A-Za-z_][A-Za-z0-9_]{0,63}$
 bool is_valid_identifier(std::string_view name);

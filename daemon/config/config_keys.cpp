@@ -303,6 +303,7 @@ std::vector<counter_decl> without_buckets(std::vector<counter_decl> counters) {
   for (auto& c : counters) {
     c.buckets.clear();
     c.top = false;
+    c.dedupe = store::granularity::none;
   }
   return counters;
 }
@@ -323,6 +324,7 @@ void adopt_counters(daemon_config& running, const daemon_config& next) {
       if (r.record_type == c.record_type) {
         c.buckets = r.buckets;
         c.top = r.top;
+        c.dedupe = r.dedupe;
       }
     }
   }
@@ -351,6 +353,16 @@ bool top_differs(const daemon_config& a, const daemon_config& b) {
 void change_top(const key_row&, daemon_config& cfg) {
   auto& c = first_counter(cfg);
   c.top = !c.top;
+}
+// The uniques table is made by --migrate, and the windows are fixed at start: a restart
+// key.
+bool dedupe_differs(const daemon_config& a, const daemon_config& b) {
+  return dedupe_spec_of(a) != dedupe_spec_of(b);
+}
+void change_dedupe(const key_row&, daemon_config& cfg) {
+  auto& c = first_counter(cfg);
+  c.dedupe =
+      c.dedupe == store::granularity::day ? store::granularity::hour : store::granularity::day;
 }
 void change_hosts(const key_row&, daemon_config& cfg) {
   cfg.mysql.hosts.push_back({"changed.example", 3307});
@@ -393,6 +405,8 @@ std::vector<key_row> live_keys() {
       part("counters[].buckets.day", "duration", "none", "counters[].buckets"),
       structured({.key = "counters[].top", .type = "boolean", .default_value = "false"},
                  &top_differs, &change_top),
+      structured({.key = "counters[].dedupe", .type = "enum", .default_value = "none"},
+                 &dedupe_differs, &change_dedupe),
       live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
            &adopt<&C::accept_undeclared_types>),
   };

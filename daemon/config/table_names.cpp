@@ -32,6 +32,7 @@ std::vector<derived> derived_suffixes(const daemon_config& cfg) {
   if (top.uses(granularity::hour))
     out.push_back({"_hour_totals", "counters[].top with hour buckets"});
   if (top.uses(granularity::day)) out.push_back({"_day_totals", "counters[].top with day buckets"});
+  if (!dedupe_spec_of(cfg).empty()) out.push_back({"_uniques", "counters[].dedupe"});
   return out;
 }
 

@@ -70,6 +70,9 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
     }
     grant("SELECT", totals_filled_table);  // which types they were filled for (read at start)
   }
+  // Unique per client per window (db/uniques.hpp), with counters[].dedupe only.
+  if (!config::dedupe_spec_of(cfg).empty())
+    grant("SELECT, INSERT, DELETE", cfg.mysql.table + "_uniques");
   grant("SELECT, INSERT, DELETE", ledger_table);
   grant(all_rows, idempotency_keys_table);
   if (!cfg.log_sources.empty()) grant("SELECT, INSERT, UPDATE", logs::positions_table);

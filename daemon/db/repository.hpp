@@ -154,7 +154,10 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // returns, until COMMIT; gap locks only in duplicate-key checks.
 //   1. The writer's ledger row: its own id, never another writer's (a retry after a
 //      lost COMMIT reply waits here on the first attempt, holding nothing else).
-//   2. Idempotency-Key rows (keyed batches), keys sorted.
+//   2. Idempotency-Key rows (keyed batches), keys sorted; or `<table>_uniques` rows (unique
+//      batches, db/uniques.hpp), sorted by its primary key (window_start, record_type,
+//      record_id, client): inserted with INSERT IGNORE, whose duplicate check waits on a
+//      row another transaction inserted until that one ends.
 //   3. Slot rows of the counters table, sorted by (record_type, record_id).
 //   4. Bucket rows, `<table>_hour` then `<table>_day`, each sorted by (record_type,
 //      record_id, bucket), and only of slot rows the transaction holds (3).
@@ -164,7 +167,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
 // The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5, 6); reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
+// 5, 6); db::commit_unique_batch (1, 2, 3, 4, 5, 6);
+// reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
 // a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
 // what it deleted, `<table>_totals` first even when its sum was 0; 6);
 // logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
@@ -181,8 +185,9 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // Statements that commit on their own wait in no cycle, as each holds one kind of row
 // at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
 // marks), prune_buckets (one bucket's rows, in key order; with top, then their bucket
-// totals, 4 then 5 in one transaction), prune_ledger, and
-// idempotency::prune_keys. Tested in tests/integration/lock_order_test.cpp.
+// totals, 4 then 5 in one transaction), prune_ledger,
+// idempotency::prune_keys and db::prune_uniques (one window range of `<table>_uniques`).
+// Tested in tests/integration/lock_order_test.cpp.
 
 enum class commit_outcome { applied, already_applied };
 

@@ -98,6 +98,12 @@ std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b) {
                                       store::counter_key{middle->record_type, middle->record_id};
     (to_left ? left : right).bucket_rows.push_back(r);
   }
+  // A unique batch (no rows) by its entries.
+  if (!b.uniques.empty()) {
+    const auto half = b.uniques.begin() + static_cast<std::ptrdiff_t>(b.uniques.size() / 2);
+    left.uniques.assign(b.uniques.begin(), half);
+    right.uniques.assign(half, b.uniques.end());
+  }
   left.seq = ((node * 2) << split_low_bits) | formed;
   right.seq = ((node * 2 + 1) << split_low_bits) | formed;
   return {std::move(left), std::move(right)};

@@ -1,5 +1,7 @@
 #include "flush/batch_schedule.hpp"
 
+#include <cstdint>
+
 namespace slotted::flush {
 
 batch_span span_of(const store::flush_batch& b, bool in_flight) {
@@ -7,7 +9,14 @@ batch_span span_of(const store::flush_batch& b, bool in_flight) {
   s.keyed = !b.keyed.empty();
   s.in_flight = in_flight;
   s.empty = b.rows.empty();
-  if (!s.empty) {
+  if (!b.uniques.empty()) {
+    // A unique batch's rows are known only as it commits (db/uniques.hpp): it spans every
+    // key, and waits for (and holds back) every batch around it.
+    s.keyed = true;
+    s.empty = false;
+    s.first = {0, 0};
+    s.last = {UINT32_MAX, UINT64_MAX};
+  } else if (!s.empty) {
     s.first = {b.rows.front().record_type, b.rows.front().record_id};
     s.last = {b.rows.back().record_type, b.rows.back().record_id};
   }

@@ -7,8 +7,9 @@
 // lock the same counter rows, or the same dirty marks) or when both are keyed (they
 // write the Idempotency-Key table, and two keyed batches of one instance can carry the
 // same key: a key its index forgot, accepted again while the first batch still waits
-// in the queue). A batch may start only when it conflicts with no batch before it in
-// the queue, whether that one is being written or still waits. So no two connections
+// in the queue; a unique batch counts as keyed and spans every key). A batch may start
+// only when it conflicts with no batch before it in the queue, whether that one is being
+// written or still waits. So no two connections
 // ever lock the same rows (each statement keeps its one sorted lock order), and of two
 // batches with a counter in common the older commits first.
 

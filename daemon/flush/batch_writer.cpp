@@ -35,7 +35,9 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
   for (int attempt = 0;; ++attempt) {
     try {
       commit_attempt done;
-      if (b.keyed.empty()) {
+      if (!b.uniques.empty()) {
+        done = commit_unique(conn, id, b, dirty);
+      } else if (b.keyed.empty()) {
         done.outcome = db::commit_batch(conn, settings_.table, id, b.rows,
                                         rolled_up_rows(b.rows, dirty), b.bucket_rows,
                                         settings_.top);
@@ -97,6 +99,11 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
     metrics_.rows_refused.Increment(static_cast<double>(batch.rows.size()));
     log::error("the database refuses the increments of the request with Idempotency-Key ",
                batch.keyed.front().key, ": ", *a.refused, "; they are dropped");
+  } else if (a.refused && !batch.uniques.empty()) {
+    const auto& e = batch.uniques.front();
+    metrics_.rows_refused.Increment();
+    log::error("the database refuses the unique entry of counter (", e.record_type, ", ",
+               e.record_id, ") in window ", e.window, ": ", *a.refused, "; it is dropped");
   } else if (a.refused) {
     // One row the table cannot hold (e.g. an id above a seed-style INT column, or a
     // total past BIGINT): dropped, loudly, so that it does not block every later
@@ -107,7 +114,7 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
                r.record_id, "): ", *a.refused, "; it is dropped");
   } else if (a.outcome == db::commit_outcome::applied) {
     // A keyed batch writes only the rows of the requests whose keys were new.
-    written = batch.keyed.empty() ? batch.rows.size() : a.keyed_rows;
+    written = batch.keyed.empty() && batch.uniques.empty() ? batch.rows.size() : a.keyed_rows;
     metrics_.flush_rows.Increment(static_cast<double>(written));
     metrics_.flush_statements.Increment();
   } else {

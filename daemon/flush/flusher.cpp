@@ -101,6 +101,9 @@ bool flusher::take_from_store() {
       keyed_->dropped_at_flush(dropped, 0);
       std::move(keyed.begin(), keyed.end(), std::back_inserter(batches));
     }
+    // Unique entries become batches of their own (db/uniques.hpp).
+    auto unique = form_unique_batches(max_rows);
+    std::move(unique.begin(), unique.end(), std::back_inserter(batches));
     return batches;
   };
   const auto even_again = [this] {
@@ -189,6 +192,7 @@ flush_result flusher::cycle() {
     prove_connection(**lease, rows);
     prune_ledger_when_due(**lease);
     prune_keys_when_due(**lease);
+    prune_uniques_when_due(**lease);
     result = rows;
   } catch (const db::db_error& e) {
     if (lease && (e.connection_lost() || conn_lost_)) lease->discard();

@@ -46,6 +46,7 @@
 #include "model/result.hpp"
 #include "model/top_spec.hpp"
 #include "store/pending_store.hpp"
+#include "store/pending_uniques.hpp"
 #include "util/thread_annotations.hpp"
 #include "util/worker.hpp"
 
@@ -76,6 +77,9 @@ struct settings {
   // Counters that keep the totals of top-N (counters[].top, db/top.hpp): only their rows
   // are added to the totals tables, which are verified with the schema when not empty.
   store::top_spec top;
+  // Counters that dedupe items with a `client` (counters[].dedupe, db/uniques.hpp): their
+  // table is verified with the schema and pruned of passed windows.
+  store::dedupe_spec dedupe;
 };
 
 // A flush cycle: the rows it committed, or why it failed (database_unavailable with the
@@ -160,6 +164,9 @@ class flusher final : public store::batch_queue {
   // Forms keyed batches of the keyed requests `keyed` holds, at every cycle. Call
   // before start().
   void attach_keyed(idempotency::keyed_store* keyed) { keyed_ = keyed; }
+  // Forms unique batches (db/uniques.hpp) of the entries `uniques` holds, at every cycle.
+  // Call before start().
+  void attach_uniques(store::pending_uniques* uniques) { uniques_ = uniques; }
   // Queues batches recovered from the WAL (they keep their ids), in doubt until the
   // ledger says whether they committed before the restart. Call before start().
   void enqueue(std::vector<flush_batch> batches);
@@ -332,7 +339,7 @@ class flusher final : public store::batch_queue {
   struct commit_attempt {
     db::commit_outcome outcome{};
     std::optional<std::string> refused;
-    std::size_t keyed_rows = 0;  // rows a keyed batch upserted
+    std::size_t keyed_rows = 0;  // rows a keyed (or unique) batch upserted
   };
   // Commits `b` in one transaction with its ledger row, retrying deadlocks and lock
   // wait timeouts a few times (not past the stop deadline). Throws db_error for
@@ -381,6 +388,15 @@ class flusher final : public store::batch_queue {
   std::vector<db::counter_row> dirty_rows_;
   store::batch_source* source_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;
+  store::pending_uniques* uniques_ = nullptr;
+  std::chrono::steady_clock::time_point last_unique_prune_{};
+  // The unique batches of what uniques_ holds, seqs from next_seq_ on (flush/unique_batches.cpp).
+  std::vector<flush_batch> form_unique_batches(std::size_t max_entries);
+  // Commits a unique batch (db/uniques.hpp) and counts its entries. Throws db_error.
+  commit_attempt commit_unique(db::connection& conn, const db::batch_identity& id,
+                               const flush_batch& batch, std::vector<db::counter_row>& dirty);
+  // Deletes the uniques rows of passed windows, bounded, once a minute.
+  void prune_uniques_when_due(db::connection& conn);
   // Commits a keyed batch (see idempotency/keyed_batches.hpp) and counts what it
   // dropped. Throws db_error.
   commit_attempt commit_keyed(db::connection& conn, const db::batch_identity& id,

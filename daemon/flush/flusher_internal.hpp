@@ -16,14 +16,16 @@ using store::flush_batch;
 // A batch the database refused for its data can be split to find what is at fault: a
 // plain batch by its rows, a keyed batch by its requests (each applied whole or not).
 inline bool splittable(const flush_batch& b) {
+  if (!b.uniques.empty()) return b.uniques.size() > 1;  // a unique batch by its entries
   return b.keyed.empty() ? b.rows.size() > 1 : b.keyed.size() > 1;
 }
 
 // The entries a queued batch holds against flush.max_pending_keys (see
 // store::pending_store::pending_entries): its totals, its bucket counts and, for a keyed
-// batch, its keys (a request without increments holds its key all the same).
+// batch, its keys (a request without increments holds its key all the same); for a
+// unique batch, its entries.
 inline std::size_t rows_held(const flush_batch& b) {
-  return b.rows.size() + b.bucket_rows.size() + b.keyed.size();
+  return b.rows.size() + b.bucket_rows.size() + b.keyed.size() + b.uniques.size();
 }
 
 // The most bytes a row adds to a plain batch's statements: its upsert's tuple (about 60)

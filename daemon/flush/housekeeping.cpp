@@ -7,6 +7,7 @@
 
 #include "flush/flusher_internal.hpp"
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
@@ -81,6 +82,7 @@ void flusher::verify_schema(db::connection& conn) {
   // never an owning table, so a missing one must not stop the flush (the roller
   // checks each target at each run, see rollup::roller).
   verify_bucket_tables(conn);
+  db::verify_uniques_table(conn, settings_.table, settings_.dedupe);
   check_autoincrement(conn);
   progress();
   schema_verified_ = true;

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "http/router_internal.hpp"
+#include "ingest/clients.hpp"
 #include "util/json.hpp"
 #include "util/log.hpp"
 
@@ -149,6 +150,7 @@ router::router(const config::daemon_config& cfg, backend& b, metrics::registry& 
     : live_(make_live(cfg)),
       buckets_(config::bucket_spec_of(cfg)),
       top_(config::top_spec_of(cfg)),
+      dedupe_(config::dedupe_spec_of(cfg)),
       limits_(limits),
       max_items_(cfg.http.max_items_per_request),
       backend_(b),
@@ -368,6 +370,19 @@ void router::handle_increments(const request& req, const route_match&, const rep
       return refuse_unless_known(req, idempotency_key, increments, std::move(*bad), answer);
     metrics_.reject(metrics::reject_reason::invalid, increments.size());
     return answer(error_response(v, status::bad_request, bad->message, bad->index));
+  }
+  // Items with a `client` (model/uniques.hpp): their counters must dedupe. Not with an
+  // Idempotency-Key or a WAL yet (docs/known-limits.md).
+  if (auto bad = ingest::check_clients(increments, dedupe_, unix_seconds_now())) {
+    metrics_.reject(metrics::reject_reason::invalid, increments.size());
+    return answer(error_response(v, status::bad_request, bad->message, bad->index));
+  }
+  if ((keyed || backend_.durable()) && ingest::has_clients(increments)) {
+    metrics_.reject(metrics::reject_reason::invalid, increments.size());
+    std::string why = "\"client\" is not accepted ";
+    why += keyed ? "with an Idempotency-Key" : "with a write-ahead log";
+    why += " yet; nothing of this request was applied";
+    return answer(error_response(v, status::bad_request, why));
   }
   // Not refused while draining: a request read during the stop (the last one of a
   // connection, or the first of one accepted as the listener closed) is applied and

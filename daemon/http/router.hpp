@@ -147,6 +147,8 @@ class router {
   const store::bucket_spec buckets_;
   // The counters that keep top-N totals (counters[].top); fixed as buckets_ is.
   const store::top_spec top_;
+  // The counters that dedupe items with a `client` (counters[].dedupe); fixed as buckets_.
+  const store::dedupe_spec dedupe_;
   const ingest::table_limits& limits_;
   std::size_t max_items_;
   backend& backend_;

@@ -5,6 +5,7 @@
 #include <boost/beast/core/string.hpp>
 #include <charconv>
 #include <cstring>
+#include <utility>
 
 #include "util/json.hpp"
 
@@ -74,7 +75,7 @@ class object_reader {
 
   // Fills `out` from one JSON object; returns an empty string on success.
   std::string read(ondemand::object obj, increment& out) {
-    bool have_type = false, have_id = false, have_delta = false, have_at = false;
+    bool have_type = false, have_id = false, have_delta = false, have_at = false, have_cl = false;
     out = increment{};
     for (auto field_result : obj) {
       ondemand::field field;
@@ -112,6 +113,12 @@ class object_reader {
         have_at = true;
         problem = read_at(value, out.at);
         out.at_given = true;
+      } else if (key == "client") {  // model/uniques.hpp; its counter is checked later
+        if (std::exchange(have_cl, true)) return "duplicate field \"client\"";
+        std::string_view text;
+        if (value.get_string().get(text) || text.empty() || text.size() > store::max_client_bytes)
+          return "\"client\" must be a string of 1 to 128 bytes";
+        out.client = text;
       } else {
         return "unknown field " + json::excerpt(key);
       }

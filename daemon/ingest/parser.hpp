@@ -16,6 +16,7 @@
 
 #include "model/buckets.hpp"
 #include "model/increment.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::ingest {
 

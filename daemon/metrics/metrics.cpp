@@ -160,6 +160,11 @@ registry::registry()
                            {{"result", "error"}})),
       buckets_pruned(counter(*registry_, "slotted_counterd_buckets_pruned_total",
                              "Bucket rows (counts per hour or day) deleted by retention")),
+      unique_items_accepted(counter(*registry_, "slotted_counterd_unique_items_accepted_total",
+                                    "Increments with a client (counters[].dedupe) accepted")),
+      unique_items_duplicate(
+          counter(*registry_, "slotted_counterd_unique_items_duplicate_total",
+                  "Increments with a client found already counted in their window")),
       requests_(family(BuildCounter(), *registry_, "slotted_counterd_http_requests_total",
                        "HTTP requests by route and status code")),
       request_duration_(family(BuildHistogram(), *registry_,

@@ -113,6 +113,11 @@ class registry {
   prometheus::Counter& resets_error;
   // Counts per bucket (README: Counts per bucket): bucket rows deleted by retention.
   prometheus::Counter& buckets_pruned;
+  // Unique per client per window (db/uniques.hpp): items with a `client` accepted, and
+  // those found duplicate (in this instance's pending set, or in the uniques table as
+  // their batch committed).
+  prometheus::Counter& unique_items_accepted;
+  prometheus::Counter& unique_items_duplicate;
 
   // slotted_counterd_autoincrement_remaining: the values left before the counters
   // table's AUTO_INCREMENT column is exhausted; nullopt removes the series (the table

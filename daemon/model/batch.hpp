@@ -12,6 +12,7 @@
 
 #include "model/keyed_request.hpp"
 #include "model/pending_delta.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::store {
 
@@ -54,6 +55,11 @@ struct flush_batch {
   // A keyed batch (see idempotency/keyed_batches.hpp): these requests, whose increments
   // `rows` sums; each is applied only if its key is not committed yet.
   std::vector<idempotency::keyed_request> keyed;
+  // A unique batch (db/uniques.hpp): these entries, sorted, each counted only if no
+  // batch committed it before; `rows` and `bucket_rows` stay empty (what it adds is
+  // known only as it commits), its rows go under `unique_slot`.
+  std::vector<unique_entry> uniques{};
+  std::uint16_t unique_slot = 0;
 };
 
 // The flusher's queue of formed batches, as the durable path sees it (for a snapshot).

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace slotted::ingest {
 
@@ -41,6 +42,9 @@ struct increment {
   // (resolve_times left it 0) and the increment comes back from the WAL after its
   // counter gained some: it was never in a bucket, and is not counted in 1970's.
   bool has_time() const { return at_given || at != 0; }
+  // `client` (README: HTTP API): 1 to 128 bytes when given, for a counter with
+  // counters[].dedupe; empty: the item counts as every item does.
+  std::string client{};
 };
 
 }  // namespace slotted::ingest

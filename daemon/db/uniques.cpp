@@ -1,0 +1,266 @@
+#include "db/uniques.hpp"
+
+#include <mysqld_error.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "db/sql_text.hpp"
+#include "db/top.hpp"
+#include "model/errors.hpp"
+
+namespace slotted::db {
+
+using namespace sql_text;
+
+std::string uniques_table(std::string_view table) {
+  std::string name(table);
+  name += "_uniques";
+  return name;
+}
+
+std::string create_uniques_table(std::string_view table) {
+  return create_table(quote_identifier(uniques_table(table)),
+                      "  `window_start` BIGINT NOT NULL,\n"
+                      "  `record_type` INT UNSIGNED NOT NULL,\n"
+                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+                      "  `client` VARBINARY(128) NOT NULL,\n"
+                      "  `instance_id` VARCHAR(64) NOT NULL,\n"
+                      "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
+                      "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
+                      "  PRIMARY KEY (`window_start`, `record_type`, `record_id`, `client`)\n");
+}
+
+namespace {
+void append_key(std::string& sql, const store::unique_entry& e, const std::string& quoted_client) {
+  append_values(sql, e.window, e.record_type, e.record_id, quoted_client);
+}
+}  // namespace
+
+std::string uniques_insert(std::string_view table, std::span<const store::unique_entry> entries,
+                           std::span<const std::string> quoted_clients,
+                           std::string_view quoted_instance, std::uint64_t run_id,
+                           std::uint64_t seq) {
+  std::string sql = "INSERT IGNORE INTO ";
+  sql += quote_identifier(uniques_table(table));
+  sql +=
+      " (`window_start`, `record_type`, `record_id`, `client`, `instance_id`, `run_id`, "
+      "`batch_seq`) VALUES ";
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i > 0) sql.push_back(',');
+    sql.push_back('(');
+    append_key(sql, entries[i], quoted_clients[i]);
+    sql.push_back(',');
+    append_values(sql, quoted_instance, run_id, seq);
+    sql.push_back(')');
+  }
+  return sql;
+}
+
+std::string uniques_select_ours(std::string_view table,
+                                std::span<const store::unique_entry> entries,
+                                std::span<const std::string> quoted_clients,
+                                std::string_view quoted_instance, std::uint64_t run_id,
+                                std::uint64_t seq) {
+  std::string sql = "SELECT `window_start`, `record_type`, `record_id`, HEX(`client`) FROM ";
+  sql += quote_identifier(uniques_table(table));
+  sql += " WHERE (`window_start`, `record_type`, `record_id`, `client`) IN (";
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (i > 0) sql.push_back(',');
+    sql.push_back('(');
+    append_key(sql, entries[i], quoted_clients[i]);
+    sql.push_back(')');
+  }
+  sql += ") AND `instance_id` = ";
+  sql += quoted_instance;
+  sql += " AND `run_id` = ";
+  append_int(sql, run_id);
+  sql += " AND `batch_seq` = ";
+  append_int(sql, seq);
+  return sql;
+}
+
+std::string uniques_prune(std::string_view table, std::span<const std::uint32_t> record_types,
+                          std::int64_t before, std::size_t limit) {
+  std::string sql = "DELETE FROM ";
+  sql += quote_identifier(uniques_table(table));
+  sql += " WHERE `window_start` < ";
+  append_int(sql, before);
+  sql += " AND `record_type` IN ";
+  append_int_list(sql, record_types);
+  sql += " ORDER BY `window_start` LIMIT ";
+  append_int(sql, limit);
+  return sql;
+}
+
+void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe) {
+  if (!dedupe.empty()) conn.execute(create_uniques_table(table));
+}
+
+void verify_uniques_table(connection& conn, const std::string& table,
+                          const store::dedupe_spec& dedupe) {
+  if (dedupe.empty()) return;
+  const std::string name = uniques_table(table);
+  if (conn.query(table_exists_select(conn.quote(name))).empty()) {
+    throw db_error(
+        0,
+        "table `" + name + "` (counters[].dedupe) does not exist; run slotted-counterd --migrate",
+        true);
+  }
+}
+
+void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t slot,
+                     const store::bucket_spec& buckets, std::vector<counter_row>& rows,
+                     std::vector<store::bucket_row>& bucket_rows) {
+  std::map<store::counter_key, std::int64_t> totals;
+  std::map<std::tuple<store::counter_key, store::granularity, std::int64_t>, std::int64_t>
+      in_buckets;
+  for (const auto& e : counted) {
+    const store::counter_key key{e.record_type, e.record_id};
+    ++totals[key];
+    if (const auto* c = buckets.find(e.record_type)) {
+      for (const auto g : store::all_granularities)
+        if (c->keeps(g)) ++in_buckets[{key, g, store::bucket_start(g, e.at)}];
+    }
+  }
+  rows.clear();
+  bucket_rows.clear();
+  for (const auto& [key, n] : totals) rows.push_back({key.record_type, key.record_id, slot, n});
+  for (const auto& [b, n] : in_buckets) {
+    const auto& [key, g, start] = b;
+    bucket_rows.push_back({key.record_type, key.record_id, g, start, slot, n});
+  }
+}
+
+namespace {
+std::string hex_upper(std::string_view s) {
+  static constexpr char digits[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size() * 2);
+  for (const unsigned char ch : s) {
+    out.push_back(digits[ch >> 4]);
+    out.push_back(digits[ch & 15]);
+  }
+  return out;
+}
+
+// A tuple's bytes at most: the key (a client of 128 bytes, escaped: 258) and the batch's
+// identity (an instance id of 64 characters, escaped: 130), with the numbers.
+constexpr std::size_t max_tuple_bytes = 512;
+
+// The entries this batch inserted (their rows carry its identity), in `entries`' order.
+std::vector<store::unique_entry> insert_and_find_ours(
+    connection& conn, const std::string& table, const batch_identity& id,
+    std::span<const store::unique_entry> entries) {
+  const std::string instance = conn.quote(id.instance_id);
+  std::vector<std::string> clients;
+  clients.reserve(entries.size());
+  for (const auto& e : entries) clients.push_back(conn.quote(e.client));
+  const std::size_t budget = conn.max_statement_bytes();
+  const std::size_t per =
+      std::max<std::size_t>(1, budget > 2048 ? (budget - 1024) / max_tuple_bytes : 1);
+  const std::span<const std::string> quoted(clients);
+  std::set<std::tuple<std::int64_t, std::uint32_t, std::uint64_t, std::string>> ours;
+  for (std::size_t first = 0; first < entries.size(); first += per) {
+    const std::size_t n = std::min(per, entries.size() - first);
+    conn.execute(uniques_insert(table, entries.subspan(first, n), quoted.subspan(first, n),
+                                instance, id.run_id, id.seq));
+  }
+  for (std::size_t first = 0; first < entries.size(); first += per) {
+    const std::size_t n = std::min(per, entries.size() - first);
+    for (const auto& r :
+         conn.query(uniques_select_ours(table, entries.subspan(first, n), quoted.subspan(first, n),
+                                        instance, id.run_id, id.seq))) {
+      if (r.size() < 4 || !r[0] || !r[1] || !r[2] || !r[3]) continue;
+      ours.emplace(std::stoll(*r[0]), static_cast<std::uint32_t>(std::stoul(*r[1])),
+                   std::stoull(*r[2]), *r[3]);
+    }
+  }
+  std::vector<store::unique_entry> out;
+  for (const auto& e : entries) {
+    if (ours.contains({e.window, e.record_type, e.record_id, hex_upper(e.client)}))
+      out.push_back(e);
+  }
+  return out;
+}
+
+std::uint64_t dirty_gen(const batch_identity& id) {
+  std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
+  gen ^= gen >> 31;
+  return gen & 0x7fffffffffffffffull;
+}
+}  // namespace
+
+unique_outcome commit_unique_batch(
+    connection& conn, const std::string& table, const batch_identity& id,
+    const store::flush_batch& b,
+    const std::function<std::span<const counter_row>(std::span<const counter_row>)>& dirty,
+    const store::bucket_spec& buckets, const store::top_spec& top) {
+  unique_outcome out;
+  conn.execute(start_transaction);
+  try {
+    try {
+      conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, b.uniques.size()));
+    } catch (const db_error& e) {
+      if (e.code() != ER_DUP_ENTRY) throw;  // committed before, its reply lost
+      conn.execute(rollback);
+      out.outcome = commit_outcome::already_applied;
+      return out;
+    }
+    const auto counted = insert_and_find_ours(conn, table, id, b.uniques);
+    out.counted = counted.size();
+    out.duplicates = b.uniques.size() - counted.size();
+    std::vector<counter_row> rows;
+    std::vector<store::bucket_row> bucket_rows;
+    rows_of_counted(counted, b.unique_slot, buckets, rows, bucket_rows);
+    const std::size_t budget = conn.max_statement_bytes();
+    const std::size_t per = std::clamp<std::size_t>(budget / 256, 1, 1000);
+    const std::span<const counter_row> all(rows);
+    for (std::size_t first = 0; first < all.size(); first += per)
+      conn.execute(upsert_statement(table, all.subspan(first, std::min(per, all.size() - first))));
+    upsert_buckets(conn, table, bucket_rows, per);
+    for (const auto& sql : totals_upserts(table, rows, bucket_rows, top, budget)) conn.execute(sql);
+    if (const auto marks = dirty(rows); !marks.empty()) {
+      for (std::size_t first = 0; first < marks.size(); first += per)
+        conn.execute(dirty_upsert(conn.quote(id.instance_id),
+                                  marks.subspan(first, std::min(per, marks.size() - first)),
+                                  dirty_gen(id)));
+    }
+    conn.execute(commit);
+    out.rows = rows.size();
+    return out;
+  } catch (const db_error& e) {
+    if (!e.connection_lost()) {
+      try {
+        conn.execute(rollback);
+      } catch (const db_error&) {
+        // The original error is the one worth reporting.
+      }
+    }
+    throw;
+  }
+}
+
+std::uint64_t prune_uniques(connection& conn, const std::string& table,
+                            const store::dedupe_spec& dedupe, std::int64_t now, std::size_t limit,
+                            int max_chunks) {
+  std::uint64_t deleted = 0;
+  for (const auto g : store::all_granularities) {
+    const auto types = dedupe.types_of(g);
+    if (types.empty()) continue;
+    // A window starting before this ended more than twice the margin ago: once for
+    // clocks, once for an entry accepted near its window's end and flushed later.
+    const std::int64_t before = now - store::seconds_of(g) - 2 * store::unique_margin_seconds;
+    for (int i = 0; i < max_chunks; ++i) {
+      conn.execute(uniques_prune(table, types, before, limit));
+      const auto n = conn.affected_rows();
+      deleted += n;
+      if (n < limit) break;
+    }
+  }
+  return deleted;
+}
+
+}  // namespace slotted::db

@@ -1,0 +1,100 @@
+#pragma once
+// Unique per client per window (model/uniques.hpp; README: HTTP API, `client`): the
+// table that keeps the decisions, `<table>_uniques`, and the commit of a unique batch.
+//
+// `<table>_uniques` holds one row per (window, counter, client) counted: its primary key
+// (window_start, record_type, record_id, client), and the identity of the batch that
+// inserted it (instance_id, run_id, batch_seq, as in the ledger). The window leads the
+// key, so that the prune of passed windows is a range of the primary key and the rows of
+// the current window sit together.
+//
+// A unique batch (store::flush_batch::uniques, sorted by that key) commits in one
+// transaction:
+//   INSERT INTO ledger ...                          -- a retry of a committed batch stops here
+//   INSERT IGNORE INTO <table>_uniques ... VALUES (entry, this batch's identity), ...
+//   SELECT the keys of those rows that carry this batch's identity
+//   upsert what they count: +1 per row to its counter under the batch's slot, to its
+//     buckets (by the entry's `at`), to the totals of top-N, and the dirty marks
+//   COMMIT
+// A row another transaction inserted first (another instance, or an earlier batch of
+// this one) is skipped by INSERT IGNORE: committed, it carries that batch's identity; not
+// yet committed, InnoDB makes this INSERT wait on its row lock, then skips it when it
+// commits or inserts it when it rolls back. So each (window, counter, client) counts once
+// across every instance sharing the database, and the ledger makes each batch count once
+// across retries. The lock order is db/repository.hpp's (the uniques rows at its 2).
+//
+// Failures throw db_error; the transaction is then rolled back (when the connection
+// allows).
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "db/connection.hpp"
+#include "db/repository.hpp"
+#include "model/batch.hpp"
+#include "model/top_spec.hpp"
+#include "model/uniques.hpp"
+
+namespace slotted::db {
+
+// `<table>_uniques`.
+std::string uniques_table(std::string_view table);
+
+// SQL builders, pure. Quoted values (`quoted_*`) come quoted for the connection.
+std::string create_uniques_table(std::string_view table);
+// One row per entry of `quoted_clients` (parallel to `entries`), tagged with the batch.
+std::string uniques_insert(std::string_view table, std::span<const store::unique_entry> entries,
+                           std::span<const std::string> quoted_clients,
+                           std::string_view quoted_instance, std::uint64_t run_id,
+                           std::uint64_t seq);
+// The keys (window_start, record_type, record_id, HEX(client)) of the rows of `entries`
+// that carry the batch's identity.
+std::string uniques_select_ours(std::string_view table,
+                                std::span<const store::unique_entry> entries,
+                                std::span<const std::string> quoted_clients,
+                                std::string_view quoted_instance, std::uint64_t run_id,
+                                std::uint64_t seq);
+// Deletes up to `limit` rows of `record_types` whose window starts before `before`.
+std::string uniques_prune(std::string_view table, std::span<const std::uint32_t> record_types,
+                          std::int64_t before, std::size_t limit);
+
+// Creates `<table>_uniques` when `dedupe` is not empty (--migrate). Idempotent.
+void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe);
+// Throws a fatal db_error naming the table when `dedupe` needs it and it does not exist.
+void verify_uniques_table(connection& conn, const std::string& table,
+                          const store::dedupe_spec& dedupe);
+
+struct unique_outcome {
+  commit_outcome outcome = commit_outcome::applied;
+  std::size_t rows = 0;        // counter rows upserted
+  std::size_t counted = 0;     // entries this batch counted
+  std::size_t duplicates = 0;  // entries a batch had counted before
+};
+
+// Commits unique batch `b` as described above. `dirty` gives the rows whose counters are
+// rolled up among those it is passed; `buckets` and `top` as for commit_batch.
+unique_outcome commit_unique_batch(
+    connection& conn, const std::string& table, const batch_identity& id,
+    const store::flush_batch& b,
+    const std::function<std::span<const counter_row>(std::span<const counter_row>)>& dirty,
+    const store::bucket_spec& buckets = store::no_buckets(),
+    const store::top_spec& top = store::no_top());
+
+// The rows and bucket rows that `counted` adds under `slot` (sorted, a row for every
+// counter with bucket rows). Pure.
+void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t slot,
+                     const store::bucket_spec& buckets, std::vector<counter_row>& rows,
+                     std::vector<store::bucket_row>& bucket_rows);
+
+// Deletes the rows of windows that ended more than 2 * store::unique_margin_seconds before
+// `now` (unix seconds), `limit` rows a statement, at most `max_chunks` statements per
+// granularity, each committing on its own. Returns rows deleted. Throws db_error.
+std::uint64_t prune_uniques(connection& conn, const std::string& table,
+                            const store::dedupe_spec& dedupe, std::int64_t now,
+                            std::size_t limit = 1000, int max_chunks = 10);
+
+}  // namespace slotted::db

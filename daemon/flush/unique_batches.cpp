@@ -1,0 +1,69 @@
+// Unique batches (db/uniques.hpp): formed from the pending unique entries, committed,
+// and the uniques table pruned of passed windows.
+#include <algorithm>
+#include <chrono>
+
+#include "db/uniques.hpp"
+#include "flush/flusher.hpp"
+#include "flush/flusher_internal.hpp"
+#include "util/log.hpp"
+
+namespace slotted::flush {
+
+std::vector<flush_batch> flusher::form_unique_batches(std::size_t max_entries) {
+  std::vector<flush_batch> batches;
+  if (uniques_ == nullptr) return batches;
+  std::vector<store::unique_entry> entries;
+  uniques_->take_all(entries);
+  if (entries.empty()) return batches;
+  // The table's key order: every writer inserts its rows in it (the lock order's 2).
+  std::sort(entries.begin(), entries.end());
+  const auto now = clock::now();
+  for (std::size_t first = 0; first < entries.size(); first += max_entries) {
+    flush_batch b;
+    b.run_id = run_id_;
+    b.seq = next_seq_++;
+    b.oldest_arrival = now;
+    b.unique_slot = static_cast<std::uint16_t>(rng_() % settings_.slots);
+    const auto last = entries.begin() +
+                      static_cast<std::ptrdiff_t>(std::min(entries.size(), first + max_entries));
+    b.uniques.assign(std::make_move_iterator(entries.begin() + static_cast<std::ptrdiff_t>(first)),
+                     std::make_move_iterator(last));
+    batches.push_back(std::move(b));
+  }
+  return batches;
+}
+
+flusher::commit_attempt flusher::commit_unique(db::connection& conn, const db::batch_identity& id,
+                                               const flush_batch& batch,
+                                               std::vector<db::counter_row>& dirty) {
+  const auto outcome = db::commit_unique_batch(
+      conn, settings_.table, id, batch,
+      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
+      settings_.buckets, settings_.top);
+  if (outcome.outcome == db::commit_outcome::applied)
+    metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
+  commit_attempt done;
+  done.outcome = outcome.outcome;
+  done.keyed_rows = outcome.rows;
+  return done;
+}
+
+void flusher::prune_uniques_when_due(db::connection& conn) {
+  if (deadline_hit() || settings_.dedupe.empty() || clock::now() - last_unique_prune_ < prune_every)
+    return;
+  last_unique_prune_ = clock::now();
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  try {
+    db::prune_uniques(conn, settings_.table, settings_.dedupe, now);
+  } catch (const db::db_error& e) {
+    if (e.connection_lost() ||
+        (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
+      throw;
+    metrics_.db_error(e.kind());
+  }
+}
+
+}  // namespace slotted::flush

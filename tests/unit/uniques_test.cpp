@@ -1,0 +1,297 @@
+// Unique per client per window (db/uniques.hpp, model/uniques.hpp): the config key, the
+// router's checks of `client`, the windows, the pending set, the SQL text and the rows a
+// committed unique batch adds.
+
+#include "db/uniques.hpp"
+
+#include <gtest/gtest.h>
+
+#include "config/config.hpp"
+#include "flush/batch_schedule.hpp"
+#include "flush/flusher.hpp"
+#include "flush/flusher_internal.hpp"
+#include "http/router.hpp"
+#include "ingest/clients.hpp"
+#include "store/pending_uniques.hpp"
+#include "support/fake_backend.hpp"
+
+namespace slotted {
+namespace {
+
+namespace bh = boost::beast::http;
+
+std::vector<std::string> problems_of(const std::string& yaml) {
+  try {
+    config::parse_config(yaml, "test.yaml");
+  } catch (const config::config_error& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+bool any_has(const std::vector<std::string>& problems, const std::string& text) {
+  for (const auto& p : problems)
+    if (p.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(DedupeConfig, HourOrDayPerCounterAndNothingElse) {
+  const auto c = config::parse_config(
+      "counters:\n  - {name: dl, record_type: 5, dedupe: day}\n"
+      "  - {name: views, record_type: 6, dedupe: hour}\n  - {name: plain, record_type: 7}\n",
+      "test.yaml");
+  const auto spec = config::dedupe_spec_of(c);
+  EXPECT_EQ(spec.window_of(5), store::granularity::day);
+  EXPECT_EQ(spec.window_of(6), store::granularity::hour);
+  EXPECT_EQ(spec.window_of(7), store::granularity::none);
+  EXPECT_TRUE(any_has(problems_of("counters:\n  - {name: dl, record_type: 5, dedupe: week}\n"),
+                      "expected one of hour | day"));
+}
+
+TEST(DedupeConfig, NotWithAWalAndTheUniquesTableNameMustFit) {
+  EXPECT_TRUE(any_has(problems_of("wal: {dir: /tmp/x}\ncounters:\n"
+                                  "  - {name: dl, record_type: 5, dedupe: day}\n"),
+                      "counters[].dedupe: is not supported together with wal.dir"));
+  const std::string long_table(57, 't');
+  EXPECT_TRUE(any_has(problems_of("mysql: {table: " + long_table +
+                                  "}\ncounters:\n  - {name: dl, record_type: 5, dedupe: day}\n"),
+                      "at most 56 characters"));
+  EXPECT_TRUE(problems_of("mysql: {table: " + std::string(56, 't') +
+                          "}\ncounters:\n  - {name: dl, record_type: 5, dedupe: day}\n")
+                  .empty());
+  // Without dedupe the same table name and WAL are fine.
+  EXPECT_TRUE(problems_of("wal: {dir: /tmp/x}\nmysql: {table: " + long_table + "}\n").empty());
+}
+
+TEST(DedupeConfig, AChangeNeedsARestart) {
+  const auto a = config::parse_config("counters:\n  - {name: dl, record_type: 5}\n", "a.yaml");
+  const auto b =
+      config::parse_config("counters:\n  - {name: dl, record_type: 5, dedupe: day}\n", "b.yaml");
+  const auto plan = config::plan_reload(a, b);
+  EXPECT_EQ(plan.needs_restart, std::vector<std::string>{"counters[].dedupe"});
+  EXPECT_TRUE(plan.live.empty());
+}
+
+// Type 5 dedupes by day, type 6 by hour, type 7 not at all.
+class DedupeRouter : public ::testing::Test {
+ protected:
+  static config::daemon_config cfg() {
+    config::daemon_config c;
+    c.counters = {{"dl", 5, std::nullopt, {}, false, store::granularity::day},
+                  {"views", 6, std::nullopt, {}, false, store::granularity::hour},
+                  {"plain", 7, std::nullopt, {}}};
+    return c;
+  }
+  std::vector<http::response> post(std::string body, bool keyed = false) {
+    http::request req{bh::verb::post, "/v1/increments", 11};
+    req.set(bh::field::content_type, "application/json");
+    if (keyed) req.set("Idempotency-Key", "k1");
+    req.body() = std::move(body);
+    req.prepare_payload();
+    if (auto refused = router_.check_header(req)) return {std::move(*refused)};
+    std::vector<http::response> out;
+    router_.handle(std::move(req), [&out](http::response&& r) { out.push_back(std::move(r)); });
+    return out;
+  }
+  // The status and body of a request that must be answered at once.
+  std::pair<unsigned, std::string> answer(std::string body, bool keyed = false) {
+    const auto got = post(std::move(body), keyed);
+    EXPECT_EQ(got.size(), 1u);
+    if (got.empty()) return {0, ""};
+    return {got[0].result_int(), got[0].body()};
+  }
+
+  config::daemon_config cfg_ = cfg();
+  test::fake_backend backend_;
+  metrics::registry metrics_;
+  ingest::table_limits limits_;
+  http::router router_{cfg_, backend_, metrics_, limits_};
+};
+
+TEST_F(DedupeRouter, AClientOnACounterWithoutDedupeIs400NamingTheItemAndNothingApplied) {
+  const auto [status, body] = answer(
+      R"([{"record_type": 5, "record_id": 1, "client": "a"}, )"
+      R"({"record_type": 7, "record_id": 1}, {"record_type": 7, "record_id": 2, "client": "a"}])");
+  EXPECT_EQ(status, 400u);
+  EXPECT_NE(body.find("only accepted for a counter with dedupe"), std::string::npos) << body;
+  EXPECT_NE(body.find("\"index\": 2"), std::string::npos) << body;
+  EXPECT_TRUE(backend_.added_.empty());
+}
+
+TEST_F(DedupeRouter, AClientWithADeltaOtherThanOneIs400) {
+  for (const char* delta : {"2", "0", "-1"}) {
+    const auto [status, body] = answer(std::string(R"([{"record_type": 5, "record_id": 1}, )") +
+                                       R"({"record_type": "dl", "record_id": 1, "delta": )" +
+                                       delta + R"(, "client": "a"}])");
+    EXPECT_EQ(status, 400u) << delta;
+    EXPECT_NE(body.find("must have a delta of 1"), std::string::npos) << body;
+    EXPECT_NE(body.find("\"index\": 1"), std::string::npos) << body;
+  }
+  EXPECT_TRUE(backend_.added_.empty());
+}
+
+TEST_F(DedupeRouter, AClientHasOneTo128Bytes) {
+  for (const auto& client : {std::string(), std::string(129, 'c')}) {
+    const auto [status, body] =
+        answer(R"({"record_type": 5, "record_id": 1, "client": ")" + client + "\"}");
+    EXPECT_EQ(status, 400u) << client.size();
+    EXPECT_NE(body.find("1 to 128 bytes"), std::string::npos) << body;
+  }
+  EXPECT_EQ(answer(R"({"record_type": 5, "record_id": 1, "client": 7})").first, 400u);
+  EXPECT_EQ(answer(R"({"record_type": 5, "record_id": 1, "client": "a", "client": "b"})").first,
+            400u);
+  EXPECT_TRUE(backend_.added_.empty());
+  const std::string longest(128, 'c');
+  EXPECT_EQ(answer(R"([{"record_type": 5, "record_id": 1, "client": ")" + longest +
+                   R"("}, {"record_type": 7, "record_id": 3, "delta": 4}])")
+                .first,
+            202u);
+  ASSERT_EQ(backend_.added_.size(), 1u);
+  ASSERT_EQ(backend_.added_[0].size(), 2u);
+  EXPECT_EQ(backend_.added_[0][0].client, longest);
+  EXPECT_TRUE(backend_.added_[0][1].client.empty());
+  EXPECT_EQ(backend_.added_[0][1].delta, 4);
+}
+
+TEST_F(DedupeRouter, AClientWithAnIdempotencyKeyIsRefusedForNow) {
+  const auto [status, body] = answer(R"({"record_type": 5, "record_id": 1, "client": "a"})", true);
+  EXPECT_EQ(status, 400u);
+  EXPECT_NE(body.find("Idempotency-Key"), std::string::npos) << body;
+  EXPECT_TRUE(backend_.added_.empty());
+}
+
+TEST(UniqueWindows, FromAtOrTheReceiveTimeInUtcHoursAndDays) {
+  store::dedupe_spec spec;
+  spec.declare(5, store::granularity::day);
+  spec.declare(6, store::granularity::hour);
+  const std::int64_t now = 1'700'000'000;  // 2023-11-14 22:13:20 UTC
+  std::vector<ingest::increment> items(3);
+  items[0].record_type = 5;
+  items[0].client = "a";
+  items[1].record_type = 6;
+  items[1].client = "b";
+  items[1].at_given = true;
+  items[1].at = now - 100;  // this hour, 22:00 UTC
+  items[2].record_type = 5;
+  items[2].client = "c";
+  items[2].at_given = true;
+  items[2].at = now + 200;  // a clock slightly ahead
+  ASSERT_FALSE(ingest::check_clients(items, spec, now));
+  EXPECT_EQ(items[0].at, now);                                               // the receive time
+  EXPECT_EQ(ingest::unique_entry_of(items[0], spec).window, 1'699'920'000);  // 00:00 UTC
+  EXPECT_EQ(ingest::unique_entry_of(items[1], spec).window, 1'699'999'200);
+  EXPECT_EQ(ingest::unique_entry_of(items[1], spec).at, now - 100);
+  EXPECT_EQ(ingest::unique_entry_of(items[2], spec).window, 1'699'920'000);
+  // The hour before ended 800 s ago, more than the margin; an `at` too far ahead: refused.
+  items[1].at = now - 900;
+  auto bad = ingest::check_clients(items, spec, now);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->index, 1u);
+  items[1].at = now - 100;
+  items[2].at = now + ingest::max_at_ahead_seconds + 1;
+  bad = ingest::check_clients(items, spec, now);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->index, 2u);
+}
+
+TEST(PendingUniques, HoldsEachEntryOnceAndCountsItAgainstThePendingLimit) {
+  store::pending_store store(4);
+  store::pending_uniques uniques(store, 4);
+  const std::vector<store::unique_entry> entries{{5, 1, 86400, "a", 86500},
+                                                 {5, 1, 86400, "a", 90000},  // the same, later
+                                                 {5, 1, 86400, "b", 86500},
+                                                 {5, 1, 172800, "a", 172900},
+                                                 {5, 2, 86400, "a", 86500}};
+  EXPECT_EQ(uniques.add(entries), 1u);
+  EXPECT_EQ(uniques.add(std::span(entries).first(1)), 1u);
+  EXPECT_EQ(uniques.size(), 4u);
+  EXPECT_EQ(store.pending_entries(), 4u);
+  EXPECT_TRUE(store.over_pending_limit(4));
+  std::vector<store::unique_entry> taken;
+  uniques.take_all(taken);
+  EXPECT_EQ(taken.size(), 4u);
+  EXPECT_EQ(uniques.size(), 0u);
+  EXPECT_EQ(store.pending_entries(), 0u);
+  // The first one seen keeps its time.
+  for (const auto& e : taken)
+    if (e.client == "a" && e.window == 86400 && e.record_id == 1) {
+      EXPECT_EQ(e.at, 86500);
+    }
+}
+
+TEST(UniquesSql, PinnedText) {
+  EXPECT_EQ(db::create_uniques_table("t"),
+            "CREATE TABLE IF NOT EXISTS `t_uniques` (\n"
+            "  `window_start` BIGINT NOT NULL,\n"
+            "  `record_type` INT UNSIGNED NOT NULL,\n"
+            "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
+            "  `client` VARBINARY(128) NOT NULL,\n"
+            "  `instance_id` VARCHAR(64) NOT NULL,\n"
+            "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
+            "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
+            "  PRIMARY KEY (`window_start`, `record_type`, `record_id`, `client`)\n"
+            ") ENGINE=InnoDB");
+  const std::vector<store::unique_entry> e{{5, 1, 86400, "a", 0}, {5, 2, 86400, "b", 0}};
+  const std::vector<std::string> q{"'a'", "'b'"};
+  EXPECT_EQ(db::uniques_insert("t", e, q, "'i1'", 7, 9),
+            "INSERT IGNORE INTO `t_uniques` (`window_start`, `record_type`, `record_id`, "
+            "`client`, `instance_id`, `run_id`, `batch_seq`) VALUES "
+            "(86400,5,1,'a','i1',7,9),(86400,5,2,'b','i1',7,9)");
+  EXPECT_EQ(db::uniques_select_ours("t", e, q, "'i1'", 7, 9),
+            "SELECT `window_start`, `record_type`, `record_id`, HEX(`client`) FROM `t_uniques` "
+            "WHERE (`window_start`, `record_type`, `record_id`, `client`) IN "
+            "((86400,5,1,'a'),(86400,5,2,'b')) AND `instance_id` = 'i1' AND `run_id` = 7 AND "
+            "`batch_seq` = 9");
+  const std::vector<std::uint32_t> types{5, 6};
+  EXPECT_EQ(db::uniques_prune("t", types, 1000, 50),
+            "DELETE FROM `t_uniques` WHERE `window_start` < 1000 AND `record_type` IN (5,6) "
+            "ORDER BY `window_start` LIMIT 50");
+}
+
+TEST(UniqueBatches, CountedEntriesBecomeRowsAndBucketRowsUnderTheBatchSlot) {
+  store::bucket_spec buckets;
+  buckets.declare(5, store::granularity::hour, std::chrono::hours(48));
+  buckets.declare(5, store::granularity::day, std::chrono::hours(24 * 30));
+  const std::vector<store::unique_entry> counted{{5, 1, 86400, "a", 86400 + 10},
+                                                 {5, 1, 86400, "b", 86400 + 3700},
+                                                 {5, 2, 86400, "a", 86400 + 20},
+                                                 {6, 3, 86400, "a", 86400 + 20}};
+  std::vector<db::counter_row> rows;
+  std::vector<store::bucket_row> bucket_rows;
+  db::rows_of_counted(counted, 17, buckets, rows, bucket_rows);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].record_id, 1u);
+  EXPECT_EQ(rows[0].delta, 2);
+  EXPECT_EQ(rows[0].slot, 17);
+  EXPECT_EQ(rows[1].delta, 1);
+  EXPECT_EQ(rows[2].record_type, 6u);
+  // Counter 1: two hours and one day; counter 2: one hour and one day; type 6 none.
+  ASSERT_EQ(bucket_rows.size(), 5u);
+  EXPECT_EQ(bucket_rows[0].gran, store::granularity::hour);
+  EXPECT_EQ(bucket_rows[0].bucket, 86400);
+  EXPECT_EQ(bucket_rows[1].bucket, 86400 + 3600);
+  EXPECT_EQ(bucket_rows[2].gran, store::granularity::day);
+  EXPECT_EQ(bucket_rows[2].delta, 2);
+}
+
+TEST(UniqueBatches, SplitByEntriesHeldAsEntriesAndScheduledAlone) {
+  store::flush_batch b;
+  b.run_id = 3;
+  b.seq = 5;
+  b.uniques = {{5, 1, 0, "a", 0}, {5, 1, 0, "b", 0}, {5, 2, 0, "a", 0}};
+  EXPECT_TRUE(flush::splittable(b));
+  EXPECT_EQ(flush::rows_held(b), 3u);
+  const auto [left, right] = flush::split_batch(b);
+  EXPECT_EQ(left.uniques.size() + right.uniques.size(), 3u);
+  EXPECT_EQ(left.uniques.front().client, "a");
+  EXPECT_EQ(right.uniques.back().record_id, 2u);
+  EXPECT_NE(left.seq, right.seq);
+  // A unique batch waits for every batch before it, and holds back every one after it.
+  store::flush_batch plain;
+  plain.rows = {{9, 9, 0, 1}};
+  EXPECT_TRUE(flush::conflict(flush::span_of(b, false), flush::span_of(plain, false)));
+  EXPECT_TRUE(flush::conflict(flush::span_of(plain, false), flush::span_of(b, false)));
+}
+
+}  // namespace
+}  // namespace slotted
