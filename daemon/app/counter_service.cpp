@@ -113,7 +113,7 @@ http::backend_result counter_service::add(std::span<const ingest::increment> inc
   // Items with a `client` (checked by the router: their counters dedupe) are held apart
   // as unique entries; the others go to the store as always. The pending limit is checked
   // once for the whole request, before anything is applied.
-  if (p_.store.over_pending_limit(max_pending_keys_)) return {status::over_limit, {}};
+  if (p_.store.over_pending_limit(max_pending_keys_)) return {errc::over_limit};
   std::vector<ingest::increment> plain;
   std::vector<store::unique_entry> entries;
   for (const auto& inc : increments) {
@@ -131,7 +131,7 @@ http::backend_result counter_service::add(std::span<const ingest::increment> inc
   const std::size_t duplicates = p_.uniques.add(entries);
   p_.metrics.unique_items_accepted.Increment(static_cast<double>(entries.size()));
   p_.metrics.unique_items_duplicate.Increment(static_cast<double>(duplicates));
-  return {status::done, {}};
+  return {};
 }
 
 void counter_service::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
