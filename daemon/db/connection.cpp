@@ -206,4 +206,12 @@ std::string connection::quote(std::string_view text) {
   return out;
 }
 
+void rollback_after(connection& conn, const db_error& e) noexcept {
+  if (e.connection_lost()) return;
+  try {
+    conn.execute("ROLLBACK");
+  } catch (...) {
+  }
+}
+
 }  // namespace slotted::db

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/errors.hpp"
+
 typedef struct st_mysql MYSQL;
 
 namespace slotted::db {
@@ -97,5 +99,10 @@ class connection {
   MYSQL* handle_ = nullptr;
   std::size_t max_statement_ = 1 << 20;
 };
+
+// After `e` ended a transaction on `conn` early: a ROLLBACK, unless the connection is
+// gone (the server rolled back itself); a failing ROLLBACK is ignored, `e` being the
+// error worth reporting. The caller rethrows.
+void rollback_after(connection& conn, const db_error& e) noexcept;
 
 }  // namespace slotted::db

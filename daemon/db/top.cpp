@@ -245,12 +245,7 @@ void in_read_snapshot(connection& conn, const std::function<void()>& read) {
     read();
     conn.execute("COMMIT");
   } catch (const db_error& e) {
-    if (!e.connection_lost()) {
-      try {
-        conn.execute("ROLLBACK");
-      } catch (const db_error&) {
-      }
-    }
+    rollback_after(conn, e);
     throw;
   } catch (...) {
     // top_too_costly, bad_alloc, a malformed row: no snapshot is left open.

@@ -88,12 +88,7 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
     record_filled(conn, totals, record_types);
     conn.execute("COMMIT");
   } catch (const db_error& e) {
-    if (!e.connection_lost()) {
-      try {
-        conn.execute("ROLLBACK");
-      } catch (const db_error&) {
-      }
-    }
+    rollback_after(conn, e);
     throw;
   }
 }

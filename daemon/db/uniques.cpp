@@ -232,13 +232,7 @@ unique_outcome commit_unique_batch(
     out.rows = rows.size();
     return out;
   } catch (const db_error& e) {
-    if (!e.connection_lost()) {
-      try {
-        conn.execute(rollback);
-      } catch (const db_error&) {
-        // The original error is the one worth reporting.
-      }
-    }
+    rollback_after(conn, e);
     throw;
   }
 }

@@ -323,13 +323,7 @@ keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
     conn.execute(db::commit);
     return out;
   } catch (const db::db_error& e) {
-    if (!e.connection_lost()) {
-      try {
-        conn.execute(db::rollback);
-      } catch (const db::db_error&) {
-        // The original error is the one worth reporting.
-      }
-    }
+    db::rollback_after(conn, e);
     throw;
   }
 }
