@@ -57,7 +57,10 @@ std::size_t flusher::stop(clock::time_point deadline) {
   writers_.stop();
   for (auto& w : waiters) w(result);
   util::lock_guard lock(queue_mutex_);
-  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0);
+  // Unique entries not taken yet are unwritten too (a stop that cannot reach the
+  // database must not report everything written).
+  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0) +
+         (uniques_ != nullptr ? uniques_->size() : 0);
 }
 
 std::chrono::milliseconds flusher::next_backoff() {

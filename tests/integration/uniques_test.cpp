@@ -349,6 +349,36 @@ TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
+// A stop that cannot reach the database counts the unique entries it could not write:
+// the daemon exits 1 ("lost"), never "everything acknowledged was written". (Here the
+// final flush takes the entry into a batch that fails; an entry left untaken, behind a
+// backlog at the deadline, is counted by flusher::stop from the pending set.)
+TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  {
+    auto conn = server.connect(database);
+    store::dedupe_spec dedupe;
+    dedupe.declare(321, store::granularity::day);
+    db::migrate_uniques(conn, "slotted_counters", dedupe);
+  }
+  fault_proxy proxy(server.port());
+  auto cfg = test_config(server, database);
+  cfg.mysql.socket.clear();
+  cfg.mysql.host = "127.0.0.1";
+  cfg.mysql.port = proxy.port();
+  cfg.flush.interval = 1h;
+  cfg.shutdown_timeout = 2s;
+  cfg.counters = {{"dl", 321, std::nullopt, {}, false, store::granularity::day}};
+  in_process_daemon daemon(cfg);
+  http_client c(daemon.port());
+  ASSERT_TRUE(flush_until_ok(c));
+  proxy.set_down(true);
+  const event e{7, "a", 1, unix_now()};
+  ASSERT_EQ(c.post_json("/v1/increments", e.json()).status, 202u);
+  EXPECT_EQ(daemon.stop(), 1) << "a unique entry was lost and the stop said all was written";
+}
+
 // The prune deletes the rows of windows that ended more than twice the margin ago, of
 // the counters of their granularity, and keeps the rest.
 TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnly) {
