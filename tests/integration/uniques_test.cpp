@@ -274,26 +274,34 @@ TEST_F(Uniques, TwoInstancesOneKilledAndRestartedCountEachPairOnce) {
   expect_truth(cb, t);
 }
 
-// Through a proxy that cuts the database: a COMMIT whose reply is lost (the ledger
-// resolves the batch), then an outage during which unique entries stay pending, bounded
-// by flush.max_pending_keys, and are decided once the database is back.
-TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
-  auto& server = shared_mariadb();
-  const auto database = migrated_database(server);
+// A database with counter 321 ("dl") deduped by day, and a config reaching it through
+// `proxy` (which the caller makes on server.port()), flushing only when asked.
+config::daemon_config proxied_dedupe_config(mariadb_server& server, const std::string& database,
+                                            const fault_proxy& proxy) {
   {
     auto conn = server.connect(database);
     store::dedupe_spec dedupe;
     dedupe.declare(321, store::granularity::day);
     db::migrate_uniques(conn, "slotted_counters", dedupe);
   }
-  fault_proxy proxy(server.port());
   auto cfg = test_config(server, database);
   cfg.mysql.socket.clear();
   cfg.mysql.host = "127.0.0.1";
   cfg.mysql.port = proxy.port();
   cfg.flush.interval = 1h;
-  cfg.flush.max_pending_keys = 60;
   cfg.counters = {{"dl", 321, std::nullopt, {}, false, store::granularity::day}};
+  return cfg;
+}
+
+// Through a proxy that cuts the database: a COMMIT whose reply is lost (the ledger
+// resolves the batch), then an outage during which unique entries stay pending, bounded
+// by flush.max_pending_keys, and are decided once the database is back.
+TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  fault_proxy proxy(server.port());
+  auto cfg = proxied_dedupe_config(server, database, proxy);
+  cfg.flush.max_pending_keys = 60;
   in_process_daemon daemon(cfg);
   http_client c(daemon.port());
   ASSERT_TRUE(flush_until_ok(c));
@@ -356,20 +364,9 @@ TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
 TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
-  {
-    auto conn = server.connect(database);
-    store::dedupe_spec dedupe;
-    dedupe.declare(321, store::granularity::day);
-    db::migrate_uniques(conn, "slotted_counters", dedupe);
-  }
   fault_proxy proxy(server.port());
-  auto cfg = test_config(server, database);
-  cfg.mysql.socket.clear();
-  cfg.mysql.host = "127.0.0.1";
-  cfg.mysql.port = proxy.port();
-  cfg.flush.interval = 1h;
+  auto cfg = proxied_dedupe_config(server, database, proxy);
   cfg.shutdown_timeout = 2s;
-  cfg.counters = {{"dl", 321, std::nullopt, {}, false, store::granularity::day}};
   in_process_daemon daemon(cfg);
   http_client c(daemon.port());
   ASSERT_TRUE(flush_until_ok(c));
