@@ -229,14 +229,13 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
   return r;
 }
 
-namespace {
-// The generation of a batch's dirty marks: unique per batch (run ids are random), so a
-// fresh mark never repeats an old one.
 std::uint64_t dirty_gen_of(const batch_identity& id) {
   std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
   gen ^= gen >> 31;
   return gen & 0x7fffffffffffffffull;
 }
+
+namespace {
 
 // A slot row's count as the server prints it, exactly: an adopted table's `count` may be
 // of any integer type (unsigned BIGINT too), so it is read into 128 bits; text that is
@@ -259,15 +258,6 @@ __int128 slot_count(const std::optional<std::string>& text) {
   return negative ? -v : v;
 }
 
-// Rolls back after `e` when the connection still allows it.
-void roll_back_after(connection& conn, const db_error& e) {
-  if (e.connection_lost()) return;
-  try {
-    conn.execute(rollback);
-  } catch (const db_error&) {
-    // The original error is the one worth reporting.
-  }
-}
 }  // namespace
 
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
@@ -294,7 +284,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
     conn.execute(commit);
     return commit_outcome::applied;
   } catch (const db_error& e) {
-    roll_back_after(conn, e);
+    rollback_after(conn, e);
     throw;
   }
 }
@@ -369,7 +359,7 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
     conn.execute(commit);
     return commit_outcome::applied;
   } catch (const db_error& e) {
-    roll_back_after(conn, e);
+    rollback_after(conn, e);
     throw;
   }
 }
@@ -515,7 +505,7 @@ prune_chunk prune_buckets(connection& conn, const std::string& table, store::gra
       conn.execute(bucket_totals_prune_delete(table, g, record_type, bucket, ids));
       conn.execute(commit);
     } catch (const db_error& e) {
-      roll_back_after(conn, e);
+      rollback_after(conn, e);
       throw;
     }
     ids.clear();

@@ -197,6 +197,10 @@ struct batch_identity {
   std::uint64_t seq = 0;
 };
 
+// The generation of a batch's dirty marks: unique per batch (run ids are random), so a
+// fresh mark never repeats an old one.
+std::uint64_t dirty_gen_of(const batch_identity& id);
+
 // Applies `rows` and records the batch in the ledger, in one transaction, together with
 // dirty marks for `dirty` (the rows whose counters are rolled up; may be empty). If the
 // ledger already holds the batch (an earlier attempt committed but its reply was

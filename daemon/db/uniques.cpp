@@ -186,11 +186,6 @@ std::vector<store::unique_entry> insert_and_find_ours(
   return out;
 }
 
-std::uint64_t dirty_gen(const batch_identity& id) {
-  std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
-  gen ^= gen >> 31;
-  return gen & 0x7fffffffffffffffull;
-}
 }  // namespace
 
 unique_outcome commit_unique_batch(
@@ -226,7 +221,7 @@ unique_outcome commit_unique_batch(
       for (std::size_t first = 0; first < marks.size(); first += per)
         conn.execute(dirty_upsert(conn.quote(id.instance_id),
                                   marks.subspan(first, std::min(per, marks.size() - first)),
-                                  dirty_gen(id)));
+                                  dirty_gen_of(id)));
     }
     conn.execute(commit);
     out.rows = rows.size();

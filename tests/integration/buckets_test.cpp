@@ -18,6 +18,7 @@
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
+#include "support/unix_now.hpp"
 
 namespace slotted::test {
 namespace {
@@ -25,11 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The "count" values of a series answer, in order.
 std::vector<std::int64_t> counts_of(const std::string& body) {

@@ -17,6 +17,7 @@
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
+#include "support/unix_now.hpp"
 
 namespace slotted::test {
 namespace {
@@ -29,11 +30,6 @@ constexpr const char* user_password = "Gr4nts-user-pw";
 // GRANT is then left out, as a GRANT on a missing table is an error.
 constexpr const char* adoptions_table = "slotted_counterd_adoptions";
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 class GrantsDb : public ::testing::Test {
  protected:

@@ -16,28 +16,15 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/unix_now.hpp"
+#include "support/top_items.hpp"
 
 namespace slotted::test {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
-using ranking = std::vector<std::pair<std::uint64_t, std::int64_t>>;
-
-ranking items_of(const std::string& body) {
-  ranking out;
-  static const std::regex item(R"re(\{"record_id": "(\d+)", "count": (-?\d+)\})re");
-  for (auto it = std::sregex_iterator(body.begin(), body.end(), item); it != std::sregex_iterator();
-       ++it)
-    out.emplace_back(std::stoull((*it)[1]), std::stoll((*it)[2]));
-  return out;
-}
 
 class TopEdges : public ::testing::Test {
  protected:

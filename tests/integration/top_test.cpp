@@ -15,6 +15,8 @@
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
+#include "support/unix_now.hpp"
+#include "support/top_items.hpp"
 
 namespace slotted::test {
 namespace {
@@ -22,23 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
-using ranking = std::vector<std::pair<std::uint64_t, std::int64_t>>;
-
-// The items of a top-N answer, in order.
-ranking items_of(const std::string& body) {
-  ranking out;
-  static const std::regex item(R"re(\{"record_id": "(\d+)", "count": (-?\d+)\})re");
-  for (auto it = std::sregex_iterator(body.begin(), body.end(), item); it != std::sregex_iterator();
-       ++it)
-    out.emplace_back(std::stoull((*it)[1]), std::stoll((*it)[2]));
-  return out;
-}
 
 // The truth: largest first, ties by smaller id, `limit` of them, zeros left out.
 ranking top_of(const std::map<std::uint64_t, std::int64_t>& sums, std::size_t limit) {

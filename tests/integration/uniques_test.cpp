@@ -21,6 +21,8 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/unix_now.hpp"
+#include "support/top_items.hpp"
 
 namespace slotted::test {
 namespace {
@@ -28,11 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 std::int64_t day_of(std::int64_t at) {
   return at - at % 86400;
 }
@@ -93,15 +90,6 @@ void post(http_client& c, std::span<const event> batch) {
   ASSERT_EQ(r.status, 202u) << r.body;
 }
 
-using ranking = std::vector<std::pair<std::uint64_t, std::int64_t>>;
-ranking items_of(const std::string& body) {
-  ranking out;
-  static const std::regex item(R"re(\{"record_id": "(\d+)", "count": (-?\d+)\})re");
-  for (auto it = std::sregex_iterator(body.begin(), body.end(), item); it != std::sregex_iterator();
-       ++it)
-    out.emplace_back(std::stoull((*it)[1]), std::stoll((*it)[2]));
-  return out;
-}
 ranking top_of(const std::map<std::uint64_t, std::int64_t>& sums) {
   ranking all(sums.begin(), sums.end());
   std::erase_if(all, [](const auto& p) { return p.second == 0; });

@@ -1,4 +1,4 @@
-// Review of issue 26 (top-N and multi-get), the pure parts: mysql.table's bound against
+// Top-N and multi-get, the pure parts: mysql.table's bound against
 // every table derived from it, the totals tables' scratch names.
 
 #include <gtest/gtest.h>
