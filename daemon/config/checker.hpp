@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "config/yaml_walk.hpp"
+#include "model/result.hpp"
 
 namespace slotted::config::detail {
 
@@ -189,8 +190,8 @@ class checker {
   std::map<std::string, YAML::Node> deferred_;
 };
 
-// "host:port", "[v6]:port" or a bare host (port 3306); nullopt with `why` otherwise.
-std::optional<host_port> parse_host_port(const std::string& text, std::string& why);
+// "host:port", "[v6]:port" or a bare host (port 3306); else errc::invalid_input saying why.
+result<host_port> parse_host_port(const std::string& text);
 // mysql.hosts: a list of distinct "host:port".
 void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
                        std::vector<host_port>& hosts);
@@ -211,7 +212,8 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
 bool is_valid_instance_id(std::string_view s);
 std::string default_instance_id();
 
-bool read_whole_file(const std::string& path, std::string& out, std::string& why);
+// The file's bytes, or its errno (or "not a regular file") as the failure.
+result<std::string> read_whole_file(const std::string& path);
 // Reads the password and the auth token. `password_file_from_flag`: mysql.password_file
 // came from --mysql-password-file, and messages name that flag instead of a line.
 void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_flag);

@@ -171,11 +171,9 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
 
 daemon_config load_config(const std::string& path, const mysql_credentials& over,
                           bool read_secrets) {
-  std::string text, why;
-  if (!detail::read_whole_file(path, text, why)) {
-    throw config_error({path + ": cannot read config: " + why});
-  }
-  return parse_config(text, path, over, read_secrets);
+  const auto text = detail::read_whole_file(path);
+  if (!text) throw config_error({path + ": cannot read config: " + text.failed().text()});
+  return parse_config(*text, path, over, read_secrets);
 }
 
 store::bucket_spec bucket_spec_of(const daemon_config& cfg) {

@@ -7,59 +7,39 @@
 
 namespace slotted::config::detail {
 
-std::optional<host_port> parse_host_port(const std::string& text, std::string& why) {
+result<host_port> parse_host_port(const std::string& text) {
+  const auto bad = [](const char* why) -> failure { return {errc::invalid_input, why}; };
   host_port out;
   std::string port;
   if (!text.empty() && text.front() == '[') {
     const auto close = text.find(']');
-    if (close == std::string::npos) {
-      why = "unterminated [";
-      return std::nullopt;
-    }
+    if (close == std::string::npos) return bad("unterminated [");
     out.host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') {
-        why = "expected ':' after ']'";
-        return std::nullopt;
-      }
+      if (text[close + 1] != ':') return bad("expected ':' after ']'");
       port = text.substr(close + 2);
-      if (port.empty()) {
-        why = "empty port";
-        return std::nullopt;
-      }
+      if (port.empty()) return bad("empty port");
     }
   } else {
     const auto colon = text.rfind(':');
-    if (colon != std::string::npos && text.find(':') != colon) {
-      why = "an IPv6 address needs brackets: [addr]:port";
-      return std::nullopt;
-    }
+    if (colon != std::string::npos && text.find(':') != colon)
+      return bad("an IPv6 address needs brackets: [addr]:port");
     out.host = text.substr(0, colon);
     if (colon != std::string::npos) {
       port = text.substr(colon + 1);
-      if (port.empty()) {
-        why = "empty port";
-        return std::nullopt;
-      }
+      if (port.empty()) return bad("empty port");
     }
   }
-  if (out.host.empty()) {
-    why = "empty host";
-    return std::nullopt;
-  }
+  if (out.host.empty()) return bad("empty host");
   for (char c : out.host) {
-    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '@') {
-      why = "not a host name or address";
-      return std::nullopt;
-    }
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '@')
+      return bad("not a host name or address");
   }
   if (!port.empty()) {
     unsigned value = 0;
     const auto r = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value < 1 || value > 65535) {
-      why = "port must be an integer in [1, 65535]";
-      return std::nullopt;
-    }
+    if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value < 1 || value > 65535)
+      return bad("port must be an integer in [1, 65535]");
     out.port = static_cast<std::uint16_t>(value);
   }
   return out;
@@ -86,9 +66,8 @@ void check_tls(const daemon_config& cfg, checker& c) {
                                                               {"mysql.tls.key_file", &t.key_file}};
   for (const auto& [key, path] : files) {
     if (path->empty()) continue;
-    std::string content, why;
-    if (!read_whole_file(*path, content, why))
-      c.fail_plain(key, "cannot read '" + *path + "': " + why);
+    if (const auto read = read_whole_file(*path); !read)
+      c.fail_plain(key, "cannot read '" + *path + "': " + read.failed().text());
   }
 }
 
@@ -99,11 +78,11 @@ void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
   std::set<std::string> seen;
   for (std::size_t i = 0; i < a.size(); ++i) {
     const std::string ip = ap + "[" + std::to_string(i) + "]";
-    std::string text, why;
+    std::string text;
     if (!c.scalar(a[i], ip, text)) continue;
-    const auto hp = parse_host_port(text, why);
+    const auto hp = parse_host_port(text);
     if (!hp) {
-      c.fail(a[i], ip, "expected \"host:port\", got '" + text + "': " + why);
+      c.fail(a[i], ip, "expected \"host:port\", got '" + text + "': " + hp.failed().text());
     } else if (!seen.insert(hp->host + ":" + std::to_string(hp->port)).second) {
       c.fail(a[i], ip, "'" + text + "' is listed twice");
     } else {

@@ -25,25 +25,19 @@ std::string trim(std::string s) {
 
 }  // namespace
 
-bool read_whole_file(const std::string& path, std::string& out, std::string& why) {
+result<std::string> read_whole_file(const std::string& path) {
   std::error_code ec;
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    why = "not a regular file";
-    return false;
-  }
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    return failure(std::make_error_code(std::errc::invalid_argument), "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    why = std::strerror(errno);
-    return false;
+    const int err = errno;
+    return failure(std::error_code(err, std::generic_category()), std::strerror(err));
   }
   std::ostringstream buf;
   buf << in.rdbuf();
-  if (in.bad()) {
-    why = "read error";
-    return false;
-  }
-  out = buf.str();
-  return true;
+  if (in.bad()) return failure(std::make_error_code(std::errc::io_error), "read error");
+  return buf.str();
 }
 
 void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_flag) {
@@ -51,9 +45,9 @@ void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_fla
   if (!m.password_file.empty() && !m.password_env.empty()) {
     c.fail_plain("mysql.password_file", "set password_file or password_env, not both");
   } else if (!m.password_file.empty()) {
-    std::string content, why;
-    if (!read_whole_file(m.password_file, content, why)) {
-      const std::string msg = "cannot read '" + m.password_file + "': " + why;
+    auto read = read_whole_file(m.password_file);
+    if (!read) {
+      const std::string msg = "cannot read '" + m.password_file + "': " + read.failed().text();
       if (password_file_from_flag) {
         c.fail_flag("--mysql-password-file: " + msg);
       } else {
@@ -61,6 +55,7 @@ void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_fla
       }
     } else {
       // One trailing newline is an artefact of editors, not part of the password.
+      std::string content = std::move(read).value();
       if (!content.empty() && content.back() == '\n') content.pop_back();
       if (!content.empty() && content.back() == '\r') content.pop_back();
       m.password = std::move(content);
@@ -77,11 +72,12 @@ void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_fla
 
   auto& h = cfg.http;
   if (!h.auth_token_file.empty()) {
-    std::string content, why;
-    if (!read_whole_file(h.auth_token_file, content, why)) {
-      c.fail_plain("http.auth_token_file", "cannot read '" + h.auth_token_file + "': " + why);
+    auto read = read_whole_file(h.auth_token_file);
+    if (!read) {
+      c.fail_plain("http.auth_token_file",
+                   "cannot read '" + h.auth_token_file + "': " + read.failed().text());
     } else {
-      h.auth_token = trim(std::move(content));
+      h.auth_token = trim(std::move(read).value());
       if (h.auth_token.empty()) c.fail_plain("http.auth_token_file", "the token file is empty");
     }
   }

@@ -1,6 +1,7 @@
 // The counter routes: GET and DELETE /v1/counters/{record_type}/{record_id}, and its series
 // (README: HTTP API).
 
+#include "http/query.hpp"
 #include "http/router.hpp"
 #include "http/router_internal.hpp"
 #include "util/json.hpp"
@@ -75,58 +76,27 @@ void router::handle_series(const request& req, const route_match& m, const reply
     answer(error_response(v, status::bad_request, message));
   };
   // granularity, from and to, each exactly once; nothing else.
-  std::string_view target = req.target();
-  const auto q = target.find('?');
-  std::string_view query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
-  std::optional<std::string_view> gran_text, from_text, to_text;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view param = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const auto eq = param.find('=');
-    const std::string_view name = param.substr(0, eq);
-    const std::string_view value =
-        eq == std::string_view::npos ? std::string_view{} : param.substr(eq + 1);
-    std::optional<std::string_view>* slot = name == "granularity" ? &gran_text
-                                            : name == "from"      ? &from_text
-                                            : name == "to"        ? &to_text
-                                                                  : nullptr;
-    if (slot == nullptr)
-      return bad_request("unknown query parameter " + json::excerpt(name) +
-                         "; expected granularity, from and to");
-    if (*slot) return bad_request("query parameter \"" + std::string(name) + "\" given twice");
-    *slot = value;
-  }
+  const auto q = parse_query(req.target(), {"granularity", "from", "to"});
+  if (!q) return bad_request(q.failed().text());
+  const auto gran_text = q->get("granularity"), from_text = q->get("from"), to_text = q->get("to");
   if (!gran_text || !from_text || !to_text)
     return bad_request(
         "granularity, from and to are required (e.g. ?granularity=day&from="
         "1700000000&to=1702592000, unix seconds)");
-  const auto g = store::granularity_named(*gran_text);
-  if (!g) return bad_request("granularity must be hour or day");
-  std::int64_t from = 0, to = 0;
-  if (!parse_decimal(*from_text, from) || from < 0 || from > ingest::max_at ||
-      !parse_decimal(*to_text, to) || to < 0 || to > ingest::max_at)
-    return bad_request(std::string("from and to must be unix seconds in ") + ingest::at_range);
-  if (from > to) return bad_request("from must not be after to");
+  const auto range = parse_bucket_range(*gran_text, *from_text, *to_text, max_series_points);
+  if (!range) return bad_request(range.failed().text());
+  const auto [g, first, last] = *range;
   const auto* counter = buckets_.find(type);
-  if (counter == nullptr || !counter->keeps(*g)) {
+  if (counter == nullptr || !counter->keeps(g)) {
     return bad_request("record_type " + std::to_string(type) + " keeps no " +
-                       std::string(store::name_of(*g)) + " buckets (counters[].buckets)");
+                       std::string(store::name_of(g)) + " buckets (counters[].buckets)");
   }
-  // The buckets that start in [from, to].
-  const std::int64_t step = store::seconds_of(*g);
-  const std::int64_t first = store::bucket_start(*g, from) + (from % step == 0 ? 0 : step);
-  const std::int64_t last = store::bucket_start(*g, to);
-  if (first <= last && (last - first) / step + 1 > max_series_points) {
-    return bad_request("the range holds more than " + std::to_string(max_series_points) + " " +
-                       std::string(store::name_of(*g)) + " buckets; ask for a shorter one");
-  }
-  const std::string gran_name(store::name_of(*g));
-  if (first > last) {
+  const std::string gran_name(store::name_of(g));
+  if (range->empty()) {
     return answer(
         json_response(v, status::ok, "{\"granularity\": \"" + gran_name + "\", \"points\": []}"));
   }
-  backend_.read_series({type, id}, *g, first, last,
+  backend_.read_series({type, id}, g, first, last,
                        guarded(answer, v, [v, gran_name, answer](const backend_result& r) {
                          if (const auto e = r.failure())
                            return answer(failure_response(v, e, r.error));

@@ -206,6 +206,9 @@ response router::failure_response(unsigned v, std::error_code e,
       case errc::too_costly:
         s = status::unprocessable_entity;
         break;
+      case errc::invalid_input:
+        s = status::bad_request;
+        break;
     }
   }
   auto res = message && !message->empty() ? error_response(v, s, *message)

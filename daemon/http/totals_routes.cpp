@@ -37,16 +37,15 @@ void router::handle_counters_many(const request& req, const route_match& m,
   if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));
   const auto type = std::get<std::uint32_t>(parsed);
   const auto q = parse_query(req.target(), {"ids"});
-  if (q.error) return answer(error_response(v, status::bad_request, *q.error));
-  const auto ids_text = q.get("ids");
+  if (!q) return answer(failure_response(v, q.error(), q.failed().text()));
+  const auto ids_text = q->get("ids");
   if (!ids_text)
     return answer(error_response(v, status::bad_request,
                                  "query parameter \"ids\" is required (e.g. ?ids=1,2,3)"));
-  std::vector<std::uint64_t> ids;
-  if (auto bad = parse_id_list(*ids_text, ids))
-    return answer(error_response(v, status::bad_request, *bad));
+  auto ids = parse_id_list(*ids_text);
+  if (!ids) return answer(failure_response(v, ids.error(), ids.failed().text()));
   backend_.read_counters(
-      type, std::move(ids), guarded(answer, v, [v, type, answer](const backend_result& r) {
+      type, std::move(*ids), guarded(answer, v, [v, type, answer](const backend_result& r) {
         if (const auto e = r.failure()) return answer(failure_response(v, e, r.error));
         std::string body = "{\"record_type\": " + std::to_string(type) + ", \"items\": [";
         for (std::size_t i = 0; i < r.totals.size(); ++i) {
@@ -61,40 +60,6 @@ void router::handle_counters_many(const request& req, const route_match& m,
         answer(json_response(v, status::ok, std::move(body)));
       }));
 }
-
-namespace {
-
-// A top-N's `granularity`, `from` and `to` as the bucket-aligned range they select, or
-// the 400's message; `empty` when no bucket starts in [from, to].
-struct top_range_parse {
-  std::optional<backend::top_range> range;
-  std::string error;
-  bool empty = false;
-};
-
-top_range_parse parse_top_range(std::string_view gran_text, std::string_view from_text,
-                                std::string_view to_text, std::int64_t max_buckets) {
-  const auto g = store::granularity_named(gran_text);
-  if (!g) return {{}, "granularity must be hour or day"};
-  std::int64_t from = 0, to = 0;
-  if (!parse_decimal(from_text, from) || from < 0 || from > ingest::max_at)
-    return {{}, std::string("from must be unix seconds in ") + ingest::at_range};
-  if (!parse_decimal(to_text, to) || to < 0 || to > ingest::max_at)
-    return {{}, std::string("to must be unix seconds in ") + ingest::at_range};
-  if (from > to) return {{}, "from must not be after to"};
-  const std::int64_t step = store::seconds_of(*g);
-  const std::int64_t first = store::bucket_start(*g, from) + (from % step == 0 ? 0 : step);
-  const std::int64_t last = store::bucket_start(*g, to);
-  if (first > last) return {{}, {}, true};
-  if ((last - first) / step + 1 > max_buckets) {
-    return {{},
-            "the range holds more than " + std::to_string(max_buckets) + " " +
-                std::string(store::name_of(*g)) + " buckets; ask for a shorter one"};
-  }
-  return {backend::top_range{*g, first, last}, {}};
-}
-
-}  // namespace
 
 void router::handle_top(const request& req, const route_match& m, const reply& answer) {
   const unsigned v = req.version();
@@ -114,29 +79,29 @@ void router::handle_top(const request& req, const route_match& m, const reply& a
     answer(error_response(v, status::bad_request, message));
   };
   const auto q = parse_query(req.target(), {"limit", "granularity", "from", "to"});
-  if (q.error) return bad_request(*q.error);
+  if (!q) return bad_request(q.failed().text());
   std::size_t limit = 10;
-  if (const auto text = q.get("limit")) {
+  if (const auto text = q->get("limit")) {
     if (!parse_decimal(*text, limit) || limit < 1 || limit > max_top_limit)
       return bad_request("limit must be an integer in [1, " + std::to_string(max_top_limit) + "]");
   }
-  const auto gran_text = q.get("granularity"), from_text = q.get("from"), to_text = q.get("to");
+  const auto gran_text = q->get("granularity"), from_text = q->get("from"), to_text = q->get("to");
   std::optional<backend::top_range> range;
   if (gran_text || from_text || to_text) {
     if (!gran_text || !from_text || !to_text)
       return bad_request(
           "granularity, from and to go together (e.g. ?granularity=day&from="
           "1700000000&to=1702592000, unix seconds), or none of them for the totals");
-    auto parsed_range = parse_top_range(*gran_text, *from_text, *to_text, max_top_buckets);
-    if (!parsed_range.error.empty()) return bad_request(parsed_range.error);
-    const auto g = store::granularity_named(*gran_text);
+    const auto parsed_range = parse_bucket_range(*gran_text, *from_text, *to_text, max_top_buckets);
+    if (!parsed_range) return bad_request(parsed_range.failed().text());
+    const auto g = parsed_range->gran;
     const auto* counter = buckets_.find(type);
-    if (counter == nullptr || !counter->keeps(*g)) {
+    if (counter == nullptr || !counter->keeps(g)) {
       return bad_request("record_type " + std::to_string(type) + " keeps no " +
-                         std::string(store::name_of(*g)) + " buckets (counters[].buckets)");
+                         std::string(store::name_of(g)) + " buckets (counters[].buckets)");
     }
-    if (parsed_range.empty) return answer(json_response(v, status::ok, "{\"items\": []}"));
-    range = parsed_range.range;
+    if (parsed_range->empty()) return answer(json_response(v, status::ok, "{\"items\": []}"));
+    range = backend::top_range{g, parsed_range->first, parsed_range->last};
     // A first round past db::max_top_rows could never be answered, whatever the data: a
     // 400 (not a 503 a client would retry for ever).
     const auto buckets =

@@ -38,6 +38,8 @@ class slotted_error_category final : public std::error_category {
         return "the read took too long and was stopped by the database; retry later";
       case errc::too_costly:
         return "this read would cost too much; narrow it";
+      case errc::invalid_input:
+        return "the input is not valid";
     }
     return "unknown slotted error " + std::to_string(ev);
   }

@@ -31,9 +31,11 @@ enum class errc {
   read_timed_out,        // a read's statement passed its time limit (max_statement_time)
   too_costly,            // a top-N whose merge passed its row bound (the data decides):
                          // 422, the same request stops again until the counts change
+  invalid_input,         // the input is wrong (a request's parameter, a config value): a
+                         // 400 for a request; the failure's detail names what and why
 };
 // The last code, for tests that walk them all.
-inline constexpr errc last_errc = errc::too_costly;
+inline constexpr errc last_errc = errc::invalid_input;
 
 // The category of errc: name() "slotted", message() the text a client is told when the
 // caller has nothing more precise.

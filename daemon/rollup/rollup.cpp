@@ -51,11 +51,15 @@ struct roller::run_tally {
   std::size_t missing = 0;
   std::size_t refused = 0;
   bool no_adoptions_table = false;
-  std::string error;  // the failures' messages, joined by "; "
+  std::vector<std::string> failures;  // each failed target's (or the run's) message
 
-  void fail(const std::string& why) {
-    if (!error.empty()) error += "; ";
-    error += why;
+  void fail(std::string why) { failures.push_back(std::move(why)); }
+  // The run's result: the records rolled up, or every failure's message, in order.
+  rollup_result outcome() const {
+    if (failures.empty()) return records;
+    std::string joined;
+    for (const auto& f : failures) joined += (joined.empty() ? "" : "; ") + f;
+    return {errc::database_unavailable, std::move(joined)};
   }
 };
 
@@ -75,9 +79,7 @@ rollup_result roller::run_once() {
     metrics_.db_error(e.kind());
     tally.fail(e.what());
   }
-  rollup_result result = tally.error.empty()
-                             ? rollup_result(tally.records)
-                             : rollup_result(errc::database_unavailable, tally.error);
+  rollup_result result = tally.outcome();
   report(result, tally, started);
   return result;
 }
@@ -173,12 +175,13 @@ void roller::report(const rollup_result& result, const run_tally& tally,
     metrics_.rollups_ok.Increment();
     metrics_.last_rollup_success_timestamp_seconds.Set(
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
-    if (!last_error_.empty()) log::info("rollup works again");
-    last_error_.clear();
+    if (last_error_) log::info("rollup works again");
+    last_error_.reset();
   } else {
     metrics_.rollups_error.Increment();
-    if (tally.error != last_error_) log::warn("rollup failed: ", tally.error);
-    last_error_ = tally.error;
+    // Logged once until it changes or the rollup works again.
+    if (result.failed().detail != last_error_) log::warn("rollup failed: ", result.failed().text());
+    last_error_ = result.failed().detail;
   }
 }
 

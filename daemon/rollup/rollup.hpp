@@ -18,9 +18,10 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "db/pool.hpp"
@@ -72,7 +73,7 @@ class roller {
   mutable std::mutex targets_mutex_;  // guards settings_.targets
   db::pool& pool_;
   metrics::registry& metrics_;
-  std::string last_error_;
+  std::optional<std::string> last_error_;  // the last failed run's message, logged once
   // Only on the roller's thread: targets found adopted (never asked again), and those
   // whose skipping is logged already. Keyed (record_type, table, count_column).
   using target_key = std::tuple<std::uint32_t, std::string, std::string>;

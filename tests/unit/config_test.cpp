@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/temp_dir.hpp"
+
 namespace slotted::config {
 namespace {
 
@@ -164,13 +166,15 @@ TEST(Config, PasswordComesFromFileOrEnvAndNeverFromTheConfig) {
             std::string::npos);
   EXPECT_EQ(only_problem("mysql: {password: hunter2}\n").find("hunter2"), std::string::npos);
 
-  const auto file = std::filesystem::temp_directory_path() / "slotted-config-test-password";
+  const std::filesystem::path dir = test::make_temp_dir("config-test");
+  const auto file = dir / "password";
   std::ofstream(file) << "pa55word\n";
   EXPECT_EQ(parse_config("mysql: {password_file: " + file.string() + "}\n").mysql.password,
             "pa55word");
   std::filesystem::remove(file);
   EXPECT_NE(only_problem("mysql: {password_file: " + file.string() + "}\n").find("cannot read"),
             std::string::npos);
+  std::filesystem::remove_all(dir);
 
   setenv("SLOTTED_TEST_PASSWORD", "from-env", 1);
   EXPECT_EQ(parse_config("mysql: {password_env: SLOTTED_TEST_PASSWORD}\n").mysql.password,
@@ -219,20 +223,21 @@ TEST(Config, TlsModesNeedTheirFilesReadable) {
   EXPECT_NE(missing.find("test.yaml:4: mysql.tls.ca_file: cannot read '/nonexistent/ca.pem'"),
             std::string::npos)
       << missing;
-  const auto file = std::filesystem::temp_directory_path() / "slotted-config-test-ca.pem";
+  const std::filesystem::path dir = test::make_temp_dir("config-test");
+  const auto file = dir / "ca.pem";
   std::ofstream(file) << "-----BEGIN CERTIFICATE-----\n";
   const auto c = parse_config("mysql: {tls: {mode: verify_ca, ca_file: " + file.string() + "}}\n");
   EXPECT_EQ(c.mysql.tls.ca_file, file.string());
   EXPECT_NE(only_problem("mysql: {tls: {cert_file: " + file.string() + "}}\n")
                 .find("set cert_file and key_file together"),
             std::string::npos);
-  std::filesystem::remove(file);
+  std::filesystem::remove_all(dir);
   EXPECT_NE(only_problem("mysql: {socket: /run/x.sock, tls: {mode: required}}\n")
                 .find("mysql.tls.mode: TLS applies to TCP"),
             std::string::npos);
 }
 
-TEST(Config, ReviewedEdgeCases) {
+TEST(Config, MalformedShapesQuotedScalarsAndUnreadableSecretsAreNamed) {
   EXPECT_NE(only_problem("counters:\n  -\n").find("counters[0]: expected a mapping"),
             std::string::npos);
   EXPECT_NE(only_problem("shards: 4\n---\nshards: 0\n").find("one YAML document"),

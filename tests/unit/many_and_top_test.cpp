@@ -1,8 +1,10 @@
-// Issue 26: GET /v1/counters/{t}?ids=... and GET /v1/top/{t}: their parameters (pure
+// GET /v1/counters/{t}?ids=... and GET /v1/top/{t}: their parameters (pure
 // parsing, then through the router against a scripted backend) and their SQL.
 
-#include <algorithm>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <tuple>
 
 #include "db/top.hpp"
 #include "http/query.hpp"
@@ -15,47 +17,78 @@ namespace {
 namespace bh = boost::beast::http;
 
 TEST(IdList, ParsesDecimalIdsSeparatedByCommasEachOnceInOrder) {
-  std::vector<std::uint64_t> ids;
-  EXPECT_FALSE(parse_id_list("3,1,2", ids));
-  EXPECT_EQ(ids, (std::vector<std::uint64_t>{3, 1, 2}));
+  auto ids = parse_id_list("3,1,2");
+  ASSERT_TRUE(ids);
+  EXPECT_EQ(*ids, (std::vector<std::uint64_t>{3, 1, 2}));
   // A repeated id is read once, where it first stands; "%2C" is a comma too.
-  EXPECT_FALSE(parse_id_list("5%2C7,5%2c18446744073709551615,7", ids));
-  EXPECT_EQ(ids, (std::vector<std::uint64_t>{5, 7, 18446744073709551615ull}));
+  ids = parse_id_list("5%2C7,5%2c18446744073709551615,7");
+  ASSERT_TRUE(ids);
+  EXPECT_EQ(*ids, (std::vector<std::uint64_t>{5, 7, 18446744073709551615ull}));
 }
 
 TEST(IdList, RefusesEmptyNonNumericAndTooManyNamingIds) {
-  std::vector<std::uint64_t> ids;
   for (const std::string_view bad :
        {"", ",", "1,", ",1", "1,,2", "x", "1,-2", "1, 2", "+1", "18446744073709551616", "1.0",
         "0x10"}) {
-    const auto err = parse_id_list(bad, ids);
-    ASSERT_TRUE(err) << bad;
-    EXPECT_EQ(err->rfind("ids ", 0), 0u) << *err;
+    const auto got = parse_id_list(bad);
+    ASSERT_FALSE(got) << bad;
+    EXPECT_EQ(got.error(), errc::invalid_input);
+    EXPECT_EQ(got.failed().text().rfind("ids ", 0), 0u) << got.failed().text();
   }
   std::string thousand, more;
   for (int i = 0; i < 1000; ++i) thousand += (i ? "," : "") + std::to_string(i);
-  EXPECT_FALSE(parse_id_list(thousand, ids));
-  EXPECT_EQ(ids.size(), 1000u);
+  const auto all = parse_id_list(thousand);
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), 1000u);
   more = thousand + ",1000";
-  const auto err = parse_id_list(more, ids);
-  ASSERT_TRUE(err);
-  EXPECT_NE(err->find("more than 1000"), std::string::npos);
+  const auto over = parse_id_list(more);
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.failed().text().find("more than 1000"), std::string::npos);
   // Duplicates count against the bound: it bounds the request, not the answer.
-  EXPECT_TRUE(parse_id_list(thousand + ",0", ids));
+  EXPECT_FALSE(parse_id_list(thousand + ",0"));
 }
 
 TEST(Query, UnknownOrRepeatedParametersAreNamed) {
   auto q = parse_query("/x?limit=3&to=4", {"limit", "to"});
-  EXPECT_FALSE(q.error);
-  EXPECT_EQ(q.get("limit"), "3");
-  EXPECT_EQ(q.get("to"), "4");
-  EXPECT_FALSE(q.get("from"));
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->get("limit"), "3");
+  EXPECT_EQ(q->get("to"), "4");
+  EXPECT_FALSE(q->get("from"));
   q = parse_query("/x?limit=3&limit=4", {"limit"});
-  ASSERT_TRUE(q.error);
-  EXPECT_NE(q.error->find("\"limit\" given twice"), std::string::npos);
+  ASSERT_FALSE(q);
+  EXPECT_EQ(q.error(), errc::invalid_input);
+  EXPECT_NE(q.failed().text().find("\"limit\" given twice"), std::string::npos);
   q = parse_query("/x?lmit=3", {"limit"});
-  ASSERT_TRUE(q.error);
-  EXPECT_NE(q.error->find("lmit"), std::string::npos);
+  ASSERT_FALSE(q);
+  EXPECT_NE(q.failed().text().find("lmit"), std::string::npos);
+}
+
+TEST(Query, ABucketRangeIsTheBucketsStartingInsideIt) {
+  // Days: from mid-day 1 to mid-day 3 holds the starts of days 2 and 3.
+  const std::int64_t day = 86400;
+  auto r = parse_bucket_range("day", std::to_string(day + 5), std::to_string(3 * day + 5), 400);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->gran, store::granularity::day);
+  EXPECT_EQ(r->first, 2 * day);
+  EXPECT_EQ(r->last, 3 * day);
+  // Inside one day, after its start: no bucket starts there.
+  r = parse_bucket_range("day", "5", "6", 400);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->empty());
+  // Exactly max_buckets is taken, one more is refused naming the bound.
+  EXPECT_TRUE(parse_bucket_range("hour", "0", std::to_string(3 * 3600), 4));
+  r = parse_bucket_range("hour", "0", std::to_string(4 * 3600), 4);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.failed().text().find("more than 4 hour buckets"), std::string::npos);
+  for (const auto& [g, f, t, why] : {std::tuple{"week", "0", "1", "granularity"},
+                                     {"day", "x", "1", "from must be"},
+                                     {"day", "0", "-1", "to must be"},
+                                     {"day", "2", "1", "from must not be after to"}}) {
+    r = parse_bucket_range(g, f, t, 400);
+    ASSERT_FALSE(r) << g << f << t;
+    EXPECT_EQ(r.error(), errc::invalid_input);
+    EXPECT_NE(r.failed().text().find(why), std::string::npos) << r.failed().text();
+  }
 }
 
 class ManyAndTop : public ::testing::Test {

@@ -518,6 +518,7 @@ TEST(BackendErrors, EachFailureHasOneStatusAndRetryAfter) {
       {errc::deadline_passed, 503, "5", "shutdown deadline passed"},
       {errc::read_timed_out, 503, "5", "the read took too long"},
       {errc::too_costly, 422, "", "would cost too much"},
+      {errc::invalid_input, 400, "", "not valid"},
   };
   // Every code has a case: a new code without a status fails here.
   EXPECT_EQ(std::size(cases), static_cast<std::size_t>(last_errc));
