@@ -511,6 +511,7 @@ std::vector<key_row> log_source_keys() {
       part("log_sources[].json.method", "string", "method", "log_sources"),
       part("log_sources[].json.path", "string", "path", "log_sources"),
       part("log_sources[].json.status", "string", "status", "log_sources"),
+      part("log_sources[].json.client", "string", "remote_addr", "log_sources"),
       part("log_sources[].rules", "list", "(required)", "log_sources"),
       part("log_sources[].rules[].counter", "string", "(required)", "log_sources"),
       part("log_sources[].rules[].path", "regex", "(required)", "log_sources"),

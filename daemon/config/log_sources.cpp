@@ -157,6 +157,7 @@ void parse_json_fields(const walker& w, const YAML::Node& v, const std::string& 
                 {"method", field(f.method)},
                 {"path", field(f.path)},
                 {"status", field(f.status)},
+                {"client", field(f.client)},
             });
 }
 

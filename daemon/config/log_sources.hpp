@@ -27,6 +27,9 @@ struct log_json_fields {
   std::string method = "method";  // $request_method
   std::string path = "path";      // $request_uri (its query string is cut off)
   std::string status = "status";  // $status, a number or a string of digits
+  // $remote_addr: the client of a counter with `dedupe` (a line without it, or with "" or
+  // "-", counts as an item without a client).
+  std::string client = "remote_addr";
   bool operator==(const log_json_fields&) const = default;
 };
 

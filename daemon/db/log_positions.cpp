@@ -3,10 +3,13 @@
 #include <mysqld_error.h>
 
 #include <algorithm>
+#include <tuple>
+#include <vector>
 
 #include "db/repository.hpp"
 #include "db/sql_text.hpp"
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 #include "model/errors.hpp"
 
 namespace slotted::logs {
@@ -82,12 +85,30 @@ std::optional<log_position> position_of(const std::vector<db::result_row>& rows)
   return p;
 }
 
-void roll_back(db::connection& conn, const db::db_error& e) {
-  if (e.connection_lost()) return;
-  try {
-    conn.execute(db::rollback);
-  } catch (const db::db_error&) {
+// `a` and `b` (each sorted by `less`) as one sorted list, rows of one key added up.
+template <typename Row, typename Less>
+std::vector<Row> merged(std::span<const Row> a, const std::vector<Row>& b, Less less) {
+  std::vector<Row> out(a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
+  std::stable_sort(out.begin(), out.end(), less);
+  std::vector<Row> sums;
+  for (auto& r : out) {
+    if (!sums.empty() && !less(sums.back(), r)) {
+      sums.back().delta += r.delta;
+    } else {
+      sums.push_back(std::move(r));
+    }
   }
+  return sums;
+}
+
+bool row_less(const db::counter_row& a, const db::counter_row& b) {
+  return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
+}
+// Hour rows then day rows, each by (record_type, record_id, bucket): the writer's order.
+bool bucket_row_less(const store::bucket_row& a, const store::bucket_row& b) {
+  return std::tie(a.gran, a.record_type, a.record_id, a.bucket) <
+         std::tie(b.gran, b.record_type, b.record_id, b.bucket);
 }
 }  // namespace
 
@@ -130,23 +151,41 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
         return log_commit::conflict;
       }
     }
+    // 2. The unique entries (db/uniques.hpp): those no batch counted before count +1,
+    // added to the pass's own rows under its slot.
+    std::span<const db::counter_row> rows = b.rows;
+    std::span<const store::bucket_row> buckets = b.buckets;
+    std::vector<db::counter_row> all_rows;
+    std::vector<store::bucket_row> all_buckets;
+    if (!b.uniques.empty()) {
+      const auto counted = db::insert_and_find_ours(conn, counters_table,
+                                                    {b.instance_id, b.unique_tag, 0}, b.uniques);
+      std::vector<db::counter_row> unique_rows;
+      std::vector<store::bucket_row> unique_buckets;
+      db::rows_of_counted(counted, b.slot, b.bucket_spec ? *b.bucket_spec : store::no_buckets(),
+                          unique_rows, unique_buckets);
+      all_rows = merged(b.rows, unique_rows, row_less);
+      all_buckets = merged(b.buckets, unique_buckets, bucket_row_less);
+      rows = all_rows;
+      buckets = all_buckets;
+    }
     // 3. Slot rows, sorted; 4. bucket rows; 5. totals; 6. dirty marks.
     const std::size_t per = std::max<std::size_t>(1, b.max_rows_per_statement);
-    for (std::size_t i = 0; i < b.rows.size(); i += per)
-      conn.execute(db::upsert_statement(counters_table,
-                                        b.rows.subspan(i, std::min(per, b.rows.size() - i))));
-    db::upsert_buckets(conn, counters_table, b.buckets,
+    for (std::size_t i = 0; i < rows.size(); i += per)
+      conn.execute(
+          db::upsert_statement(counters_table, rows.subspan(i, std::min(per, rows.size() - i))));
+    db::upsert_buckets(conn, counters_table, buckets,
                        std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
     // 5. The totals of top-N of the counters that keep them (db/top.hpp).
-    for (const auto& sql : db::totals_upserts(counters_table, b.rows, b.buckets,
-                                              b.top ? *b.top : store::no_top(),
-                                              conn.max_statement_bytes()))
+    for (const auto& sql :
+         db::totals_upserts(counters_table, rows, buckets, b.top ? *b.top : store::no_top(),
+                            conn.max_statement_bytes()))
       conn.execute(sql);
     if (!b.dirty.empty()) conn.execute(db::dirty_upsert(instance, b.dirty, b.dirty_gen));
     conn.execute(db::commit);
     return log_commit::applied;
   } catch (const db::db_error& e) {
-    roll_back(conn, e);
+    db::rollback_after(conn, e);
     throw;
   }
 }

@@ -12,6 +12,7 @@
 #include "db/connection.hpp"
 #include "db/sql.hpp"
 #include "model/top_spec.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::logs {
 
@@ -62,6 +63,14 @@ struct log_batch {
   std::span<const db::counter_row> rows;           // sorted by (record_type, record_id)
   std::span<const db::counter_row> dirty;          // rows of rolled-up counters
   std::span<const store::bucket_row> buckets;      // sorted
+  // Entries of counters with `dedupe` (db/uniques.hpp), in the uniques table's key
+  // order: each counts +1 under `slot` (and in the buckets of `bucket_spec`) when no
+  // batch counted it before. `unique_tag` tells this commit's rows in the uniques table
+  // from every other's: drawn at random for each batch.
+  std::span<const store::unique_entry> uniques;
+  std::uint16_t slot = 0;
+  std::uint64_t unique_tag = 0;
+  const store::bucket_spec* bucket_spec = nullptr;
   std::uint64_t dirty_gen = 0;
   std::size_t max_rows_per_statement = 1000;
   // The counters whose rows are added to the totals of top-N (db/top.hpp); null: none.
@@ -71,9 +80,9 @@ struct log_batch {
 enum class log_commit { applied, conflict };
 
 // In one transaction, in the lock order of db/repository.hpp (the position row in place
-// of a ledger row: it is this source's own, first; then slot rows, bucket rows, dirty
-// marks): locks the position row (SELECT ... FOR UPDATE), and when it still holds
-// `from` (or is absent when `from` is), writes `to` and the counts; else rolls back and
+// of a ledger row: it is this source's own, first; then the unique entries, slot rows,
+// bucket rows, dirty marks): locks the position row (SELECT ... FOR UPDATE), and when it still
+// holds `from` (or is absent when `from` is), writes `to` and the counts; else rolls back and
 // returns conflict (another writer moved it: the caller rereads it). On error the
 // transaction is rolled back when the connection allows and db_error is thrown.
 log_commit commit_log_batch(db::connection& conn, const std::string& table, const log_batch& b);

@@ -150,6 +150,8 @@ std::string hex_upper(std::string_view s) {
 // identity (an instance id of 64 characters, escaped: 130), with the numbers.
 constexpr std::size_t max_tuple_bytes = 512;
 
+}  // namespace
+
 // The entries this batch inserted (their rows carry its identity), in `entries`' order.
 std::vector<store::unique_entry> insert_and_find_ours(
     connection& conn, const std::string& table, const batch_identity& id,
@@ -185,8 +187,6 @@ std::vector<store::unique_entry> insert_and_find_ours(
   }
   return out;
 }
-
-}  // namespace
 
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,

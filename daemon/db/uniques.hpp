@@ -84,6 +84,13 @@ unique_outcome commit_unique_batch(
     const store::bucket_spec& buckets = store::no_buckets(),
     const store::top_spec& top = store::no_top());
 
+// Inserts `entries` (in the table's key order) tagged with `id`, skipping those a batch
+// inserted before, and returns the ones this call inserted, in `entries`' order. Inside
+// the caller's transaction. Throws db_error.
+std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const std::string& table,
+                                                      const batch_identity& id,
+                                                      std::span<const store::unique_entry> entries);
+
 // The rows and bucket rows that `counted` adds under `slot` (sorted, a row for every
 // counter with bucket rows). Pure.
 void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t slot,

@@ -135,6 +135,8 @@ std::int64_t unix_seconds(int y, unsigned m, unsigned d, unsigned hour, unsigned
 }
 
 bool parse_combined(std::string_view line, parsed_line& out) {
+  out.client = line.substr(0, line.find(' '));
+  if (out.client == "-") out.client = {};
   const auto open = line.find('[');
   if (open == std::string_view::npos || open + 27 > line.size() || line[open + 27] != ']')
     return false;
@@ -251,6 +253,7 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
   if (pos >= line.size() || line[pos] != '{') return false;
   ++pos;
   bool has_time = false, has_method = false, has_path = false, has_status = false;
+  out.client = {};
   std::string_view path_raw;
   bool path_escaped = false;
   skip_space(line, pos);
@@ -288,6 +291,9 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
     } else if (key == fields.status) {
       if (!status_of(value, out.status)) return false;
       has_status = true;
+    } else if (key == fields.client) {
+      if (!is_string) return false;
+      out.client = value == "-" ? std::string_view{} : value;
     }
     skip_space(line, pos);
     if (pos >= line.size()) return false;

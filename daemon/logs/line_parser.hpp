@@ -19,11 +19,13 @@ struct parsed_line {
   std::string_view method;
   std::string_view path;  // the request path, its query string cut off, not decoded
   unsigned status = 0;
-  std::int64_t at = 0;  // unix seconds
+  std::int64_t at = 0;      // unix seconds
+  std::string_view client;  // the remote address; empty when the line has none (or "-")
 };
 
 // nginx/Apache combined:
 //   $remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent ...
+// The client is the text before the first space ($remote_addr).
 // The time "10/Oct/2000:13:55:36 -0700"; the request "METHOD URI PROTOCOL" (a request
 // that is no such line, "-" say, gives its whole text as the method and an empty path).
 // False: the line is not of that shape (malformed). `line` excludes its newline.
@@ -31,7 +33,8 @@ bool parse_combined(std::string_view line, parsed_line& out);
 
 // One flat JSON object (nginx log_format ... escape=json), its fields named by `fields`.
 // The time: ISO 8601 with an offset or Z ($time_iso8601), or unix seconds with an
-// optional fraction ($msec). A path with escapes is unescaped into `scratch`.
+// optional fraction ($msec). A path with escapes is unescaped into `scratch`. The client
+// field, a string, is taken as written (escapes kept: it is an opaque identity).
 bool parse_json(std::string_view line, const config::log_json_fields& fields, parsed_line& out,
                 std::string& scratch);
 

@@ -27,7 +27,9 @@ bool line_counter::parsed(std::string_view text, std::uint64_t at_offset) {
   const bool ok = s_.cfg.format == config::log_format::combined
                       ? parse_combined(text, line_)
                       : parse_json(text, s_.cfg.json, line_, scratch_);
-  if (ok && line_time_accepted(line_.at, now_s_)) return true;
+  // A client longer than the uniques table holds is no address: the line is malformed.
+  if (ok && line_time_accepted(line_.at, now_s_) && line_.client.size() <= store::max_client_bytes)
+    return true;
   ++pass_.tally[malformed];
   if (at_offset >= s_.examined && s_.logged_malformed < 5) {
     ++s_.logged_malformed;
@@ -61,12 +63,30 @@ bool line_counter::match_rules(std::uint64_t at_offset) {
   return true;
 }
 
-// The matches into the totals and the buckets the line's time is still kept for.
+// A match of a counter with `dedupe` and a line with a client: an entry of the pass
+// (counted as its pass commits, when no batch counted it before). False when the line's
+// window ended more than the margin ago: that window's decisions may be pruned already
+// (db/uniques.hpp), so it cannot be counted at most once and is not counted.
+bool line_counter::add_unique(std::uint32_t record_type, std::uint64_t id, store::granularity g) {
+  const std::int64_t window = store::bucket_start(g, line_.at);
+  if (window + store::seconds_of(g) + store::unique_margin_seconds < now_s_) return false;
+  store::unique_entry e{record_type, id, window, std::string(line_.client), line_.at};
+  pass_.uniques.insert(std::move(e));
+  return true;
+}
+
+// The matches into the totals and the buckets the line's time is still kept for, or,
+// for a counter with `dedupe`, into the entries of the pass.
 void line_counter::add_matches() {
-  bool any = false, old = false;
+  bool any = false, old = false, late = false;
   for (const auto& [rule_p, id] : matched_) {
     const auto& rule = *rule_p;
     any = true;
+    const auto window = settings_.dedupe.window_of(rule.record_type());
+    if (window != store::granularity::none && !line_.client.empty()) {
+      if (!add_unique(rule.record_type(), id, window)) late = true;
+      continue;
+    }
     const store::counter_key key{rule.record_type(), id};
     ++pass_.totals[key];
     if (const auto* b = settings_.buckets.find(rule.record_type())) {
@@ -80,7 +100,10 @@ void line_counter::add_matches() {
       }
     }
   }
-  ++pass_.tally[!any ? not_matched : old ? too_old_for_buckets : counted];
+  ++pass_.tally[!any   ? not_matched
+                : late ? too_late_for_dedupe
+                : old  ? too_old_for_buckets
+                       : counted];
 }
 
 }  // namespace slotted::logs

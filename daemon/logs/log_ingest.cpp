@@ -19,21 +19,23 @@ ingest_settings ingest_settings_for(const config::daemon_config& cfg) {
   s.counters = cfg.counters;
   s.buckets = config::bucket_spec_of(cfg);
   s.top = config::top_spec_of(cfg);
+  s.dedupe = config::dedupe_spec_of(cfg);
   s.slots = cfg.flush.slots;
   s.interval = std::chrono::duration_cast<std::chrono::milliseconds>(cfg.flush.interval);
   s.max_rows_per_statement = cfg.flush.max_rows_per_statement;
   return s;
 }
 
-log_ingester::log_ingester(ingest_settings settings, db::pool& pool,
-                           prometheus::Registry& registry)
+log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus::Registry& registry)
     : settings_(std::move(settings)),
       pool_(pool),
       lines_(prometheus::BuildCounter()
                  .Name("slotted_counterd_log_lines_total")
                  .Help("Access log lines committed, by source and outcome (counted, not_matched, "
                        "malformed, too_old_for_buckets: counted in the total only, too_long, "
-                       "rule_error: a rule's pattern gave up on the line, not counted)")
+                       "rule_error: a rule's pattern gave up on the line, not counted, "
+                       "too_late_for_dedupe: "
+                       "a deduplicated line read after its window's margin, not counted)")
                  .Register(registry)),
       lag_(prometheus::BuildGauge()
                .Name("slotted_counterd_log_lag_bytes")

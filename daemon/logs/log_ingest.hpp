@@ -29,6 +29,8 @@
 #include "config/config.hpp"
 #include "db/pool.hpp"
 #include "model/buckets.hpp"
+#include "model/top_spec.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::logs {
 
@@ -39,6 +41,9 @@ struct ingest_settings {
   std::vector<config::counter_decl> counters;
   store::bucket_spec buckets;
   store::top_spec top;  // counters[].top: their rows are added to the totals of top-N
+  // counters[].dedupe: a line with a client counts once per (counter, client, window)
+  // (db/uniques.hpp), decided as its pass commits.
+  store::dedupe_spec dedupe;
   unsigned slots = 100;
   std::chrono::milliseconds interval{1000};
   std::size_t max_rows_per_statement = 1000;

@@ -32,17 +32,31 @@ std::vector<store::bucket_row> bucket_rows_of(const pass_counts& pass, std::uint
   return bucket_rows;
 }
 
-// The rows of the counters rolled up into their owning tables.
+// The rows of the counters rolled up into their owning tables, among `rows` and the
+// counters of `uniques` (marked whether or not an entry counts: a mark only makes the
+// rollup read the counter's sum again), sorted.
 std::vector<db::counter_row> dirty_rows(const ingest_settings& settings,
-                                        const std::vector<db::counter_row>& rows) {
+                                        const std::vector<db::counter_row>& rows,
+                                        const std::vector<store::unique_entry>& uniques,
+                                        std::uint16_t slot) {
+  const auto rolled = [&](std::uint32_t record_type) {
+    return std::any_of(
+        settings.counters.begin(), settings.counters.end(),
+        [&](const config::counter_decl& c) { return c.record_type == record_type && c.rollup; });
+  };
   std::vector<db::counter_row> dirty;
-  for (const auto& r : rows) {
-    const bool rolled = std::any_of(settings.counters.begin(), settings.counters.end(),
-                                    [&](const config::counter_decl& c) {
-                                      return c.record_type == r.record_type && c.rollup;
-                                    });
-    if (rolled) dirty.push_back(r);
-  }
+  for (const auto& r : rows)
+    if (rolled(r.record_type)) dirty.push_back(r);
+  for (const auto& e : uniques)
+    if (rolled(e.record_type)) dirty.push_back({e.record_type, e.record_id, slot, 1});
+  std::sort(dirty.begin(), dirty.end(), [](const db::counter_row& a, const db::counter_row& b) {
+    return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
+  });
+  dirty.erase(std::unique(dirty.begin(), dirty.end(),
+                          [](const db::counter_row& a, const db::counter_row& b) {
+                            return a.record_type == b.record_type && a.record_id == b.record_id;
+                          }),
+              dirty.end());
   return dirty;
 }
 
@@ -53,9 +67,10 @@ void make_batch(const source_state& s, const ingest_settings& settings,
   thread_local std::mt19937_64 rng{std::random_device{}()};
   const auto slot = static_cast<std::uint16_t>(
       std::uniform_int_distribution<unsigned>(0, settings.slots - 1)(rng));
+  out.uniques.assign(pass.uniques.begin(), pass.uniques.end());
   out.rows = sorted_rows(pass, slot);
   out.buckets = bucket_rows_of(pass, slot);
-  out.dirty = dirty_rows(settings, out.rows);
+  out.dirty = dirty_rows(settings, out.rows, out.uniques, slot);
   log_batch& batch = out.batch;
   batch.instance_id = settings.instance_id;
   batch.path = s.cfg.path;
@@ -64,6 +79,10 @@ void make_batch(const source_state& s, const ingest_settings& settings,
   batch.rows = out.rows;
   batch.dirty = out.dirty;
   batch.buckets = out.buckets;
+  batch.uniques = out.uniques;
+  batch.slot = slot;
+  batch.unique_tag = rng() & 0x7fffffffffffffffull;
+  batch.bucket_spec = &settings.buckets;
   batch.dirty_gen = rng() & 0x7fffffffffffffffull;
   batch.max_rows_per_statement = settings.max_rows_per_statement;
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 #include "logs/log_ingest.hpp"
 #include "model/buckets.hpp"
 #include "model/counter_key.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::logs {
 
@@ -48,10 +50,12 @@ enum outcome {
   too_old_for_buckets,
   too_long,
   rule_error,
+  too_late_for_dedupe,
   outcome_count_
 };
-inline constexpr const char* outcome_names[] = {"counted",  "not_matched", "malformed",
-                                                "too_old_for_buckets", "too_long", "rule_error"};
+inline constexpr const char* outcome_names[] = {
+    "counted",  "not_matched", "malformed",          "too_old_for_buckets",
+    "too_long", "rule_error",  "too_late_for_dedupe"};
 
 struct bucket_key {
   std::uint32_t record_type;
@@ -96,6 +100,9 @@ struct source_state {
 struct pass_counts {
   std::unordered_map<store::counter_key, std::int64_t, key_hash> totals;
   std::map<bucket_key, std::int64_t> buckets;
+  // The (counter, window, client) entries of lines of counters with `dedupe`, each once
+  // (the first line's time kept): whether each counts is decided as the pass commits.
+  std::set<store::unique_entry> uniques;
   std::uint64_t tally[outcome_count_]{};
   std::uint64_t limit = 0;        // where reading stopped: the size, or the batch bound
   std::uint64_t end = 0;          // after the last complete line
@@ -148,6 +155,7 @@ class line_counter {
   bool parsed(std::string_view text, std::uint64_t at_offset);
   bool match_rules(std::uint64_t at_offset);
   void add_matches();
+  bool add_unique(std::uint32_t record_type, std::uint64_t id, store::granularity g);
 
   source_state& s_;
   const ingest_settings& settings_;
@@ -161,6 +169,7 @@ class line_counter {
 // --- the writer (log_writer.cpp) ---
 // The batch committing a pass: totals sorted (the lock order), one slot drawn for it.
 struct pass_batch {
+  std::vector<store::unique_entry> uniques;  // in the uniques table's key order
   std::vector<db::counter_row> rows;
   std::vector<db::counter_row> dirty;
   std::vector<store::bucket_row> buckets;

@@ -9,10 +9,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
+#include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::test {
@@ -49,7 +52,8 @@ class LogIngest : public ::testing::Test {
                        "counters: [{name: dl, record_type: 7, top: true}]\n"
                        "flush: {interval: 50ms}\n"
                        "log_sources:\n"
-                       "  - path: " + log_ +
+                       "  - path: " +
+                           log_ +
                            "\n"
                            "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
   }
@@ -64,11 +68,13 @@ class LogIngest : public ::testing::Test {
     std::map<std::uint64_t, std::int64_t> out;
     for (const auto& [id, n] : expected_) {
       out[id] = shared_mariadb().query_int(
-          db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 7 "
-               "AND record_id = " + std::to_string(id));
+          db_,
+          "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 7 "
+          "AND record_id = " +
+              std::to_string(id));
     }
-    const auto total = shared_mariadb().query_int(
-        db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
+    const auto total =
+        shared_mariadb().query_int(db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
     std::int64_t want = 0;
     for (const auto& [id, n] : expected_) want += n;
     if (total != want) out[0] = total;  // a count for an id no line had
@@ -76,9 +82,12 @@ class LogIngest : public ::testing::Test {
   }
 
   ::testing::AssertionResult exact() const {
-    if (eventually([&] { return counts() == expected_; }, 20s)) return ::testing::AssertionSuccess();
+    if (eventually([&] { return counts() == expected_; }, 20s))
+      return ::testing::AssertionSuccess();
     auto r = ::testing::AssertionFailure();
-    for (const auto& [id, n] : counts()) r << " id " << id << ": " << n << " (want " << (expected_.count(id) ? expected_.at(id) : 0) << ")";
+    for (const auto& [id, n] : counts())
+      r << " id " << id << ": " << n << " (want " << (expected_.count(id) ? expected_.at(id) : 0)
+        << ")";
     return r;
   }
 
@@ -140,16 +149,17 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
   d = std::make_unique<daemon_process>(yaml());
   std::this_thread::sleep_for(300ms);
   EXPECT_TRUE(exact());
-  const auto positions = shared_mariadb().query_int(
-      db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
+  const auto positions =
+      shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
   EXPECT_EQ(positions, 1);
   // The totals of top-N hold every counted line too (written in the same transaction):
   // one row per counter, equal to the sum of its slots.
   EXPECT_EQ(shared_mariadb().query_int(
-                db_, "SELECT COUNT(*) FROM (SELECT record_type, record_id, SUM(`count`) AS s "
-                     "FROM slotted_counters GROUP BY record_type, record_id) c LEFT JOIN "
-                     "slotted_counters_totals t USING (record_type, record_id) "
-                     "WHERE t.`count` IS NULL OR t.`count` <> c.s"),
+                db_,
+                "SELECT COUNT(*) FROM (SELECT record_type, record_id, SUM(`count`) AS s "
+                "FROM slotted_counters GROUP BY record_type, record_id) c LEFT JOIN "
+                "slotted_counters_totals t USING (record_type, record_id) "
+                "WHERE t.`count` IS NULL OR t.`count` <> c.s"),
             0);
   EXPECT_EQ(shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_totals"),
             static_cast<std::int64_t>(expected_.size()));
@@ -182,6 +192,94 @@ TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
   counted(4, log_);  // C: PATH
   d = std::make_unique<daemon_process>(yaml());
   ASSERT_TRUE(exact());
+}
+
+// A combined line of `client` (the remote address; "-" for none) fetching `id` at unix
+// time `at`.
+std::string line_from(const std::string& client, std::uint64_t id, std::int64_t at) {
+  const std::time_t t = static_cast<std::time_t>(at);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  static constexpr const char* months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                           "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  char when[32];
+  std::snprintf(when, sizeof when, "%02d/%s/%04d:%02d:%02d:%02d +0000", tm.tm_mday,
+                months[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return client + " - - [" + when + "] \"GET /d/" + std::to_string(id) +
+         "/f.tgz HTTP/1.1\" 200 123 \"-\" \"curl/8\"\n";
+}
+
+// counters[].dedupe with log sources: a line's remote address is its client, so each
+// (id, address, day) counts once across lines, passes, two log files, a SIGKILL and the
+// HTTP items of the same client; lines without an address count as they are; a line of
+// a window past its margin is not counted.
+TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
+  {
+    auto conn = shared_mariadb().connect(db_);
+    store::dedupe_spec dedupe;
+    dedupe.declare(7, store::granularity::day);
+    db::migrate_uniques(conn, "slotted_counters", dedupe);
+  }
+  const std::string second = dir_ + "/other.log";
+  const std::string config =
+      daemon_yaml(shared_mariadb(), db_,
+                  "counters: [{name: dl, record_type: 7, top: true, dedupe: day}]\n"
+                  "flush: {interval: 50ms}\n"
+                  "log_sources:\n"
+                  "  - path: " +
+                      log_ +
+                      "\n    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n"
+                      "  - path: " +
+                      second + "\n    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  auto d = std::make_unique<daemon_process>(config);
+  // id 1: A three times in one file and once in the other, B once, two lines without an
+  // address; id 2: A once; a line of yesterday's window (ended past the margin): none.
+  append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.1", 1, now) +
+                   line_from("-", 1, now) + line_from("192.0.2.2", 1, now) +
+                   line_from("192.0.2.1", 2, now) + line_from("192.0.2.3", 1, now - 2 * 86400));
+  append(second, line_from("192.0.2.1", 1, now) + line_from("-", 1, now));
+  expected_ = {{1, 4}, {2, 1}};
+  ASSERT_TRUE(exact());
+  // The old line is told apart (its counter is this process's: checked before the kill).
+  EXPECT_EQ(metric_value(http_client(d->port()).get("/metrics").body,
+                         "slotted_counterd_log_lines_total{outcome=\"too_late_for_dedupe\","
+                         "source=\"" +
+                             log_ + "\"}"),
+            1);
+
+  // Later passes, a SIGKILL and a restart count none of those pairs again; a new pair and
+  // an address-less line do count (read after the repeats: when they show, so would a
+  // repeat).
+  append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.2", 1, now));
+  d->signal(SIGKILL);
+  EXPECT_EQ(d->wait(10s), -SIGKILL);
+  append(second, line_from("192.0.2.2", 1, now) + line_from("192.0.2.1", 2, now));
+  d = std::make_unique<daemon_process>(config);
+  append(log_, line_from("192.0.2.9", 3, now) + line_from("-", 3, now));
+  expected_ = {{1, 4}, {2, 1}, {3, 2}};
+  ASSERT_TRUE(exact());
+
+  // An HTTP item of a client a line counted already is a duplicate; a new one counts.
+  http_client c(d->port());
+  ASSERT_EQ(c.post_json("/v1/increments",
+                        "[{\"record_type\": \"dl\", \"record_id\": 2, \"client\": \"192.0.2.1\"},"
+                        " {\"record_type\": \"dl\", \"record_id\": 2, \"client\": \"192.0.2.5\"}]")
+                .status,
+            202);
+  ASSERT_TRUE(flush_until_ok(c));
+  expected_ = {{1, 4}, {2, 2}, {3, 2}};
+  ASSERT_TRUE(exact());
+  // Each counted pair is one row of the uniques table.
+  EXPECT_EQ(shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_uniques"), 5);
+  // The totals of top-N agree.
+  EXPECT_EQ(shared_mariadb().query_int(
+                db_,
+                "SELECT `count` FROM slotted_counters_totals WHERE record_type = 7 AND "
+                "record_id = 1"),
+            4);
 }
 
 TEST_F(LogIngest, MissingPositionsTableIsAFatalError) {

@@ -1,7 +1,6 @@
 // The access log line parsers and rules (logs/line_parser.hpp).
-#include <gtest/gtest.h>
-
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,8 +37,37 @@ TEST(LogLine, CombinedEdgeCases) {
   EXPECT_EQ(l.method, "-");
   EXPECT_EQ(l.path, "");
   // Without referer and user agent (common log format).
-  ASSERT_TRUE(parse_combined(R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "HEAD / HTTP/1.0" 200 0)", l));
+  ASSERT_TRUE(
+      parse_combined(R"(1.2.3.4 - - [01/Jan/2024:00:00:00 +0000] "HEAD / HTTP/1.0" 200 0)", l));
   EXPECT_EQ(l.method, "HEAD");
+}
+
+TEST(LogLine, TheClientIsTheRemoteAddressOrNone) {
+  parsed_line l;
+  ASSERT_TRUE(parse_combined(
+      R"(2001:db8::7 - - [01/Jan/2024:00:00:00 +0000] "GET / HTTP/1.1" 200 0 "-" "-")", l));
+  EXPECT_EQ(l.client, "2001:db8::7");
+  // "-" (no address known) is no client; a later line without one does not keep the last.
+  ASSERT_TRUE(parse_combined(R"(- - - [01/Jan/2024:00:00:00 +0000] "GET / HTTP/1.1" 200 0)", l));
+  EXPECT_EQ(l.client, "");
+  std::string scratch;
+  config::log_json_fields f;
+  const std::string with = R"({"time":"2024-01-01T00:00:00Z","remote_addr":"192.0.2.9",)"
+                           R"("method":"GET","path":"/","status":200})";
+  ASSERT_TRUE(parse_json(with, f, l, scratch));
+  EXPECT_EQ(l.client, "192.0.2.9");
+  ASSERT_TRUE(parse_json(
+      R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200})", f, l, scratch));
+  EXPECT_EQ(l.client, "");
+  // Renamed, and a client that is not a string makes the line malformed.
+  f.client = "ip";
+  ASSERT_TRUE(parse_json(
+      R"({"time":"2024-01-01T00:00:00Z","ip":"h:1","method":"GET","path":"/","status":200})", f, l,
+      scratch));
+  EXPECT_EQ(l.client, "h:1");
+  EXPECT_FALSE(
+      parse_json(R"({"time":"2024-01-01T00:00:00Z","ip":7,"method":"GET","path":"/","status":200})",
+                 f, l, scratch));
 }
 
 TEST(LogLine, MalformedCombinedLinesAreRefused) {
@@ -70,17 +98,19 @@ TEST(LogLine, JsonLineParses) {
   EXPECT_EQ(l.path, "/downloads/7/A");
   EXPECT_EQ(l.status, 200u);
   EXPECT_EQ(l.at, 971211336);
-  ASSERT_TRUE(parse_json(R"({"time": "1700000000.123", "method": "HEAD", "path": "/", "status": "206"})",
-                         f, l, scratch));
+  ASSERT_TRUE(
+      parse_json(R"({"time": "1700000000.123", "method": "HEAD", "path": "/", "status": "206"})", f,
+                 l, scratch));
   EXPECT_EQ(l.at, 1700000000);
   EXPECT_EQ(l.status, 206u);
-  ASSERT_TRUE(parse_json(R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200})",
-                         f, l, scratch));
+  ASSERT_TRUE(parse_json(
+      R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200})", f, l, scratch));
   EXPECT_EQ(l.at, 1704067200);
   config::log_json_fields named;
   named.path = "uri";
-  ASSERT_TRUE(parse_json(R"({"time":"2024-01-01T00:00:00Z","method":"GET","uri":"/u","status":200})",
-                         named, l, scratch));
+  ASSERT_TRUE(
+      parse_json(R"({"time":"2024-01-01T00:00:00Z","method":"GET","uri":"/u","status":200})", named,
+                 l, scratch));
   EXPECT_EQ(l.path, "/u");
 }
 
@@ -105,7 +135,7 @@ TEST(LogLine, MalformedJsonLinesAreRefused) {
 TEST(LogLine, RulesMatchMethodStatusAndPath) {
   config::log_rule r{"c", "^/downloads/([0-9]+)/"};
   const compiled_rule rule(r, 7);
-  parsed_line l{"GET", "/downloads/42/f.tgz", 200, 0};
+  parsed_line l{"GET", "/downloads/42/f.tgz", 200, 0, {}};
   EXPECT_EQ(rule.match(l, UINT64_MAX), 42u);
   EXPECT_EQ(rule.record_type(), 7u);
   l.method = "HEAD";
@@ -122,8 +152,8 @@ TEST(LogLine, RulesMatchMethodStatusAndPath) {
   EXPECT_FALSE(rule.match(l, 99));
   // A pattern that may match an empty group: no id.
   const compiled_rule loose(config::log_rule{"c", "/d/([0-9]*)"}, 1);
-  EXPECT_FALSE(loose.match(parsed_line{"GET", "/d/x", 200, 0}, UINT64_MAX));
-  EXPECT_EQ(loose.match(parsed_line{"GET", "/a/d/5", 200, 0}, UINT64_MAX), 5u);
+  EXPECT_FALSE(loose.match(parsed_line{"GET", "/d/x", 200, 0, {}}, UINT64_MAX));
+  EXPECT_EQ(loose.match(parsed_line{"GET", "/a/d/5", 200, 0, {}}, UINT64_MAX), 5u);
 }
 
 TEST(LogLine, LiteralPrefixIsOnlyWhatIsCertain) {
@@ -146,11 +176,12 @@ TEST(LogLine, RegexComplexityIsAnOutcomeNotAThrow) {
   const std::string path = "/downloads/1/" + std::string(5000, 'a');
   bool failed = false;
   std::optional<std::uint64_t> id;
-  EXPECT_NO_THROW(id = rule.match(parsed_line{"GET", path, 200, 0}, UINT64_MAX, &failed));
+  EXPECT_NO_THROW(id = rule.match(parsed_line{"GET", path, 200, 0, {}}, UINT64_MAX, &failed));
   EXPECT_FALSE(id);
   EXPECT_TRUE(failed);
   // A path it can decide is no failure.
-  EXPECT_EQ(rule.match(parsed_line{"GET", "/downloads/3/a.zip", 200, 0}, UINT64_MAX, &failed), 3u);
+  EXPECT_EQ(rule.match(parsed_line{"GET", "/downloads/3/a.zip", 200, 0, {}}, UINT64_MAX, &failed),
+            3u);
   EXPECT_FALSE(failed);
 }
 
@@ -159,9 +190,9 @@ TEST(LogLine, FarFutureTimeIsMalformed) {
   std::string scratch;
   const config::log_json_fields f;
   // Year 10000: parses, but is no time a count can have.
-  ASSERT_TRUE(parse_json(
-      R"({"time":"253402300800","method":"GET","path":"/downloads/1/a","status":200})", f, l,
-      scratch));
+  ASSERT_TRUE(
+      parse_json(R"({"time":"253402300800","method":"GET","path":"/downloads/1/a","status":200})",
+                 f, l, scratch));
   const std::int64_t now = 1'700'000'000;
   EXPECT_FALSE(line_time_accepted(l.at, now));
   EXPECT_TRUE(line_time_accepted(now + 300, now));  // the HTTP bound, max_at_ahead_seconds
