@@ -31,7 +31,7 @@ result<std::string> read_whole_file(const std::string& path) {
     return failure(std::make_error_code(std::errc::invalid_argument), "not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    const int err = errno;
+    const int err = errno != 0 ? errno : EIO;
     return failure(std::error_code(err, std::generic_category()), std::strerror(err));
   }
   std::ostringstream buf;

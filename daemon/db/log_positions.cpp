@@ -3,6 +3,7 @@
 #include <mysqld_error.h>
 
 #include <algorithm>
+#include <chrono>
 #include <tuple>
 #include <vector>
 
@@ -158,8 +159,18 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
     std::vector<db::counter_row> all_rows;
     std::vector<store::bucket_row> all_buckets;
     if (!b.uniques.empty()) {
+      // Read again at the commit, by the later of this host's clock and the database's:
+      // the reader's clock may be slow, or the pass held up, past a prune elsewhere.
+      std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+      const auto clock = conn.query("SELECT UNIX_TIMESTAMP()");
+      if (!clock.empty() && !clock[0].empty() && clock[0][0])
+        now = std::max<std::int64_t>(now, std::stoll(*clock[0][0]));
+      const auto decidable =
+          db::still_decidable(b.uniques, b.dedupe ? *b.dedupe : store::no_dedupe(), now);
       const auto counted = db::insert_and_find_ours(conn, counters_table,
-                                                    {b.instance_id, b.unique_tag, 0}, b.uniques);
+                                                    {b.instance_id, b.unique_tag, 0}, decidable);
       std::vector<db::counter_row> unique_rows;
       std::vector<store::bucket_row> unique_buckets;
       db::rows_of_counted(counted, b.slot, b.bucket_spec ? *b.bucket_spec : store::no_buckets(),
@@ -181,7 +192,9 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
          db::totals_upserts(counters_table, rows, buckets, b.top ? *b.top : store::no_top(),
                             conn.max_statement_bytes()))
       conn.execute(sql);
-    if (!b.dirty.empty()) conn.execute(db::dirty_upsert(instance, b.dirty, b.dirty_gen));
+    for (std::size_t i = 0; i < b.dirty.size(); i += per)
+      conn.execute(db::dirty_upsert(instance, b.dirty.subspan(i, std::min(per, b.dirty.size() - i)),
+                                    b.dirty_gen));
     conn.execute(db::commit);
     return log_commit::applied;
   } catch (const db::db_error& e) {

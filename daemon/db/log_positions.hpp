@@ -71,6 +71,7 @@ struct log_batch {
   std::uint16_t slot = 0;
   std::uint64_t unique_tag = 0;
   const store::bucket_spec* bucket_spec = nullptr;
+  const store::dedupe_spec* dedupe = nullptr;  // the windows of the entries' counters
   std::uint64_t dirty_gen = 0;
   std::size_t max_rows_per_statement = 1000;
   // The counters whose rows are added to the totals of top-N (db/top.hpp); null: none.

@@ -172,16 +172,16 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
 // what it deleted, `<table>_totals` first even when its sum was 0; 6);
 // logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
-// then 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1 its adoption
-// row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of each
+// then 2 for counters with dedupe, 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1
+// its adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of each
 // counter by INSERT ... SELECT ... ORDER BY id, or with top the owning rows read once
 // and 3 then 5 written from those values; the owning rows it reads are a consistent
 // read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
-// of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes a slot row for every counter it has bucket
-// rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row
-// of a slot is written by a transaction that does not hold the slot row: a reset that
-// holds the slot rows it read deletes the bucket rows of those slots exactly, and a
-// slot another instance inserts meanwhile keeps its buckets with its total.
+// of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes
+// a slot row for every counter it has bucket rows of (a row of delta 0 if need be, see
+// store::flush_batch), so by (4) no bucket row of a slot is written by a transaction that does not
+// hold the slot row: a reset that holds the slot rows it read deletes the bucket rows of those
+// slots exactly, and a slot another instance inserts meanwhile keeps its buckets with its total.
 // Statements that commit on their own wait in no cycle, as each holds one kind of row
 // at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
 // marks), prune_buckets (one bucket's rows, in key order; with top, then their bucket

@@ -23,19 +23,19 @@ std::string uniques_table(std::string_view table) {
 
 std::string create_uniques_table(std::string_view table) {
   return create_table(quote_identifier(uniques_table(table)),
-                      "  `window_start` BIGINT NOT NULL,\n"
                       "  `record_type` INT UNSIGNED NOT NULL,\n"
+                      "  `window_start` BIGINT NOT NULL,\n"
                       "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
                       "  `client` VARBINARY(128) NOT NULL,\n"
                       "  `instance_id` VARCHAR(64) NOT NULL,\n"
                       "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
                       "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-                      "  PRIMARY KEY (`window_start`, `record_type`, `record_id`, `client`)\n");
+                      "  PRIMARY KEY (`record_type`, `window_start`, `record_id`, `client`)\n");
 }
 
 namespace {
 void append_key(std::string& sql, const store::unique_entry& e, const std::string& quoted_client) {
-  append_values(sql, e.window, e.record_type, e.record_id, quoted_client);
+  append_values(sql, e.record_type, e.window, e.record_id, quoted_client);
 }
 }  // namespace
 
@@ -46,7 +46,7 @@ std::string uniques_insert(std::string_view table, std::span<const store::unique
   std::string sql = "INSERT IGNORE INTO ";
   sql += quote_identifier(uniques_table(table));
   sql +=
-      " (`window_start`, `record_type`, `record_id`, `client`, `instance_id`, `run_id`, "
+      " (`record_type`, `window_start`, `record_id`, `client`, `instance_id`, `run_id`, "
       "`batch_seq`) VALUES ";
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (i > 0) sql.push_back(',');
@@ -64,9 +64,9 @@ std::string uniques_select_ours(std::string_view table,
                                 std::span<const std::string> quoted_clients,
                                 std::string_view quoted_instance, std::uint64_t run_id,
                                 std::uint64_t seq) {
-  std::string sql = "SELECT `window_start`, `record_type`, `record_id`, HEX(`client`) FROM ";
+  std::string sql = "SELECT `record_type`, `window_start`, `record_id`, HEX(`client`) FROM ";
   sql += quote_identifier(uniques_table(table));
-  sql += " WHERE (`window_start`, `record_type`, `record_id`, `client`) IN (";
+  sql += " WHERE (`record_type`, `window_start`, `record_id`, `client`) IN (";
   for (std::size_t i = 0; i < entries.size(); ++i) {
     if (i > 0) sql.push_back(',');
     sql.push_back('(');
@@ -82,17 +82,21 @@ std::string uniques_select_ours(std::string_view table,
   return sql;
 }
 
-std::string uniques_prune(std::string_view table, std::span<const std::uint32_t> record_types,
-                          std::int64_t before, std::size_t limit) {
+std::string uniques_prune(std::string_view table, std::uint32_t record_type, std::int64_t before,
+                          std::size_t limit) {
   std::string sql = "DELETE FROM ";
   sql += quote_identifier(uniques_table(table));
-  sql += " WHERE `window_start` < ";
+  sql += " WHERE `record_type` = ";
+  append_int(sql, record_type);
+  sql += " AND `window_start` < ";
   append_int(sql, before);
-  sql += " AND `record_type` IN ";
-  append_int_list(sql, record_types);
   sql += " ORDER BY `window_start` LIMIT ";
   append_int(sql, limit);
   return sql;
+}
+
+std::string uniques_types_select(std::string_view table) {
+  return "SELECT DISTINCT `record_type` FROM " + quote_identifier(uniques_table(table));
 }
 
 void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe) {
@@ -164,7 +168,7 @@ std::vector<store::unique_entry> insert_and_find_ours(
   const std::size_t per =
       std::max<std::size_t>(1, budget > 2048 ? (budget - 1024) / max_tuple_bytes : 1);
   const std::span<const std::string> quoted(clients);
-  std::set<std::tuple<std::int64_t, std::uint32_t, std::uint64_t, std::string>> ours;
+  std::set<std::tuple<std::uint32_t, std::int64_t, std::uint64_t, std::string>> ours;
   for (std::size_t first = 0; first < entries.size(); first += per) {
     const std::size_t n = std::min(per, entries.size() - first);
     conn.execute(uniques_insert(table, entries.subspan(first, n), quoted.subspan(first, n),
@@ -176,14 +180,27 @@ std::vector<store::unique_entry> insert_and_find_ours(
          conn.query(uniques_select_ours(table, entries.subspan(first, n), quoted.subspan(first, n),
                                         instance, id.run_id, id.seq))) {
       if (r.size() < 4 || !r[0] || !r[1] || !r[2] || !r[3]) continue;
-      ours.emplace(std::stoll(*r[0]), static_cast<std::uint32_t>(std::stoul(*r[1])),
+      ours.emplace(static_cast<std::uint32_t>(std::stoul(*r[0])), std::stoll(*r[1]),
                    std::stoull(*r[2]), *r[3]);
     }
   }
   std::vector<store::unique_entry> out;
   for (const auto& e : entries) {
-    if (ours.contains({e.window, e.record_type, e.record_id, hex_upper(e.client)}))
+    if (ours.contains({e.record_type, e.window, e.record_id, hex_upper(e.client)}))
       out.push_back(e);
+  }
+  return out;
+}
+
+std::vector<store::unique_entry> still_decidable(std::span<const store::unique_entry> entries,
+                                                 const store::dedupe_spec& dedupe,
+                                                 std::int64_t now) {
+  std::vector<store::unique_entry> out;
+  out.reserve(entries.size());
+  for (const auto& e : entries) {
+    const auto g = dedupe.window_of(e.record_type);
+    if (g == store::granularity::none) continue;
+    if (e.window + store::seconds_of(g) + store::unique_margin_seconds >= now) out.push_back(e);
   }
   return out;
 }
@@ -232,24 +249,32 @@ unique_outcome commit_unique_batch(
   }
 }
 
-std::uint64_t prune_uniques(connection& conn, const std::string& table,
-                            const store::dedupe_spec& dedupe, std::int64_t now, std::size_t limit,
-                            int max_chunks) {
-  std::uint64_t deleted = 0;
-  for (const auto g : store::all_granularities) {
-    const auto types = dedupe.types_of(g);
-    if (types.empty()) continue;
+unique_prune prune_uniques(connection& conn, const std::string& table,
+                           const store::dedupe_spec& dedupe, std::int64_t now, std::size_t limit,
+                           int max_chunks) {
+  unique_prune out;
+  // Every record type with rows (a loose scan of the key's first column), also those of
+  // counters whose dedupe was removed: their rows are kept for the longest window.
+  for (const auto& r : conn.query(uniques_types_select(table))) {
+    if (r.empty() || !r[0]) continue;
+    const auto type = static_cast<std::uint32_t>(std::stoul(*r[0]));
+    auto g = dedupe.window_of(type);
+    if (g == store::granularity::none) g = store::granularity::day;
     // A window starting before this ended more than twice the margin ago: once for
     // clocks, once for an entry accepted near its window's end and flushed later.
     const std::int64_t before = now - store::seconds_of(g) - 2 * store::unique_margin_seconds;
-    for (int i = 0; i < max_chunks; ++i) {
-      conn.execute(uniques_prune(table, types, before, limit));
+    for (int i = 0;; ++i) {
+      if (i == max_chunks) {
+        out.behind = true;
+        break;
+      }
+      conn.execute(uniques_prune(table, type, before, limit));
       const auto n = conn.affected_rows();
-      deleted += n;
+      out.deleted += n;
       if (n < limit) break;
     }
   }
-  return deleted;
+  return out;
 }
 
 }  // namespace slotted::db

@@ -3,10 +3,11 @@
 // table that keeps the decisions, `<table>_uniques`, and the commit of a unique batch.
 //
 // `<table>_uniques` holds one row per (window, counter, client) counted: its primary key
-// (window_start, record_type, record_id, client), and the identity of the batch that
-// inserted it (instance_id, run_id, batch_seq, as in the ledger). The window leads the
-// key, so that the prune of passed windows is a range of the primary key and the rows of
-// the current window sit together.
+// (record_type, window_start, record_id, client), and the identity of the batch that
+// inserted it (instance_id, run_id, batch_seq, as in the ledger). The record type leads
+// the key, then the window: the prune of a counter's passed windows is a range of the
+// primary key (whatever the windows of other counters), and a counter's rows of one
+// window sit together.
 //
 // A unique batch (store::flush_batch::uniques, sorted by that key) commits in one
 // transaction:
@@ -58,9 +59,12 @@ std::string uniques_select_ours(std::string_view table,
                                 std::span<const std::string> quoted_clients,
                                 std::string_view quoted_instance, std::uint64_t run_id,
                                 std::uint64_t seq);
-// Deletes up to `limit` rows of `record_types` whose window starts before `before`.
-std::string uniques_prune(std::string_view table, std::span<const std::uint32_t> record_types,
-                          std::int64_t before, std::size_t limit);
+// Deletes up to `limit` rows of `record_type` whose window starts before `before`: a
+// range of the primary key.
+std::string uniques_prune(std::string_view table, std::uint32_t record_type, std::int64_t before,
+                          std::size_t limit);
+// The record types that have rows.
+std::string uniques_types_select(std::string_view table);
 
 // Creates `<table>_uniques` when `dedupe` is not empty (--migrate). Idempotent.
 void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe);
@@ -91,6 +95,14 @@ std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const st
                                                       const batch_identity& id,
                                                       std::span<const store::unique_entry> entries);
 
+// The entries of `entries` whose window (by `dedupe`) ended at most
+// store::unique_margin_seconds before `now`: only those can still be decided, a prune
+// (db::prune_uniques, cutting at twice the margin by the earlier of two clocks) having
+// kept every row of their window. Pure.
+std::vector<store::unique_entry> still_decidable(std::span<const store::unique_entry> entries,
+                                                 const store::dedupe_spec& dedupe,
+                                                 std::int64_t now);
+
 // The rows and bucket rows that `counted` adds under `slot` (sorted, a row for every
 // counter with bucket rows). Pure.
 void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t slot,
@@ -98,10 +110,16 @@ void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t
                      std::vector<store::bucket_row>& bucket_rows);
 
 // Deletes the rows of windows that ended more than 2 * store::unique_margin_seconds before
-// `now` (unix seconds), `limit` rows a statement, at most `max_chunks` statements per
-// granularity, each committing on its own. Returns rows deleted. Throws db_error.
-std::uint64_t prune_uniques(connection& conn, const std::string& table,
-                            const store::dedupe_spec& dedupe, std::int64_t now,
-                            std::size_t limit = 1000, int max_chunks = 10);
+// `now` (unix seconds), by the window of `dedupe` (a record type it no longer names: by
+// day), `limit` rows a statement, at most `max_chunks` statements per record type, each
+// committing on its own. `behind`: a record type had more due than that (the caller
+// prunes again soon). Throws db_error.
+struct unique_prune {
+  std::uint64_t deleted = 0;
+  bool behind = false;
+};
+unique_prune prune_uniques(connection& conn, const std::string& table,
+                           const store::dedupe_spec& dedupe, std::int64_t now,
+                           std::size_t limit = 1000, int max_chunks = 10);
 
 }  // namespace slotted::db

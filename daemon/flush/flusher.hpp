@@ -390,6 +390,7 @@ class flusher final : public store::batch_queue {
   idempotency::keyed_store* keyed_ = nullptr;
   store::pending_uniques* uniques_ = nullptr;
   std::chrono::steady_clock::time_point last_unique_prune_{};
+  bool uniques_prune_behind_ = false;  // the last uniques prune had more due than its chunks
   // The unique batches of what uniques_ holds, seqs from next_seq_ on (flush/unique_batches.cpp).
   std::vector<flush_batch> form_unique_batches(std::size_t max_entries);
   // Commits a unique batch (db/uniques.hpp) and counts its entries. Throws db_error.

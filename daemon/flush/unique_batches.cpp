@@ -50,7 +50,10 @@ flusher::commit_attempt flusher::commit_unique(db::connection& conn, const db::b
 }
 
 void flusher::prune_uniques_when_due(db::connection& conn) {
-  if (deadline_hit() || settings_.dedupe.empty() || clock::now() - last_unique_prune_ < prune_every)
+  // Once a minute, and at every cycle while the last run had more due than its chunks
+  // (a backlog catches up).
+  if (deadline_hit() || settings_.dedupe.empty() ||
+      !(uniques_prune_behind_ || clock::now() - last_unique_prune_ >= prune_every))
     return;
   last_unique_prune_ = clock::now();
   std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
@@ -62,7 +65,7 @@ void flusher::prune_uniques_when_due(db::connection& conn) {
     const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
     if (!rows.empty() && !rows[0].empty() && rows[0][0])
       now = std::min<std::int64_t>(now, std::stoll(*rows[0][0]));
-    db::prune_uniques(conn, settings_.table, settings_.dedupe, now);
+    uniques_prune_behind_ = db::prune_uniques(conn, settings_.table, settings_.dedupe, now).behind;
   } catch (const db::db_error& e) {
     if (e.connection_lost() ||
         (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))

@@ -20,7 +20,8 @@ namespace {
 metrics::reject_reason rejected_as(std::error_code e) {
   if (e == errc::over_limit) return metrics::reject_reason::pending_limit;
   if (e == errc::draining) return metrics::reject_reason::draining;
-  if (e == errc::conflict || e == errc::out_of_range) return metrics::reject_reason::invalid;
+  if (e == errc::conflict || e == errc::out_of_range || e == errc::invalid_input)
+    return metrics::reject_reason::invalid;
   return metrics::reject_reason::wal_unavailable;
 }
 

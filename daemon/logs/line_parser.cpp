@@ -292,8 +292,9 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
       if (!status_of(value, out.status)) return false;
       has_status = true;
     } else if (key == fields.client) {
-      if (!is_string) return false;
-      out.client = value == "-" ? std::string_view{} : value;
+      // Only a string is a client (null, a number: none); never a reason to refuse the
+      // line, which counts for counters without dedupe as before.
+      out.client = !is_string || value == "-" ? std::string_view{} : value;
     }
     skip_space(line, pos);
     if (pos >= line.size()) return false;

@@ -34,7 +34,8 @@ bool parse_combined(std::string_view line, parsed_line& out);
 // One flat JSON object (nginx log_format ... escape=json), its fields named by `fields`.
 // The time: ISO 8601 with an offset or Z ($time_iso8601), or unix seconds with an
 // optional fraction ($msec). A path with escapes is unescaped into `scratch`. The client
-// field, a string, is taken as written (escapes kept: it is an opaque identity).
+// field, when a string, is taken as written (escapes kept: it is an opaque identity);
+// any other value is no client.
 bool parse_json(std::string_view line, const config::log_json_fields& fields, parsed_line& out,
                 std::string& scratch);
 

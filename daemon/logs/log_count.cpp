@@ -27,9 +27,7 @@ bool line_counter::parsed(std::string_view text, std::uint64_t at_offset) {
   const bool ok = s_.cfg.format == config::log_format::combined
                       ? parse_combined(text, line_)
                       : parse_json(text, s_.cfg.json, line_, scratch_);
-  // A client longer than the uniques table holds is no address: the line is malformed.
-  if (ok && line_time_accepted(line_.at, now_s_) && line_.client.size() <= store::max_client_bytes)
-    return true;
+  if (ok && line_time_accepted(line_.at, now_s_)) return true;
   ++pass_.tally[malformed];
   if (at_offset >= s_.examined && s_.logged_malformed < 5) {
     ++s_.logged_malformed;
@@ -83,7 +81,9 @@ void line_counter::add_matches() {
     const auto& rule = *rule_p;
     any = true;
     const auto window = settings_.dedupe.window_of(rule.record_type());
-    if (window != store::granularity::none && !line_.client.empty()) {
+    // A client longer than the uniques table holds is no address: no client.
+    if (window != store::granularity::none && !line_.client.empty() &&
+        line_.client.size() <= store::max_client_bytes) {
       if (!add_unique(rule.record_type(), id, window)) late = true;
       continue;
     }

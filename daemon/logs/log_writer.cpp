@@ -64,7 +64,12 @@ std::vector<db::counter_row> dirty_rows(const ingest_settings& settings,
 
 void make_batch(const source_state& s, const ingest_settings& settings,
                 const pass_counts& pass, const log_position& to, pass_batch& out) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
+  // Seeded with 128 bits: two processes drawing the same tags is out of reach.
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device rd;
+    std::seed_seq seed{rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seed);
+  }();
   const auto slot = static_cast<std::uint16_t>(
       std::uniform_int_distribution<unsigned>(0, settings.slots - 1)(rng));
   out.uniques.assign(pass.uniques.begin(), pass.uniques.end());
@@ -83,6 +88,7 @@ void make_batch(const source_state& s, const ingest_settings& settings,
   batch.slot = slot;
   batch.unique_tag = rng() & 0x7fffffffffffffffull;
   batch.bucket_spec = &settings.buckets;
+  batch.dedupe = &settings.dedupe;
   batch.dirty_gen = rng() & 0x7fffffffffffffffull;
   batch.max_rows_per_statement = settings.max_rows_per_statement;
 }

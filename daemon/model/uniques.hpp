@@ -37,11 +37,11 @@ struct unique_entry {
   std::string client;
   std::int64_t at = 0;
 
-  // The table's primary key order, (window, record_type, record_id, client): every
+  // The table's primary key order, (record_type, window, record_id, client): every
   // writer inserts in it (db/repository.hpp, "Lock order").
   friend bool operator<(const unique_entry& a, const unique_entry& b) {
-    return std::tie(a.window, a.record_type, a.record_id, a.client) <
-           std::tie(b.window, b.record_type, b.record_id, b.client);
+    return std::tie(a.record_type, a.window, a.record_id, a.client) <
+           std::tie(b.record_type, b.window, b.record_id, b.client);
   }
   bool same_key(const unique_entry& o) const {
     return window == o.window && record_type == o.record_type && record_id == o.record_id &&

@@ -180,8 +180,9 @@ void roller::report(const rollup_result& result, const run_tally& tally,
   } else {
     metrics_.rollups_error.Increment();
     // Logged once until it changes or the rollup works again.
-    if (result.failed().detail != last_error_) log::warn("rollup failed: ", result.failed().text());
-    last_error_ = result.failed().detail;
+    const std::string why = result.failed().text();
+    if (why != last_error_) log::warn("rollup failed: ", why);
+    last_error_ = why;
   }
 }
 

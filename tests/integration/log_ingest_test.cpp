@@ -264,11 +264,16 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
 
   // An HTTP item of a client a line counted already is a duplicate; a new one counts.
   http_client c(d->port());
-  ASSERT_EQ(c.post_json("/v1/increments",
-                        "[{\"record_type\": \"dl\", \"record_id\": 2, \"client\": \"192.0.2.1\"},"
-                        " {\"record_type\": \"dl\", \"record_id\": 2, \"client\": \"192.0.2.5\"}]")
-                .status,
-            202);
+  ASSERT_EQ(
+      c.post_json(
+           "/v1/increments",
+           "[{\"record_type\": \"dl\", \"record_id\": 2, \"client\": \"192.0.2.1\", \"at\": " +
+               std::to_string(now) +
+               "},"
+               " {\"record_type\": \"dl\", \"record_id\": 2, \"client\": \"192.0.2.5\", \"at\": " +
+               std::to_string(now) + "}]")
+          .status,
+      202);
   ASSERT_TRUE(flush_until_ok(c));
   expected_ = {{1, 4}, {2, 2}, {3, 2}};
   ASSERT_TRUE(exact());

@@ -364,9 +364,10 @@ TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
   EXPECT_EQ(daemon.stop(), 1) << "a unique entry was lost and the stop said all was written";
 }
 
-// The prune deletes the rows of windows that ended more than twice the margin ago, of
-// the counters of their granularity, and keeps the rest.
-TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnly) {
+// The prune deletes the rows of windows that ended more than twice the margin ago, by
+// each counter's window (by day for a counter that dedupes no more), keeps the rest, and
+// says when it had more due than its chunks.
+TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnlyAndSaysWhenBehind) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
   auto conn = server.connect(database);
@@ -376,23 +377,30 @@ TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnly) {
   db::migrate_uniques(conn, "t", dedupe);
   const std::int64_t now = 100 * 86400 + 3600 * 5 + 700;  // 05:11:40 on day 100
   const std::int64_t margin = 2 * store::unique_margin_seconds;
-  // (type, window start): day 99 ended 5 h ago (gone), day 100 is now (kept); an hour
-  // that ended 740 s ago, more than twice the margin (gone), one that ends in 40 min
-  // (kept); type 323 dedupes no more (kept: its windows are not known).
-  conn.execute(
-      "INSERT INTO t_uniques VALUES (8553600, 321, 1, 'a', 'i', 1, 1), (8640000, 321, 1, 'a', "
-      "'i', 1, 1), (" +
-      std::to_string(now - 700 - 3600 - 40) + ", 322, 1, 'a', 'i', 1, 1), (" +
-      std::to_string(now - 700 - 40) +
-      ", 322, 1, 'a', 'i', 1, 1), (8553600, 323, 1, 'a', 'i', "
-      "1, 1)");
   ASSERT_GT(700, margin);
-  EXPECT_EQ(db::prune_uniques(conn, "t", dedupe, now, 1), 2u);
+  const auto row = [](std::uint32_t type, std::int64_t window) {
+    return "(" + std::to_string(type) + ", " + std::to_string(window) + ", 1, 'a', 'i', 1, 1)";
+  };
+  // 321 (day): days 98 and 99 ended hours ago (gone), day 100 is now (kept). 322 (hour):
+  // an hour that ended 740 s ago, more than twice the margin (gone), one that ends in 40
+  // min (kept). 323 dedupes no more: kept by day, so day 98 goes and day 100 stays.
+  conn.execute("INSERT INTO t_uniques VALUES " + row(321, 98 * 86400) + ", " +
+               row(321, 99 * 86400) + ", " + row(321, 100 * 86400) + ", " +
+               row(322, now - 700 - 3600 - 40) + ", " + row(322, now - 700 - 40) + ", " +
+               row(323, 98 * 86400) + ", " + row(323, 100 * 86400));
+  // One row a statement, one statement a type: 321 has more due than that.
+  auto pruned = db::prune_uniques(conn, "t", dedupe, now, 1, 1);
+  EXPECT_EQ(pruned.deleted, 3u);
+  EXPECT_TRUE(pruned.behind);
+  pruned = db::prune_uniques(conn, "t", dedupe, now);
+  EXPECT_EQ(pruned.deleted, 1u);
+  EXPECT_FALSE(pruned.behind);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM t_uniques"), 3);
-  EXPECT_EQ(server.query_int(database,
-                             "SELECT COUNT(*) FROM t_uniques WHERE window_start = "
-                             "8553600 AND record_type = 321"),
-            0);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM t_uniques WHERE window_start = " +
+                                           std::to_string(100 * 86400) +
+                                           " AND record_type IN "
+                                           "(321, 323)"),
+            2);
 }
 
 }  // namespace

@@ -59,15 +59,20 @@ TEST(LogLine, TheClientIsTheRemoteAddressOrNone) {
   ASSERT_TRUE(parse_json(
       R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/","status":200})", f, l, scratch));
   EXPECT_EQ(l.client, "");
-  // Renamed, and a client that is not a string makes the line malformed.
+  // Renamed; a client that is not a string is none, the line still parses.
   f.client = "ip";
   ASSERT_TRUE(parse_json(
       R"({"time":"2024-01-01T00:00:00Z","ip":"h:1","method":"GET","path":"/","status":200})", f, l,
       scratch));
   EXPECT_EQ(l.client, "h:1");
-  EXPECT_FALSE(
+  ASSERT_TRUE(
       parse_json(R"({"time":"2024-01-01T00:00:00Z","ip":7,"method":"GET","path":"/","status":200})",
                  f, l, scratch));
+  EXPECT_EQ(l.client, "");
+  ASSERT_TRUE(parse_json(
+      R"({"time":"2024-01-01T00:00:00Z","ip":null,"method":"GET","path":"/","status":200})", f, l,
+      scratch));
+  EXPECT_EQ(l.client, "");
 }
 
 TEST(LogLine, MalformedCombinedLinesAreRefused) {

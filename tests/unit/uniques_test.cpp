@@ -222,30 +222,46 @@ TEST(PendingUniques, HoldsEachEntryOnceAndCountsItAgainstThePendingLimit) {
 TEST(UniquesSql, PinnedText) {
   EXPECT_EQ(db::create_uniques_table("t"),
             "CREATE TABLE IF NOT EXISTS `t_uniques` (\n"
-            "  `window_start` BIGINT NOT NULL,\n"
             "  `record_type` INT UNSIGNED NOT NULL,\n"
+            "  `window_start` BIGINT NOT NULL,\n"
             "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
             "  `client` VARBINARY(128) NOT NULL,\n"
             "  `instance_id` VARCHAR(64) NOT NULL,\n"
             "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
             "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-            "  PRIMARY KEY (`window_start`, `record_type`, `record_id`, `client`)\n"
+            "  PRIMARY KEY (`record_type`, `window_start`, `record_id`, `client`)\n"
             ") ENGINE=InnoDB");
   const std::vector<store::unique_entry> e{{5, 1, 86400, "a", 0}, {5, 2, 86400, "b", 0}};
   const std::vector<std::string> q{"'a'", "'b'"};
   EXPECT_EQ(db::uniques_insert("t", e, q, "'i1'", 7, 9),
-            "INSERT IGNORE INTO `t_uniques` (`window_start`, `record_type`, `record_id`, "
+            "INSERT IGNORE INTO `t_uniques` (`record_type`, `window_start`, `record_id`, "
             "`client`, `instance_id`, `run_id`, `batch_seq`) VALUES "
-            "(86400,5,1,'a','i1',7,9),(86400,5,2,'b','i1',7,9)");
+            "(5,86400,1,'a','i1',7,9),(5,86400,2,'b','i1',7,9)");
   EXPECT_EQ(db::uniques_select_ours("t", e, q, "'i1'", 7, 9),
-            "SELECT `window_start`, `record_type`, `record_id`, HEX(`client`) FROM `t_uniques` "
-            "WHERE (`window_start`, `record_type`, `record_id`, `client`) IN "
-            "((86400,5,1,'a'),(86400,5,2,'b')) AND `instance_id` = 'i1' AND `run_id` = 7 AND "
+            "SELECT `record_type`, `window_start`, `record_id`, HEX(`client`) FROM `t_uniques` "
+            "WHERE (`record_type`, `window_start`, `record_id`, `client`) IN "
+            "((5,86400,1,'a'),(5,86400,2,'b')) AND `instance_id` = 'i1' AND `run_id` = 7 AND "
             "`batch_seq` = 9");
-  const std::vector<std::uint32_t> types{5, 6};
-  EXPECT_EQ(db::uniques_prune("t", types, 1000, 50),
-            "DELETE FROM `t_uniques` WHERE `window_start` < 1000 AND `record_type` IN (5,6) "
+  EXPECT_EQ(db::uniques_prune("t", 5, 1000, 50),
+            "DELETE FROM `t_uniques` WHERE `record_type` = 5 AND `window_start` < 1000 "
             "ORDER BY `window_start` LIMIT 50");
+  EXPECT_EQ(db::uniques_types_select("t"), "SELECT DISTINCT `record_type` FROM `t_uniques`");
+}
+
+TEST(UniqueBatches, OnlyEntriesWithinTheMarginOfTheirWindowsEndCanStillBeDecided) {
+  store::dedupe_spec dedupe;
+  dedupe.declare(5, store::granularity::day);
+  dedupe.declare(6, store::granularity::hour);
+  const std::int64_t day = 86400, m = store::unique_margin_seconds;
+  const std::vector<store::unique_entry> e{{5, 1, day, "a", day},   // ends at 2 * day
+                                           {6, 1, day, "a", day},   // ends at day + 3600
+                                           {7, 1, day, "a", day}};  // dedupes no more
+  EXPECT_EQ(db::still_decidable(e, dedupe, day + 3600 + m).size(), 2u);
+  const auto late_hour = db::still_decidable(e, dedupe, day + 3600 + m + 1);
+  ASSERT_EQ(late_hour.size(), 1u);
+  EXPECT_EQ(late_hour[0].record_type, 5u);
+  EXPECT_EQ(db::still_decidable(e, dedupe, 2 * day + m).size(), 1u);
+  EXPECT_TRUE(db::still_decidable(e, dedupe, 2 * day + m + 1).empty());
 }
 
 TEST(UniqueBatches, CountedEntriesBecomeRowsAndBucketRowsUnderTheBatchSlot) {
