@@ -329,8 +329,9 @@ void application::replay_wal(const durable::recover_options& options) {
   committer_->start(flusher_);
   if (recovered.segments > 0) {
     log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
-              " pending counters, ", recovered.uniques.size(), " pending unique entries and ",
-              recovered.batches.size(), " logged batches");
+              " pending counters and ", recovered.batches.size(), " logged batches");
+    if (!recovered.uniques.empty())
+      log::info("WAL replayed ", recovered.uniques.size(), " pending unique entries");
   }
 }
 
