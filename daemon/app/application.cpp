@@ -126,6 +126,7 @@ application::application(config::daemon_config cfg)
   flusher_.attach_keyed(&keyed_);
   flusher_.attach_uniques(&uniques_);
   if (committer_) committer_->attach_keyed(&keyed_);
+  if (committer_) committer_->attach_uniques(&uniques_);
   auto& connector = pool_.connector();
   metrics_.set_mysql_hosts(connector.host_names());
   connector.on_host_change([this, names = connector.host_names()](std::size_t i) {
@@ -319,6 +320,9 @@ void application::replay_wal(const durable::recover_options& options) {
       in_batches.insert(in_batches.end(), b.keyed.begin(), b.keyed.end());
     keyed_.restore(std::move(recovered.keyed), in_batches);
   }
+  // Unique entries come back pending (held once each), or in their logged unique batches,
+  // which the ledger tells committed or not as any replayed batch.
+  uniques_.add(recovered.uniques);
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
@@ -326,6 +330,8 @@ void application::replay_wal(const durable::recover_options& options) {
   if (recovered.segments > 0) {
     log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
               " pending counters and ", recovered.batches.size(), " logged batches");
+    if (!recovered.uniques.empty())
+      log::info("WAL replayed ", recovered.uniques.size(), " pending unique entries");
   }
 }
 

@@ -135,9 +135,21 @@ http::backend_result counter_service::add(std::span<const ingest::increment> inc
 }
 
 void counter_service::add_durable(std::vector<ingest::increment>&& increments, done_fn done) {
-  p_.committer->submit(
-      std::move(increments), this_thread_loop,
-      [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); });
+  auto answer = [done = std::move(done)](durable::commit_result r) { done(from_commit(r)); };
+  if (!ingest::has_clients(increments))
+    return p_.committer->submit(std::move(increments), this_thread_loop, std::move(answer));
+  // Items with a `client`: their unique entries are logged with the other items, in one
+  // record, and held apart once logged (as add() does without a WAL).
+  std::vector<ingest::increment> plain;
+  std::vector<store::unique_entry> entries;
+  for (auto& inc : increments) {
+    if (inc.client.empty()) {
+      plain.push_back(std::move(inc));
+    } else {
+      entries.push_back(ingest::unique_entry_of(inc, p_.dedupe));
+    }
+  }
+  p_.committer->submit(std::move(plain), std::move(entries), this_thread_loop, std::move(answer));
 }
 
 void counter_service::add_keyed(idempotency::keyed_request&& request, done_fn done) {

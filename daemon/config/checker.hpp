@@ -203,7 +203,6 @@ void check_tls(const daemon_config& cfg, checker& c);
 void check_flush_connections(const daemon_config& cfg, checker& c);
 // mysql.table short enough for every table derived from it (config/table_names.cpp).
 void check_table_name_length(const daemon_config& cfg, checker& c);
-void check_dedupe(const daemon_config& cfg, checker& c);
 // counters: a list of {name, record_type[, rollup][, buckets]}.
 void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                     std::vector<counter_decl>& counters);

@@ -140,18 +140,6 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
   }
 }
 
-// counters[].dedupe: its table `<table>_uniques` must fit MariaDB's 64 characters; and
-// its entries are not logged by the WAL yet (docs/known-limits.md): a crash would lose
-// them, so the two are not run together.
-void check_dedupe(const daemon_config& cfg, checker& c) {
-  if (dedupe_spec_of(cfg).empty()) return;
-  if (!cfg.wal.dir.empty()) {
-    c.fail_plain("counters[].dedupe",
-                 "is not supported together with wal.dir yet (the write-ahead log does not log "
-                 "unique entries; docs/known-limits.md)");
-  }
-}
-
 }  // namespace slotted::config::detail
 
 namespace slotted::config {

@@ -91,6 +91,13 @@ struct snapshot_record {
   std::vector<logged_delta> deltas;             // counters' totals
   std::vector<store::pending_delta> buckets;    // bucket counts
   std::vector<idempotency::keyed_request> keyed;  // not yet in a batch
+  std::vector<store::unique_entry> uniques{};     // not yet in a batch
+};
+
+// A unique_increments record: the request's other items, and its unique entries.
+struct unique_increments_record {
+  std::vector<timed_delta> increments;
+  std::vector<store::unique_entry> uniques;
 };
 
 // The two encodings of a keyed request, and of everything that holds keyed requests:
@@ -105,8 +112,10 @@ void put_keyed(std::string& out, const idempotency::keyed_request& r, form f);
 bool read_keyed(reader& in, idempotency::keyed_request& r, form f);
 void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
                        std::span<const idempotency::keyed_request> pending, form f);
+// `last`: the record ends with the trailer (else more follows: the unique kinds).
 bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
-                        std::vector<idempotency::keyed_request>& pending, form f);
+                        std::vector<idempotency::keyed_request>& pending, form f,
+                        bool last = true);
 std::optional<idempotency::keyed_request> decode_keyed(reader& in);
 std::optional<idempotency::keyed_request> decode_timed_keyed(reader& in);
 
@@ -124,10 +133,37 @@ bool decode_committed(reader& in);
 // record_increments.cpp
 std::optional<std::vector<timed_delta>> decode_increments(reader& in);
 std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in);
+// The timed_increments payload, more possibly following it.
+bool read_timed_increments(reader& in, std::vector<timed_delta>& out);
+void put_timed_increments(std::string& out, std::span<const ingest::increment> increments);
 
 // record_snapshot.cpp
 std::optional<snapshot_record> decode_snapshot(reader& in);
 std::optional<snapshot_record> decode_bucketed_snapshot(reader& in);
+// The bucketed_snapshot payload, more possibly following it (`last` false).
+bool read_bucketed_snapshot(reader& in, snapshot_record& s, bool last);
+// A snapshot's payload up to its keyed trailer, included, in form `f`.
+void put_snapshot(std::string& out, std::span<const store::flush_batch> batches,
+                  std::span<const store::pending_delta> deltas,
+                  std::span<const idempotency::keyed_request> keyed, form f);
+
+// record_uniques.cpp
+bool any_uniques(std::span<const store::flush_batch> batches);
+void put_unique_entries(std::string& out, std::span<const store::unique_entry> entries);
+bool read_unique_entries(reader& in, std::vector<store::unique_entry>& out);
+// The uniques field (record.hpp) of `batches`.
+void put_uniques(std::string& out, std::span<const store::flush_batch> batches);
+bool read_uniques(reader& in, std::vector<store::flush_batch>& batches);
+std::optional<unique_increments_record> decode_unique_increments(reader& in);
+std::optional<std::vector<store::flush_batch>> decode_unique_batches(reader& in);
+std::optional<snapshot_record> decode_unique_snapshot(reader& in);
+void append_unique_increments(std::string& out, std::span<const ingest::increment> increments,
+                              std::span<const store::unique_entry> uniques);
+void append_unique_batches(std::string& out, std::span<const store::flush_batch> batches);
+void append_unique_snapshot(std::string& out, std::span<const store::flush_batch> batches,
+                            std::span<const store::pending_delta> deltas,
+                            std::span<const idempotency::keyed_request> keyed,
+                            std::span<const store::unique_entry> uniques);
 
 // record_reset.cpp
 std::optional<store::counter_key> decode_reset(reader& in);

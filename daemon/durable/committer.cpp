@@ -27,6 +27,9 @@ bool runs_here(net::io_context* home) {
 
 struct committer::request {
   std::vector<ingest::increment> increments;
+  // Its items with a `client` (then logged in one unique_increments record with the
+  // others), held in uniques_ once applied.
+  std::vector<store::unique_entry> uniques;
   std::string record;  // the increments as one WAL record, encoded by the submitter
   net::io_context* home = nullptr;
   done_fn done;
@@ -105,9 +108,15 @@ void committer::stop() {
 
 void committer::submit(std::vector<ingest::increment>&& increments, net::io_context* home,
                        done_fn done) {
-  request r{std::move(increments), {}, home, std::move(done)};
+  submit(std::move(increments), {}, home, std::move(done));
+}
+
+void committer::submit(std::vector<ingest::increment>&& increments,
+                       std::vector<store::unique_entry>&& uniques, net::io_context* home,
+                       done_fn done) {
+  request r{std::move(increments), std::move(uniques), {}, home, std::move(done)};
   // Encoded here, on the submitting thread: the log thread only concatenates.
-  append_increments(r.record, r.increments);
+  append_increments(r.record, r.increments, r.uniques);
   r.magnitude = store::pending_store::magnitude(r.increments);
   queue(std::move(r));
 }
@@ -139,120 +148,13 @@ void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context
                              done_fn done) {
   const std::string key = keyed.key;
   // Whatever is not applied (logged and accepted) gives the key's reservation back.
-  request r{{}, {}, home, [this, key, done = std::move(done)](commit_result result) {
+  request r{{}, {}, {}, home, [this, key, done = std::move(done)](commit_result result) {
               if (result != commit_result::applied) keyed_->abandon(key);
               done(result);
             }};
   append_keyed(r.record, keyed);
   r.keyed = std::move(keyed);
   queue(std::move(r));
-}
-
-template <typename Task>
-auto committer::on_log_thread(Task task) {
-  using result_type = decltype(task());
-  std::promise<result_type> result;
-  {
-    util::lock_guard lock(mutex_);
-    // Checked as it is queued: the log thread exits only once stopping_ is set and
-    // tasks_ is empty, so a task queued before runs. Run here instead, a take could
-    // overtake a release still queued, which would then log the take's batches as
-    // committed.
-    if (stopping_) return result_type{};
-    tasks_.push_back([&]() REQUIRES(log_mutex_) {
-      // An exception (bad_alloc forming batches) goes to the caller, not out of the log
-      // thread (which would end the process).
-      try {
-        if constexpr (std::is_void_v<decltype(task())>) {
-          task();
-          result.set_value();
-        } else {
-          result.set_value(task());
-        }
-      } catch (...) {
-        result.set_exception(std::current_exception());
-      }
-    });
-  }
-  wake_.notify_one();
-  return result.get_future().get();
-}
-
-bool committer::take(const former& form, const publisher& publish) {
-  // Once stop() began: false, nothing taken, the store keeps it.
-  return on_log_thread([&]() REQUIRES(log_mutex_) {
-    // The cut: everything logged before the batches record is in the store, and
-    // nothing logged after it can be (no group is written until this returns).
-    drain();
-    std::vector<store::pending_delta> deltas;
-    const auto oldest = store_.take_all(deltas);
-    // `form` takes the keyed requests too (they may be all there is).
-    auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
-    if (batches.empty()) return true;  // nothing, or only zero net deltas
-    if (!durable::log_batches(log_, batches)) {
-      // Nothing of these batches may commit unlogged: back where they came from.
-      std::vector<store::pending_delta> back;
-      std::vector<idempotency::keyed_request> keyed_back;
-      for (auto& b : batches) {
-        if (!b.keyed.empty()) {
-          std::move(b.keyed.begin(), b.keyed.end(), std::back_inserter(keyed_back));
-          continue;
-        }
-        for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
-        for (const auto& r : b.bucket_rows)
-          back.push_back({{r.record_type, r.record_id}, r.delta, r.gran, r.bucket});
-      }
-      store_.add_deltas(back);
-      if (!keyed_back.empty()) keyed_->put_back(std::move(keyed_back));
-      return false;
-    }
-    // Published before the next snapshot can copy the queue.
-    publish(std::move(batches));
-    return true;
-  });
-}
-
-void committer::release(std::uint64_t min_queued_tag) {
-  {
-    util::lock_guard lock(mutex_);
-    min_queued_tag_ = min_queued_tag;
-    tasks_.push_back([this]() REQUIRES(log_mutex_) {
-      std::uint64_t min_tag = 0;
-      {
-        util::lock_guard l(mutex_);
-        min_tag = min_queued_tag_;
-      }
-      durable::release(log_, min_tag);
-    });
-  }
-  wake_.notify_one();
-}
-
-bool committer::batches_logged_committed() {
-  // Once stop() began: false (stop() runs what is queued, nothing after it).
-  return on_log_thread([this]() REQUIRES(log_mutex_) {
-    std::uint64_t min_tag = 0;
-    {
-      util::lock_guard l(mutex_);
-      min_tag = min_queued_tag_;
-    }
-    durable::release(log_, min_tag);  // logs the committed record if nothing is queued
-    return log_.batches_logged_committed();
-  });
-}
-
-std::optional<std::int64_t> committer::drop_pending(const store::counter_key& key) {
-  // Once stop() began: nullopt, nothing dropped.
-  return on_log_thread([&]() REQUIRES(log_mutex_) -> std::optional<std::int64_t> {
-    // The cut, as for a take: everything logged so far is in the store, and nothing
-    // logged after the record can be (no group is written until this returns).
-    drain();
-    std::string record;
-    append_reset(record, key);
-    // Synced in every wal.fsync mode: the reset is answered only once it holds.
-    if (!log_.append(record, true)) return std::nullopt;
-    return store_.drop(key);
-  });
 }
 
 void committer::run() {
@@ -494,7 +396,7 @@ void committer::write_group(std::vector<request>& group,
       chunk.push_back(std::move(r));
       continue;
     }
-    new_keys += r.increments.size();
+    new_keys += r.increments.size() + r.uniques.size();
     if (__builtin_add_overflow(unapplied, r.magnitude, &unapplied)) unapplied = UINT64_MAX;
     bytes += r.record;
     any_logged = true;
@@ -513,7 +415,7 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
     }
     if (j == nullptr) j = &jobs.emplace_back(std::make_shared<job>());
     if (r.result == commit_result::applied) {
-      (*j)->keys += r.increments.size();
+      (*j)->keys += r.increments.size() + r.uniques.size();
       (*j)->magnitude += r.magnitude;
       if (r.keyed) (*j)->keyed = true;
     }
@@ -559,8 +461,9 @@ void committer::apply_whole(job& j) {
       continue;
     }
     // Checked before it was logged (fits, the pending limit counted it): applies.
-    if (store_.add(r.increments, SIZE_MAX) != store::add_result::applied)
+    if (!r.increments.empty() && store_.add(r.increments, SIZE_MAX) != store::add_result::applied)
       log::error("WAL: a logged request could not be applied to the store");
+    if (!r.uniques.empty()) apply_uniques(r.uniques);
   }
   j.applied = true;
   unapplied_keys_ -= j.keys;
@@ -581,20 +484,6 @@ void committer::drain() {
     jobs = unapplied_;
   }
   for (auto& j : jobs) apply(*j);
-}
-
-result<void> committer::snapshot() {
-  drain();  // a snapshot holds everything logged, so it must all be in the store
-  std::vector<store::pending_delta> deltas;
-  store_.copy_all(deltas);
-  const auto batches = queue_->queued_copy();
-  const auto keyed =
-      keyed_ != nullptr ? keyed_->pending_copy() : std::vector<idempotency::keyed_request>{};
-  const auto tag = durable::log_snapshot(log_, batches, deltas, keyed);
-  if (!tag) return tag.failed();
-  // Only now that the snapshot holds them do the queued batches belong to it.
-  queue_->retag_all(*tag);
-  return {};
 }
 
 }  // namespace slotted::durable

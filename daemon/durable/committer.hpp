@@ -22,7 +22,7 @@
 // HTTP thread per group), so applying and answering spread over http.threads as they do
 // without a WAL.
 //
-// The log thread runs the flusher's takes, resets, releases, the snapshots and, with
+// The log thread runs (committer_tasks.cpp) the flusher's takes, resets, releases, the snapshots and, with
 // wal.fsync interval, the periodic sync. It holds the log through those (disk I/O,
 // seconds on a slow disk), and a leader on an HTTP loop (which serves /healthz and the
 // watchdog ping) must not wait for it: a leader that finds the log held leaves the group
@@ -76,6 +76,7 @@
 #include "model/increment.hpp"
 #include "model/result.hpp"
 #include "store/pending_store.hpp"
+#include "store/pending_uniques.hpp"
 #include "util/thread_annotations.hpp"
 #include "wal/wal.hpp"
 
@@ -107,6 +108,12 @@ class committer final : public store::batch_source {
   // out_of_range (nothing logged), or log_unavailable (nothing applied).
   void submit(std::vector<ingest::increment>&& increments, boost::asio::io_context* home,
               done_fn done);
+  // The same for a request with items with a `client` (counters[].dedupe): `uniques` are
+  // their unique entries, `increments` its other items; logged with them in one record,
+  // then held in the set attach_uniques() gave. Same answers.
+  void submit(std::vector<ingest::increment>&& increments,
+              std::vector<store::unique_entry>&& uniques, boost::asio::io_context* home,
+              done_fn done);
 
   // Group figures since start: groups written (pwrites of requests), requests logged
   // in them, and groups the log thread wrote (a leader found the log held by a take,
@@ -130,6 +137,9 @@ class committer final : public store::batch_source {
   // abandons it and answers log_unavailable. Takes and snapshots cover them as they
   // cover the store.
   void attach_keyed(idempotency::keyed_store* keyed) { keyed_ = keyed; }
+  // Unique entries (counters[].dedupe) live in `uniques` (set before start()): a request's
+  // are applied there, and takes and snapshots cover them as they cover the store.
+  void attach_uniques(store::pending_uniques* uniques) { uniques_ = uniques; }
   void submit_keyed(idempotency::keyed_request&& request, boost::asio::io_context* home,
                     done_fn done);
 
@@ -181,6 +191,8 @@ class committer final : public store::batch_source {
   void apply(job& j);        // ends the process on an exception: see the .cpp
   void apply_whole(job& j);
   void apply_and_answer(job& j);
+  // Holds a logged request's unique entries in uniques_ (committer_tasks.cpp).
+  void apply_uniques(std::span<const store::unique_entry> entries);
   // Applies every increment logged so far (on the log thread, between groups; with the
   // log held, so that nothing is logged meanwhile: the cut).
   void drain() REQUIRES(log_mutex_);
@@ -203,6 +215,7 @@ class committer final : public store::batch_source {
   std::atomic<bool> closed_{false};  // stop() began: nothing more is logged
   store::batch_queue* queue_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;
+  store::pending_uniques* uniques_ = nullptr;
 
   util::mutex mutex_;
   std::condition_variable wake_;

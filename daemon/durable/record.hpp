@@ -18,6 +18,11 @@
 //                           granularity, i64 bucket start), trailer(timed)
 //   4    committed          nothing
 //   6    reset              u32 record_type, u64 record_id (README: HTTP API, Reset)
+//   11   unique_increments  u32 n, n x (inc, i64 at), u32 u,           a request with any
+//                           u x unique                                  `client` item
+//   12   unique_batches     the bucketed_batches payload, uniques       any unique batch
+//   13   unique_snapshot    the bucketed_snapshot payload, uniques,     any unique entry
+//                           u32 p, p x unique (pending)
 // where
 //   inc          u32 record_type, u64 record_id, i32 delta
 //   total        u32 record_type, u64 record_id, i64 delta
@@ -34,6 +39,11 @@
 //   bucket row   u32 record_type, u64 record_id, u8 granularity, i64 bucket start, u16
 //                slot, i64 delta
 //   granularity  0 a counter's total (snapshot only), 1 hour, 2 day (store::granularity)
+//   unique       u32 record_type, u64 record_id, i64 window start, i64 at, u8 client
+//                length (1 to 128), the client (model/uniques.hpp)
+//   uniques      the unique batches the record holds (db/uniques.hpp): u32 m, m x (u32
+//                batch index, u16 unique slot, u32 k >= 1, k x unique), each batch index
+//                once, of a batch without rows, bucket rows or keyed requests
 //   trailer(f)   the keyed requests the record holds: u32 m, m x (u32 batch index, or
 //                0xffffffff for a request not yet in a batch, then the keyed (plain) or
 //                timed_keyed (timed) payload); the plain form leaves out a trailer of
@@ -58,13 +68,20 @@
 // replays with (a counter whose buckets were removed just drops them, and an increment
 // logged without a time, its counter then having none, counts in no bucket); logged batches
 // and snapshots carry their bucket counts as they were formed.
+// A record holding no unique entry is written in kinds 1 to 10, byte for byte as
+// before unique entries were logged; the unique kinds only where one is involved (an
+// earlier version refuses them as corrupt, as any unknown kind).
 // A batches record means: every increment logged before it (since the previous batches
 // or snapshot record) now lives in these batches. A snapshot replaces everything logged
 // before it. A committed record means every batch logged before it has committed, so
 // replay must not send them again (their ledger rows may be pruned by then). Keyed
-// requests follow the same rules as increments. A reset record means: the counter's
+// requests and unique entries follow the same rules as increments: a batches record of
+// any kind means every unique entry logged before it is in its unique batches (a take
+// takes them all), a snapshot of any kind replaces the pending ones (none but in a
+// unique_snapshot). A reset record means: the counter's
 // increments logged before it and not yet in a batch were dropped (its reset cleared
-// them); keyed requests are kept whole (a reset leaves them pending, see README).
+// them); keyed requests are kept whole (a reset leaves them pending, see README), and
+// unique entries too (a reset clears the counter, not its decisions; known-limits.md).
 
 #include <cstdint>
 #include <optional>
@@ -88,12 +105,14 @@ using wal::segment_magic;
 
 // One encoder (append_*, choosing the plain or the timed kind) and one decoder per record
 // kind, each in the file of its kind (record_increments.cpp, record_keyed.cpp,
-// record_batches.cpp, record_snapshot.cpp, record_reset.cpp); replay in replay.cpp. The
+// record_batches.cpp, record_snapshot.cpp, record_reset.cpp, and record_uniques.cpp for
+// the three unique kinds); replay in replay.cpp. The
 // frame, checksums and scanning are wal/'s (wal/frame.hpp).
 
 namespace codec {
 struct timed_delta;
 struct snapshot_record;
+struct unique_increments_record;
 }  // namespace codec
 
 enum class record_kind : std::uint8_t {
@@ -106,14 +125,22 @@ enum class record_kind : std::uint8_t {
   timed_increments = 7,
   timed_keyed = 8,
   bucketed_batches = 9,
-  bucketed_snapshot = 10
+  bucketed_snapshot = 10,
+  unique_increments = 11,
+  unique_batches = 12,
+  unique_snapshot = 13
 };
 
-void append_increments(std::string& out, std::span<const ingest::increment> increments);
+// `uniques`: a request's items with a `client`, as unique entries (then the
+// unique_increments kind; `increments` are its other items).
+void append_increments(std::string& out, std::span<const ingest::increment> increments,
+                       std::span<const store::unique_entry> uniques = {});
 void append_batches(std::string& out, std::span<const store::flush_batch> batches);
+// `uniques`: the unique entries pending (not in a batch).
 void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
                      std::span<const store::pending_delta> deltas,
-                     std::span<const idempotency::keyed_request> keyed = {});
+                     std::span<const idempotency::keyed_request> keyed = {},
+                     std::span<const store::unique_entry> uniques = {});
 void append_keyed(std::string& out, const idempotency::keyed_request& request);
 void append_committed(std::string& out);
 void append_reset(std::string& out, const store::counter_key& key);
@@ -134,6 +161,8 @@ class replay_state {
   const std::vector<store::flush_batch>& batches() const { return batches_; }
   // Keyed requests not yet in any batch.
   const std::vector<idempotency::keyed_request>& keyed() const { return keyed_; }
+  // Unique entries not yet in any batch (as logged: one logged twice is here twice).
+  const std::vector<store::unique_entry>& uniques() const { return uniques_; }
 
  private:
   struct key_hash {
@@ -149,12 +178,14 @@ class replay_state {
   bool apply_batches(std::optional<std::vector<store::flush_batch>>&& logged);
   void apply_reset(const store::counter_key& key);
   bool apply_snapshot(std::optional<codec::snapshot_record>&& s);
+  bool apply_unique_increments(std::optional<codec::unique_increments_record>&& r);
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
   // Bucket counts not yet in any batch, alongside delta_log_.
   std::vector<store::pending_delta> bucket_log_;
   store::bucket_spec buckets_;
   std::vector<store::flush_batch> batches_;
   std::vector<idempotency::keyed_request> keyed_;
+  std::vector<store::unique_entry> uniques_;
 };
 
 // Scans one segment (wal::scan_segment), applying each record to `state`.

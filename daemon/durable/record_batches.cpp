@@ -127,6 +127,8 @@ bool decode_committed(reader& in) { return in.done(); }
 }  // namespace codec
 
 void append_batches(std::string& out, std::span<const store::flush_batch> batches) {
+  // Unique batches: their own kind (record_uniques.cpp).
+  if (codec::any_uniques(batches)) return codec::append_unique_batches(out, batches);
   const auto f = codec::needs_timed(batches, {}) ? codec::form::timed : codec::form::plain;
   const std::size_t start = codec::begin_record(
       out, f == codec::form::timed ? record_kind::bucketed_batches : record_kind::batches);

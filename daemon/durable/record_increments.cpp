@@ -28,10 +28,9 @@ std::optional<std::vector<timed_delta>> decode_increments(reader& in) {
   return out;
 }
 
-std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in) {
+bool read_timed_increments(reader& in, std::vector<timed_delta>& out) {
   std::uint32_t n = 0;
-  if (!in.get(n) || n > in.remaining() / 24) return std::nullopt;
-  std::vector<timed_delta> out;
+  if (!in.get(n) || n > in.remaining() / 24) return false;
   out.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     timed_delta d;
@@ -40,29 +39,47 @@ std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in) {
     in.get(d.key.record_id);
     in.get(delta);
     in.get(d.at);
-    if (d.at < no_time || d.at > ingest::max_at) return std::nullopt;
+    if (d.at < no_time || d.at > ingest::max_at) return false;
     d.delta = delta;
     out.push_back(d);
   }
-  if (!in.done()) return std::nullopt;
+  return true;
+}
+
+std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in) {
+  std::vector<timed_delta> out;
+  if (!read_timed_increments(in, out) || !in.done()) return std::nullopt;
   return out;
+}
+
+namespace {
+void put_increments(std::string& out, std::span<const ingest::increment> increments, bool timed) {
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(increments.size()));
+  for (const auto& inc : increments) {
+    put<std::uint32_t>(out, inc.record_type);
+    put<std::uint64_t>(out, inc.record_id);
+    put<std::int32_t>(out, inc.delta);
+    if (timed) put<std::int64_t>(out, inc.has_time() ? inc.at : no_time);
+  }
+}
+}  // namespace
+
+void put_timed_increments(std::string& out, std::span<const ingest::increment> increments) {
+  put_increments(out, increments, true);
 }
 
 }  // namespace codec
 
-void append_increments(std::string& out, std::span<const ingest::increment> increments) {
+void append_increments(std::string& out, std::span<const ingest::increment> increments,
+                       std::span<const store::unique_entry> uniques) {
+  // Items with a `client`: one record for the whole request (record_uniques.cpp).
+  if (!uniques.empty()) return codec::append_unique_increments(out, increments, uniques);
   // With a time: a record kind of its own, whose encoding tells "no time" from `at: 0`.
   const bool timed = std::any_of(increments.begin(), increments.end(),
                                  [](const ingest::increment& inc) { return inc.has_time(); });
   const std::size_t start =
       codec::begin_record(out, timed ? record_kind::timed_increments : record_kind::increments);
-  codec::put<std::uint32_t>(out, static_cast<std::uint32_t>(increments.size()));
-  for (const auto& inc : increments) {
-    codec::put<std::uint32_t>(out, inc.record_type);
-    codec::put<std::uint64_t>(out, inc.record_id);
-    codec::put<std::int32_t>(out, inc.delta);
-    if (timed) codec::put<std::int64_t>(out, inc.has_time() ? inc.at : codec::no_time);
-  }
+  codec::put_increments(out, increments, timed);
   codec::finish_record(out, start);
 }
 

@@ -111,7 +111,7 @@ void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> bat
 
 // Reads a keyed trailer (nothing when the record ends here) into `batches` and `pending`.
 bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
-                        std::vector<idempotency::keyed_request>& pending, form f) {
+                        std::vector<idempotency::keyed_request>& pending, form f, bool last) {
   if (f == form::plain && in.done()) return true;
   std::uint32_t m = 0;
   if (!in.get(m) || (m == 0 && f == form::plain)) return false;
@@ -127,7 +127,7 @@ bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
       return false;
     }
   }
-  return in.done();
+  return !last || in.done();
 }
 
 // A keyed record: plain, or (old logs) with the `at` mark in its length byte.

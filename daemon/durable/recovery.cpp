@@ -20,6 +20,7 @@ recovered recover(wal::write_ahead_log& log, const recover_options& options) {
     throw wal::wal_error("WAL in " + log.config().dir + " is corrupt: " + e.what());
   }
   out.keyed = state.keyed();
+  out.uniques = state.uniques();
   // A batch logged twice, in a snapshot and a batches record, is one batch.
   std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
   for (const auto& b : state.batches()) {
@@ -40,9 +41,10 @@ result<void> log_batches(wal::write_ahead_log& log, std::vector<store::flush_bat
 result<std::uint64_t> log_snapshot(wal::write_ahead_log& log,
                                    std::span<const store::flush_batch> batches,
                                    std::span<const store::pending_delta> deltas,
-                                   std::span<const idempotency::keyed_request> keyed) {
+                                   std::span<const idempotency::keyed_request> keyed,
+                                   std::span<const store::unique_entry> uniques) {
   std::string bytes;
-  append_snapshot(bytes, batches, deltas, keyed);
+  append_snapshot(bytes, batches, deltas, keyed, uniques);
   return log.snapshot(bytes, !batches.empty());
 }
 

@@ -17,6 +17,7 @@ struct recovered {
   std::vector<store::pending_delta> deltas;
   std::vector<store::flush_batch> batches;
   std::vector<idempotency::keyed_request> keyed;  // keyed requests not yet in a batch
+  std::vector<store::unique_entry> uniques;       // unique entries not yet in a batch
   std::size_t segments = 0;
   std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept
 };
@@ -44,7 +45,8 @@ result<void> log_batches(wal::write_ahead_log& log, std::vector<store::flush_bat
 result<std::uint64_t> log_snapshot(wal::write_ahead_log& log,
                                    std::span<const store::flush_batch> batches,
                                    std::span<const store::pending_delta> deltas,
-                                   std::span<const idempotency::keyed_request> keyed = {});
+                                   std::span<const idempotency::keyed_request> keyed = {},
+                                   std::span<const store::unique_entry> uniques = {});
 
 // write_ahead_log::release with a committed record.
 void release(wal::write_ahead_log& log, std::uint64_t min_queued_tag);

@@ -1,6 +1,7 @@
 // Replaying records: each kind's decoder reads its payload, then replay_state applies it
 // (see record.hpp for what each kind means).
 #include <boost/unordered/unordered_flat_map.hpp>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -39,6 +40,12 @@ bool replay_state::apply(std::string_view payload) {
       return apply_snapshot(codec::decode_snapshot(in));
     case record_kind::bucketed_snapshot:
       return apply_snapshot(codec::decode_bucketed_snapshot(in));
+    case record_kind::unique_increments:
+      return apply_unique_increments(codec::decode_unique_increments(in));
+    case record_kind::unique_batches:
+      return apply_batches(codec::decode_unique_batches(in));
+    case record_kind::unique_snapshot:
+      return apply_snapshot(codec::decode_unique_snapshot(in));
   }
   // A kind this version does not know (one a later version wrote): as a malformed record.
   return false;
@@ -55,6 +62,14 @@ bool replay_state::apply_increments(const std::optional<std::vector<codec::timed
   return true;
 }
 
+bool replay_state::apply_unique_increments(
+    std::optional<codec::unique_increments_record>&& r) {
+  if (!r) return false;
+  apply_increments(r->increments);
+  std::move(r->uniques.begin(), r->uniques.end(), std::back_inserter(uniques_));
+  return true;
+}
+
 bool replay_state::apply_keyed(std::optional<idempotency::keyed_request>&& r) {
   if (!r) return false;
   keyed_.push_back(std::move(*r));
@@ -67,6 +82,7 @@ bool replay_state::apply_batches(std::optional<std::vector<store::flush_batch>>&
   delta_log_.clear();
   bucket_log_.clear();
   keyed_.clear();
+  uniques_.clear();  // taken whole into unique batches, in this record or none
   for (auto& b : *logged) batches_.push_back(std::move(b));
   return true;
 }
@@ -86,6 +102,7 @@ bool replay_state::apply_snapshot(std::optional<codec::snapshot_record>&& s) {
   bucket_log_ = std::move(s->buckets);
   batches_ = std::move(s->batches);
   keyed_ = std::move(s->keyed);
+  uniques_ = std::move(s->uniques);
   return true;
 }
 

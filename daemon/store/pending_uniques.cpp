@@ -70,4 +70,11 @@ void pending_uniques::take_all(std::vector<unique_entry>& out) {
   }
 }
 
+void pending_uniques::copy_all(std::vector<unique_entry>& out) const {
+  for (std::size_t i = 0; i < shard_count_; ++i) {
+    util::lock_guard lock(shards_[i].mutex);
+    out.insert(out.end(), shards_[i].entries.begin(), shards_[i].entries.end());
+  }
+}
+
 }  // namespace slotted::store

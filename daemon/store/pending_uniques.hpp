@@ -35,6 +35,10 @@ class pending_uniques {
   // Moves every entry out (appended to `out`, unordered), leaving the set empty.
   void take_all(std::vector<unique_entry>& out);
 
+  // Copies every entry (appended to `out`, unordered), leaving the set as it is: for a
+  // WAL snapshot.
+  void copy_all(std::vector<unique_entry>& out) const;
+
   // Entries held now.
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }
 

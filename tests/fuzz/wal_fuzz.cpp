@@ -5,8 +5,8 @@
 //           valid_bytes must scan clean on their own, and `ok` means all of it.
 //   mode 1: a description of records (kinds and contents), written with the log's own
 //           append_* functions, then cut at a chosen length. The whole log must replay
-//           to what the records say (a model of increments, batches, snapshots and
-//           committed marks), and the cut log must be `ok` or a torn tail ending at the
+//           to what the records say (a model of increments, unique entries, batches,
+//           snapshots and committed marks), and the cut log must be `ok` or a torn tail ending at the
 //           last whole record before the cut: never corruption, never a lost record.
 //   mode 2: the bytes as one or two segment files, recovered by durable::recover()
 //           in a scratch directory: a wal_error or a result, nothing else.
@@ -50,6 +50,9 @@ bool same_batches(const std::vector<store::flush_batch>& a,
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].run_id != b[i].run_id || a[i].seq != b[i].seq || a[i].rows.size() != b[i].rows.size())
       return false;
+    if (a[i].uniques != b[i].uniques ||
+        (!a[i].uniques.empty() && a[i].unique_slot != b[i].unique_slot))
+      return false;
     for (std::size_t j = 0; j < a[i].rows.size(); ++j) {
       const auto &x = a[i].rows[j], &y = b[i].rows[j];
       if (x.record_type != y.record_type || x.record_id != y.record_id || x.slot != y.slot ||
@@ -74,8 +77,23 @@ void raw_segment(std::string_view data) {
   if (p.outcome != durable::scan_result::status::ok || p.valid_bytes != r.valid_bytes)
     fail("the valid prefix does not scan clean on its own");
   if (summed(prefix_state.deltas()) != summed(state.deltas()) ||
-      !same_batches(prefix_state.batches(), state.batches()))
+      !same_batches(prefix_state.batches(), state.batches()) ||
+      prefix_state.uniques() != state.uniques())
     fail("the valid prefix replays to something else");
+}
+
+// 0 to `most` unique entries (counters[].dedupe), clients of 1 to 128 bytes.
+std::vector<store::unique_entry> make_entries(FuzzedDataProvider& in, std::size_t most) {
+  std::vector<store::unique_entry> out(in.ConsumeIntegralInRange<std::size_t>(0, most));
+  for (auto& e : out) {
+    e.record_type = in.ConsumeIntegral<std::uint32_t>();
+    e.record_id = in.ConsumeIntegral<std::uint64_t>();
+    e.window = in.ConsumeIntegral<std::int64_t>();
+    e.at = in.ConsumeIntegral<std::int64_t>();
+    e.client = in.ConsumeRandomLengthString(store::max_client_bytes);
+    if (e.client.empty()) e.client = "c";
+  }
+  return out;
 }
 
 std::vector<store::flush_batch> make_batches(FuzzedDataProvider& in) {
@@ -83,6 +101,10 @@ std::vector<store::flush_batch> make_batches(FuzzedDataProvider& in) {
   for (auto& b : out) {
     b.run_id = in.ConsumeIntegral<std::uint64_t>();
     b.seq = in.ConsumeIntegral<std::uint64_t>();
+    // A unique batch holds entries and nothing else.
+    b.uniques = make_entries(in, in.ConsumeBool() ? 3 : 0);
+    b.unique_slot = in.ConsumeIntegral<std::uint16_t>();
+    if (!b.uniques.empty()) continue;
     b.rows.resize(in.ConsumeIntegralInRange<std::size_t>(0, 4));
     for (auto& r : b.rows) {
       r.record_type = in.ConsumeIntegral<std::uint32_t>();
@@ -100,6 +122,7 @@ void written_log(FuzzedDataProvider& in) {
   std::vector<std::size_t> boundaries{log.size()};
   std::vector<std::pair<store::counter_key, std::int64_t>> model_log;
   std::vector<store::flush_batch> model_batches;
+  std::vector<store::unique_entry> model_uniques;  // pending, as logged
   const std::size_t records = in.ConsumeIntegralInRange<std::size_t>(0, 8);
   for (std::size_t i = 0; i < records && in.remaining_bytes() > 0; ++i) {
     switch (in.ConsumeIntegralInRange<int>(0, 3)) {
@@ -111,13 +134,16 @@ void written_log(FuzzedDataProvider& in) {
           inc.delta = in.ConsumeIntegral<std::int32_t>();
           model_log.push_back({{inc.record_type, inc.record_id}, inc.delta});
         }
-        durable::append_increments(log, incs);
+        const auto entries = make_entries(in, 3);
+        durable::append_increments(log, incs, entries);
+        model_uniques.insert(model_uniques.end(), entries.begin(), entries.end());
         break;
       }
       case 1: {
         auto batches = make_batches(in);
         durable::append_batches(log, batches);
         model_log.clear();
+        model_uniques.clear();
         for (auto& b : batches) model_batches.push_back(std::move(b));
         break;
       }
@@ -128,7 +154,9 @@ void written_log(FuzzedDataProvider& in) {
           d.key = {in.ConsumeIntegral<std::uint32_t>(), in.ConsumeIntegral<std::uint64_t>()};
           d.delta = in.ConsumeIntegral<std::int64_t>() >> 8;
         }
-        durable::append_snapshot(log, batches, deltas);
+        auto entries = make_entries(in, 3);
+        durable::append_snapshot(log, batches, deltas, {}, entries);
+        model_uniques = std::move(entries);
         model_batches = std::move(batches);
         model_log.clear();
         for (const auto& d : deltas) model_log.push_back({d.key, d.delta});
@@ -151,6 +179,7 @@ void written_log(FuzzedDataProvider& in) {
   if (summed(state.deltas()) != summed(expected)) fail("replayed deltas differ from the records");
   if (!same_batches(state.batches(), model_batches))
     fail("replayed batches differ from the records");
+  if (state.uniques() != model_uniques) fail("replayed unique entries differ from the records");
 
   // An append interrupted anywhere: the whole records before the cut survive.
   // (A segment is created with its magic before any record is appended.)

@@ -21,6 +21,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/temp_dir.hpp"
 #include "support/unix_now.hpp"
 #include "support/top_items.hpp"
 
@@ -103,17 +104,27 @@ ranking top_of(const std::map<std::uint64_t, std::int64_t>& sums) {
 class Uniques : public ::testing::Test {
  protected:
   void SetUp() override { database_ = shared_mariadb().create_database(); }
+  void TearDown() override {
+    if (!wal_root_.empty()) fs::remove_all(wal_root_);
+  }
 
-  std::string yaml(const std::string& instance) const {
+  // `wal`: the instance logs to a write-ahead log of its own (synced per request).
+  std::string yaml(const std::string& instance, bool wal = false) {
+    std::string extra;
+    if (wal) {
+      if (wal_root_.empty()) wal_root_ = make_temp_dir("uniques-wal");
+      extra = "wal: {dir: " + wal_root_ + "/" + instance + ", fsync: always}\n";
+    }
     return daemon_yaml(
         shared_mariadb(), database_,
         "instance_id: " + instance +
             "\ncounters:\n"
             "  - {name: dl, record_type: 321, buckets: {day: 400d}, top: true, dedupe: day}\n"
             "  - {name: plain, record_type: 322}\n"
-            "flush: {interval: 1h}\n");
+            "flush: {interval: 1h}\n" +
+            extra);
   }
-  void run_migrate() const {
+  void run_migrate() {
     std::string out;
     ASSERT_EQ(run_binary(yaml("u-a"), "--migrate", out), 0) << out;
   }
@@ -148,6 +159,7 @@ class Uniques : public ::testing::Test {
   }
 
   std::string database_;
+  std::string wal_root_;
 };
 
 TEST_F(Uniques, EachClientCountsOncePerDayAcrossRequestsAndFlushes) {
@@ -218,10 +230,10 @@ TEST_F(Uniques, TwoInstancesCountAPairOnceBetweenThem) {
   EXPECT_EQ(table_rows(), static_cast<std::int64_t>(t.pairs.size()));
 }
 
-// The test, as far as it is built (no WAL with dedupe yet: known-limits.md): two
-// instances on one database, one SIGKILLed after a flush and started again, the same
+// Two instances on one database, one SIGKILLed after a flush and started again, the same
 // (id, client, day) sent 1 to 4 times to either, before and after the kill, client-less
-// items mixed in: totals, day series and top-N equal the truth.
+// items mixed in: totals, day series and top-N equal the truth. (With a WAL and entries
+// pending at the kill: the next test.)
 TEST_F(Uniques, TwoInstancesOneKilledAndRestartedCountEachPairOnce) {
   run_migrate();
   auto a = std::make_unique<daemon_process>(yaml("u-a"));
@@ -260,6 +272,77 @@ TEST_F(Uniques, TwoInstancesOneKilledAndRestartedCountEachPairOnce) {
   ASSERT_TRUE(flush_until_ok(cb));
   expect_truth(ca, t);
   expect_truth(cb, t);
+}
+
+// The test: two instances on one database, one with a WAL, SIGKILLed with unique
+// entries pending (answered, not flushed) and started again, twice (the second replay
+// reads what the first start logged); the same (id, client, day) sent 1 to 4 times
+// to either, client-less items mixed in. What was pending at the kill is written once
+// after the restart, before anything is sent again; then every pair once more and the
+// rest: totals, day series and top-N equal the truth each time.
+TEST_F(Uniques, TwoInstancesOneWithAWalKilledWithEntriesPendingCountEachPairOnce) {
+  run_migrate();
+  auto a = std::make_unique<daemon_process>(yaml("u-a", true));
+  daemon_process b(yaml("u-b"));
+  ASSERT_EQ(a->settle(), 200u);
+  ASSERT_EQ(b.settle(), 200u);
+  std::mt19937 rng(5);
+  const auto all = events(rng, 6, 4, 30);
+  const std::size_t third = all.size() / 3;
+  truth before_kill, t;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (i < 2 * third) before_kill.add(all[i]);
+    t.add(all[i]);
+  }
+  std::size_t to_a = 0;
+  const auto spread = [&](std::span<const event> part, http_client& ca, http_client& cb) {
+    std::vector<event> for_a, for_b;
+    for (const auto& e : part) (rng() % 2 == 0 ? for_a : for_b).push_back(e);
+    if (!for_a.empty()) post(ca, for_a);
+    if (!for_b.empty()) post(cb, for_b);
+    to_a += for_a.size();
+  };
+  const auto kill_and_restart = [&](bool pending) {
+    a->signal(SIGKILL);
+    EXPECT_EQ(a->wait(30s), -SIGKILL);
+    a = std::make_unique<daemon_process>(yaml("u-a", true));
+    ASSERT_EQ(a->settle(), 200u);
+    // Entries were pending at the kill, and came back from the log.
+    if (pending) {
+      EXPECT_NE(a->log().find(" pending unique entries"), std::string::npos) << a->log();
+    }
+  };
+  http_client cb(b.port());
+  {
+    http_client ca(a->port());
+    // A first third flushed by both (the WAL then holds committed batches), a second
+    // third answered by `a` and pending there at the kill.
+    spread(std::span(all).first(third), ca, cb);
+    ASSERT_TRUE(flush_until_ok(ca));
+    ASSERT_TRUE(flush_until_ok(cb));
+    const std::size_t flushed_to_a = to_a;
+    spread(std::span(all).subspan(third, third), ca, cb);
+    ASSERT_GT(to_a, flushed_to_a);
+    ASSERT_TRUE(flush_until_ok(cb));
+  }
+  kill_and_restart(true);
+  // Killed again at once: the start snapshot holds what was replayed, or (the flush
+  // that follows a start having run) the unique batch it logged, committed or not.
+  kill_and_restart(false);
+  http_client ca(a->port());
+  ASSERT_TRUE(flush_until_ok(ca));
+  expect_truth(ca, before_kill);
+  EXPECT_EQ(table_rows(), static_cast<std::int64_t>(before_kill.pairs.size()));
+  // The last third, and every pair of the first two once more, to either instance.
+  std::vector<event> rest(all.begin() + static_cast<std::ptrdiff_t>(2 * third), all.end());
+  for (std::size_t i = 0; i < 2 * third; ++i)
+    if (!all[i].client.empty()) rest.push_back(all[i]);
+  spread(rest, ca, cb);
+  ASSERT_TRUE(flush_until_ok(ca));
+  ASSERT_TRUE(flush_until_ok(cb));
+  expect_truth(ca, t);
+  expect_truth(cb, t);
+  EXPECT_EQ(table_rows(), static_cast<std::int64_t>(t.pairs.size()));
 }
 
 // A database with counter 321 ("dl") deduped by day, and a config reaching it through

@@ -111,5 +111,28 @@ TEST(UncommittedParts, ReplayedSplitBatchLeavesOnlyWhatDidNotCommit) {
             (std::vector<std::pair<std::uint64_t, std::size_t>>{{7, 2}}));
 }
 
+// A unique batch (entries, no rows) replayed from the WAL is looked up in the ledger as
+// any batch: kept whole while nothing of it committed, its uncommitted half after a
+// split, nothing once all of it committed.
+TEST(UncommittedParts, AReplayedUniqueBatchIsKeptUntilItCommitted) {
+  flush_batch b;
+  b.run_id = 7;
+  b.seq = 5;
+  for (std::uint64_t i = 0; i < 4; ++i) b.uniques.push_back({1, i, 0, "c", 0});
+  const auto seq_of = [](std::uint64_t node) { return (node << 44) | 5; };
+  // Another batch of its run committed, not this one: the batch itself.
+  auto parts = uncommitted_parts(b, {(std::uint64_t{1} << 44) | 4});
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].seq, 5u);
+  EXPECT_EQ(parts[0].uniques.size(), 4u);
+  // Its left half committed: the right half's entries.
+  parts = uncommitted_parts(b, {seq_of(2)});
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].seq, seq_of(3));
+  ASSERT_EQ(parts[0].uniques.size(), 2u);
+  EXPECT_EQ(parts[0].uniques[0].record_id, 2u);
+  EXPECT_TRUE(uncommitted_parts(b, {seq_of(1)}).empty());
+}
+
 }  // namespace
 }  // namespace slotted::flush

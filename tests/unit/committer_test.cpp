@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -188,6 +189,80 @@ TEST_F(Committer, ATakeCoversWhatWasLoggedEvenIfItsHttpThreadHasNotAppliedItYet)
   EXPECT_TRUE(recovered.deltas.empty());
   EXPECT_EQ(batched(recovered.batches, 42), 8);
   ASSERT_EQ(recovered.batches.size(), 2u);
+}
+
+// A request's items with a `client` (counters[].dedupe): their unique entries are logged
+// with its other items before it is answered, held once each, taken by the next take into
+// the batches it logs; replay gives back the batches and what was pending after them, and
+// the snapshot of the next start holds the same.
+TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
+  const auto entry = [](std::uint64_t id, std::string client) {
+    return store::unique_entry{5, id, 86400, std::move(client), 86401};
+  };
+  struct queue_of : store::batch_queue {
+    std::vector<store::flush_batch> batches;
+    std::vector<store::flush_batch> queued_copy() override { return batches; }
+    void retag_all(std::uint64_t) override {}
+  };
+  const auto submit = [](committer& c, std::vector<ingest::increment> increments,
+                         std::vector<store::unique_entry> entries) {
+    std::promise<commit_result> done;
+    c.submit(std::move(increments), std::move(entries), nullptr,
+             [&](commit_result r) { done.set_value(r); });
+    return done.get_future().get();
+  };
+  {
+    store::pending_store store(4);
+    store::pending_uniques uniques(store, 4);
+    wal::write_ahead_log log(cfg_, metrics_);
+    recover(log);
+    committer c(log, store, 1000);
+    c.attach_uniques(&uniques);
+    queue_stub queue;
+    c.start(queue);
+    EXPECT_EQ(submit(c, {{1, 42, 5}}, {entry(1, "a"), entry(1, "a"), entry(2, "b")}),
+              commit_result::applied);
+    EXPECT_EQ(uniques.size(), 2u);
+    EXPECT_EQ(store.pending({1, 42}), 5);
+    // The take forms a unique batch of the entries as the flusher does.
+    std::vector<store::flush_batch> published;
+    ASSERT_TRUE(c.take(
+        [&](std::vector<store::pending_delta>&&, clock::time_point) {
+          store::flush_batch b;
+          b.run_id = 7;
+          b.seq = 1;
+          uniques.take_all(b.uniques);
+          std::sort(b.uniques.begin(), b.uniques.end());
+          return std::vector<store::flush_batch>{std::move(b)};
+        },
+        [&](std::vector<store::flush_batch>&& b) { published = std::move(b); }));
+    ASSERT_EQ(published.size(), 1u);
+    EXPECT_EQ(uniques.size(), 0u);
+    EXPECT_EQ(submit(c, {}, {entry(3, "c")}), commit_result::applied);
+    c.stop();
+  }
+  const auto expect_replayed = [&](const recovered& r) {
+    EXPECT_EQ(r.uniques, std::vector{entry(3, "c")});
+    ASSERT_EQ(r.batches.size(), 1u);
+    EXPECT_EQ(r.batches[0].uniques, (std::vector{entry(1, "a"), entry(2, "b")}));
+  };
+  {
+    // A crash: replayed, then started again (its snapshot holds what was replayed).
+    store::pending_store store(4);
+    store::pending_uniques uniques(store, 4);
+    wal::write_ahead_log log(cfg_, metrics_);
+    const auto r = recover(log);
+    expect_replayed(r);
+    uniques.add(r.uniques);
+    committer c(log, store, 1000);
+    c.attach_uniques(&uniques);
+    queue_of queue;
+    queue.batches = r.batches;
+    c.start(queue);
+    c.stop();
+  }
+  wal::write_ahead_log log(cfg_, metrics_);
+  expect_replayed(recover(log));
 }
 
 // Takes run while three HTTP loops submit (and, per mode, apply at once or once their

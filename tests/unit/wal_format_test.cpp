@@ -301,15 +301,15 @@ TEST(WalFormat, RecordsWithBucketsOrTimesAreWrittenInKindsOfTheirOwn) {
 // A reader that does not know a kind (an earlier version reading this version's
 // timed_keyed, bucketed_batches or bucketed_snapshot: those versions knew kinds 1 to 7)
 // refuses the record as malformed and the segment as corrupt, counting the intact
-// records after it; it never skips it. Shown here with kind 11, which this version does
-// not know, framed as a valid record.
+// records after it; it never skips it. Shown here with kind 14, which this version does
+// not know (11 to 13 are the unique kinds), framed as a valid record.
 TEST(WalFormat, AnUnknownRecordKindIsACorruptSegment) {
   for (const auto kind :
        {record_kind::timed_keyed, record_kind::bucketed_batches, record_kind::bucketed_snapshot})
     EXPECT_GT(static_cast<int>(kind), static_cast<int>(record_kind::timed_increments));
   for (const auto& g : encoded()) {
     std::string unknown = g.bytes;
-    unknown[record_header_bytes] = 11;
+    unknown[record_header_bytes] = 14;
     encode_header(unknown.data(), unknown.size() - record_header_bytes,
                   crc_of_payload(std::string_view(unknown).substr(record_header_bytes)));
     std::string log{segment_magic};

@@ -1,0 +1,256 @@
+// The WAL's unique kinds (durable/record.hpp: unique_increments, unique_batches,
+// unique_snapshot): what they encode replays to the same entries, replay keeps the rules
+// every record follows (a batches record takes what was pending, a committed record
+// drops the batches before it, a snapshot replaces everything, a reset keeps the
+// entries), and a torn or malformed record of them is refused whole.
+
+#include <gtest/gtest.h>
+
+#include <boost/crc.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "durable/record.hpp"
+
+namespace slotted::durable {
+namespace {
+
+store::unique_entry entry(std::uint64_t id, std::string client, std::int64_t window = 86400) {
+  return {5, id, window, std::move(client), window + 17};
+}
+
+std::vector<store::unique_entry> some_entries() {
+  return {entry(1, "alice"), entry(1, std::string(store::max_client_bytes, 'z')),
+          entry(18446744073709551615ull, "b", 0)};
+}
+
+store::flush_batch unique_batch(std::uint64_t seq, std::vector<store::unique_entry> entries) {
+  store::flush_batch b;
+  b.run_id = 7;
+  b.seq = seq;
+  b.unique_slot = 65535;
+  b.uniques = std::move(entries);
+  return b;
+}
+
+store::flush_batch plain_batch(std::uint64_t seq) {
+  store::flush_batch b;
+  b.run_id = 7;
+  b.seq = seq;
+  b.rows = {{1, 10, 3, 7}};
+  return b;
+}
+
+std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> totals(
+    const std::vector<store::pending_delta>& d) {
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::int64_t> m;
+  for (const auto& x : d)
+    if (x.gran == store::granularity::none) m[{x.key.record_type, x.key.record_id}] += x.delta;
+  return m;
+}
+
+// The payload of the one record in `framed` (after its frame header).
+std::string payload_of(const std::string& framed) {
+  return framed.substr(record_header_bytes);
+}
+
+std::uint8_t kind_of(const std::string& framed) {
+  return static_cast<std::uint8_t>(framed.at(record_header_bytes));
+}
+
+replay_state replayed(const std::string& records) {
+  replay_state state;
+  const auto scan = scan_segment(std::string(segment_magic) + records, state);
+  EXPECT_EQ(scan.outcome, scan_result::status::ok) << scan.problem;
+  return state;
+}
+
+TEST(UniqueWalRecord, ARequestsEntriesAndItsOtherItemsRoundTripInOneRecord) {
+  ingest::increment timed{1, 10, 3};
+  timed.at = 3600;
+  const std::vector<ingest::increment> others{{1, 10, 2}, timed};
+  std::string log;
+  append_increments(log, others, some_entries());
+  EXPECT_EQ(kind_of(log), static_cast<std::uint8_t>(record_kind::unique_increments));
+  // Without an entry the request is logged as before.
+  std::string plain;
+  append_increments(plain, others);
+  EXPECT_EQ(kind_of(plain), static_cast<std::uint8_t>(record_kind::timed_increments));
+  // Only entries (a request of `client` items alone) is one record too.
+  append_increments(log, {}, std::vector{entry(2, "carol")});
+
+  const auto state = replayed(log);
+  EXPECT_EQ(totals(state.deltas()), (std::map<std::pair<std::uint32_t, std::uint64_t>,
+                                               std::int64_t>{{{1, 10}, 5}}));
+  auto expected = some_entries();
+  expected.push_back(entry(2, "carol"));
+  EXPECT_EQ(state.uniques(), expected);
+}
+
+TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTripAndPlainOnesKeepTheirKinds) {
+  const std::vector<store::flush_batch> batches{plain_batch(1), unique_batch(2, some_entries()),
+                                                unique_batch(3, {entry(9, "d")})};
+  std::string log;
+  append_batches(log, batches);
+  EXPECT_EQ(kind_of(log), static_cast<std::uint8_t>(record_kind::unique_batches));
+  auto state = replayed(log);
+  ASSERT_EQ(state.batches().size(), 3u);
+  EXPECT_TRUE(state.batches()[0].uniques.empty());
+  EXPECT_EQ(state.batches()[0].rows.size(), 1u);
+  EXPECT_EQ(state.batches()[1].uniques, some_entries());
+  EXPECT_EQ(state.batches()[1].unique_slot, 65535);
+  EXPECT_EQ(state.batches()[1].seq, 2u);
+  EXPECT_EQ(state.batches()[2].uniques, std::vector{entry(9, "d")});
+  // Re-encoded, the same bytes.
+  std::string again;
+  append_batches(again, state.batches());
+  EXPECT_EQ(again, log);
+
+  // A snapshot: the batches, deltas, and the entries still pending.
+  std::string snap;
+  append_snapshot(snap, batches, std::vector<store::pending_delta>{{{1, 10}, 4}}, {},
+                  std::vector{entry(4, "e")});
+  EXPECT_EQ(kind_of(snap), static_cast<std::uint8_t>(record_kind::unique_snapshot));
+  state = replayed(snap);
+  EXPECT_EQ(state.batches().size(), 3u);
+  EXPECT_EQ(state.batches()[1].uniques, some_entries());
+  EXPECT_EQ(state.uniques(), std::vector{entry(4, "e")});
+  EXPECT_EQ(totals(state.deltas()).at({1, 10}), 4);
+  std::string snap_again;
+  append_snapshot(snap_again, state.batches(), state.deltas(), state.keyed(), state.uniques());
+  EXPECT_EQ(snap_again, snap);
+  // Pending entries alone make a unique_snapshot too; none at all, the earlier kinds.
+  std::string only_pending, none;
+  append_snapshot(only_pending, {}, {}, {}, std::vector{entry(4, "e")});
+  EXPECT_EQ(kind_of(only_pending), static_cast<std::uint8_t>(record_kind::unique_snapshot));
+  append_snapshot(none, std::vector{plain_batch(1)}, {});
+  EXPECT_EQ(kind_of(none), static_cast<std::uint8_t>(record_kind::snapshot));
+  std::string plain_batches;
+  append_batches(plain_batches, std::vector{plain_batch(1)});
+  EXPECT_EQ(kind_of(plain_batches), static_cast<std::uint8_t>(record_kind::batches));
+}
+
+TEST(UniqueWalRecord, ReplayKeepsPendingEntriesUntilABatchesRecordTakesThem) {
+  std::string log;
+  append_increments(log, {}, std::vector{entry(1, "a")});
+  append_increments(log, {}, std::vector{entry(2, "b")});
+  EXPECT_EQ(replayed(log).uniques().size(), 2u);
+  // A reset clears the counter, not its decisions: the entries stay pending.
+  append_reset(log, {5, 1});
+  EXPECT_EQ(replayed(log).uniques().size(), 2u);
+
+  // A batches record (of any kind) means everything logged before it is in its batches.
+  std::string taken = log;
+  append_batches(taken, std::vector{unique_batch(1, {entry(1, "a"), entry(2, "b")})});
+  append_increments(taken, {}, std::vector{entry(3, "c")});
+  auto state = replayed(taken);
+  EXPECT_EQ(state.uniques(), std::vector{entry(3, "c")});
+  ASSERT_EQ(state.batches().size(), 1u);
+  EXPECT_EQ(state.batches()[0].uniques.size(), 2u);
+  std::string plain_take = log;
+  append_batches(plain_take, std::vector{plain_batch(1)});
+  EXPECT_TRUE(replayed(plain_take).uniques().empty());
+
+  // A committed record: the unique batch before it committed, it is not sent again.
+  append_committed(taken);
+  state = replayed(taken);
+  EXPECT_TRUE(state.batches().empty());
+  EXPECT_EQ(state.uniques(), std::vector{entry(3, "c")});
+
+  // A snapshot replaces everything before it, pending entries included.
+  append_snapshot(taken, std::vector{unique_batch(4, {entry(3, "c")})}, {});
+  state = replayed(taken);
+  EXPECT_TRUE(state.uniques().empty());
+  ASSERT_EQ(state.batches().size(), 1u);
+  EXPECT_EQ(state.batches()[0].uniques, std::vector{entry(3, "c")});
+  append_snapshot(taken, {}, {}, {}, std::vector{entry(5, "f")});
+  state = replayed(taken);
+  EXPECT_TRUE(state.batches().empty());
+  EXPECT_EQ(state.uniques(), std::vector{entry(5, "f")});
+  // And a plain snapshot (nothing of uniques pending) leaves none.
+  append_snapshot(taken, {}, std::vector<store::pending_delta>{{{1, 1}, 1}});
+  EXPECT_TRUE(replayed(taken).uniques().empty());
+}
+
+// A record whose checksum holds and whose content does not parse.
+std::string reframed(std::string payload) {
+  std::string out(record_header_bytes, '\0');
+  boost::crc_32_type crc;
+  crc.process_bytes(payload.data(), payload.size());
+  encode_header(out.data(), payload.size(), crc.checksum());
+  return out + payload;
+}
+
+TEST(UniqueWalRecord, ATornOrMalformedRecordIsRefusedWhole) {
+  std::vector<std::string> records(3);
+  append_increments(records[0], std::vector<ingest::increment>{{1, 10, 2}}, some_entries());
+  append_batches(records[1], std::vector{plain_batch(1), unique_batch(2, some_entries())});
+  append_snapshot(records[2], std::vector{unique_batch(2, some_entries())},
+                  std::vector<store::pending_delta>{{{1, 10}, 4}}, {}, some_entries());
+  for (const auto& r : records) {
+    const std::string payload = payload_of(r);
+    replay_state whole;
+    EXPECT_TRUE(whole.apply(payload));
+    // Cut anywhere (a torn write the frame did not catch), or one byte too many.
+    for (std::size_t cut = 1; cut < payload.size(); ++cut) {
+      replay_state state;
+      EXPECT_FALSE(state.apply(payload.substr(0, cut))) << int(kind_of(r)) << " cut " << cut;
+      EXPECT_TRUE(state.uniques().empty());
+      EXPECT_TRUE(state.batches().empty());
+    }
+    replay_state longer;
+    EXPECT_FALSE(longer.apply(payload + '\0'));
+    // In a segment: a malformed record, the segment corrupt, nothing of it applied.
+    std::string log;
+    append_increments(log, {}, std::vector{entry(8, "kept")});
+    log += reframed(payload.substr(0, payload.size() - 1));
+    replay_state state;
+    const auto scan = scan_segment(std::string(segment_magic) + log, state);
+    EXPECT_EQ(scan.outcome, scan_result::status::corrupt);
+    EXPECT_EQ(scan.problem, "malformed record");
+    EXPECT_EQ(state.uniques(), std::vector{entry(8, "kept")});
+  }
+
+  const auto unique_increments = [](std::string client) {
+    std::string payload(1, static_cast<char>(record_kind::unique_increments));
+    const auto put = [&](auto v) { payload.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(std::uint32_t{0});  // no other item
+    put(std::uint32_t{1});
+    put(std::uint32_t{5});
+    put(std::uint64_t{1});
+    put(std::int64_t{86400});
+    put(std::int64_t{86417});
+    put(static_cast<std::uint8_t>(client.size()));
+    return payload + client;
+  };
+  replay_state state;
+  EXPECT_TRUE(state.apply(unique_increments("ok")));
+  EXPECT_FALSE(state.apply(unique_increments("")));  // a client is 1 to 128 bytes
+  EXPECT_FALSE(state.apply(unique_increments(std::string(129, 'x'))));
+  // No entry at all: the plain kinds log such a request.
+  std::string none(1, static_cast<char>(record_kind::unique_increments));
+  none.append(8, '\0');
+  EXPECT_FALSE(state.apply(none));
+  EXPECT_EQ(state.uniques().size(), 1u);
+
+  // A uniques field naming a batch that has rows, or none of the record's.
+  std::string batches;
+  append_batches(batches, std::vector{unique_batch(1, {entry(1, "a")}), plain_batch(2)});
+  std::string payload = payload_of(batches);
+  // The batch index is the first field of the uniques field: after the two batches
+  // (8 + 8 + 4 + 4 and 8 + 8 + 4 + 22 + 4 bytes), their count and the keyed trailer.
+  const std::size_t index_at = 1 + 4 + 24 + 46 + 4 + 4;
+  ASSERT_EQ(payload[index_at], 0);
+  for (const char bad : {1, 2}) {
+    std::string p = payload;
+    p[index_at] = bad;
+    replay_state s;
+    EXPECT_FALSE(s.apply(p)) << int(bad);
+  }
+  replay_state s;
+  EXPECT_TRUE(s.apply(payload));
+}
+
+}  // namespace
+}  // namespace slotted::durable
