@@ -154,6 +154,28 @@ class Uniques : public ::testing::Test {
     ASSERT_EQ(top.status, 200u) << top.body;
     EXPECT_EQ(items_of(top.body), top_of(totals)) << top.body;
   }
+  // Posts each event of `part` to `ca` or `cb` at random; returns how many went to `ca`.
+  static std::size_t spread(std::mt19937& rng, std::span<const event> part, http_client& ca,
+                            http_client& cb) {
+    std::vector<event> for_a, for_b;
+    for (const auto& e : part) (rng() % 2 == 0 ? for_a : for_b).push_back(e);
+    if (!for_a.empty()) post(ca, for_a);
+    if (!for_b.empty()) post(cb, for_b);
+    return for_a.size();
+  }
+  // Sends `all` from `from` on, and every pair before it once more, to either instance;
+  // flushes both and checks both against `t`.
+  void send_rest_and_check(std::mt19937& rng, const std::vector<event>& all, std::size_t from,
+                           http_client& ca, http_client& cb, const truth& t) {
+    std::vector<event> rest(all.begin() + static_cast<std::ptrdiff_t>(from), all.end());
+    for (std::size_t i = 0; i < from; ++i)
+      if (!all[i].client.empty()) rest.push_back(all[i]);
+    spread(rng, rest, ca, cb);
+    ASSERT_TRUE(flush_until_ok(ca));
+    ASSERT_TRUE(flush_until_ok(cb));
+    expect_truth(ca, t);
+    expect_truth(cb, t);
+  }
   std::int64_t table_rows() const {
     return shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counters_uniques");
   }
@@ -245,16 +267,10 @@ TEST_F(Uniques, TwoInstancesOneKilledAndRestartedCountEachPairOnce) {
   truth t;
   for (const auto& e : all) t.add(e);
   const std::size_t half = all.size() / 2;
-  const auto spread = [&](std::span<const event> part, http_client& ca, http_client& cb) {
-    std::vector<event> to_a, to_b;
-    for (const auto& e : part) (rng() % 2 == 0 ? to_a : to_b).push_back(e);
-    if (!to_a.empty()) post(ca, to_a);
-    if (!to_b.empty()) post(cb, to_b);
-  };
   http_client cb(b.port());
   {
     http_client ca(a->port());
-    spread(std::span(all).first(half), ca, cb);
+    spread(rng, std::span(all).first(half), ca, cb);
     ASSERT_TRUE(flush_until_ok(ca));
     ASSERT_TRUE(flush_until_ok(cb));
   }
@@ -264,14 +280,7 @@ TEST_F(Uniques, TwoInstancesOneKilledAndRestartedCountEachPairOnce) {
   ASSERT_EQ(a->settle(), 200u);
   http_client ca(a->port());
   // The second half, and every pair of the first half once more, to either instance.
-  std::vector<event> rest(all.begin() + static_cast<std::ptrdiff_t>(half), all.end());
-  for (std::size_t i = 0; i < half; ++i)
-    if (!all[i].client.empty()) rest.push_back(all[i]);
-  spread(rest, ca, cb);
-  ASSERT_TRUE(flush_until_ok(ca));
-  ASSERT_TRUE(flush_until_ok(cb));
-  expect_truth(ca, t);
-  expect_truth(cb, t);
+  send_rest_and_check(rng, all, half, ca, cb, t);
 }
 
 // The test: two instances on one database, one with a WAL, SIGKILLed with unique
@@ -295,13 +304,6 @@ TEST_F(Uniques, TwoInstancesOneWithAWalKilledWithEntriesPendingCountEachPairOnce
     t.add(all[i]);
   }
   std::size_t to_a = 0;
-  const auto spread = [&](std::span<const event> part, http_client& ca, http_client& cb) {
-    std::vector<event> for_a, for_b;
-    for (const auto& e : part) (rng() % 2 == 0 ? for_a : for_b).push_back(e);
-    if (!for_a.empty()) post(ca, for_a);
-    if (!for_b.empty()) post(cb, for_b);
-    to_a += for_a.size();
-  };
   const auto kill_and_restart = [&](bool pending) {
     a->signal(SIGKILL);
     EXPECT_EQ(a->wait(30s), -SIGKILL);
@@ -317,11 +319,11 @@ TEST_F(Uniques, TwoInstancesOneWithAWalKilledWithEntriesPendingCountEachPairOnce
     http_client ca(a->port());
     // A first third flushed by both (the WAL then holds committed batches), a second
     // third answered by `a` and pending there at the kill.
-    spread(std::span(all).first(third), ca, cb);
+    to_a += spread(rng, std::span(all).first(third), ca, cb);
     ASSERT_TRUE(flush_until_ok(ca));
     ASSERT_TRUE(flush_until_ok(cb));
     const std::size_t flushed_to_a = to_a;
-    spread(std::span(all).subspan(third, third), ca, cb);
+    to_a += spread(rng, std::span(all).subspan(third, third), ca, cb);
     ASSERT_GT(to_a, flushed_to_a);
     ASSERT_TRUE(flush_until_ok(cb));
   }
@@ -334,14 +336,7 @@ TEST_F(Uniques, TwoInstancesOneWithAWalKilledWithEntriesPendingCountEachPairOnce
   expect_truth(ca, before_kill);
   EXPECT_EQ(table_rows(), static_cast<std::int64_t>(before_kill.pairs.size()));
   // The last third, and every pair of the first two once more, to either instance.
-  std::vector<event> rest(all.begin() + static_cast<std::ptrdiff_t>(2 * third), all.end());
-  for (std::size_t i = 0; i < 2 * third; ++i)
-    if (!all[i].client.empty()) rest.push_back(all[i]);
-  spread(rest, ca, cb);
-  ASSERT_TRUE(flush_until_ok(ca));
-  ASSERT_TRUE(flush_until_ok(cb));
-  expect_truth(ca, t);
-  expect_truth(cb, t);
+  send_rest_and_check(rng, all, 2 * third, ca, cb, t);
   EXPECT_EQ(table_rows(), static_cast<std::int64_t>(t.pairs.size()));
 }
 
