@@ -322,6 +322,16 @@ void application::replay_wal(const durable::recover_options& options) {
   }
   // Unique entries come back pending (held once each), or in their logged unique batches,
   // which the ledger tells committed or not as any replayed batch.
+  // An entry of a counter that dedupes no more (the config changed across the crash)
+  // is dropped; the flush drops those in logged batches, and those too late.
+  const auto logged_uniques = recovered.uniques.size();
+  std::erase_if(recovered.uniques, [this](const store::unique_entry& e) {
+    return dedupe_.window_of(e.record_type) == store::granularity::none;
+  });
+  if (recovered.uniques.size() < logged_uniques) {
+    log::warn("WAL: ", logged_uniques - recovered.uniques.size(),
+              " pending unique entries dropped: their counters no longer have dedupe");
+  }
   uniques_.add(recovered.uniques);
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());

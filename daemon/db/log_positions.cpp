@@ -161,14 +161,8 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
     if (!b.uniques.empty()) {
       // Read again at the commit, by the later of this host's clock and the database's:
       // the reader's clock may be slow, or the pass held up, past a prune elsewhere.
-      std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-      const auto clock = conn.query("SELECT UNIX_TIMESTAMP()");
-      if (!clock.empty() && !clock[0].empty() && clock[0][0])
-        now = std::max<std::int64_t>(now, std::stoll(*clock[0][0]));
-      const auto decidable =
-          db::still_decidable(b.uniques, b.dedupe ? *b.dedupe : store::no_dedupe(), now);
+      const auto decidable = db::still_decidable(
+          b.uniques, b.dedupe ? *b.dedupe : store::no_dedupe(), db::later_clock(conn));
       const auto counted = db::insert_and_find_ours(conn, counters_table,
                                                     {b.instance_id, b.unique_tag, 0}, decidable);
       std::vector<db::counter_row> unique_rows;

@@ -3,6 +3,7 @@
 #include <mysqld_error.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <tuple>
@@ -205,11 +206,22 @@ std::vector<store::unique_entry> still_decidable(std::span<const store::unique_e
   return out;
 }
 
+std::int64_t later_clock(connection& conn) {
+  std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
+  if (!rows.empty() && !rows[0].empty() && rows[0][0])
+    now = std::max<std::int64_t>(now, std::stoll(*rows[0][0]));
+  return now;
+}
+
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,
     const store::flush_batch& b,
     const std::function<std::span<const counter_row>(std::span<const counter_row>)>& dirty,
-    const store::bucket_spec& buckets, const store::top_spec& top) {
+    const store::bucket_spec& buckets, const store::top_spec& top,
+    const store::dedupe_spec* dedupe) {
   unique_outcome out;
   conn.execute(start_transaction);
   try {
@@ -221,9 +233,18 @@ unique_outcome commit_unique_batch(
       out.outcome = commit_outcome::already_applied;
       return out;
     }
-    const auto counted = insert_and_find_ours(conn, table, id, b.uniques);
+    // Only entries whose windows no prune can have passed yet: an entry held up (a
+    // restart replaying the WAL, an outage) past its window's margin is not decided.
+    std::span<const store::unique_entry> entries = b.uniques;
+    std::vector<store::unique_entry> decidable;
+    if (dedupe != nullptr) {
+      decidable = still_decidable(b.uniques, *dedupe, later_clock(conn));
+      out.too_late = b.uniques.size() - decidable.size();
+      entries = decidable;
+    }
+    const auto counted = insert_and_find_ours(conn, table, id, entries);
     out.counted = counted.size();
-    out.duplicates = b.uniques.size() - counted.size();
+    out.duplicates = entries.size() - counted.size();
     std::vector<counter_row> rows;
     std::vector<store::bucket_row> bucket_rows;
     rows_of_counted(counted, b.unique_slot, buckets, rows, bucket_rows);

@@ -77,16 +77,23 @@ struct unique_outcome {
   std::size_t rows = 0;        // counter rows upserted
   std::size_t counted = 0;     // entries this batch counted
   std::size_t duplicates = 0;  // entries a batch had counted before
+  std::size_t too_late = 0;    // entries not decided: their window's margin had passed
 };
 
 // Commits unique batch `b` as described above. `dirty` gives the rows whose counters are
-// rolled up among those it is passed; `buckets` and `top` as for commit_batch.
+// rolled up among those it is passed; `buckets` and `top` as for commit_batch. With
+// `dedupe`, only the entries still_decidable by later_clock() are decided (the others
+// are `too_late`).
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,
     const store::flush_batch& b,
     const std::function<std::span<const counter_row>(std::span<const counter_row>)>& dirty,
     const store::bucket_spec& buckets = store::no_buckets(),
-    const store::top_spec& top = store::no_top());
+    const store::top_spec& top = store::no_top(), const store::dedupe_spec* dedupe = nullptr);
+
+// Unix seconds now by the later of this host's clock and the database's: the clock a
+// writer decides entries by (a prune cuts by the earlier one).
+std::int64_t later_clock(connection& conn);
 
 // Inserts `entries` (in the table's key order) tagged with `id`, skipping those a batch
 // inserted before, and returns the ones this call inserted, in `entries`' order. Inside

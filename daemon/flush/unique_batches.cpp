@@ -40,9 +40,17 @@ flusher::commit_attempt flusher::commit_unique(db::connection& conn, const db::b
   const auto outcome = db::commit_unique_batch(
       conn, settings_.table, id, batch,
       [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
-      settings_.buckets, settings_.top);
-  if (outcome.outcome == db::commit_outcome::applied)
+      settings_.buckets, settings_.top, &settings_.dedupe);
+  if (outcome.outcome == db::commit_outcome::applied) {
     metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
+    if (outcome.too_late > 0) {
+      log::warn("flush: ", outcome.too_late,
+                " unique entries were not counted: their windows had ended more than ",
+                store::unique_margin_seconds,
+                " s before their batch committed (held up by an outage or a restart; "
+                "docs/known-limits.md)");
+    }
+  }
   commit_attempt done;
   done.outcome = outcome.outcome;
   done.keyed_rows = outcome.rows;

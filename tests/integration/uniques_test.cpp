@@ -442,6 +442,36 @@ TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
   EXPECT_EQ(daemon.stop(), 1) << "a unique entry was lost and the stop said all was written";
 }
 
+// A unique batch held up past its windows' margin (a WAL replayed after a long restart,
+// an outage) decides only the entries no prune can have passed: a pair counted
+// elsewhere whose row was pruned is not counted again.
+TEST(UniquesFaults, ABatchPastItsWindowsMarginDecidesOnlyItsRecentEntries) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto conn = server.connect(database);
+  store::dedupe_spec dedupe;
+  dedupe.declare(321, store::granularity::day);
+  db::migrate_uniques(conn, "slotted_counters", dedupe);
+  const std::int64_t today = day_of(unix_now());
+  store::flush_batch b;
+  b.run_id = 7;
+  b.seq = 1;
+  b.unique_slot = 3;
+  // The day before yesterday (its row pruned long ago, as if counted elsewhere), today.
+  b.uniques = {{321, 1, today - 2 * 86400, "a", today - 2 * 86400 + 5},
+               {321, 1, today, "a", today}};
+  const auto no_marks = [](std::span<const db::counter_row>) {
+    return std::span<const db::counter_row>();
+  };
+  const auto out = db::commit_unique_batch(conn, "slotted_counters", {"i", 7, 1}, b, no_marks,
+                                           store::no_buckets(), store::no_top(), &dedupe);
+  EXPECT_EQ(out.outcome, db::commit_outcome::applied);
+  EXPECT_EQ(out.too_late, 1u);
+  EXPECT_EQ(out.counted, 1u);
+  EXPECT_EQ(server.query_int(database, "SELECT SUM(`count`) FROM slotted_counters"), 1);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters_uniques"), 1);
+}
+
 // The prune deletes the rows of windows that ended more than twice the margin ago, by
 // each counter's window (by day for a counter that dedupes no more), keeps the rest, and
 // says when it had more due than its chunks.
