@@ -28,6 +28,11 @@ bool read_unique(reader& in, store::unique_entry& e) {
   if (!in.get(e.record_type) || !in.get(e.record_id) || !in.get(e.window) || !in.get(e.at) ||
       !in.get(length) || length == 0 || length > store::max_client_bytes || !in.has(length))
     return false;
+  // A time the parser accepts, inside a window that starts on an hour and is at most a
+  // day long: anything else was never written by this daemon.
+  if (e.at < 0 || e.at > ingest::max_at || e.window < 0 || e.window % 3600 != 0 ||
+      e.at < e.window || e.at - e.window >= 86400)
+    return false;
   e.client.resize(length);
   for (auto& c : e.client) in.get(c);
   return true;

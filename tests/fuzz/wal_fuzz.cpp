@@ -14,6 +14,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,9 +22,9 @@
 #include <map>
 #include <string>
 
-#include "metrics/metrics.hpp"
 #include "durable/record.hpp"
 #include "durable/recovery.hpp"
+#include "metrics/metrics.hpp"
 #include "wal/wal.hpp"
 
 using namespace slotted;
@@ -88,8 +89,9 @@ std::vector<store::unique_entry> make_entries(FuzzedDataProvider& in, std::size_
   for (auto& e : out) {
     e.record_type = in.ConsumeIntegral<std::uint32_t>();
     e.record_id = in.ConsumeIntegral<std::uint64_t>();
-    e.window = in.ConsumeIntegral<std::int64_t>();
-    e.at = in.ConsumeIntegral<std::int64_t>();
+    // As the daemon makes them: a window starting on an hour, a time inside its day.
+    e.window = in.ConsumeIntegralInRange<std::int64_t>(0, ingest::max_at / 3600) * 3600;
+    e.at = std::min(e.window + in.ConsumeIntegralInRange<std::int64_t>(0, 86399), ingest::max_at);
     e.client = in.ConsumeRandomLengthString(store::max_client_bytes);
     if (e.client.empty()) e.client = "c";
   }

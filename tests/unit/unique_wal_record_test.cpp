@@ -212,15 +212,16 @@ TEST(UniqueWalRecord, ATornOrMalformedRecordIsRefusedWhole) {
     EXPECT_EQ(state.uniques(), std::vector{entry(8, "kept")});
   }
 
-  const auto unique_increments = [](std::string client) {
+  const auto unique_increments = [](std::string client, std::int64_t window = 86400,
+                                    std::int64_t at = 86417) {
     std::string payload(1, static_cast<char>(record_kind::unique_increments));
     const auto put = [&](auto v) { payload.append(reinterpret_cast<const char*>(&v), sizeof v); };
     put(std::uint32_t{0});  // no other item
     put(std::uint32_t{1});
     put(std::uint32_t{5});
     put(std::uint64_t{1});
-    put(std::int64_t{86400});
-    put(std::int64_t{86417});
+    put(window);
+    put(at);
     put(static_cast<std::uint8_t>(client.size()));
     return payload + client;
   };
@@ -228,11 +229,21 @@ TEST(UniqueWalRecord, ATornOrMalformedRecordIsRefusedWhole) {
   EXPECT_TRUE(state.apply(unique_increments("ok")));
   EXPECT_FALSE(state.apply(unique_increments("")));  // a client is 1 to 128 bytes
   EXPECT_FALSE(state.apply(unique_increments(std::string(129, 'x'))));
+  // A window or a time this daemon never writes: not on an hour, a time before its
+  // window or a day past its start, a negative time, one past the parser's bound.
+  for (const auto& [window, at] : {std::pair<std::int64_t, std::int64_t>{86401, 86417},
+                                   {86400, 86399},
+                                   {86400, 172800},
+                                   {-3600, 0},
+                                   {0, -1},
+                                   {ingest::max_at - ingest::max_at % 3600, ingest::max_at + 1}})
+    EXPECT_FALSE(state.apply(unique_increments("ok", window, at))) << window << " " << at;
+  EXPECT_TRUE(state.apply(unique_increments("ok", 3600, 3600 + 86399)));
   // No entry at all: the plain kinds log such a request.
   std::string none(1, static_cast<char>(record_kind::unique_increments));
   none.append(8, '\0');
   EXPECT_FALSE(state.apply(none));
-  EXPECT_EQ(state.uniques().size(), 1u);
+  EXPECT_EQ(state.uniques().size(), 2u);
 
   // A uniques field naming a batch that has rows, or none of the record's.
   std::string batches;
