@@ -3,7 +3,6 @@
 #include <mysqld_error.h>
 
 #include <algorithm>
-#include <chrono>
 #include <tuple>
 #include <vector>
 

@@ -186,7 +186,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
 // marks), prune_buckets (one bucket's rows, in key order; with top, then their bucket
 // totals, 4 then 5 in one transaction), prune_ledger,
-// idempotency::prune_keys and db::prune_uniques (one window range of `<table>_uniques`).
+// idempotency::prune_keys and db::prune_uniques (one record type's passed windows of
+// `<table>_uniques`, a range of its key; the types read unlocked).
 // Tested in tests/integration/lock_order_test.cpp.
 
 enum class commit_outcome { applied, already_applied };

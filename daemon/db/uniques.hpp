@@ -52,7 +52,7 @@ std::string uniques_insert(std::string_view table, std::span<const store::unique
                            std::span<const std::string> quoted_clients,
                            std::string_view quoted_instance, std::uint64_t run_id,
                            std::uint64_t seq);
-// The keys (window_start, record_type, record_id, HEX(client)) of the rows of `entries`
+// The keys (record_type, window_start, record_id, HEX(client)) of the rows of `entries`
 // that carry the batch's identity.
 std::string uniques_select_ours(std::string_view table,
                                 std::span<const store::unique_entry> entries,
@@ -119,8 +119,8 @@ void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t
 // Deletes the rows of windows that ended more than 2 * store::unique_margin_seconds before
 // `now` (unix seconds), by the window of `dedupe` (a record type it no longer names: by
 // day), `limit` rows a statement, at most `max_chunks` statements per record type, each
-// committing on its own. `behind`: a record type had more due than that (the caller
-// prunes again soon). Throws db_error.
+// committing on its own. `behind`: a record type's last allowed statement deleted a full
+// `limit` (more may be due: the caller prunes again soon). Throws db_error.
 struct unique_prune {
   std::uint64_t deleted = 0;
   bool behind = false;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <exception>
-#include <future>
 #include <optional>
 #include <utility>
 

@@ -47,8 +47,8 @@ flusher::commit_attempt flusher::commit_unique(db::connection& conn, const db::b
       log::warn("flush: ", outcome.too_late,
                 " unique entries were not counted: their windows had ended more than ",
                 store::unique_margin_seconds,
-                " s before their batch committed (held up by an outage or a restart; "
-                "docs/known-limits.md)");
+                " s before their batch committed (held up by an outage or a restart), or "
+                "their counters no longer have dedupe (docs/known-limits.md)");
     }
   }
   commit_attempt done;

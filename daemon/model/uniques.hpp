@@ -7,13 +7,11 @@
 // A window is a UTC hour or day, named by its start in unix seconds, as a bucket is
 // (model/buckets.hpp).
 
-#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <string>
 #include <tuple>
 #include <unordered_map>
-#include <vector>
 
 #include "model/buckets.hpp"
 
@@ -60,14 +58,6 @@ class dedupe_spec {
   granularity window_of(std::uint32_t record_type) const {
     const auto it = by_type_.find(record_type);
     return it == by_type_.end() ? granularity::none : it->second;
-  }
-  // The record types of windows `g`, sorted.
-  std::vector<std::uint32_t> types_of(granularity g) const {
-    std::vector<std::uint32_t> out;
-    for (const auto& [t, w] : by_type_)
-      if (w == g) out.push_back(t);
-    std::sort(out.begin(), out.end());
-    return out;
   }
   bool operator==(const dedupe_spec&) const = default;
 

@@ -31,7 +31,7 @@ class TopEdges : public ::testing::Test {
   void SetUp() override { database_ = shared_mariadb().create_database(); }
   std::string yaml(const std::string& counters, const std::string& mysql_extra = "") const {
     return daemon_yaml(shared_mariadb(), database_,
-                       "instance_id: review\ncounters:\n" + counters + "flush: {interval: 1h}\n",
+                       "instance_id: top-edges\ncounters:\n" + counters + "flush: {interval: 1h}\n",
                        mysql_extra);
   }
   std::int64_t count(const std::string& sql) const {
@@ -40,7 +40,7 @@ class TopEdges : public ::testing::Test {
   std::string database_;
 };
 
-// M1: at the longest mysql.table the config accepts with top and both granularities (52
+// At the longest mysql.table the config accepts with top and both granularities (52
 // characters: `<table>_hour_totals` is 64), --migrate builds every totals table (under
 // its scratch name, 62 characters) and the daemon starts, flushes and answers top-N;
 // one character more is a config error naming mysql.table and 52. With the scratch name
@@ -77,7 +77,7 @@ TEST_F(TopEdges, TheLongestAcceptedTableNameMigratesAndStartsAndOneMoreIsRefused
   EXPECT_NE(out.find("may have at most 52 characters"), std::string::npos) << out;
 }
 
-// M2: a counter with counts (and the totals tables there, for another counter) gets
+// A counter with counts (and the totals tables there, for another counter) gets
 // `top: true`: the start is refused naming the record type, the table and --migrate
 // (before, it started and ranked by what was counted since: here nothing); --migrate
 // fills its totals from its rows; top-N then equals the truth, total and per day, and a
@@ -145,7 +145,7 @@ TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
             0);
 }
 
-// M3: many-counter and top-N reads together hold at most mysql.pool_size less
+// Many-counter and top-N reads together hold at most mysql.pool_size less
 // flush.connections connections (here 2 - 1): with that many held (a read in flight
 // each), another is refused at once with retry_later (503 with Retry-After), and a
 // flush still commits over the connection left. With a cap of the whole pool the flush
@@ -204,7 +204,7 @@ TEST_F(TopEdges, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
   f.stop(std::chrono::steady_clock::now() + 10s);
 }
 
-// L2: whatever a snapshot read throws (a db_error or not), its connection is left with
+// Whatever a snapshot read throws (a db_error or not), its connection is left with
 // no transaction open, to go back to the pool.
 TEST_F(TopEdges, ASnapshotReadThatThrowsLeavesNoTransactionOpen) {
   auto conn = shared_mariadb().connect(database_);
@@ -223,7 +223,7 @@ TEST_F(TopEdges, ASnapshotReadThatThrowsLeavesNoTransactionOpen) {
   EXPECT_EQ(in_transaction(), "0");
 }
 
-// L4: a many-counter read cut by its statement time limit (5 s; here it waits on a
+// A many-counter read cut by its statement time limit (5 s; here it waits on a
 // table lock) is a 503 saying the read took too long, not "database not reachable".
 TEST_F(TopEdges, AReadPastItsTimeLimitIs503SayingItTookTooLong) {
   const std::string counters = "  - {name: downloads, record_type: 123}\n";

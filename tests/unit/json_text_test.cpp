@@ -60,9 +60,9 @@ TEST(JsonText, AnExcerptCutsOnACharacterAndBacksUpAtMostThreeBytes) {
   // Continuation bytes alone: not UTF-8, so nothing is kept whole, but the excerpt stays
   // near its bound instead of backing up to nothing.
   const std::string junk(200, '\x80');
-  const std::string got = parsed(json::excerpt(junk));
-  EXPECT_EQ(got.rfind("..."), got.size() - 3);
-  EXPECT_GE(got.size(), 61u * 3);
+  std::string fffd61;
+  for (int i = 0; i < 61; ++i) fffd61 += "\xEF\xBF\xBD";
+  EXPECT_EQ(parsed(json::excerpt(junk)), fffd61 + "...");
 }
 
 TEST(JsonText, AnUnknownQueryParameterOfAnyBytesIsAnsweredInValidJson) {
