@@ -201,7 +201,7 @@ std::vector<store::unique_entry> still_decidable(std::span<const store::unique_e
   for (const auto& e : entries) {
     const auto g = dedupe.window_of(e.record_type);
     if (g == store::granularity::none) continue;
-    if (e.window + store::seconds_of(g) + store::unique_margin_seconds >= now) out.push_back(e);
+    if (store::window_decidable(g, e.window, now)) out.push_back(e);
   }
   return out;
 }

@@ -29,8 +29,7 @@ std::optional<parse_error> check_clients(std::span<increment> increments,
       return refused(i, std::move(why));
     }
     if (!inc.at_given) inc.at = now;
-    const std::int64_t window_end = store::bucket_start(g, inc.at) + store::seconds_of(g);
-    if (window_end + store::unique_margin_seconds < now) {
+    if (!store::window_decidable(g, store::bucket_start(g, inc.at), now)) {
       std::string why = "\"at\" ";
       why += std::to_string(inc.at);
       why += " lies in a dedupe window that ended more than ";

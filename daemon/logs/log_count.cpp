@@ -67,7 +67,7 @@ bool line_counter::match_rules(std::uint64_t at_offset) {
 // (db/uniques.hpp), so it cannot be counted at most once and is not counted.
 bool line_counter::add_unique(std::uint32_t record_type, std::uint64_t id, store::granularity g) {
   const std::int64_t window = store::bucket_start(g, line_.at);
-  if (window + store::seconds_of(g) + store::unique_margin_seconds < now_s_) return false;
+  if (!store::window_decidable(g, window, now_s_)) return false;
   store::unique_entry e{record_type, id, window, std::string(line_.client), line_.at};
   pass_.uniques.insert(std::move(e));
   return true;

@@ -25,6 +25,14 @@ inline constexpr std::size_t max_client_bytes = 128;
 // (ingest::max_at_ahead_seconds), so that clocks a few seconds apart agree on it.
 inline constexpr std::int64_t unique_margin_seconds = 300;
 
+// Whether the window of granularity `g` starting at `window` can still be decided at
+// `now` (unix seconds): it ended at most the margin before. Past that, a prune (twice the
+// margin) may have taken its decisions. The one rule of every writer (HTTP items, log
+// lines, unique batches).
+inline bool window_decidable(granularity g, std::int64_t window, std::int64_t now) {
+  return window + seconds_of(g) + unique_margin_seconds >= now;
+}
+
 // One (counter, window, client) decision, as the store holds it, the flusher writes it
 // and the database keeps it. `at`: the time of the first item seen for it (unix seconds;
 // the bucket it counts in, for a counter with buckets).
