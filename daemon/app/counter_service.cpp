@@ -114,15 +114,7 @@ http::backend_result counter_service::add(std::span<const ingest::increment> inc
   // as unique entries; the others go to the store as always. The pending limit is checked
   // once for the whole request, before anything is applied.
   if (p_.store.over_pending_limit(max_pending_keys_)) return {errc::over_limit};
-  std::vector<ingest::increment> plain;
-  std::vector<store::unique_entry> entries;
-  for (const auto& inc : increments) {
-    if (inc.client.empty()) {
-      plain.push_back(inc);
-    } else {
-      entries.push_back(ingest::unique_entry_of(inc, p_.dedupe));
-    }
-  }
+  auto [plain, entries] = ingest::split_clients({increments.begin(), increments.end()}, p_.dedupe);
   if (!plain.empty()) {
     const auto r = p_.store.add(plain, SIZE_MAX);
     if (r != store::add_result::applied)
@@ -140,15 +132,7 @@ void counter_service::add_durable(std::vector<ingest::increment>&& increments, d
     return p_.committer->submit(std::move(increments), this_thread_loop, std::move(answer));
   // Items with a `client`: their unique entries are logged with the other items, in one
   // record, and held apart once logged (as add() does without a WAL).
-  std::vector<ingest::increment> plain;
-  std::vector<store::unique_entry> entries;
-  for (auto& inc : increments) {
-    if (inc.client.empty()) {
-      plain.push_back(std::move(inc));
-    } else {
-      entries.push_back(ingest::unique_entry_of(inc, p_.dedupe));
-    }
-  }
+  auto [plain, entries] = ingest::split_clients(std::move(increments), p_.dedupe);
   p_.committer->submit(std::move(plain), std::move(entries), this_thread_loop, std::move(answer));
 }
 

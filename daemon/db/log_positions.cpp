@@ -102,9 +102,6 @@ std::vector<Row> merged(std::span<const Row> a, const std::vector<Row>& b, Less 
   return sums;
 }
 
-bool row_less(const db::counter_row& a, const db::counter_row& b) {
-  return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
-}
 // Hour rows then day rows, each by (record_type, record_id, bucket): the writer's order.
 bool bucket_row_less(const store::bucket_row& a, const store::bucket_row& b) {
   return std::tie(a.gran, a.record_type, a.record_id, a.bucket) <
@@ -168,7 +165,7 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
       std::vector<store::bucket_row> unique_buckets;
       db::rows_of_counted(counted, b.slot, b.bucket_spec ? *b.bucket_spec : store::no_buckets(),
                           unique_rows, unique_buckets);
-      all_rows = merged(b.rows, unique_rows, row_less);
+      all_rows = merged(b.rows, unique_rows, store::counter_order);
       all_buckets = merged(b.buckets, unique_buckets, bucket_row_less);
       rows = all_rows;
       buckets = all_buckets;

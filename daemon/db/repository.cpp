@@ -3,13 +3,14 @@
 #include <mysqld_error.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <vector>
 
 #include "db/log_positions.hpp"
 #include "db/sql_text.hpp"
-#include "model/errors.hpp"
 #include "db/top.hpp"
+#include "model/errors.hpp"
 
 namespace slotted::db {
 
@@ -521,6 +522,30 @@ prune_chunk prune_buckets(connection& conn, const std::string& table, store::gra
   }
   flush_ids();
   return {rows.size(), deleted};
+}
+
+std::optional<std::int64_t> database_clock(connection& conn) {
+  const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
+  if (rows.empty() || rows[0].empty() || !rows[0][0]) return std::nullopt;
+  return std::stoll(*rows[0][0]);
+}
+
+namespace {
+std::int64_t host_clock() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+std::int64_t later_clock(connection& conn) {
+  const std::int64_t here = host_clock();
+  return std::max(here, database_clock(conn).value_or(here));
+}
+
+std::int64_t earlier_clock(connection& conn) {
+  const std::int64_t here = host_clock();
+  return std::min(here, database_clock(conn).value_or(here));
 }
 
 }  // namespace slotted::db

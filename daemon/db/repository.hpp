@@ -273,4 +273,13 @@ std::vector<std::pair<std::uint64_t, __int128>> read_counts(
     connection& conn, const std::string& table, std::uint32_t record_type,
     std::span<const std::uint64_t> record_ids);
 
+// The database's clock (SELECT UNIX_TIMESTAMP()) in Unix seconds; none when it answers
+// no value. Throws db_error.
+std::optional<std::int64_t> database_clock(connection& conn);
+// Unix seconds now by the later of this host's clock and the database's: the clock a
+// writer decides entries by. A prune cuts by the earlier one, so that a clock fast on one
+// side never deletes what the other still counts in.
+std::int64_t later_clock(connection& conn);
+std::int64_t earlier_clock(connection& conn);
+
 }  // namespace slotted::db

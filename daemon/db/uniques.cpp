@@ -206,16 +206,6 @@ std::vector<store::unique_entry> still_decidable(std::span<const store::unique_e
   return out;
 }
 
-std::int64_t later_clock(connection& conn) {
-  std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-  const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
-  if (!rows.empty() && !rows[0].empty() && rows[0][0])
-    now = std::max<std::int64_t>(now, std::stoll(*rows[0][0]));
-  return now;
-}
-
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,
     const store::flush_batch& b,

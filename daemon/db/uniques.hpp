@@ -91,10 +91,6 @@ unique_outcome commit_unique_batch(
     const store::bucket_spec& buckets = store::no_buckets(),
     const store::top_spec& top = store::no_top(), const store::dedupe_spec* dedupe = nullptr);
 
-// Unix seconds now by the later of this host's clock and the database's: the clock a
-// writer decides entries by (a prune cuts by the earlier one).
-std::int64_t later_clock(connection& conn);
-
 // Inserts `entries` (in the table's key order) tagged with `id`, skipping those a batch
 // inserted before, and returns the ones this call inserted, in `entries`' order. Inside
 // the caller's transaction. Throws db_error.

@@ -278,20 +278,36 @@ std::optional<response> router::refuse(const request_header& req, const route_ma
   return std::nullopt;
 }
 
-std::optional<response> router::check_header(const request_header& req) {
+std::optional<response> router::check_header(const request_header& req, accepted_route* accepted) {
   const auto m = match(req);
   auto refused = refuse(req, m);
   if (refused) {
     metrics_.observe_request(m.route(), refused->result_int(), 0.0);
     if (m.route() == metrics::route::increments) metrics_.reject(reason_for(refused->result()), 1);
+  } else if (accepted != nullptr) {
+    accepted->row_ = m.row;
   }
   return refused;
 }
 
 void router::handle(request&& req, respond_fn respond) {
+  accepted_route accepted;
+  accepted.row_ = match(req).row;
+  handle(std::move(req), accepted, std::move(respond));
+}
+
+void router::handle(request&& req, accepted_route accepted, respond_fn respond) {
   // check_header() has passed this header already: path, method, token and content
-  // type are not checked a second time here.
-  const auto m = match(req);
+  // type are not checked a second time here. The path's placeholders are read again
+  // from the request (the header's view of them does not survive its move here).
+  route_match m;
+  m.row = accepted.row_;
+  m.method_allowed = m.row != nullptr;
+  bool claimed = false;
+  const std::string_view target = req.target();
+  if (m.row != nullptr &&
+      !match_pattern(m.row->pattern, target.substr(0, target.find('?')), m.params, claimed))
+    m.row = nullptr;  // not the header that was checked: no such path
   const reply answer{this, m.route(), clock::now(), std::move(respond)};
   if (m.row == nullptr)
     return answer(error_response(req.version(), status::not_found, "no such path"));

@@ -34,17 +34,30 @@ using response = beast_http::response<beast_http::string_body>;
 using respond_fn = std::function<void(response&&)>;
 
 class router {
+  struct endpoint;
+
  public:
   router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
          const ingest::table_limits& limits);
 
+  // The endpoint whose path and method a header check accepted.
+  class accepted_route {
+    friend class router;
+    const endpoint* row_ = nullptr;
+  };
+
   // Refuses a request on its header alone (unknown path, wrong method, missing
   // token, wrong content type), before a client is told to send its body. Every
-  // request goes through it first.
-  std::optional<response> check_header(const request_header& req);
+  // request goes through it first. When it refuses nothing and `accepted` is given, it
+  // says there which endpoint answers the request.
+  std::optional<response> check_header(const request_header& req,
+                                       accepted_route* accepted = nullptr);
 
-  // Answers a request whose header check_header() accepted.
+  // Answers a request whose header check_header() accepted: the session passes what the
+  // check found (the endpoint table is searched once per request); without it, the
+  // table is searched again.
   void handle(request&& req, respond_fn respond);
+  void handle(request&& req, accepted_route accepted, respond_fn respond);
 
   // Applies what a reload may change live: the bearer token and the declared counters
   // (accept_undeclared_types too). Thread-safe; a request in progress finishes with

@@ -132,7 +132,7 @@ void session::on_header(beast::error_code ec, std::size_t) {
   const auto& header = parser_->get();
   request_keep_alive_ = header.keep_alive();
   head_request_ = header.method() == beast_http::verb::head;
-  if (auto refused = router_.check_header(header.base())) {
+  if (auto refused = router_.check_header(header.base(), &accepted_)) {
     // With a body left unread the connection cannot carry another request.
     if (!parser_->is_done()) refused->keep_alive(false);
     return send(std::move(*refused));
@@ -195,7 +195,7 @@ void session::on_read(beast::error_code ec, std::size_t) {
   answered_.store(false, std::memory_order_relaxed);
   const unsigned version = parser_->get().version();
   try {
-    router_.handle(parser_->release(), [self = shared_from_this()](response&& res) {
+    router_.handle(parser_->release(), accepted_, [self = shared_from_this()](response&& res) {
       if (self->answered_.exchange(true)) return;
       if (self->socket_.get_executor().running_in_this_thread()) return self->send(std::move(res));
       // Answered from another thread (a database worker): hand it to the session's own.

@@ -29,4 +29,12 @@ bool has_clients(std::span<const increment> increments);
 // The unique entry of a checked item with a client.
 store::unique_entry unique_entry_of(const increment& inc, const store::dedupe_spec& dedupe);
 
+// A checked request's items apart: those without a client stay increments, the others
+// become their unique entries.
+struct split_items {
+  std::vector<increment> plain;
+  std::vector<store::unique_entry> entries;
+};
+split_items split_clients(std::vector<increment>&& increments, const store::dedupe_spec& dedupe);
+
 }  // namespace slotted::ingest

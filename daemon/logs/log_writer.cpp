@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
-#include <tuple>
 
 #include "logs/source_state.hpp"
 
@@ -17,9 +16,7 @@ std::vector<db::counter_row> sorted_rows(const pass_counts& pass, std::uint16_t 
   std::vector<db::counter_row> rows;
   rows.reserve(pass.totals.size());
   for (const auto& [k, n] : pass.totals) rows.push_back({k.record_type, k.record_id, slot, n});
-  std::sort(rows.begin(), rows.end(), [](const db::counter_row& a, const db::counter_row& b) {
-    return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
-  });
+  std::sort(rows.begin(), rows.end(), store::counter_order);
   return rows;
 }
 
@@ -49,12 +46,10 @@ std::vector<db::counter_row> dirty_rows(const ingest_settings& settings,
     if (rolled(r.record_type)) dirty.push_back(r);
   for (const auto& e : uniques)
     if (rolled(e.record_type)) dirty.push_back({e.record_type, e.record_id, slot, 1});
-  std::sort(dirty.begin(), dirty.end(), [](const db::counter_row& a, const db::counter_row& b) {
-    return std::tie(a.record_type, a.record_id) < std::tie(b.record_type, b.record_id);
-  });
+  std::sort(dirty.begin(), dirty.end(), store::counter_order);
   dirty.erase(std::unique(dirty.begin(), dirty.end(),
                           [](const db::counter_row& a, const db::counter_row& b) {
-                            return a.record_type == b.record_type && a.record_id == b.record_id;
+                            return a.key() == b.key();
                           }),
               dirty.end());
   return dirty;

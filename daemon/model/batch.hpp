@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "model/counter_key.hpp"
 #include "model/keyed_request.hpp"
 #include "model/pending_delta.hpp"
 #include "model/uniques.hpp"
@@ -22,7 +23,15 @@ struct counter_row {
   std::uint64_t record_id = 0;
   std::uint16_t slot = 0;
   std::int64_t delta = 0;
+
+  counter_key key() const { return {record_type, record_id}; }
 };
+
+// Rows in the flush order of their counters (counter_key's), whatever their slot: the
+// order every writer of counter rows sorts by.
+inline bool counter_order(const counter_row& a, const counter_row& b) {
+  return a.key() < b.key();
+}
 
 // One counter's delta in one bucket (README: Counts per bucket): written to
 // `<table>_hour` or `<table>_day` under the slot of its batch, in the same transaction

@@ -69,9 +69,8 @@ prune_result pruner::run_once() {
     lease.use([&](db::connection& conn) {
       // The earlier of the two clocks (see settings::clock).
       std::int64_t now = local;
-      const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
-      if (!rows.empty() && !rows[0].empty() && rows[0][0]) {
-        const std::int64_t database = std::stoll(*rows[0][0]);
+      if (const auto database_now = db::database_clock(conn)) {
+        const std::int64_t database = *database_now;
         now = std::min(local, database);
         const bool apart = local - database > 300 || database - local > 300;
         if (apart && !clocks_apart_) {

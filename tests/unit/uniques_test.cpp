@@ -161,6 +161,32 @@ TEST_F(DedupeRouter, AClientWithAnIdempotencyKeyIsRefusedForNow) {
   EXPECT_TRUE(backend_.added_.empty());
 }
 
+TEST(UniqueWindows, ARequestSplitsIntoItsPlainItemsAndTheEntriesOfItsClients) {
+  store::dedupe_spec spec;
+  spec.declare(5, store::granularity::day);
+  const std::int64_t now = 1'700'000'000;
+  std::vector<ingest::increment> items(4);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    items[i].record_type = 5;
+    items[i].record_id = i + 1;
+    items[i].at = now;
+    items[i].delta = i % 2 == 0 ? 1 : 3;
+  }
+  items[0].client = "a";
+  items[2].client = "b";
+  const auto [plain, entries] = ingest::split_clients(std::move(items), spec);
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_EQ(plain[0].record_id, 2u);
+  EXPECT_EQ(plain[1].record_id, 4u);
+  EXPECT_EQ(plain[1].delta, 3);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].record_id, 1u);
+  EXPECT_EQ(entries[0].client, "a");
+  EXPECT_EQ(entries[1].record_id, 3u);
+  EXPECT_EQ(entries[1].client, "b");
+  EXPECT_EQ(entries[1].window, 1'699'920'000);
+}
+
 TEST(UniqueWindows, FromAtOrTheReceiveTimeInUtcHoursAndDays) {
   store::dedupe_spec spec;
   spec.declare(5, store::granularity::day);
