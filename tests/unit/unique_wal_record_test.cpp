@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/crc.hpp>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -252,7 +253,19 @@ TEST(UniqueWalRecord, ATornOrMalformedRecordIsRefusedWhole) {
   // The batch index is the first field of the uniques field: after the two batches
   // (8 + 8 + 4 + 4 and 8 + 8 + 4 + 22 + 4 bytes), their count and the keyed trailer.
   const std::size_t index_at = 1 + 4 + 24 + 46 + 4 + 4;
-  ASSERT_EQ(payload[index_at], 0);
+  // Pinned by its neighbours, not its own zero: the field's count m = 1 before it, then
+  // the index 0, the unique slot 65535 and the entry count k = 1.
+  const auto u32_at = [&](std::size_t at) {
+    std::uint32_t v = 0;
+    std::memcpy(&v, payload.data() + at, sizeof v);
+    return v;
+  };
+  std::uint16_t slot = 0;
+  std::memcpy(&slot, payload.data() + index_at + 4, sizeof slot);
+  ASSERT_EQ(u32_at(index_at - 4), 1u);
+  ASSERT_EQ(u32_at(index_at), 0u);
+  ASSERT_EQ(slot, 65535);
+  ASSERT_EQ(u32_at(index_at + 6), 1u);
   for (const char bad : {1, 2}) {
     std::string p = payload;
     p[index_at] = bad;
