@@ -424,9 +424,9 @@ TEST(UniquesFaults, ALostCommitReplyAndAnOutageNeitherLoseNorDoubleADecision) {
 }
 
 // A stop that cannot reach the database counts the unique entries it could not write:
-// the daemon exits 1 ("lost"), never "everything acknowledged was written". (Here the
-// final flush takes the entry into a batch that fails; an entry left untaken, behind a
-// backlog at the deadline, is counted by flusher::stop from the pending set.)
+// the daemon exits 1 ("lost"), never "everything acknowledged was written". Here no
+// cycle of the stop can connect, so the entry is never taken into a batch: only the
+// pending set holds it, and flusher::stop counts it from there.
 TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
@@ -437,6 +437,9 @@ TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
   http_client c(daemon.port());
   ASSERT_TRUE(flush_until_ok(c));
   proxy.set_down(true);
+  // A flush that fails drops the pooled connection the proxy cut: from here on, every
+  // cycle fails to connect, before it takes anything.
+  EXPECT_EQ(c.request("POST", "/v1/flush").status, 503u);
   const event e{7, "a", 1, unix_now()};
   ASSERT_EQ(c.post_json("/v1/increments", e.json()).status, 202u);
   EXPECT_EQ(daemon.stop(), 1) << "a unique entry was lost and the stop said all was written";
