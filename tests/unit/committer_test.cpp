@@ -919,6 +919,128 @@ TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
   }
 }
 
+// The pipelined sync (wal.fsync always): a leader writes its group with the log held,
+// then syncs it with the log free, so another loop writes the next group meanwhile.
+// These tests hold the first group's fdatasync (the committer's sync hook) until a
+// second group has been written: that happens only if the log is free during a sync.
+class CommitterPipeline : public CommitterGroup {
+ protected:
+  // A committer built by hand: its sync hook is set before start().
+  struct rig {
+    explicit rig(const config::wal_config& cfg, metrics::registry& metrics)
+        : store(4), log(cfg, metrics), c(started::opened(log), store, 1000) {
+      c.set_sync_hook_for_test([this]() -> int {
+        if (!hold_next.exchange(false)) return 0;
+        ++held;
+        // Until a second group is written, while this sync is in progress.
+        slotted::test::eventually([&] { return c.groups() >= hold_until; },
+                                  std::chrono::seconds(20), std::chrono::milliseconds(1));
+        written_while_held = c.groups() >= hold_until;
+        return fail ? EIO : 0;
+      });
+      c.start(queue);
+    }
+    store::pending_store store;
+    wal::write_ahead_log log;
+    queue_stub queue;
+    committer c;
+    std::atomic<bool> hold_next{false}, fail{false}, written_while_held{false};
+    std::atomic<std::uint64_t> hold_until{0};
+    std::atomic<int> held{0};
+  };
+  // Submits ids first.. first+n-1 in one turn of `loop`; `answer` gets each id's result.
+  static void burst(committer& c, net::io_context& loop, std::uint64_t first, int n,
+                    std::function<void(std::uint64_t, commit_result)> answer) {
+    net::post(loop, [&c, &loop, first, n, answer] {
+      for (int i = 0; i < n; ++i) {
+        const std::uint64_t id = first + static_cast<std::uint64_t>(i);
+        c.submit({{1, id, 1}}, &loop, [id, answer](commit_result r) { answer(id, r); });
+      }
+    });
+  }
+};
+
+// A group written while another group's sync runs is answered only once a sync that
+// began after its write covered it: its records are in the synced prefix of the segment
+// when it is answered. (Answered when the first sync returned, it was not.)
+TEST_F(CommitterPipeline, AGroupWrittenWhileAnotherSyncsIsAnsweredOnlyOnceSynced) {
+  cfg_.fsync = config::fsync_mode::always;
+  rig r(cfg_, metrics_);
+  const auto segment = current_segment();
+  loops http(2);
+  std::atomic<int> answered{0}, unsynced_answers{0};
+  const auto check = [&](std::uint64_t id, commit_result result) {
+    EXPECT_EQ(result, commit_result::applied) << id;
+    const auto synced = r.log.synced_bytes();
+    const auto data = read_all(segment);
+    if (synced > data.size() || !ids_in(std::string_view(data).substr(0, synced)).contains(id))
+      ++unsynced_answers;
+    ++answered;
+  };
+  r.hold_until = r.c.groups() + 2;
+  r.hold_next = true;
+  burst(r.c, *http.contexts[0], 0, 10, check);
+  await(r.held, 1);
+  burst(r.c, *http.contexts[1], 100, 10, check);
+  await(answered, 20);
+  EXPECT_TRUE(r.written_while_held) << "the second group was not written during the sync";
+  EXPECT_EQ(unsynced_answers, 0) << "answered before a sync covered its record";
+  r.c.stop();
+  for (std::uint64_t id : {0u, 9u, 100u, 109u}) EXPECT_EQ(r.store.pending({1, id}), 1) << id;
+}
+
+// An fdatasync that fails once the log was freed fails every group written since the
+// last good sync: the group it was to cover and the one written while it ran (after a
+// failed fdatasync the file's state is unknown; a later one may succeed without the lost
+// pages). Both are answered log_unsynced, only once the segment is cut back to the last
+// good sync; nothing of them is applied nor in a take; what was answered before stays,
+// and the next group is written and synced.
+TEST_F(CommitterPipeline, AFailedSyncFailsEveryGroupWrittenSinceTheLastGoodOne) {
+  cfg_.fsync = config::fsync_mode::always;
+  rig r(cfg_, metrics_);
+  const auto segment = current_segment();
+  loops http(2);
+  std::atomic<int> answered{0}, applied{0}, unsynced{0}, answered_before_cut{0};
+  std::atomic<std::uintmax_t> good_end{0};
+  const auto count = [&](std::uint64_t, commit_result result) {
+    if (result == commit_result::applied) ++applied;
+    if (result == commit_result::log_unsynced) {
+      ++unsynced;
+      if (fs::file_size(segment) != good_end) ++answered_before_cut;
+    }
+    ++answered;
+  };
+  burst(r.c, *http.contexts[0], 1000, 1, count);
+  await(answered, 1);
+  good_end = fs::file_size(segment);
+  r.hold_until = r.c.groups() + 2;
+  r.fail = true;
+  r.hold_next = true;
+  burst(r.c, *http.contexts[0], 0, 10, count);
+  await(r.held, 1);
+  burst(r.c, *http.contexts[1], 100, 10, count);
+  await(answered, 21);
+  r.fail = false;
+  EXPECT_TRUE(r.written_while_held) << "the second group was not written during the sync";
+  EXPECT_EQ(applied, 1);
+  EXPECT_EQ(unsynced, 20) << "a group written after the last good sync was answered applied";
+  EXPECT_EQ(answered_before_cut, 0) << "answered log_unsynced before the log was cut back";
+  for (std::uint64_t id = 0; id < 10; ++id) {
+    EXPECT_EQ(r.store.pending({1, id}), 0) << id;
+    EXPECT_EQ(r.store.pending({1, 100 + id}), 0) << 100 + id;
+  }
+  EXPECT_EQ(fs::file_size(segment), good_end);
+  const auto batches = take(r.c, 1);
+  EXPECT_EQ(batched(batches, 1000), 1);
+  for (std::uint64_t id = 0; id < 10; ++id) EXPECT_EQ(batched(batches, id), 0) << id;
+  burst(r.c, *http.contexts[1], 2000, 3, count);
+  await(answered, 24);
+  EXPECT_EQ(applied, 4);
+  r.c.stop();
+  EXPECT_EQ(ids_in(read_all(segment)), std::set<std::uint64_t>{1000});
+  EXPECT_EQ(ids_in(read_all(current_segment())), (std::set<std::uint64_t>{2000, 2001, 2002}));
+}
+
 // The WAL reports a failure as a code of the daemon's category (model/errc.hpp) with
 // the call and errno's text as its detail: a write it cannot make is wal_write_failed, a
 // sync wal_sync_failed, and a batches record that does not fit (a file size limit) is
