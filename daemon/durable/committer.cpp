@@ -184,7 +184,6 @@ void committer::run() {
       lock.unlock();
       {
         util::lock_guard log_lock(log_mutex_);
-        settle();  // no group's sync is pending while a task writes or syncs the log
         task();
       }
       lock.lock();
@@ -299,8 +298,7 @@ void committer::lead_groups(bool log_thread) {
     lock.unlock();
     if (group_hook_) group_hook_();
     std::vector<std::shared_ptr<job>> local;
-    std::vector<std::shared_ptr<unsynced_write>> written;  // wal.fsync always
-    write_group(group, local, written);
+    write_group(group, local);
     // With wal.fsync never nothing else wakes the log thread while nothing is taken (a
     // database outage): without this the segments would only grow.
     const bool snapshot_due = log_.snapshot_due();
@@ -336,11 +334,6 @@ void committer::lead_groups(bool log_thread) {
     lock.unlock();
     if (wake_log) wake_.notify_one();
     if (next != nullptr) net::post(*next, [this] { lead(false); });
-    // With wal.fsync always the group was written, not synced: the next group may be
-    // written (by the loop handed the lead) while this thread syncs. Its requests are
-    // applied and answered once a sync covers them (or failed).
-    await_sync(written);
-    for (auto& w : written) hand_out(w->jobs, local);
     // Answered after the log is free: a take need not wait for this thread's answers.
     for (auto& j : local) apply_and_answer(*j);
     if (!again) return;
@@ -368,8 +361,8 @@ void committer::count_group(std::size_t requests, bool log_thread) {
   if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void committer::write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local,
-                            std::vector<std::shared_ptr<unsynced_write>>& written) {
+void committer::write_group(std::vector<request>& group,
+                            std::vector<std::shared_ptr<job>>& local) {
   std::string bytes;
   std::vector<request> chunk;
   chunk.reserve(group.size());
@@ -377,20 +370,14 @@ void committer::write_group(std::vector<request>& group, std::vector<std::shared
   std::size_t new_keys = 0;     // keys the requests logged in `bytes` may create
   std::uint64_t unapplied = 0;  // their |delta|
   const auto write_chunk = [&]() REQUIRES(log_mutex_) {
-    // What a failed sync left is cut off first: these bytes must not follow it.
-    if (synced_ && any_logged) cut_after_failed_sync();
     // One write for all of them: if it fails, none is logged, applied or acknowledged.
-    // With wal.fsync always it is synced after the log is free (hold_unsynced).
-    const auto w = any_logged ? log_.append(bytes, false) : result<void>();
-    if (!w) {
+    if (const auto w = any_logged ? log_.append(bytes, synced_) : result<void>(); !w) {
+      const auto failed = w.error() == errc::wal_sync_failed ? commit_result::log_unsynced
+                                                             : commit_result::log_unavailable;
       for (auto& r : chunk)
-        if (r.result == commit_result::applied) r.result = commit_result::log_unavailable;
+        if (r.result == commit_result::applied) r.result = failed;
     }
-    if (synced_ && any_logged && w) {
-      hold_unsynced(chunk, written);
-    } else {
-      dispatch(chunk, local);
-    }
+    dispatch(chunk, local);
     chunk.clear();
     bytes.clear();
     any_logged = false;
@@ -417,7 +404,7 @@ void committer::write_group(std::vector<request>& group, std::vector<std::shared
   write_chunk();
 }
 
-std::vector<std::shared_ptr<committer::job>> committer::make_jobs(std::vector<request>& chunk) {
+void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local) {
   // One job per HTTP thread: a handful, so a linear search.
   std::vector<std::shared_ptr<job>> jobs;
   for (auto& r : chunk) {
@@ -434,68 +421,17 @@ std::vector<std::shared_ptr<committer::job>> committer::make_jobs(std::vector<re
     (*j)->requests.push_back(std::move(r));
   }
   for (auto& j : jobs) {
+    // Registered before the log is free: a take that comes next applies it if its
+    // thread has not yet.
     if (j->keys > 0 || j->keyed) {
       unapplied_keys_ += j->keys;
       unapplied_magnitude_ += j->magnitude;
+      util::lock_guard lock(unapplied_mutex_);
+      unapplied_.push_back(j);
     } else {
       util::lock_guard lock(j->mutex);  // not shared yet: for the analysis
       j->applied = true;                // nothing to apply
     }
-  }
-  return jobs;
-}
-
-void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local) {
-  auto jobs = make_jobs(chunk);
-  for (auto& j : jobs) {
-    // Registered before the log is free: a take that comes next applies it if its
-    // thread has not yet.
-    if (j->keys > 0 || j->keyed) {
-      util::lock_guard lock(unapplied_mutex_);
-      unapplied_.push_back(j);
-    }
-  }
-  hand_out(jobs, local);
-}
-
-// The pipelined sync's outcome for the written groups (committer_sync.cpp): here, where
-// a job's parts are known.
-void committer::resolve_syncs(std::uint64_t covers, int err) {
-  if (err != 0) {
-    // Every write not yet synced: those this sync was to cover, and those written after
-    // it began, which the cut back to the last good sync removes too.
-    sync_error_ = err;
-    for (auto& w : unsynced_) {
-      w->status = unsynced_write::state::failed;
-      for (auto& j : w->jobs) {
-        util::lock_guard lock(j->mutex);  // its leader waits for this; not yet handed out
-        for (auto& r : j->requests)
-          if (r.result == commit_result::applied) r.result = commit_result::log_unsynced;
-        if (j->applied) continue;  // nothing to apply, nothing counted
-        j->applied = true;
-        unapplied_keys_ -= j->keys;
-        unapplied_magnitude_ -= j->magnitude;
-      }
-    }
-    unsynced_.clear();
-    return;
-  }
-  while (!unsynced_.empty() && unsynced_.front()->seq <= covers) {
-    auto& w = *unsynced_.front();
-    w.status = unsynced_write::state::synced;
-    // Logged and synced: a drain applies it from now on, if its thread has not yet.
-    for (auto& j : w.jobs) {
-      if (j->keys == 0 && !j->keyed) continue;
-      util::lock_guard lock(unapplied_mutex_);
-      unapplied_.push_back(j);
-    }
-    unsynced_.pop_front();
-  }
-}
-
-void committer::hand_out(std::vector<std::shared_ptr<job>>& jobs,
-                         std::vector<std::shared_ptr<job>>& local) {
-  for (auto& j : jobs) {
     auto* home = j->requests.front().home;
     if (home == nullptr || runs_here(home)) {
       local.push_back(j);
@@ -541,7 +477,6 @@ void committer::apply_and_answer(job& j) {
 }
 
 void committer::drain() {
-  settle();  // every written group synced (then registered below) or failed
   std::vector<std::shared_ptr<job>> jobs;
   {
     util::lock_guard lock(unapplied_mutex_);

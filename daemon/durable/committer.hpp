@@ -7,9 +7,8 @@
 // thread that submits them and queued. The requests that queue while a group is being
 // written join the next group; one thread, the leader, takes the queued requests (at
 // most max_group_bytes of records), checks the pending limit and the pending-sum bound,
-// writes them with one pwrite(2) (and, with wal.fsync always, syncs them once the log is
-// free: see "Pipelined sync" below) and hands each request to the thread that applies and
-// answers it. The leader is, as a rule, an
+// writes them with one pwrite(2) (and, with wal.fsync always, one fdatasync) and hands
+// each request to the thread that applies and answers it. The leader is, as a rule, an
 // HTTP thread (the log thread leads only a group left to it, one group per pass): a request submitted on its HTTP loop is queued, and the loop
 // writes what its turn queued once that turn's other handlers ran (one post to itself,
 // no other thread involved), then applies and answers its own requests at once. A loop
@@ -18,8 +17,7 @@
 // the leaders take turns and each loop writes its own requests. A follower's loop goes
 // on serving its connections; only its requests wait, for the write in progress and
 // then their own. With wal.fsync always the leader's loop waits for its group's
-// fdatasync, with the log free (the other loops meanwhile parse and write the next
-// group). Requests written by
+// fdatasync (the other loops meanwhile parse the next group). Requests written by
 // another thread than their loop's are applied and answered on their loop (one post per
 // HTTP thread per group), so applying and answering spread over http.threads as they do
 // without a WAL.
@@ -40,31 +38,6 @@
 // is in what it covers, and a snapshot holds everything logged. An apply whose HTTP
 // thread never runs it (its loop stopped at shutdown) is done by the next drain; its
 // request is never answered (in doubt, as for a SIGKILL).
-//
-// Pipelined sync (wal.fsync always; committer_sync.cpp). The leader writes its group
-// under log_mutex_ and hands the lead on, frees the log, then syncs outside it: the next
-// leader writes its group while the disk syncs this one. One fdatasync runs at a time
-// (sync_mutex_); a sync that starts after a write covers it, so a leader whose group a
-// sync that began after its write already covered does not sync again (written groups
-// are numbered; a sync covers every number written when it began). No rotation runs
-// meanwhile: a task on the log thread first settles (below), which waits for the sync in
-// progress; a sync point also holds its segment's file open. The rules:
-//  - acknowledged means synced: a written group is counted as logged and unapplied at
-//    once (the pending limit and the pending-sum bound see it), but it is applied,
-//    registered for a drain, and answered only once a sync that began after its write
-//    succeeded;
-//  - a failed fdatasync fails every group written since the last good one (those it was
-//    to cover and those written while it ran): after a failed fdatasync the pages' fate
-//    is unknown and a later fdatasync may succeed without them, so the segment is cut
-//    back to the length the last good sync covered (as append() cut a failed sync back)
-//    before anything more is written and before any of those requests is answered
-//    log_unsynced; none of them is applied;
-//  - the cut: every task on the log thread (a take, a reset, a release, a snapshot) and
-//    every drain first settles, under log_mutex_: it syncs every written group no sync
-//    covered yet (or waits for the sync in progress), so each written group is synced
-//    (then registered, and the drain applies it) or failed (then cut off). With the log
-//    held nothing is written meanwhile: a batches record or snapshot covers exactly the
-//    groups synced before it, none written but unsynced, and none after it.
 //
 // Failures: a request whose write fails is answered log_unavailable (log_unsynced when
 // the sync failed) and was applied nowhere (the WAL cut its segment back); a write fails
@@ -155,11 +128,6 @@ class committer final : public store::batch_source {
   // Tests only: called by each leader while it leads (before its group's write), to
   // inject a failure there. Set before start().
   void set_group_hook_for_test(std::function<void()> hook) { group_hook_ = std::move(hook); }
-  // Tests only: with wal.fsync always, called before each fdatasync of written groups, on
-  // the syncing thread (outside the log's mutex when a leader syncs): an errno it returns
-  // is that sync's failure, with no fdatasync done (0: synced as usual). To hold a sync
-  // in progress, or make it fail. Set before start().
-  void set_sync_hook_for_test(std::function<int()> hook) { sync_hook_ = std::move(hook); }
   // A group's records stop growing past this: a request past it waits for the next.
   static constexpr std::size_t max_group_bytes = 1u << 20;
 
@@ -184,16 +152,6 @@ class committer final : public store::batch_source {
  private:
   struct request;
   struct job;
-  // A group's write under wal.fsync always, waiting for a sync that covers it, or that
-  // failed (the pipelined sync, committer_sync.cpp).
-  struct unsynced_write {
-    enum class state { written, synced, failed };
-    std::uint64_t seq = 0;  // its place in the log: writes are numbered as written
-    state status = state::written;  // under sync_written_mutex_
-    // Counted as unapplied (the pending limit and the bound see them), not yet registered
-    // for a drain nor handed out: applied and answered once synced.
-    std::vector<std::shared_ptr<job>> jobs;
-  };
   // Whether `r` may be logged: applied, or over_limit or out_of_range. `new_keys` and
   // `unapplied` count what the caller logged and has not dispatched yet; near the
   // pending-sum bound `before_drain` dispatches it, then everything logged is applied
@@ -222,10 +180,8 @@ class committer final : public store::batch_source {
   // Writes `group` (one pwrite, and one fdatasync with wal.fsync always, unless the
   // pending-sum bound needs a drain in between) and hands its requests on: those this
   // thread applies and answers itself go to `local`. Under log_mutex_.
-  // With wal.fsync always the groups are written and not synced: they go to `written`,
-  // answered once await_sync() returns.
-  void write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local,
-                   std::vector<std::shared_ptr<unsynced_write>>& written) REQUIRES(log_mutex_);
+  void write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local)
+      REQUIRES(log_mutex_);
   // Registers `chunk`'s logged requests as unapplied and posts each HTTP loop its
   // requests, but those of this thread (its own loop, or none), which go to `local`.
   // Under log_mutex_: registered before the log is free, so the next take applies them.
@@ -235,35 +191,6 @@ class committer final : public store::batch_source {
   void apply(job& j);        // ends the process on an exception: see the .cpp
   void apply_whole(job& j);
   void apply_and_answer(job& j);
-
-  // The pipelined sync (wal.fsync always; committer_sync.cpp).
-  // Under log_mutex_, right after `chunk`'s bytes were written (not synced): counts its
-  // requests as logged-unapplied (the pending limit and the bound see them) and holds
-  // its jobs in a new unsynced_write, added to `written`. Nothing is applied, registered
-  // for a drain nor answered before a sync covers it.
-  void hold_unsynced(std::vector<request>& chunk,
-                     std::vector<std::shared_ptr<unsynced_write>>& written) REQUIRES(log_mutex_);
-  // Without log_mutex_: returns once a sync covers `written` (this thread's, or one that
-  // began after they were written) or failed (then their requests are log_unsynced, and
-  // the log was cut back before this returns).
-  void await_sync(const std::vector<std::shared_ptr<unsynced_write>>& written)
-      EXCLUDES(log_mutex_, sync_mutex_);
-  // Under sync_written_mutex_, after a sync that covered the writes up to `covers`: those
-  // are synced, their jobs registered for a drain; or, when it failed (`err`), every
-  // write not yet synced fails and the log is cut back before the next write.
-  void resolve_syncs(std::uint64_t covers, int err) REQUIRES(sync_written_mutex_);
-  // Under log_mutex_: syncs every written group not yet synced and cuts the log back
-  // after a failed sync. Then every written group is synced (and registered, so a drain
-  // applies it) or failed: the cut sees exactly what is logged. Before every drain and
-  // every task on the log thread.
-  void settle() REQUIRES(log_mutex_);
-  void cut_after_failed_sync() REQUIRES(log_mutex_);
-  // fdatasync of `point` (wal::write_ahead_log::sync_written): 0 or errno. Under sync_mutex_.
-  int sync_log(const wal::write_ahead_log::sync_point& point) REQUIRES(sync_mutex_);
-  // Posts each job to its loop, or adds it to `local` (this thread's).
-  void hand_out(std::vector<std::shared_ptr<job>>& jobs, std::vector<std::shared_ptr<job>>& local);
-  // Groups jobs by home, counts their logged keys and |delta| as unapplied.
-  std::vector<std::shared_ptr<job>> make_jobs(std::vector<request>& chunk);
   // Holds a logged request's unique entries in uniques_ (committer_tasks.cpp).
   void apply_uniques(std::span<const store::unique_entry> entries);
   // Applies every increment logged so far (on the log thread, between groups; with the
@@ -316,25 +243,11 @@ class committer final : public store::batch_source {
   std::atomic<std::size_t> unapplied_keys_{0};
   std::atomic<std::uint64_t> unapplied_magnitude_{0};
 
-  // The pipelined sync (wal.fsync always). One fdatasync at a time: after a failed
-  // one, a concurrent one may succeed without writing the lost pages (the error is
-  // reported once), so every sync's outcome is resolved before the next begins.
-  util::mutex sync_mutex_;
-  util::mutex sync_written_mutex_;  // taken under log_mutex_ and sync_mutex_, never around them
-  // Written groups no sync covered yet, in the log's order (write_seq).
-  std::deque<std::shared_ptr<unsynced_write>> unsynced_ GUARDED_BY(sync_written_mutex_);
-  wal::write_ahead_log::sync_point written_ GUARDED_BY(sync_written_mutex_);  // the log's end
-  std::uint64_t write_seq_ GUARDED_BY(sync_written_mutex_) = 0;  // of the last write
-  // A sync failed (its errno): the log is cut back to the last good sync before anything
-  // more is written (cut_after_failed_sync).
-  int sync_error_ GUARDED_BY(sync_written_mutex_) = 0;
-
   std::atomic<std::uint64_t> groups_{0};
   std::atomic<std::uint64_t> grouped_requests_{0};
   std::atomic<std::uint64_t> log_thread_groups_{0};
 
   std::function<void()> group_hook_;
-  std::function<int()> sync_hook_;
 
   std::thread thread_;
 };

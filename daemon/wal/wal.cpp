@@ -74,21 +74,12 @@ std::string parent_of(const std::string& dir) {
 }
 }  // namespace
 
-// A segment's descriptor, closed once the log and every pending sync_point let it go.
-struct write_ahead_log::file {
-  explicit file(int descriptor) : fd(descriptor) {}
-  ~file() { ::close(fd); }
-  file(const file&) = delete;
-  file& operator=(const file&) = delete;
-  const int fd;
-};
-
 write_ahead_log::write_ahead_log(config::wal_config cfg, metrics::registry& metrics)
     : cfg_(std::move(cfg)), metrics_(metrics) {}
 
 write_ahead_log::~write_ahead_log() {
   if (unsynced_ && fd_ >= 0) static_cast<void>(sync());  // a failure is logged
-  file_.reset();
+  if (fd_ >= 0) ::close(fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
 }
@@ -297,40 +288,6 @@ result<void> write_ahead_log::sync() {
   return {};
 }
 
-write_ahead_log::sync_point write_ahead_log::written() const {
-  return {file_, segment_bytes_};
-}
-
-int write_ahead_log::sync_written(const sync_point& point) {
-  if (!point.segment_file) return EBADF;
-  const auto started = clock::now();
-  syncs_.fetch_add(1, std::memory_order_relaxed);
-  const int rc = ::fdatasync(point.segment_file->fd);
-  const int err = rc != 0 ? errno : 0;
-  metrics_.wal_fsync_duration_seconds.Observe(
-      std::chrono::duration<double>(clock::now() - started).count());
-  // The segment is still the current one: no rotation runs meanwhile (see wal.hpp).
-  if (err == 0) synced_bytes_.store(point.bytes, std::memory_order_release);
-  return err;
-}
-
-failure write_ahead_log::cut_to_synced(int err) {
-  auto why = failed("fdatasync", err, errc::wal_sync_failed);
-  // After a failed fdatasync the written pages may be lost or may still reach the disk
-  // later, and a later fdatasync may succeed without writing them (the error is reported
-  // once): nothing past the last good sync may be counted on, nor be left where a
-  // replay would read it. Everything after it goes, as append() cuts a failed sync back.
-  const std::size_t keep =
-      std::max(synced_bytes_.load(std::memory_order_acquire), segment_magic.size());
-  if (keep < segment_bytes_) {
-    if (::ftruncate(fd_, static_cast<off_t>(keep)) != 0) failed("truncate", errno);
-    segment_bytes_ = keep;
-  }
-  unsynced_ = true;
-  update_size_gauge();
-  return why;
-}
-
 result<void> write_ahead_log::rotate() {
   // An empty current segment is as good as a new one (after a failed append, say):
   // reusing it keeps failures from piling up empty files.
@@ -354,10 +311,10 @@ result<void> write_ahead_log::rotate() {
     return why;
   }
   if (fd_ >= 0) {
+    ::close(fd_);
     closed_.push_back({segment_, segment_bytes_});
     closed_bytes_ += segment_bytes_;
   }
-  file_ = std::make_shared<const file>(fd);  // the old one closes once no sync holds it
   fd_ = fd;
   segment_ = next;
   segment_bytes_ = segment_magic.size();

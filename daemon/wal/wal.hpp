@@ -19,8 +19,7 @@
 // deleted.
 //
 // Thread-safety: none; one thread at a time (the committer's log thread, or the
-// starting thread before it runs), but for sync_written(), see there. A failed write or
-// sync returns its failure
+// starting thread before it runs). A failed write or sync returns its failure
 // (errc::wal_write_failed or errc::wal_sync_failed, the detail naming the call and
 // errno's text), cuts the segment back to its last good length and logs the error once
 // per distinct cause.
@@ -29,7 +28,6 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -90,27 +88,6 @@ class write_ahead_log {
   bool unsynced() const { return unsynced_; }
   clock::time_point last_sync() const { return last_sync_; }
 
-  // A pipelined sync (wal.fsync always, durable::committer): the log's end as written so
-  // far, to be synced later by sync_written() without the owner's lock. It holds the
-  // segment's file open, so a rotation (which closes it) or a snapshot (which unlinks
-  // it) cannot make its fd name another file.
-  struct file;
-  struct sync_point {
-    std::shared_ptr<const file> segment_file;
-    std::size_t bytes = 0;  // the segment's written length then
-  };
-  sync_point written() const;
-  // fdatasync(2) of `point`'s segment: 0, or errno. May run without the owner's lock,
-  // concurrently with append(bytes, false) (a sync that starts after a write covers it),
-  // but one call at a time and not concurrently with a rotation (log_batches, snapshot)
-  // nor a cut_to_synced(): the caller serialises those. On success synced_bytes() covers
-  // `point`. A failure is not logged here (the owner's cut_to_synced() logs it).
-  int sync_written(const sync_point& point);
-  // After sync_written() failed (errno `err`): what was written since the last good sync
-  // is in an unknown state, so it is cut off: the segment goes back to the length the last
-  // successful sync covered. Logs the failure; returns it (wal_sync_failed).
-  failure cut_to_synced(int err);
-
   // Starts a new segment whose first record, synced, is record(the new segment's tag):
   // one that logs batches covering every record appended before.
   result<void> log_batches(const std::function<std::string(std::uint64_t tag)>& record);
@@ -157,8 +134,7 @@ class write_ahead_log {
   config::wal_config cfg_;
   metrics::registry& metrics_;
 
-  std::shared_ptr<const file> file_;  // the current segment's file, owning fd_
-  int fd_ = -1;                       // file_'s descriptor
+  int fd_ = -1;
   int dir_fd_ = -1;
   int lock_fd_ = -1;
   std::uint64_t segment_ = 0;      // the segment being appended to
