@@ -17,10 +17,14 @@
 // the leaders take turns and each loop writes its own requests. A follower's loop goes
 // on serving its connections; only its requests wait, for the write in progress and
 // then their own. With wal.fsync always the leader's loop waits for its group's
-// fdatasync (the other loops meanwhile parse the next group). Requests written by
-// another thread than their loop's are applied and answered on their loop (one post per
-// HTTP thread per group), so applying and answering spread over http.threads as they do
-// without a WAL.
+// fdatasync (the other loops meanwhile parse the next group), holding the log: the
+// requests queued meanwhile then go out as one group under one sync. Freeing the log
+// before the sync (a pipelined sync, measured in bench/RESULTS.md) let the next loop
+// write a smaller group at once and wait for that sync before its own: twice the syncs,
+// 11-17% less throughput with two HTTP threads, nothing gained with one. Requests
+// written by another thread than their loop's are applied and answered on their loop
+// (one post per HTTP thread per group), so applying and answering spread over
+// http.threads as they do without a WAL.
 //
 // The log thread runs (committer_tasks.cpp) the flusher's takes, resets, releases, the snapshots and, with
 // wal.fsync interval, the periodic sync. It holds the log through those (disk I/O,
