@@ -5,7 +5,7 @@
 
 #include "db/uniques.hpp"
 #include "flush/flusher.hpp"
-#include "flush/flusher_internal.hpp"
+#include "flush/internal.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
@@ -55,31 +55,6 @@ flusher::commit_attempt flusher::commit_unique(db::connection& conn, const db::b
   done.outcome = outcome.outcome;
   done.keyed_rows = outcome.rows;
   return done;
-}
-
-void flusher::prune_uniques_when_due(db::connection& conn) {
-  // Once a minute, and at every cycle while the last run had more due than its chunks
-  // (a backlog catches up).
-  if (deadline_hit() || settings_.dedupe.empty() ||
-      !(uniques_prune_behind_ || clock::now() - last_unique_prune_ >= prune_every))
-    return;
-  last_unique_prune_ = clock::now();
-  std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-  try {
-    // The earlier of this host's clock and the database's, as the bucket pruner does: a
-    // clock fast here must not delete windows other instances still count in.
-    const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
-    if (!rows.empty() && !rows[0].empty() && rows[0][0])
-      now = std::min<std::int64_t>(now, std::stoll(*rows[0][0]));
-    uniques_prune_behind_ = db::prune_uniques(conn, settings_.table, settings_.dedupe, now).behind;
-  } catch (const db::db_error& e) {
-    if (e.connection_lost() ||
-        (e.kind() != db::error_kind::deadlock && e.kind() != db::error_kind::lock_wait_timeout))
-      throw;
-    metrics_.db_error(e.kind());
-  }
 }
 
 }  // namespace slotted::flush
