@@ -1,10 +1,12 @@
-// The batch writer: commits queued batches over one or more connections, retrying lock
-// conflicts and splitting batches the database refuses for their data.
+// The batch writer (see batch_writer.hpp).
+#include "flush/batch_writer.hpp"
+
 #include <algorithm>
 #include <exception>
 #include <thread>
 
-#include "flush/flusher.hpp"
+#include "db/uniques.hpp"
+#include "flush/batch_forming.hpp"
 #include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "model/errors.hpp"
@@ -12,8 +14,31 @@
 
 namespace slotted::flush {
 
-std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows,
-                                                         std::vector<db::counter_row>& out) {
+batch_writer::batch_writer(const settings& s, queue& q, db::pool& pool, metrics::registry& metrics,
+                           housekeeping& hk, const std::atomic<clock::rep>& deadline,
+                           std::function<void()> progress)
+    : settings_(s),
+      queue_(q),
+      pool_(pool),
+      metrics_(metrics),
+      housekeeping_(hk),
+      deadline_(deadline),
+      progress_(std::move(progress)) {}
+
+void batch_writer::start() {
+  writers_.start(settings_.connections > 1 ? settings_.connections - 1 : 0);
+}
+
+void batch_writer::stop() {
+  writers_.stop();
+}
+
+bool batch_writer::past_deadline() const {
+  return clock::now().time_since_epoch().count() >= deadline_.load();
+}
+
+std::span<const db::counter_row> batch_writer::rolled_up_rows(std::span<const db::counter_row> rows,
+                                                              std::vector<db::counter_row>& out) {
   out.clear();
   if (settings_.rollups.empty()) return {};
   for (const auto& r : rows) {
@@ -25,8 +50,8 @@ std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::cou
   return out;
 }
 
-flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const flush_batch& b,
-                                                     std::vector<db::counter_row>& dirty) {
+batch_writer::commit_attempt batch_writer::commit_with_retries(
+    db::connection& conn, const flush_batch& b, std::vector<db::counter_row>& dirty) {
   const db::batch_identity id{settings_.instance_id, b.run_id, b.seq};
   // Each writer thread pauses by a generator of its own.
   thread_local std::minstd_rand jitter_rng{std::random_device{}()};
@@ -42,10 +67,10 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
       } else {
         done = commit_keyed(conn, id, b, dirty);
       }
-      progress();
+      progress_();
       return done;
     } catch (const db::db_error& e) {
-      progress();  // an answer, even an error, is a sign of life
+      progress_();  // an answer, even an error, is a sign of life
       // Not a bad row: no row can be written. Nothing is dropped; the batch stays
       // queued until the column is widened (checked again at each retry).
       if (db::is_autoincrement_exhaustion(e.code(), e.what()))
@@ -69,7 +94,7 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
   }
 }
 
-std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
+std::size_t batch_writer::pop_committed(queue_position it, const commit_attempt& a) {
   const flush_batch& batch = *it;  // in flight: only this writer removes it
   if (a.refused && splittable(batch)) {
     // Rolled back, so nothing of it was applied: split it to find the rows at fault
@@ -117,8 +142,8 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
   return written;
 }
 
-bool flusher::write_batches(db::connection& conn, write_round& round,
-                            std::vector<db::counter_row>& dirty) {
+bool batch_writer::write_batches(db::connection& conn, write_round& round,
+                                 std::vector<db::counter_row>& dirty) {
   bool lost = false;
   const auto past = [this] { return past_deadline(); };
   while (const auto next = queue_.take_next(past)) {
@@ -153,7 +178,7 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
   return lost;
 }
 
-void flusher::write_batches_on_lease(write_round& round) {
+void batch_writer::write_batches_on_lease(write_round& round) {
   std::vector<db::counter_row> dirty;
   try {
     std::optional<db::pool::lease> lease;
@@ -180,7 +205,7 @@ void flusher::write_batches_on_lease(write_round& round) {
       return;
     }
     helper_refused_.store(false);
-    progress();
+    progress_();
     // A lease whose connection was lost is closed rather than lent out again.
     if (write_batches(**lease, round, dirty)) lease->discard();
   } catch (...) {
@@ -194,16 +219,17 @@ void flusher::write_batches_on_lease(write_round& round) {
   }
 }
 
-void flusher::release_source() {
+void batch_writer::release_source() {
   if (source_ != nullptr) source_->release(queue_.min_wal_tag());
 }
 
-void flusher::expand_recovered(db::connection& conn, std::uint64_t run) {
+void batch_writer::expand_recovered(db::connection& conn, std::uint64_t run) {
   // One look at the ledger for every queued batch of that run.
   queue_.replace_recovered(run, db::committed_split_parts(conn, settings_.instance_id, run));
 }
 
-std::size_t flusher::write_queued(db::connection& conn) {
+std::size_t batch_writer::write_queued(db::connection& conn) {
+  conn_lost_ = false;
   write_round round;
   queue_.begin_round();
   // Batches replayed from the WAL first, one run at a time, before any batch is in
@@ -221,7 +247,7 @@ std::size_t flusher::write_queued(db::connection& conn) {
       if (expanded) release_source();
       throw;
     }
-    progress();
+    progress_();
     expanded = true;
   }
   // Writers beside this thread's: one per extra connection, as far as batches wait
@@ -249,9 +275,10 @@ std::size_t flusher::write_queued(db::connection& conn) {
   return written;
 }
 
-flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
-                                              const flush_batch& batch,
-                                              std::vector<db::counter_row>& dirty) {
+batch_writer::commit_attempt batch_writer::commit_keyed(db::connection& conn,
+                                                        const db::batch_identity& id,
+                                                        const flush_batch& batch,
+                                                        std::vector<db::counter_row>& dirty) {
   const auto outcome = idempotency::commit_keyed_batch(
       conn, settings_.table, id, batch, settings_.idempotency_window,
       [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
@@ -261,6 +288,30 @@ flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::ba
   if (outcome.duplicates + outcome.conflicts > 0) {
     log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
                outcome.conflicts, " committed with another body; not applied");
+  }
+  commit_attempt done;
+  done.outcome = outcome.outcome;
+  done.keyed_rows = outcome.rows;
+  return done;
+}
+
+batch_writer::commit_attempt batch_writer::commit_unique(db::connection& conn,
+                                                         const db::batch_identity& id,
+                                                         const flush_batch& batch,
+                                                         std::vector<db::counter_row>& dirty) {
+  const auto outcome = db::commit_unique_batch(
+      conn, settings_.table, id, batch,
+      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
+      settings_.buckets, settings_.top, &settings_.dedupe);
+  if (outcome.outcome == db::commit_outcome::applied) {
+    metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
+    if (outcome.too_late > 0) {
+      log::warn("flush: ", outcome.too_late,
+                " unique entries were not counted: their windows had ended more than ",
+                store::unique_margin_seconds,
+                " s before their batch committed (held up by an outage or a restart), or "
+                "their counters no longer have dedupe (docs/known-limits.md)");
+    }
   }
   commit_attempt done;
   done.outcome = outcome.outcome;

@@ -24,6 +24,7 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
       housekeeping_(settings_, queue_, metrics, [this] { progress(); }),
       reader_(settings_, queue_, store, pool, metrics),
       reset_job_(settings_, queue_, store, pool, metrics, deadline_, [this] { progress(); }),
+      writer_(settings_, queue_, pool, metrics, housekeeping_, deadline_, [this] { progress(); }),
       worker_([this] { return cycle(); },
               [this](const flush_result& r) { return r ? settings_.interval : next_backoff(); },
               // The first cycle runs at once: it connects, verifies the schema and so
@@ -39,7 +40,7 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
 flusher::~flusher() = default;
 
 void flusher::start() {
-  writers_.start(settings_.connections > 1 ? settings_.connections - 1 : 0);
+  writer_.start();
   worker_.start();
 }
 
@@ -69,7 +70,7 @@ std::size_t flusher::stop(clock::time_point deadline) {
     result = cycle();
   }
   // The final flush is over: no round comes after it.
-  writers_.stop();
+  writer_.stop();
   for (auto& w : waiters) w(result);
   // Unique entries not taken yet are unwritten too (a stop that cannot reach the
   // database must not report everything written).
@@ -215,17 +216,19 @@ flush_result flusher::cycle() {
   flush_result result = std::size_t{0};
   bool wal_failed = false;
   std::optional<db::pool::lease> lease;
+  bool writing = false;  // writer_.conn_lost() speaks of this cycle
   try {
     lease.emplace(pool_.acquire());
     progress();
     statement_budget_.store((*lease)->max_statement_bytes());
     // fatal_ stays set unless the writes meet the problem again.
     if (housekeeping_.verify_when_due(**lease, fatal_)) fatal_ = false;
+    writing = true;
     const std::size_t rows = write_backlog_then_new(**lease, wal_failed);
     housekeeping_.after_writes(**lease, rows, run_id_, next_seq_);
     result = rows;
   } catch (const db::db_error& e) {
-    if (lease && (e.connection_lost() || conn_lost_)) lease->discard();
+    if (lease && (e.connection_lost() || (writing && writer_.conn_lost()))) lease->discard();
     note_failure(e);
     result = failure(errc::database_unavailable, e.what());
   } catch (const std::exception& e) {
@@ -246,7 +249,6 @@ void flusher::begin_cycle() {
   progress();
   in_cycle_.store(true);
   queue_.clear_deadline_hit();
-  conn_lost_ = false;
   util::lock_guard lock(rollups_mutex_);
   if (next_rollups_) {
     settings_.rollups = std::move(*next_rollups_);
@@ -257,11 +259,11 @@ void flusher::begin_cycle() {
 
 std::size_t flusher::write_backlog_then_new(db::connection& conn, bool& wal_failed) {
   // The backlog first, oldest first; only then anything new from the store.
-  std::size_t rows = write_queued(conn);
+  std::size_t rows = writer_.write_queued(conn);
   if (!queue_.deadline_hit()) {
     wal_failed = !take_from_store();
     progress();
-    rows += write_queued(conn);
+    rows += writer_.write_queued(conn);
   }
   return rows;
 }

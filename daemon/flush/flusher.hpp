@@ -18,8 +18,8 @@
 //
 // Its parts are units of their own, which the cycle (flusher.cpp) calls in turn: the
 // batch queue (queue.hpp: queued, in flight, in doubt, the generation; the only state
-// the writers and the readers share), the writer (batch_writer.cpp, over the writer
-// threads of writer_threads.hpp), housekeeping (housekeeping.hpp: schema checks and
+// the writers and the readers share), the batch writer (batch_writer.hpp, over the
+// writer threads of writer_threads.hpp), housekeeping (housekeeping.hpp: schema checks and
 // prunes), the exact reader (exact_reader.hpp) and the reset job (reset_job.hpp).
 //
 // Thread-safety: one background thread runs the cycles; within one it may hand batches
@@ -40,13 +40,13 @@
 #include "db/pool.hpp"
 #include "db/repository.hpp"
 #include "flush/batch_forming.hpp"
+#include "flush/batch_writer.hpp"
 #include "flush/exact_reader.hpp"
 #include "flush/housekeeping.hpp"
 #include "flush/queue.hpp"
 #include "flush/read_gate.hpp"
 #include "flush/reset_job.hpp"
 #include "flush/settings.hpp"
-#include "flush/writer_threads.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
@@ -82,6 +82,7 @@ class flusher final : public store::batch_queue {
   void attach_source(store::batch_source* source) {
     source_ = source;
     housekeeping_.attach_source(source);
+    writer_.attach_source(source);
     reset_job_.attach_source(source);
   }
   // Forms keyed batches of the keyed requests `keyed` holds, at every cycle. Call
@@ -89,6 +90,7 @@ class flusher final : public store::batch_queue {
   void attach_keyed(idempotency::keyed_store* keyed) {
     keyed_ = keyed;
     housekeeping_.attach_keyed(keyed);
+    writer_.attach_keyed(keyed);
     reader_.attach_keyed(keyed);
   }
   // Forms unique batches (db/uniques.hpp) of the entries `uniques` holds, at every cycle.
@@ -177,58 +179,12 @@ class flusher final : public store::batch_queue {
   void finish_cycle(flush_result& result, std::chrono::steady_clock::time_point started,
                     bool wal_failed);
   void publish_success(const flush_result& result, std::chrono::steady_clock::time_point started);
-  using queue_position = queue::position;
-  // One call of write_queued: what its writers found, read by it once they have ended.
-  // Whether the round stops (an error, the stop deadline) is the queue's (stop_round).
-  struct write_round {
-    util::mutex mutex;
-    std::exception_ptr error GUARDED_BY(mutex);  // the first writer's, rethrown at the end
-    std::size_t written GUARDED_BY(mutex) = 0;
-    bool popped GUARDED_BY(mutex) = false;  // a batch left the queue: the WAL may release
-  };
-  // Commits queued batches, oldest first, over up to settings_.connections connections
-  // (`conn` and, when more than one batch waits, leases of its own), until the queue is
-  // empty, a writer fails or the stop deadline has passed. Returns once no batch is in
-  // flight: rows committed; throws the first writer's db_error.
-  std::size_t write_queued(db::connection& conn);
-  // One writer: takes the oldest batch that may start (see batch_schedule.hpp), commits
-  // it on `conn`, again until none is left to start or the round stops. Never throws:
-  // an error stops the round and is kept in it. Returns true when `conn` was lost.
-  bool write_batches(db::connection& conn, write_round& round, std::vector<db::counter_row>& dirty);
-  // A writer of its own connection from the pool, beside the cycle's. A connection the
-  // pool cannot open, or none free in it now (it does not wait for one), leaves the
-  // round to the other writers (one fewer, not an error).
-  void write_batches_on_lease(write_round& round);
-  // How one batch's commit ended: its outcome, or the database refused its data.
-  struct commit_attempt {
-    db::commit_outcome outcome{};
-    std::optional<std::string> refused;
-    std::size_t keyed_rows = 0;  // rows a keyed (or unique) batch upserted
-  };
-  // Commits `b` in one transaction with its ledger row, retrying deadlocks and lock
-  // wait timeouts a few times (not past the stop deadline). Throws db_error for
-  // anything else (a lost connection leaves the batch in doubt: see write_batches).
-  // `dirty` is the writer's buffer for the batch's rolled-up rows.
-  commit_attempt commit_with_retries(db::connection& conn, const flush_batch& b,
-                                     std::vector<db::counter_row>& dirty);
-  // Takes batch `it`, in flight until now, off the queue after `a`: counted as written
-  // or already applied, dropped (one refused row), or replaced where it stands by its
-  // two halves (refused, to find the bad rows). Returns rows written.
-  std::size_t pop_committed(queue_position it, const commit_attempt& a);
   // A statement was answered or a batch committed: the cycle is not wedged.
   void progress();
   bool past_deadline() const;
   void publish_ready();
   // False when the source could not log the batches (what was taken went back).
   bool take_from_store();
-  // Replaces every queued batch of `run` that came from the WAL by what is left of it
-  // when it had been split and parts of it committed before the restart (one ledger
-  // query). Only while no batch is in flight. Throws db_error.
-  void expand_recovered(db::connection& conn, std::uint64_t run);
-  void release_source();
-  // The rows of `rows` whose counters are rolled up (a view of `out`, refilled).
-  std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows,
-                                                  std::vector<db::counter_row>& out);
   void note_failure(const db::db_error& e);
   std::chrono::milliseconds next_backoff();
 
@@ -239,19 +195,11 @@ class flusher final : public store::batch_queue {
   std::uint64_t run_id_;
   std::uint64_t next_seq_ = 1;
   std::mt19937_64 rng_;
-  std::vector<db::counter_row> dirty_rows_;
   store::batch_source* source_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;
   store::pending_uniques* uniques_ = nullptr;
   // The unique batches of what uniques_ holds, seqs from next_seq_ on (flush/unique_batches.cpp).
   std::vector<flush_batch> form_unique_batches(std::size_t max_entries);
-  // Commits a unique batch (db/uniques.hpp) and counts its entries. Throws db_error.
-  commit_attempt commit_unique(db::connection& conn, const db::batch_identity& id,
-                               const flush_batch& batch, std::vector<db::counter_row>& dirty);
-  // Commits a keyed batch (see idempotency/keyed_batches.hpp) and counts what it
-  // dropped. Throws db_error.
-  commit_attempt commit_keyed(db::connection& conn, const db::batch_identity& id,
-                              const flush_batch& batch, std::vector<db::counter_row>& dirty);
 
   // steady_clock ticks of the stop deadline (max until stop()): no batch is started and
   // no lock wait retried past it. Set by stop() before it waits for the cycle in
@@ -267,19 +215,17 @@ class flusher final : public store::batch_queue {
   exact_reader reader_;
   // The resets request_reset() queues, each run after a cycle on the flusher thread.
   reset_job reset_job_;
+  // Commits the queued batches, over its own writer threads beside the flusher's. Before
+  // worker_: its threads stop after the flusher thread, the last to hand them a round.
+  batch_writer writer_;
   std::atomic<bool> ready_{false};
   std::atomic<bool> reachable_{true};
   // True while a cycle runs; last_progress_ holds steady_clock ticks of its last sign
   // of progress (its start, an answered statement, a committed batch).
   std::atomic<bool> in_cycle_{false};
   std::atomic<std::chrono::steady_clock::rep> last_progress_{0};
-  // The cycle's own connection was lost in write_queued (flusher thread only): cycle()
-  // discards it whichever writer's error came out first.
-  bool conn_lost_ = false;
   // stop() began: resets still waiting are refused (the final cycle is for batches).
   std::atomic<bool> stopping_{false};
-  // An extra writer's connection was refused (logged once until one is lent again).
-  std::atomic<bool> helper_refused_{false};
   // The cycle's connection's max_statement_bytes(), for forming batches (read on the
   // WAL's thread when there is one).
   std::atomic<std::size_t> statement_budget_{std::size_t{1} << 20};
@@ -289,10 +235,6 @@ class flusher final : public store::batch_queue {
   util::mutex rollups_mutex_;
   // From set_rollups().
   std::optional<std::vector<db::rollup_target>> next_rollups_ GUARDED_BY(rollups_mutex_);
-  // The extra writers (flush.connections - 1), from start() until stop() after the
-  // final flush. Before worker_: destroyed after its thread, the last to hand them a
-  // round, has stopped.
-  writer_threads writers_;
   // Last member: its thread must stop before anything it uses is destroyed.
   util::worker<flush_result> worker_;
 };

@@ -1,5 +1,5 @@
-// Unique batches (db/uniques.hpp): formed from the pending unique entries, committed,
-// and the uniques table pruned of passed windows.
+// Unique batches (db/uniques.hpp): formed from the pending unique entries (committed by
+// batch_writer.cpp, the table pruned by housekeeping.cpp).
 #include <algorithm>
 #include <chrono>
 
@@ -32,29 +32,6 @@ std::vector<flush_batch> flusher::form_unique_batches(std::size_t max_entries) {
     batches.push_back(std::move(b));
   }
   return batches;
-}
-
-flusher::commit_attempt flusher::commit_unique(db::connection& conn, const db::batch_identity& id,
-                                               const flush_batch& batch,
-                                               std::vector<db::counter_row>& dirty) {
-  const auto outcome = db::commit_unique_batch(
-      conn, settings_.table, id, batch,
-      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
-      settings_.buckets, settings_.top, &settings_.dedupe);
-  if (outcome.outcome == db::commit_outcome::applied) {
-    metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
-    if (outcome.too_late > 0) {
-      log::warn("flush: ", outcome.too_late,
-                " unique entries were not counted: their windows had ended more than ",
-                store::unique_margin_seconds,
-                " s before their batch committed (held up by an outage or a restart), or "
-                "their counters no longer have dedupe (docs/known-limits.md)");
-    }
-  }
-  commit_attempt done;
-  done.outcome = outcome.outcome;
-  done.keyed_rows = outcome.rows;
-  return done;
 }
 
 }  // namespace slotted::flush
