@@ -1,11 +1,10 @@
-// Forming batches from pending deltas, and splitting them (pure functions, see flusher.hpp).
-#include "flush/flusher.hpp"
+// Forming batches from pending deltas, and splitting them (pure functions, see batch_forming.hpp).
+#include "flush/batch_forming.hpp"
 
-#include <algorithm>
 #include <algorithm>
 #include <tuple>
 
-#include "flush/flusher_internal.hpp"
+#include "flush/internal.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 

@@ -1,21 +1,44 @@
-// The batch writer: commits queued batches over one or more connections, retrying lock
-// conflicts and splitting batches the database refuses for their data.
-#include "flush/flusher.hpp"
+// The batch writer (see batch_writer.hpp).
+#include "flush/batch_writer.hpp"
 
 #include <algorithm>
 #include <exception>
 #include <thread>
 
+#include "db/uniques.hpp"
+#include "flush/batch_forming.hpp"
+#include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
-
-#include "flush/flusher_internal.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
 
-std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::counter_row> rows,
-                                                         std::vector<db::counter_row>& out) {
+batch_writer::batch_writer(const settings& s, queue& q, db::pool& pool, metrics::registry& metrics,
+                           housekeeping& hk, const std::atomic<clock::rep>& deadline,
+                           std::function<void()> progress)
+    : settings_(s),
+      queue_(q),
+      pool_(pool),
+      metrics_(metrics),
+      housekeeping_(hk),
+      deadline_(deadline),
+      progress_(std::move(progress)) {}
+
+void batch_writer::start() {
+  writers_.start(settings_.connections > 1 ? settings_.connections - 1 : 0);
+}
+
+void batch_writer::stop() {
+  writers_.stop();
+}
+
+bool batch_writer::past_deadline() const {
+  return clock::now().time_since_epoch().count() >= deadline_.load();
+}
+
+std::span<const db::counter_row> batch_writer::rolled_up_rows(std::span<const db::counter_row> rows,
+                                                              std::vector<db::counter_row>& out) {
   out.clear();
   if (settings_.rollups.empty()) return {};
   for (const auto& r : rows) {
@@ -27,8 +50,8 @@ std::span<const db::counter_row> flusher::rolled_up_rows(std::span<const db::cou
   return out;
 }
 
-flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const flush_batch& b,
-                                                     std::vector<db::counter_row>& dirty) {
+batch_writer::commit_attempt batch_writer::commit_with_retries(
+    db::connection& conn, const flush_batch& b, std::vector<db::counter_row>& dirty) {
   const db::batch_identity id{settings_.instance_id, b.run_id, b.seq};
   // Each writer thread pauses by a generator of its own.
   thread_local std::minstd_rand jitter_rng{std::random_device{}()};
@@ -44,14 +67,14 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
       } else {
         done = commit_keyed(conn, id, b, dirty);
       }
-      progress();
+      progress_();
       return done;
     } catch (const db::db_error& e) {
-      progress();  // an answer, even an error, is a sign of life
+      progress_();  // an answer, even an error, is a sign of life
       // Not a bad row: no row can be written. Nothing is dropped; the batch stays
       // queued until the column is widened (checked again at each retry).
       if (db::is_autoincrement_exhaustion(e.code(), e.what()))
-        throw autoincrement_exhausted(conn, e);
+        throw housekeeping_.autoincrement_exhausted(conn, e);
       if (e.data_error()) return {db::commit_outcome{}, e.what()};
       // A statement too large for max_allowed_packet (the connection refused to send
       // it, the transaction is rolled back): the batch is split like one refused for its
@@ -71,7 +94,7 @@ flusher::commit_attempt flusher::commit_with_retries(db::connection& conn, const
   }
 }
 
-std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
+std::size_t batch_writer::pop_committed(queue_position it, const commit_attempt& a) {
   const flush_batch& batch = *it;  // in flight: only this writer removes it
   if (a.refused && splittable(batch)) {
     // Rolled back, so nothing of it was applied: split it to find the rows at fault
@@ -82,14 +105,7 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
     // order against the batches before and after it.
     auto [left, right] = split_batch(batch);
     if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right, settings_.buckets);
-    util::lock_guard lock(queue_mutex_);
-    queued_rows_ = queued_rows_ - rows_held(batch) + rows_held(left) + rows_held(right);
-    queued_.insert(it, std::move(left));
-    queued_.insert(it, std::move(right));
-    std::erase(in_doubt_, &*it);
-    unmark_in_flight(it);
-    queued_.erase(it);
-    store_.set_unwritten_rows(queued_rows_);
+    queue_.replace_with_halves(it, std::move(left), std::move(right));
     return 0;
   }
   std::size_t written = 0;
@@ -122,48 +138,20 @@ std::size_t flusher::pop_committed(queue_position it, const commit_attempt& a) {
     log::info("batch ", batch.seq, " of run ", batch.run_id,
               " was already committed (found in the ledger); not applied again");
   }
-  util::lock_guard lock(queue_mutex_);
-  queued_rows_ -= rows_held(batch);
-  std::erase(in_doubt_, &*it);
-  // Gone from the queue before the generation turns even: a read that waited for the
-  // flight to end finds it in the table and no longer pending.
-  unmark_in_flight(it);
-  queued_.erase(it);
-  store_.set_unwritten_rows(queued_rows_);
+  queue_.pop(it);
   return written;
 }
 
-bool flusher::write_batches(db::connection& conn, write_round& round,
-                            std::vector<db::counter_row>& dirty) {
+bool batch_writer::write_batches(db::connection& conn, write_round& round,
+                                 std::vector<db::counter_row>& dirty) {
   bool lost = false;
-  for (;;) {
-    queue_position it;
-    {
-      util::unique_lock lock(queue_mutex_);
-      for (;;) {
-        if (round.stop) return lost;
-        // Nothing left that is not in flight: this writer is done (another one's
-        // refused batch may still be split; that writer writes its halves).
-        if (queued_.size() == in_flight_.size()) return lost;
-        if (past_deadline()) {
-          // Shutting down: what is left stays queued (and in the WAL, when there is one).
-          deadline_hit_ = true;
-          round.stop = true;
-          writers_wake_.notify_all();
-          return lost;
-        }
-        it = next_batch();
-        if (it != queued_.end()) break;
-        // Every waiting batch conflicts with one before it: wait for a flight to end.
-        lock.wait(writers_wake_);
-      }
-      mark_in_flight(it);
-    }
-    generation_changed_.notify_all();
+  const auto past = [this] { return past_deadline(); };
+  while (const auto next = queue_.take_next(past)) {
+    const queue_position it = *next;
     try {
       const auto attempt = commit_with_retries(conn, *it, dirty);
       const std::size_t written = pop_committed(it, attempt);
-      util::lock_guard lock(queue_mutex_);
+      util::lock_guard lock(round.mutex);
       round.written += written;
       round.popped = true;
     } catch (...) {
@@ -180,19 +168,17 @@ bool flusher::write_batches(db::connection& conn, write_round& round,
         // a lost connection, and the batch resolved against the ledger.
         lost = true;
       }
-      util::lock_guard lock(queue_mutex_);
-      if (lost && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
-        in_doubt_.push_back(&*it);
-      unmark_in_flight(it);
-      round.stop = true;
-      if (!round.error) round.error = std::current_exception();
+      {
+        util::lock_guard lock(round.mutex);
+        if (!round.error) round.error = std::current_exception();
+      }
+      queue_.give_back(it, lost);
     }
-    writers_wake_.notify_all();
-    generation_changed_.notify_all();
   }
+  return lost;
 }
 
-void flusher::write_batches_on_lease(write_round& round) {
+void batch_writer::write_batches_on_lease(write_round& round) {
   std::vector<db::counter_row> dirty;
   try {
     std::optional<db::pool::lease> lease;
@@ -219,73 +205,80 @@ void flusher::write_batches_on_lease(write_round& round) {
       return;
     }
     helper_refused_.store(false);
-    progress();
+    progress_();
     // A lease whose connection was lost is closed rather than lent out again.
     if (write_batches(**lease, round, dirty)) lease->discard();
   } catch (...) {
     // Not a database error (a refused connection is handled above): the round stops as
     // after any writer's error.
-    util::lock_guard lock(queue_mutex_);
-    round.stop = true;
-    if (!round.error) round.error = std::current_exception();
-    writers_wake_.notify_all();
+    {
+      util::lock_guard lock(round.mutex);
+      if (!round.error) round.error = std::current_exception();
+    }
+    queue_.stop_round();
   }
 }
 
-std::size_t flusher::write_queued(db::connection& conn) {
+void batch_writer::release_source() {
+  if (source_ != nullptr) source_->release(queue_.min_wal_tag());
+}
+
+void batch_writer::expand_recovered(db::connection& conn, std::uint64_t run) {
+  // One look at the ledger for every queued batch of that run.
+  queue_.replace_recovered(run, db::committed_split_parts(conn, settings_.instance_id, run));
+}
+
+std::size_t batch_writer::write_queued(db::connection& conn) {
+  conn_lost_ = false;
   write_round round;
+  queue_.begin_round();
   // Batches replayed from the WAL first, one run at a time, before any batch is in
   // flight: their committed parts leave the queue (the WAL must hear of it, below, as
   // of any committed batch, or a later replay could send them again).
-  for (;;) {
-    std::optional<std::uint64_t> run;
-    {
-      util::lock_guard lock(queue_mutex_);
-      for (const auto& b : queued_) {
-        if (b.recovered) {
-          run = b.run_id;
-          break;
-        }
-      }
-    }
-    if (!run) break;
+  bool expanded = false;
+  while (const auto run = queue_.recovered_run()) {
     if (past_deadline()) {
-      util::lock_guard lock(queue_mutex_);
-      deadline_hit_ = true;
+      queue_.mark_deadline_hit();
       return 0;
     }
     try {
       expand_recovered(conn, *run);
     } catch (const db::db_error&) {
-      if (round.popped) release_source();
+      if (expanded) release_source();
       throw;
     }
-    progress();
-    round.popped = true;
+    progress_();
+    expanded = true;
   }
   // Writers beside this thread's: one per extra connection, as far as batches wait
   // for them. They are the flusher's long-lived writer threads (see writer_threads.hpp):
   // each that joins the round has left it before run_round returns, so `round` may
   // live on this stack.
-  std::size_t helpers = 0;
-  {
-    util::lock_guard lock(queue_mutex_);
-    const std::size_t waiting = queued_.size();
-    helpers = std::min<std::size_t>(settings_.connections - 1, waiting > 0 ? waiting - 1 : 0);
-  }
+  const std::size_t waiting = queue_.size();
+  const std::size_t helpers =
+      std::min<std::size_t>(settings_.connections - 1, waiting > 0 ? waiting - 1 : 0);
   // Its connection, when lost, is discarded by cycle() as the error comes out, even
   // when the error rethrown below is another writer's.
   writers_.run_round(
       helpers, [this, &round] { write_batches_on_lease(round); },
       [this, &conn, &round] { conn_lost_ = write_batches(conn, round, dirty_rows_); });
-  if (round.popped) release_source();
-  if (round.error) std::rethrow_exception(round.error);
-  return round.written;
+  std::exception_ptr error;
+  std::size_t written = 0;
+  {
+    util::lock_guard lock(round.mutex);
+    error = round.error;
+    written = round.written;
+    expanded = expanded || round.popped;
+  }
+  if (expanded) release_source();
+  if (error) std::rethrow_exception(error);
+  return written;
 }
 
-flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::batch_identity& id,
-                                              const flush_batch& batch,
-                                              std::vector<db::counter_row>& dirty) {
+batch_writer::commit_attempt batch_writer::commit_keyed(db::connection& conn,
+                                                        const db::batch_identity& id,
+                                                        const flush_batch& batch,
+                                                        std::vector<db::counter_row>& dirty) {
   const auto outcome = idempotency::commit_keyed_batch(
       conn, settings_.table, id, batch, settings_.idempotency_window,
       [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
@@ -295,6 +288,30 @@ flusher::commit_attempt flusher::commit_keyed(db::connection& conn, const db::ba
   if (outcome.duplicates + outcome.conflicts > 0) {
     log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
                outcome.conflicts, " committed with another body; not applied");
+  }
+  commit_attempt done;
+  done.outcome = outcome.outcome;
+  done.keyed_rows = outcome.rows;
+  return done;
+}
+
+batch_writer::commit_attempt batch_writer::commit_unique(db::connection& conn,
+                                                         const db::batch_identity& id,
+                                                         const flush_batch& batch,
+                                                         std::vector<db::counter_row>& dirty) {
+  const auto outcome = db::commit_unique_batch(
+      conn, settings_.table, id, batch,
+      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
+      settings_.buckets, settings_.top, &settings_.dedupe);
+  if (outcome.outcome == db::commit_outcome::applied) {
+    metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
+    if (outcome.too_late > 0) {
+      log::warn("flush: ", outcome.too_late,
+                " unique entries were not counted: their windows had ended more than ",
+                store::unique_margin_seconds,
+                " s before their batch committed (held up by an outage or a restart), or "
+                "their counters no longer have dedupe (docs/known-limits.md)");
+    }
   }
   commit_attempt done;
   done.outcome = outcome.outcome;

@@ -1,21 +1,30 @@
-// The exact reader: read_total and read_series count persisted plus pending, never a batch
-// twice or not at all while it commits (read_stable).
-#include "flush/flusher.hpp"
+// The exact reader (see exact_reader.hpp): read_total and read_series count persisted plus
+// pending, never a batch twice or not at all while it commits (read_stable).
+#include "flush/exact_reader.hpp"
 
 #include <algorithm>
 #include <map>
 
-#include "flush/flusher_internal.hpp"
+#include "flush/internal.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
 
-result<counter_reading> flusher::read_total(const store::counter_key& key) {
+exact_reader::exact_reader(const settings& s, queue& q, store::pending_store& store, db::pool& pool,
+                           metrics::registry& metrics)
+    : settings_(s),
+      queue_(q),
+      store_(store),
+      pool_(pool),
+      metrics_(metrics),
+      heavy_reads_(pool.size(), s.connections) {}
+
+result<counter_reading> exact_reader::read_total(const store::counter_key& key) {
   // The pending sum, or nullopt when it is out of range.
-  const auto queued_delta = [&]() REQUIRES(queue_mutex_) -> std::optional<std::int64_t> {
+  const auto queued_delta = [&](const queue::batch_list& queued) -> std::optional<std::int64_t> {
     std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
-    for (const auto& b : queued_) {
+    for (const auto& b : queued) {
       const auto it = std::lower_bound(b.rows.begin(), b.rows.end(), key,
                                        [](const db::counter_row& r, const store::counter_key& k) {
                                          return store::counter_key{r.record_type, r.record_id} < k;
@@ -34,8 +43,8 @@ result<counter_reading> flusher::read_total(const store::counter_key& key) {
       [&](db::connection& conn) {
         reading.persisted = db::read_count(conn, settings_.table, key.record_type, key.record_id);
       },
-      [&]() REQUIRES(queue_mutex_) -> result<void> {
-        const auto pending = queued_delta();
+      [&](const queue::batch_list& queued) -> result<void> {
+        const auto pending = queued_delta(queued);
         if (!pending) {
           return failure(errc::not_exact_yet,
                          "the counter's pending sum is out of range; retry after the next flush");
@@ -47,16 +56,18 @@ result<counter_reading> flusher::read_total(const store::counter_key& key) {
   return reading;
 }
 
-result<series_reading> flusher::read_series(const store::counter_key& key, store::granularity g,
-                                            std::int64_t from, std::int64_t to) {
+result<series_reading> exact_reader::read_series(const store::counter_key& key,
+                                                 store::granularity g, std::int64_t from,
+                                                 std::int64_t to) {
   // What is pending for these buckets: the store, keyed requests not yet in a batch,
-  // and the queued batches' bucket rows (under queue_mutex_).
-  const auto queued_buckets = [&](std::map<std::int64_t, __int128>& sums) REQUIRES(queue_mutex_) {
+  // and the queued batches' bucket rows (under the queue's lock).
+  const auto queued_buckets = [&](const queue::batch_list& queued,
+                                  std::map<std::int64_t, __int128>& sums) {
     std::vector<std::pair<std::int64_t, std::int64_t>> found;
     store_.pending_buckets(key, g, from, to, found);
     if (keyed_ != nullptr) keyed_->pending_buckets(key, g, from, to, found);
     for (const auto& [bucket, delta] : found) sums[bucket] += delta;
-    for (const auto& b : queued_) {
+    for (const auto& b : queued) {
       // Sorted by counter, granularity, bucket: the counter's rows are one run.
       auto it = std::lower_bound(b.bucket_rows.begin(), b.bucket_rows.end(), key,
                                  [](const store::bucket_row& r, const store::counter_key& k) {
@@ -77,8 +88,8 @@ result<series_reading> flusher::read_series(const store::counter_key& key, store
              db::read_series(conn, settings_.table, g, key.record_type, key.record_id, from, to))
           sums[bucket] += count;
       },
-      [&]() REQUIRES(queue_mutex_) {
-        queued_buckets(sums);
+      [&](const queue::batch_list& queued) {
+        queued_buckets(queued, sums);
         return result<void>();
       });
   if (!exact) return exact.failed();
@@ -89,28 +100,22 @@ result<series_reading> flusher::read_series(const store::counter_key& key, store
   return reading;
 }
 
-result<void> flusher::read_stable(const std::function<void(db::connection&)>& read_db,
-                                  const std::function<result<void>()>& add_pending) {
+result<void> exact_reader::read_stable(
+    const std::function<void(db::connection&)>& read_db,
+    const std::function<result<void>(const queue::batch_list&)>& add_pending) {
   auto lease = pool_.acquire();
   try {
     return lease.use([&](db::connection& conn) -> result<void> {
       // Retry until no commit started or ended during the database read and no batch
       // is in doubt; rather than answer a figure that may count a batch twice or not
       // at all, give up (503) after a few tries.
-      const auto stable = [&]() REQUIRES(queue_mutex_) {
-        return generation_ % 2 == 0 && in_doubt_.empty();
-      };
       for (int attempt = 0; attempt < 20; ++attempt) {
-        std::uint64_t before = 0;
-        {
-          util::unique_lock lock(queue_mutex_);
-          if (!lock.wait_for(generation_changed_, std::chrono::milliseconds(200), stable)) continue;
-          before = generation_;
-        }
+        const auto before = queue_.wait_settled(std::chrono::milliseconds(200));
+        if (!before) continue;
         read_db(conn);
-        util::lock_guard lock(queue_mutex_);
-        if (auto added = add_pending(); !added) return added;
-        if (generation_ == before && stable()) return {};
+        const auto settled = queue_.read_pending(*before, add_pending);
+        if (!settled) return settled.failed();
+        if (*settled) return {};
       }
       return failure(errc::not_exact_yet, "the counter is being written; retry");
     });

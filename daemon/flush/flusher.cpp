@@ -4,9 +4,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
-
-#include "flush/flusher_internal.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
@@ -18,7 +17,14 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
       store_(store),
       pool_(pool),
       metrics_(metrics),
-      heavy_reads_(pool.size(), settings_.connections),
+      queue_({[&store](std::size_t rows) { store.set_unwritten_rows(rows); },
+              [&metrics](std::size_t n) {
+                metrics.flush_batches_in_flight.Set(static_cast<double>(n));
+              }}),
+      housekeeping_(settings_, queue_, metrics, [this] { progress(); }),
+      reader_(settings_, queue_, store, pool, metrics),
+      reset_job_(settings_, queue_, store, pool, metrics, deadline_, [this] { progress(); }),
+      writer_(settings_, queue_, pool, metrics, housekeeping_, deadline_, [this] { progress(); }),
       worker_([this] { return cycle(); },
               [this](const flush_result& r) { return r ? settings_.interval : next_backoff(); },
               // The first cycle runs at once: it connects, verifies the schema and so
@@ -34,12 +40,22 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
 flusher::~flusher() = default;
 
 void flusher::start() {
-  writers_.start(settings_.connections > 1 ? settings_.connections - 1 : 0);
+  writer_.start();
   worker_.start();
 }
 
 void flusher::request_flush(std::function<void(const flush_result&)> done) {
   if (!worker_.request(done)) done(flush_result(errc::draining, "shutting down"));
+}
+
+void flusher::request_reset(const store::counter_key& key,
+                            std::function<void(const reset_result&)> done) {
+  // A waiter of the worker: it runs on the flusher thread right after the cycle that
+  // starts after this request, before any later cycle can take from the store.
+  const bool queued = worker_.request([this, key, done](const flush_result& flushed) {
+    done(reset_job_.run(key, flushed, stopping_.load(), run_id_, next_seq_));
+  });
+  if (!queued) done(reset_job_.refused({errc::draining, "shutting down"}));
 }
 
 std::size_t flusher::stop(clock::time_point deadline) {
@@ -54,12 +70,11 @@ std::size_t flusher::stop(clock::time_point deadline) {
     result = cycle();
   }
   // The final flush is over: no round comes after it.
-  writers_.stop();
+  writer_.stop();
   for (auto& w : waiters) w(result);
-  util::lock_guard lock(queue_mutex_);
   // Unique entries not taken yet are unwritten too (a stop that cannot reach the
   // database must not report everything written).
-  return queued_rows_ + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0) +
+  return queue_.rows() + store_.keys() + (keyed_ != nullptr ? keyed_->pending_entries() : 0) +
          (uniques_ != nullptr ? uniques_->size() : 0);
 }
 
@@ -78,10 +93,7 @@ std::chrono::milliseconds flusher::next_backoff() {
 bool flusher::take_from_store() {
   // Odd while deltas move from the store into batches: read_total() waits it out
   // instead of missing them in between.
-  {
-    util::lock_guard lock(queue_mutex_);
-    ++generation_;
-  }
+  queue_.set_committing(true);
   // Every statement of a batch must stay within the server's max_allowed_packet (as the
   // cycle's connection read it): a plain batch's upserts take up to max_row_bytes a row.
   const std::size_t budget = statement_budget_.load();
@@ -109,24 +121,18 @@ bool flusher::take_from_store() {
     std::move(unique.begin(), unique.end(), std::back_inserter(batches));
     return batches;
   };
-  const auto even_again = [this] {
-    {
-      util::lock_guard lock(queue_mutex_);
-      ++generation_;
-    }
-    generation_changed_.notify_all();
-  };
+  const auto even_again = [this] { queue_.set_committing(false); };
   bool logged = true;
   try {
     if (source_ != nullptr) {
       // The durable path forms and logs them between two groups, then queues them here.
-      logged =
-          source_->take(form, [this](std::vector<flush_batch>&& b) { publish(std::move(b)); });
+      logged = source_->take(
+          form, [this](std::vector<flush_batch>&& b) { queue_.publish(std::move(b)); });
     } else {
       std::vector<store::pending_delta> deltas;
       const auto oldest = store_.take_all(deltas);
       auto batches = form(std::move(deltas), oldest.value_or(clock::now()));
-      if (!batches.empty()) publish(std::move(batches));
+      if (!batches.empty()) queue_.publish(std::move(batches));
     }
   } catch (...) {
     // Forming ran out of memory (cycle() reports it): reads must not wait for good.
@@ -135,6 +141,30 @@ bool flusher::take_from_store() {
   }
   even_again();
   return logged;
+}
+
+void flusher::enqueue(std::vector<flush_batch> batches) {
+  queue_.enqueue_recovered(std::move(batches));
+}
+
+std::vector<flush_batch> flusher::queued_copy() {
+  return queue_.copy();
+}
+
+void flusher::retag_all(std::uint64_t tag) {
+  queue_.retag_all(tag);
+}
+
+void flusher::update_gauges() {
+  std::optional<clock::time_point> oldest = store_.oldest();
+  const std::size_t queued_rows = queue_.rows();
+  if (const auto queued = queue_.oldest_arrival(); queued && (!oldest || *queued < *oldest))
+    oldest = queued;
+  // The pending entries, as against the limit (keyed requests reserved or pending
+  // included).
+  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows + store_.held()));
+  metrics_.pending_oldest_age_seconds.Set(
+      oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
 }
 
 void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
@@ -178,27 +208,27 @@ void flusher::probe_result(bool reachable) {
 }
 
 // One flush, as a sequence of named steps: take the config's latest rollups, connect,
-// verify the schema when due, write the backlog and then what is new, prune, and publish
-// the outcome.
+// verify the schema when due, write the backlog and then what is new, prove the
+// connection and prune (housekeeping.hpp), and publish the outcome.
 flush_result flusher::cycle() {
   const auto started = clock::now();
   begin_cycle();
   flush_result result = std::size_t{0};
   bool wal_failed = false;
   std::optional<db::pool::lease> lease;
+  bool writing = false;  // writer_.conn_lost() speaks of this cycle
   try {
     lease.emplace(pool_.acquire());
     progress();
     statement_budget_.store((*lease)->max_statement_bytes());
-    if (!schema_verified_ || fatal_) verify_schema(**lease);
+    // fatal_ stays set unless the writes meet the problem again.
+    if (housekeeping_.verify_when_due(**lease, fatal_)) fatal_ = false;
+    writing = true;
     const std::size_t rows = write_backlog_then_new(**lease, wal_failed);
-    prove_connection(**lease, rows);
-    prune_ledger_when_due(**lease);
-    prune_keys_when_due(**lease);
-    prune_uniques_when_due(**lease);
+    housekeeping_.after_writes(**lease, rows, run_id_, next_seq_);
     result = rows;
   } catch (const db::db_error& e) {
-    if (lease && (e.connection_lost() || conn_lost_)) lease->discard();
+    if (lease && (e.connection_lost() || (writing && writer_.conn_lost()))) lease->discard();
     note_failure(e);
     result = failure(errc::database_unavailable, e.what());
   } catch (const std::exception& e) {
@@ -218,42 +248,29 @@ flush_result flusher::cycle() {
 void flusher::begin_cycle() {
   progress();
   in_cycle_.store(true);
-  {
-    util::lock_guard lock(queue_mutex_);
-    deadline_hit_ = false;
-  }
-  conn_lost_ = false;
+  queue_.clear_deadline_hit();
   util::lock_guard lock(rollups_mutex_);
   if (next_rollups_) {
     settings_.rollups = std::move(*next_rollups_);
     next_rollups_.reset();
-    schema_verified_ = false;
+    housekeeping_.schema_changed();
   }
 }
 
 std::size_t flusher::write_backlog_then_new(db::connection& conn, bool& wal_failed) {
   // The backlog first, oldest first; only then anything new from the store.
-  std::size_t rows = write_queued(conn);
-  if (!deadline_hit()) {
+  std::size_t rows = writer_.write_queued(conn);
+  if (!queue_.deadline_hit()) {
     wal_failed = !take_from_store();
     progress();
-    rows += write_queued(conn);
+    rows += writer_.write_queued(conn);
   }
   return rows;
 }
 
-void flusher::prove_connection(db::connection& conn, std::size_t rows) {
-  if (rows == 0) {
-    conn.execute(db::ping);  // proves the connection is alive
-  } else {
-    check_autoincrement(conn);
-  }
-  progress();
-}
-
 void flusher::finish_cycle(flush_result& result, clock::time_point started, bool wal_failed) {
   if (result) publish_success(result, started);
-  if (result && deadline_hit()) {
+  if (result && queue_.deadline_hit()) {
     result = failure(errc::deadline_passed,
                      "the shutdown deadline passed before the backlog was written");
   }

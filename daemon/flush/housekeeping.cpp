@@ -1,19 +1,41 @@
-// Housekeeping of the flush cycle: the schema, bucket-table and AUTO_INCREMENT checks, and
-// the ledger and Idempotency-Key prunes.
-#include "flush/flusher.hpp"
+// The flush cycle's housekeeping (see housekeeping.hpp).
+#include "flush/housekeeping.hpp"
 
 #include <algorithm>
-#include "idempotency/keyed_batches.hpp"
 
-#include "flush/flusher_internal.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
+#include "flush/internal.hpp"
+#include "idempotency/keyed_batches.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
 
-void flusher::check_autoincrement(db::connection& conn) {
+housekeeping::housekeeping(const settings& s, const queue& q, metrics::registry& metrics,
+                           std::function<void()> progress)
+    : settings_(s), queue_(q), metrics_(metrics), progress_(std::move(progress)) {}
+
+bool housekeeping::verify_when_due(db::connection& conn, bool after_fatal) {
+  if (verified_ && !after_fatal) return false;
+  verify_schema(conn);
+  return true;
+}
+
+void housekeeping::after_writes(db::connection& conn, std::size_t rows, std::uint64_t run_id,
+                                std::uint64_t next_seq) {
+  if (rows == 0) {
+    conn.execute(db::ping);  // proves the connection is alive
+  } else {
+    check_autoincrement(conn);
+  }
+  progress_();
+  prune_ledger_when_due(conn, run_id, next_seq);
+  prune_keys_when_due(conn);
+  prune_uniques_when_due(conn);
+}
+
+void housekeeping::check_autoincrement(db::connection& conn) {
   const auto st = db::read_autoincrement(conn, settings_.table);
   if (!st) {
     metrics_.set_autoincrement_remaining(std::nullopt);
@@ -32,7 +54,8 @@ void flusher::check_autoincrement(db::connection& conn) {
   autoincrement_warned_ = low;
 }
 
-db::db_error flusher::autoincrement_exhausted(db::connection& conn, const db::db_error& cause) {
+db::db_error housekeeping::autoincrement_exhausted(db::connection& conn,
+                                                   const db::db_error& cause) {
   std::string column = "id", type = "its type";
   try {
     if (const auto st = db::read_autoincrement(conn, settings_.table)) {
@@ -53,7 +76,7 @@ db::db_error flusher::autoincrement_exhausted(db::connection& conn, const db::db
                       true);
 }
 
-void flusher::verify_bucket_tables(db::connection& conn) {
+void housekeeping::verify_bucket_tables(db::connection& conn) {
   // Missing bucket tables stop the flush of everything (a fatal schema error, checked
   // again at every cycle, so --migrate resumes it): writing the totals without their
   // buckets would leave the two disagreeing for good. Nothing is dropped meanwhile:
@@ -70,11 +93,7 @@ void flusher::verify_bucket_tables(db::connection& conn) {
                      true);
 }
 
-
-// Verifies the table (and reads its key ranges), the bucket tables and the AUTO_INCREMENT
-// headroom, and looks for the Idempotency-Key table. Throws db_error (fatal for a schema
-// problem).
-void flusher::verify_schema(db::connection& conn) {
+void housekeeping::verify_schema(db::connection& conn) {
   const auto limits = db::verify_schema(conn, settings_.table, !settings_.rollups.empty());
   if (settings_.limits != nullptr)
     settings_.limits->set(limits.max_record_type, limits.max_record_id);
@@ -84,9 +103,8 @@ void flusher::verify_schema(db::connection& conn) {
   verify_bucket_tables(conn);
   db::verify_uniques_table(conn, settings_.table, settings_.dedupe);
   check_autoincrement(conn);
-  progress();
-  schema_verified_ = true;
-  fatal_ = false;  // unless the writes below meet the problem again
+  progress_();
+  verified_ = true;
   if (keyed_ == nullptr) return;
   if (!limits.idempotency_keys && keyed_->table_present()) {
     log::error("table `", db::idempotency_keys_table,
@@ -100,7 +118,7 @@ void flusher::verify_schema(db::connection& conn) {
   }
   keyed_->set_table_present(limits.idempotency_keys);
   // Looked for again at every cycle until --migrate has made it.
-  if (!limits.idempotency_keys) schema_verified_ = false;
+  if (!limits.idempotency_keys) verified_ = false;
 }
 
 namespace {
@@ -114,23 +132,21 @@ void tolerate_lock_conflict(const db::db_error& e, metrics::registry& metrics) {
 }
 }  // namespace
 
-void flusher::prune_ledger_when_due(db::connection& conn) {
+void housekeeping::prune_ledger_when_due(db::connection& conn, std::uint64_t run_id,
+                                         std::uint64_t next_seq) {
   // A committed batch the WAL still holds (its committed record not yet logged, or
   // unloggable on a full disk) is replayed after a crash, and only its ledger row
   // makes that a no-op: prune only once the WAL has logged every batch committed.
   // In bounded chunks, once a minute, and at every cycle while the last run could not
   // delete all that was due (a backlog catches up).
-  if (deadline_hit() || !(ledger_prune_behind_ || clock::now() - last_prune_ > prune_every) ||
+  if (queue_.deadline_hit() ||
+      !(ledger_prune_behind_ || clock::now() - last_ledger_prune_ > prune_every) ||
       (source_ != nullptr && !source_->batches_logged_committed()))
     return;
-  std::uint64_t keep_from = next_seq_;
-  {
-    util::lock_guard lock(queue_mutex_);
-    if (!queued_.empty()) keep_from = queued_.front().seq;
-  }
-  last_prune_ = clock::now();
+  const std::uint64_t keep_from = queue_.first_seq().value_or(next_seq);
+  last_ledger_prune_ = clock::now();
   try {
-    ledger_prune_behind_ = db::prune_ledger(conn, {settings_.instance_id, run_id_, keep_from},
+    ledger_prune_behind_ = db::prune_ledger(conn, {settings_.instance_id, run_id, keep_from},
                                             ledger_max_age_seconds, ledger_others_max_age_seconds)
                                .behind;
   } catch (const db::db_error& e) {
@@ -138,12 +154,12 @@ void flusher::prune_ledger_when_due(db::connection& conn) {
   }
 }
 
-void flusher::prune_keys_when_due(db::connection& conn) {
+void housekeeping::prune_keys_when_due(db::connection& conn) {
   // Keys past two windows, of every instance (any may do it), in bounded chunks: at
   // least once per min(1 minute, window), and at every cycle while the last prune
   // found more than its chunks could take (a keyed rate above what one prune a
   // minute deletes), so that the table stays about two windows of keys.
-  if (deadline_hit() || keyed_ == nullptr || !keyed_->table_present() ||
+  if (queue_.deadline_hit() || keyed_ == nullptr || !keyed_->table_present() ||
       !(keys_prune_behind_ ||
         clock::now() - last_key_prune_ >
             std::min<clock::duration>(prune_every, settings_.idempotency_window)))
@@ -154,6 +170,28 @@ void flusher::prune_keys_when_due(db::connection& conn) {
   try {
     keys_prune_behind_ =
         idempotency::prune_keys(conn, settings_.idempotency_window, chunk, chunks) == chunk * chunks;
+  } catch (const db::db_error& e) {
+    tolerate_lock_conflict(e, metrics_);
+  }
+}
+
+void housekeeping::prune_uniques_when_due(db::connection& conn) {
+  // Once a minute, and at every cycle while the last run had more due than its chunks
+  // (a backlog catches up).
+  if (queue_.deadline_hit() || settings_.dedupe.empty() ||
+      !(uniques_prune_behind_ || clock::now() - last_unique_prune_ >= prune_every))
+    return;
+  last_unique_prune_ = clock::now();
+  std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  try {
+    // The earlier of this host's clock and the database's, as the bucket pruner does: a
+    // clock fast here must not delete windows other instances still count in.
+    const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
+    if (!rows.empty() && !rows[0].empty() && rows[0][0])
+      now = std::min<std::int64_t>(now, std::stoll(*rows[0][0]));
+    uniques_prune_behind_ = db::prune_uniques(conn, settings_.table, settings_.dedupe, now).behind;
   } catch (const db::db_error& e) {
     tolerate_lock_conflict(e, metrics_);
   }

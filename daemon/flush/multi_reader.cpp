@@ -5,8 +5,8 @@
 #include <unordered_map>
 
 #include "db/top.hpp"
-#include "flush/flusher.hpp"
-#include "flush/flusher_internal.hpp"
+#include "flush/exact_reader.hpp"
+#include "flush/internal.hpp"
 
 namespace slotted::flush {
 
@@ -20,8 +20,8 @@ failure over_cap(unsigned cap) {
 }
 }  // namespace
 
-result<totals_reading> flusher::read_totals(std::uint32_t record_type,
-                                            std::span<const std::uint64_t> record_ids) {
+result<totals_reading> exact_reader::read_totals(std::uint32_t record_type,
+                                                 std::span<const std::uint64_t> record_ids) {
   const auto slot = heavy_reads_.try_enter();
   if (!slot.held()) return over_cap(heavy_reads_.cap());
   totals_reading reading;
@@ -40,11 +40,11 @@ result<totals_reading> flusher::read_totals(std::uint32_t record_type,
             reading.totals[it->second].persisted = sum;
         }
       },
-      [&]() REQUIRES(queue_mutex_) -> result<void> {
+      [&](const queue::batch_list& queued) -> result<void> {
         for (auto& t : reading.totals) {
           const store::counter_key key{record_type, t.record_id};
           std::int64_t sum = store_.pending(key) + (keyed_ != nullptr ? keyed_->pending(key) : 0);
-          for (const auto& b : queued_) {
+          for (const auto& b : queued) {
             const auto it =
                 std::lower_bound(b.rows.begin(), b.rows.end(), key,
                                  [](const db::counter_row& r, const store::counter_key& k) {
@@ -66,9 +66,9 @@ result<totals_reading> flusher::read_totals(std::uint32_t record_type,
   return reading;
 }
 
-result<top_reading> flusher::read_top(std::uint32_t record_type, std::size_t limit,
-                                      std::optional<store::granularity> g, std::int64_t from,
-                                      std::int64_t to) {
+result<top_reading> exact_reader::read_top(std::uint32_t record_type, std::size_t limit,
+                                           std::optional<store::granularity> g, std::int64_t from,
+                                           std::int64_t to) {
   if (top_running_.exchange(true))
     return failure(errc::retry_later,
                    "another top-N read is running on this instance; retry shortly");

@@ -1,35 +1,40 @@
-// The reset job (README: HTTP API, Reset): runs on the flusher thread right after a cycle.
-#include "flush/flusher.hpp"
+// The reset job (see reset_job.hpp).
+#include "flush/reset_job.hpp"
 
 #include <algorithm>
 #include <thread>
 
-#include "flush/flusher_internal.hpp"
+#include "flush/internal.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
 
-void flusher::request_reset(const store::counter_key& key,
-                            std::function<void(const reset_result&)> done) {
-  // A waiter of the worker: it runs on the flusher thread right after the cycle that
-  // starts after this request, before any later cycle can take from the store.
-  const bool queued = worker_.request(
-      [this, key, done](const flush_result& flushed) { done(reset_now(key, flushed)); });
-  if (!queued) {
-    metrics_.resets_error.Increment();
-    done(reset_result(errc::draining, "shutting down"));
-  }
+reset_job::reset_job(const settings& s, queue& q, store::pending_store& store, db::pool& pool,
+                     metrics::registry& metrics,
+                     const std::atomic<std::chrono::steady_clock::rep>& deadline,
+                     std::function<void()> progress)
+    : settings_(s),
+      queue_(q),
+      store_(store),
+      pool_(pool),
+      metrics_(metrics),
+      deadline_(deadline),
+      progress_(std::move(progress)) {}
+
+bool reset_job::past_deadline() const {
+  return clock::now().time_since_epoch().count() >= deadline_.load();
 }
 
 // The reset job, in steps: refuse it when the cycle before it did not write everything,
 // take a connection, commit the reset (odd generation throughout), then drop what is
 // pending for the counter.
-reset_result flusher::reset_now(const store::counter_key& key, const flush_result& flushed) {
-  if (auto why = reset_refusal(flushed)) return refused_reset(std::move(*why));
+reset_result reset_job::run(const store::counter_key& key, const result<std::size_t>& flushed,
+                            bool stopping, std::uint64_t run_id, std::uint64_t& next_seq) {
+  if (auto why = refusal(flushed, stopping)) return refused(std::move(*why));
   // An id from the batches' sequence: the ledger answers "did it commit" after a lost
   // connection, as for a batch.
-  const db::batch_identity id{settings_.instance_id, run_id_, next_seq_++};
+  const db::batch_identity id{settings_.instance_id, run_id, next_seq++};
   // The connection first, as a cycle does: a read holds its connection while it waits
   // for an even generation, so a reset that went odd first could wait for a connection
   // held by reads that wait for it (each answering 503 after its retries).
@@ -38,46 +43,45 @@ reset_result flusher::reset_now(const store::counter_key& key, const flush_resul
     lease.emplace(pool_.acquire());
   } catch (const db::db_error& e) {
     metrics_.db_error(e.kind());
-    return refused_reset({errc::database_unavailable, std::string("database: ") + e.what()});
+    return refused({errc::database_unavailable, std::string("database: ") + e.what()});
   }
   // Odd throughout: a concurrent read_total() retries rather than see the slot rows
   // gone and the pending delta not yet dropped.
-  set_committing(true);
+  queue_.set_committing(true);
   db::reset_progress known;  // the figures of the attempt that committed (or may have)
-  if (auto why = commit_reset(key, id, lease, known)) {
-    set_committing(false);
-    return refused_reset(std::move(*why));
+  if (auto why = commit(key, id, lease, known)) {
+    queue_.set_committing(false);
+    return refused(std::move(*why));
   }
-  const std::int64_t dropped = drop_pending_after_reset(key);
-  set_committing(false);
+  const std::int64_t dropped = drop_pending(key);
+  queue_.set_committing(false);
   metrics_.resets_ok.Increment();
   log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.rows,
              " slot rows deleted, ", dropped, " pending dropped");
   return cleared_counter{known.persisted, dropped};
 }
 
-reset_result flusher::refused_reset(failure why) {
+reset_result reset_job::refused(failure why) {
   metrics_.resets_error.Increment();
   return why;
 }
 
-std::optional<failure> flusher::reset_refusal(const flush_result& flushed) {
-  if (stopping_.load()) return failure(errc::draining, "shutting down");
+std::optional<failure> reset_job::refusal(const result<std::size_t>& flushed, bool stopping) {
+  if (stopping) return failure(errc::draining, "shutting down");
   // Every batch formed before the reset must commit before it, or it would bring back
   // what the reset cleared: the cycle wrote them all, or the reset does not happen.
   if (!flushed)
     return failure(flushed.error(),
                    "the flush before the reset failed: " + flushed.failed().text());
-  util::lock_guard lock(queue_mutex_);
-  if (!queued_.empty() || !in_doubt_.empty())
+  if (!queue_.drained())
     return failure(errc::retry_later, "batches formed before the reset are not yet written; retry");
   return std::nullopt;
 }
 
-std::optional<failure> flusher::commit_reset(const store::counter_key& key,
-                                             const db::batch_identity& id,
-                                             std::optional<db::pool::lease>& lease,
-                                             db::reset_progress& known) {
+std::optional<failure> reset_job::commit(const store::counter_key& key,
+                                         const db::batch_identity& id,
+                                         std::optional<db::pool::lease>& lease,
+                                         db::reset_progress& known) {
   const bool rolled_up =
       std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
                   [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
@@ -97,12 +101,12 @@ std::optional<failure> flusher::commit_reset(const store::counter_key& key,
       const auto outcome =
           db::reset_counter(**lease, settings_.table, id, key, rolled_up, bucket_grans, p,
                             settings_.top);
-      progress();
+      progress_();
       // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
       if (outcome == db::commit_outcome::applied) known = p;
       return std::nullopt;
     } catch (const db::db_error& e) {
-      progress();
+      progress_();
       if (lease && e.connection_lost()) {
         lease->discard();
         lease.reset();
@@ -115,7 +119,7 @@ std::optional<failure> flusher::commit_reset(const store::counter_key& key,
       const bool lock_conflict =
           e.kind() == db::error_kind::deadlock || e.kind() == db::error_kind::lock_wait_timeout;
       if (in_doubt && !past_deadline()) {
-        wait_for_reset_ledger(key, e, pause);
+        wait_for_ledger(key, e, pause);
         continue;
       }
       if (!in_doubt && lock_conflict && attempt + 1 < lock_retries && !past_deadline()) continue;
@@ -129,8 +133,8 @@ std::optional<failure> flusher::commit_reset(const store::counter_key& key,
   }
 }
 
-void flusher::wait_for_reset_ledger(const store::counter_key& key, const db::db_error& e,
-                                    std::chrono::milliseconds& pause) {
+void reset_job::wait_for_ledger(const store::counter_key& key, const db::db_error& e,
+                                std::chrono::milliseconds& pause) {
   // Resolved only by the ledger: re-sent under the same id until an attempt gets
   // an answer (its ledger insert finds the row, or takes the id over and commits).
   // Nothing else is flushed meanwhile, so the order stays as it was.
@@ -142,7 +146,7 @@ void flusher::wait_for_reset_ledger(const store::counter_key& key, const db::db_
   pause = std::min<std::chrono::milliseconds>(pause * 2, settings_.max_retry_backoff);
 }
 
-std::int64_t flusher::drop_pending_after_reset(const store::counter_key& key) {
+std::int64_t reset_job::drop_pending(const store::counter_key& key) {
   // The cut: what this instance holds pending for the counter now arrived after the
   // cycle above took the store, i.e. concurrently with the reset; it is dropped (and
   // counted in `cleared`). With a WAL the drop is logged, synced, before the answer.

@@ -9,7 +9,7 @@
 #include "config/config.hpp"
 #include "flush/batch_schedule.hpp"
 #include "flush/flusher.hpp"
-#include "flush/flusher_internal.hpp"
+#include "flush/internal.hpp"
 #include "http/router.hpp"
 #include "ingest/clients.hpp"
 #include "store/pending_uniques.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// What the flusher's files share (internal to flush/): its clock, the limits of its
+// What the flusher's units share (internal to flush/): its clock, the limits of its
 // retries and prunes, and two facts about a queued batch.
 
 #include <chrono>

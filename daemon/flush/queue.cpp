@@ -1,0 +1,291 @@
+// The flusher's queue of batches (see queue.hpp).
+#include "flush/queue.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include "flush/batch_forming.hpp"
+#include "flush/batch_schedule.hpp"
+#include "flush/internal.hpp"
+#include "util/log.hpp"
+
+namespace slotted::flush {
+
+queue::queue(observer obs) : observer_(std::move(obs)) {}
+
+void queue::rows_changed() {
+  if (observer_.unwritten_rows) observer_.unwritten_rows(queued_rows_);
+}
+
+void queue::wake_all() {
+  writers_wake_.notify_all();
+  generation_changed_.notify_all();
+}
+
+void queue::publish(std::vector<store::flush_batch>&& batches) {
+  util::lock_guard lock(mutex_);
+  for (auto& b : batches) {
+    queued_rows_ += rows_held(b);
+    queued_.push_back(std::move(b));
+  }
+  rows_changed();
+}
+
+void queue::enqueue_recovered(std::vector<store::flush_batch> batches) {
+  // Each may have committed before the restart, its committed record never logged: in
+  // doubt, as after a connection lost during its COMMIT, until the ledger answers for it
+  // (replace_recovered for the parts of a split one, else its own commit attempt). Until
+  // then a read would count it twice, in the table and as queued: reads wait for the
+  // answer or say retry.
+  util::lock_guard lock(mutex_);
+  for (auto& b : batches) {
+    b.recovered = true;
+    queued_rows_ += rows_held(b);
+    queued_.push_back(std::move(b));
+    in_doubt_.push_back(&queued_.back());
+  }
+  rows_changed();
+}
+
+std::vector<store::flush_batch> queue::copy() const {
+  util::lock_guard lock(mutex_);
+  return {queued_.begin(), queued_.end()};
+}
+
+void queue::retag_all(std::uint64_t tag) {
+  util::lock_guard lock(mutex_);
+  for (auto& b : queued_) b.wal_tag = tag;
+}
+
+std::uint64_t queue::min_wal_tag() const {
+  std::uint64_t min_tag = UINT64_MAX;
+  util::lock_guard lock(mutex_);
+  for (const auto& b : queued_) min_tag = std::min(min_tag, b.wal_tag);
+  return min_tag;
+}
+
+std::size_t queue::size() const {
+  util::lock_guard lock(mutex_);
+  return queued_.size();
+}
+
+std::size_t queue::rows() const {
+  util::lock_guard lock(mutex_);
+  return queued_rows_;
+}
+
+std::optional<std::chrono::steady_clock::time_point> queue::oldest_arrival() const {
+  util::lock_guard lock(mutex_);
+  if (queued_.empty()) return std::nullopt;
+  return queued_.front().oldest_arrival;
+}
+
+std::optional<std::uint64_t> queue::first_seq() const {
+  util::lock_guard lock(mutex_);
+  if (queued_.empty()) return std::nullopt;
+  return queued_.front().seq;
+}
+
+bool queue::drained() const {
+  util::lock_guard lock(mutex_);
+  return queued_.empty() && in_doubt_.empty();
+}
+
+std::optional<std::uint64_t> queue::recovered_run() const {
+  util::lock_guard lock(mutex_);
+  for (const auto& b : queued_) {
+    if (b.recovered) return b.run_id;
+  }
+  return std::nullopt;
+}
+
+void queue::replace_recovered(std::uint64_t run, const std::vector<std::uint64_t>& committed) {
+  util::lock_guard lock(mutex_);
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    store::flush_batch& b = *it;
+    // A keyed batch stays whole: its keys tell which of its requests committed.
+    const bool ours = b.recovered && b.run_id == run && b.keyed.empty();
+    if (!b.keyed.empty() && b.run_id == run) b.recovered = false;
+    if (ours) b.recovered = false;
+    auto parts = ours && !committed.empty() ? uncommitted_parts(b, committed)
+                                            : std::vector<store::flush_batch>{};
+    if (!ours || committed.empty() || (parts.size() == 1 && parts.front().seq == b.seq)) {
+      ++it;
+      continue;
+    }
+    // The committed parts are in the table already and leave the queue; the others
+    // take its place.
+    log::info("batch ", b.seq, " of run ", b.run_id,
+              " was split before the restart and parts of it committed; ", parts.size(),
+              " parts left to write");
+    queued_rows_ -= rows_held(b);
+    for (auto& part : parts) {
+      queued_rows_ += rows_held(part);
+      queued_.insert(it, std::move(part));
+    }
+    std::erase(in_doubt_, &b);
+    it = queued_.erase(it);
+  }
+  rows_changed();
+}
+
+void queue::begin_round() {
+  util::lock_guard lock(mutex_);
+  round_stopped_ = false;
+}
+
+void queue::stop_round() {
+  {
+    util::lock_guard lock(mutex_);
+    round_stopped_ = true;
+  }
+  writers_wake_.notify_all();
+}
+
+queue::position queue::next_startable() {
+  // Only a prefix is looked at: a batch further back waits for a later look, which
+  // keeps a pick cheap when an outage left thousands queued. Every batch before the
+  // oldest waiting one is in flight (at most max_flush_connections), so the prefix
+  // holds that one, which can start once nothing before it is in flight.
+  constexpr std::size_t lookahead = 64;
+  std::array<batch_span, lookahead> spans;
+  std::array<position, lookahead> where;
+  std::size_t n = 0;
+  for (auto it = queued_.begin(); it != queued_.end() && n < lookahead; ++it, ++n) {
+    const bool flying = std::find(in_flight_.begin(), in_flight_.end(), &*it) != in_flight_.end();
+    spans[n] = span_of(*it, flying);
+    where[n] = it;
+  }
+  const auto pick = flush::next_startable(std::span<const batch_span>(spans.data(), n));
+  return pick ? where[*pick] : queued_.end();
+}
+
+std::optional<queue::position> queue::take_next(const std::function<bool()>& past_deadline) {
+  position it;
+  {
+    util::unique_lock lock(mutex_);
+    for (;;) {
+      if (round_stopped_) return std::nullopt;
+      // Nothing left that is not in flight: this writer is done (another one's refused
+      // batch may still be split; that writer writes its halves).
+      if (queued_.size() == in_flight_.size()) return std::nullopt;
+      if (past_deadline()) {
+        // Shutting down: what is left stays queued (and in the WAL, when there is one).
+        deadline_hit_ = true;
+        round_stopped_ = true;
+        lock.unlock();
+        writers_wake_.notify_all();
+        return std::nullopt;
+      }
+      it = next_startable();
+      if (it != queued_.end()) break;
+      // Every waiting batch conflicts with one before it: wait for a flight to end.
+      lock.wait(writers_wake_);
+    }
+    mark_in_flight(it);
+  }
+  generation_changed_.notify_all();
+  return it;
+}
+
+void queue::mark_in_flight(position it) {
+  if (in_flight_.empty()) ++generation_;  // odd: a read now may or may not see it
+  in_flight_.push_back(&*it);
+  if (observer_.in_flight) observer_.in_flight(in_flight_.size());
+}
+
+void queue::unmark_in_flight(position it) {
+  std::erase(in_flight_, &*it);
+  if (in_flight_.empty()) ++generation_;
+  if (observer_.in_flight) observer_.in_flight(in_flight_.size());
+}
+
+void queue::remove(position it) {
+  std::erase(in_doubt_, &*it);
+  // Gone from the queue before the generation turns even: a read that waited for the
+  // flight to end finds it in the table and no longer pending.
+  unmark_in_flight(it);
+  queued_.erase(it);
+}
+
+void queue::pop(position it) {
+  {
+    util::lock_guard lock(mutex_);
+    queued_rows_ -= rows_held(*it);
+    remove(it);
+    rows_changed();
+  }
+  wake_all();
+}
+
+void queue::replace_with_halves(position it, store::flush_batch&& left,
+                                store::flush_batch&& right) {
+  {
+    util::lock_guard lock(mutex_);
+    queued_rows_ = queued_rows_ - rows_held(*it) + rows_held(left) + rows_held(right);
+    queued_.insert(it, std::move(left));
+    queued_.insert(it, std::move(right));
+    remove(it);
+    rows_changed();
+  }
+  wake_all();
+}
+
+void queue::give_back(position it, bool in_doubt) {
+  {
+    util::lock_guard lock(mutex_);
+    if (in_doubt && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
+      in_doubt_.push_back(&*it);
+    unmark_in_flight(it);
+    round_stopped_ = true;
+  }
+  wake_all();
+}
+
+void queue::mark_deadline_hit() {
+  util::lock_guard lock(mutex_);
+  deadline_hit_ = true;
+}
+
+void queue::clear_deadline_hit() {
+  util::lock_guard lock(mutex_);
+  deadline_hit_ = false;
+}
+
+bool queue::deadline_hit() const {
+  util::lock_guard lock(mutex_);
+  return deadline_hit_;
+}
+
+void queue::set_committing(bool committing) {
+  {
+    util::lock_guard lock(mutex_);
+    if ((generation_ % 2 == 1) != committing) ++generation_;
+  }
+  generation_changed_.notify_all();
+}
+
+bool queue::settled() const {
+  return generation_ % 2 == 0 && in_doubt_.empty();
+}
+
+std::optional<std::uint64_t> queue::wait_settled(std::chrono::milliseconds timeout) {
+  util::unique_lock lock(mutex_);
+  if (!lock.wait_for(generation_changed_, timeout, [this]() REQUIRES(mutex_) { return settled(); }))
+    return std::nullopt;
+  return generation_;
+}
+
+result<bool> queue::read_pending(
+    std::uint64_t before, const std::function<result<void>(const batch_list&)>& add_pending) {
+  util::lock_guard lock(mutex_);
+  if (auto added = add_pending(queued_); !added) return added.failed();
+  return generation_ == before && settled();
+}
+
+std::uint64_t queue::generation() const {
+  util::lock_guard lock(mutex_);
+  return generation_;
+}
+
+}  // namespace slotted::flush
