@@ -15,7 +15,7 @@
 namespace slotted::flush {
 
 batch_writer::batch_writer(const settings& s, queue& q, db::pool& pool, metrics::registry& metrics,
-                           housekeeping& hk, const std::atomic<clock::rep>& deadline,
+                           housekeeping& hk, const stop_deadline& deadline,
                            std::function<void()> progress)
     : settings_(s),
       queue_(q),
@@ -31,10 +31,6 @@ void batch_writer::start() {
 
 void batch_writer::stop() {
   writers_.stop();
-}
-
-bool batch_writer::past_deadline() const {
-  return clock::now().time_since_epoch().count() >= deadline_.load();
 }
 
 std::span<const db::counter_row> batch_writer::rolled_up_rows(std::span<const db::counter_row> rows,
@@ -84,7 +80,7 @@ batch_writer::commit_attempt batch_writer::commit_with_retries(
       // Past the stop deadline a retry would hold the stop for another lock wait
       // (up to innodb_lock_wait_timeout): the batch stays queued instead.
       if ((kind != db::error_kind::deadlock && kind != db::error_kind::lock_wait_timeout) ||
-          attempt + 1 >= lock_retries || past_deadline()) {
+          attempt + 1 >= lock_retries || deadline_.passed()) {
         throw;
       }
       metrics_.db_error(kind);
@@ -145,7 +141,7 @@ std::size_t batch_writer::pop_committed(queue_position it, const commit_attempt&
 bool batch_writer::write_batches(db::connection& conn, write_round& round,
                                  std::vector<db::counter_row>& dirty) {
   bool lost = false;
-  const auto past = [this] { return past_deadline(); };
+  const auto past = [this] { return deadline_.passed(); };
   while (const auto next = queue_.take_next(past)) {
     const queue_position it = *next;
     try {
@@ -237,7 +233,7 @@ std::size_t batch_writer::write_queued(db::connection& conn) {
   // of any committed batch, or a later replay could send them again).
   bool expanded = false;
   while (const auto run = queue_.recovered_run()) {
-    if (past_deadline()) {
+    if (deadline_.passed()) {
       queue_.mark_deadline_hit();
       return 0;
     }

@@ -24,6 +24,7 @@
 #include "db/pool.hpp"
 #include "db/repository.hpp"
 #include "flush/housekeeping.hpp"
+#include "flush/internal.hpp"
 #include "flush/queue.hpp"
 #include "flush/settings.hpp"
 #include "flush/writer_threads.hpp"
@@ -36,12 +37,11 @@ namespace slotted::flush {
 
 class batch_writer {
  public:
-  // `deadline` holds steady_clock ticks of the stop deadline (the flusher's); `progress`
+  // `deadline` is the flusher's stop deadline; `progress`
   // tells the flusher that a statement was answered or a batch committed; `hk` names an
   // exhausted AUTO_INCREMENT column.
   batch_writer(const settings& s, queue& q, db::pool& pool, metrics::registry& metrics,
-               housekeeping& hk, const std::atomic<std::chrono::steady_clock::rep>& deadline,
-               std::function<void()> progress);
+               housekeeping& hk, const stop_deadline& deadline, std::function<void()> progress);
   batch_writer(const batch_writer&) = delete;
   batch_writer& operator=(const batch_writer&) = delete;
 
@@ -64,7 +64,6 @@ class batch_writer {
   bool conn_lost() const { return conn_lost_; }
 
  private:
-  bool past_deadline() const;
   using queue_position = queue::position;
   // One call of write_queued: what its writers found, read by it once they have ended.
   // Whether the round stops (an error, the stop deadline) is the queue's (stop_round).
@@ -120,7 +119,7 @@ class batch_writer {
   db::pool& pool_;
   metrics::registry& metrics_;
   housekeeping& housekeeping_;
-  const std::atomic<std::chrono::steady_clock::rep>& deadline_;
+  const stop_deadline& deadline_;
   const std::function<void()> progress_;
   store::batch_source* source_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;

@@ -61,10 +61,10 @@ void flusher::request_reset(const store::counter_key& key,
 std::size_t flusher::stop(clock::time_point deadline) {
   stopping_.store(true);
   // Before the join: a cycle already draining a long backlog must stop at it too.
-  deadline_.store(deadline.time_since_epoch().count());
+  deadline_.set(deadline);
   auto waiters = worker_.stop();
   flush_result result = cycle();
-  while (!result && !fatal_ && !past_deadline()) {
+  while (!result && !fatal_ && !deadline_.passed()) {
     const auto pause = std::min<clock::duration>(next_backoff(), deadline - clock::now());
     std::this_thread::sleep_for(std::max<clock::duration>(pause, clock::duration::zero()));
     result = cycle();
@@ -174,10 +174,6 @@ void flusher::set_rollups(std::vector<db::rollup_target> rollups) {
 
 void flusher::progress() {
   last_progress_.store(clock::now().time_since_epoch().count());
-}
-
-bool flusher::past_deadline() const {
-  return clock::now().time_since_epoch().count() >= deadline_.load();
 }
 
 bool flusher::healthy(clock::duration limit) const {

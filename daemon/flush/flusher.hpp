@@ -43,6 +43,7 @@
 #include "flush/batch_writer.hpp"
 #include "flush/exact_reader.hpp"
 #include "flush/housekeeping.hpp"
+#include "flush/internal.hpp"
 #include "flush/queue.hpp"
 #include "flush/read_gate.hpp"
 #include "flush/reset_job.hpp"
@@ -181,7 +182,6 @@ class flusher final : public store::batch_queue {
   void publish_success(const flush_result& result, std::chrono::steady_clock::time_point started);
   // A statement was answered or a batch committed: the cycle is not wedged.
   void progress();
-  bool past_deadline() const;
   void publish_ready();
   // False when the source could not log the batches (what was taken went back).
   bool take_from_store();
@@ -201,11 +201,8 @@ class flusher final : public store::batch_queue {
   // The unique batches of what uniques_ holds, seqs from next_seq_ on (flush/unique_batches.cpp).
   std::vector<flush_batch> form_unique_batches(std::size_t max_entries);
 
-  // steady_clock ticks of the stop deadline (max until stop()): no batch is started and
-  // no lock wait retried past it. Set by stop() before it waits for the cycle in
-  // progress, which reads it on the flusher thread, hence atomic.
-  std::atomic<std::chrono::steady_clock::rep> deadline_{
-      std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
+  // Set by stop() before it waits for the cycle in progress.
+  stop_deadline deadline_;
   // The batches: queued, in flight, in doubt, and the generation reads follow.
   queue queue_;
   // The schema checks and the prunes, around each cycle's writes.

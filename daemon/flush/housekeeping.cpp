@@ -182,16 +182,11 @@ void housekeeping::prune_uniques_when_due(db::connection& conn) {
       !(uniques_prune_behind_ || clock::now() - last_unique_prune_ >= prune_every))
     return;
   last_unique_prune_ = clock::now();
-  std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
   try {
     // The earlier of this host's clock and the database's, as the bucket pruner does: a
     // clock fast here must not delete windows other instances still count in.
-    const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
-    if (!rows.empty() && !rows[0].empty() && rows[0][0])
-      now = std::min<std::int64_t>(now, std::stoll(*rows[0][0]));
-    uniques_prune_behind_ = db::prune_uniques(conn, settings_.table, settings_.dedupe, now).behind;
+    uniques_prune_behind_ =
+        db::prune_uniques(conn, settings_.table, settings_.dedupe, db::earlier_clock(conn)).behind;
   } catch (const db::db_error& e) {
     tolerate_lock_conflict(e, metrics_);
   }

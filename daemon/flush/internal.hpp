@@ -2,6 +2,7 @@
 // What the flusher's units share (internal to flush/): its clock, the limits of its
 // retries and prunes, and two facts about a queued batch.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +49,19 @@ constexpr int lock_retries = 3;
 // Below this fraction of its column's range left, the AUTO_INCREMENT headroom is
 // logged as a warning (for a seed-style INT id: about 107 million values).
 constexpr double autoincrement_warn_fraction = 0.05;
+
+// The stop deadline (flusher::stop's; none until then): no batch is started, no lock wait
+// retried and no reset retried past it. Set on the stopping thread while the flusher's
+// threads read it, hence atomic.
+class stop_deadline {
+ public:
+  void set(clock::time_point t) { ticks_.store(t.time_since_epoch().count()); }
+  clock::time_point when() const { return clock::time_point(clock::duration(ticks_.load())); }
+  bool passed() const { return clock::now() >= when(); }
+
+ private:
+  std::atomic<clock::rep> ticks_{clock::time_point::max().time_since_epoch().count()};
+};
 
 inline double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

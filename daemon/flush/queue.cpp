@@ -180,7 +180,9 @@ std::optional<queue::position> queue::take_next(const std::function<bool()>& pas
       it = next_startable();
       if (it != queued_.end()) break;
       // Every waiting batch conflicts with one before it: wait for a flight to end.
+      ++waiting_;
       lock.wait(writers_wake_);
+      --waiting_;
     }
     mark_in_flight(it);
   }
@@ -271,8 +273,11 @@ bool queue::settled() const {
 
 std::optional<std::uint64_t> queue::wait_settled(std::chrono::milliseconds timeout) {
   util::unique_lock lock(mutex_);
-  if (!lock.wait_for(generation_changed_, timeout, [this]() REQUIRES(mutex_) { return settled(); }))
-    return std::nullopt;
+  ++waiting_;
+  const bool settles =
+      lock.wait_for(generation_changed_, timeout, [this]() REQUIRES(mutex_) { return settled(); });
+  --waiting_;
+  if (!settles) return std::nullopt;
   return generation_;
 }
 
@@ -281,6 +286,11 @@ result<bool> queue::read_pending(
   util::lock_guard lock(mutex_);
   if (auto added = add_pending(queued_); !added) return added.failed();
   return generation_ == before && settled();
+}
+
+std::size_t queue::waiting() const {
+  util::lock_guard lock(mutex_);
+  return waiting_;
 }
 
 std::uint64_t queue::generation() const {

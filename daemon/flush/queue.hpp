@@ -120,6 +120,9 @@ class queue {
                             const std::function<result<void>(const batch_list&)>& add_pending)
       EXCLUDES(mutex_);
   std::uint64_t generation() const EXCLUDES(mutex_);
+  // Threads blocked now in take_next() or wait_settled(): for tests, which wait for a
+  // thread to block before they wake it.
+  std::size_t waiting() const EXCLUDES(mutex_);
 
  private:
   position next_startable() REQUIRES(mutex_);
@@ -148,6 +151,7 @@ class queue {
   std::uint64_t generation_ GUARDED_BY(mutex_) = 0;
   bool round_stopped_ GUARDED_BY(mutex_) = false;
   bool deadline_hit_ GUARDED_BY(mutex_) = false;
+  std::size_t waiting_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace slotted::flush

@@ -11,8 +11,7 @@
 namespace slotted::flush {
 
 reset_job::reset_job(const settings& s, queue& q, store::pending_store& store, db::pool& pool,
-                     metrics::registry& metrics,
-                     const std::atomic<std::chrono::steady_clock::rep>& deadline,
+                     metrics::registry& metrics, const stop_deadline& deadline,
                      std::function<void()> progress)
     : settings_(s),
       queue_(q),
@@ -21,10 +20,6 @@ reset_job::reset_job(const settings& s, queue& q, store::pending_store& store, d
       metrics_(metrics),
       deadline_(deadline),
       progress_(std::move(progress)) {}
-
-bool reset_job::past_deadline() const {
-  return clock::now().time_since_epoch().count() >= deadline_.load();
-}
 
 // The reset job, in steps: refuse it when the cycle before it did not write everything,
 // take a connection, commit the reset (odd generation throughout), then drop what is
@@ -118,11 +113,11 @@ std::optional<failure> reset_job::commit(const store::counter_key& key,
       }
       const bool lock_conflict =
           e.kind() == db::error_kind::deadlock || e.kind() == db::error_kind::lock_wait_timeout;
-      if (in_doubt && !past_deadline()) {
+      if (in_doubt && !deadline_.passed()) {
         wait_for_ledger(key, e, pause);
         continue;
       }
-      if (!in_doubt && lock_conflict && attempt + 1 < lock_retries && !past_deadline()) continue;
+      if (!in_doubt && lock_conflict && attempt + 1 < lock_retries && !deadline_.passed()) continue;
       if (in_doubt)
         return failure(errc::outcome_unknown,
                        "the reset's outcome is unknown (connection lost during its COMMIT, "
@@ -141,7 +136,7 @@ void reset_job::wait_for_ledger(const store::counter_key& key, const db::db_erro
   log::warn("reset of counter (", key.record_type, ", ", key.record_id,
             "): connection lost during its COMMIT; asking the ledger: ", e.what());
   // Never past the stop deadline (a stop waits for this job).
-  const auto deadline = clock::time_point(clock::duration(deadline_.load()));
+  const auto deadline = deadline_.when();
   std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - clock::now()));
   pause = std::min<std::chrono::milliseconds>(pause * 2, settings_.max_retry_backoff);
 }

@@ -17,6 +17,7 @@
 
 #include "db/pool.hpp"
 #include "db/repository.hpp"
+#include "flush/internal.hpp"
 #include "flush/queue.hpp"
 #include "flush/settings.hpp"
 #include "metrics/metrics.hpp"
@@ -39,10 +40,10 @@ using reset_result = result<cleared_counter>;
 
 class reset_job {
  public:
-  // `deadline` holds steady_clock ticks of the stop deadline (the flusher's); `progress`
+  // `deadline` is the flusher's stop deadline; `progress`
   // tells the flusher that a statement was answered.
   reset_job(const settings& s, queue& q, store::pending_store& store, db::pool& pool,
-            metrics::registry& metrics, const std::atomic<std::chrono::steady_clock::rep>& deadline,
+            metrics::registry& metrics, const stop_deadline& deadline,
             std::function<void()> progress);
 
   // Drops what is pending through `source` (a WAL) rather than the store directly. Call
@@ -72,14 +73,13 @@ class reset_job {
   // Drops what is pending for the counter, through the source when there is one.
   // Returns what was dropped.
   std::int64_t drop_pending(const store::counter_key& key);
-  bool past_deadline() const;
 
   const settings& settings_;
   queue& queue_;
   store::pending_store& store_;
   db::pool& pool_;
   metrics::registry& metrics_;
-  const std::atomic<std::chrono::steady_clock::rep>& deadline_;
+  const stop_deadline& deadline_;
   const std::function<void()> progress_;
   store::batch_source* source_ = nullptr;
 };

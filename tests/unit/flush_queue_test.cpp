@@ -8,12 +8,14 @@
 #include <vector>
 
 #include "flush/queue.hpp"
+#include "support/eventually.hpp"
 
 namespace slotted::flush {
 namespace {
 
 using namespace std::chrono_literals;
 using store::flush_batch;
+using test::eventually;
 
 // A plain batch `seq` over record ids [first, last] of type 1, one row each.
 flush_batch batch(std::uint64_t seq, std::uint64_t first, std::uint64_t last) {
@@ -82,7 +84,8 @@ class FlushQueueConflict : public ::testing::Test {
 };
 
 TEST_F(FlushQueueConflict, TheSecondWaitsForTheFirstToLeave) {
-  EXPECT_EQ(second.wait_for(100ms), std::future_status::timeout);
+  ASSERT_TRUE(eventually([&] { return q.waiting() == 1; }, 10s)) << "the second never waited";
+  EXPECT_EQ(second.wait_for(0ms), std::future_status::timeout);
   q.pop(first);
   // Woken by the pop (not by a timeout of its own: it has none).
   ASSERT_EQ(second.wait_for(10s), std::future_status::ready);
@@ -92,8 +95,9 @@ TEST_F(FlushQueueConflict, TheSecondWaitsForTheFirstToLeave) {
 }
 
 TEST_F(FlushQueueConflict, TheSecondGivesUpWhenTheRoundStops) {
-  EXPECT_EQ(second.wait_for(100ms), std::future_status::timeout);
-  q.give_back(first, false);   // a writer failed: the round stops
+  ASSERT_TRUE(eventually([&] { return q.waiting() == 1; }, 10s)) << "the second never waited";
+  q.give_back(first, false);  // a writer failed: the round stops
+  ASSERT_EQ(second.wait_for(10s), std::future_status::ready);
   ASSERT_FALSE(second.get());  // (else the next take would wait for it)
   EXPECT_FALSE(q.take_next(never));
   q.begin_round();
@@ -152,7 +156,7 @@ TEST(FlushQueue, AWaitingReadWakesWhenTheFlightEnds) {
   q.publish(batches({batch(1, 1, 2)}));
   auto a = q.take_next(never);
   auto read = std::async(std::launch::async, [&] { return q.wait_settled(30s); });
-  EXPECT_EQ(read.wait_for(100ms), std::future_status::timeout);
+  ASSERT_TRUE(eventually([&] { return q.waiting() == 1; }, 10s)) << "the read never waited";
   q.pop(*a);
   // Woken by the pop, long before its own timeout.
   EXPECT_EQ(read.wait_for(10s), std::future_status::ready);
