@@ -7,8 +7,9 @@
 // Like the bucket pruner, each prune runs once a minute and again at every cycle while
 // the last one had more due than its chunks; none runs past the stop deadline.
 //
-// Thread-safety: the flusher thread alone calls it (from cycle(), and the writers'
-// autoincrement_exhausted()), so it has no lock of its own.
+// Thread-safety: the flusher thread alone calls it from cycle(), so its timers and flags
+// have no lock. autoincrement_exhausted() is called from the extra writer threads too: it
+// reads only the fixed settings and sets a gauge, and must stay so.
 
 #include <chrono>
 #include <cstdint>

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 
 #include "flush/batch_forming.hpp"
 #include "flush/batch_schedule.hpp"
@@ -203,6 +204,8 @@ void queue::unmark_in_flight(position it) {
 }
 
 void queue::remove(position it) {
+  // Only the writer that took `it` gives it back.
+  assert(std::find(in_flight_.begin(), in_flight_.end(), &*it) != in_flight_.end());
   std::erase(in_doubt_, &*it);
   // Gone from the queue before the generation turns even: a read that waited for the
   // flight to end finds it in the table and no longer pending.
@@ -262,6 +265,7 @@ bool queue::deadline_hit() const {
 void queue::set_committing(bool committing) {
   {
     util::lock_guard lock(mutex_);
+    assert(in_flight_.empty());  // the parity is the flight's while batches commit
     if ((generation_ % 2 == 1) != committing) ++generation_;
   }
   generation_changed_.notify_all();
