@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <set>
 #include <stdexcept>
@@ -251,8 +252,9 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       auto why = failed("write", w < 0 ? errno : ENOSPC);
-      // Cut the partial append back: what follows must start at a record boundary.
-      if (::ftruncate(fd_, static_cast<off_t>(before)) != 0) failed("truncate", errno);
+      // Cut the partial append back: what follows must start at a record boundary, and
+      // whole records of it must not replay. (Nothing of it written: nothing to cut.)
+      if (done > 0) cut_back(before);
       return why;
     }
     done += static_cast<std::size_t>(w);
@@ -260,7 +262,7 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   segment_bytes_ = before + bytes.size();
   unsynced_ = true;
   if (auto synced_now = synced ? sync() : result<void>(); !synced_now) {
-    if (::ftruncate(fd_, static_cast<off_t>(before)) != 0) failed("truncate", errno);
+    cut_back(before);
     segment_bytes_ = before;
     return synced_now;
   }
@@ -272,11 +274,26 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   return {};
 }
 
+void write_ahead_log::cut_back(std::size_t length) {
+  const int rc = fault_ && fault_("truncate") ? (errno = EIO, -1)
+                                              : ::ftruncate(fd_, static_cast<off_t>(length));
+  if (rc == 0) return;
+  // The refused records may stay in the file (in the page cache at least) while their
+  // requests are answered refused: a replay would then apply what a client was told was
+  // not taken, and count it twice once the client retries. Nothing answered, they are in
+  // doubt instead, as after a SIGKILL.
+  const int err = errno;
+  log::error("WAL: cannot cut ", segment_path(segment_), " back to ", length,
+             " bytes after a failed append (", std::strerror(err),
+             "); terminating so that no refused record is answered");
+  std::terminate();
+}
+
 result<void> write_ahead_log::sync() {
   const auto started = clock::now();
   const std::size_t covered = segment_bytes_;
   syncs_.fetch_add(1, std::memory_order_relaxed);
-  const int rc = ::fdatasync(fd_);
+  const int rc = fault_ && fault_("fdatasync") ? (errno = EIO, -1) : ::fdatasync(fd_);
   metrics_.wal_fsync_duration_seconds.Observe(
       std::chrono::duration<double>(clock::now() - started).count());
   last_sync_ = clock::now();

@@ -81,7 +81,10 @@ class write_ahead_log {
 
   // Appends whole records (see frame.hpp) at the end of the current segment, synced
   // when `synced`. On failure cuts the segment back to where it was: wal_write_failed
-  // (or wal_sync_failed).
+  // (or wal_sync_failed). When that cut fails too, records that are to be answered as
+  // refused may still be in the file, where a replay would apply them: the process
+  // ends instead (std::terminate, after logging why), leaving them in doubt as a
+  // SIGKILL would.
   result<void> append(std::string_view bytes, bool synced);
   // Syncs every appended record: wal_sync_failed when fdatasync fails.
   result<void> sync();
@@ -112,6 +115,11 @@ class write_ahead_log {
   // snapshots), the fdatasyncs done, and how much of the current segment the last
   // successful fdatasync covered (0 right after a rotation).
   std::uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
+  // Tests only: asked before each fdatasync and each cut of a segment ("fdatasync",
+  // "truncate"); true makes that call fail with EIO instead of running.
+  void set_fault_for_test(std::function<bool(std::string_view call)> fault) {
+    fault_ = std::move(fault);
+  }
   std::uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
   std::size_t synced_bytes() const { return synced_bytes_.load(std::memory_order_acquire); }
 
@@ -128,6 +136,9 @@ class write_ahead_log {
   result<void> rotate();
   std::string segment_path(std::uint64_t n) const;
   void update_size_gauge();
+  // Cuts the current segment back to `length` after a failed append; ends the process
+  // when it cannot (see append()).
+  void cut_back(std::size_t length);
   // The failure `code` of call `what` with errno `err`, logged once per distinct cause.
   failure failed(const std::string& what, int err, errc code = errc::wal_write_failed);
 
@@ -159,6 +170,7 @@ class write_ahead_log {
   std::atomic<std::uint64_t> writes_{0};
   std::atomic<std::uint64_t> syncs_{0};
   std::atomic<std::size_t> synced_bytes_{0};
+  std::function<bool(std::string_view)> fault_;
 };
 
 }  // namespace slotted::wal

@@ -8,28 +8,29 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
-#include <stdexcept>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
-#include "metrics/metrics.hpp"
 #include "durable/record.hpp"
 #include "durable/recovery.hpp"
+#include "metrics/metrics.hpp"
 #include "support/eventually.hpp"
 #include "support/temp_dir.hpp"
 
@@ -950,6 +951,39 @@ TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
   EXPECT_EQ(logged.failed().detail, std::string("write: ") + std::strerror(EFBIG));
   const auto again = durable::log_batches(log, batches);
   EXPECT_TRUE(again) << again.failed().detail;
+}
+
+// A failed sync cuts its append back, so the record of a request answered refused never
+// replays; when the cut fails too, the process ends (no answer) rather than leave such a
+// record in the file.
+TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto record = [](std::uint64_t id, std::int32_t delta) {
+    std::string out;
+    append_increments(out, std::vector<ingest::increment>{{1, id, delta}});
+    return out;
+  };
+  {
+    wal::write_ahead_log log(cfg_, metrics_);
+    recover(log);
+    ASSERT_TRUE(durable::log_snapshot(log, {}, {}));  // a segment to append to
+    ASSERT_TRUE(log.append(record(1, 2), true));
+    log.set_fault_for_test([](std::string_view call) { return call == "fdatasync"; });
+    const auto refused = log.append(record(2, 5), true);
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error(), errc::wal_sync_failed);
+    log.set_fault_for_test(
+        [](std::string_view call) { return call == "fdatasync" || call == "truncate"; });
+    EXPECT_DEATH(static_cast<void>(log.append(record(3, 7), true)),
+                 "cannot cut .* back to [0-9]+ bytes after a failed append");
+    log.set_fault_for_test({});
+  }
+  // Replayed: the record appended before, not the refused one.
+  wal::write_ahead_log log(cfg_, metrics_);
+  const auto recovered = recover(log);
+  std::map<std::uint64_t, std::int64_t> by_id;
+  for (const auto& d : recovered.deltas) by_id[d.key.record_id] += d.delta;
+  EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{1, 2}}));
 }
 
 }  // namespace
