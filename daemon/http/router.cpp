@@ -305,8 +305,13 @@ void router::handle(request&& req, accepted_route accepted, respond_fn respond) 
   m.method_allowed = m.row != nullptr;
   bool claimed = false;
   const std::string_view target = req.target();
+  const bool method_matches =
+      m.row != nullptr &&
+      (req.method() == m.row->method ||
+       (req.method() == beast_http::verb::head && m.row->method == beast_http::verb::get));
   if (m.row != nullptr &&
-      !match_pattern(m.row->pattern, target.substr(0, target.find('?')), m.params, claimed))
+      (!method_matches ||
+       !match_pattern(m.row->pattern, target.substr(0, target.find('?')), m.params, claimed)))
     m.row = nullptr;  // not the header that was checked: no such path
   const reply answer{this, m.route(), clock::now(), std::move(respond)};
   if (m.row == nullptr)

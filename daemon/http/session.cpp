@@ -104,6 +104,7 @@ void session::drain() {
 void session::do_read() {
   if (draining_ && buffer_.size() == 0) return do_close();
   head_request_ = false;
+  accepted_ = {};  // each request's own header check says where it goes
   // An idle connection keeps a small buffer (see read_body).
   if (buffer_.size() == 0 && buffer_.capacity() > idle_buffer_bytes) buffer_.shrink_to_fit();
   parser_.emplace();

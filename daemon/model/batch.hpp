@@ -29,9 +29,10 @@ struct counter_row {
 
 // Rows in the flush order of their counters (counter_key's), whatever their slot: the
 // order every writer of counter rows sorts by.
-inline bool counter_order(const counter_row& a, const counter_row& b) {
-  return a.key() < b.key();
-}
+struct counter_order_t {
+  bool operator()(const counter_row& a, const counter_row& b) const { return a.key() < b.key(); }
+};
+inline constexpr counter_order_t counter_order{};
 
 // One counter's delta in one bucket (README: Counts per bucket): written to
 // `<table>_hour` or `<table>_day` under the slot of its batch, in the same transaction

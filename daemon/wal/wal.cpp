@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 #include "util/log.hpp"
@@ -275,8 +276,16 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
 }
 
 void write_ahead_log::cut_back(std::size_t length) {
-  const int rc = fault_ && fault_("truncate") ? (errno = EIO, -1)
-                                              : ::ftruncate(fd_, static_cast<off_t>(length));
+  // Interrupted or failed: tried again a few times (a passing error), then given up.
+  constexpr int tries = 3;
+  int rc = -1;
+  for (int i = 0; i < tries && rc != 0; ++i) {
+    do {
+      rc = fault_ && fault_("truncate") ? (errno = EIO, -1)
+                                        : ::ftruncate(fd_, static_cast<off_t>(length));
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0 && i + 1 < tries) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   if (rc == 0) return;
   // The refused records may stay in the file (in the page cache at least) while their
   // requests are answered refused: a replay would then apply what a client was told was
@@ -285,7 +294,7 @@ void write_ahead_log::cut_back(std::size_t length) {
   const int err = errno;
   log::error("WAL: cannot cut ", segment_path(segment_), " back to ", length,
              " bytes after a failed append (", std::strerror(err),
-             "); terminating so that no refused record is answered");
+             "); terminating so that no record refused by it is answered or replayed");
   std::terminate();
 }
 

@@ -232,7 +232,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (ec) break;  // the session answers 400/413/431 or closes; nothing more is read
     const bool token_ok = has_valid_token(parser.get().base());
     bool keep_alive = parser.get().keep_alive();
-    if (auto refused = router.check_header(parser.get().base())) {
+    http::router::accepted_route accepted;  // as the session keeps it, per request
+    if (auto refused = router.check_header(parser.get().base(), &accepted)) {
       check_response(*refused, secure, token_ok);
       if (!parser.is_done()) break;  // a body left unread: the connection cannot go on
       if (!keep_alive || !refused->keep_alive()) break;
@@ -241,7 +242,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     beast_http::read(stream, buffer, parser, ec);
     if (ec) break;
     bool answered = false;
-    router.handle(parser.release(), [&](http::response&& res) {
+    router.handle(parser.release(), accepted, [&](http::response&& res) {
       if (answered) fail("answered twice");
       answered = true;
       check_response(res, secure, token_ok);
