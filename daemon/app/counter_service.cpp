@@ -114,7 +114,7 @@ http::backend_result counter_service::add(std::span<const ingest::increment> inc
   // as unique entries; the others go to the store as always. The pending limit is checked
   // once for the whole request, before anything is applied.
   if (p_.store.over_pending_limit(max_pending_keys_)) return {errc::over_limit};
-  auto [plain, entries] = ingest::split_clients({increments.begin(), increments.end()}, p_.dedupe);
+  auto [plain, entries] = ingest::split_clients(increments, p_.dedupe);
   if (!plain.empty()) {
     const auto r = p_.store.add(plain, SIZE_MAX);
     if (r != store::add_result::applied)
@@ -132,7 +132,7 @@ void counter_service::add_durable(std::vector<ingest::increment>&& increments, d
     return p_.committer->submit(std::move(increments), this_thread_loop, std::move(answer));
   // Items with a `client`: their unique entries are logged with the other items, in one
   // record, and held apart once logged (as add() does without a WAL).
-  auto [plain, entries] = ingest::split_clients(std::move(increments), p_.dedupe);
+  auto [plain, entries] = ingest::split_clients(increments, p_.dedupe);
   p_.committer->submit(std::move(plain), std::move(entries), this_thread_loop, std::move(answer));
 }
 

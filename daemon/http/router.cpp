@@ -218,6 +218,14 @@ response router::failure_response(unsigned v, std::error_code e,
   return res;
 }
 
+namespace {
+// Whether an endpoint of `method` answers a request of `asked`: HEAD is GET without the
+// body (RFC 9110 9.3.2); the session leaves the body out.
+bool serves(beast_http::verb method, beast_http::verb asked) {
+  return asked == method || (asked == beast_http::verb::head && method == beast_http::verb::get);
+}
+}  // namespace
+
 router::route_match router::match(const request_header& req) const {
   std::string_view target = req.target();
   target = target.substr(0, target.find('?'));
@@ -232,9 +240,7 @@ router::route_match router::match(const request_header& req) const {
       m.path_rows = std::span(first, last);
       m.row = &*first;
       for (const auto& e : m.path_rows) {
-        // HEAD is GET without the body (RFC 9110 9.3.2); the session leaves the body out.
-        if (req.method() == e.method ||
-            (req.method() == beast_http::verb::head && e.method == beast_http::verb::get)) {
+        if (serves(e.method, req.method())) {
           m.row = &e;
           m.method_allowed = true;
           break;
@@ -301,18 +307,16 @@ void router::handle(request&& req, accepted_route accepted, respond_fn respond) 
   // type are not checked a second time here. The path's placeholders are read again
   // from the request (the header's view of them does not survive its move here).
   route_match m;
-  m.row = accepted.row_;
-  m.method_allowed = m.row != nullptr;
-  bool claimed = false;
+  const endpoint* row = accepted.row_;
+  const bool method_matches = row != nullptr && serves(row->method, req.method());
   const std::string_view target = req.target();
-  const bool method_matches =
-      m.row != nullptr &&
-      (req.method() == m.row->method ||
-       (req.method() == beast_http::verb::head && m.row->method == beast_http::verb::get));
-  if (m.row != nullptr &&
-      (!method_matches ||
-       !match_pattern(m.row->pattern, target.substr(0, target.find('?')), m.params, claimed)))
-    m.row = nullptr;  // not the header that was checked: no such path
+  bool claimed = false;
+  // Else not the header that was checked: no such path.
+  if (method_matches &&
+      match_pattern(row->pattern, target.substr(0, target.find('?')), m.params, claimed)) {
+    m.row = row;
+    m.method_allowed = true;
+  }
   const reply answer{this, m.route(), clock::now(), std::move(respond)};
   if (m.row == nullptr)
     return answer(error_response(req.version(), status::not_found, "no such path"));

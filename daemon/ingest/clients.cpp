@@ -65,11 +65,11 @@ store::unique_entry unique_entry_of(const increment& inc, const store::dedupe_sp
                              inc.client, inc.at};
 }
 
-split_items split_clients(std::vector<increment>&& increments, const store::dedupe_spec& dedupe) {
+split_items split_clients(std::span<const increment> increments, const store::dedupe_spec& dedupe) {
   split_items out;
-  for (auto& inc : increments) {
+  for (const auto& inc : increments) {
     if (inc.client.empty()) {
-      out.plain.push_back(std::move(inc));
+      out.plain.push_back(inc);  // no client: nothing on the heap to copy
     } else {
       out.entries.push_back(unique_entry_of(inc, dedupe));
     }

@@ -35,6 +35,6 @@ struct split_items {
   std::vector<increment> plain;
   std::vector<store::unique_entry> entries;
 };
-split_items split_clients(std::vector<increment>&& increments, const store::dedupe_spec& dedupe);
+split_items split_clients(std::span<const increment> increments, const store::dedupe_spec& dedupe);
 
 }  // namespace slotted::ingest

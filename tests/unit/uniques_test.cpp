@@ -174,7 +174,7 @@ TEST(UniqueWindows, ARequestSplitsIntoItsPlainItemsAndTheEntriesOfItsClients) {
   }
   items[0].client = "a";
   items[2].client = "b";
-  const auto [plain, entries] = ingest::split_clients(std::move(items), spec);
+  const auto [plain, entries] = ingest::split_clients(items, spec);
   ASSERT_EQ(plain.size(), 2u);
   EXPECT_EQ(plain[0].record_id, 2u);
   EXPECT_EQ(plain[1].record_id, 4u);
