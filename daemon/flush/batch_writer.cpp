@@ -141,8 +141,7 @@ std::size_t batch_writer::pop_committed(queue_position it, const commit_attempt&
 bool batch_writer::write_batches(db::connection& conn, write_round& round,
                                  std::vector<db::counter_row>& dirty) {
   bool lost = false;
-  const auto past = [this] { return deadline_.passed(); };
-  while (const auto next = queue_.take_next(past)) {
+  while (const auto next = queue_.take_next(deadline_)) {
     const queue_position it = *next;
     try {
       const auto attempt = commit_with_retries(conn, *it, dirty);

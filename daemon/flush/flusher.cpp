@@ -157,12 +157,12 @@ void flusher::retag_all(std::uint64_t tag) {
 
 void flusher::update_gauges() {
   std::optional<clock::time_point> oldest = store_.oldest();
-  const std::size_t queued_rows = queue_.rows();
-  if (const auto queued = queue_.oldest_arrival(); queued && (!oldest || *queued < *oldest))
-    oldest = queued;
+  const auto queued = queue_.held();
+  if (queued.oldest_arrival && (!oldest || *queued.oldest_arrival < *oldest))
+    oldest = queued.oldest_arrival;
   // The pending entries, as against the limit (keyed requests reserved or pending
   // included).
-  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued_rows + store_.held()));
+  metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued.rows + store_.held()));
   metrics_.pending_oldest_age_seconds.Set(
       oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
 }

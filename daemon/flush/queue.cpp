@@ -26,8 +26,8 @@ void queue::wake_all() {
 void queue::publish(std::vector<store::flush_batch>&& batches) {
   util::lock_guard lock(mutex_);
   for (auto& b : batches) {
-    queued_rows_ += rows_held(b);
     queued_.push_back(std::move(b));
+    queued_rows_ += rows_held(queued_.back());
   }
   rows_changed();
 }
@@ -55,13 +55,29 @@ std::vector<store::flush_batch> queue::copy() const {
 
 void queue::retag_all(std::uint64_t tag) {
   util::lock_guard lock(mutex_);
-  for (auto& b : queued_) b.wal_tag = tag;
+  for (auto& b : queued_) {
+    const auto flying = std::find(in_flight_.begin(), in_flight_.end(), &b);
+    if (flying == in_flight_.end()) {
+      b.wal_tag = tag;
+      continue;
+    }
+    // Its writer reads it without the lock (a split copies it): the tag waits for it.
+    std::erase_if(retagged_in_flight_, [&](const auto& e) { return e.first == &b; });
+    retagged_in_flight_.emplace_back(&b, tag);
+  }
+}
+
+std::uint64_t queue::tag_of(const store::flush_batch& b) const {
+  for (const auto& [batch, tag] : retagged_in_flight_) {
+    if (batch == &b) return tag;
+  }
+  return b.wal_tag;
 }
 
 std::uint64_t queue::min_wal_tag() const {
   std::uint64_t min_tag = UINT64_MAX;
   util::lock_guard lock(mutex_);
-  for (const auto& b : queued_) min_tag = std::min(min_tag, b.wal_tag);
+  for (const auto& b : queued_) min_tag = std::min(min_tag, tag_of(b));
   return min_tag;
 }
 
@@ -75,10 +91,11 @@ std::size_t queue::rows() const {
   return queued_rows_;
 }
 
-std::optional<std::chrono::steady_clock::time_point> queue::oldest_arrival() const {
+queue::backlog queue::held() const {
   util::lock_guard lock(mutex_);
-  if (queued_.empty()) return std::nullopt;
-  return queued_.front().oldest_arrival;
+  backlog out{queued_rows_, std::nullopt};
+  if (!queued_.empty()) out.oldest_arrival = queued_.front().oldest_arrival;
+  return out;
 }
 
 std::optional<std::uint64_t> queue::first_seq() const {
@@ -161,7 +178,7 @@ queue::position queue::next_startable() {
   return pick ? where[*pick] : queued_.end();
 }
 
-std::optional<queue::position> queue::take_next(const std::function<bool()>& past_deadline) {
+std::optional<queue::position> queue::take_next(const stop_deadline& deadline) {
   position it;
   {
     util::unique_lock lock(mutex_);
@@ -170,7 +187,7 @@ std::optional<queue::position> queue::take_next(const std::function<bool()>& pas
       // Nothing left that is not in flight: this writer is done (another one's refused
       // batch may still be split; that writer writes its halves).
       if (queued_.size() == in_flight_.size()) return std::nullopt;
-      if (past_deadline()) {
+      if (deadline.passed()) {
         // Shutting down: what is left stays queued (and in the WAL, when there is one).
         deadline_hit_ = true;
         round_stopped_ = true;
@@ -207,6 +224,7 @@ void queue::remove(position it) {
   // Only the writer that took `it` gives it back.
   assert(std::find(in_flight_.begin(), in_flight_.end(), &*it) != in_flight_.end());
   std::erase(in_doubt_, &*it);
+  std::erase_if(retagged_in_flight_, [&](const auto& e) { return e.first == &*it; });
   // Gone from the queue before the generation turns even: a read that waited for the
   // flight to end finds it in the table and no longer pending.
   unmark_in_flight(it);
@@ -225,11 +243,16 @@ void queue::pop(position it) {
 
 void queue::replace_with_halves(position it, store::flush_batch&& left,
                                 store::flush_batch&& right) {
+  // Their nodes are made first: an allocation that fails leaves the queue as it was.
+  const std::size_t rows = rows_held(left) + rows_held(right);
+  batch_list halves;
+  halves.push_back(std::move(left));
+  halves.push_back(std::move(right));
   {
     util::lock_guard lock(mutex_);
-    queued_rows_ = queued_rows_ - rows_held(*it) + rows_held(left) + rows_held(right);
-    queued_.insert(it, std::move(left));
-    queued_.insert(it, std::move(right));
+    queued_rows_ = queued_rows_ - rows_held(*it) + rows;
+    halves.front().wal_tag = halves.back().wal_tag = tag_of(*it);
+    queued_.splice(it, halves);
     remove(it);
     rows_changed();
   }
@@ -241,6 +264,8 @@ void queue::give_back(position it, bool in_doubt) {
     util::lock_guard lock(mutex_);
     if (in_doubt && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
       in_doubt_.push_back(&*it);
+    it->wal_tag = tag_of(*it);
+    std::erase_if(retagged_in_flight_, [&](const auto& e) { return e.first == &*it; });
     unmark_in_flight(it);
     round_stopped_ = true;
   }

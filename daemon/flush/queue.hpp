@@ -28,6 +28,7 @@
 #include <optional>
 #include <vector>
 
+#include "flush/internal.hpp"
 #include "model/batch.hpp"
 #include "model/result.hpp"
 #include "util/thread_annotations.hpp"
@@ -58,14 +59,22 @@ class queue {
   // answers for them (replace_recovered, or their own commit attempt).
   void enqueue_recovered(std::vector<store::flush_batch> batches) EXCLUDES(mutex_);
   std::vector<store::flush_batch> copy() const EXCLUDES(mutex_);
+  // Every queued batch is logged in segment `tag` (a snapshot logged them). A batch in
+  // flight, which its writer reads without the lock, takes the tag when it comes back
+  // (give_back) or passes it to its halves; min_wal_tag counts it already.
   void retag_all(std::uint64_t tag) EXCLUDES(mutex_);
   // The least wal_tag of the queued batches (UINT64_MAX: none queued).
   std::uint64_t min_wal_tag() const EXCLUDES(mutex_);
   std::size_t size() const EXCLUDES(mutex_);
   // The entries the queued batches hold (rows_held).
   std::size_t rows() const EXCLUDES(mutex_);
-  // The oldest arrival of the oldest queued batch.
-  std::optional<std::chrono::steady_clock::time_point> oldest_arrival() const EXCLUDES(mutex_);
+  // The entries the queued batches hold and the oldest arrival of the oldest one, read
+  // together.
+  struct backlog {
+    std::size_t rows = 0;
+    std::optional<std::chrono::steady_clock::time_point> oldest_arrival;
+  };
+  backlog held() const EXCLUDES(mutex_);
   // The seq of the oldest queued batch.
   std::optional<std::uint64_t> first_seq() const EXCLUDES(mutex_);
   // Nothing queued and nothing in doubt (a reset may run).
@@ -87,9 +96,9 @@ class queue {
   void stop_round() EXCLUDES(mutex_);
   // The oldest batch that may start now (batch_schedule.hpp), marked in flight; waits
   // while every waiting batch conflicts with one before it. nullopt when this writer is
-  // done: the round stopped, every batch left is in flight, or `past_deadline()` (then
+  // done: the round stopped, every batch left is in flight, or `deadline` passed (then
   // the deadline is hit and the round stops: what is left stays queued).
-  std::optional<position> take_next(const std::function<bool()>& past_deadline) EXCLUDES(mutex_);
+  std::optional<position> take_next(const stop_deadline& deadline) EXCLUDES(mutex_);
   // Batch `it`, in flight, committed (or was already, or was dropped): off the queue.
   void pop(position it) EXCLUDES(mutex_);
   // Batch `it`, in flight, refused for its data: replaced where it stands by its two
@@ -130,6 +139,8 @@ class queue {
   void unmark_in_flight(position it) REQUIRES(mutex_);
   // Erases `it` (in flight) from the queue and the in-doubt list, and unmarks it.
   void remove(position it) REQUIRES(mutex_);
+  // The tag retag_all gave batch `b` while it was in flight (its own wal_tag if none).
+  std::uint64_t tag_of(const store::flush_batch& b) const REQUIRES(mutex_);
   bool settled() const REQUIRES(mutex_);
   void rows_changed() REQUIRES(mutex_);
   // A flight ended or the round stopped: waiting writers and readers look again.
@@ -146,6 +157,9 @@ class queue {
   // Queued batches whose commit outcome is unknown (the connection was lost during it,
   // or recovered from the WAL) until a later attempt resolves it.
   std::vector<const store::flush_batch*> in_doubt_ GUARDED_BY(mutex_);
+  // Batches in flight when retag_all ran, and their new tag (see retag_all).
+  std::vector<std::pair<const store::flush_batch*, std::uint64_t>> retagged_in_flight_
+      GUARDED_BY(mutex_);
   // Odd while batches are being committed: a concurrent read of the database may or
   // may not include them.
   std::uint64_t generation_ GUARDED_BY(mutex_) = 0;

@@ -265,6 +265,10 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   if (auto synced_now = synced ? sync() : result<void>(); !synced_now) {
     cut_back(before);
     segment_bytes_ = before;
+    // The cut is metadata that the next good sync makes durable; until then a power loss
+    // could bring the refused record back. Synced now if the disk lets it (a failure is
+    // the one already reported; the next append's sync tries again).
+    static_cast<void>(sync());
     return synced_now;
   }
   update_size_gauge();  // one atomic store: the gauge follows every append

@@ -986,5 +986,23 @@ TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
   EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{1, 2}}));
 }
 
+TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
+  wal::write_ahead_log log(cfg_, metrics_);
+  recover(log);
+  ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
+  std::string one;
+  append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
+  ASSERT_TRUE(log.append(one, true));
+  std::vector<std::string> calls;
+  log.set_fault_for_test([&](std::string_view call) {
+    calls.emplace_back(call);
+    return calls.size() == 1;  // the append's own sync fails, nothing after it
+  });
+  ASSERT_FALSE(log.append(one, true));
+  log.set_fault_for_test({});
+  // Until a sync covers the cut, a power loss could bring the refused record back.
+  EXPECT_EQ(calls, (std::vector<std::string>{"fdatasync", "truncate", "fdatasync"}));
+}
+
 }  // namespace
 }  // namespace slotted::durable

@@ -29,7 +29,7 @@ std::vector<flush_batch> batches(std::initializer_list<flush_batch> list) {
   return {list};
 }
 
-const std::function<bool()> never = [] { return false; };
+const stop_deadline never;  // not set: never passes
 
 std::vector<std::uint64_t> seqs(const queue& q) {
   std::vector<std::uint64_t> out;
@@ -233,7 +233,9 @@ TEST(FlushQueue, SplitHalvesTakeTheBatchsPlaceAndRowsFollow) {
 TEST(FlushQueue, PastTheDeadlineNothingStartsAndTheRoundStops) {
   queue q;
   q.publish(batches({batch(1, 1, 2), batch(2, 3, 4)}));
-  EXPECT_FALSE(q.take_next([] { return true; }));
+  stop_deadline passed;
+  passed.set(clock::now());
+  EXPECT_FALSE(q.take_next(passed));
   EXPECT_TRUE(q.deadline_hit());
   EXPECT_FALSE(q.take_next(never));  // the round stopped with it
   EXPECT_EQ(q.size(), 2u);
@@ -279,6 +281,53 @@ TEST(FlushQueue, WalTagsAreRetaggedAndTheLeastIsKnown) {
   q.retag_all(9);
   EXPECT_EQ(q.min_wal_tag(), 9u);
   EXPECT_EQ(q.first_seq(), 1u);
+}
+
+// A batch in flight is read by its writer without the lock: retag_all leaves it as it
+// is (no write races that read) and the tag reaches it when it comes back, or its
+// halves when it is split; meanwhile min_wal_tag counts the new tag.
+TEST(FlushQueue, ABatchInFlightTakesItsNewTagWhenItComesBackOrIsSplit) {
+  queue q;
+  auto b1 = batch(1, 1, 2), b2 = batch(2, 3, 6), b3 = batch(3, 7, 8);
+  b1.wal_tag = b2.wal_tag = b3.wal_tag = 4;
+  q.publish(batches({b1, b2, b3}));
+  const auto a = q.take_next(never);
+  const auto b = q.take_next(never);
+  ASSERT_TRUE(a && b);
+  q.retag_all(9);
+  EXPECT_EQ((*a)->wal_tag, 4u);  // in flight: not written under its writer
+  EXPECT_EQ((*b)->wal_tag, 4u);
+  EXPECT_EQ(q.copy().back().wal_tag, 9u);  // batch 3 was queued, not in flight
+  EXPECT_EQ(q.min_wal_tag(), 9u);
+  q.give_back(*a, false);
+  EXPECT_EQ(q.copy().front().wal_tag, 9u);
+  auto left = batch(20, 3, 4), right = batch(21, 5, 6);  // what split_batch copies
+  left.wal_tag = right.wal_tag = 4;
+  q.replace_with_halves(*b, std::move(left), std::move(right));
+  for (const auto& queued : q.copy()) EXPECT_EQ(queued.wal_tag, 9u) << "batch " << queued.seq;
+  // A later retag reaches a batch that was in flight at an earlier one.
+  q.begin_round();
+  const auto again = q.take_next(never);
+  ASSERT_TRUE(again);
+  q.retag_all(11);
+  q.retag_all(12);
+  EXPECT_EQ(q.min_wal_tag(), 12u);
+  q.give_back(*again, false);
+  EXPECT_EQ(q.copy().front().wal_tag, 12u);
+  EXPECT_EQ(q.min_wal_tag(), 12u);
+}
+
+TEST(FlushQueue, RowsAndTheOldestArrivalAreReadTogether) {
+  queue q;
+  EXPECT_EQ(q.held().rows, 0u);
+  EXPECT_FALSE(q.held().oldest_arrival);
+  auto b1 = batch(1, 1, 2), b2 = batch(2, 3, 5);
+  b1.oldest_arrival = clock::time_point(std::chrono::seconds(5));
+  b2.oldest_arrival = clock::time_point(std::chrono::seconds(3));
+  q.publish(batches({b1, b2}));
+  const auto held = q.held();
+  EXPECT_EQ(held.rows, 5u);
+  EXPECT_EQ(held.oldest_arrival, clock::time_point(std::chrono::seconds(5)));  // the first's
 }
 
 }  // namespace
