@@ -78,7 +78,8 @@ class batch_queue {
   virtual ~batch_queue() = default;
   // Copies of every queued batch.
   virtual std::vector<flush_batch> queued_copy() = 0;
-  // Sets every queued batch's wal_tag to `tag` (once a snapshot logs them).
+  // Every queued batch is logged in segment `tag` now (a snapshot logged them): its
+  // wal_tag becomes `tag` (for a batch in flight, once it comes back from its writer).
   virtual void retag_all(std::uint64_t tag) = 0;
 };
 
@@ -96,7 +97,8 @@ class batch_source {
   // publishes them. When they cannot be logged the content goes back to the store and
   // false is returned.
   virtual bool take(const former& form, const publisher& publish) = 0;
-  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued).
+  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued; a batch
+  // in flight counts with the tag retag_all gave it).
   virtual void release(std::uint64_t min_queued_tag) = 0;
   // True when the log holds no batch it has not logged as committed (see
   // durable::committer); until then ledger rows must not be pruned.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -248,8 +249,11 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   std::size_t done = 0;
   writes_.fetch_add(1, std::memory_order_relaxed);
   while (done < bytes.size()) {
-    const ssize_t w =
-        ::pwrite(fd_, bytes.data() + done, bytes.size() - done, static_cast<off_t>(before + done));
+    std::size_t want = bytes.size() - done;
+    if (fault_ && want > 1 && fault_("short write")) want /= 2;
+    const ssize_t w = fault_ && fault_("write") ? (errno = ENOSPC, -1)
+                                                : ::pwrite(fd_, bytes.data() + done, want,
+                                                           static_cast<off_t>(before + done));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       auto why = failed("write", w < 0 ? errno : ENOSPC);
@@ -263,12 +267,8 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   segment_bytes_ = before + bytes.size();
   unsynced_ = true;
   if (auto synced_now = synced ? sync() : result<void>(); !synced_now) {
-    cut_back(before);
     segment_bytes_ = before;
-    // The cut is metadata that the next good sync makes durable; until then a power loss
-    // could bring the refused record back. Synced now if the disk lets it (a failure is
-    // the one already reported; the next append's sync tries again).
-    static_cast<void>(sync());
+    cut_back(before);
     return synced_now;
   }
   update_size_gauge();  // one atomic store: the gauge follows every append
@@ -280,6 +280,7 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
 }
 
 void write_ahead_log::cut_back(std::size_t length) {
+  assert(segment_bytes_ == length);  // the sync below covers what is kept
   // Interrupted or failed: tried again a few times (a passing error), then given up.
   constexpr int tries = 3;
   int rc = -1;
@@ -290,7 +291,13 @@ void write_ahead_log::cut_back(std::size_t length) {
     } while (rc != 0 && errno == EINTR);
     if (rc != 0 && i + 1 < tries) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  if (rc == 0) return;
+  if (rc == 0) {
+    // The cut is metadata that the next good sync makes durable; until then a power loss
+    // could bring the refused records back. Synced now if the disk lets it (a failure is
+    // the one already reported; the next sync tries again).
+    static_cast<void>(sync());
+    return;
+  }
   // The refused records may stay in the file (in the page cache at least) while their
   // requests are answered refused: a replay would then apply what a client was told was
   // not taken, and count it twice once the client retries. Nothing answered, they are in

@@ -103,7 +103,8 @@ class write_ahead_log {
   // tried within the last second): time to replace them with a new one.
   bool snapshot_due() const;
 
-  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued): appends
+  // Every queued batch has wal_tag >= min_queued_tag (UINT64_MAX: none queued; a batch
+  // in flight counts with the tag a retag gave it, see flush/queue.hpp): appends
   // `committed_record` (it says every batch has committed) when none is queued and
   // batches were logged since, and deletes the segments no queued batch needs.
   void release(std::uint64_t min_queued_tag, std::string_view committed_record);
@@ -116,7 +117,9 @@ class write_ahead_log {
   // successful fdatasync covered (0 right after a rotation).
   std::uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
   // Tests only: asked before each fdatasync and each cut of a segment ("fdatasync",
-  // "truncate"); true makes that call fail with EIO instead of running.
+  // "truncate"); true makes that call fail with EIO instead of running. Asked before
+  // each pwrite(2) of an append too: "short write" true writes half of what is left,
+  // "write" true fails it with ENOSPC.
   void set_fault_for_test(std::function<bool(std::string_view call)> fault) {
     fault_ = std::move(fault);
   }
@@ -136,8 +139,9 @@ class write_ahead_log {
   result<void> rotate();
   std::string segment_path(std::uint64_t n) const;
   void update_size_gauge();
-  // Cuts the current segment back to `length` after a failed append; ends the process
-  // when it cannot (see append()).
+  // Cuts the current segment back to `length` (segment_bytes_ already) after a failed
+  // append, and syncs the cut if the disk lets it; ends the process when it cannot cut
+  // (see append()).
   void cut_back(std::size_t length);
   // The failure `code` of call `what` with errno `err`, logged once per distinct cause.
   failure failed(const std::string& what, int err, errc code = errc::wal_write_failed);

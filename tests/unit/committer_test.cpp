@@ -994,14 +994,47 @@ TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
   append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
   ASSERT_TRUE(log.append(one, true));
   std::vector<std::string> calls;
+  int syncs = 0;
   log.set_fault_for_test([&](std::string_view call) {
     calls.emplace_back(call);
-    return calls.size() == 1;  // the append's own sync fails, nothing after it
+    return call == "fdatasync" && ++syncs == 1;  // the append's own sync fails, no other
   });
   ASSERT_FALSE(log.append(one, true));
   log.set_fault_for_test({});
   // Until a sync covers the cut, a power loss could bring the refused record back.
-  EXPECT_EQ(calls, (std::vector<std::string>{"fdatasync", "truncate", "fdatasync"}));
+  EXPECT_EQ(calls, (std::vector<std::string>{"short write", "write", "fdatasync", "truncate",
+                                             "fdatasync"}));
+}
+
+TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
+  std::string two;
+  append_increments(two, std::vector<ingest::increment>{{1, 2, 5}});
+  {
+    wal::write_ahead_log log(cfg_, metrics_);
+    recover(log);
+    ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
+    std::string one;
+    append_increments(one, std::vector<ingest::increment>{{1, 1, 3}});
+    ASSERT_TRUE(log.append(one, true));
+    std::vector<std::string> calls;
+    int writes = 0;
+    log.set_fault_for_test([&](std::string_view call) {
+      calls.emplace_back(call);
+      if (call == "short write") return true;   // half of what is left, each time
+      return call == "write" && ++writes == 2;  // the disk fills after the first half
+    });
+    const auto refused = log.append(two, false);
+    log.set_fault_for_test({});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(calls, (std::vector<std::string>{"short write", "write", "short write", "write",
+                                               "truncate", "fdatasync"}));
+  }
+  // Replayed: the first record, nothing of the half-written one.
+  wal::write_ahead_log log(cfg_, metrics_);
+  const auto recovered = recover(log);
+  std::map<std::uint64_t, std::int64_t> by_id;
+  for (const auto& d : recovered.deltas) by_id[d.key.record_id] += d.delta;
+  EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{1, 3}}));
 }
 
 }  // namespace
