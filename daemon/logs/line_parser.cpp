@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cstring>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "model/increment.hpp"
 
@@ -138,7 +140,7 @@ bool parse_combined(std::string_view line, parsed_line& out) {
   out.client = line.substr(0, line.find(' '));
   if (out.client == "-") out.client = {};
   const auto open = line.find('[');
-  if (open == std::string_view::npos || open + 27 > line.size() || line[open + 27] != ']')
+  if (open == std::string_view::npos || open + 27 >= line.size() || line[open + 27] != ']')
     return false;
   if (!clf_time(line.substr(open + 1, 26), out.at)) return false;
   std::size_t pos = open + 28;
@@ -343,6 +345,60 @@ compiled_rule::compiled_rule(const config::log_rule& rule, std::uint32_t record_
       methods_(rule.methods),
       statuses_(rule.statuses) {}
 
+namespace {
+// A path the server may have served as another: a "." or ".." segment, or a '%' (an
+// encoded dot or slash may make one).
+bool may_differ_when_served(std::string_view path) {
+  return path.find('%') != std::string_view::npos || path.find("/.") != std::string_view::npos;
+}
+
+// The path the server served (what nginx and Apache map to a file): %2e and %2f decoded,
+// then the "." and ".." segments resolved (RFC 3986, 5.2.4). A line of
+// "/d/999/../1/f.tgz" fetched /d/1/f.tgz, and counts for 1, not 999.
+std::string served_path(std::string_view raw) {
+  std::string p;
+  p.reserve(raw.size());
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '%' && raw.size() - i >= 3 && raw[i + 1] == '2') {
+      const char c = static_cast<char>(raw[i + 2] | 0x20);
+      if (c == 'e' || c == 'f') {
+        p.push_back(c == 'e' ? '.' : '/');
+        i += 2;
+        continue;
+      }
+    }
+    p.push_back(raw[i]);
+  }
+  std::vector<std::string_view> kept;
+  std::string_view rest = p;
+  const bool absolute = rest.starts_with('/');
+  if (absolute) rest.remove_prefix(1);
+  bool trailing = false;
+  for (;;) {
+    const auto slash = rest.find('/');
+    const std::string_view seg = rest.substr(0, slash);
+    const bool last = slash == std::string_view::npos;
+    if (seg == "..") {
+      if (!kept.empty()) kept.pop_back();
+    } else if (seg != ".") {
+      kept.push_back(seg);
+    }
+    if (last) {
+      trailing = seg == "." || seg == "..";
+      break;
+    }
+    rest.remove_prefix(slash + 1);
+  }
+  std::string out = absolute ? "/" : "";
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (i > 0) out.push_back('/');
+    out.append(kept[i]);
+  }
+  if (trailing && !kept.empty()) out.push_back('/');
+  return out;
+}
+}  // namespace
+
 bool line_time_accepted(std::int64_t at, std::int64_t now) {
   return at >= 0 && at <= now + ingest::max_at_ahead_seconds;
 }
@@ -354,11 +410,14 @@ std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line, std::
     return std::nullopt;
   if (std::find(methods_.begin(), methods_.end(), line.method) == methods_.end())
     return std::nullopt;
-  if (line.path.size() < prefix_.size() || line.path.compare(0, prefix_.size(), prefix_) != 0)
-    return std::nullopt;
-  const char* first = line.path.data();
+  std::string resolved;  // the served path, when it may differ from the logged one
+  std::string_view path = line.path;
   try {
-    if (!boost::regex_search(first, first + line.path.size(), m_, re_)) return std::nullopt;
+    if (may_differ_when_served(path)) path = resolved = served_path(path);
+    if (path.size() < prefix_.size() || path.compare(0, prefix_.size(), prefix_) != 0)
+      return std::nullopt;
+    const char* first = path.data();
+    if (!boost::regex_search(first, first + path.size(), m_, re_)) return std::nullopt;
   } catch (const std::exception&) {
     if (failed != nullptr) *failed = true;
     return std::nullopt;

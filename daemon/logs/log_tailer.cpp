@@ -65,12 +65,44 @@ bool still_same_file(const file_snapshot& before, const file_snapshot& after) {
 
 namespace {
 
+// Opens `path` for reading when it is a regular file (else -1, errno EINVAL): a FIFO at a
+// log's path would block the one reader thread, every source with it, and the stop.
+int open_log_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  return fd;
+}
+
 // Opens `path` when it is the file `id` names (device, inode and first bytes).
 int open_if_same(const std::string& path, const file_identity& id) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_log_file(path);
   if (fd < 0) return -1;
   file_identity now;
   if (identity_of(fd, id.head_len, now) && now == id) return fd;
+  ::close(fd);
+  return -1;
+}
+
+// Opens `path` when it is a copy of the file `id` names, made by a copytruncate rotation:
+// another inode of the same device, with the same first bytes, and at least `offset`
+// long. (Only when the file itself is nowhere: its first bytes, up to 256 and timestamps
+// among them, are what tells the copy from another file; none committed, none told.)
+int open_if_copy(const std::string& path, const file_identity& id, std::uint64_t offset) {
+  if (id.head_len == 0) return -1;
+  const int fd = open_log_file(path);
+  if (fd < 0) return -1;
+  struct stat st {};
+  file_identity now;
+  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offset &&
+      identity_of(fd, id.head_len, now) && now.dev == id.dev && now.ino != id.ino &&
+      now.head_len == id.head_len && now.head_hash == id.head_hash)
+    return fd;
   ::close(fd);
   return -1;
 }
@@ -79,7 +111,7 @@ int open_if_same(const std::string& path, const file_identity& id) {
 // start when there is one, then PATH.
 void open_after_lost_file(source_state& s) {
   const std::string& path = s.cfg.path;
-  const int fd = ::open((path + ".1").c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_log_file(path + ".1");
   const bool dot1 = fd >= 0;
   if (!(s.lost_warned && *s.lost_warned == s.committed->file)) {
     s.lost_warned = s.committed->file;
@@ -111,6 +143,20 @@ void open_committed_file(source_state& s) {
     s.on_rotated = fd >= 0;
     if (fd >= 0) s.next_path = path + ".1";
   }
+  for (const char* suffix : {".1", ".2"}) {
+    if (fd >= 0) break;
+    // copytruncate while stopped (or before the pass after it committed): PATH is the
+    // committed inode cut to 0, and its lines up to the position are in the copy. Read
+    // from the copy at the position, as the file itself would have been: reading it
+    // from its start would count them twice.
+    fd = open_if_copy(path + suffix, s.committed->file, s.committed->offset);
+    if (fd < 0) continue;
+    s.on_rotated = true;
+    if (suffix == std::string_view(".2")) s.next_path = path + ".1";
+    log::info("log_sources: ", path, ": the file of the committed position was copied to ", path,
+              suffix, " and truncated (copytruncate); reading the copy from offset ",
+              s.committed->offset);
+  }
   if (fd >= 0) {
     s.file.reset(fd);
     s.read_from = s.committed->offset;
@@ -122,11 +168,12 @@ void open_committed_file(source_state& s) {
 // PATH from its start; false (and reported once) while it does not exist.
 bool open_path(source_state& s) {
   const std::string& path = s.cfg.path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_log_file(path);
   if (fd < 0) {
     s.missing->Set(1);
     if (!s.warned_missing) {
-      log::warn("log_sources: cannot open ", path, ": ", std::strerror(errno),
+      log::warn("log_sources: cannot open ", path, ": ",
+                errno == EINVAL ? "not a regular file" : std::strerror(errno),
                 "; counted once it is there");
       s.warned_missing = true;
     }
@@ -269,7 +316,7 @@ bool position_after(const source_state& s, const rotation_check& rot, std::uint6
                     log_position& to) {
   if (rot.switch_to_new) {
     const std::string& next = s.next_path.empty() ? s.cfg.path : s.next_path;
-    const int fd = ::open(next.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = open_log_file(next);
     if (fd < 0) return false;
     fd_guard g;
     g.reset(fd);

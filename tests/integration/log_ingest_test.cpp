@@ -3,6 +3,7 @@
 // rotation while running and while the daemon is SIGKILLed, and copytruncate.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -192,6 +193,44 @@ TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
   counted(4, log_);  // C: PATH
   d = std::make_unique<daemon_process>(yaml());
   ASSERT_TRUE(exact());
+}
+
+// copytruncate while the daemon is stopped: PATH keeps the committed inode, cut to 0, and
+// the lines up to the position are in the copy (another inode) at PATH.1. The copy is
+// found by its first bytes and read from the position, not from its start.
+TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  counted(2, log_);
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  d.reset();
+  counted(3, log_);  // after the position: only in the copy once the rotation is done
+  fs::copy_file(log_, log_ + ".1");
+  fs::resize_file(log_, 0);
+  counted(4, log_);
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);  // every pass over: nothing counted after the counts matched
+  EXPECT_EQ(d->wait(20s), 0);
+  EXPECT_EQ(counts(), expected_);
+}
+
+// A FIFO at the log's path is no log: it is reported missing, and neither blocks the
+// reader thread (an open of a FIFO waits for a writer) nor the stop.
+TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {
+  ASSERT_EQ(::mkfifo(log_.c_str(), 0600), 0);
+  daemon_process d(yaml());
+  http_client c(d.port());
+  ASSERT_TRUE(eventually(
+      [&] {
+        return metric_value(c.get("/metrics").body,
+                            "slotted_counterd_log_file_missing{source=\"" + log_ + "\"}") == 1;
+      },
+      20s));
+  d.signal(SIGTERM);
+  EXPECT_EQ(d.wait(20s), 0);
 }
 
 // A combined line of `client` (the remote address; "-" for none) fetching `id` at unix

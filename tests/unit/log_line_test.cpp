@@ -161,6 +161,25 @@ TEST(LogLine, RulesMatchMethodStatusAndPath) {
   EXPECT_EQ(loose.match(parsed_line{"GET", "/a/d/5", 200, 0, {}}, UINT64_MAX), 5u);
 }
 
+// nginx and Apache resolve dot segments (also percent-encoded ones) before they serve a
+// path, and log it as it was asked: the line counts for what was served.
+TEST(LogLine, APathCountsAsTheServerServedIt) {
+  const compiled_rule rule(config::log_rule{"c", "^/downloads/([0-9]+)/"}, 7);
+  const auto id = [&](const char* path) {
+    return rule.match(parsed_line{"GET", path, 200, 0, {}}, UINT64_MAX);
+  };
+  EXPECT_EQ(id("/downloads/999/../1/f.tgz"), 1u);
+  EXPECT_EQ(id("/downloads/999/%2e%2E/1/f.tgz"), 1u);
+  EXPECT_EQ(id("/downloads/999%2F..%2f1/f.tgz"), 1u);
+  EXPECT_EQ(id("/downloads/./5/f.tgz"), 5u);
+  EXPECT_EQ(id("/x/../downloads/6/f.tgz"), 6u);
+  EXPECT_EQ(id("/../downloads/9/f.tgz"), 9u);    // nothing above the root
+  EXPECT_FALSE(id("/downloads/7/../../f.tgz"));  // served /f.tgz
+  EXPECT_FALSE(id("/downloads/7/.."));           // served /downloads/
+  EXPECT_EQ(id("/downloads/8/a%20b..tgz"), 8u);  // other escapes and dots stay as they are
+  EXPECT_EQ(id("/downloads/10/f.tgz%2"), 10u);   // a cut escape too
+}
+
 TEST(LogLine, LiteralPrefixIsOnlyWhatIsCertain) {
   EXPECT_EQ(literal_prefix("^/downloads/([0-9]+)/"), "/downloads/");
   EXPECT_EQ(literal_prefix("^/files?/([0-9]+)"), "/file");
