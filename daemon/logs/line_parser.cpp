@@ -113,7 +113,8 @@ void split_request(std::string_view req, parsed_line& out) {
   }
   out.method = req.substr(0, sp);
   std::string_view uri = req.substr(sp + 1);
-  const auto end = uri.find_first_of(" ?");
+  // The path ends at the query or a fragment (servers serve the path before either).
+  const auto end = uri.find_first_of(" ?#");
   if (end != std::string_view::npos) uri = uri.substr(0, end);
   out.path = uri;
 }
@@ -315,7 +316,7 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
     if (!unescape(path_raw, scratch)) return false;
     path_raw = scratch;
   }
-  const auto q = path_raw.find('?');
+  const auto q = path_raw.find_first_of("?#");
   out.path = q == std::string_view::npos ? path_raw : path_raw.substr(0, q);
   return true;
 }
@@ -346,14 +347,16 @@ compiled_rule::compiled_rule(const config::log_rule& rule, std::uint32_t record_
       statuses_(rule.statuses) {}
 
 namespace {
-// A path the server may have served as another: a "." or ".." segment, or a '%' (an
-// encoded dot or slash may make one).
+// A path the server may have served as another: a "." or ".." segment, an empty one, or a
+// '%' (an encoded dot or slash may make one).
 bool may_differ_when_served(std::string_view path) {
-  return path.find('%') != std::string_view::npos || path.find("/.") != std::string_view::npos;
+  return path.find('%') != std::string_view::npos || path.find("/.") != std::string_view::npos ||
+         path.find("//") != std::string_view::npos;
 }
 
 // The path the server served (what nginx and Apache map to a file): %2e and %2f decoded,
-// then the "." and ".." segments resolved (RFC 3986, 5.2.4). A line of
+// empty segments merged ("//", nginx's merge_slashes and Apache's MergeSlashes, on by
+// default), then the "." and ".." segments resolved (RFC 3986, 5.2.4). A line of
 // "/d/999/../1/f.tgz" fetched /d/1/f.tgz, and counts for 1, not 999.
 std::string served_path(std::string_view raw) {
   std::string p;
@@ -380,11 +383,11 @@ std::string served_path(std::string_view raw) {
     const bool last = slash == std::string_view::npos;
     if (seg == "..") {
       if (!kept.empty()) kept.pop_back();
-    } else if (seg != ".") {
+    } else if (seg != "." && !seg.empty()) {
       kept.push_back(seg);
     }
     if (last) {
-      trailing = seg == "." || seg == "..";
+      trailing = seg == "." || seg == ".." || seg.empty();
       break;
     }
     rest.remove_prefix(slash + 1);

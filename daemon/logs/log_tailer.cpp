@@ -89,20 +89,31 @@ int open_if_same(const std::string& path, const file_identity& id) {
   return -1;
 }
 
-// Opens `path` when it is a copy of the file `id` names, made by a copytruncate rotation:
-// another inode of the same device, with the same first bytes, and at least `offset`
-// long. (Only when the file itself is nowhere: its first bytes, up to 256 and timestamps
-// among them, are what tells the copy from another file; none committed, none told.)
-int open_if_copy(const std::string& path, const file_identity& id, std::uint64_t offset) {
+// A copy of the file `id` names, made by a copytruncate rotation, at `path`: another
+// inode of the same device with the same first bytes. Looked for only when the file
+// itself is nowhere and PATH (`log_path`) is still its inode, cut: that is what a
+// copytruncate leaves (a rename rotation leaves another inode at PATH). The first bytes,
+// up to 256 and timestamps among them, tell the copy from another file; none committed,
+// none told. `short_copy`: it ends before the position (the copy was taken, then lines
+// counted from the original, then it was cut): everything in it is counted.
+int open_if_copy(const std::string& path, const std::string& log_path, const file_identity& id,
+                 std::uint64_t offset, bool& short_copy) {
+  short_copy = false;
   if (id.head_len == 0) return -1;
+  struct stat at_path {};
+  if (::stat(log_path.c_str(), &at_path) != 0 ||
+      static_cast<std::uint64_t>(at_path.st_dev) != id.dev ||
+      static_cast<std::uint64_t>(at_path.st_ino) != id.ino)
+    return -1;
   const int fd = open_log_file(path);
   if (fd < 0) return -1;
   struct stat st {};
   file_identity now;
-  if (::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offset &&
-      identity_of(fd, id.head_len, now) && now.dev == id.dev && now.ino != id.ino &&
-      now.head_len == id.head_len && now.head_hash == id.head_hash)
+  if (::fstat(fd, &st) == 0 && identity_of(fd, id.head_len, now) && now.dev == id.dev &&
+      now.ino != id.ino && now.head_len == id.head_len && now.head_hash == id.head_hash) {
+    short_copy = static_cast<std::uint64_t>(st.st_size) < offset;
     return fd;
+  }
   ::close(fd);
   return -1;
 }
@@ -149,8 +160,17 @@ void open_committed_file(source_state& s) {
     // committed inode cut to 0, and its lines up to the position are in the copy. Read
     // from the copy at the position, as the file itself would have been: reading it
     // from its start would count them twice.
-    fd = open_if_copy(path + suffix, s.committed->file, s.committed->offset);
+    bool short_copy = false;
+    fd = open_if_copy(path + suffix, path, s.committed->file, s.committed->offset, short_copy);
     if (fd < 0) continue;
+    if (short_copy) {
+      // All of it counted: what follows is PATH, cut, from its start (open_source_file).
+      ::close(fd);
+      log::info("log_sources: ", path, ": the file of the committed position was copied to ", path,
+                suffix, " (copytruncate) before its last counted lines; reading ", path,
+                " from its start");
+      return;
+    }
     s.on_rotated = true;
     if (suffix == std::string_view(".2")) s.next_path = path + ".1";
     log::info("log_sources: ", path, ": the file of the committed position was copied to ", path,

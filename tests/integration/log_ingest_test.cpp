@@ -217,6 +217,52 @@ TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
   EXPECT_EQ(counts(), expected_);
 }
 
+// copytruncate with the copy taken before the last counted lines were written (they were
+// counted from the original, then the original was cut): the copy holds nothing left to
+// count, and PATH is read from its start.
+TEST_F(LogIngest, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  for (const std::uint64_t id : {1, 2, 3, 6}) counted(id, log_);
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  d.reset();
+  // The copy: lines 1-3 (their 256 first bytes identify the file), line 6 came after it.
+  std::ofstream(log_ + ".1", std::ios::binary) << line(1) + line(2) + line(3);
+  fs::resize_file(log_, 0);
+  counted(4, log_);
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  EXPECT_EQ(counts(), expected_);
+}
+
+// A rename rotation while stopped, the committed file gone (compressed, say), and PATH.1
+// a new file that starts with the same lines: not a copy (PATH is another inode), so it
+// is read from its start, not from the old file's position.
+TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  counted(2, log_);
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  d.reset();
+  // The new files exist before the old one is deleted: neither reuses its inode.
+  fs::rename(log_, dir_ + "/old");
+  counted(1, log_ + ".1");  // the same two lines, byte for byte, then one more
+  counted(2, log_ + ".1");
+  counted(3, log_ + ".1");
+  counted(5, log_);
+  fs::remove(dir_ + "/old");
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  EXPECT_EQ(counts(), expected_);
+}
+
 // A FIFO at the log's path is no log: it is reported missing, and neither blocks the
 // reader thread (an open of a FIFO waits for a writer) nor the stop.
 TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {

@@ -178,6 +178,28 @@ TEST(LogLine, APathCountsAsTheServerServedIt) {
   EXPECT_FALSE(id("/downloads/7/.."));           // served /downloads/
   EXPECT_EQ(id("/downloads/8/a%20b..tgz"), 8u);  // other escapes and dots stay as they are
   EXPECT_EQ(id("/downloads/10/f.tgz%2"), 10u);   // a cut escape too
+  // Empty segments merge before ".." goes up (merge_slashes, MergeSlashes).
+  EXPECT_EQ(id("/downloads/1//../999/f.tgz"), 999u);
+  EXPECT_EQ(id("/downloads/1/%2f../999/f.tgz"), 999u);
+  EXPECT_EQ(id("/downloads//11/f.tgz"), 11u);
+}
+
+TEST(LogLine, ThePathEndsAtAFragment) {
+  // Served /downloads/1/f.tgz: what follows '#' is no part of the path.
+  parsed_line l;
+  ASSERT_TRUE(parse_combined(
+      "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"GET /downloads/1/f.tgz#/../../999/ "
+      "HTTP/1.1\" 200 123 \"-\" \"curl/8\"",
+      l));
+  EXPECT_EQ(l.path, "/downloads/1/f.tgz");
+  const compiled_rule rule(config::log_rule{"c", "^/downloads/([0-9]+)/"}, 7);
+  EXPECT_EQ(rule.match(l, UINT64_MAX), 1u);
+  std::string scratch;
+  const config::log_json_fields f;
+  ASSERT_TRUE(parse_json(
+      R"({"time":"2024-01-01T00:00:00Z","method":"GET","path":"/downloads/2/f#/../../9/","status":200})",
+      f, l, scratch));
+  EXPECT_EQ(rule.match(l, UINT64_MAX), 2u);
 }
 
 TEST(LogLine, LiteralPrefixIsOnlyWhatIsCertain) {
