@@ -68,7 +68,7 @@ namespace {
 // Opens `path` for reading when it is a regular file (else -1, errno EINVAL): a FIFO at a
 // log's path would block the one reader thread, every source with it, and the stop.
 int open_log_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return -1;
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -96,15 +96,18 @@ int open_if_same(const std::string& path, const file_identity& id) {
 // up to 256 and timestamps among them, tell the copy from another file; none committed,
 // none told. `short_copy`: it ends before the position (the copy was taken, then lines
 // counted from the original, then it was cut): everything in it is counted.
+// Whether `log_path` is the inode `id` names (whatever it holds now).
+bool is_inode_of(const std::string& log_path, const file_identity& id) {
+  struct stat at_path {};
+  return ::stat(log_path.c_str(), &at_path) == 0 &&
+         static_cast<std::uint64_t>(at_path.st_dev) == id.dev &&
+         static_cast<std::uint64_t>(at_path.st_ino) == id.ino;
+}
+
 int open_if_copy(const std::string& path, const std::string& log_path, const file_identity& id,
                  std::uint64_t offset, bool& short_copy) {
   short_copy = false;
-  if (id.head_len == 0) return -1;
-  struct stat at_path {};
-  if (::stat(log_path.c_str(), &at_path) != 0 ||
-      static_cast<std::uint64_t>(at_path.st_dev) != id.dev ||
-      static_cast<std::uint64_t>(at_path.st_ino) != id.ino)
-    return -1;
+  if (id.head_len == 0 || !is_inode_of(log_path, id)) return -1;
   const int fd = open_log_file(path);
   if (fd < 0) return -1;
   struct stat st {};
@@ -181,6 +184,13 @@ void open_committed_file(source_state& s) {
     s.file.reset(fd);
     s.read_from = s.committed->offset;
     return;
+  }
+  if (is_inode_of(path, s.committed->file)) {
+    // PATH is the committed inode, cut in place, and no copy of it is found: what follows
+    // the position is PATH from its start (whatever PATH.1 is, it came before).
+    log::info("log_sources: ", path, " was cut while the reader was away (no copy of it found); ",
+              "reading it from its start");
+    return;  // open_source_file opens PATH from 0
   }
   open_after_lost_file(s);
 }

@@ -263,6 +263,28 @@ TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
   EXPECT_EQ(counts(), expected_);
 }
 
+// PATH cut in place while stopped (`: > access.log`, an application that truncates its
+// log when it starts), with no copy of it, and an older rotated file at PATH.1 already
+// counted: PATH is read from its start, PATH.1 not again.
+TEST_F(LogIngest, AFileCutWhileStoppedIsReadFromItsStartNotAnOlderOne) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  fs::rename(log_, log_ + ".1");
+  counted(2, log_);
+  ASSERT_TRUE(exact());  // the new PATH is the committed file now
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  d.reset();
+  fs::resize_file(log_, 0);
+  counted(3, log_);
+  d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(exact());
+  d->signal(SIGTERM);
+  EXPECT_EQ(d->wait(20s), 0);
+  EXPECT_EQ(counts(), expected_);
+}
+
 // A FIFO at the log's path is no log: it is reported missing, and neither blocks the
 // reader thread (an open of a FIFO waits for a writer) nor the stop.
 TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {
