@@ -92,6 +92,20 @@ class LogIngest : public ::testing::Test {
     return r;
   }
 
+  // Stops `d` cleanly (SIGTERM: its last pass commits) and forgets it.
+  static void stop(std::unique_ptr<daemon_process>& d) {
+    d->signal(SIGTERM);
+    EXPECT_EQ(d->wait(20s), 0);
+    d.reset();
+  }
+  // Starts a daemon until every expected count is there, stops it, and checks that
+  // nothing more was counted by then (every pass over).
+  void start_until_exact_then_stop() {
+    auto d = std::make_unique<daemon_process>(yaml());
+    EXPECT_TRUE(exact());
+    stop(d);
+    EXPECT_EQ(counts(), expected_);
+  }
   std::string db_, dir_, log_;
   std::map<std::uint64_t, std::int64_t> expected_;
 };
@@ -182,9 +196,7 @@ TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
   auto d = std::make_unique<daemon_process>(yaml());
   counted(1, log_);
   ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  d.reset();
+  stop(d);
   counted(2, log_);  // the committed file A, then rotated twice: PATH.2
   fs::rename(log_, log_ + ".1");
   counted(3, log_);  // B: PATH.1
@@ -203,18 +215,12 @@ TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
   counted(1, log_);
   counted(2, log_);
   ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  d.reset();
+  stop(d);
   counted(3, log_);  // after the position: only in the copy once the rotation is done
   fs::copy_file(log_, log_ + ".1");
   fs::resize_file(log_, 0);
   counted(4, log_);
-  d = std::make_unique<daemon_process>(yaml());
-  ASSERT_TRUE(exact());
-  d->signal(SIGTERM);  // every pass over: nothing counted after the counts matched
-  EXPECT_EQ(d->wait(20s), 0);
-  EXPECT_EQ(counts(), expected_);
+  start_until_exact_then_stop();
 }
 
 // copytruncate with the copy taken before the last counted lines were written (they were
@@ -224,18 +230,12 @@ TEST_F(LogIngest, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
   auto d = std::make_unique<daemon_process>(yaml());
   for (const std::uint64_t id : {1, 2, 3, 6}) counted(id, log_);
   ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  d.reset();
+  stop(d);
   // The copy: lines 1-3 (their 256 first bytes identify the file), line 6 came after it.
   std::ofstream(log_ + ".1", std::ios::binary) << line(1) + line(2) + line(3);
   fs::resize_file(log_, 0);
   counted(4, log_);
-  d = std::make_unique<daemon_process>(yaml());
-  ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  EXPECT_EQ(counts(), expected_);
+  start_until_exact_then_stop();
 }
 
 // A rename rotation while stopped, the committed file gone (compressed, say), and PATH.1
@@ -246,9 +246,7 @@ TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
   counted(1, log_);
   counted(2, log_);
   ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  d.reset();
+  stop(d);
   // The new files exist before the old one is deleted: neither reuses its inode.
   fs::rename(log_, dir_ + "/old");
   counted(1, log_ + ".1");  // the same two lines, byte for byte, then one more
@@ -256,11 +254,7 @@ TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
   counted(3, log_ + ".1");
   counted(5, log_);
   fs::remove(dir_ + "/old");
-  d = std::make_unique<daemon_process>(yaml());
-  ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  EXPECT_EQ(counts(), expected_);
+  start_until_exact_then_stop();
 }
 
 // PATH cut in place while stopped (`: > access.log`, an application that truncates its
@@ -273,16 +267,10 @@ TEST_F(LogIngest, AFileCutWhileStoppedIsReadFromItsStartNotAnOlderOne) {
   fs::rename(log_, log_ + ".1");
   counted(2, log_);
   ASSERT_TRUE(exact());  // the new PATH is the committed file now
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  d.reset();
+  stop(d);
   fs::resize_file(log_, 0);
   counted(3, log_);
-  d = std::make_unique<daemon_process>(yaml());
-  ASSERT_TRUE(exact());
-  d->signal(SIGTERM);
-  EXPECT_EQ(d->wait(20s), 0);
-  EXPECT_EQ(counts(), expected_);
+  start_until_exact_then_stop();
 }
 
 // A FIFO at the log's path is no log: it is reported missing, and neither blocks the
