@@ -12,6 +12,14 @@
 
 namespace slotted::flush {
 
+namespace {
+// Matches the entry of batch `b` in queue::retagged_in_flight_.
+auto of(const store::flush_batch& b) {
+  return
+      [&b](const std::pair<const store::flush_batch*, std::uint64_t>& e) { return e.first == &b; };
+}
+}  // namespace
+
 queue::queue(observer obs) : observer_(std::move(obs)) {}
 
 void queue::rows_changed() {
@@ -62,16 +70,23 @@ void queue::retag_all(std::uint64_t tag) {
       continue;
     }
     // Its writer reads it without the lock (a split copies it): the tag waits for it.
-    std::erase_if(retagged_in_flight_, [&](const auto& e) { return e.first == &b; });
-    retagged_in_flight_.emplace_back(&b, tag);
+    const auto e = std::find_if(retagged_in_flight_.begin(), retagged_in_flight_.end(), of(b));
+    if (e != retagged_in_flight_.end())
+      e->second = tag;
+    else
+      retagged_in_flight_.emplace_back(&b, tag);
   }
 }
 
 std::uint64_t queue::tag_of(const store::flush_batch& b) const {
-  for (const auto& [batch, tag] : retagged_in_flight_) {
-    if (batch == &b) return tag;
-  }
-  return b.wal_tag;
+  const auto e = std::find_if(retagged_in_flight_.begin(), retagged_in_flight_.end(), of(b));
+  return e != retagged_in_flight_.end() ? e->second : b.wal_tag;
+}
+
+std::uint64_t queue::settle_tag(const store::flush_batch& b) {
+  const std::uint64_t tag = tag_of(b);
+  std::erase_if(retagged_in_flight_, of(b));
+  return tag;
 }
 
 std::uint64_t queue::min_wal_tag() const {
@@ -224,7 +239,7 @@ void queue::remove(position it) {
   // Only the writer that took `it` gives it back.
   assert(std::find(in_flight_.begin(), in_flight_.end(), &*it) != in_flight_.end());
   std::erase(in_doubt_, &*it);
-  std::erase_if(retagged_in_flight_, [&](const auto& e) { return e.first == &*it; });
+  settle_tag(*it);
   // Gone from the queue before the generation turns even: a read that waited for the
   // flight to end finds it in the table and no longer pending.
   unmark_in_flight(it);
@@ -251,7 +266,7 @@ void queue::replace_with_halves(position it, store::flush_batch&& left,
   {
     util::lock_guard lock(mutex_);
     queued_rows_ = queued_rows_ - rows_held(*it) + rows;
-    halves.front().wal_tag = halves.back().wal_tag = tag_of(*it);
+    halves.front().wal_tag = halves.back().wal_tag = settle_tag(*it);
     queued_.splice(it, halves);
     remove(it);
     rows_changed();
@@ -264,8 +279,7 @@ void queue::give_back(position it, bool in_doubt) {
     util::lock_guard lock(mutex_);
     if (in_doubt && std::find(in_doubt_.begin(), in_doubt_.end(), &*it) == in_doubt_.end())
       in_doubt_.push_back(&*it);
-    it->wal_tag = tag_of(*it);
-    std::erase_if(retagged_in_flight_, [&](const auto& e) { return e.first == &*it; });
+    it->wal_tag = settle_tag(*it);
     unmark_in_flight(it);
     round_stopped_ = true;
   }

@@ -139,8 +139,10 @@ class queue {
   void unmark_in_flight(position it) REQUIRES(mutex_);
   // Erases `it` (in flight) from the queue and the in-doubt list, and unmarks it.
   void remove(position it) REQUIRES(mutex_);
-  // The tag retag_all gave batch `b` while it was in flight (its own wal_tag if none).
+  // The tag retag_all gave batch `b` while it was in flight (its own wal_tag if none);
+  // settle_tag also forgets it (the batch came back or leaves).
   std::uint64_t tag_of(const store::flush_batch& b) const REQUIRES(mutex_);
+  std::uint64_t settle_tag(const store::flush_batch& b) REQUIRES(mutex_);
   bool settled() const REQUIRES(mutex_);
   void rows_changed() REQUIRES(mutex_);
   // A flight ended or the round stopped: waiting writers and readers look again.

@@ -89,13 +89,6 @@ int open_if_same(const std::string& path, const file_identity& id) {
   return -1;
 }
 
-// A copy of the file `id` names, made by a copytruncate rotation, at `path`: another
-// inode of the same device with the same first bytes. Looked for only when the file
-// itself is nowhere and PATH (`log_path`) is still its inode, cut: that is what a
-// copytruncate leaves (a rename rotation leaves another inode at PATH). The first bytes,
-// up to 256 and timestamps among them, tell the copy from another file; none committed,
-// none told. `short_copy`: it ends before the position (the copy was taken, then lines
-// counted from the original, then it was cut): everything in it is counted.
 // Whether `log_path` is the inode `id` names (whatever it holds now).
 bool is_inode_of(const std::string& log_path, const file_identity& id) {
   struct stat at_path {};
@@ -104,6 +97,13 @@ bool is_inode_of(const std::string& log_path, const file_identity& id) {
          static_cast<std::uint64_t>(at_path.st_ino) == id.ino;
 }
 
+// A copy of the file `id` names, made by a copytruncate rotation, at `path`: another
+// inode of the same device with the same first bytes. Looked for only when the file
+// itself is nowhere and PATH (`log_path`) is still its inode, cut: that is what a
+// copytruncate leaves (a rename rotation leaves another inode at PATH). The first bytes,
+// up to 256 and timestamps among them, tell the copy from another file; none committed,
+// none told. `short_copy`: it ends before the position (the copy was taken, then lines
+// counted from the original, then it was cut): everything in it is counted.
 int open_if_copy(const std::string& path, const std::string& log_path, const file_identity& id,
                  std::uint64_t offset, bool& short_copy) {
   short_copy = false;

@@ -953,45 +953,50 @@ TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
   EXPECT_TRUE(again) << again.failed().detail;
 }
 
+// One increments record: `delta` to counter (1, id).
+std::string increments_record(std::uint64_t id, std::int32_t delta) {
+  std::string out;
+  append_increments(out, std::vector<ingest::increment>{{1, id, delta}});
+  return out;
+}
+
+// What a replay of `log` applies, summed by record_id.
+std::map<std::uint64_t, std::int64_t> replayed_by_id(wal::write_ahead_log& log) {
+  std::map<std::uint64_t, std::int64_t> by_id;
+  for (const auto& d : recover(log).deltas) by_id[d.key.record_id] += d.delta;
+  return by_id;
+}
+
 // A failed sync cuts its append back, so the record of a request answered refused never
 // replays; when the cut fails too, the process ends (no answer) rather than leave such a
 // record in the file.
 TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  const auto record = [](std::uint64_t id, std::int32_t delta) {
-    std::string out;
-    append_increments(out, std::vector<ingest::increment>{{1, id, delta}});
-    return out;
-  };
   {
     wal::write_ahead_log log(cfg_, metrics_);
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));  // a segment to append to
-    ASSERT_TRUE(log.append(record(1, 2), true));
+    ASSERT_TRUE(log.append(increments_record(1, 2), true));
     log.set_fault_for_test([](std::string_view call) { return call == "fdatasync"; });
-    const auto refused = log.append(record(2, 5), true);
+    const auto refused = log.append(increments_record(2, 5), true);
     ASSERT_FALSE(refused);
     EXPECT_EQ(refused.error(), errc::wal_sync_failed);
     log.set_fault_for_test(
         [](std::string_view call) { return call == "fdatasync" || call == "truncate"; });
-    EXPECT_DEATH(static_cast<void>(log.append(record(3, 7), true)),
+    EXPECT_DEATH(static_cast<void>(log.append(increments_record(3, 7), true)),
                  "cannot cut .* back to [0-9]+ bytes after a failed append");
     log.set_fault_for_test({});
   }
   // Replayed: the record appended before, not the refused one.
   wal::write_ahead_log log(cfg_, metrics_);
-  const auto recovered = recover(log);
-  std::map<std::uint64_t, std::int64_t> by_id;
-  for (const auto& d : recovered.deltas) by_id[d.key.record_id] += d.delta;
-  EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{1, 2}}));
+  EXPECT_EQ(replayed_by_id(log), (std::map<std::uint64_t, std::int64_t>{{1, 2}}));
 }
 
 TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
   wal::write_ahead_log log(cfg_, metrics_);
   recover(log);
   ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
-  std::string one;
-  append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
+  const std::string one = increments_record(1, 1);
   ASSERT_TRUE(log.append(one, true));
   std::vector<std::string> calls;
   int syncs = 0;
@@ -1007,15 +1012,11 @@ TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
 }
 
 TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
-  std::string two;
-  append_increments(two, std::vector<ingest::increment>{{1, 2, 5}});
   {
     wal::write_ahead_log log(cfg_, metrics_);
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
-    std::string one;
-    append_increments(one, std::vector<ingest::increment>{{1, 1, 3}});
-    ASSERT_TRUE(log.append(one, true));
+    ASSERT_TRUE(log.append(increments_record(1, 3), true));
     std::vector<std::string> calls;
     int writes = 0;
     log.set_fault_for_test([&](std::string_view call) {
@@ -1023,7 +1024,7 @@ TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
       if (call == "short write") return true;   // half of what is left, each time
       return call == "write" && ++writes == 2;  // the disk fills after the first half
     });
-    const auto refused = log.append(two, false);
+    const auto refused = log.append(increments_record(2, 5), false);
     log.set_fault_for_test({});
     ASSERT_FALSE(refused);
     EXPECT_EQ(calls, (std::vector<std::string>{"short write", "write", "short write", "write",
@@ -1031,10 +1032,7 @@ TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
   }
   // Replayed: the first record, nothing of the half-written one.
   wal::write_ahead_log log(cfg_, metrics_);
-  const auto recovered = recover(log);
-  std::map<std::uint64_t, std::int64_t> by_id;
-  for (const auto& d : recovered.deltas) by_id[d.key.record_id] += d.delta;
-  EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{1, 3}}));
+  EXPECT_EQ(replayed_by_id(log), (std::map<std::uint64_t, std::int64_t>{{1, 3}}));
 }
 
 }  // namespace
