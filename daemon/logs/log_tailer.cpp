@@ -143,6 +143,16 @@ void open_after_lost_file(source_state& s) {
   }
 }
 
+// The committed file was found cut while the reader was away (a copytruncate, or a cut in
+// place): counted as a `truncated` event, as one seen while running is, and reported once
+// per committed file (a PATH that cannot be opened brings the search back every pass).
+void note_cut_while_away(source_state& s, const std::string& what) {
+  if (s.cut_warned && *s.cut_warned == s.committed->file) return;
+  s.cut_warned = s.committed->file;
+  s.truncations->Increment();
+  log::warn("log_sources: ", s.cfg.path, ": ", what);
+}
+
 // The file of the committed position, at PATH, PATH.1 or PATH.2, from its offset.
 void open_committed_file(source_state& s) {
   const std::string& path = s.cfg.path;
@@ -169,16 +179,17 @@ void open_committed_file(source_state& s) {
     if (short_copy) {
       // All of it counted: what follows is PATH, cut, from its start (open_source_file).
       ::close(fd);
-      log::info("log_sources: ", path, ": the file of the committed position was copied to ", path,
-                suffix, " (copytruncate) before its last counted lines; reading ", path,
-                " from its start");
+      note_cut_while_away(s, "the file of the committed position was copied to " + path + suffix +
+                                 " (copytruncate) before its last counted lines (lines written "
+                                 "to it after the copy and before the cut are lost); reading " +
+                                 path + " from its start");
       return;
     }
     s.on_rotated = true;
     if (suffix == std::string_view(".2")) s.next_path = path + ".1";
-    log::info("log_sources: ", path, ": the file of the committed position was copied to ", path,
-              suffix, " and truncated (copytruncate); reading the copy from offset ",
-              s.committed->offset);
+    note_cut_while_away(s, "the file of the committed position was copied to " + path + suffix +
+                               " and truncated (copytruncate); reading the copy from offset " +
+                               std::to_string(s.committed->offset));
   }
   if (fd >= 0) {
     s.file.reset(fd);
@@ -188,8 +199,11 @@ void open_committed_file(source_state& s) {
   if (is_inode_of(path, s.committed->file)) {
     // PATH is the committed inode, cut in place, and no copy of it is found: what follows
     // the position is PATH from its start (whatever PATH.1 is, it came before).
-    log::info("log_sources: ", path, " was cut while the reader was away (no copy of it found); ",
-              "reading it from its start");
+    note_cut_while_away(s,
+                        "the file was cut while the reader was away and no copy of it was "
+                        "found (its lines after offset " +
+                            std::to_string(s.committed->offset) +
+                            " are lost, if it had any); reading it from its start");
     return;  // open_source_file opens PATH from 0
   }
   open_after_lost_file(s);

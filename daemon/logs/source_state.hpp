@@ -84,6 +84,7 @@ struct source_state {
   bool resume_skipping = false;  // read_from is inside an over-long line: skip to its newline
   std::string next_path;         // the file after the open one when it is done (empty: PATH)
   std::optional<file_identity> lost_warned;  // the lost committed file already reported
+  std::optional<file_identity> cut_warned;   // the committed file found cut, reported
   std::uint64_t examined = 0;   // offset up to which malformed lines were logged
   std::size_t logged_malformed = 0;
   bool warned_missing = false;

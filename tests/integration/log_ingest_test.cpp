@@ -99,12 +99,17 @@ class LogIngest : public ::testing::Test {
     d.reset();
   }
   // Starts a daemon until every expected count is there, stops it, and checks that
-  // nothing more was counted by then (every pass over).
-  void start_until_exact_then_stop() {
+  // nothing more was counted by then (every pass over). Returns the daemon's count of
+  // copytruncates and cuts noticed (log_events_total{kind="truncated"}) before the stop.
+  double start_until_exact_then_stop() {
     auto d = std::make_unique<daemon_process>(yaml());
     EXPECT_TRUE(exact());
+    const double truncations = metric_value(
+        http_client(d->port()).get("/metrics").body,
+        "slotted_counterd_log_events_total{kind=\"truncated\",source=\"" + log_ + "\"}");
     stop(d);
     EXPECT_EQ(counts(), expected_);
+    return truncations;
   }
   std::string db_, dir_, log_;
   std::map<std::uint64_t, std::int64_t> expected_;
@@ -220,7 +225,7 @@ TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
   fs::copy_file(log_, log_ + ".1");
   fs::resize_file(log_, 0);
   counted(4, log_);
-  start_until_exact_then_stop();
+  EXPECT_EQ(start_until_exact_then_stop(), 1);  // a cut noticed at the restart
 }
 
 // copytruncate with the copy taken before the last counted lines were written (they were
@@ -235,7 +240,7 @@ TEST_F(LogIngest, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
   std::ofstream(log_ + ".1", std::ios::binary) << line(1) + line(2) + line(3);
   fs::resize_file(log_, 0);
   counted(4, log_);
-  start_until_exact_then_stop();
+  EXPECT_EQ(start_until_exact_then_stop(), 1);  // a cut noticed at the restart
 }
 
 // A rename rotation while stopped, the committed file gone (compressed, say), and PATH.1
@@ -254,7 +259,7 @@ TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
   counted(3, log_ + ".1");
   counted(5, log_);
   fs::remove(dir_ + "/old");
-  start_until_exact_then_stop();
+  EXPECT_EQ(start_until_exact_then_stop(), 0);  // no cut
 }
 
 // PATH cut in place while stopped (`: > access.log`, an application that truncates its
@@ -270,7 +275,7 @@ TEST_F(LogIngest, AFileCutWhileStoppedIsReadFromItsStartNotAnOlderOne) {
   stop(d);
   fs::resize_file(log_, 0);
   counted(3, log_);
-  start_until_exact_then_stop();
+  EXPECT_EQ(start_until_exact_then_stop(), 1);  // a cut noticed at the restart
 }
 
 // A FIFO at the log's path is no log: it is reported missing, and neither blocks the
