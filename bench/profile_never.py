@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """bench/profile_never: where a request's extra CPU goes with the WAL on, `fsync: never`.
 
-    bench/profile_never [--binary PATH]
+    bench/profile_never [--binary PATH] [--threads 1] [--wrk-threads 1]
 
-Runs the daemon (http.threads 1, flush.interval 1h: no flush shares the cores) WAL off,
-then WAL `never`, each under 64 keep-alive connections of single-event POSTs (wrk, one
-thread, 12 s, 127.0.0.1 only), and records 8 s of `perf record -g` of the daemon into a
+Runs the daemon (http.threads --threads, flush.interval 1h: no flush shares the cores) WAL
+off, then WAL `never`, each under 64 keep-alive connections of single-event POSTs (wrk,
+--wrk-threads threads, 12 s, 127.0.0.1 only), and records 8 s of `perf record -g` of the daemon into a
 scratch directory; prints req/s and where the profiles are. Read them with
 `perf report -i DIR/never.data --children --sort symbol -g none`. Use a RelWithDebInfo
 build for symbols. Every process is bounded and stopped by pid.
@@ -16,13 +16,16 @@ sys.path.insert(0, here)
 from throwaway_mariadb import throwaway_mariadb  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--binary", default=f"{os.path.dirname(here)}/build/release/slotted-counterd")
-binary = ap.parse_args().binary
+ap.add_argument("--threads", type=int, default=1, help="the daemon's http.threads")
+ap.add_argument("--wrk-threads", type=int, default=1)
+args = ap.parse_args()
+binary = args.binary
 work = tempfile.mkdtemp(prefix="slotted-profile-")
 
 
 def run(db, mode):
     cfg = f"{work}/{mode}.yaml"
-    lines = [f"instance_id: p-{mode}", "listen: {address: 127.0.0.1, port: 0}", "http: {threads: 1}",
+    lines = [f"instance_id: p-{mode}", "listen: {address: 127.0.0.1, port: 0}", f"http: {{threads: {args.threads}}}",
              f"mysql: {{socket: {db.socket}, user: root, database: daemon}}",
              "accept_undeclared_types: true", "flush: {interval: 1h}", "shutdown_timeout: 30s"]
     if mode != "off":
@@ -44,7 +47,7 @@ def run(db, mode):
         if port is None:
             raise RuntimeError(f"{mode}: the daemon did not start")
         url = f"http://127.0.0.1:{port}/v1/increments"
-        wrk = subprocess.Popen(["timeout", "60", "wrk", "-t1", "-c64", "-d12s", "-s", f"{here}/wrk/single.lua",
+        wrk = subprocess.Popen(["timeout", "60", "wrk", f"-t{args.wrk_threads}", "-c64", "-d12s", "-s", f"{here}/wrk/single.lua",
                                 url, "--", "100000"], stdout=subprocess.PIPE, text=True)
         time.sleep(2)  # past the ramp-up
         subprocess.run(["perf", "record", "-F", "2999", "-g", "-o", f"{work}/{mode}.data", "-p",
