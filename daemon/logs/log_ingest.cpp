@@ -54,7 +54,7 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus:
                   .Name("slotted_counterd_log_events_total")
                   .Help("Access log events by source and kind: file_lost (the file of the "
                         "committed position is gone before it was read to its end), "
-                        "truncated (copytruncate: read again from 0, or found at a restart), "
+                        "truncated (copytruncate: read again from 0, or found when reopened), "
                         "commit_error")
                   .Register(registry)) {
   for (const auto& src : settings_.sources) {

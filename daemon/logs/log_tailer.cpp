@@ -143,9 +143,11 @@ void open_after_lost_file(source_state& s) {
   }
 }
 
-// The committed file was found cut while the reader was away (a copytruncate, or a cut in
-// place): counted as a `truncated` event, as one seen while running is, and reported once
-// per committed file (a PATH that cannot be opened brings the search back every pass).
+// The committed file was found cut when it was opened again (at a restart, or after a
+// failed commit: a copytruncate, or a cut in place): counted as a `truncated` event, as
+// one seen while running is, and once per committed file (a PATH that cannot be opened
+// brings the search back every pass; a cut seen while running, then a failed commit,
+// brings it back once more: detect_truncation marks that cut as counted).
 void note_cut_while_away(source_state& s, const std::string& what) {
   if (s.cut_warned && *s.cut_warned == s.committed->file) return;
   s.cut_warned = s.committed->file;
@@ -181,8 +183,10 @@ void open_committed_file(source_state& s) {
       ::close(fd);
       note_cut_while_away(s, "the file of the committed position was copied to " + path + suffix +
                                  " (copytruncate) before its last counted lines (lines written "
-                                 "to it after the copy and before the cut are lost); reading " +
-                                 path + " from its start");
+                                 "to it after offset " +
+                                 std::to_string(s.committed->offset) +
+                                 " and before the cut, if any, are lost); reading " + path +
+                                 " from its start");
       return;
     }
     s.on_rotated = true;
@@ -198,12 +202,14 @@ void open_committed_file(source_state& s) {
   }
   if (is_inode_of(path, s.committed->file)) {
     // PATH is the committed inode, cut in place, and no copy of it is found: what follows
-    // the position is PATH from its start (whatever PATH.1 is, it came before).
-    note_cut_while_away(s,
-                        "the file was cut while the reader was away and no copy of it was "
-                        "found (its lines after offset " +
-                            std::to_string(s.committed->offset) +
-                            " are lost, if it had any); reading it from its start");
+    // the position is PATH from its start (whatever PATH.1 is, it came before). PATH that
+    // cannot be opened (EMFILE, say) is no cut: open_source_file reports it.
+    const int probe = open_log_file(path);
+    if (probe < 0) return;
+    ::close(probe);
+    note_cut_while_away(s, "the file was cut and no copy of it was found (its lines after offset " +
+                               std::to_string(s.committed->offset) +
+                               " are lost, if it had any); reading it from its start");
     return;  // open_source_file opens PATH from 0
   }
   open_after_lost_file(s);
@@ -254,6 +260,10 @@ bool detect_truncation(source_state& s, const file_snapshot& before) {
   }
   if (truncated) {
     s.truncations->Increment();
+    // Counted: if this pass's commit fails, the committed file is opened again and found
+    // cut, which is this same cut (note_cut_while_away).
+    if (s.committed && s.committed->file.dev == before.dev && s.committed->file.ino == before.ino)
+      s.cut_warned = s.committed->file;
     log::warn("log_sources: ", s.cfg.path, " was truncated (size ", size,
               " below the position ", s.read_from, "); reading it again from its start");
     s.read_from = 0;

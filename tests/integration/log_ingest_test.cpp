@@ -278,6 +278,33 @@ TEST_F(LogIngest, AFileCutWhileStoppedIsReadFromItsStartNotAnOlderOne) {
   EXPECT_EQ(start_until_exact_then_stop(), 1);  // a cut noticed at the restart
 }
 
+// A copytruncate seen while running, by a pass whose commit then fails (the counts table
+// gone for a while): the next pass opens the committed file again and finds the same cut
+// and its copy. One cut, one `truncated` event, and every line counted once.
+TEST_F(LogIngest, ACutSeenByAPassThatFailedToCommitCountsOnce) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  counted(2, log_);
+  ASSERT_TRUE(exact());
+  http_client c(d->port());
+  const auto events = [&](const std::string& kind) {
+    return metric_value(c.get("/metrics").body, "slotted_counterd_log_events_total{kind=\"" + kind +
+                                                    "\",source=\"" + log_ + "\"}");
+  };
+  auto admin = shared_mariadb().connect(db_);
+  admin.execute("RENAME TABLE slotted_counters TO slotted_counters_away");
+  fs::copy_file(log_, log_ + ".1");
+  fs::resize_file(log_, 0);
+  counted(3, log_);
+  // The pass that saw the cut failed, and at least one after it, which opened the
+  // committed file again.
+  ASSERT_TRUE(eventually([&] { return events("commit_error") >= 2; }, 20s));
+  admin.execute("RENAME TABLE slotted_counters_away TO slotted_counters");
+  ASSERT_TRUE(exact());
+  EXPECT_EQ(events("truncated"), 1);
+  stop(d);
+}
+
 // A FIFO at the log's path is no log: it is reported missing, and neither blocks the
 // reader thread (an open of a FIFO waits for a writer) nor the stop.
 TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {
