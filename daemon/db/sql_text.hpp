@@ -2,9 +2,10 @@
 // Private to the SQL builders (db/sql*.cpp, db/log_positions.cpp): appending numbers,
 // lists and tuples to statement text.
 
+#include <algorithm>
 #include <charconv>
-#include <cstdint>
 #include <climits>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -91,6 +92,16 @@ inline constexpr int read_time_limit_s = 5;
 inline std::string time_limited(std::string_view select) {
   std::string sql = "SET STATEMENT max_statement_time = ";
   sql.append(std::to_string(read_time_limit_s)).append(" FOR ").append(select);
+  return sql;
+}
+// The same cut after `ms` milliseconds (at least 1), when less than read_time_limit_s is
+// left of a bound on several statements.
+inline std::string time_limited(std::string_view select, std::int64_t ms) {
+  ms = std::clamp<std::int64_t>(ms, 1, std::int64_t{read_time_limit_s} * 1000);
+  std::string sql = "SET STATEMENT max_statement_time = ";
+  sql.append(std::to_string(ms / 1000)).append(".");
+  const std::string frac = std::to_string(1000 + ms % 1000);  // three digits
+  sql.append(frac.substr(1)).append(" FOR ").append(select);
   return sql;
 }
 

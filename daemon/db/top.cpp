@@ -214,25 +214,71 @@ std::vector<std::pair<std::uint64_t, __int128>> best_of(
   return best;
 }
 
-// Into `sums`: the sum over the buckets [from, to] of each of `fresh`, by its primary
-// key, 1000 record ids a statement (far below max_allowed_packet).
+// What one bucketed top-N may still read: rows (max_rows, every row a statement read
+// charged) and time (max_top_time, checked before every statement, and the statement
+// cut at what is left).
+class read_budget {
+ public:
+  read_budget(std::size_t max_rows, std::function<top_too_costly()> too_costly)
+      : max_rows_(max_rows),
+        too_costly_(std::move(too_costly)),
+        deadline_(std::chrono::steady_clock::now() + max_top_time) {}
+
+  void charge(std::size_t rows) {
+    rows_ += rows;
+    if (rows_ > max_rows_) throw too_costly_();
+  }
+  std::size_t rows_left() const { return max_rows_ - std::min(max_rows_, rows_); }
+  // `select` cut at the time left; past the deadline a db_error of
+  // statement_timeout_code (answered as read_timed_out), before the statement runs.
+  std::string timed(std::string_view select) const {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline_ - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      std::string why = "this top-N ran past its ";
+      why += std::to_string(max_top_time.count());
+      why += " s bound; ask for a shorter range, a coarser granularity or a smaller limit";
+      throw db_error(statement_timeout_code, why);
+    }
+    return time_limited(select, left);
+  }
+
+ private:
+  std::size_t max_rows_;
+  std::size_t rows_ = 0;
+  std::function<top_too_costly()> too_costly_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+// Into `sums`: the sum over the `buckets` buckets [from, to] of each of `fresh`, by its
+// primary key, at most 1000 record ids a statement (far below max_allowed_packet). Each
+// id reads at most one row per bucket, so a statement sums no more ids than the rows
+// left in `budget` allow (at least one): the read stops within one id's rows of its
+// bound however many ids a round met.
 void sum_over_range(connection& conn, const std::string& bt, store::granularity g,
                     std::uint32_t record_type, std::int64_t from, std::int64_t to,
-                    const std::vector<std::uint64_t>& fresh,
-                    std::unordered_map<std::uint64_t, __int128>& sums) {
-  for (std::size_t at = 0; at < fresh.size(); at += 1000) {
+                    std::size_t buckets, const std::vector<std::uint64_t>& fresh,
+                    std::unordered_map<std::uint64_t, __int128>& sums, read_budget& budget) {
+  for (std::size_t at = 0; at < fresh.size();) {
+    const std::size_t n =
+        std::clamp<std::size_t>(budget.rows_left() / std::max<std::size_t>(buckets, 1), 1, 1000);
     std::string ids;
-    for (std::size_t k = at; k < std::min(fresh.size(), at + 1000); ++k) {
+    for (std::size_t k = at; k < std::min(fresh.size(), at + n); ++k) {
       if (!ids.empty()) ids += ',';
       ids += num(fresh[k]);
     }
-    for (const auto& row : conn.query(time_limited(
-             "SELECT `record_id`, SUM(`count`) FROM " + bt + " WHERE `record_type` = " +
-             num(record_type) + " AND `record_id` IN (" + ids + ") AND `bucket` BETWEEN " +
-             bucket_literal(g, from) + " AND " + bucket_literal(g, to) +
-             " GROUP BY `record_id`"))) {
+    at += n;
+    std::size_t rows = 0;
+    for (const auto& row : conn.query(
+             budget.timed("SELECT `record_id`, SUM(`count`), COUNT(*) FROM " + bt +
+                          " WHERE `record_type` = " + num(record_type) + " AND `record_id` IN (" +
+                          ids + ") AND `bucket` BETWEEN " + bucket_literal(g, from) + " AND " +
+                          bucket_literal(g, to) + " GROUP BY `record_id`"))) {
       sums[id_of(row[0])] = decimal_of(row[1]);
+      rows += static_cast<std::size_t>(id_of(row[2]));
     }
+    budget.charge(rows);
   }
 }
 
@@ -277,25 +323,14 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     // that alone could pass the bound (e.g. limit 1000 over 400 hours; the router
     // refuses such a request as a 400 before it comes here, see top_first_round_rows).
     if (top_first_round_rows(cursors.size(), limit) > max_rows) throw too_costly();
-    const auto deadline = std::chrono::steady_clock::now() + max_top_time;
-    std::size_t rows_read = 0;
-    const auto count_rows = [&](std::size_t n) {
-      rows_read += n;
-      if (rows_read > max_rows) throw too_costly();
-    };
+    read_budget budget(max_rows, too_costly);
     while (true) {
-      if (std::chrono::steady_clock::now() > deadline) {  // the rounds' wall-clock bound
-        std::string why = "this top-N ran past its ";
-        why += std::to_string(max_top_time.count());
-        why += " s bound; ask for a shorter range, a coarser granularity or a smaller limit";
-        throw db_error(statement_timeout_code, why);
-      }
       std::vector<std::size_t> asked;
       const std::string sql = round_select(bt, g, record_type, cursors, page, asked);
       if (asked.empty()) break;
       std::vector<std::size_t> got(cursors.size(), 0);
       std::vector<std::uint64_t> fresh;
-      for (const auto& row : conn.query(time_limited(sql))) {
+      for (const auto& row : conn.query(budget.timed(sql))) {
         const auto i = static_cast<std::size_t>(id_of(row[0]));
         auto& c = cursors[i];
         c.started = true;
@@ -309,8 +344,8 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
       }
       std::size_t round_rows = 0;
       for (const auto n : got) round_rows += n;
-      count_rows(round_rows + fresh.size());
-      sum_over_range(conn, bt, g, record_type, from, to, fresh, sums);
+      budget.charge(round_rows);
+      sum_over_range(conn, bt, g, record_type, from, to, cursors.size(), fresh, sums, budget);
       best = best_of(sums, limit);
       // A record id not met yet sums at most the last count read in each open bucket.
       __int128 bound = 0;

@@ -127,9 +127,10 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
                                                          std::uint32_t record_type,
                                                          std::size_t limit);
 
-// What one bucketed top-N may read (rows of the round statements plus record ids summed)
-// before it stops: with counts tied across many record ids over a long range the merge
-// would read on to every row of the range, holding a connection of the flusher's pool.
+// What one bucketed top-N may read (rows of the round statements plus the rows summed
+// for the record ids they met) before it stops: with counts tied across many record ids over a long
+// range the merge would read on to every row of the range, holding a connection of the flusher's
+// pool.
 constexpr std::size_t max_top_rows = 200'000;
 
 // The rows per bucket one round reads: 1.5 x `limit`, at least 20.

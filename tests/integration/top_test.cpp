@@ -294,6 +294,40 @@ TEST_F(ManyAndTop, ABucketedTopNPastItsRowBoundStopsAndLeavesNoSnapshot) {
   }
 }
 
+// The rows a bucketed top-N sums for the record ids its rounds met count against its
+// bound too, and a summing statement takes no more ids than the rows left allow: the
+// read stops within one id's rows of the bound, however many ids a round met.
+TEST_F(ManyAndTop, ABucketedTopNChargesTheRowsItSumsAndStopsNearItsBound) {
+  run_migrate();
+  auto conn = shared_mariadb().connect(database_);
+  // 300 records, each counted once on each of 30 days, all tied: the rounds read all
+  // 9,000 rows, and the sums read each record's 30 again.
+  conn.execute(
+      "INSERT INTO slotted_counters_day_totals (record_type, record_id, bucket, count) "
+      "SELECT 123, r.seq, '2026-01-01' + INTERVAL d.seq DAY, 1 FROM seq_1_to_300 r, "
+      "seq_0_to_29 d");
+  const std::int64_t from = 1767225600;  // 2026-01-01
+  const std::int64_t to = from + 29 * 86400;
+  const auto g = store::granularity::day;
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 15000),
+               db::top_too_costly);
+  EXPECT_EQ(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 18000).size(), 3u);
+  // With 1,000 rows allowed, the first round reads 600 (a page of 20 in each of 30
+  // buckets) and meets 20 ids: summing all of them at once would read 600 more.
+  const auto handler_reads = [&] {
+    std::int64_t n = 0;
+    for (const auto& row : conn.query("SHOW SESSION STATUS LIKE 'Handler_read%'"))
+      n += std::stoll(row.at(1).value_or("0"));
+    return n;
+  };
+  const auto before = handler_reads();
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 1000),
+               db::top_too_costly);
+  // The bound, one id's 30 rows past it at most, and the status reads themselves (1,820
+  // when a statement summed every id met: 600 past the bound).
+  EXPECT_LE(handler_reads() - before, 1100);
+}
+
 // counters[].top off (the default): --migrate makes no totals table, the start does not
 // ask for one, and plain and keyed batches, a reset and the many-counter read all work
 // without it (a totals statement anywhere would fail on the missing table: the flush

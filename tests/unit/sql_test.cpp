@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "db/sql_text.hpp"
 #include "model/keyed_request.hpp"
 
 namespace slotted::db {
@@ -16,6 +17,19 @@ TEST(Sql, UpsertIsOneMultiRowStatementWithBackquotedIdentifiers) {
             "INSERT INTO `slotted_counters` (`record_type`, `record_id`, `slot`, `count`) VALUES "
             "(1,2,3,4),(2147483647,18446744073709551615,65535,-9) "
             "ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)");
+}
+
+// A read cut at what is left of a bound on several statements: milliseconds as decimal
+// seconds, never 0 (no limit at all to MariaDB) and never past the 5 s of one statement.
+TEST(Sql, ATimeLimitedReadIsCutAtTheTimeLeftInMilliseconds) {
+  EXPECT_EQ(sql_text::time_limited("SELECT 1", 2345),
+            "SET STATEMENT max_statement_time = 2.345 FOR SELECT 1");
+  EXPECT_EQ(sql_text::time_limited("SELECT 1", 7),
+            "SET STATEMENT max_statement_time = 0.007 FOR SELECT 1");
+  EXPECT_EQ(sql_text::time_limited("SELECT 1", 0),
+            "SET STATEMENT max_statement_time = 0.001 FOR SELECT 1");
+  EXPECT_EQ(sql_text::time_limited("SELECT 1", 60000),
+            "SET STATEMENT max_statement_time = 5.000 FOR SELECT 1");
 }
 
 TEST(Sql, IdentifiersAreQuoted) {
