@@ -12,6 +12,7 @@
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "http/passed_sockets.hpp"
+#include "model/buckets.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
@@ -332,6 +333,11 @@ void application::replay_wal(const durable::recover_options& options) {
     log::warn("WAL: ", logged_uniques - recovered.uniques.size(),
               " pending unique entries dropped: their counters no longer have dedupe");
   }
+  // An entry of a counter whose window changed across the crash (dedupe: hour <-> day)
+  // takes the window its time falls in now, as a request would: under its logged window
+  // it would not meet its client's entries of the new one, and count twice.
+  for (auto& e : recovered.uniques)
+    e.window = store::bucket_start(dedupe_.window_of(e.record_type), e.at);
   uniques_.add(recovered.uniques);
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());

@@ -109,7 +109,8 @@ class Uniques : public ::testing::Test {
   }
 
   // `wal`: the instance logs to a write-ahead log of its own (synced per request).
-  std::string yaml(const std::string& instance, bool wal = false) {
+  std::string yaml(const std::string& instance, bool wal = false,
+                   const std::string& dedupe = "day") {
     std::string extra;
     if (wal) {
       if (wal_root_.empty()) wal_root_ = make_temp_dir("uniques-wal");
@@ -119,7 +120,9 @@ class Uniques : public ::testing::Test {
         shared_mariadb(), database_,
         "instance_id: " + instance +
             "\ncounters:\n"
-            "  - {name: dl, record_type: 321, buckets: {day: 400d}, top: true, dedupe: day}\n"
+            "  - {name: dl, record_type: 321, buckets: {day: 400d}, top: true, dedupe: " +
+            dedupe +
+            "}\n"
             "  - {name: plain, record_type: 322}\n"
             "flush: {interval: 1h}\n" +
             extra);
@@ -288,6 +291,35 @@ TEST_F(Uniques, TwoInstancesOneKilledAndRestartedCountEachPairOnce) {
 // reads what the first start logged); the same (id, client, day) sent 1 to 4 times
 // to either, client-less items mixed in. What was pending at the kill is written once
 // after the restart, before anything is sent again; then every pair once more and the
+
+// An entry pending in the WAL at a SIGKILL, its counter's window changed before the
+// restart (dedupe: hour, then day): it takes its day window when replayed, so the same
+// client's entry of that day, sent after the restart, is the same pair, counted once.
+TEST_F(Uniques, AnEntryReplayedAfterItsWindowChangedIsInTheNewWindow) {
+  const std::int64_t at = unix_now();
+  if (at % 86400 < 3600 + 60)
+    GTEST_SKIP() << "in the first hour of a UTC day its hour and day windows start together";
+  run_migrate();
+  auto a = std::make_unique<daemon_process>(yaml("u-a", true, "hour"));
+  ASSERT_EQ(a->settle(), 200u);
+  const event e{1, "client-0", 1, at};
+  {
+    http_client ca(a->port());
+    post(ca, std::span(&e, 1));
+  }
+  a->signal(SIGKILL);
+  EXPECT_EQ(a->wait(30s), -SIGKILL);
+  a = std::make_unique<daemon_process>(yaml("u-a", true, "day"));
+  ASSERT_EQ(a->settle(), 200u);
+  EXPECT_NE(a->log().find("WAL replayed 1 pending unique entries"), std::string::npos) << a->log();
+  http_client ca(a->port());
+  post(ca, std::span(&e, 1));
+  ASSERT_TRUE(flush_until_ok(ca));
+  const auto r = ca.get("/v1/counters/dl/1");
+  ASSERT_EQ(r.status, 200u) << r.body;
+  EXPECT_EQ(json_int(r.body, "count"), 1) << r.body;
+  EXPECT_EQ(table_rows(), 1);
+}
 // rest: totals, day series and top-N equal the truth each time.
 TEST_F(Uniques, TwoInstancesOneWithAWalKilledWithEntriesPendingCountEachPairOnce) {
   run_migrate();
