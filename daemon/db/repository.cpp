@@ -214,16 +214,36 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
   for (const auto& m : marks) {
     if (ids.empty() || ids.back() != m.record_id) ids.push_back(m.record_id);  // marks come sorted
   }
-  const std::size_t owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
-  rollup_update_bisecting(conn, counters_table, t, ids, r.refused);
-  if (!r.refused.empty()) {
-    // The refused counters keep their marks: rolled up once their SUM fits again.
-    std::erase_if(marks, [&](const dirty_mark& m) {
-      return std::any_of(r.refused.begin(), r.refused.end(),
-                         [&](const rollup_refusal& f) { return f.record_id == m.record_id; });
-    });
+  // One transaction, the owning rows locked first (in id order) and their SUMs read after
+  // (a fresh read of each statement under READ COMMITTED): a roller of another instance
+  // holding some of them waits, or is waited for, before a SUM is read. With each
+  // statement on its own, an UPDATE that read its SUMs, then waited on an owning row,
+  // could write an older total over the newer one another roller wrote meanwhile (and
+  // whose mark it deleted), to stay until the counter was counted again.
+  std::size_t owners = 0;
+  conn.execute(start_transaction);
+  try {
+    owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
+    rollup_update_bisecting(conn, counters_table, t, ids, r.refused);
+    if (!r.refused.empty()) {
+      // The refused counters keep their marks: rolled up once their SUM fits again.
+      std::erase_if(marks, [&](const dirty_mark& m) {
+        return std::any_of(r.refused.begin(), r.refused.end(),
+                           [&](const rollup_refusal& f) { return f.record_id == m.record_id; });
+      });
+    }
+    if (!marks.empty()) conn.execute(dirty_delete(t.record_type, marks));
+    conn.execute("COMMIT");
+  } catch (const db_error& e) {
+    rollback_after(conn, e);
+    throw;
+  } catch (...) {
+    try {
+      conn.execute("ROLLBACK");
+    } catch (const db_error&) {
+    }
+    throw;
   }
-  if (!marks.empty()) conn.execute(dirty_delete(t.record_type, marks));
   // A refused id has an owning row (the UPDATE met it).
   r.records = owners - std::min(owners, r.refused.size());
   r.missing_owners = ids.size() - std::min(owners, ids.size());

@@ -140,8 +140,9 @@ std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_
 // marks read (a mark flushed again meanwhile stays for the next run). When the UPDATE is
 // refused for its data (a SUM out of the owning column's range), the ids are bisected
 // until the ones at fault stand alone: those are skipped and returned in `refused`, with
-// their marks kept; all others are set and unmarked. Each statement
-// commits on its own, so no lock outlives it. A run ends at the first chunk with fewer
+// their marks kept; all others are set and unmarked. One transaction: the owning rows
+// locked first, in id order, then the UPDATE (its SUMs read once those are held), then
+// the marks deleted. A run ends at the first chunk with fewer
 // than `batch_size` marks; it reads each mark at most once and none above the bound.
 rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_table,
                                  const rollup_target& target, std::size_t batch_size,
@@ -182,10 +183,11 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // store::flush_batch), so by (4) no bucket row of a slot is written by a transaction that does not
 // hold the slot row: a reset that holds the slot rows it read deletes the bucket rows of those
 // slots exactly, and a slot another instance inserts meanwhile keeps its buckets with its total.
-// Statements that commit on their own wait in no cycle, as each holds one kind of row
-// at a time: rollup_chunk (owning rows, with the slot rows a consistent read; then dirty
-// marks), prune_buckets (one bucket's rows, in key order; with top, then their bucket
-// totals, 4 then 5 in one transaction), prune_ledger,
+// rollup_chunk locks owning rows (a locking read in id order; the slot rows a
+// consistent read after it), then dirty marks, in one transaction: no writer above locks
+// owning rows, and an adoption reads them unlocked. Statements that commit on their own
+// wait in no cycle, as each holds one kind of row at a time: prune_buckets (one bucket's rows, in
+// key order; with top, then their bucket totals, 4 then 5 in one transaction), prune_ledger,
 // idempotency::prune_keys and db::prune_uniques (one record type's passed windows of
 // `<table>_uniques`, a range of its key; the types read unlocked).
 // Tested in tests/integration/lock_order_test.cpp.

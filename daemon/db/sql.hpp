@@ -223,7 +223,7 @@ std::string rollup_update(std::string_view counters_table, std::uint32_t record_
                           std::string_view owner_table, std::string_view id_column,
                           std::string_view count_column, std::span<const std::uint64_t> ids);
 
-// The ids among `ids` that have an owning row.
+// The ids among `ids` that have an owning row, locked (FOR UPDATE) in id order.
 std::string owner_ids_select(std::string_view owner_table, std::string_view id_column,
                              std::span<const std::uint64_t> ids);
 

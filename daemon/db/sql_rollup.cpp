@@ -106,7 +106,7 @@ std::string owner_ids_select(std::string_view owner_table, std::string_view id_c
                     quote_identifier(owner_table) + " WHERE " + quote_identifier(id_column) +
                     " IN (";
   append_id_list(sql, ids);
-  sql.push_back(')');
+  sql += ") ORDER BY " + quote_identifier(id_column) + " FOR UPDATE";
   return sql;
 }
 

@@ -271,5 +271,56 @@ TEST_F(LockOrder, AResetDeletesOnlyTheBucketsOfTheSlotRowsItRead) {
       << "the other instance's slot keeps its buckets with its total";
 }
 
+// Two instances' rollers of one counter (G4 with several daemons): roller A's chunk
+// (counters 1, 2 and 42) waits on owning row 2, which the test holds; meanwhile counter 42
+// is flushed again and roller B, whose chunk holds 42 only, sets it to its new total and
+// deletes its mark. Then A goes on and writes the newest total: in one transaction A
+// locks the owning rows in id order before it reads any SUM. Before (each statement on
+// its own, the UPDATE reading its SUMs as it reached its first owning row), this test
+// failed: B waited behind A, A's rollup ended in a lock wait timeout (1205) and rows 1
+// and 2 kept 0; and an UPDATE that read its SUMs before it waited could write an older
+// total over the one another roller wrote meanwhile, its mark deleted.
+TEST_F(LockOrder, TwoRollersOfOneCounterLeaveItsNewestTotal) {
+  auto conn = connect();
+  conn.execute(
+      "CREATE TABLE owners (id BIGINT UNSIGNED PRIMARY KEY, total BIGINT NOT NULL DEFAULT 0)");
+  conn.execute("INSERT INTO owners (id) VALUES (1), (2), (42)");
+  const db::rollup_target target{type, "owners", "id", "total", "downloads"};
+  const std::vector<db::counter_row> first{{type, 1, 0, 5}, {type, 2, 0, 7}, {type, id, 0, 10}};
+  ASSERT_EQ(db::commit_batch(conn, table, {"a", 1, 1}, first, first), db::commit_outcome::applied);
+  const auto total_of = [&](std::uint64_t owner) {
+    return shared_mariadb().query_int(
+        database_, "SELECT total FROM owners WHERE id = " + std::to_string(owner));
+  };
+  const auto roll_up = [&](db::connection& c) {
+    auto cursor = db::rollup_start(c, type);
+    ASSERT_TRUE(cursor.has_value());
+    db::rollup_chunk(c, table, target, 100, *cursor);
+  };
+
+  auto holder = connect();
+  holder.execute("START TRANSACTION");
+  ASSERT_EQ(holder.query("SELECT id FROM owners WHERE id = 2 FOR UPDATE").size(), 1u);
+  auto conn_a = connect();
+  const auto a_thread = thread_id(conn_a);
+  background a([&] { roll_up(conn_a); });
+  ASSERT_TRUE(waits_on(a_thread, "owners")) << transactions();
+
+  const std::vector<db::counter_row> again{{type, id, 0, 1}};
+  ASSERT_EQ(db::commit_batch(conn, table, {"a", 1, 2}, again, again), db::commit_outcome::applied);
+  conn.execute("DELETE FROM slotted_counterd_dirty WHERE record_id IN (1, 2)");
+  auto conn_b = connect();
+  roll_up(conn_b);
+  EXPECT_EQ(total_of(id), 11);
+
+  holder.execute("ROLLBACK");
+  EXPECT_EQ(a.join(), "");
+  EXPECT_EQ(total_of(id), 11) << "the newest total, SUM(count) of counter 42";
+  EXPECT_EQ(total_of(1), 5);
+  EXPECT_EQ(total_of(2), 7);
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_dirty"),
+            0);
+}
+
 }  // namespace
 }  // namespace slotted::test
