@@ -16,10 +16,13 @@ std::string literal(std::string_view identifier) {
   return s;
 }
 
+// The table compared as MariaDB compares table names on Linux (case-sensitively, the
+// column's ascii_bin), the column as it compares column names: ignoring case, so that the
+// adopted column spelled otherwise in the config is still the adopted one.
 std::string key_condition(const db::rollup_target& t) {
   return " WHERE `record_type` = " + std::to_string(t.record_type) +
-         " AND `owner_table` = " + literal(t.table) +
-         " AND `count_column` = " + literal(t.count_column);
+         " AND `owner_table` = " + literal(t.table) + " AND LOWER(`count_column`) = LOWER(" +
+         literal(t.count_column) + ")";
 }
 
 std::string id_of(const db::rollup_target& t) {

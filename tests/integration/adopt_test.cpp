@@ -292,6 +292,28 @@ TEST(Adopt, ASecondAdoptExitsZeroAndChangesNothing) {
   EXPECT_EQ(adoption_state(server, database), state);
 }
 
+// MariaDB column names ignore case: the same column spelled otherwise in the config after
+// the adoption is the adopted column, not one to adopt again (which would take the
+// column's values, history and the daemon's rolled-up counts, a second time).
+TEST(Adopt, TheAdoptedColumnSpelledInAnotherCaseIsStillAdopted) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  create_many_owners(server, database, 300);
+  const auto first =
+      adopt(daemon_yaml(server, database, counters_yaml), {"--adopt", "repo_downloads"});
+  ASSERT_EQ(first.exit_code(), 0) << first.output;
+  const auto slots = slots_fingerprint(server, database);
+  std::string respelled = counters_yaml;
+  respelled.replace(respelled.find("count_column: download_count"), 28,
+                    "count_column: Download_Count");
+  const auto second =
+      adopt(daemon_yaml(server, database, respelled), {"--adopt", "repo_downloads"});
+  EXPECT_EQ(second.exit_code(), 0) << second.output;
+  EXPECT_NE(second.output.find("already adopted"), std::string::npos) << second.output;
+  EXPECT_EQ(slots_fingerprint(server, database), slots);
+  expect_exact(server, database);
+}
+
 TEST(Adopt, NoHistoryRecordsTheAdoptionAndTakesNothing) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);

@@ -29,12 +29,12 @@ TEST(AdoptSql, TheAdoptionRowIsLockedAndAdvancedByItsKey) {
   EXPECT_EQ(state_select(target, true),
             "SELECT `state`, `mode`, `last_id`, `rows_taken`, `total_taken` FROM "
             "`slotted_counterd_adoptions` WHERE `record_type` = 123 AND `owner_table` = "
-            "'repositories' AND `count_column` = 'download_count' FOR UPDATE");
+            "'repositories' AND LOWER(`count_column`) = LOWER('download_count') FOR UPDATE");
   EXPECT_EQ(state_select(target, false).find("FOR UPDATE"), std::string::npos);
   EXPECT_EQ(state_advance(target, 90, 12, "3456", false),
             "UPDATE `slotted_counterd_adoptions` SET `last_id` = 90, `rows_taken` = `rows_taken` "
             "+ 12, `total_taken` = `total_taken` + 3456 WHERE `record_type` = 123 AND "
-            "`owner_table` = 'repositories' AND `count_column` = 'download_count'");
+            "`owner_table` = 'repositories' AND LOWER(`count_column`) = LOWER('download_count')");
   EXPECT_NE(state_advance(target, std::nullopt, 0, "0", true)
                 .find("SET `rows_taken` = `rows_taken` + 0, `total_taken` = `total_taken` + 0, "
                       "`state` = 'done', `finished` = UTC_TIMESTAMP()"),
