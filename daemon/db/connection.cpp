@@ -214,4 +214,19 @@ void rollback_after(connection& conn, const db_error& e) noexcept {
   }
 }
 
+void rolled_back_on_throw(connection& conn, const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const db_error& e) {
+    rollback_after(conn, e);
+    throw;
+  } catch (...) {
+    try {
+      conn.execute("ROLLBACK");
+    } catch (const db_error&) {
+    }
+    throw;
+  }
+}
+
 }  // namespace slotted::db

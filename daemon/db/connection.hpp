@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -104,5 +105,11 @@ class connection {
 // gone (the server rolled back itself); a failing ROLLBACK is ignored, `e` being the
 // error worth reporting. The caller rethrows.
 void rollback_after(connection& conn, const db_error& e) noexcept;
+
+// Runs `work` (which starts a transaction on `conn` and commits it); whatever it throws,
+// the connection is left with no transaction open (rollback_after for a db_error, a
+// ROLLBACK for anything else: a bad_alloc, a bound reached, a malformed row), and it is
+// rethrown.
+void rolled_back_on_throw(connection& conn, const std::function<void()>& work);
 
 }  // namespace slotted::db

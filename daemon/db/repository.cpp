@@ -221,8 +221,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
   // could write an older total over the newer one another roller wrote meanwhile (and
   // whose mark it deleted), to stay until the counter was counted again.
   std::size_t owners = 0;
-  conn.execute(start_transaction);
-  try {
+  rolled_back_on_throw(conn, [&] {
+    conn.execute(start_transaction);
     owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
     rollup_update_bisecting(conn, counters_table, t, ids, r.refused);
     if (!r.refused.empty()) {
@@ -233,17 +233,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
       });
     }
     if (!marks.empty()) conn.execute(dirty_delete(t.record_type, marks));
-    conn.execute("COMMIT");
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  } catch (...) {
-    try {
-      conn.execute("ROLLBACK");
-    } catch (const db_error&) {
-    }
-    throw;
-  }
+    conn.execute(commit);
+  });
   // A refused id has an owning row (the UPDATE met it).
   r.records = owners - std::min(owners, r.refused.size());
   r.missing_owners = ids.size() - std::min(owners, ids.size());

@@ -285,22 +285,13 @@ void sum_over_range(connection& conn, const std::string& bt, store::granularity 
 }  // namespace
 
 void in_read_snapshot(connection& conn, const std::function<void()>& read) {
-  try {
+  // top_too_costly, bad_alloc, a malformed row: no snapshot is left open.
+  rolled_back_on_throw(conn, [&] {
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");
     read();
     conn.execute("COMMIT");
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  } catch (...) {
-    // top_too_costly, bad_alloc, a malformed row: no snapshot is left open.
-    try {
-      conn.execute("ROLLBACK");
-    } catch (const db_error&) {
-    }
-    throw;
-  }
+  });
 }
 
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(

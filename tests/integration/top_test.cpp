@@ -263,6 +263,17 @@ TEST_F(ManyAndTop, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
   EXPECT_EQ(items_of(top.body), (ranking{{4, 7}}));
 }
 
+// 300 records of type 123, each counted once on each of the 30 days from 2026-01-01
+// (from_day to to_day): 9,000 day-totals rows.
+constexpr std::int64_t from_day = 1767225600;  // 2026-01-01
+constexpr std::int64_t to_day = from_day + 29 * 86400;
+void insert_tied_days(db::connection& conn) {
+  conn.execute(
+      "INSERT INTO slotted_counters_day_totals (record_type, record_id, bucket, count) "
+      "SELECT 123, r.seq, '2026-01-01' + INTERVAL d.seq DAY, 1 FROM seq_1_to_300 r, "
+      "seq_0_to_29 d");
+}
+
 // A bucketed top-N whose merge would read past its row bound (here every count tied:
 // the merge reads on to every row of the range) stops with top_too_costly and leaves
 // its connection with no snapshot open, to go back to the pool; a range whose first
@@ -271,22 +282,17 @@ TEST_F(ManyAndTop, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
 TEST_F(ManyAndTop, ABucketedTopNPastItsRowBoundStopsAndLeavesNoSnapshot) {
   run_migrate();
   auto conn = shared_mariadb().connect(database_);
-  // 300 records, each counted once on each of 30 days: 9,000 rows, all tied.
-  conn.execute(
-      "INSERT INTO slotted_counters_day_totals (record_type, record_id, bucket, count) "
-      "SELECT 123, r.seq, '2026-01-01' + INTERVAL d.seq DAY, 1 FROM seq_1_to_300 r, "
-      "seq_0_to_29 d");
-  const std::int64_t from = 1767225600;  // 2026-01-01
-  const std::int64_t to = from + 29 * 86400;
+  insert_tied_days(conn);  // 9,000 rows, all tied
   const auto g = store::granularity::day;
-  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 10, 2000),
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 10, 2000),
                db::top_too_costly);
   EXPECT_EQ(conn.query("SELECT @@in_transaction").at(0).at(0).value_or("?"), "0");
   // Limit 100 reads a first round of 30 x 150 rows: refused before it.
-  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 100, 4000),
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 100, 4000),
                db::top_too_costly);
   EXPECT_EQ(conn.query("SELECT @@in_transaction").at(0).at(0).value_or("?"), "0");
-  const auto top = db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 20000);
+  const auto top =
+      db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 20000);
   ASSERT_EQ(top.size(), 3u);
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(top[i].first, i + 1);
@@ -300,18 +306,14 @@ TEST_F(ManyAndTop, ABucketedTopNPastItsRowBoundStopsAndLeavesNoSnapshot) {
 TEST_F(ManyAndTop, ABucketedTopNChargesTheRowsItSumsAndStopsNearItsBound) {
   run_migrate();
   auto conn = shared_mariadb().connect(database_);
-  // 300 records, each counted once on each of 30 days, all tied: the rounds read all
-  // 9,000 rows, and the sums read each record's 30 again.
-  conn.execute(
-      "INSERT INTO slotted_counters_day_totals (record_type, record_id, bucket, count) "
-      "SELECT 123, r.seq, '2026-01-01' + INTERVAL d.seq DAY, 1 FROM seq_1_to_300 r, "
-      "seq_0_to_29 d");
-  const std::int64_t from = 1767225600;  // 2026-01-01
-  const std::int64_t to = from + 29 * 86400;
+  // All tied: the rounds read all 9,000 rows, and the sums read each record's 30 again.
+  insert_tied_days(conn);
   const auto g = store::granularity::day;
-  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 15000),
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 15000),
                db::top_too_costly);
-  EXPECT_EQ(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 18000).size(), 3u);
+  EXPECT_EQ(
+      db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 18000).size(),
+      3u);
   // With 1,000 rows allowed, the first round reads 600 (a page of 20 in each of 30
   // buckets) and meets 20 ids: summing all of them at once would read 600 more.
   const auto handler_reads = [&] {
@@ -321,7 +323,7 @@ TEST_F(ManyAndTop, ABucketedTopNChargesTheRowsItSumsAndStopsNearItsBound) {
     return n;
   };
   const auto before = handler_reads();
-  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from, to, 3, 1000),
+  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 1000),
                db::top_too_costly);
   // The bound, one id's 30 rows past it at most, and the status reads themselves (1,820
   // when a statement summed every id met: 600 past the bound).
