@@ -35,6 +35,19 @@ struct state_row {
 std::optional<state_row> read_state(db::connection& conn, const db::rollup_target& t, bool lock) {
   const auto rows = conn.query(state_select(t, lock));
   if (rows.empty()) return std::nullopt;
+  if (rows.size() > 1) {
+    // Rows that differ only in the count column's case: an earlier build keyed them as
+    // spelled, and the column was adopted twice. Which one holds is not known.
+    throw db::db_error(0,
+                       "table `" + std::string(db::adoptions_table) + "` has " +
+                           std::to_string(rows.size()) + " rows for record_type " +
+                           std::to_string(t.record_type) + ", `" + t.table + "`.`" +
+                           t.count_column +
+                           "` that differ only in the column's case (adopted more than once); "
+                           "keep the right one, delete the others, and check the counter's "
+                           "history",
+                       true);
+  }
   const auto& r = rows[0];
   state_row s;
   s.state = r[0].value_or("");

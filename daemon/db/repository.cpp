@@ -173,8 +173,9 @@ std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_
 
 namespace {
 // Sets the owning rows of `ids`; when the statement is refused for its data, bisects the
-// ids until each one at fault stands alone, and adds those to `refused`. Each UPDATE
-// commits (or fails) whole on its own, so what is set stays set.
+// ids until each one at fault stands alone, and adds those to `refused`. It runs inside
+// rollup_chunk's transaction: a statement refused for its data is rolled back alone
+// (InnoDB rolls back the statement, not the transaction), so what the others set stays.
 void rollup_update_bisecting(connection& conn, const std::string& counters_table,
                              const rollup_target& t, std::span<const std::uint64_t> ids,
                              std::vector<rollup_refusal>& refused) {

@@ -214,21 +214,29 @@ std::vector<std::pair<std::uint64_t, __int128>> best_of(
   return best;
 }
 
-// What one bucketed top-N may still read: rows (max_rows, every row a statement read
-// charged) and time (max_top_time, checked before every statement, and the statement
-// cut at what is left).
+// What one bucketed top-N may still read: the rows of its rounds (max_rows), the rows it
+// sums for the record ids they met (max_sum_rows: primary-key reads, cheaper), and time
+// (max_top_time, checked before every statement, and the statement cut at what is left).
 class read_budget {
  public:
-  read_budget(std::size_t max_rows, std::function<top_too_costly()> too_costly)
+  read_budget(std::size_t max_rows, std::size_t max_sum_rows)
       : max_rows_(max_rows),
-        too_costly_(std::move(too_costly)),
+        max_sum_rows_(max_sum_rows),
         deadline_(std::chrono::steady_clock::now() + max_top_time) {}
 
-  void charge(std::size_t rows) {
-    rows_ += rows;
-    if (rows_ > max_rows_) throw too_costly_();
+  void charge_round(std::size_t rows) {
+    round_rows_ += rows;
+    if (round_rows_ > max_rows_)
+      throw too_costly(max_rows_, " rows (a long range, or counts tied across many records)");
   }
-  std::size_t rows_left() const { return max_rows_ - std::min(max_rows_, rows_); }
+  void charge_sums(std::size_t rows) {
+    sum_rows_ += rows;
+    if (sum_rows_ > max_sum_rows_)
+      throw too_costly(max_sum_rows_,
+                       " rows to sum the records its rounds met (a long range over many "
+                       "records, the largest ones changing from bucket to bucket)");
+  }
+  std::size_t sum_rows_left() const { return max_sum_rows_ - std::min(max_sum_rows_, sum_rows_); }
   // `select` cut at the time left; past the deadline a db_error of
   // statement_timeout_code (answered as read_timed_out), before the statement runs.
   std::string timed(std::string_view select) const {
@@ -243,11 +251,17 @@ class read_budget {
     }
     return time_limited(select, left);
   }
+  static top_too_costly too_costly(std::size_t bound, std::string_view what) {
+    std::string why = "this top-N would read more than " + std::to_string(bound);
+    why.append(what).append(": ask for a shorter range, a coarser granularity or a smaller limit");
+    return top_too_costly(why);
+  }
 
  private:
   std::size_t max_rows_;
-  std::size_t rows_ = 0;
-  std::function<top_too_costly()> too_costly_;
+  std::size_t max_sum_rows_;
+  std::size_t round_rows_ = 0;
+  std::size_t sum_rows_ = 0;
   std::chrono::steady_clock::time_point deadline_;
 };
 
@@ -261,8 +275,8 @@ void sum_over_range(connection& conn, const std::string& bt, store::granularity 
                     std::size_t buckets, const std::vector<std::uint64_t>& fresh,
                     std::unordered_map<std::uint64_t, __int128>& sums, read_budget& budget) {
   for (std::size_t at = 0; at < fresh.size();) {
-    const std::size_t n =
-        std::clamp<std::size_t>(budget.rows_left() / std::max<std::size_t>(buckets, 1), 1, 1000);
+    const std::size_t n = std::clamp<std::size_t>(
+        budget.sum_rows_left() / std::max<std::size_t>(buckets, 1), 1, 1000);
     std::string ids;
     for (std::size_t k = at; k < std::min(fresh.size(), at + n); ++k) {
       if (!ids.empty()) ids += ',';
@@ -278,7 +292,7 @@ void sum_over_range(connection& conn, const std::string& bt, store::granularity 
       sums[id_of(row[0])] = decimal_of(row[1]);
       rows += static_cast<std::size_t>(id_of(row[2]));
     }
-    budget.charge(rows);
+    budget.charge_sums(rows);
   }
 }
 
@@ -296,7 +310,8 @@ void in_read_snapshot(connection& conn, const std::function<void()>& read) {
 
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
-    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows) {
+    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows,
+    std::size_t max_sum_rows) {
   const std::int64_t step = store::seconds_of(g);
   std::vector<bucket_cursor> cursors;
   for (std::int64_t b = from; b <= to; b += step) cursors.push_back({b});
@@ -305,16 +320,12 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
   std::unordered_map<std::uint64_t, __int128> sums;  // every record id met, its range sum
   std::vector<std::pair<std::uint64_t, __int128>> best;
   in_read_snapshot(conn, [&] {
-    const auto too_costly = [&] {
-      return top_too_costly("this top-N would read more than " + std::to_string(max_rows) +
-                            " rows (a long range, or counts tied across many records): ask "
-                            "for a shorter range, a coarser granularity or a smaller limit");
-    };
     // One round reads up to a page of every bucket: refused before any statement when
     // that alone could pass the bound (e.g. limit 1000 over 400 hours; the router
     // refuses such a request as a 400 before it comes here, see top_first_round_rows).
-    if (top_first_round_rows(cursors.size(), limit) > max_rows) throw too_costly();
-    read_budget budget(max_rows, too_costly);
+    if (top_first_round_rows(cursors.size(), limit) > max_rows)
+      throw read_budget::too_costly(max_rows, " rows in its first round");
+    read_budget budget(max_rows, max_sum_rows);
     while (true) {
       std::vector<std::size_t> asked;
       const std::string sql = round_select(bt, g, record_type, cursors, page, asked);
@@ -335,7 +346,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
       }
       std::size_t round_rows = 0;
       for (const auto n : got) round_rows += n;
-      budget.charge(round_rows);
+      budget.charge_round(round_rows);
       sum_over_range(conn, bt, g, record_type, from, to, cursors.size(), fresh, sums, budget);
       best = best_of(sums, limit);
       // A record id not met yet sums at most the last count read in each open bucket.

@@ -127,11 +127,14 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
                                                          std::uint32_t record_type,
                                                          std::size_t limit);
 
-// What one bucketed top-N may read (rows of the round statements plus the rows summed
-// for the record ids they met) before it stops: with counts tied across many record ids over a long
-// range the merge would read on to every row of the range, holding a connection of the flusher's
-// pool.
+// What one bucketed top-N may read in its rounds (the rows of its round statements)
+// before it stops: with counts tied across many record ids over a long range the merge
+// would read on to every row of the range, holding a connection of the flusher's pool.
 constexpr std::size_t max_top_rows = 200'000;
+// What it may read to sum the record ids its rounds met over the range (primary-key
+// reads, each id at most one row per bucket): many ids whose counts change from bucket
+// to bucket, over a long range, would sum far more rows than the rounds read.
+constexpr std::size_t max_top_sum_rows = 2'000'000;
 
 // The rows per bucket one round reads: 1.5 x `limit`, at least 20.
 constexpr std::size_t top_page(std::size_t limit) {
@@ -161,9 +164,10 @@ struct top_too_costly : std::runtime_error {
 // an exact threshold-algorithm merge of the buckets' count-ordered indexes, in one
 // consistent snapshot (see top.cpp for its cost). Each statement is cut by the server
 // after 5 s (max_statement_time), the whole after max_top_time. Throws db_error, or
-// top_too_costly past `max_rows`.
+// top_too_costly past `max_rows` or `max_sum_rows`.
 std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     connection& conn, const std::string& table, store::granularity g, std::uint32_t record_type,
-    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows = max_top_rows);
+    std::int64_t from, std::int64_t to, std::size_t limit, std::size_t max_rows = max_top_rows,
+    std::size_t max_sum_rows = max_top_sum_rows);
 
 }  // namespace slotted::db

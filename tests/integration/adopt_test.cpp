@@ -314,6 +314,26 @@ TEST(Adopt, TheAdoptedColumnSpelledInAnotherCaseIsStillAdopted) {
   expect_exact(server, database);
 }
 
+// A column adopted twice by an earlier build (two adoption rows that differ only in the
+// column's case): which one holds is not known, so --adopt refuses, naming the rows.
+TEST(Adopt, TwoAdoptionRowsOfOneColumnInTwoCasesAreRefused) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  create_many_owners(server, database, 30);
+  const auto yaml = daemon_yaml(server, database, counters_yaml);
+  ASSERT_EQ(adopt(yaml, {"--adopt", "repo_downloads"}).exit_code(), 0);
+  server.connect(database).execute(
+      "INSERT INTO slotted_counterd_adoptions (record_type, owner_table, count_column, "
+      "id_column, state, mode, started) SELECT record_type, owner_table, 'Download_Count', "
+      "id_column, state, mode, started FROM slotted_counterd_adoptions");
+  const auto slots = slots_fingerprint(server, database);
+  const auto again = adopt(yaml, {"--adopt", "repo_downloads"});
+  EXPECT_EQ(again.exit_code(), 2) << again.output;
+  EXPECT_NE(again.output.find("differ only in the column's case"), std::string::npos)
+      << again.output;
+  EXPECT_EQ(slots_fingerprint(server, database), slots);
+}
+
 TEST(Adopt, NoHistoryRecordsTheAdoptionAndTakesNothing) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);

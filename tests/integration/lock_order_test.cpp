@@ -167,6 +167,17 @@ class LockOrder : public ::testing::Test {
     return out.rows;
   }
 
+  // An owning table `owners` (id, total 0) with a row for each of `rows`, whose counters
+  // are counted and marked for the rollup (rollup_target below) by one committed batch.
+  static void counted_with_owners(db::connection& conn, const std::vector<db::counter_row>& rows) {
+    conn.execute(
+        "CREATE TABLE owners (id BIGINT UNSIGNED PRIMARY KEY, total BIGINT NOT NULL DEFAULT 0)");
+    for (const auto& r : rows)
+      conn.execute("INSERT INTO owners (id) VALUES (" + std::to_string(r.record_id) + ")");
+    ASSERT_EQ(db::commit_batch(conn, table, {"a", 1, 1}, rows, rows), db::commit_outcome::applied);
+  }
+  const db::rollup_target target{type, "owners", "id", "total", "downloads"};
+
   std::string database_;
   store::bucket_spec spec_;
 };
@@ -282,12 +293,7 @@ TEST_F(LockOrder, AResetDeletesOnlyTheBucketsOfTheSlotRowsItRead) {
 // total over the one another roller wrote meanwhile, its mark deleted.
 TEST_F(LockOrder, TwoRollersOfOneCounterLeaveItsNewestTotal) {
   auto conn = connect();
-  conn.execute(
-      "CREATE TABLE owners (id BIGINT UNSIGNED PRIMARY KEY, total BIGINT NOT NULL DEFAULT 0)");
-  conn.execute("INSERT INTO owners (id) VALUES (1), (2), (42)");
-  const db::rollup_target target{type, "owners", "id", "total", "downloads"};
-  const std::vector<db::counter_row> first{{type, 1, 0, 5}, {type, 2, 0, 7}, {type, id, 0, 10}};
-  ASSERT_EQ(db::commit_batch(conn, table, {"a", 1, 1}, first, first), db::commit_outcome::applied);
+  counted_with_owners(conn, {{type, 1, 0, 5}, {type, 2, 0, 7}, {type, id, 0, 10}});
   const auto total_of = [&](std::uint64_t owner) {
     return shared_mariadb().query_int(
         database_, "SELECT total FROM owners WHERE id = " + std::to_string(owner));
@@ -318,6 +324,40 @@ TEST_F(LockOrder, TwoRollersOfOneCounterLeaveItsNewestTotal) {
   EXPECT_EQ(total_of(id), 11) << "the newest total, SUM(count) of counter 42";
   EXPECT_EQ(total_of(1), 5);
   EXPECT_EQ(total_of(2), 7);
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_dirty"),
+            0);
+}
+
+// A rollup chunk holds its owning rows from before its SUMs are read until its marks are
+// deleted and it commits: here its DELETE waits on a mark row the test holds, and
+// meanwhile owning row 1 cannot be locked by anyone else and still reads as before (the
+// UPDATE not committed). Statements committing on their own would have released the
+// owning rows, and shown the new total, before the DELETE.
+TEST_F(LockOrder, ARollupChunkHoldsItsOwningRowsUntilItsMarksAreDeleted) {
+  auto conn = connect();
+  counted_with_owners(conn, {{type, 1, 0, 5}, {type, id, 0, 10}});
+  auto holder = connect();
+  holder.execute("START TRANSACTION");
+  ASSERT_EQ(holder
+                .query("SELECT record_id FROM slotted_counterd_dirty WHERE record_id = 42 "
+                       "FOR UPDATE")
+                .size(),
+            1u);
+  auto conn_a = connect();
+  const auto a_thread = thread_id(conn_a);
+  background a([&] {
+    auto cursor = db::rollup_start(conn_a, type);
+    ASSERT_TRUE(cursor.has_value());
+    db::rollup_chunk(conn_a, table, target, 100, *cursor);
+  });
+  ASSERT_TRUE(waits_on(a_thread, "slotted_counterd_dirty")) << transactions();
+  auto probe = connect();
+  EXPECT_THROW(probe.query("SELECT id FROM owners WHERE id = 1 FOR UPDATE NOWAIT"), db::db_error);
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT total FROM owners WHERE id = 1"), 0);
+  holder.execute("ROLLBACK");
+  EXPECT_EQ(a.join(), "");
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT total FROM owners WHERE id = 1"), 5);
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT total FROM owners WHERE id = 42"), 10);
   EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_dirty"),
             0);
 }

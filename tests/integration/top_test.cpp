@@ -300,22 +300,23 @@ TEST_F(ManyAndTop, ABucketedTopNPastItsRowBoundStopsAndLeavesNoSnapshot) {
   }
 }
 
-// The rows a bucketed top-N sums for the record ids its rounds met count against its
-// bound too, and a summing statement takes no more ids than the rows left allow: the
-// read stops within one id's rows of the bound, however many ids a round met.
-TEST_F(ManyAndTop, ABucketedTopNChargesTheRowsItSumsAndStopsNearItsBound) {
+// The rows a bucketed top-N sums for the record ids its rounds met have a bound of their
+// own (max_top_sum_rows), and a summing statement takes no more ids than the rows left
+// allow: the read stops within one id's rows of that bound, however many ids a round met.
+TEST_F(ManyAndTop, ABucketedTopNBoundsTheRowsItSumsAndStopsNearThatBound) {
   run_migrate();
   auto conn = shared_mariadb().connect(database_);
   // All tied: the rounds read all 9,000 rows, and the sums read each record's 30 again.
   insert_tied_days(conn);
   const auto g = store::granularity::day;
-  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 15000),
-               db::top_too_costly);
-  EXPECT_EQ(
-      db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 18000).size(),
-      3u);
-  // With 1,000 rows allowed, the first round reads 600 (a page of 20 in each of 30
-  // buckets) and meets 20 ids: summing all of them at once would read 600 more.
+  const auto top = [&](std::size_t max_sum_rows) {
+    return db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 20000,
+                                max_sum_rows);
+  };
+  EXPECT_THROW(top(8000), db::top_too_costly);
+  EXPECT_EQ(top(9000).size(), 3u);
+  // With 400 rows to sum, the first round reads 600 (a page of 20 in each of 30 buckets)
+  // and meets 20 ids: summing them all at once would read 600 rows, not 420.
   const auto handler_reads = [&] {
     std::int64_t n = 0;
     for (const auto& row : conn.query("SHOW SESSION STATUS LIKE 'Handler_read%'"))
@@ -323,10 +324,9 @@ TEST_F(ManyAndTop, ABucketedTopNChargesTheRowsItSumsAndStopsNearItsBound) {
     return n;
   };
   const auto before = handler_reads();
-  EXPECT_THROW(db::read_top_buckets(conn, "slotted_counters", g, 123, from_day, to_day, 3, 1000),
-               db::top_too_costly);
-  // The bound, one id's 30 rows past it at most, and the status reads themselves (1,820
-  // when a statement summed every id met: 600 past the bound).
+  EXPECT_THROW(top(400), db::top_too_costly);
+  // The round's 600, the bound, one id's 30 rows past it at most, and the status reads
+  // themselves (about 1,214 when a statement summed every id met).
   EXPECT_LE(handler_reads() - before, 1100);
 }
 
