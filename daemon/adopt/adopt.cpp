@@ -302,7 +302,10 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
     const auto bad = conn.query(first_bad_row_select(t, limits, rest));
     if (!bad.empty()) throw bad_input(bad_row_message(t, limits, bad[0]));
   }
-  conn.execute(state_insert(t, "running", "history"));
+  // Only when there is none: a run cut short left its row, perhaps with the column spelled
+  // in another case (the key compares it ignoring case), which an INSERT IGNORE would
+  // not see as the same row.
+  if (!before) conn.execute(state_insert(t, "running", "history"));
   if (before && before->last_id)
     err << "adopt " << t.counter << ": resuming after owning id " << *before->last_id << "\n";
 

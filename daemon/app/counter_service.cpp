@@ -86,8 +86,8 @@ void read_on(net::thread_pool& workers, Read read, http::backend::done_fn done) 
       // max_statement_time (1969): the database is there, this read was too slow.
       r = e.code() == db::statement_timeout_code
               ? unavailable(errc::read_timed_out,
-                            std::string("the read took too long and was stopped by the "
-                                        "database after its time limit; retry later (") +
+                            std::string("the read took too long and was stopped at its "
+                                        "time limit (") +
                                 e.what() + ")")
               : unavailable(errc::database_unavailable,
                             std::string("database not reachable: ") + e.what());

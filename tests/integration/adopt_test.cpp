@@ -314,6 +314,25 @@ TEST(Adopt, TheAdoptedColumnSpelledInAnotherCaseIsStillAdopted) {
   expect_exact(server, database);
 }
 
+// A run cut short before its first batch, its row spelling the column otherwise than the
+// config does now: the rerun resumes that row (one row, all history once), where an
+// INSERT IGNORE of the config's spelling added a second one.
+TEST(Adopt, ARunCutShortResumesWhateverTheColumnsCase) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  create_many_owners(server, database, 300);
+  server.connect(database).execute(
+      "INSERT INTO slotted_counterd_adoptions (record_type, owner_table, count_column, "
+      "id_column, state, mode, started) VALUES (123, 'repositories', 'Download_Count', 'id', "
+      "'running', 'history', UTC_TIMESTAMP())");
+  const auto rerun =
+      adopt(daemon_yaml(server, database, counters_yaml), {"--adopt", "repo_downloads"});
+  ASSERT_EQ(rerun.exit_code(), 0) << rerun.output;
+  expect_exact(server, database);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_adoptions"), 1);
+  EXPECT_EQ(adoption_state(server, database).substr(0, 5), "done ");
+}
+
 // A column adopted twice by an earlier build (two adoption rows that differ only in the
 // column's case): which one holds is not known, so --adopt refuses, naming the rows.
 TEST(Adopt, TwoAdoptionRowsOfOneColumnInTwoCasesAreRefused) {

@@ -293,7 +293,8 @@ TEST_F(LockOrder, AResetDeletesOnlyTheBucketsOfTheSlotRowsItRead) {
 // total over the one another roller wrote meanwhile, its mark deleted.
 TEST_F(LockOrder, TwoRollersOfOneCounterLeaveItsNewestTotal) {
   auto conn = connect();
-  counted_with_owners(conn, {{type, 1, 0, 5}, {type, 2, 0, 7}, {type, id, 0, 10}});
+  ASSERT_NO_FATAL_FAILURE(
+      counted_with_owners(conn, {{type, 1, 0, 5}, {type, 2, 0, 7}, {type, id, 0, 10}}));
   const auto total_of = [&](std::uint64_t owner) {
     return shared_mariadb().query_int(
         database_, "SELECT total FROM owners WHERE id = " + std::to_string(owner));
@@ -335,7 +336,7 @@ TEST_F(LockOrder, TwoRollersOfOneCounterLeaveItsNewestTotal) {
 // owning rows, and shown the new total, before the DELETE.
 TEST_F(LockOrder, ARollupChunkHoldsItsOwningRowsUntilItsMarksAreDeleted) {
   auto conn = connect();
-  counted_with_owners(conn, {{type, 1, 0, 5}, {type, id, 0, 10}});
+  ASSERT_NO_FATAL_FAILURE(counted_with_owners(conn, {{type, 1, 0, 5}, {type, id, 0, 10}}));
   auto holder = connect();
   holder.execute("START TRANSACTION");
   ASSERT_EQ(holder
@@ -352,7 +353,12 @@ TEST_F(LockOrder, ARollupChunkHoldsItsOwningRowsUntilItsMarksAreDeleted) {
   });
   ASSERT_TRUE(waits_on(a_thread, "slotted_counterd_dirty")) << transactions();
   auto probe = connect();
-  EXPECT_THROW(probe.query("SELECT id FROM owners WHERE id = 1 FOR UPDATE NOWAIT"), db::db_error);
+  try {
+    probe.query("SELECT id FROM owners WHERE id = 1 FOR UPDATE NOWAIT");
+    ADD_FAILURE() << "owning row 1 could be locked while the chunk was open";
+  } catch (const db::db_error& e) {
+    EXPECT_EQ(e.kind(), db::error_kind::lock_wait_timeout) << e.what();
+  }
   EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT total FROM owners WHERE id = 1"), 0);
   holder.execute("ROLLBACK");
   EXPECT_EQ(a.join(), "");
