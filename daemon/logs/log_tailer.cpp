@@ -155,6 +155,25 @@ void note_cut_while_away(source_state& s, const std::string& what) {
   log::warn("log_sources: ", s.cfg.path, ": ", what);
 }
 
+// PATH from its start; false (and reported once) while it does not exist.
+bool open_path(source_state& s) {
+  const std::string& path = s.cfg.path;
+  const int fd = open_log_file(path);
+  if (fd < 0) {
+    s.missing->Set(1);
+    if (!s.warned_missing) {
+      log::warn("log_sources: cannot open ", path, ": ",
+                errno == EINVAL ? "not a regular file" : std::strerror(errno),
+                "; counted once it is there");
+      s.warned_missing = true;
+    }
+    return false;
+  }
+  s.file.reset(fd);
+  s.read_from = 0;
+  return true;
+}
+
 // The file of the committed position, at PATH, PATH.1 or PATH.2, from its offset.
 void open_committed_file(source_state& s) {
   const std::string& path = s.cfg.path;
@@ -203,35 +222,14 @@ void open_committed_file(source_state& s) {
   if (is_inode_of(path, s.committed->file)) {
     // PATH is the committed inode, cut in place, and no copy of it is found: what follows
     // the position is PATH from its start (whatever PATH.1 is, it came before). PATH that
-    // cannot be opened (EMFILE, say) is no cut: open_source_file reports it.
-    const int probe = open_log_file(path);
-    if (probe < 0) return;
-    ::close(probe);
+    // cannot be opened (EMFILE, say) is no cut: open_path reports it.
+    if (!open_path(s)) return;
     note_cut_while_away(s, "the file was cut and no copy of it was found (its lines after offset " +
                                std::to_string(s.committed->offset) +
                                " are lost, if it had any); reading it from its start");
-    return;  // open_source_file opens PATH from 0
+    return;
   }
   open_after_lost_file(s);
-}
-
-// PATH from its start; false (and reported once) while it does not exist.
-bool open_path(source_state& s) {
-  const std::string& path = s.cfg.path;
-  const int fd = open_log_file(path);
-  if (fd < 0) {
-    s.missing->Set(1);
-    if (!s.warned_missing) {
-      log::warn("log_sources: cannot open ", path, ": ",
-                errno == EINVAL ? "not a regular file" : std::strerror(errno),
-                "; counted once it is there");
-      s.warned_missing = true;
-    }
-    return false;
-  }
-  s.file.reset(fd);
-  s.read_from = 0;
-  return true;
 }
 
 }  // namespace

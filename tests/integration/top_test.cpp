@@ -332,7 +332,7 @@ TEST_F(ManyAndTop, ABucketedTopNBoundsTheRowsItSumsAndStopsNearThatBound) {
   const auto before = handler_reads();
   EXPECT_THROW(top(400), db::top_too_costly);
   // The round's 600, the bound, one id's 30 rows past it at most, and the status reads
-  // themselves (about 1,214 when a statement summed every id met).
+  // themselves (1,034 measured; 1,220 when a statement summed every id met).
   EXPECT_LE(handler_reads() - before, 1100);
 }
 
