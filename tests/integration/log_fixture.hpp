@@ -59,7 +59,7 @@ class log_fixture : public ::testing::Test {
     dir_ = make_temp_dir("logs");
     log_ = dir_ + "/access.log";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override { if (!HasFailure()) std::filesystem::remove_all(dir_); }
 
   // One source at log_ (with `source_extra` keys, each line indented as a source key),
   // counting /d/<id>/ for dl; `top_extra` keys follow at the top level.

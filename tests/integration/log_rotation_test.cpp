@@ -4,6 +4,8 @@
 // lines appended as nginx writes them.
 #include <sys/stat.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "log_fixture.hpp"
@@ -26,10 +28,13 @@ class LogRotation : public log_fixture {
     return shared_mariadb().query_int(
         db_, "SELECT COALESCE(MAX(file_ino), 0) FROM slotted_counterd_log_positions");
   }
-  // Transactions waiting for a lock (the reader's commit behind the test's lock).
+  // The reader's commit waiting behind the test's lock on its position row (its locking
+  // read of the row, shown while it waits).
   std::int64_t lock_waits() const {
     return shared_mariadb().query_int(
-        db_, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
+        db_,
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND "
+        "INFO LIKE '%slotted_counterd_log_positions%FOR UPDATE'");
   }
 };
 
@@ -38,7 +43,7 @@ class LogRotation : public log_fixture {
 // (B, renamed PATH.1 by the second rotation, never seen at PATH by the reader) is read
 // after the first one and before the new PATH, not skipped.
 TEST_F(LogRotation, TwoRotationsWhileTheReaderIsBehindSkipNoFile) {
-  auto d = std::make_unique<daemon_process>(yaml());
+  auto d = std::make_unique<daemon_process>(yaml("    rotate_wait: 200ms\n"));
   counted(1, log_);
   ASSERT_TRUE(exact());
   const auto a = inode(log_);
@@ -65,7 +70,7 @@ TEST_F(LogRotation, TwoRotationsWhileTheReaderIsBehindSkipNoFile) {
 // not look for (dateext, RHEL's default): the open file is kept across the failed
 // commits and read to its end, then the new PATH.
 TEST_F(LogRotation, AnOutageSpanningADateextRotationLosesNothing) {
-  auto d = std::make_unique<daemon_process>(yaml());
+  auto d = std::make_unique<daemon_process>(yaml("    rotation: dateext\n    rotate_wait: 200ms\n"));
   counted(1, log_);
   ASSERT_TRUE(exact());
   auto admin = shared_mariadb().connect(db_);
@@ -110,6 +115,102 @@ TEST_F(LogRotation, ARenamedInstanceDoesNotCountTheLogAgain) {
   EXPECT_NE(refused.find("host-a"), std::string::npos) << refused;
   d = std::make_unique<daemon_process>(yaml("", "instance_id: host-a\n"));
   EXPECT_TRUE(exact());
+  stop(d);
+}
+
+// Issue 39, case 2: the rotation window is time, not passes. With a pass every 50 ms, a
+// line the web server writes to the renamed file 600 ms after the rename (a postrotate
+// through invoke-rc.d) is still counted.
+TEST_F(LogRotation, TheRotationWindowIsTimeNotPasses) {
+  auto d = std::make_unique<daemon_process>(yaml("    rotate_wait: 2s\n"));
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  fs::rename(log_, log_ + ".1");
+  counted(2, log_);
+  std::this_thread::sleep_for(600ms);  // the web server reopens its log late (the scenario)
+  counted(3, log_ + ".1");
+  EXPECT_TRUE(exact());
+  stop(d);
+}
+
+// Issue 39, case 5: an I/O error is an error, never a cut. Each read at offset 0 of the
+// log in a pass (its identity, its first bytes) fails once in turn (an NFS or FUSE read
+// error, by an LD_PRELOAD library): the pass fails and is read again, nothing is counted
+// twice and no cut is reported.
+TEST_F(LogRotation, AnIoErrorIsNeverTakenForACut) {
+  const std::string control = dir_ + "/fault";
+  const std::string preload = SLOTTED_IO_FAULT_LIB;
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  const std::string asan_before = asan ? asan : "";
+  ::setenv("LD_PRELOAD", preload.c_str(), 1);
+  ::setenv("SLOTTED_IO_FAULT", control.c_str(), 1);
+  // The library comes before the sanitizer's runtime in the preload order.
+  ::setenv("ASAN_OPTIONS", (asan_before + ":verify_asan_link_order=0").c_str(), 1);
+  std::unique_ptr<daemon_process> d;
+  try {
+    d = std::make_unique<daemon_process>(yaml());
+  } catch (...) {
+    ::unsetenv("LD_PRELOAD");
+    throw;
+  }
+  ::unsetenv("LD_PRELOAD");
+  ::unsetenv("SLOTTED_IO_FAULT");
+  if (asan) ::setenv("ASAN_OPTIONS", asan_before.c_str(), 1);
+  counted(1, log_);
+  counted(2, log_);
+  ASSERT_TRUE(exact());
+  for (int skip = 0; skip < 6; ++skip) {
+    fs::remove(control + ".fired");
+    std::ofstream(control + ".new") << skip + 1 << " " << inode(log_) << " " << skip << " 1\n";
+    fs::rename(control + ".new", control);
+    counted(10 + static_cast<std::uint64_t>(skip), log_);
+    ASSERT_TRUE(eventually([&] { return fs::exists(control + ".fired"); }, 20s)) << skip;
+    ASSERT_TRUE(exact()) << "with read " << skip + 1 << " at offset 0 failing";
+  }
+  fs::remove(control);
+  EXPECT_GE(events(*d, "read_error"), 1);
+  EXPECT_EQ(events(*d, "truncated"), 0);
+  stop(d);
+}
+
+// Issue 39, case 6: a line longer than a whole batch (4 MiB) is committed inside it; the
+// rest of it is skipped to its newline also after a failed pass and after a restart, not
+// counted as a line of its own (here its last bytes are a valid line).
+TEST_F(LogRotation, AnOverLongLineIsSkippedWholeAcrossAFailureAndARestart) {
+  constexpr std::size_t batch = 4u << 20;
+  const std::string valid = log_line(9);
+  const auto offset = [&] {
+    return shared_mariadb().query_int(db_, "SELECT `offset` FROM slotted_counterd_log_positions");
+  };
+  // 4 MiB of garbage, then a valid line's first byte: committed inside the line.
+  const auto start_long_line = [&] {
+    const auto inside = static_cast<std::int64_t>(fs::file_size(log_) + batch);
+    nginx_append(log_, std::string(batch, 'x') + valid.substr(0, 1));
+    return eventually([&] { return offset() == inside; }, 20s);
+  };
+  auto d = std::make_unique<daemon_process>(yaml());
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  // Failed passes: the rest arrives while the positions table is away.
+  ASSERT_TRUE(start_long_line());
+  auto admin = shared_mariadb().connect(db_);
+  admin.execute("RENAME TABLE slotted_counterd_log_positions TO positions_away");
+  nginx_append(log_, valid.substr(1));
+  ASSERT_TRUE(eventually([&] { return events(*d, "commit_error") >= 2; }, 20s));
+  admin.execute("RENAME TABLE positions_away TO slotted_counterd_log_positions");
+  counted(2, log_);
+  EXPECT_TRUE(exact());
+  // A restart: the rest arrives while the daemon is stopped.
+  ASSERT_TRUE(start_long_line());
+  stop(d);
+  nginx_append(log_, valid.substr(1));
+  d = std::make_unique<daemon_process>(yaml());
+  counted(3, log_);
+  EXPECT_TRUE(exact());
+  EXPECT_EQ(metric_value(http_client(d->port()).get("/metrics").body,
+                         "slotted_counterd_log_lines_total{outcome=\"too_long\",source=\"" +
+                             log_ + "\"}"),
+            1);
   stop(d);
 }
 
