@@ -122,6 +122,13 @@ registry::registry()
                                            "Duration of write-ahead log syncs", fsync_buckets)),
       wal_torn_tails(counter(*registry_, "slotted_counterd_wal_torn_tails_total",
                              "Incomplete records cut off the end of the WAL at startup")),
+      wal_data_sync_failures(counter(*registry_, "slotted_counterd_wal_sync_failures_total",
+                                     "Write-ahead log syncs that failed, by what was synced",
+                                     {{"sync", "data"}})),
+      wal_directory_sync_failures(
+          counter(*registry_, "slotted_counterd_wal_sync_failures_total",
+                  "Write-ahead log syncs that failed, by what was synced",
+                  {{"sync", "directory"}})),
       wal_group_requests(histogram(*registry_, "slotted_counterd_wal_group_requests",
                                    "Requests written to the WAL together, with one write",
                                    group_buckets)),
