@@ -247,7 +247,7 @@ result<void> write_ahead_log::log_batches(
 result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
   // After a failed sync of the directory nothing is acknowledged until one succeeds.
   if (directory_unsynced_) {
-    if (auto named = sync_directory(); !named) return named;
+    if (auto named = sync_wal_directory(); !named) return named;
   }
   const std::size_t before = segment_bytes_;
   std::size_t done = 0;
@@ -357,7 +357,7 @@ result<void> write_ahead_log::rotate() {
   // directory that cannot be synced is a failed sync. The segment is not used (the
   // current one, whose name was synced when it was created, stays current) and ingest
   // is refused until a sync of the directory succeeds (see append()).
-  if (auto named = sync_directory(); !named) {
+  if (auto named = sync_wal_directory(); !named) {
     ::close(fd);
     ::unlink(segment_path(next).c_str());
     return named;
@@ -375,7 +375,7 @@ result<void> write_ahead_log::rotate() {
   return {};
 }
 
-result<void> write_ahead_log::sync_directory() {
+result<void> write_ahead_log::sync_wal_directory() {
   const int rc = fault_ && fault_("directory fsync") ? (errno = EIO, -1) : ::fsync(dir_fd_);
   if (rc != 0) {
     const int err = errno;

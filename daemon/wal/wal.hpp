@@ -140,7 +140,7 @@ class write_ahead_log {
   result<void> rotate();
   // fsync(2) of the directory: wal_sync_failed when it fails, and then every append
   // tries it again first and is refused while it fails.
-  result<void> sync_directory();
+  result<void> sync_wal_directory();
   std::string segment_path(std::uint64_t n) const;
   void update_size_gauge();
   // Cuts the current segment back to `length` (segment_bytes_ already) after a failed
@@ -172,7 +172,7 @@ class write_ahead_log {
   // After a failed snapshot, none is due again before this time.
   clock::time_point next_snapshot_try_{};
   bool unsynced_ = false;
-  // The last sync of the directory failed (see sync_directory()).
+  // The last sync of the directory failed (see sync_wal_directory()).
   bool directory_unsynced_ = false;
   clock::time_point last_sync_ = clock::now();
   // The last write or sync error logged, empty once writable again.
