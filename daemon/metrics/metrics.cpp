@@ -70,6 +70,9 @@ registry::registry()
                                   "Increments answered 202 and queued for the database")),
       pending_keys(gauge(*registry_, "slotted_counterd_pending_keys",
                          "Distinct counters held in memory and not yet written")),
+      pending_bytes(gauge(*registry_, "slotted_counterd_pending_bytes",
+                          "Memory held by pending entries, as charged against "
+                          "flush.max_pending_bytes")),
       pending_oldest_age_seconds(gauge(*registry_, "slotted_counterd_pending_oldest_age_seconds",
                                        "Age of the oldest increment not yet written")),
       flushes_ok(counter(*registry_, "slotted_counterd_flushes_total", "Flush cycles by result",
@@ -125,10 +128,9 @@ registry::registry()
       wal_data_sync_failures(counter(*registry_, "slotted_counterd_wal_sync_failures_total",
                                      "Write-ahead log syncs that failed, by what was synced",
                                      {{"sync", "data"}})),
-      wal_directory_sync_failures(
-          counter(*registry_, "slotted_counterd_wal_sync_failures_total",
-                  "Write-ahead log syncs that failed, by what was synced",
-                  {{"sync", "directory"}})),
+      wal_directory_sync_failures(counter(*registry_, "slotted_counterd_wal_sync_failures_total",
+                                          "Write-ahead log syncs that failed, by what was synced",
+                                          {{"sync", "directory"}})),
       wal_group_requests(histogram(*registry_, "slotted_counterd_wal_group_requests",
                                    "Requests written to the WAL together, with one write",
                                    group_buckets)),

@@ -75,6 +75,8 @@ class registry {
 
   prometheus::Counter& increments_accepted;
   prometheus::Gauge& pending_keys;
+  // What is pending, in bytes, as charged against flush.max_pending_bytes.
+  prometheus::Gauge& pending_bytes;
   prometheus::Gauge& pending_oldest_age_seconds;
   prometheus::Counter& flushes_ok;
   prometheus::Counter& flushes_error;
