@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The image and the Kubernetes manifests, run for real under podman.
 
-    python3 tests/container/container_test.py --source . [--cache DIR]
+    python3 tests/container/container_test.py --source . [--cache DIR] [--deb FILE]
 
 Builds the image with scripts/build-image (the .deb from scripts/build-package, the
 debootstrap base cached in --cache, default /var/cache/slotted-counterd-image), then
@@ -25,7 +25,7 @@ Exits 77 (skipped, the reason printed) when not root or where containers cannot 
 Prints one line per check and ends with "N passed, M failed".
 """
 import argparse
-import http.client
+import http.client as httpclient
 import json
 import os
 import re
@@ -94,7 +94,7 @@ class Load:
         while time.monotonic() < deadline:
             try:
                 if conn[0] is None:
-                    conn[0] = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                    conn[0] = httpclient.HTTPConnection("127.0.0.1", self.port, timeout=5)
                 conn[0].request("POST", "/v1/increments", body=body,
                                 headers={"Content-Type": "application/json", "Idempotency-Key": key})
                 r = conn[0].getresponse()
@@ -103,7 +103,7 @@ class Load:
                     return
                 if r.status not in (502, 503, 504):
                     raise Failure(f"POST answered {r.status}")
-            except (OSError, http.client.HTTPException):
+            except (OSError, httpclient.HTTPException):
                 conn[0] = None
             with self.lock:
                 self.retries += 1
@@ -212,7 +212,8 @@ def check_statefulset(ctx):
              lambda: b'"persisted": 7' in http("GET", f"{url}/v1/counters/{RECORD_TYPE}/1")[1], 20, 0.2)
     ids = ctx.db.sql("SELECT DISTINCT instance_id FROM app.slotted_counterd_ledger").stdout.decode().split()[1:]
     if ids != [ctx.sts_pod]:
-        raise Failure(f"ledger rows under {ids}, expected the Pod's name {ctx.sts_pod}")
+        raise Failure(f"ledger rows under {ids}, expected the Pod's name {ctx.sts_pod} (its host name "
+                      "is slotted-test-host)")
     r = ctx.podman.run("logs", ctx.sts_ctr)
     logs = (r.stdout + r.stderr).decode(errors="replace")
     if f"listening on 0.0.0.0:8080 (instance {ctx.sts_pod}" not in logs:
@@ -220,14 +221,20 @@ def check_statefulset(ctx):
     total_ok = total(ctx, 1)
     if total_ok != 7:
         raise Failure(f"the table holds {total_ok}, expected 7")
-    return f"{ctx.sts_pod}: POST and GET on 127.0.0.1:{ctx.sts_port}; ledger and log name the Pod"
+    return (f"{ctx.sts_pod}: POST and GET on 127.0.0.1:{ctx.sts_port}; ledger and log name the Pod "
+            "(from the downward API: its host name is another)")
 
 
 def check_kill_and_start(ctx):
+    """podman kill (SIGKILL, no restart: podman stopped it) and start again."""
     load = Load(ctx.sts_port, 2).start()
     load.wait_sent(300)
     ctx.podman.run("kill", ctx.sts_ctr)
-    ctx.podman.run("start", ctx.sts_ctr)
+    # kube play's Pods have the exit policy "stop": the Pod stops with its last container
+    # (a start before that is stopped again).
+    wait_for("the Pod to stop with its container",
+             lambda: ctx.podman.out("pod", "inspect", "--format", "{{.State}}", ctx.sts_pod) == "Exited", 30, 0.2)
+    ctx.podman.run("pod", "start", ctx.sts_pod)
     wait_ready(ctx.sts_port, "the killed container to be ready again")
     mark = load.sent
     load.wait_sent(mark + 300)
@@ -256,19 +263,21 @@ def check_down_and_play(ctx):
     before = total(ctx, 4)
     ctx.db.stop()
     url = f"http://127.0.0.1:{ctx.sts_port}/v1/increments"
-    for _ in range(50):
-        st, body, _ = http("POST", url, f'{{"record_type": {RECORD_TYPE}, "record_id": 4, "delta": 2}}',
-                           "application/json")
-        if st != 202:
-            raise Failure(f"POST with the database down answered {st} {body!r}")
-    t0 = time.monotonic()
-    ctx.podman.run("kube", "down", ctx.sts_yaml)
-    down_s = time.monotonic() - t0
-    if ctx.podman.run("volume", "exists", f"wal-{ctx.sts_pod}", check=False).returncode != 0:
-        raise Failure(f"kube down removed the WAL volume wal-{ctx.sts_pod}")
-    ctx.db.start()
-    ctx.db.wait_up()
-    ctx.reaper.add_kill(ctx.db.proc.pid, ctx.db.datadir)
+    try:
+        for _ in range(50):
+            st, body, _ = http("POST", url, f'{{"record_type": {RECORD_TYPE}, "record_id": 4, "delta": 2}}',
+                               "application/json")
+            if st != 202:
+                raise Failure(f"POST with the database down answered {st} {body!r}")
+        t0 = time.monotonic()
+        ctx.podman.run("kube", "down", ctx.sts_yaml)
+        down_s = time.monotonic() - t0
+        if ctx.podman.run("volume", "exists", f"wal-{ctx.sts_pod}", check=False).returncode != 0:
+            raise Failure(f"kube down removed the WAL volume wal-{ctx.sts_pod}")
+    finally:
+        ctx.db.start()
+        ctx.reaper.add_kill(ctx.db.proc.pid, ctx.db.datadir)
+        ctx.db.wait_up()
     ctx.podman.run("kube", "play", ctx.sts_yaml)
     wait_ready(ctx.sts_port, "the Pod played again to be ready")
     wait_total(ctx, 4, before + 100, "after kube down and play")
@@ -362,8 +371,8 @@ def setup(ctx, args):
     if shutil.which("podman") is None:
         raise Failure("podman is not installed (scripts/install-deps)")
     t0 = time.monotonic()
-    r = subprocess.run([os.path.join(ctx.source, "scripts", "build-image"), "--cache", args.cache],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv = [os.path.join(ctx.source, "scripts", "build-image"), "--cache", args.cache]
+    r = subprocess.run(argv + (["--deb", args.deb] if args.deb else []), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if r.returncode != 0:
         raise Failure(f"scripts/build-image exited {r.returncode}:\n{r.stderr.decode(errors='replace')[-3000:]}")
     ctx.image = r.stdout.decode().split()[-1]
@@ -406,6 +415,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", required=True)
     ap.add_argument("--cache", default=os.environ.get("SLOTTED_IMAGE_CACHE", "/var/cache/slotted-counterd-image"))
+    ap.add_argument("--deb", help="this package, not scripts/build-package's")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("SKIP: needs root (podman kube play with published ports, debootstrap)")

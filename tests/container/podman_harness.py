@@ -12,6 +12,8 @@ What the harness changes in the manifests, and why (a cluster gets them unchange
 - The database is the host's MariaDB, reached through its Unix socket (a hostPath
   volume): it listens on 127.0.0.1 only. Each daemon config's mysql.host becomes that
   socket, and shutdown_timeout 5 s (a stop with the database down waits no longer).
+- The StatefulSet's Pod gets a host name other than its name, so that its instance_id
+  can only be its name through SLOTTED_COUNTERD_INSTANCE_ID (the downward API).
 - Ports are published on 127.0.0.1 (hostPort, hostIP) at free ports.
 - The Secret is made with `podman secret create` from a Secret document whose data is
   the password itself: kube play 4.3 mounts a Secret's data as stored, not decoded.
@@ -87,11 +89,12 @@ class Podman:
         return int(kids[0])
 
     def cleanup(self, prefix=None):
-        """Removes the pods, volumes and secrets whose names start with the prefix."""
+        """Removes the pods, volumes and secrets whose names hold the prefix (a claim's
+        volume is <template>-<pod>)."""
         prefix = prefix or self.prefix
-        for kind, fmt in (("pod", "{{.Name}}"), ("volume", "{{.Name}}"), ("secret", "{{.Name}}")):
-            names = self.run(kind, "ls", "--format", fmt, check=False).stdout.decode().split()
-            mine = [n for n in names if n.startswith(prefix)]
+        for kind in ("pod", "volume", "secret"):
+            names = self.run(kind, "ls", "--format", "{{.Name}}", check=False).stdout.decode().split()
+            mine = [n for n in names if prefix in n]
             if mine:
                 args = [kind, "rm", "-f", *mine] if kind != "secret" else [kind, "rm", *mine]
                 self.run(*args, check=False, timeout=120)
@@ -162,6 +165,9 @@ class Variant:
         pod = self.name(f"{sts['metadata']['name']}-0")
         t = sts["spec"]["template"]
         spec = self.pod_spec(t["spec"], ports)
+        # Not its name (as it would be in a cluster): the instance_id then shows that it
+        # comes from the downward API, not from the host name.
+        spec["hostname"] = "slotted-test-host"
         for claim in sts["spec"].get("volumeClaimTemplates", []):
             spec["volumes"].append({"name": claim["metadata"]["name"],
                                     "persistentVolumeClaim": {"claimName": f"{claim['metadata']['name']}-{pod}"}})
