@@ -177,7 +177,11 @@ def check_migrate(ctx):
         os.chmod(d, 0o755)
         for n in os.listdir(d):
             os.chmod(os.path.join(d, n), 0o644)
-    r = ctx.podman.run("run", "--rm", "--pull=never", "-v", f"{cfg_dir}:/etc/slotted-counterd:ro",
+    # As the Job's securityContext has it, and with no volume at the image's VOLUME (a
+    # cluster mounts none there).
+    r = ctx.podman.run("run", "--rm", "--pull=never", "--read-only", "--image-volume", "ignore",
+                       "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                       "-v", f"{cfg_dir}:/etc/slotted-counterd:ro",
                        "-v", f"{adm_dir}:/run/secrets/slotted-counterd-admin:ro",
                        "-v", f"{ctx.db.dir}:{ph.DB_MOUNT}", ctx.image, *args, check=False)
     text = (r.stdout + r.stderr).decode(errors="replace")
@@ -191,6 +195,8 @@ def play_statefulset(ctx):
     ctx.sts_pod, pod = ctx.variant.statefulset_pod(sts, {"http": ctx.sts_port})
     ctx.sts_yaml = ph.write_yaml(os.path.join(ctx.tmp, "statefulset-pod.yaml"),
                                  ctx.variant.configmaps(ph.load_docs(os.path.join(ctx.k8s, "configmap.yaml"))) + [pod])
+    for claim in ctx.variant.claims:
+        ctx.podman.claim_volume(claim, ctx.image, pod["spec"]["securityContext"]["fsGroup"])
     ctx.podman.run("kube", "play", ctx.sts_yaml)
     ctx.sts_ctr = f"{ctx.sts_pod}-slotted-counterd"
     wait_ready(ctx.sts_port, f"{ctx.sts_pod} to be ready")
