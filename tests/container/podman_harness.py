@@ -24,9 +24,8 @@ What the harness changes in the manifests, and why (a cluster gets them unchange
 - nginx is a local image (no registry here) laid out as the official one is.
 """
 import copy
-import json
 import os
-import signal
+import re
 import subprocess
 import sys
 import time
@@ -62,6 +61,11 @@ http {
 }
 """
 DOWNLOAD_IDS = (1, 2, 3)
+
+
+def run_prefix(pid):
+    """What the names a run makes start with."""
+    return f"sct{pid}-"
 
 
 class Podman:
@@ -104,6 +108,15 @@ class Podman:
         os.mkdir(os.path.join(root, "lost+found"), 0o700)
         os.chown(root, 0, gid)
         os.chmod(root, 0o2775)
+
+    def cleanup_stale(self):
+        """What runs that were killed left: the names of runs whose process is gone."""
+        names = []
+        for kind in ("pod", "volume", "secret"):
+            names += self.run(kind, "ls", "--format", "{{.Name}}", check=False).stdout.decode().split()
+        for pid in {int(m.group(1)) for m in map(re.compile(r"sct(\d+)-").search, names) if m}:
+            if not os.path.exists(f"/proc/{pid}"):
+                self.cleanup(run_prefix(pid))
 
     def cleanup(self, prefix=None):
         """Removes the pods, volumes and secrets whose names hold the prefix (a claim's
@@ -267,64 +280,6 @@ def nginx_image(podman, base_image, tmp):
                "--change", 'ENTRYPOINT ["nginx", "-g", "daemon off;"]', f"{root}.tar", tag)
     subprocess.run(["rm", "-rf", root, f"{root}.tar"], check=True)
     return tag, f"built in {time.monotonic() - t0:.0f}s"
-
-
-# --------------------------------------------------------------------------- clean-up
-
-
-class Reaper:
-    """A detached process that, should this one be killed, removes what it made: the
-    run's pods, volumes and secrets, the processes listed, the temp dir."""
-
-    def __init__(self, script, tmp, prefix):
-        self.file = os.path.join(tmp + ".reap.json")
-        self.state = {"prefix": prefix, "kill": [], "dirs": [tmp], "conf": os.path.join(tmp, "containers.conf")}
-        self.save()
-        subprocess.Popen([sys.executable, script, "--reap", str(os.getpid()), self.file], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def add_kill(self, pid, marker):
-        self.state["kill"].append([pid, marker])
-        self.save()
-
-    def save(self):
-        with open(self.file + ".new", "w") as f:
-            json.dump(self.state, f)
-        os.rename(self.file + ".new", self.file)
-
-    def done(self):
-        os.remove(self.file)
-
-
-def reap(parent, state_file):
-    """Runs detached: waits for `parent` to end, then undoes what a killed run left."""
-    while True:
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(1)
-    try:
-        with open(state_file) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return 0  # a finished run removes the file
-    for pid, marker in state["kill"]:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    with open(state["conf"] + ".reap", "w") as f:
-        f.write(CONTAINERS_CONF)
-    p = Podman.__new__(Podman)
-    p.prefix, p.env = state["prefix"], dict(os.environ, CONTAINERS_CONF=state["conf"] + ".reap")
-    p.cleanup()
-    for d in state["dirs"]:
-        subprocess.run(["rm", "-rf", d])
-    os.remove(state_file)
-    return 0
 
 
 def free_ports(*names):
