@@ -33,7 +33,7 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus:
                  .Name("slotted_counterd_log_lines_total")
                  .Help("Access log lines committed, by source and outcome (counted, not_matched, "
                        "malformed, too_old_for_buckets: counted in the total only, too_long, "
-                       "rule_error: a rule's pattern gave up on the line, not counted, "
+                       "rule_error: no longer produced, "
                        "too_late_for_dedupe: "
                        "a deduplicated line read after its window's margin, not counted)")
                  .Register(registry)),
