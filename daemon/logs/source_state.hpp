@@ -105,7 +105,9 @@ struct pass_counts {
   // (the first line's time kept): whether each counts is decided as the pass commits.
   std::set<store::unique_entry> uniques;
   std::uint64_t tally[outcome_count_]{};
-  std::uint64_t limit = 0;        // where reading stopped: the size, or the batch bound
+  std::uint64_t limit = 0;        // where reading stopped: the size, or a batch bound
+  // The rows its commit writes (ingest_settings::max_batch_rows bounds them).
+  std::size_t rows() const { return totals.size() + buckets.size() + uniques.size(); }
   std::uint64_t end = 0;          // after the last complete line
   bool skipping = false;          // the pass ended inside a line longer than the bound
   bool resume_skipping = false;   // ... whose rest the next pass skips to its newline

@@ -10,10 +10,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <thread>
 
+#include "app/application.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
+#include "logs/log_ingest.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -507,6 +510,54 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
                 "SELECT `count` FROM slotted_counters_totals WHERE record_type = 7 AND "
                 "record_id = 1"),
             4);
+}
+
+// A backlog naming more records than one commit may write is committed in several
+// passes, each ending at the line that reaches the bound, every line counted once.
+TEST_F(LogIngest, APassEndsAtItsRowBoundAndTheNextGoesOnFromThere) {
+  auto cfg = config::parse_config(yaml(), "t.yaml");
+  auto settings = logs::ingest_settings_for(cfg);
+  settings.max_batch_rows = 3;
+  db::pool pool(connect_options_for(test_config(shared_mariadb(), db_).mysql), 1);
+  prometheus::Registry registry;
+  logs::log_ingester reader(settings, pool, registry);
+  for (std::uint64_t id = 1; id <= 10; ++id) {
+    counted(id, log_);
+    counted(id, log_);
+  }
+  int passes = 1;
+  while (reader.run_once()) ++passes;
+  // Each pass ends at the line of its third record: (1, 1, 2, 2, 3), (3, 4, 4, 5),
+  // (5, 6, 6, 7), (7, 8, 8, 9), (9, 10, 10).
+  EXPECT_EQ(passes, 5);
+  EXPECT_EQ(counts(), expected_);
+  counted(11, log_);
+  EXPECT_FALSE(reader.run_once());
+  EXPECT_EQ(counts(), expected_);
+}
+
+// The reader thread runs at nice 10, so that a backlog takes little of the CPU the HTTP
+// threads want (bench/RESULTS.md, POSTs while a source catches up).
+TEST_F(LogIngest, TheReaderThreadYieldsTheCpu) {
+  daemon_process d(yaml());
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  int found = 0;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(d.pid()) + "/task")) {
+    std::string comm;
+    std::getline(std::ifstream(task.path() / "comm"), comm);
+    if (comm != "slotted-logs") continue;
+    ++found;
+    std::string stat;
+    std::getline(std::ifstream(task.path() / "stat"), stat);
+    // After "(comm) ": state is field 3; nice is field 19.
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }
+    EXPECT_EQ(field, "10") << stat;
+  }
+  EXPECT_EQ(found, 1);
 }
 
 TEST_F(LogIngest, MissingPositionsTableIsAFatalError) {
