@@ -69,7 +69,7 @@ struct log_source {
   log_json_fields json;
   std::vector<log_rule> rules;
   rotation_scheme rotation = rotation_scheme::numbered;
-  std::string rotated_glob;  // rotation: glob: an absolute pattern (glob(7))
+  std::string rotated_glob{};  // rotation: glob: an absolute pattern (glob(7))
   // How long a rotated file is still read after the file that follows it appeared and
   // after it last grew: the web server writes to it until it reopens its log.
   std::chrono::milliseconds rotate_wait{5000};

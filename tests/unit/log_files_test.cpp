@@ -2,6 +2,7 @@
 // parsed and refused, gzip files read as their text, the rotated files a scheme names in
 // its order, and the positions table brought up to this version.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
