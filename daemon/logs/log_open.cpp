@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "logs/source_state.hpp"
 #include "util/log.hpp"
@@ -37,6 +38,16 @@ held_file hold(std::unique_ptr<log_file> f, const std::string& name) {
   h.head = std::move(snap.head);
   h.opened = h.grew = std::chrono::steady_clock::now();
   return h;
+}
+
+// The rotated file `r` opened and held when it starts with the bytes `id` names (a copy
+// or a renamed file of the committed position); nullopt otherwise.
+std::optional<held_file> hold_if_copy(const rotated_file& r, const file_identity& id) {
+  std::string head;
+  if (!head_of(r.name, head) || !head_matches(head, id)) return std::nullopt;
+  auto f = open_log(r.name);
+  if (!f) return std::nullopt;
+  return hold(std::move(f), r.name);
 }
 
 bool holds(const source_state& s, std::uint64_t dev, std::uint64_t ino) {
@@ -173,11 +184,9 @@ void follow_cut(source_state& s, const std::vector<rotated_file>& rotated,
   const std::string offset = std::to_string(pos.offset);
   for (std::size_t i = rotated.size(); i-- > 0 && pos.file.head_len > 0;) {
     const auto& r = rotated[i];
-    std::string head;
-    if (!head_of(r.name, head) || !head_matches(head, pos.file)) continue;
-    auto f = open_log(r.name);
-    if (!f) continue;
-    auto copy = hold(std::move(f), r.name);
+    auto held = hold_if_copy(r, pos.file);
+    if (!held) continue;
+    auto& copy = *held;
     if (copy.size < pos.offset) {
       note_cut_while_away(s, "the file of the committed position was copied to " + r.name +
                                  " (copytruncate) before its last counted lines (lines written "
@@ -363,11 +372,9 @@ bool hold_copy_of_cut(source_state& s) {
   const auto& cut = s.files.front();
   for (const auto& r : reversed(rotated_files(s.cfg))) {
     if (r.dev == cut.dev && r.ino == cut.ino) continue;
-    std::string head;
-    if (!head_of(r.name, head) || !head_matches(head, pos.file)) continue;
-    auto f = open_log(r.name);
-    if (!f) continue;
-    auto copy = hold(std::move(f), r.name);
+    auto held = hold_if_copy(r, pos.file);
+    if (!held) continue;
+    auto& copy = *held;
     if (copy.size < pos.offset) {
       log::warn("log_sources: ", s.cfg.path, ": its copy ", r.name, " (copytruncate) ends at ",
                 copy.size, ", before the committed position ", pos.offset,
