@@ -68,10 +68,10 @@ TEST_F(LogRotation, TwoRotationsWhileTheReaderIsBehindSkipNoFile) {
 }
 
 // Issue 39, case 3: a database outage that spans a rotation under a name the reader does
-// not look for (dateext, RHEL's default): the open file is kept across the failed
-// commits and read to its end, then the new PATH.
+// not look for (dateext, RHEL's default, with the source left at `rotation: numbered`):
+// the open file is kept across the failed commits and read to its end, then the new PATH.
 TEST_F(LogRotation, AnOutageSpanningADateextRotationLosesNothing) {
-  auto d = std::make_unique<daemon_process>(yaml("    rotation: dateext\n    rotate_wait: 200ms\n"));
+  auto d = std::make_unique<daemon_process>(yaml("    rotate_wait: 200ms\n"));
   counted(1, log_);
   ASSERT_TRUE(exact());
   auto admin = shared_mariadb().connect(db_);
