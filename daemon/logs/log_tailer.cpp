@@ -35,7 +35,15 @@ truncation detect_truncation(source_state& s, const file_snapshot& before) {
   // Counted: if this pass's commit fails, the committed file is opened again and found
   // cut, which is this same cut (note_cut_while_away).
   if (committed_file) s.cut_warned = s.committed->file;
-  if (committed_file && hold_copy_of_cut(s)) return truncation::copy_first;
+  if (committed_file && hold_copy_of_cut(s)) {
+    // The cut file now waits its turn after the copy: held as it is after the cut, so
+    // that the look at the waiting files does not find this same cut again (a second
+    // `truncated`, and its bytes reported lost).
+    auto& after_copy = s.files[1];
+    after_copy.size = size;
+    after_copy.head = before.head;
+    return truncation::copy_first;
+  }
   log::warn("log_sources: ", s.cfg.path, " was truncated (size ", size, " below the position ",
             s.read_from, ", or its first bytes changed); reading it again from its start");
   s.read_from = 0;
