@@ -17,6 +17,7 @@
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "logs/log_ingest.hpp"
+#include "log_fixture.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -28,80 +29,11 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-std::string line(std::uint64_t id, const char* method = "GET", unsigned status = 200,
-                 const std::string& prefix = "/d/") {
-  return "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"" + std::string(method) + " " + prefix +
-         std::to_string(id) + "/f.tgz?x=1 HTTP/1.1\" " + std::to_string(status) +
-         " 123 \"-\" \"curl/8\"\n";
-}
-
-void append(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::app | std::ios::binary) << text;
-}
-
-class LogIngest : public ::testing::Test {
+// The shared access-log fixture (log_fixture.hpp), its source with a short rotate_wait.
+class LogIngest : public log_fixture {
  protected:
-  void SetUp() override {
-    db_ = migrated_database(shared_mariadb());
-    // dl keeps top-N totals (counters[].top): its totals table, as --migrate makes it.
-    auto conn = shared_mariadb().connect(db_);
-    db::migrate_totals(conn, "slotted_counters", store::top_spec({7}, store::no_buckets()));
-    dir_ = slotted::test::make_temp_dir("logs");
-    log_ = dir_ + "/access.log";
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  std::string yaml() const { return log_fixture::yaml("    rotate_wait: 200ms\n"); }
 
-  std::string yaml() const {
-    return daemon_yaml(shared_mariadb(), db_,
-                       "counters: [{name: dl, record_type: 7, top: true}]\n"
-                       "flush: {interval: 50ms}\n"
-                       "log_sources:\n"
-                       "  - path: " +
-                           log_ +
-                           "\n"
-                           "    rotate_wait: 200ms\n"
-                           "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
-  }
-
-  // Appends a matching GET 200 line for `id` and remembers it.
-  void counted(std::uint64_t id, const std::string& path) {
-    append(path, line(id));
-    ++expected_[id];
-  }
-
-  std::map<std::uint64_t, std::int64_t> counts() const {
-    std::map<std::uint64_t, std::int64_t> out;
-    for (const auto& [id, n] : expected_) {
-      out[id] = shared_mariadb().query_int(
-          db_,
-          "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 7 "
-          "AND record_id = " +
-              std::to_string(id));
-    }
-    const auto total =
-        shared_mariadb().query_int(db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
-    std::int64_t want = 0;
-    for (const auto& [id, n] : expected_) want += n;
-    if (total != want) out[0] = total;  // a count for an id no line had
-    return out;
-  }
-
-  ::testing::AssertionResult exact() const {
-    if (eventually([&] { return counts() == expected_; }, 20s))
-      return ::testing::AssertionSuccess();
-    auto r = ::testing::AssertionFailure();
-    for (const auto& [id, n] : counts())
-      r << " id " << id << ": " << n << " (want " << (expected_.count(id) ? expected_.at(id) : 0)
-        << ")";
-    return r;
-  }
-
-  // Stops `d` cleanly (SIGTERM: its last pass commits) and forgets it.
-  static void stop(std::unique_ptr<daemon_process>& d) {
-    d->signal(SIGTERM);
-    EXPECT_EQ(d->wait(20s), 0);
-    d.reset();
-  }
   // Starts a daemon until every expected count is there, stops it, and checks that
   // nothing more was counted by then (every pass over). Returns the daemon's count of
   // copytruncates and cuts noticed (log_events_total{kind="truncated"}) before the stop.
@@ -115,24 +47,22 @@ class LogIngest : public ::testing::Test {
     EXPECT_EQ(counts(), expected_);
     return truncations;
   }
-  std::string db_, dir_, log_;
-  std::map<std::uint64_t, std::int64_t> expected_;
 };
 
 TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation) {
   auto d = std::make_unique<daemon_process>(yaml());
   // A log that is not there yet: no crash, counted once it appears.
   for (std::uint64_t id = 1; id <= 5; ++id) counted(id, log_);
-  append(log_, line(1, "HEAD") + line(2, "GET", 404) + line(3, "GET", 206) +
-                   line(4, "GET", 200, "/other/") + "garbage\n" + line(99, "POST"));
+  nginx_append(log_, log_line(1, "HEAD") + log_line(2, "GET", 404) + log_line(3, "GET", 206) +
+                   log_line(4, "GET", 200, "/other/") + "garbage\n" + log_line(99, "POST"));
   counted(2, log_);
   ASSERT_TRUE(exact());
 
   // A line written in two parts: counted once its newline is there.
-  const std::string l = line(6);
-  append(log_, l.substr(0, 20));
+  const std::string l = log_line(6);
+  nginx_append(log_, l.substr(0, 20));
   std::this_thread::sleep_for(300ms);  // several passes see the half line
-  append(log_, l.substr(20));
+  nginx_append(log_, l.substr(20));
   ++expected_[6];
   ASSERT_TRUE(exact());
 
@@ -192,7 +122,7 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
 TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {
   daemon_process d(yaml());
   counted(1, log_);
-  append(log_, line(2).substr(0, 30));  // a write cut short: no newline, ever
+  nginx_append(log_, log_line(2).substr(0, 30));  // a write cut short: no newline, ever
   ASSERT_TRUE(exact());
   fs::rename(log_, log_ + ".1");
   counted(3, log_);
@@ -241,7 +171,7 @@ TEST_F(LogIngest, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
   ASSERT_TRUE(exact());
   stop(d);
   // The copy: lines 1-3 (their 256 first bytes identify the file), line 6 came after it.
-  std::ofstream(log_ + ".1", std::ios::binary) << line(1) + line(2) + line(3);
+  std::ofstream(log_ + ".1", std::ios::binary) << log_line(1) + log_line(2) + log_line(3);
   fs::resize_file(log_, 0);
   counted(4, log_);
   EXPECT_EQ(start_until_exact_then_stop(), 1);  // a cut noticed at the restart
@@ -306,6 +236,7 @@ TEST_F(LogIngest, ACutSeenByAPassThatFailedToCommitCountsOnce) {
   admin.execute("RENAME TABLE slotted_counters_away TO slotted_counters");
   ASSERT_TRUE(exact());
   EXPECT_EQ(events("truncated"), 1);
+  EXPECT_EQ(events("file_lost"), 0);  // the cut file, read after its copy, lost nothing
   stop(d);
 }
 
@@ -342,7 +273,7 @@ TEST_F(LogIngest, ABacktrackingProneRuleOnLongPathsStallsNoSource) {
   daemon_process d(config);
   // GET /z/ID/aaa...a[.zip], 8 KiB.
   const auto request = [](std::uint64_t id, const char* end) {
-    std::string l = line(id, "GET", 200, "/z/");
+    std::string l = log_line(id, "GET", 200, "/z/");
     return l.replace(l.find("/f.tgz"), 6, "/" + std::string(8000, 'a') + end);
   };
   std::string hostile;
@@ -351,7 +282,7 @@ TEST_F(LogIngest, ABacktrackingProneRuleOnLongPathsStallsNoSource) {
     hostile += request(2, ".zip");
     ++expected_[2];
   }
-  append(log_, hostile);
+  nginx_append(log_, hostile);
   for (int i = 0; i < 10; ++i) counted(3, other);
   ASSERT_TRUE(exact());
   // Tallied as the pass commits (just after its counts show).
@@ -390,10 +321,10 @@ TEST_F(LogIngest, RulesByUserAgentCountEachLineForTheFirstClassThatMatches) {
       "      - {counter: bots, path: '^/d/([0-9]+)/', not_user_agent: '^(cargo|pip)/'}\n");
   daemon_process d(config);
   const auto with_agent = [](const std::string& ua) {
-    std::string l = line(1);
+    std::string l = log_line(1);
     return l.replace(l.rfind("\"curl/8\""), 8, ua);
   };
-  append(log_, with_agent("\"cargo/1.75.0 (x86_64-unknown-linux-gnu)\"") +
+  nginx_append(log_, with_agent("\"cargo/1.75.0 (x86_64-unknown-linux-gnu)\"") +
                    with_agent("\"pip/24.0 {\\\"installer\\\":{\\\"name\\\":\\\"pip\\\"}}\"") +
                    with_agent("\"Googlebot/2.1 (+http://www.google.com/bot.html)\"") +
                    with_agent("\"pip/24.0 (crawler)\"") + with_agent("\"curl/8.5.0\"") +
@@ -401,7 +332,7 @@ TEST_F(LogIngest, RulesByUserAgentCountEachLineForTheFirstClassThatMatches) {
                    with_agent("\"" + std::string(12000, 'x') + "\"") +
                    "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"GET /d/1/f.tgz HTTP/1.1\" 200 5\n");
   const std::string j = R"({"time":"2026-11-26T10:00:00Z","method":"GET","path":"/d/1/f","status":200)";
-  append(json, j + R"(,"ua":"cargo/1.80"})" + "\n" + j + R"(,"ua":"Wget/1.21"})" + "\n" + j +
+  nginx_append(json, j + R"(,"ua":"cargo/1.80"})" + "\n" + j + R"(,"ua":"Wget/1.21"})" + "\n" + j +
                    "}\n" + j + R"(,"ua":"pip/23"})" + "\n");
   const auto sums = [&] {
     std::map<std::int64_t, std::int64_t> out;
@@ -463,10 +394,10 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
   // id 1: A three times in one file and once in the other, B once, two lines without an
   // address; id 2: A once; a line of a window that ended more than the keep (48 h)
   // ago: none.
-  append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.1", 1, now) +
+  nginx_append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.1", 1, now) +
                    line_from("-", 1, now) + line_from("192.0.2.2", 1, now) +
                    line_from("192.0.2.1", 2, now) + line_from("192.0.2.3", 1, now - 4 * 86400));
-  append(second, line_from("192.0.2.1", 1, now) + line_from("-", 1, now));
+  nginx_append(second, line_from("192.0.2.1", 1, now) + line_from("-", 1, now));
   expected_ = {{1, 4}, {2, 1}};
   ASSERT_TRUE(exact());
   // The old line is told apart (its counter is this process's: checked before the kill).
@@ -479,12 +410,12 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
   // Later passes, a SIGKILL and a restart count none of those pairs again; a new pair and
   // an address-less line do count (read after the repeats: when they show, so would a
   // repeat).
-  append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.2", 1, now));
+  nginx_append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.2", 1, now));
   d->signal(SIGKILL);
   EXPECT_EQ(d->wait(10s), -SIGKILL);
-  append(second, line_from("192.0.2.2", 1, now) + line_from("192.0.2.1", 2, now));
+  nginx_append(second, line_from("192.0.2.2", 1, now) + line_from("192.0.2.1", 2, now));
   d = std::make_unique<daemon_process>(config);
-  append(log_, line_from("192.0.2.9", 3, now) + line_from("-", 3, now));
+  nginx_append(log_, line_from("192.0.2.9", 3, now) + line_from("-", 3, now));
   expected_ = {{1, 4}, {2, 1}, {3, 2}};
   ASSERT_TRUE(exact());
 
