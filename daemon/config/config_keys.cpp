@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <optional>
 #include <iterator>
 #include <type_traits>
@@ -173,6 +174,8 @@ const options<log_level>& log_levels() {
   return o;
 }
 
+constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
+
 }  // namespace
 
 namespace detail {
@@ -196,6 +199,19 @@ std::string default_instance_id() {
     id.push_back(is_valid_instance_id(std::string_view(&c, 1)) ? c : '_');
   }
   return id.empty() ? "slotted-counterd" : id;
+}
+
+void resolve_instance_id(daemon_config& cfg, checker& c) {
+  if (!cfg.instance_id.empty()) return;
+  const char* env = std::getenv(instance_id_env);
+  if (env == nullptr || *env == '\0') {
+    cfg.instance_id = default_instance_id();
+  } else if (is_valid_instance_id(env)) {
+    cfg.instance_id = env;
+  } else {
+    c.fail_flag(std::string(instance_id_env) + " (the default instance_id): '" + env +
+                "' is not " + instance_id_expected);
+  }
 }
 
 }  // namespace detail
@@ -228,7 +244,6 @@ std::optional<unsigned> octal_mode(const std::string& text) {
   return mode;
 }
 
-constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
 constexpr char ip_address_expected[] = "an IPv4 or IPv6 address";
 constexpr char socket_path_expected[] = "an absolute path of at most 107 bytes";
 constexpr char octal_mode_expected[] = "an octal mode 0000..0777";
@@ -416,7 +431,7 @@ std::vector<key_row> live_keys() {
 std::vector<key_row> listen_http_keys() {
   return {
       checked<&instance_id_text, instance_id_expected, false, &C::instance_id>(
-          text<&C::instance_id>("instance_id", "string", "the host name")),
+          text<&C::instance_id>("instance_id", "string", "$SLOTTED_COUNTERD_INSTANCE_ID, else the host name")),
       checked<&ip_address, ip_address_expected, false, &C::listen_address>(
           text<&C::listen_address>("listen.address", "IP address", "127.0.0.1")),
       integer<&C::listen_port>("listen.port", 0, 65535, "8080"),

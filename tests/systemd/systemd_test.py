@@ -4,7 +4,7 @@
     python3 tests/systemd/systemd_test.py --source . --build-dir build/asan/package-release \\
         --daemon build/asan/slotted-counterd
 
-Builds the .deb (Release, prefix /usr) with `cmake --build --target package`, boots a
+Builds the .deb with scripts/build-package (Release, prefix /usr, no tests), boots a
 Debian 12 root with systemd as PID 1 in its own cgroup, PID, mount, UTS and IPC
 namespaces (the network namespace is shared), installs the package there with apt and
 checks, with the shipped unit unchanged: READY=1 and a dynamic user; the state directory
@@ -978,28 +978,24 @@ def check_purge_socket(ctx):
 # --------------------------------------------------------------------------- main
 
 
-def build_package(source, build_dir):
-    # Configured every time (a build dir kept from an earlier run keeps its flags otherwise).
-    r = subprocess.run(["cmake", "-S", source, "-B", build_dir, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-                        "-DCMAKE_INSTALL_PREFIX=/usr", "-DBUILD_TESTING=OFF",
-                        # gcc warns of more at -O2 than in the Debug build: none allowed
-                        "-DSLOTTED_WERROR=ON"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+def build_package(source, out_dir):
+    """The .deb as docs/install.md builds it: scripts/build-package, whose last line of
+    stdout is the .deb's path (with -Werror: gcc warns of more at -O2 than in the Debug
+    build, none allowed)."""
+    os.makedirs(out_dir, exist_ok=True)
+    r = subprocess.run([os.path.join(source, "scripts", "build-package"), out_dir, "-DSLOTTED_WERROR=ON"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        raise Failure(f"configuring the package build failed: {r.stdout.decode()[-2000:]}")
-    for old in glob.glob(os.path.join(build_dir, "slotted-counterd_*.deb")):
-        os.remove(old)
-    r = subprocess.run(["cmake", "--build", build_dir, "-j", "2", "--target", "package"],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        raise Failure(f"cmake --build --target package failed: {r.stdout.decode()[-3000:]}")
-    debs = glob.glob(os.path.join(build_dir, "slotted-counterd_*.deb"))
-    if len(debs) != 1 or not re.search(r"/slotted-counterd_[0-9.]+_[a-z0-9]+\.deb$", debs[0]):
-        raise Failure(f"expected one slotted-counterd_<version>_<arch>.deb, found {debs}")
-    info = subprocess.run(["dpkg-deb", "-f", debs[0], "Depends"], stdout=subprocess.PIPE, text=True).stdout
+        raise Failure(f"scripts/build-package failed: {r.stderr[-3000:]}")
+    deb = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    debs = glob.glob(os.path.join(out_dir, "slotted-counterd_*.deb"))
+    if debs != [deb] or not re.search(r"^/.*/slotted-counterd_[0-9.]+_[a-z0-9]+\.deb$", deb):
+        raise Failure(f"expected the last line to be the one slotted-counterd_<version>_<arch>.deb in {out_dir}: "
+                      f"{deb!r}, found {debs}")
+    info = subprocess.run(["dpkg-deb", "-f", deb, "Depends"], stdout=subprocess.PIPE, text=True).stdout
     if "libc6" not in info or "libmariadb" not in info:
         raise Failure(f"Depends was not computed by shlibdeps: {info!r}")
-    return debs[0], info.strip()
+    return deb, info.strip()
 
 
 def main():
@@ -1007,7 +1003,7 @@ def main():
         return reap(int(sys.argv[2]), sys.argv[3])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", required=True)
-    ap.add_argument("--build-dir", required=True, help="where the Release package is built")
+    ap.add_argument("--build-dir", required=True, help="where scripts/build-package puts the .deb")
     ap.add_argument("--daemon", required=True, help="a slotted-counterd binary for --migrate on the host")
     ap.add_argument("--cache", default=os.environ.get("SLOTTED_SYSTEMD_TEST_CACHE",
                                                       "/var/cache/slotted-counterd-test"))
