@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <iterator>
+#include <map>
 #include <type_traits>
 
 #include "config/checker.hpp"
@@ -319,6 +320,7 @@ std::vector<counter_decl> without_buckets(std::vector<counter_decl> counters) {
     c.buckets.clear();
     c.top = false;
     c.dedupe = store::granularity::none;
+    c.dedupe_keep = std::chrono::seconds(store::default_dedupe_keep_seconds);
   }
   return counters;
 }
@@ -340,6 +342,7 @@ void adopt_counters(daemon_config& running, const daemon_config& next) {
         c.buckets = r.buckets;
         c.top = r.top;
         c.dedupe = r.dedupe;
+        c.dedupe_keep = r.dedupe_keep;
       }
     }
   }
@@ -372,12 +375,28 @@ void change_top(const key_row&, daemon_config& cfg) {
 // The uniques table is made by --migrate, and the windows are fixed at start: a restart
 // key.
 bool dedupe_differs(const daemon_config& a, const daemon_config& b) {
-  return dedupe_spec_of(a) != dedupe_spec_of(b);
+  const auto windows = [](const daemon_config& cfg) {
+    std::map<std::uint32_t, store::granularity> out;
+    for (const auto& c : cfg.counters)
+      if (c.dedupe != store::granularity::none) out[c.record_type] = c.dedupe;
+    return out;
+  };
+  return windows(a) != windows(b);
 }
 void change_dedupe(const key_row&, daemon_config& cfg) {
   auto& c = first_counter(cfg);
   c.dedupe =
       c.dedupe == store::granularity::day ? store::granularity::hour : store::granularity::day;
+}
+// The keep of each counter's windows: a restart key, as the windows themselves.
+bool dedupe_keep_differs(const daemon_config& a, const daemon_config& b) {
+  for (const auto& x : a.counters)
+    for (const auto& y : b.counters)
+      if (x.record_type == y.record_type && x.dedupe_keep != y.dedupe_keep) return true;
+  return false;
+}
+void change_dedupe_keep(const key_row&, daemon_config& cfg) {
+  first_counter(cfg).dedupe_keep += std::chrono::hours(1);
 }
 void change_hosts(const key_row&, daemon_config& cfg) {
   cfg.mysql.hosts.push_back({"changed.example", 3307});
@@ -422,6 +441,8 @@ std::vector<key_row> live_keys() {
                  &top_differs, &change_top),
       structured({.key = "counters[].dedupe", .type = "enum", .default_value = "none"},
                  &dedupe_differs, &change_dedupe),
+      structured({.key = "counters[].dedupe_keep", .type = "duration", .default_value = "48h"},
+                 &dedupe_keep_differs, &change_dedupe_keep),
       live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
            &adopt<&C::accept_undeclared_types>),
   };
@@ -527,11 +548,14 @@ std::vector<key_row> log_source_keys() {
       part("log_sources[].json.path", "string", "path", "log_sources"),
       part("log_sources[].json.status", "string", "status", "log_sources"),
       part("log_sources[].json.client", "string", "remote_addr", "log_sources"),
+      part("log_sources[].json.user_agent", "string", "user_agent", "log_sources"),
       part("log_sources[].rules", "list", "(required)", "log_sources"),
       part("log_sources[].rules[].counter", "string", "(required)", "log_sources"),
       part("log_sources[].rules[].path", "regex", "(required)", "log_sources"),
       part("log_sources[].rules[].methods", "list of strings", "[GET]", "log_sources"),
       part("log_sources[].rules[].statuses", "list of integers", "[200]", "log_sources"),
+      part("log_sources[].rules[].user_agent", "regex", "none", "log_sources"),
+      part("log_sources[].rules[].not_user_agent", "regex", "none", "log_sources"),
   };
 }
 

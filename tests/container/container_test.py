@@ -40,7 +40,9 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "systemd"))
 from ops_test import Failure, MariaDB, Runner, http, wait_for  # noqa: E402
+from systemd_test import Reaper  # noqa: E402
 import podman_harness as ph  # noqa: E402
 
 DB_PASSWORD = "s3cret-counterd-pw"
@@ -177,7 +179,11 @@ def check_migrate(ctx):
         os.chmod(d, 0o755)
         for n in os.listdir(d):
             os.chmod(os.path.join(d, n), 0o644)
-    r = ctx.podman.run("run", "--rm", "--pull=never", "-v", f"{cfg_dir}:/etc/slotted-counterd:ro",
+    # As the Job's securityContext has it, and with no volume at the image's VOLUME (a
+    # cluster mounts none there).
+    r = ctx.podman.run("run", "--rm", "--pull=never", "--read-only", "--image-volume", "ignore",
+                       "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                       "-v", f"{cfg_dir}:/etc/slotted-counterd:ro",
                        "-v", f"{adm_dir}:/run/secrets/slotted-counterd-admin:ro",
                        "-v", f"{ctx.db.dir}:{ph.DB_MOUNT}", ctx.image, *args, check=False)
     text = (r.stdout + r.stderr).decode(errors="replace")
@@ -191,6 +197,8 @@ def play_statefulset(ctx):
     ctx.sts_pod, pod = ctx.variant.statefulset_pod(sts, {"http": ctx.sts_port})
     ctx.sts_yaml = ph.write_yaml(os.path.join(ctx.tmp, "statefulset-pod.yaml"),
                                  ctx.variant.configmaps(ph.load_docs(os.path.join(ctx.k8s, "configmap.yaml"))) + [pod])
+    for claim in ctx.variant.claims:
+        ctx.podman.claim_volume(claim, ctx.image, pod["spec"]["securityContext"]["fsGroup"])
     ctx.podman.run("kube", "play", ctx.sts_yaml)
     ctx.sts_ctr = f"{ctx.sts_pod}-slotted-counterd"
     wait_ready(ctx.sts_port, f"{ctx.sts_pod} to be ready")
@@ -225,37 +233,39 @@ def check_statefulset(ctx):
             "(from the downward API: its host name is another)")
 
 
+def under_load(ctx, record_id, disrupt, what):
+    """disrupt() while the load runs; the daemon back, more load; then the total exact."""
+    load = Load(ctx.sts_port, record_id).start()
+    load.wait_sent(300)
+    disrupt()
+    wait_ready(ctx.sts_port, f"the daemon to be ready again after {what}")
+    load.wait_sent(load.sent + 300)
+    sent = load.finish()
+    wait_total(ctx, record_id, sent, f"after {what}")
+    return f"{sent} requests ({load.retries} retries) across {what}: exact"
+
+
 def check_kill_and_start(ctx):
     """podman kill (SIGKILL, no restart: podman stopped it) and start again."""
-    load = Load(ctx.sts_port, 2).start()
-    load.wait_sent(300)
-    ctx.podman.run("kill", ctx.sts_ctr)
-    # kube play's Pods have the exit policy "stop": the Pod stops with its last container
-    # (a start before that is stopped again).
-    wait_for("the Pod to stop with its container",
-             lambda: ctx.podman.out("pod", "inspect", "--format", "{{.State}}", ctx.sts_pod) == "Exited", 30, 0.2)
-    ctx.podman.run("pod", "start", ctx.sts_pod)
-    wait_ready(ctx.sts_port, "the killed container to be ready again")
-    mark = load.sent
-    load.wait_sent(mark + 300)
-    sent = load.finish()
-    wait_total(ctx, 2, sent, "after podman kill and start")
-    return f"{sent} requests ({load.retries} retries) across podman kill + start: exact"
+    def disrupt():
+        ctx.podman.run("kill", ctx.sts_ctr)
+        # kube play's Pods have the exit policy "stop": the Pod stops with its last
+        # container (a start before that is stopped again).
+        wait_for("the Pod to stop with its container",
+                 lambda: ctx.podman.out("pod", "inspect", "--format", "{{.State}}", ctx.sts_pod) == "Exited", 30, 0.2)
+        ctx.podman.run("pod", "start", ctx.sts_pod)
+    return under_load(ctx, 2, disrupt, "podman kill and pod start")
 
 
 def check_crash_restart(ctx):
-    restarts = int(ctx.podman.out("inspect", "--format", "{{.RestartCount}}", ctx.sts_ctr))
-    load = Load(ctx.sts_port, 3).start()
-    load.wait_sent(300)
-    os.kill(ctx.podman.daemon_pid(ctx.sts_ctr), signal.SIGKILL)
-    wait_for("the restart policy to restart the daemon",
-             lambda: int(ctx.podman.out("inspect", "--format", "{{.RestartCount}}", ctx.sts_ctr)) > restarts, 30, 0.2)
-    wait_ready(ctx.sts_port, "the restarted daemon to be ready")
-    mark = load.sent
-    load.wait_sent(mark + 300)
-    sent = load.finish()
-    wait_total(ctx, 3, sent, "after a SIGKILL and the restart policy")
-    return f"{sent} requests ({load.retries} retries) across a SIGKILL of the daemon: restarted, exact"
+    def restarts():
+        return int(ctx.podman.out("inspect", "--format", "{{.RestartCount}}", ctx.sts_ctr))
+
+    def disrupt():
+        before = restarts()
+        os.kill(ctx.podman.daemon_pid(ctx.sts_ctr), signal.SIGKILL)
+        wait_for("the restart policy to restart the daemon", lambda: restarts() > before, 30, 0.2)
+    return under_load(ctx, 3, disrupt, "a SIGKILL of the daemon and the restart policy")
 
 
 def check_down_and_play(ctx):
@@ -276,7 +286,7 @@ def check_down_and_play(ctx):
             raise Failure(f"kube down removed the WAL volume wal-{ctx.sts_pod}")
     finally:
         ctx.db.start()
-        ctx.reaper.add_kill(ctx.db.proc.pid, ctx.db.datadir)
+        ctx.reaper.add("kill", [ctx.db.proc.pid, ctx.db.datadir])
         ctx.db.wait_up()
     ctx.podman.run("kube", "play", ctx.sts_yaml)
     wait_ready(ctx.sts_port, "the Pod played again to be ready")
@@ -391,7 +401,7 @@ def start_db(ctx):
     ctx.db = MariaDB(ctx.tmp)
     ctx.db.install()
     ctx.db.start()
-    ctx.reaper.add_kill(ctx.db.proc.pid, ctx.db.datadir)
+    ctx.reaper.add("kill", [ctx.db.proc.pid, ctx.db.datadir])
     ctx.db.wait_up()
     os.chmod(ctx.db.dir, 0o755)  # the container's user reaches the socket through it
     r = ctx.db.sql(f"CREATE DATABASE app; CREATE USER 'counterd'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; "
@@ -410,8 +420,6 @@ def prepare(ctx):
 
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--reap":
-        return ph.reap(int(sys.argv[2]), sys.argv[3])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", required=True)
     ap.add_argument("--cache", default=os.environ.get("SLOTTED_IMAGE_CACHE", "/var/cache/slotted-counterd-image"))
@@ -428,9 +436,12 @@ def main():
         ctx.version = re.search(r"project\(slotted-counterd VERSION ([0-9.]+)", f.read()).group(1)
     ctx.tmp = tempfile.mkdtemp(prefix=f"slotted-container-test-{os.getpid()}.")
     os.chmod(ctx.tmp, 0o755)
-    prefix = f"sct{os.getpid()}-"
+    prefix = ph.run_prefix(os.getpid())
     ctx.podman = ph.Podman(ctx.tmp, prefix)
-    ctx.reaper = ph.Reaper(os.path.abspath(__file__), ctx.tmp, prefix)
+    # Should this run be killed, its MariaDB and temp dir go at once, its Pods, volumes
+    # and secrets at the next run.
+    ctx.reaper = Reaper(ctx.tmp)
+    ctx.podman.cleanup_stale()
     ctx.db = None
     runner, t_start = Runner(), time.monotonic()
     try:

@@ -7,11 +7,15 @@ What the harness changes in the manifests, and why (a cluster gets them unchange
   template, named as the StatefulSet names its Pods, with each volumeClaimTemplate as
   the claim the StatefulSet would make (`<template>-<pod>`; podman makes a named volume
   of a claimName, which `kube down` keeps). The Deployment gets one replica.
-- Every name the run makes (Pods, ConfigMaps, Secrets: podman makes named volumes of
-  the last two) starts with the run's prefix, so that runs never meet.
+- Every name the run makes (Pods, ConfigMaps, Secrets, emptyDir volumes: kube play 4.3
+  makes a named volume of each of the last three, which every Pod naming one alike
+  shares) starts with the run's prefix, so that runs never meet.
 - The database is the host's MariaDB, reached through its Unix socket (a hostPath
   volume): it listens on 127.0.0.1 only. Each daemon config's mysql.host becomes that
   socket, and shutdown_timeout 5 s (a stop with the database down waits no longer).
+- The claim's volume is made beforehand as a fresh ext4 volume looks under the Pod's
+  fsGroup (root:10001, mode 2775, lost+found), not as podman would fill it from the
+  image (the image's directory, 10001's, 0700).
 - The StatefulSet's Pod gets a host name other than its name, so that its instance_id
   can only be its name through SLOTTED_COUNTERD_INSTANCE_ID (the downward API).
 - Ports are published on 127.0.0.1 (hostPort, hostIP) at free ports.
@@ -20,9 +24,8 @@ What the harness changes in the manifests, and why (a cluster gets them unchange
 - nginx is a local image (no registry here) laid out as the official one is.
 """
 import copy
-import json
 import os
-import signal
+import re
 import subprocess
 import sys
 import time
@@ -60,6 +63,11 @@ http {
 DOWNLOAD_IDS = (1, 2, 3)
 
 
+def run_prefix(pid):
+    """What the names a run makes start with."""
+    return f"sct{pid}-"
+
+
 class Podman:
     def __init__(self, tmp, prefix):
         self.prefix = prefix
@@ -87,6 +95,28 @@ class Podman:
         if len(kids) != 1:
             raise Failure(f"{container}: init {init} has children {kids}, expected the daemon alone")
         return int(kids[0])
+
+    def claim_volume(self, name, image, gid):
+        """A named volume as a cluster gives a claim to a Pod with fsGroup `gid`."""
+        if self.run("volume", "exists", name, check=False).returncode == 0:
+            return
+        self.run("volume", "create", name)
+        # The first mount copies the mount point's content and owner up from the image,
+        # once: done here at an empty directory, so that the layout below stays.
+        self.run("run", "--rm", "--pull=never", "-v", f"{name}:/mnt", "--entrypoint", "/bin/true", image)
+        root = self.out("volume", "inspect", "--format", "{{.Mountpoint}}", name)
+        os.mkdir(os.path.join(root, "lost+found"), 0o700)
+        os.chown(root, 0, gid)
+        os.chmod(root, 0o2775)
+
+    def cleanup_stale(self):
+        """What runs that were killed left: the names of runs whose process is gone."""
+        names = []
+        for kind in ("pod", "volume", "secret"):
+            names += self.run(kind, "ls", "--format", "{{.Name}}", check=False).stdout.decode().split()
+        for pid in {int(m.group(1)) for m in map(re.compile(r"sct(\d+)-").search, names) if m}:
+            if not os.path.exists(f"/proc/{pid}"):
+                self.cleanup(run_prefix(pid))
 
     def cleanup(self, prefix=None):
         """Removes the pods, volumes and secrets whose names hold the prefix (a claim's
@@ -146,13 +176,18 @@ class Variant:
         """The template's spec with renamed volumes, the database socket and published
         ports (ports: container port name -> host port)."""
         spec = copy.deepcopy(spec)
+        renamed = {}
         for v in spec.get("volumes", []):
+            if "emptyDir" in v:
+                renamed[v["name"]] = v["name"] = self.name(v["name"])
             if "configMap" in v:
                 v["configMap"]["name"] = self.name(v["configMap"]["name"])
             if "secret" in v:
                 v["secret"]["secretName"] = self.name(v["secret"]["secretName"])
         spec["volumes"].append({"name": "slotted-test-db", "hostPath": {"path": self.db_dir, "type": "Directory"}})
         for c in spec["containers"]:
+            for m in c.get("volumeMounts", []):
+                m["name"] = renamed.get(m["name"], m["name"])
             if c["image"].split("/")[-1].startswith("slotted-counterd:"):
                 c["volumeMounts"].append({"name": "slotted-test-db", "mountPath": DB_MOUNT})
             for p in c.get("ports", []):
@@ -161,16 +196,19 @@ class Variant:
         return spec
 
     def statefulset_pod(self, sts, ports):
-        """Replica 0 of the StatefulSet, as a Pod with the claims it would get."""
+        """Replica 0 of the StatefulSet, as a Pod with the claims it would get (their
+        names are the pod's claims)."""
         pod = self.name(f"{sts['metadata']['name']}-0")
         t = sts["spec"]["template"]
         spec = self.pod_spec(t["spec"], ports)
         # Not its name (as it would be in a cluster): the instance_id then shows that it
         # comes from the downward API, not from the host name.
         spec["hostname"] = "slotted-test-host"
+        self.claims = []
         for claim in sts["spec"].get("volumeClaimTemplates", []):
+            self.claims.append(f"{claim['metadata']['name']}-{pod}")
             spec["volumes"].append({"name": claim["metadata"]["name"],
-                                    "persistentVolumeClaim": {"claimName": f"{claim['metadata']['name']}-{pod}"}})
+                                    "persistentVolumeClaim": {"claimName": self.claims[-1]}})
         return pod, {"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": pod, "labels": t["metadata"]["labels"],
                                   "annotations": t["metadata"].get("annotations", {})},
@@ -242,64 +280,6 @@ def nginx_image(podman, base_image, tmp):
                "--change", 'ENTRYPOINT ["nginx", "-g", "daemon off;"]', f"{root}.tar", tag)
     subprocess.run(["rm", "-rf", root, f"{root}.tar"], check=True)
     return tag, f"built in {time.monotonic() - t0:.0f}s"
-
-
-# --------------------------------------------------------------------------- clean-up
-
-
-class Reaper:
-    """A detached process that, should this one be killed, removes what it made: the
-    run's pods, volumes and secrets, the processes listed, the temp dir."""
-
-    def __init__(self, script, tmp, prefix):
-        self.file = os.path.join(tmp + ".reap.json")
-        self.state = {"prefix": prefix, "kill": [], "dirs": [tmp], "conf": os.path.join(tmp, "containers.conf")}
-        self.save()
-        subprocess.Popen([sys.executable, script, "--reap", str(os.getpid()), self.file], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def add_kill(self, pid, marker):
-        self.state["kill"].append([pid, marker])
-        self.save()
-
-    def save(self):
-        with open(self.file + ".new", "w") as f:
-            json.dump(self.state, f)
-        os.rename(self.file + ".new", self.file)
-
-    def done(self):
-        os.remove(self.file)
-
-
-def reap(parent, state_file):
-    """Runs detached: waits for `parent` to end, then undoes what a killed run left."""
-    while True:
-        try:
-            os.kill(parent, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(1)
-    try:
-        with open(state_file) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return 0  # a finished run removes the file
-    for pid, marker in state["kill"]:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    with open(state["conf"] + ".reap", "w") as f:
-        f.write(CONTAINERS_CONF)
-    p = Podman.__new__(Podman)
-    p.prefix, p.env = state["prefix"], dict(os.environ, CONTAINERS_CONF=state["conf"] + ".reap")
-    p.cleanup()
-    for d in state["dirs"]:
-        subprocess.run(["rm", "-rf", d])
-    os.remove(state_file)
-    return 0
 
 
 def free_ports(*names):
