@@ -131,7 +131,12 @@ void write_ahead_log::lock_directory() {
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(lock_fd_, 0) != 0 ||
       ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    throw wal_error("cannot write " + path + ": " + std::strerror(errno));
+    // The pid only names the holder; the locks above are what keep a second copy out. A
+    // full disk must not stop the start: ingest then answers 503 until appends fit.
+    if (errno != ENOSPC && errno != EDQUOT)
+      throw wal_error("cannot write " + path + ": " + std::strerror(errno));
+    log::warn("cannot write the pid into ", path, ": ", std::strerror(errno),
+              "; the WAL's disk is full: increments are refused (503) until there is room");
   }
 }
 

@@ -146,7 +146,8 @@ class Committer : public ::testing::Test {
   };
 
   std::string root_;
-  config::wal_config cfg_;
+  // always unless a test says otherwise (the tests were written when it was the default).
+  config::wal_config cfg_{.fsync = config::fsync_mode::always};
   metrics::registry metrics_;
 };
 
