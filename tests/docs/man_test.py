@@ -273,6 +273,25 @@ def check_links(ctx):
     return f"{n} links resolve"
 
 
+def check_readme_pointers(ctx):
+    """What is shipped to users (the config, the units, the man pages, docs/) points at
+    sections by the page that holds them now; README.md keeps no reference sections, so a
+    "README: Section" pointer is stale (issue 40)."""
+    files = ["config/slotted-counterd.yaml", "systemd/slotted-counterd.service", "systemd/slotted-counterd.socket",
+             "packaging/slotted-counterd.8"] + sorted(
+        "docs/" + f for f in os.listdir(os.path.join(ctx.source, "docs")) if f.endswith(".md"))
+    heads = set(re.findall(r"^#+ (.*)$", read(ctx.source, "README.md"), re.M))
+    stale = []
+    for f in files:
+        for n, line in enumerate(read(ctx.source, f).splitlines(), 1):
+            for m in re.finditer(r"\bREADME[:,] ?\(?([A-Z][\w -]+)", line):
+                if m.group(1).strip() not in heads:
+                    stale.append(f"{f}:{n}: README: {m.group(1).strip()}")
+    if stale:
+        raise Failure("pointers to README sections that do not exist: " + "; ".join(stale))
+    return f"{len(files)} shipped files, no stale README pointer"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
@@ -295,6 +314,7 @@ def main():
     runner.run("example config: accepted and documented", check_example, ctx)
     runner.run("docs: every config shown is accepted", check_doc_configs, ctx)
     runner.run("docs: every relative link resolves", check_links, ctx)
+    runner.run("shipped files: no stale README section pointer", check_readme_pointers, ctx)
     print(f"{runner.passed} passed, {runner.failed} failed", flush=True)
     return 1 if runner.failed else 0
 
