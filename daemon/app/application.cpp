@@ -383,7 +383,7 @@ void application::replay_wal(const durable::recover_options& options) {
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
-  committer_->start(flusher_);
+  committer_->start(flusher_, recovered.segments > 0);
   if (recovered.segments > 0) {
     log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
               " pending counters and ", recovered.batches.size(), " logged batches");

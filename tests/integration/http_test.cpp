@@ -235,8 +235,8 @@ TEST(HttpCounting, TheSessionsOwnAnswersAreCountedInRequestsTotal) {
   // A body over http.max_body_bytes, its header accepted: counted under its route.
   EXPECT_NE(raw_exchange(daemon_->port(),
                          "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                         "application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                             "64\r\n" + std::string(100, ' ') + "\r\n0\r\n\r\n")
+                         "application/json\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n" +
+                             std::string(100, ' ') + "\r\n0\r\n\r\n")
                 .find("HTTP/1.1 413"),
             std::string::npos);
   const auto metrics = http_client(daemon_->port()).get("/metrics").body;

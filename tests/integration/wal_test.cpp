@@ -667,7 +667,7 @@ TEST_F(Wal, ADaemonStartedOnAFullDiskRefusesIncrementsUntilThereIsRoom) {
   ASSERT_TRUE(eventually([&] {
     return c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 4})").status ==
            202u;
-  }));
+  }, 20s));
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(db_total(7), 4);
   EXPECT_NE(daemon.log().find("the WAL's disk is full"), std::string::npos) << daemon.log();

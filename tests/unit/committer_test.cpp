@@ -147,7 +147,9 @@ class Committer : public ::testing::Test {
 
   std::string root_;
   // always unless a test says otherwise (the tests were written when it was the default).
-  config::wal_config cfg_{.fsync = config::fsync_mode::always};
+  config::wal_config cfg_{.dir = {},
+                          .fsync = config::fsync_mode::always,
+                          .fsync_interval = std::chrono::milliseconds(10)};
   metrics::registry metrics_;
 };
 

@@ -363,7 +363,7 @@ TEST(Config, ReloadAppliesLiveKeysAndNamesTheRest) {
       "listen: {port: 9999, unix_socket: /run/x.sock}\n"
       "mysql: {hosts: [\"db2:3306\"], tls: {mode: required}}\n"
       "http: {max_connections: 5}\n"
-      "wal: {fsync: never}\n",
+      "wal: {fsync: always}\n",
       "b.yaml");
   const auto plan = plan_reload(running, next);
   EXPECT_EQ(plan.live,
