@@ -7,7 +7,7 @@ n=${1:-1000000}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 g++ -O2 -std=c++20 -I"$here/daemon" "$here/bench/log_parse_bench.cpp" \
-  "$here/daemon/logs/line_parser.cpp" -o "$tmp/bench"
+  "$here/daemon/logs/line_parser.cpp" "$here/daemon/config/rule_pattern.cpp" -o "$tmp/bench" -lre2
 # 80% GET 200 downloads, the rest HEAD, 206, 404 and other paths.
 mawk -v n="$n" 'BEGIN { srand(1); for (i = 0; i < n; i++) {
   r = rand(); id = int(rand() * 1000); m = "GET"; s = 200; p = "/downloads/" id "/pkg.tar.gz"

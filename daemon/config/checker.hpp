@@ -210,6 +210,13 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
 // instance_id: 1 to 64 of [A-Za-z0-9._-]; its default, from the host name.
 bool is_valid_instance_id(std::string_view s);
 std::string default_instance_id();
+// The environment variable that gives the default instance_id (a container's Pod name,
+// from the downward API: docs/install.md).
+inline constexpr char instance_id_env[] = "SLOTTED_COUNTERD_INSTANCE_ID";
+// instance_id not in the file: $SLOTTED_COUNTERD_INSTANCE_ID when set and not empty,
+// else default_instance_id(). A value that is no instance_id is a problem naming the
+// variable, never replaced by the host name.
+void resolve_instance_id(daemon_config& cfg, checker& c);
 
 // The file's bytes, or its errno (or "not a regular file") as the failure.
 result<std::string> read_whole_file(const std::string& path);

@@ -158,7 +158,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
         cfg.log_sources);
   }
 
-  if (cfg.instance_id.empty()) cfg.instance_id = detail::default_instance_id();
+  detail::resolve_instance_id(cfg, c);
   for (auto& p : apply_credentials(cfg.mysql, over)) c.fail_flag(std::move(p));
   if (read_secrets) detail::resolve_secrets(cfg, c, over.password_file.has_value());
   detail::check_tls(cfg, c);

@@ -45,6 +45,9 @@ struct counter_decl {
   // counters[i].dedupe: hour or day, the window in which an item with a `client` counts
   // once (model/uniques.hpp); none by default.
   store::granularity dedupe = store::granularity::none;
+  // counters[i].dedupe_keep: how long after a window ends its decisions are kept, so
+  // that a late item counts once in it (model/uniques.hpp); only with dedupe.
+  duration dedupe_keep = std::chrono::seconds(store::default_dedupe_keep_seconds);
   bool operator==(const counter_decl&) const = default;
 };
 

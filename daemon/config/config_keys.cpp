@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 #include <iterator>
+#include <map>
 #include <type_traits>
 
 #include "config/checker.hpp"
@@ -174,6 +175,8 @@ const options<log_level>& log_levels() {
   return o;
 }
 
+constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
+
 }  // namespace
 
 std::optional<endpoint_text> listen_endpoint(std::string_view text) {
@@ -215,6 +218,19 @@ std::string default_instance_id() {
     id.push_back(is_valid_instance_id(std::string_view(&c, 1)) ? c : '_');
   }
   return id.empty() ? "slotted-counterd" : id;
+}
+
+void resolve_instance_id(daemon_config& cfg, checker& c) {
+  if (!cfg.instance_id.empty()) return;
+  const char* env = std::getenv(instance_id_env);
+  if (env == nullptr || *env == '\0') {
+    cfg.instance_id = default_instance_id();
+  } else if (is_valid_instance_id(env)) {
+    cfg.instance_id = env;
+  } else {
+    c.fail_flag(std::string(instance_id_env) + " (the default instance_id): '" + env +
+                "' is not " + instance_id_expected);
+  }
 }
 
 }  // namespace detail
@@ -259,7 +275,6 @@ std::optional<std::string> endpoint_text_of(const std::string& text) {
   return text;
 }
 
-constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
 constexpr char ip_address_expected[] = "an IPv4 or IPv6 address";
 constexpr char socket_path_expected[] = "an absolute path of at most 107 bytes";
 constexpr char octal_mode_expected[] = "an octal mode 0000..0777";
@@ -336,6 +351,7 @@ std::vector<counter_decl> without_buckets(std::vector<counter_decl> counters) {
     c.buckets.clear();
     c.top = false;
     c.dedupe = store::granularity::none;
+    c.dedupe_keep = std::chrono::seconds(store::default_dedupe_keep_seconds);
   }
   return counters;
 }
@@ -357,6 +373,7 @@ void adopt_counters(daemon_config& running, const daemon_config& next) {
         c.buckets = r.buckets;
         c.top = r.top;
         c.dedupe = r.dedupe;
+        c.dedupe_keep = r.dedupe_keep;
       }
     }
   }
@@ -389,12 +406,28 @@ void change_top(const key_row&, daemon_config& cfg) {
 // The uniques table is made by --migrate, and the windows are fixed at start: a restart
 // key.
 bool dedupe_differs(const daemon_config& a, const daemon_config& b) {
-  return dedupe_spec_of(a) != dedupe_spec_of(b);
+  const auto windows = [](const daemon_config& cfg) {
+    std::map<std::uint32_t, store::granularity> out;
+    for (const auto& c : cfg.counters)
+      if (c.dedupe != store::granularity::none) out[c.record_type] = c.dedupe;
+    return out;
+  };
+  return windows(a) != windows(b);
 }
 void change_dedupe(const key_row&, daemon_config& cfg) {
   auto& c = first_counter(cfg);
   c.dedupe =
       c.dedupe == store::granularity::day ? store::granularity::hour : store::granularity::day;
+}
+// The keep of each counter's windows: a restart key, as the windows themselves.
+bool dedupe_keep_differs(const daemon_config& a, const daemon_config& b) {
+  for (const auto& x : a.counters)
+    for (const auto& y : b.counters)
+      if (x.record_type == y.record_type && x.dedupe_keep != y.dedupe_keep) return true;
+  return false;
+}
+void change_dedupe_keep(const key_row&, daemon_config& cfg) {
+  first_counter(cfg).dedupe_keep += std::chrono::hours(1);
 }
 void change_hosts(const key_row&, daemon_config& cfg) {
   cfg.mysql.hosts.push_back({"changed.example", 3307});
@@ -439,6 +472,8 @@ std::vector<key_row> live_keys() {
                  &top_differs, &change_top),
       structured({.key = "counters[].dedupe", .type = "enum", .default_value = "none"},
                  &dedupe_differs, &change_dedupe),
+      structured({.key = "counters[].dedupe_keep", .type = "duration", .default_value = "48h"},
+                 &dedupe_keep_differs, &change_dedupe_keep),
       live(flag<&C::accept_undeclared_types>("accept_undeclared_types", "false"),
            &adopt<&C::accept_undeclared_types>),
   };
@@ -448,7 +483,7 @@ std::vector<key_row> live_keys() {
 std::vector<key_row> listen_http_keys() {
   return {
       checked<&instance_id_text, instance_id_expected, false, &C::instance_id>(
-          text<&C::instance_id>("instance_id", "string", "the host name")),
+          text<&C::instance_id>("instance_id", "string", "$SLOTTED_COUNTERD_INSTANCE_ID, else the host name")),
       checked<&ip_address, ip_address_expected, false, &C::listen_address>(
           text<&C::listen_address>("listen.address", "IP address", "127.0.0.1")),
       integer<&C::listen_port>("listen.port", 0, 65535, "8080"),
@@ -546,11 +581,14 @@ std::vector<key_row> log_source_keys() {
       part("log_sources[].json.path", "string", "path", "log_sources"),
       part("log_sources[].json.status", "string", "status", "log_sources"),
       part("log_sources[].json.client", "string", "remote_addr", "log_sources"),
+      part("log_sources[].json.user_agent", "string", "user_agent", "log_sources"),
       part("log_sources[].rules", "list", "(required)", "log_sources"),
       part("log_sources[].rules[].counter", "string", "(required)", "log_sources"),
       part("log_sources[].rules[].path", "regex", "(required)", "log_sources"),
       part("log_sources[].rules[].methods", "list of strings", "[GET]", "log_sources"),
       part("log_sources[].rules[].statuses", "list of integers", "[200]", "log_sources"),
+      part("log_sources[].rules[].user_agent", "regex", "none", "log_sources"),
+      part("log_sources[].rules[].not_user_agent", "regex", "none", "log_sources"),
   };
 }
 

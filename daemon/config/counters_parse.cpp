@@ -92,7 +92,7 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
       continue;
     }
     counter_decl d;
-    bool has_name = false, has_type = false;
+    bool has_name = false, has_type = false, has_keep = false;
     c.mapping(item, ip,
               {
                   {"name",
@@ -115,7 +115,16 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
                          {{"hour", store::granularity::hour}, {"day", store::granularity::day}},
                          d.dedupe);
                    }},
+                  {"dedupe_keep",
+                   [&](auto& a, auto& ap) {
+                     has_keep = true;
+                     c.time_span(a, ap, std::chrono::seconds(store::min_dedupe_keep_seconds),
+                                 std::chrono::seconds(store::max_dedupe_keep_seconds),
+                                 d.dedupe_keep);
+                   }},
               });
+    if (has_keep && d.dedupe == store::granularity::none)
+      c.fail(item, ip + ".dedupe_keep", "only with counters[].dedupe");
     if (!has_name) c.fail(item, ip + ".name", "missing");
     if (!has_type) c.fail(item, ip + ".record_type", "missing");
     if (has_name && !d.name.empty() && !names.insert(d.name).second) {
@@ -147,7 +156,10 @@ namespace slotted::config {
 store::dedupe_spec dedupe_spec_of(const daemon_config& cfg) {
   store::dedupe_spec spec;
   for (const auto& c : cfg.counters) {
-    if (c.dedupe != store::granularity::none) spec.declare(c.record_type, c.dedupe);
+    if (c.dedupe != store::granularity::none) {
+      spec.declare(c.record_type, c.dedupe,
+                   std::chrono::duration_cast<std::chrono::seconds>(c.dedupe_keep).count());
+    }
   }
   return spec;
 }

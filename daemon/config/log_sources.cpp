@@ -1,5 +1,3 @@
-#include <boost/regex.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
@@ -86,29 +84,23 @@ void parse_statuses(const walker& w, const YAML::Node& v, const std::string& p,
   out = std::move(found);
 }
 
-// The pattern compiles and has a capture group (the record_id).
+// The pattern compiles with RE2 and, with `group`, has a capture group (the record_id).
 void check_pattern(const walker& w, const YAML::Node& at, const std::string& p,
-                   const std::string& pattern) {
+                   const std::string& pattern, bool group) {
   if (pattern.size() > 1000) {
     w.fail(at, p, "the pattern is longer than 1000 characters");
     return;
   }
-  try {
-    const boost::regex re(pattern);
-    if (re.mark_count() < 1) {
-      w.fail(at, p,
-             "'" + pattern +
-                 "' has no capture group: its first one, e.g. ([0-9]+), reads the record_id");
-    }
-  } catch (const boost::regex_error& e) {
-    w.fail(at, p, "'" + pattern + "' is not a valid regular expression: " + e.what());
-  }
+  if (const auto c = compile_pattern(pattern, group); !c.re)
+    w.fail(at, p, "'" + pattern + "' " + c.error);
 }
 
 void parse_rules(const walker& w, const YAML::Node& v, const std::string& p,
                  const std::vector<counter_decl>& counters, std::vector<log_rule>& out) {
   if (!v.IsSequence() || v.size() == 0) {
-    w.fail(v, p, "expected a non-empty list of rules {counter, path[, methods][, statuses]}");
+    w.fail(v, p,
+           "expected a non-empty list of rules {counter, path[, methods][, statuses][, "
+           "user_agent][, not_user_agent]}");
     return;
   }
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -134,7 +126,16 @@ void parse_rules(const walker& w, const YAML::Node& v, const std::string& p,
                    [&](auto& a, auto& ap) {
                      if (!w.text(a, ap, r.path)) return;
                      has_path = true;
-                     check_pattern(w, a, ap, r.path);
+                     check_pattern(w, a, ap, r.path, true);
+                   }},
+                  {"user_agent",
+                   [&](auto& a, auto& ap) {
+                     if (w.text(a, ap, r.user_agent)) check_pattern(w, a, ap, r.user_agent, false);
+                   }},
+                  {"not_user_agent",
+                   [&](auto& a, auto& ap) {
+                     if (w.text(a, ap, r.not_user_agent))
+                       check_pattern(w, a, ap, r.not_user_agent, false);
                    }},
                   {"methods", [&](auto& a, auto& ap) { parse_methods(w, a, ap, r.methods); }},
                   {"statuses", [&](auto& a, auto& ap) { parse_statuses(w, a, ap, r.statuses); }},
@@ -158,6 +159,7 @@ void parse_json_fields(const walker& w, const YAML::Node& v, const std::string& 
                 {"path", field(f.path)},
                 {"status", field(f.status)},
                 {"client", field(f.client)},
+                {"user_agent", field(f.user_agent)},
             });
 }
 

@@ -3,8 +3,13 @@
 // logs the daemon reads increments from, beside HTTP. Plain values, validated by
 // parse_log_sources (log_sources_parse.hpp) as part of load_config().
 
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace re2 {
+class RE2;
+}
 
 namespace slotted::config {
 
@@ -12,14 +17,29 @@ enum class log_format { combined, json };
 
 // log_sources[].rules[i]: lines whose method and status are listed and whose request
 // path (query string cut off, not decoded) `path` finds count one for the counter named
-// `counter`, under the record_id its first capture group reads (a decimal number).
+// `counter`, under the record_id its first capture group reads (a decimal number), when
+// `user_agent` (if set) finds their user agent and `not_user_agent` (if set) does not.
+// A source's rules are tried in order: a line counts for the first that matches it.
 struct log_rule {
   std::string counter;
-  std::string path;  // a regular expression (Perl syntax, boost::regex), searched
+  std::string path;  // a regular expression (RE2 syntax, compile_pattern), searched
   std::vector<std::string> methods{"GET"};
   std::vector<unsigned> statuses{200};
+  std::string user_agent{};      // a regular expression searched in the user agent; "": any
+  std::string not_user_agent{};  // ... that must not find it; "": none
   bool operator==(const log_rule&) const = default;
 };
+
+// A rule's pattern compiled by RE2: matched in time linear in the text, whatever the
+// pattern (no backtracking; bench/RESULTS.md, Linear-time matching). Null, with `error`
+// saying why, when RE2 does not take it (a backreference, a lookaround: what only a
+// backtracking engine can do) or when it has no capture group.
+using shared_pattern = std::shared_ptr<const re2::RE2>;
+struct compiled_pattern {
+  shared_pattern re;
+  std::string error;
+};
+compiled_pattern compile_pattern(const std::string& pattern, bool group = true);
 
 // log_sources[].json: the names of the fields of a `format: json` line.
 struct log_json_fields {
@@ -30,6 +50,7 @@ struct log_json_fields {
   // $remote_addr: the client of a counter with `dedupe` (a line without it, or with "" or
   // "-", counts as an item without a client).
   std::string client = "remote_addr";
+  std::string user_agent = "user_agent";  // $http_user_agent: for rules[].user_agent
   bool operator==(const log_json_fields&) const = default;
 };
 

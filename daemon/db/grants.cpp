@@ -6,6 +6,7 @@
 #include "db/sql.hpp"
 #include "db/log_positions.hpp"
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 
 namespace slotted::db {
 
@@ -71,8 +72,11 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
     grant("SELECT", totals_filled_table);  // which types they were filled for (read at start)
   }
   // Unique per client per window (db/uniques.hpp), with counters[].dedupe only.
-  if (!config::dedupe_spec_of(cfg).empty())
+  if (!config::dedupe_spec_of(cfg).empty()) {
     grant("SELECT, INSERT, DELETE", cfg.mysql.table + "_uniques");
+    // What was pruned from it: read (locked) by every unique commit, raised by the prune.
+    grant("SELECT, INSERT, UPDATE", pruned_table);
+  }
   grant("SELECT, INSERT, DELETE", ledger_table);
   grant(all_rows, idempotency_keys_table);
   if (!cfg.log_sources.empty()) grant("SELECT, INSERT, UPDATE", logs::positions_table);

@@ -155,10 +155,9 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
     std::vector<db::counter_row> all_rows;
     std::vector<store::bucket_row> all_buckets;
     if (!b.uniques.empty()) {
-      // Read again at the commit, by the later of this host's clock and the database's:
-      // the reader's clock may be slow, or the pass held up, past a prune elsewhere.
-      const auto decidable = db::still_decidable(
-          b.uniques, b.dedupe ? *b.dedupe : store::no_dedupe(), db::later_clock(conn));
+      // Only the entries of windows no prune has passed (db/uniques.hpp, Late items).
+      const auto decidable = db::decidable_entries(conn, counters_table, b.uniques,
+                                                   b.dedupe ? *b.dedupe : store::no_dedupe());
       const auto counted = db::insert_and_find_ours(conn, counters_table,
                                                     {b.instance_id, b.unique_tag, 0}, decidable);
       std::vector<db::counter_row> unique_rows;

@@ -155,6 +155,10 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // returns, until COMMIT; gap locks only in duplicate-key checks.
 //   1. The writer's ledger row: its own id, never another writer's (a retry after a
 //      lost COMMIT reply waits here on the first attempt, holding nothing else).
+//   1b. With unique entries: the rows of `slotted_counterd_uniques_pruned` of their
+//      uniques table (db/uniques.hpp, Late items), LOCK IN SHARE MODE, read by one
+//      statement; the prune locks the table's every_type row FOR UPDATE and raises one
+//      record type's row in a transaction holding nothing else.
 //   2. Idempotency-Key rows (keyed batches), keys sorted; or `<table>_uniques` rows (unique
 //      batches, db/uniques.hpp), sorted by its primary key (window_start, record_type,
 //      record_id, client): inserted with INSERT IGNORE, whose duplicate check waits on a
@@ -168,12 +172,12 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
 // The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5, 6); db::commit_unique_batch (1, 2, 3, 4, 5, 6);
+// 5, 6); db::commit_unique_batch (1, 1b, 2, 3, 4, 5, 6);
 // reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
 // a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
 // what it deleted, `<table>_totals` first even when its sum was 0; 6);
 // logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
-// then 2 for counters with dedupe, 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1
+// then 1b and 2 for counters with dedupe, 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1
 // its adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of each
 // counter by INSERT ... SELECT ... ORDER BY id, or with top the owning rows read once
 // and 3 then 5 written from those values; the owning rows it reads are a consistent

@@ -100,22 +100,6 @@ std::string uniques_types_select(std::string_view table) {
   return "SELECT DISTINCT `record_type` FROM " + quote_identifier(uniques_table(table));
 }
 
-void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe) {
-  if (!dedupe.empty()) conn.execute(create_uniques_table(table));
-}
-
-void verify_uniques_table(connection& conn, const std::string& table,
-                          const store::dedupe_spec& dedupe) {
-  if (dedupe.empty()) return;
-  const std::string name = uniques_table(table);
-  if (conn.query(table_exists_select(conn.quote(name))).empty()) {
-    throw db_error(
-        0,
-        "table `" + name + "` (counters[].dedupe) does not exist; run slotted-counterd --migrate",
-        true);
-  }
-}
-
 void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t slot,
                      const store::bucket_spec& buckets, std::vector<counter_row>& rows,
                      std::vector<store::bucket_row>& bucket_rows) {
@@ -193,19 +177,6 @@ std::vector<store::unique_entry> insert_and_find_ours(
   return out;
 }
 
-std::vector<store::unique_entry> still_decidable(std::span<const store::unique_entry> entries,
-                                                 const store::dedupe_spec& dedupe,
-                                                 std::int64_t now) {
-  std::vector<store::unique_entry> out;
-  out.reserve(entries.size());
-  for (const auto& e : entries) {
-    const auto g = dedupe.window_of(e.record_type);
-    if (g == store::granularity::none) continue;
-    if (store::window_decidable(g, e.window, now)) out.push_back(e);
-  }
-  return out;
-}
-
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,
     const store::flush_batch& b,
@@ -223,12 +194,12 @@ unique_outcome commit_unique_batch(
       out.outcome = commit_outcome::already_applied;
       return out;
     }
-    // Only entries whose windows no prune can have passed yet: an entry held up (a
-    // restart replaying the WAL, an outage) past its window's margin is not decided.
+    // Only entries whose windows no prune has passed: an entry held up (a restart
+    // replaying the WAL, an outage) past its window's keep may not be decided.
     std::span<const store::unique_entry> entries = b.uniques;
     std::vector<store::unique_entry> decidable;
     if (dedupe != nullptr) {
-      decidable = still_decidable(b.uniques, *dedupe, later_clock(conn));
+      decidable = decidable_entries(conn, table, b.uniques, *dedupe);
       out.too_late = b.uniques.size() - decidable.size();
       entries = decidable;
     }
@@ -258,34 +229,6 @@ unique_outcome commit_unique_batch(
     rollback_after(conn, e);
     throw;
   }
-}
-
-unique_prune prune_uniques(connection& conn, const std::string& table,
-                           const store::dedupe_spec& dedupe, std::int64_t now, std::size_t limit,
-                           int max_chunks) {
-  unique_prune out;
-  // Every record type with rows (a loose scan of the key's first column), also those of
-  // counters whose dedupe was removed: their rows are kept for the longest window.
-  for (const auto& r : conn.query(uniques_types_select(table))) {
-    if (r.empty() || !r[0]) continue;
-    const auto type = static_cast<std::uint32_t>(std::stoul(*r[0]));
-    auto g = dedupe.window_of(type);
-    if (g == store::granularity::none) g = store::granularity::day;
-    // A window starting before this ended more than twice the margin ago: once for
-    // clocks, once for an entry accepted near its window's end and flushed later.
-    const std::int64_t before = now - store::seconds_of(g) - 2 * store::unique_margin_seconds;
-    for (int i = 0;; ++i) {
-      if (i == max_chunks) {
-        out.behind = true;
-        break;
-      }
-      conn.execute(uniques_prune(table, type, before, limit));
-      const auto n = conn.affected_rows();
-      out.deleted += n;
-      if (n < limit) break;
-    }
-  }
-  return out;
 }
 
 }  // namespace slotted::db

@@ -24,11 +24,25 @@
 // across every instance sharing the database, and the ledger makes each batch count once
 // across retries. The lock order is db/repository.hpp's (the uniques rows at its 2).
 //
+// Late items (counters[].dedupe_keep, model/uniques.hpp): a window's rows are kept
+// until `keep` (48 h by default) plus the margin after it ends, so an item or a log line
+// that comes late counts once in its own window. What has been pruned is recorded in
+// `slotted_counterd_uniques_pruned`, a row per (uniques table, record type): the
+// decisions of windows that ended before `ended_before` may be gone. Every commit that
+// decides entries first reads its record types' rows and the table's `every_type` row
+// (made by --migrate) LOCK IN SHARE MODE, and decides only the entries whose windows
+// ended at or after both: an entry of a pruned window is not counted (`too_late`)
+// rather than counted twice, whatever the keep of the instance that pruned it. A prune
+// first raises its type's row, holding the every_type row FOR UPDATE (so it waits for
+// the commits reading the old value, and commits that come after read the new one),
+// then deletes. The lock order is db/repository.hpp's (these rows at its 1b).
+//
 // Failures throw db_error; the transaction is then rolled back (when the connection
 // allows).
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +58,12 @@ namespace slotted::db {
 
 // `<table>_uniques`.
 std::string uniques_table(std::string_view table);
+
+// What has been pruned from each uniques table (see above): (uniques_table, record_type,
+// ended_before), and the row of a table's every record type.
+inline constexpr std::string_view pruned_table = "slotted_counterd_uniques_pruned";
+inline constexpr std::uint32_t every_type = 4294967295u;  // no record type is (max 2^31-1)
+std::string create_pruned_table();
 
 // SQL builders, pure. Quoted values (`quoted_*`) come quoted for the connection.
 std::string create_uniques_table(std::string_view table);
@@ -66,9 +86,14 @@ std::string uniques_prune(std::string_view table, std::uint32_t record_type, std
 // The record types that have rows.
 std::string uniques_types_select(std::string_view table);
 
-// Creates `<table>_uniques` when `dedupe` is not empty (--migrate). Idempotent.
+// Creates `<table>_uniques` and `slotted_counterd_uniques_pruned` with the table's
+// every_type row when `dedupe` is not empty (--migrate). That row says nothing was pruned
+// for a uniques table made now, and, for one an earlier version made (which pruned a
+// window 10 minutes after its end and recorded nothing), that every window which ended
+// before this migration may have been. Idempotent.
 void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe);
-// Throws a fatal db_error naming the table when `dedupe` needs it and it does not exist.
+// Throws a fatal db_error naming what is missing (run --migrate) when `dedupe` needs the
+// uniques table and it, the pruned table or the table's every_type row does not exist.
 void verify_uniques_table(connection& conn, const std::string& table,
                           const store::dedupe_spec& dedupe);
 
@@ -77,13 +102,13 @@ struct unique_outcome {
   std::size_t rows = 0;        // counter rows upserted
   std::size_t counted = 0;     // entries this batch counted
   std::size_t duplicates = 0;  // entries a batch had counted before
-  std::size_t too_late = 0;    // entries not decided: their window's margin had passed
+  std::size_t too_late = 0;    // entries not decided: their window's decisions were pruned
 };
 
 // Commits unique batch `b` as described above. `dirty` gives the rows whose counters are
 // rolled up among those it is passed; `buckets` and `top` as for commit_batch. With
-// `dedupe`, only the entries still_decidable by later_clock() are decided (the others
-// are `too_late`).
+// `dedupe`, only the entries decidable_entries() leaves are decided (the others are
+// `too_late`).
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,
     const store::flush_batch& b,
@@ -98,13 +123,19 @@ std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const st
                                                       const batch_identity& id,
                                                       std::span<const store::unique_entry> entries);
 
-// The entries of `entries` whose window (by `dedupe`) ended at most
-// store::unique_margin_seconds before `now`: only those can still be decided, a prune
-// (db::prune_uniques, cutting at twice the margin by the earlier of two clocks) having
-// kept every row of their window. Pure.
-std::vector<store::unique_entry> still_decidable(std::span<const store::unique_entry> entries,
-                                                 const store::dedupe_spec& dedupe,
-                                                 std::int64_t now);
+// The entries of `entries` whose windows' decisions no prune has passed, read inside
+// the caller's transaction: the pruned rows of their record types and the every_type
+// row, LOCK IN SHARE MODE (see above). An entry of a record type `dedupe` does not
+// dedupe is left out. Throws db_error (a fatal one when the every_type row is missing).
+std::vector<store::unique_entry> decidable_entries(connection& conn, const std::string& table,
+                                                   std::span<const store::unique_entry> entries,
+                                                   const store::dedupe_spec& dedupe);
+// The entries whose window (by `dedupe`) ended at or after the `ended_before` of their
+// record type (absent: nothing pruned) and `every` (the every_type row's). Pure.
+std::vector<store::unique_entry> not_pruned(std::span<const store::unique_entry> entries,
+                                            const store::dedupe_spec& dedupe,
+                                            const std::map<std::uint32_t, std::int64_t>& ended_before,
+                                            std::int64_t every);
 
 // The rows and bucket rows that `counted` adds under `slot` (sorted, a row for every
 // counter with bucket rows). Pure.
@@ -112,11 +143,14 @@ void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t
                      const store::bucket_spec& buckets, std::vector<counter_row>& rows,
                      std::vector<store::bucket_row>& bucket_rows);
 
-// Deletes the rows of windows that ended more than 2 * store::unique_margin_seconds before
-// `now` (unix seconds), by the window of `dedupe` (a record type it no longer names: by
-// day), `limit` rows a statement, at most `max_chunks` statements per record type, each
-// committing on its own. `behind`: a record type's last allowed statement deleted a full
-// `limit` (more may be due: the caller prunes again soon). Throws db_error.
+// For each record type with rows: records that windows which ended before now less its
+// keep (dedupe.keep_of) and the margin are pruned (its row of the pruned table raised,
+// see above, in a transaction of its own), then deletes those windows' rows (by the
+// window of `dedupe`; a record type it no longer names: by day), `limit` rows a
+// statement, at most `max_chunks` statements per record type, each committing on its
+// own. `now`: unix seconds, the earlier of two clocks. `behind`: a record type's last
+// allowed statement deleted a full `limit` (more may be due: the caller prunes again
+// soon). Throws db_error.
 struct unique_prune {
   std::uint64_t deleted = 0;
   bool behind = false;

@@ -302,10 +302,10 @@ batch_writer::commit_attempt batch_writer::commit_unique(db::connection& conn,
     metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
     if (outcome.too_late > 0) {
       log::warn("flush: ", outcome.too_late,
-                " unique entries were not counted: their windows had ended more than ",
-                store::unique_margin_seconds,
-                " s before their batch committed (held up by an outage or a restart), or "
-                "their counters no longer have dedupe (docs/known-limits.md)");
+                " unique entries were not counted: their windows' decisions had been pruned "
+                "(they ended more than counters[].dedupe_keep before their batch committed, "
+                "held up by an outage or a restart), or their counters no longer have dedupe "
+                "(docs/known-limits.md)");
     }
   }
   commit_attempt done;

@@ -29,14 +29,14 @@ std::optional<parse_error> check_clients(std::span<increment> increments,
       return refused(i, std::move(why));
     }
     if (!inc.at_given) inc.at = now;
-    if (!store::window_decidable(g, store::bucket_start(g, inc.at), now)) {
+    if (!dedupe.accepts(inc.record_type, store::bucket_start(g, inc.at), now)) {
       std::string why = "\"at\" ";
       why += std::to_string(inc.at);
       why += " lies in a dedupe window that ended more than ";
-      why += std::to_string(store::unique_margin_seconds);
-      why += " s before now (";
+      why += std::to_string(dedupe.keep_of(inc.record_type));
+      why += " s (counters[].dedupe_keep) before now (";
       why += std::to_string(now);
-      why += ")";
+      why += "): its decisions are no longer kept";
       return refused(i, std::move(why));
     }
     if (inc.at > now + max_at_ahead_seconds) {

@@ -1,9 +1,12 @@
 #include "logs/line_parser.hpp"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,11 +27,19 @@ bool digits(std::string_view s, std::size_t pos, std::size_t n, unsigned& out) {
   return true;
 }
 
+// 1 to 12, 0 for no month: the three letters as one number, compared once each.
 int month_of(std::string_view m) {
+  if (m.size() != 3) return 0;
+  const auto key = [](const char* t) {
+    return static_cast<unsigned>(static_cast<unsigned char>(t[0])) << 16 |
+           static_cast<unsigned>(static_cast<unsigned char>(t[1])) << 8 |
+           static_cast<unsigned>(static_cast<unsigned char>(t[2]));
+  };
   static constexpr const char* names[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                           "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const unsigned k = key(m.data());
   for (int i = 0; i < 12; ++i)
-    if (m == names[i]) return i + 1;
+    if (k == key(names[i])) return i + 1;
   return 0;
 }
 
@@ -51,7 +62,7 @@ bool valid_civil(unsigned year, unsigned mon, unsigned day, unsigned h, unsigned
 }
 
 // "10/Oct/2000:13:55:36 -0700"
-bool clf_time(std::string_view t, std::int64_t& at) {
+bool clf_time_parsed(std::string_view t, std::int64_t& at) {
   if (t.size() != 26 || t[2] != '/' || t[6] != '/' || t[11] != ':' || t[14] != ':' ||
       t[17] != ':' || t[20] != ' ')
     return false;
@@ -64,6 +75,23 @@ bool clf_time(std::string_view t, std::int64_t& at) {
   if (!valid_civil(year, static_cast<unsigned>(mon), day, h, mi, sec)) return false;
   at = unix_seconds(static_cast<int>(year), static_cast<unsigned>(mon), day, h, mi, sec) - off;
   return at >= 0;
+}
+
+// The same, remembering the last time parsed on this thread: the lines of a log come in
+// order, many in the same second, so most are one compare of 26 bytes.
+bool clf_time(std::string_view t, std::int64_t& at) {
+  thread_local char last[26] = {};
+  thread_local std::int64_t last_at = -1;
+  if (t.size() == sizeof last && last_at >= 0 && std::memcmp(t.data(), last, sizeof last) == 0) {
+    at = last_at;
+    return true;
+  }
+  if (!clf_time_parsed(t, at)) return false;
+  if (t.size() == sizeof last) {
+    std::memcpy(last, t.data(), sizeof last);
+    last_at = at;
+  }
+  return true;
 }
 
 // "2000-10-10T13:55:36-07:00", "...Z", an optional fraction; or "1700000000.123".
@@ -114,9 +142,13 @@ void split_request(std::string_view req, parsed_line& out) {
   out.method = req.substr(0, sp);
   std::string_view uri = req.substr(sp + 1);
   // The path ends at the query or a fragment (servers serve the path before either).
-  const auto end = uri.find_first_of(" ?#");
-  if (end != std::string_view::npos) uri = uri.substr(0, end);
-  out.path = uri;
+  // The first of the three, by memchr each (find_first_of looks every byte up in the set).
+  std::size_t end = uri.size();
+  for (const char c : {' ', '?', '#'}) {
+    if (const void* at = std::memchr(uri.data(), c, end))
+      end = static_cast<std::size_t>(static_cast<const char*>(at) - uri.data());
+  }
+  out.path = uri.substr(0, end);
 }
 
 bool status_of(std::string_view s, unsigned& out) {
@@ -137,9 +169,41 @@ std::int64_t unix_seconds(int y, unsigned m, unsigned d, unsigned hour, unsigned
   return days * 86400 + hour * 3600 + minute * 60 + second;
 }
 
-bool parse_combined(std::string_view line, parsed_line& out) {
+namespace {
+// The index of the '"' closing a quoted field whose text starts at `start`: the first
+// one not escaped by a backslash (Apache writes \"; nginx writes \x22); npos if none.
+std::size_t closing_quote(std::string_view line, std::size_t start) {
+  std::size_t pos = start;
+  for (;;) {
+    const void* q = std::memchr(line.data() + pos, '"', line.size() - pos);
+    if (q == nullptr) return std::string_view::npos;
+    const std::size_t at = static_cast<std::size_t>(static_cast<const char*>(q) - line.data());
+    std::size_t backslashes = 0;
+    while (at - backslashes > start && line[at - backslashes - 1] == '\\') ++backslashes;
+    if (backslashes % 2 == 0) return at;
+    pos = at + 1;
+  }
+}
+
+// After the status: ` $body_bytes_sent "$http_referer" "$http_user_agent"`, from `pos`
+// (the space after the status). Empty when the line has another shape there.
+std::string_view user_agent_after(std::string_view line, std::size_t pos) {
+  const auto sp = line.find(' ', pos + 1);  // after the bytes
+  if (sp == std::string_view::npos || sp + 1 >= line.size() || line[sp + 1] != '"') return {};
+  const auto ref_end = closing_quote(line, sp + 2);
+  if (ref_end == std::string_view::npos || ref_end + 2 >= line.size() || line[ref_end + 1] != ' ' ||
+      line[ref_end + 2] != '"')
+    return {};
+  const auto ua_end = closing_quote(line, ref_end + 3);
+  if (ua_end == std::string_view::npos) return {};
+  return line.substr(ref_end + 3, ua_end - ref_end - 3);
+}
+}  // namespace
+
+bool parse_combined(std::string_view line, parsed_line& out, bool user_agent) {
   out.client = line.substr(0, line.find(' '));
   if (out.client == "-") out.client = {};
+  out.user_agent = {};
   const auto open = line.find('[');
   if (open == std::string_view::npos || open + 27 >= line.size() || line[open + 27] != ']')
     return false;
@@ -148,22 +212,15 @@ bool parse_combined(std::string_view line, parsed_line& out) {
   if (pos + 1 >= line.size() || line[pos] != ' ' || line[pos + 1] != '"') return false;
   pos += 2;
   const std::size_t req_start = pos;
-  // The request ends at the first '"' not escaped by a backslash (Apache writes \";
-  // nginx writes \x22).
-  for (;;) {
-    const void* q = std::memchr(line.data() + pos, '"', line.size() - pos);
-    if (q == nullptr) return false;
-    const std::size_t at = static_cast<std::size_t>(static_cast<const char*>(q) - line.data());
-    std::size_t backslashes = 0;
-    while (at - backslashes > req_start && line[at - backslashes - 1] == '\\') ++backslashes;
-    pos = at;
-    if (backslashes % 2 == 0) break;
-    ++pos;
-  }
+  pos = closing_quote(line, req_start);
+  if (pos == std::string_view::npos) return false;
   split_request(line.substr(req_start, pos - req_start), out);
   if (pos + 5 > line.size() || line[pos + 1] != ' ') return false;
   if (!status_of(line.substr(pos + 2, 3), out.status)) return false;
-  return pos + 5 == line.size() || line[pos + 5] == ' ';
+  if (pos + 5 == line.size()) return true;
+  if (line[pos + 5] != ' ') return false;
+  if (user_agent) out.user_agent = user_agent_after(line, pos + 5);
+  return true;
 }
 
 namespace {
@@ -257,6 +314,7 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
   ++pos;
   bool has_time = false, has_method = false, has_path = false, has_status = false;
   out.client = {};
+  out.user_agent = {};
   std::string_view path_raw;
   bool path_escaped = false;
   skip_space(line, pos);
@@ -298,6 +356,8 @@ bool parse_json(std::string_view line, const config::log_json_fields& fields, pa
       // Only a string is a client (null, a number: none); never a reason to refuse the
       // line, which counts for counters without dedupe as before.
       out.client = !is_string || value == "-" ? std::string_view{} : value;
+    } else if (key == fields.user_agent) {
+      out.user_agent = is_string ? value : std::string_view{};
     }
     skip_space(line, pos);
     if (pos >= line.size()) return false;
@@ -341,17 +401,33 @@ std::string literal_prefix(std::string_view pattern) {
 
 compiled_rule::compiled_rule(const config::log_rule& rule, std::uint32_t record_type)
     : record_type_(record_type),
-      re_(rule.path),
+      pattern_(rule.path),
       prefix_(literal_prefix(rule.path)),
       methods_(rule.methods),
-      statuses_(rule.statuses) {}
+      statuses_(rule.statuses) {
+  const auto compiled = [](const std::string& pattern, bool group) {
+    auto c = config::compile_pattern(pattern, group);
+    if (!c.re) throw std::invalid_argument("'" + pattern + "' " + c.error);
+    return std::move(c.re);
+  };
+  re_ = compiled(rule.path, true);
+  if (!rule.user_agent.empty()) ua_ = compiled(rule.user_agent, false);
+  if (!rule.not_user_agent.empty()) not_ua_ = compiled(rule.not_user_agent, false);
+}
 
 namespace {
 // A path the server may have served as another: a "." or ".." segment, an empty one, or a
 // '%' (an encoded dot or slash may make one).
 bool may_differ_when_served(std::string_view path) {
-  return path.find('%') != std::string_view::npos || path.find("/.") != std::string_view::npos ||
-         path.find("//") != std::string_view::npos;
+  const char* p = path.data();
+  const char* end = p + path.size();
+  if (std::memchr(p, '%', path.size()) != nullptr) return true;
+  for (;;) {
+    const void* slash = std::memchr(p, '/', static_cast<std::size_t>(end - p));
+    if (slash == nullptr) return false;
+    p = static_cast<const char*>(slash) + 1;
+    if (p < end && (*p == '.' || *p == '/')) return true;
+  }
 }
 
 // The path the server served (what nginx and Apache map to a file): %2e and %2f decoded,
@@ -406,32 +482,48 @@ bool line_time_accepted(std::int64_t at, std::int64_t now) {
   return at >= 0 && at <= now + ingest::max_at_ahead_seconds;
 }
 
-std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line, std::uint64_t max_id,
-                                                  bool* failed) const noexcept {
-  if (failed != nullptr) *failed = false;
+std::optional<std::uint64_t> compiled_rule::match_request(const parsed_line& line,
+                                                          std::uint64_t max_id) const noexcept {
   if (std::find(statuses_.begin(), statuses_.end(), line.status) == statuses_.end())
     return std::nullopt;
   if (std::find(methods_.begin(), methods_.end(), line.method) == methods_.end())
     return std::nullopt;
   std::string resolved;  // the served path, when it may differ from the logged one
   std::string_view path = line.path;
+  re2::StringPiece group[2];
   try {
     if (may_differ_when_served(path)) path = resolved = served_path(path);
-    if (path.size() < prefix_.size() || path.compare(0, prefix_.size(), prefix_) != 0)
-      return std::nullopt;
-    const char* first = path.data();
-    if (!boost::regex_search(first, first + path.size(), m_, re_)) return std::nullopt;
-  } catch (const std::exception&) {
-    if (failed != nullptr) *failed = true;
+  } catch (const std::exception&) {  // no memory for the resolved path: no match
     return std::nullopt;
   }
-  if (!m_[1].matched) return std::nullopt;
-  const char* b = m_[1].first;
-  const char* e = m_[1].second;
+  if (path.size() < prefix_.size() || path.compare(0, prefix_.size(), prefix_) != 0)
+    return std::nullopt;
+  if (!re_->Match(re2::StringPiece(path.data(), path.size()), 0, path.size(),
+                  re2::RE2::UNANCHORED, group, 2))
+    return std::nullopt;
+  const char* b = group[1].data();
+  if (b == nullptr) return std::nullopt;  // the group took no part in the match
+  const char* e = b + group[1].size();
   std::uint64_t id = 0;
   const auto r = std::from_chars(b, e, id);
   if (b == e || r.ec != std::errc() || r.ptr != e || *b == '+' || id > max_id) return std::nullopt;
   return id;
+}
+
+bool compiled_rule::match_agent(const parsed_line& line) const noexcept {
+  const re2::StringPiece ua(line.user_agent.data(), line.user_agent.size());
+  if (ua_ && !re2::RE2::PartialMatch(ua, *ua_)) return false;
+  return !(not_ua_ && re2::RE2::PartialMatch(ua, *not_ua_));
+}
+
+std::optional<std::uint64_t> compiled_rule::match(const parsed_line& line,
+                                                  std::uint64_t max_id) const noexcept {
+  const auto id = match_request(line, max_id);
+  return id && match_agent(line) ? id : std::nullopt;
+}
+
+bool compiled_rule::same_request_test(const compiled_rule& o) const {
+  return pattern_ == o.pattern_ && methods_ == o.methods_ && statuses_ == o.statuses_;
 }
 
 }  // namespace slotted::logs

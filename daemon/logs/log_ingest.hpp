@@ -50,10 +50,14 @@ struct ingest_settings {
   // The largest record_id the counters table holds (read from it at the first pass).
   std::uint64_t max_record_id = UINT64_MAX;
   // The bytes one commit reads at most (a backlog is committed in several batches, back
-  // to back).
-  // 4 MiB: some 25,000 lines, so one transaction locks a bounded number of rows and a
-  // pass ends soon after a stop is asked for.
-  std::size_t max_batch_bytes = 4u << 20;
+  // to back): 64 MiB, some 450,000 lines, read in about a tenth of a second, so a pass
+  // ends soon after a stop is asked for.
+  std::size_t max_batch_bytes = 64u << 20;
+  // The rows one commit writes at most (counters, buckets, unique entries): a pass ends
+  // at the line that reaches it, so one transaction locks a bounded number of rows
+  // however many distinct records its lines name. A backlog of few records is committed
+  // in few large batches (bench/RESULTS.md, issue 39).
+  std::size_t max_batch_rows = 25000;
 };
 
 ingest_settings ingest_settings_for(const config::daemon_config& cfg);

@@ -306,6 +306,11 @@ pass_counts read_lines(source_state& s, const ingest_settings& settings, std::ui
       }
       pass.end += stop + 1 - start;
       start = stop + 1;
+      if (pass.rows() >= settings.max_batch_rows) break;
+    }
+    if (pass.rows() >= settings.max_batch_rows) {  // the rest waits for the next pass
+      pass.limit = pass.end;
+      break;
     }
     // The partial line moves to the front; one past the bound is skipped to its newline.
     const std::size_t rest = held - start;

@@ -105,7 +105,9 @@ struct pass_counts {
   // (the first line's time kept): whether each counts is decided as the pass commits.
   std::set<store::unique_entry> uniques;
   std::uint64_t tally[outcome_count_]{};
-  std::uint64_t limit = 0;        // where reading stopped: the size, or the batch bound
+  std::uint64_t limit = 0;        // where reading stopped: the size, or a batch bound
+  // The rows its commit writes (ingest_settings::max_batch_rows bounds them).
+  std::size_t rows() const { return totals.size() + buckets.size() + uniques.size(); }
   std::uint64_t end = 0;          // after the last complete line
   bool skipping = false;          // the pass ended inside a line longer than the bound
   bool resume_skipping = false;   // ... whose rest the next pass skips to its newline
@@ -154,17 +156,17 @@ class line_counter {
 
  private:
   bool parsed(std::string_view text, std::uint64_t at_offset);
-  bool match_rules(std::uint64_t at_offset);
-  void add_matches();
+  void add_match(const compiled_rule& rule, std::uint64_t id);
   bool add_unique(std::uint32_t record_type, std::uint64_t id, store::granularity g);
 
   source_state& s_;
   const ingest_settings& settings_;
   pass_counts& pass_;
   std::int64_t now_s_;
+  bool user_agent_;  // a rule of the source reads the user agent: parse it
+  std::vector<bool> same_as_before_;  // rule i tests the request as rule i - 1 does
   parsed_line line_;
   std::string scratch_;
-  std::vector<std::pair<const compiled_rule*, std::uint64_t>> matched_;
 };
 
 // --- the writer (log_writer.cpp) ---

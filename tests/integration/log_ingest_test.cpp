@@ -10,10 +10,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <thread>
 
+#include "app/application.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
+#include "logs/log_ingest.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -321,6 +324,100 @@ TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {
   EXPECT_EQ(d.wait(20s), 0);
 }
 
+// Rules are matched by RE2, in linear time: a backtracking-prone pattern and 8 KiB
+// request paths, which cost boost::regex about a second a line on the one reader thread
+// (then gave up: not counted), are counted at once, while a second source keeps moving.
+// With boost the 40 paths that do not match held that thread for about 50 s, past this
+// test's 20 s wait for source B's lines.
+TEST_F(LogIngest, ABacktrackingProneRuleOnLongPathsStallsNoSource) {
+  const std::string other = dir_ + "/other.log";
+  const std::string config = daemon_yaml(
+      shared_mariadb(), db_,
+      "counters: [{name: dl, record_type: 7, top: true}]\n"
+      "flush: {interval: 50ms}\n"
+      "log_sources:\n"
+      "  - path: " + log_ + "\n    rules: [{counter: dl, path: '^/z/([0-9]+)/(.+)+\\.zip$'}]\n"
+      "  - path: " + other + "\n    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
+  daemon_process d(config);
+  // GET /z/ID/aaa...a[.zip], 8 KiB.
+  const auto request = [](std::uint64_t id, const char* end) {
+    std::string l = line(id, "GET", 200, "/z/");
+    return l.replace(l.find("/f.tgz"), 6, "/" + std::string(8000, 'a') + end);
+  };
+  std::string hostile;
+  for (int i = 0; i < 40; ++i) hostile += request(1, "");
+  for (int i = 0; i < 10; ++i) {
+    hostile += request(2, ".zip");
+    ++expected_[2];
+  }
+  append(log_, hostile);
+  for (int i = 0; i < 10; ++i) counted(3, other);
+  ASSERT_TRUE(exact());
+  // Tallied as the pass commits (just after its counts show).
+  http_client c(d.port());
+  EXPECT_TRUE(eventually(
+      [&] {
+        return metric_value(c.get("/metrics").body,
+                            "slotted_counterd_log_lines_total{outcome=\"not_matched\",source=\"" +
+                                log_ + "\"}") == 40;
+      },
+      20s));
+}
+
+// Traffic classes: rules tried in order, the first that matches counts the line, by
+// its user agent (combined: the last quoted field; json: a configured field). Package
+// managers count in one counter, bots in another, the rest in a third, and no line
+// counts twice.
+TEST_F(LogIngest, RulesByUserAgentCountEachLineForTheFirstClassThatMatches) {
+  const std::string json = dir_ + "/access.json";
+  const std::string config = daemon_yaml(
+      shared_mariadb(), db_,
+      "counters: [{name: installs, record_type: 7}, {name: bots, record_type: 8}, "
+      "{name: other, record_type: 9}]\n"
+      "flush: {interval: 50ms}\n"
+      "log_sources:\n"
+      "  - path: " + log_ + "\n"
+      "    rules:\n"
+      "      - {counter: bots, path: '^/d/([0-9]+)/', user_agent: '(?i)bot|crawl|^curl/'}\n"
+      "      - {counter: installs, path: '^/d/([0-9]+)/', user_agent: '^(cargo|pip)/'}\n"
+      "      - {counter: other, path: '^/d/([0-9]+)/'}\n"
+      "  - path: " + json + "\n"
+      "    format: json\n"
+      "    json: {user_agent: ua}\n"
+      "    rules:\n"
+      "      - {counter: installs, path: '^/d/([0-9]+)/', user_agent: '^(cargo|pip)/'}\n"
+      "      - {counter: bots, path: '^/d/([0-9]+)/', not_user_agent: '^(cargo|pip)/'}\n");
+  daemon_process d(config);
+  const auto with_agent = [](const std::string& ua) {
+    std::string l = line(1);
+    return l.replace(l.rfind("\"curl/8\""), 8, ua);
+  };
+  append(log_, with_agent("\"cargo/1.75.0 (x86_64-unknown-linux-gnu)\"") +
+                   with_agent("\"pip/24.0 {\\\"installer\\\":{\\\"name\\\":\\\"pip\\\"}}\"") +
+                   with_agent("\"Googlebot/2.1 (+http://www.google.com/bot.html)\"") +
+                   with_agent("\"pip/24.0 (crawler)\"") + with_agent("\"curl/8.5.0\"") +
+                   with_agent("\"Mozilla/5.0 (X11; Linux x86_64)\"") +
+                   with_agent("\"" + std::string(12000, 'x') + "\"") +
+                   "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"GET /d/1/f.tgz HTTP/1.1\" 200 5\n");
+  const std::string j = R"({"time":"2026-11-26T10:00:00Z","method":"GET","path":"/d/1/f","status":200)";
+  append(json, j + R"(,"ua":"cargo/1.80"})" + "\n" + j + R"(,"ua":"Wget/1.21"})" + "\n" + j +
+                   "}\n" + j + R"(,"ua":"pip/23"})" + "\n");
+  const auto sums = [&] {
+    std::map<std::int64_t, std::int64_t> out;
+    for (const std::int64_t t : {7, 8, 9})
+      out[t] = shared_mariadb().query_int(
+          db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = " +
+                   std::to_string(t));
+    return out;
+  };
+  // installs: cargo, pip (combined), cargo, pip (json); bots: Googlebot, pip (crawler),
+  // curl (combined), Wget and no user agent (json); other: Mozilla, the long agent and
+  // the line without a user agent.
+  const std::map<std::int64_t, std::int64_t> want{{7, 4}, {8, 5}, {9, 3}};
+  ASSERT_TRUE(eventually([&] { return sums() == want; }, 20s))
+      << sums()[7] << " " << sums()[8] << " " << sums()[9];
+}
+
 // A combined line of `client` (the remote address; "-" for none) fetching `id` at unix
 // time `at`.
 std::string line_from(const std::string& client, std::uint64_t id, std::int64_t at) {
@@ -339,7 +436,7 @@ std::string line_from(const std::string& client, std::uint64_t id, std::int64_t 
 // counters[].dedupe with log sources: a line's remote address is its client, so each
 // (id, address, day) counts once across lines, passes, two log files, a SIGKILL and the
 // HTTP items of the same client; lines without an address count as they are; a line of
-// a window past its margin is not counted.
+// a window past its keep is not counted.
 TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
   {
     auto conn = shared_mariadb().connect(db_);
@@ -363,10 +460,11 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
                                .count();
   auto d = std::make_unique<daemon_process>(config);
   // id 1: A three times in one file and once in the other, B once, two lines without an
-  // address; id 2: A once; a line of yesterday's window (ended past the margin): none.
+  // address; id 2: A once; a line of a window that ended more than the keep (48 h)
+  // ago: none.
   append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.1", 1, now) +
                    line_from("-", 1, now) + line_from("192.0.2.2", 1, now) +
-                   line_from("192.0.2.1", 2, now) + line_from("192.0.2.3", 1, now - 2 * 86400));
+                   line_from("192.0.2.1", 2, now) + line_from("192.0.2.3", 1, now - 4 * 86400));
   append(second, line_from("192.0.2.1", 1, now) + line_from("-", 1, now));
   expected_ = {{1, 4}, {2, 1}};
   ASSERT_TRUE(exact());
@@ -412,6 +510,54 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
                 "SELECT `count` FROM slotted_counters_totals WHERE record_type = 7 AND "
                 "record_id = 1"),
             4);
+}
+
+// A backlog naming more records than one commit may write is committed in several
+// passes, each ending at the line that reaches the bound, every line counted once.
+TEST_F(LogIngest, APassEndsAtItsRowBoundAndTheNextGoesOnFromThere) {
+  auto cfg = config::parse_config(yaml(), "t.yaml");
+  auto settings = logs::ingest_settings_for(cfg);
+  settings.max_batch_rows = 3;
+  db::pool pool(connect_options_for(test_config(shared_mariadb(), db_).mysql), 1);
+  prometheus::Registry registry;
+  logs::log_ingester reader(settings, pool, registry);
+  for (std::uint64_t id = 1; id <= 10; ++id) {
+    counted(id, log_);
+    counted(id, log_);
+  }
+  int passes = 1;
+  while (reader.run_once()) ++passes;
+  // Each pass ends at the line of its third record: (1, 1, 2, 2, 3), (3, 4, 4, 5),
+  // (5, 6, 6, 7), (7, 8, 8, 9), (9, 10, 10).
+  EXPECT_EQ(passes, 5);
+  EXPECT_EQ(counts(), expected_);
+  counted(11, log_);
+  EXPECT_FALSE(reader.run_once());
+  EXPECT_EQ(counts(), expected_);
+}
+
+// The reader thread runs at nice 10, so that a backlog takes little of the CPU the HTTP
+// threads want (bench/RESULTS.md, POSTs while a source catches up).
+TEST_F(LogIngest, TheReaderThreadYieldsTheCpu) {
+  daemon_process d(yaml());
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  int found = 0;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(d.pid()) + "/task")) {
+    std::string comm;
+    std::getline(std::ifstream(task.path() / "comm"), comm);
+    if (comm != "slotted-logs") continue;
+    ++found;
+    std::string stat;
+    std::getline(std::ifstream(task.path() / "stat"), stat);
+    // After "(comm) ": state is field 3; nice is field 19.
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }
+    EXPECT_EQ(field, "10") << stat;
+  }
+  EXPECT_EQ(found, 1);
 }
 
 TEST_F(LogIngest, MissingPositionsTableIsAFatalError) {

@@ -477,60 +477,31 @@ TEST(UniquesFaults, AStopThatCannotWriteUniqueEntriesSaysSo) {
   EXPECT_EQ(daemon.stop(), 1) << "a unique entry was lost and the stop said all was written";
 }
 
-// A unique batch held up past its windows' margin (a WAL replayed after a long restart,
-// an outage) decides only the entries no prune can have passed: a pair counted
-// elsewhere whose row was pruned is not counted again.
-TEST(UniquesFaults, ABatchPastItsWindowsMarginDecidesOnlyItsRecentEntries) {
-  auto& server = shared_mariadb();
-  const auto database = migrated_database(server);
-  auto conn = server.connect(database);
-  store::dedupe_spec dedupe;
-  dedupe.declare(321, store::granularity::day);
-  db::migrate_uniques(conn, "slotted_counters", dedupe);
-  const std::int64_t today = day_of(unix_now());
-  store::flush_batch b;
-  b.run_id = 7;
-  b.seq = 1;
-  b.unique_slot = 3;
-  // The day before yesterday (its row pruned long ago, as if counted elsewhere), today.
-  b.uniques = {{321, 1, today - 2 * 86400, "a", today - 2 * 86400 + 5},
-               {321, 1, today, "a", today}};
-  const auto no_marks = [](std::span<const db::counter_row>) {
-    return std::span<const db::counter_row>();
-  };
-  const auto out = db::commit_unique_batch(conn, "slotted_counters", {"i", 7, 1}, b, no_marks,
-                                           store::no_buckets(), store::no_top(), &dedupe);
-  EXPECT_EQ(out.outcome, db::commit_outcome::applied);
-  EXPECT_EQ(out.too_late, 1u);
-  EXPECT_EQ(out.counted, 1u);
-  EXPECT_EQ(server.query_int(database, "SELECT SUM(`count`) FROM slotted_counters"), 1);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters_uniques"), 1);
-}
-
-// The prune deletes the rows of windows that ended more than twice the margin ago, by
-// each counter's window (by day for a counter that dedupes no more), keeps the rest, and
-// says when it had more due than its chunks.
+// The prune deletes the rows of windows that ended more than their counter's keep and
+// the margin ago, by each counter's window (by day and the longest keep for a counter
+// that dedupes no more), records what it deleted, keeps the rest, and says when it had
+// more due than its chunks.
 TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnlyAndSaysWhenBehind) {
   auto& server = shared_mariadb();
   const auto database = server.create_database();
   auto conn = server.connect(database);
   store::dedupe_spec dedupe;
-  dedupe.declare(321, store::granularity::day);
-  dedupe.declare(322, store::granularity::hour);
+  dedupe.declare(321, store::granularity::day, 3600);
+  dedupe.declare(322, store::granularity::hour, 600);
   db::migrate_uniques(conn, "t", dedupe);
   const std::int64_t now = 100 * 86400 + 3600 * 5 + 700;  // 05:11:40 on day 100
-  const std::int64_t margin = 2 * store::unique_margin_seconds;
-  ASSERT_GT(700, margin);
+  const std::int64_t m = store::unique_margin_seconds;
   const auto row = [](std::uint32_t type, std::int64_t window) {
     return "(" + std::to_string(type) + ", " + std::to_string(window) + ", 1, 'a', 'i', 1, 1)";
   };
-  // 321 (day): days 98 and 99 ended hours ago (gone), day 100 is now (kept). 322 (hour):
-  // an hour that ended 740 s ago, more than twice the margin (gone), one that ends in 40
-  // min (kept). 323 dedupes no more: kept by day, so day 98 goes and day 100 stays.
+  // 321 (day, kept 1 h): days 98 and 99 ended more than 1 h 5 min ago (gone), day 100 is
+  // now (kept). 322 (hour, kept 10 min): an hour that ended 940 s ago, more than the keep
+  // and the margin (gone), one that ends in 40 min (kept). 323 dedupes no more: kept by
+  // day for 48 h, so day 96 goes and day 100 stays.
   conn.execute("INSERT INTO t_uniques VALUES " + row(321, 98 * 86400) + ", " +
                row(321, 99 * 86400) + ", " + row(321, 100 * 86400) + ", " +
-               row(322, now - 700 - 3600 - 40) + ", " + row(322, now - 700 - 40) + ", " +
-               row(323, 98 * 86400) + ", " + row(323, 100 * 86400));
+               row(322, now - 940 - 3600) + ", " + row(322, now - 700 - 40) + ", " +
+               row(323, 96 * 86400) + ", " + row(323, 100 * 86400));
   // One row a statement, one statement a type: 321 has more due than that.
   auto pruned = db::prune_uniques(conn, "t", dedupe, now, 1, 1);
   EXPECT_EQ(pruned.deleted, 3u);
@@ -544,6 +515,16 @@ TEST(UniquesFaults, ThePruneDeletesPassedWindowsOnlyAndSaysWhenBehind) {
                                            " AND record_type IN "
                                            "(321, 323)"),
             2);
+  // What each type's prune recorded: windows that ended before it are decided by none.
+  const auto ended_before = [&](std::uint32_t type) {
+    return server.query_int(database,
+                            "SELECT ended_before FROM slotted_counterd_uniques_pruned WHERE "
+                            "uniques_table = 't_uniques' AND record_type = " +
+                                std::to_string(type));
+  };
+  EXPECT_EQ(ended_before(321), now - 3600 - m);
+  EXPECT_EQ(ended_before(322), now - 600 - m);
+  EXPECT_EQ(ended_before(323), now - store::default_dedupe_keep_seconds - m);
 }
 
 }  // namespace

@@ -151,6 +151,28 @@ TEST(Config, WrongTypesAndRangesAreNamed) {
   EXPECT_NE(only_problem("instance_id: \"web 01\"\n").find("instance_id"), std::string::npos);
 }
 
+// A container's Pod name, from the downward API (docs/install.md), is the default
+// instance_id; the file's key still wins, and a value that is no instance_id stops the
+// start naming the variable rather than fall back to the host name.
+TEST(Config, InstanceIdComesFromTheEnvironmentWhenTheFileHasNone) {
+  struct restore {
+    ~restore() { ::unsetenv("SLOTTED_COUNTERD_INSTANCE_ID"); }
+  } guard;
+  ::unsetenv("SLOTTED_COUNTERD_INSTANCE_ID");
+  const auto host = parse_config("", "test.yaml").instance_id;
+  ::setenv("SLOTTED_COUNTERD_INSTANCE_ID", "web-7d9f8c6b5-x2x4q", 1);
+  EXPECT_EQ(parse_config("", "test.yaml").instance_id, "web-7d9f8c6b5-x2x4q");
+  EXPECT_EQ(parse_config("instance_id: web-01\n", "test.yaml").instance_id, "web-01");
+  ::setenv("SLOTTED_COUNTERD_INSTANCE_ID", "", 1);
+  EXPECT_EQ(parse_config("", "test.yaml").instance_id, host);
+  ::setenv("SLOTTED_COUNTERD_INSTANCE_ID", "web 01", 1);
+  EXPECT_EQ(only_problem(""),
+            "SLOTTED_COUNTERD_INSTANCE_ID (the default instance_id): 'web 01' is not 1 to 64 "
+            "characters from [A-Za-z0-9._-]");
+  ::setenv("SLOTTED_COUNTERD_INSTANCE_ID", std::string(65, 'a').c_str(), 1);
+  EXPECT_NE(only_problem("").find("SLOTTED_COUNTERD_INSTANCE_ID"), std::string::npos);
+}
+
 TEST(Config, BadIdentifiersAreRefused) {
   EXPECT_NE(only_problem("mysql: {table: \"x; DROP TABLE y\"}\n")
                 .find("mysql.table: 'x; DROP TABLE y' is not a valid identifier"),

@@ -67,6 +67,53 @@ TEST(LogConfig, JsonFieldsMethodsAndStatusesAreTaken) {
   EXPECT_EQ(s.rules[0].statuses, (std::vector<unsigned>{200, 206}));
 }
 
+TEST(LogConfig, UserAgentRulesAndFieldAreTaken) {
+  const auto c = parse_config(std::string(counters) +
+                                  "log_sources:\n"
+                                  "  - path: /l/a.json\n"
+                                  "    format: json\n"
+                                  "    json: {user_agent: http_user_agent}\n"
+                                  "    rules:\n"
+                                  "      - {counter: repo_downloads, path: '/d/(\\d+)', "
+                                  "user_agent: '^(cargo|pip)/', not_user_agent: '(?i)bot'}\n"
+                                  "      - {counter: repo_downloads, path: '/e/(\\d+)'}\n",
+                              "test.yaml");
+  const auto& s = c.log_sources.at(0);
+  EXPECT_EQ(s.json.user_agent, "http_user_agent");
+  EXPECT_EQ(s.rules.at(0).user_agent, "^(cargo|pip)/");
+  EXPECT_EQ(s.rules.at(0).not_user_agent, "(?i)bot");
+  EXPECT_EQ(s.rules.at(1).user_agent, "");
+  EXPECT_EQ(s.rules.at(1).not_user_agent, "");
+  EXPECT_EQ(log_json_fields{}.user_agent, "user_agent");
+}
+
+TEST(LogConfig, BadUserAgentRulesAreNamed) {
+  const std::string head = "log_sources:\n  - path: /l/a.log\n    rules:\n      - {counter: "
+                           "repo_downloads, path: '/d/([0-9]+)', ";
+  EXPECT_NE(only_problem(head + "user_agent: '(cargo'}\n")
+                .find("test.yaml:6: log_sources[0].rules[0].user_agent: '(cargo' is not a pattern "
+                      "RE2 takes (missing ): (cargo)"),
+            std::string::npos);
+  EXPECT_NE(only_problem(head + "not_user_agent: '(a)\\1'}\n")
+                .find("log_sources[0].rules[0].not_user_agent: '(a)\\1' is not a pattern RE2 takes"),
+            std::string::npos);
+  EXPECT_NE(only_problem(head + "user_agent: ''}\n")
+                .find("log_sources[0].rules[0].user_agent: expected a non-empty value"),
+            std::string::npos);
+  EXPECT_NE(only_problem(head + "user_agent: [cargo]}\n")
+                .find("log_sources[0].rules[0].user_agent: expected a non-empty value"),
+            std::string::npos);
+  EXPECT_NE(only_problem(head + "user_agent: '" + std::string(1001, 'a') + "'}\n")
+                .find("log_sources[0].rules[0].user_agent: the pattern is longer than 1000"),
+            std::string::npos);
+  // A user agent needs no capture group.
+  EXPECT_TRUE(problems_of(head + "user_agent: cargo}\n").empty());
+  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, json: {user_agent: ua}, rules: "
+                         "[{counter: repo_downloads, path: '(1)'}]}\n")
+                .find("log_sources[0].json: only with format: json"),
+            std::string::npos);
+}
+
 TEST(LogConfig, BadSourcesAreNamedWithTheirKeyAndLine) {
   const std::string head = "log_sources:\n  - path: /l/a.log\n    rules:\n      - counter: ";
   EXPECT_NE(only_problem(head + "nope\n        path: '/d/([0-9]+)'\n")
@@ -74,7 +121,17 @@ TEST(LogConfig, BadSourcesAreNamedWithTheirKeyAndLine) {
                       "counter"),
             std::string::npos);
   EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/([0-9+'\n")
-                .find("log_sources[0].rules[0].path: '/d/([0-9+' is not a valid regular expression"),
+                .find("log_sources[0].rules[0].path: '/d/([0-9+' is not a pattern RE2 takes"),
+            std::string::npos);
+  // What only a backtracking engine can do (rules match in linear time), naming the rule.
+  const auto back = only_problem(head + "repo_downloads\n        path: '/d/([0-9]+)/\\1'\n");
+  EXPECT_NE(back.find("test.yaml:7: log_sources[0].rules[0].path: '/d/([0-9]+)/\\1' is not a "
+                      "pattern RE2 takes (invalid escape sequence: \\1)"),
+            std::string::npos)
+      << back;
+  EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/(?=1)([0-9]+)'\n")
+                .find("log_sources[0].rules[0].path: '/d/(?=1)([0-9]+)' is not a pattern RE2 takes "
+                      "(invalid perl operator: (?=)"),
             std::string::npos);
   EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/[0-9]+'\n")
                 .find("log_sources[0].rules[0].path: '/d/[0-9]+' has no capture group"),

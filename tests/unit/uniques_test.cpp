@@ -48,6 +48,32 @@ TEST(DedupeConfig, HourOrDayPerCounterAndNothingElse) {
                       "expected one of hour | day"));
 }
 
+TEST(DedupeConfig, TheKeepIsADurationOfACounterWithDedupe) {
+  const auto c = config::parse_config(
+      "counters:\n  - {name: dl, record_type: 5, dedupe: day}\n"
+      "  - {name: views, record_type: 6, dedupe: hour, dedupe_keep: 3h}\n",
+      "test.yaml");
+  const auto spec = config::dedupe_spec_of(c);
+  EXPECT_EQ(spec.keep_of(5), 48 * 3600);
+  EXPECT_EQ(spec.keep_of(6), 3 * 3600);
+  EXPECT_TRUE(any_has(
+      problems_of("counters:\n  - {name: dl, record_type: 5, dedupe_keep: 3h}\n"),
+      "counters[0].dedupe_keep: only with counters[].dedupe"));
+  EXPECT_TRUE(any_has(problems_of("counters:\n  - {name: dl, record_type: 5, dedupe: day, "
+                                  "dedupe_keep: 1m}\n"),
+                      "counters[0].dedupe_keep: expected a duration in [300s, 2678400s]"));
+  EXPECT_TRUE(any_has(problems_of("counters:\n  - {name: dl, record_type: 5, dedupe: day, "
+                                  "dedupe_keep: 745h}\n"),
+                      "counters[0].dedupe_keep: expected a duration in [300s, 2678400s]"));
+  // A restart key of its own.
+  const auto b = config::parse_config(
+      "counters:\n  - {name: dl, record_type: 5, dedupe: day, dedupe_keep: 24h}\n"
+      "  - {name: views, record_type: 6, dedupe: hour, dedupe_keep: 3h}\n",
+      "b.yaml");
+  EXPECT_EQ(config::plan_reload(c, b).needs_restart,
+            std::vector<std::string>{"counters[].dedupe_keep"});
+}
+
 TEST(DedupeConfig, WithAWalAndTheUniquesTableNameMustFit) {
   // The WAL logs unique entries (durable/record.hpp): the two run together.
   EXPECT_TRUE(problems_of("wal: {dir: /tmp/x}\ncounters:\n"
@@ -209,11 +235,18 @@ TEST(UniqueWindows, FromAtOrTheReceiveTimeInUtcHoursAndDays) {
   EXPECT_EQ(ingest::unique_entry_of(items[1], spec).window, 1'699'999'200);
   EXPECT_EQ(ingest::unique_entry_of(items[1], spec).at, now - 100);
   EXPECT_EQ(ingest::unique_entry_of(items[2], spec).window, 1'699'920'000);
-  // The hour before ended 800 s ago, more than the margin; an `at` too far ahead: refused.
-  items[1].at = now - 900;
+  // An hour that ended 3 h ago: within the keep (48 h), a late item of its own window.
+  items[1].at = now - 900 - 3 * 3600;
+  ASSERT_FALSE(ingest::check_clients(items, spec, now));
+  EXPECT_EQ(ingest::unique_entry_of(items[1], spec).window, 1'699'999'200 - 4 * 3600);
+  // One that ended more than the keep ago; an `at` too far ahead: refused.
+  items[1].at = now - 900 - store::default_dedupe_keep_seconds;
   auto bad = ingest::check_clients(items, spec, now);
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->index, 1u);
+  EXPECT_NE(bad->message.find("ended more than 172800 s (counters[].dedupe_keep) before now"),
+            std::string::npos)
+      << bad->message;
   items[1].at = now - 100;
   items[2].at = now + ingest::max_at_ahead_seconds + 1;
   bad = ingest::check_clients(items, spec, now);
@@ -275,20 +308,36 @@ TEST(UniquesSql, PinnedText) {
   EXPECT_EQ(db::uniques_types_select("t"), "SELECT DISTINCT `record_type` FROM `t_uniques`");
 }
 
-TEST(UniqueBatches, OnlyEntriesWithinTheMarginOfTheirWindowsEndCanStillBeDecided) {
+// An item is accepted up to its counter's keep after its window ends (48 h by default);
+// a batch decides the entries whose windows ended at or after what was pruned of their
+// record type and of every type.
+TEST(UniqueBatches, LateEntriesAreAcceptedWithinTheKeepAndDecidedUnlessPruned) {
   store::dedupe_spec dedupe;
   dedupe.declare(5, store::granularity::day);
-  dedupe.declare(6, store::granularity::hour);
-  const std::int64_t day = 86400, m = store::unique_margin_seconds;
+  dedupe.declare(6, store::granularity::hour, 3 * 3600);
+  const std::int64_t day = 86400, keep = store::default_dedupe_keep_seconds;
+  EXPECT_EQ(keep, 48 * 3600);
+  EXPECT_EQ(dedupe.keep_of(5), keep);
+  EXPECT_EQ(dedupe.keep_of(6), 3 * 3600);
+  EXPECT_EQ(dedupe.keep_of(7), keep);  // dedupes no more: the longest keep
+  EXPECT_TRUE(dedupe.accepts(5, day, 2 * day + keep));
+  EXPECT_FALSE(dedupe.accepts(5, day, 2 * day + keep + 1));
+  EXPECT_TRUE(dedupe.accepts(6, day, day + 3600 + 3 * 3600));
+  EXPECT_FALSE(dedupe.accepts(6, day, day + 3600 + 3 * 3600 + 1));
+  EXPECT_FALSE(dedupe.accepts(7, day, day));
   const std::vector<store::unique_entry> e{{5, 1, day, "a", day},   // ends at 2 * day
                                            {6, 1, day, "a", day},   // ends at day + 3600
                                            {7, 1, day, "a", day}};  // dedupes no more
-  EXPECT_EQ(db::still_decidable(e, dedupe, day + 3600 + m).size(), 2u);
-  const auto late_hour = db::still_decidable(e, dedupe, day + 3600 + m + 1);
-  ASSERT_EQ(late_hour.size(), 1u);
-  EXPECT_EQ(late_hour[0].record_type, 5u);
-  EXPECT_EQ(db::still_decidable(e, dedupe, 2 * day + m).size(), 1u);
-  EXPECT_TRUE(db::still_decidable(e, dedupe, 2 * day + m + 1).empty());
+  // Nothing pruned: both that still dedupe.
+  EXPECT_EQ(db::not_pruned(e, dedupe, {}, 0).size(), 2u);
+  // Type 6 pruned up to the end of its window (inclusive end: kept), then past it.
+  EXPECT_EQ(db::not_pruned(e, dedupe, {{6, day + 3600}}, 0).size(), 2u);
+  const auto past_hour = db::not_pruned(e, dedupe, {{6, day + 3601}}, 0);
+  ASSERT_EQ(past_hour.size(), 1u);
+  EXPECT_EQ(past_hour[0].record_type, 5u);
+  // Every type's row (an earlier version's prune, recorded by --migrate) counts for all.
+  EXPECT_EQ(db::not_pruned(e, dedupe, {{5, 0}}, day + 3601).size(), 1u);
+  EXPECT_TRUE(db::not_pruned(e, dedupe, {}, 2 * day + 1).empty());
 }
 
 TEST(UniqueBatches, CountedEntriesBecomeRowsAndBucketRowsUnderTheBatchSlot) {
