@@ -12,7 +12,11 @@ slotted_counterd_wal_bytes:
 - memory per remembered Idempotency-Key: K keyed single-event requests (keys of 32
   characters), flushed, so what stays is the key index;
 - memory per idle connection: C keep-alive connections opened and held;
-- WAL bytes per single-event request and per NDJSON increment (fsync: never).
+- WAL bytes per single-event request and per NDJSON increment (fsync: never);
+- with --only-pending, the memory of each kind of pending entry against what it is
+  charged for flush.max_pending_bytes (slotted_counterd_pending_bytes): plain counters,
+  counters with hour and day buckets, unique entries with 16- and 128-byte clients,
+  keyed requests with 128-character keys, the database stopped (nothing flushes).
 
 Prints a Markdown table. Numbers include the allocator's overhead and are
 approximations: RSS moves in pages and the allocator keeps freed memory.
@@ -82,15 +86,20 @@ accept_undeclared_types: true
 counters:
   - {{name: plain, record_type: 1}}
   - {{name: bucketed, record_type: 2, buckets: {{hour: 48h, day: 400d}}}}
-flush: {{interval: 1s, max_retry_backoff: 1s, max_pending_keys: 1000000000}}
+  - {{name: unique, record_type: 3, dedupe: day}}
+flush: {{interval: 1s, max_retry_backoff: 1s, max_pending_keys: 1000000000,
+        max_pending_bytes: 1099511627776}}
 idempotency: {{max_keys: 10000000}}
 shutdown_timeout: 2s
 {extra}""")
 
 
-def post_ndjson(port, record_type, ids, batch=10000):
+def post_ndjson(port, record_type, ids, batch=10000, client=None):
+    """Posts one increment per id; with `client` (a function of the id), each carries it."""
     for i in range(0, len(ids), batch):
-        body = "".join(f'{{"record_type": {record_type}, "record_id": {x}}}\n' for x in ids[i:i + batch])
+        body = "".join(f'{{"record_type": {record_type}, "record_id": {x}'
+                       + (f', "client": "{client(x)}"' if client else "") + '}\n'
+                       for x in ids[i:i + batch])
         status, _, payload = request(port, "POST", "/v1/increments", body,
                                      {"Content-Type": "application/x-ndjson"}, timeout=60)
         if status != 202:
@@ -106,6 +115,8 @@ def main():
     ap.add_argument("--worst-conns", type=int, default=200,
                     help="connections each holding a body of http.max_body_bytes but its last byte")
     ap.add_argument("--only-worst", action="store_true", help="measure the worst-case connection only")
+    ap.add_argument("--only-pending", action="store_true",
+                    help="measure each kind of pending entry against its charge only")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="slotted-sizing-")
     db = MariaDB(tmp)
@@ -125,6 +136,21 @@ def main():
         daemon.wait_listening()
         port, pid = daemon.port, daemon.proc.pid
         wait_for("ready", lambda: request(port, "GET", "/readyz")[0] == 200, 30)
+        if args.only_pending:
+            daemon.stop()
+            daemon = None
+            db.stop()
+            for wal_mode in ("off", "never"):
+                def start_daemon():
+                    shutil.rmtree(wal, ignore_errors=True)
+                    config(conf, db, f"wal: {{dir: {wal}, fsync: never}}\n" if wal_mode == "never" else "")
+                    d = Daemon(args.daemon, conf, os.path.join(tmp, "d.log"))
+                    d.start()
+                    d.wait_listening()
+                    return d, d.port
+                rows += [(f"{w} (WAL {wal_mode})", c, o)
+                         for w, c, o in pending_entries(start_daemon, args.keys, args.idem)]
+            return print_rows(rows) or 0
         rows.append(worst_connection(port, pid, args.worst_conns))
         if args.only_worst:
             return print_rows(rows) or 0
@@ -204,6 +230,57 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print_rows(rows)
     return 0
+
+
+def pending_entries(start_daemon, n, keyed):
+    """Each kind of pending entry, the database down, each in a fresh daemon (memory an
+    earlier kind freed would hide what the next one takes): RSS per entry, and what it is
+    charged (slotted_counterd_pending_bytes) per entry."""
+    rows = []
+
+    def measure(what, send, count):
+        daemon, port = start_daemon()
+        pid = daemon.proc.pid
+        try:
+            send(port, 1)  # the first request's buffers and the arenas exist before the base
+            base, b0 = settle(pid), metric_value(port, "slotted_counterd_pending_bytes")
+            send(port, count)
+            after, b1 = settle(pid), metric_value(port, "slotted_counterd_pending_bytes")
+        finally:
+            daemon.stop()
+        rss_each, charge_each = (after - base) / count, (b1 - b0) / count
+        rows.append((what, f"{rss_each:.0f} bytes RSS, charged {charge_each:.0f} "
+                     f"({rss_each / charge_each:.2f}x)", f"{count:,} entries"))
+
+    def ids(count):
+        return list(range(1_000_000 + count, 1_000_000 + 2 * count))
+
+    measure("pending counter", lambda port, k: post_ndjson(port, 1, ids(k)), n)
+    measure("pending counter with hour and day buckets (3 entries)",
+            lambda port, k: post_ndjson(port, 2, ids(k)), n)
+    for size in (16, 128):
+        measure(f"unique entry, {size}-byte client",
+                lambda port, k: post_ndjson(port, 3, ids(k), 2000,
+                                            lambda x: f"{size}-{x}".ljust(size, "c")), n)
+
+    def keyed_requests(port, count, increments):
+        conn = __import__("http.client").client.HTTPConnection("127.0.0.1", port, timeout=10)
+        for i in range(count):
+            body = ",".join(f'{{"record_type": 1, "record_id": {50_000_000 + i * 100 + k}}}'
+                            for k in range(increments))
+            conn.request("POST", "/v1/increments", body=f"[{body}]",
+                         headers={"Content-Type": "application/json",
+                                  "Idempotency-Key": f"{count}-{increments}-{i}-".ljust(128, "k")})
+            r = conn.getresponse()
+            r.read()
+            if r.status != 202:
+                raise RuntimeError(f"keyed: {r.status}")
+        conn.close()
+    for increments in (0, 1, 8):
+        measure(f"keyed request pending, 128-character key, {increments} increments "
+                "(its index entry included)",
+                lambda port, k: keyed_requests(port, k, increments), keyed)
+    return rows
 
 
 def print_rows(rows):

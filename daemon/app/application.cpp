@@ -93,6 +93,12 @@ unsigned http_threads(const config::daemon_config& c) {
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : hw;
 }
+// The pending bounds (README: Configuration, flush.max_pending_keys and
+// flush.max_pending_bytes), one for every admission path.
+store::pending_limits pending_limits_of(const config::daemon_config& cfg) {
+  return {cfg.flush.max_pending_keys, cfg.flush.max_pending_bytes};
+}
+
 }  // namespace
 
 application::application(config::daemon_config cfg)
@@ -104,9 +110,8 @@ application::application(config::daemon_config cfg)
       keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_, store_),
       wal_(cfg_.wal.dir.empty() ? nullptr
                                 : std::make_unique<wal::write_ahead_log>(cfg_.wal, metrics_)),
-      committer_(
-          wal_ ? std::make_unique<durable::committer>(*wal_, store_, cfg_.flush.max_pending_keys)
-               : nullptr),
+      committer_(wal_ ? std::make_unique<durable::committer>(*wal_, store_, pending_limits_of(cfg_))
+                      : nullptr),
       flusher_(flush_settings_for(cfg_, limits_), store_, pool_, metrics_),
       probe_(connect_options_for(cfg_.mysql), probe_period(cfg_),
              [this](bool reachable) { flusher_.probe_result(reachable); }),
@@ -117,7 +122,7 @@ application::application(config::daemon_config cfg)
               pool_, metrics_),
       service_({store_, keyed_, committer_.get(), flusher_, roller_, pool_, metrics_, db_workers_,
                 draining_, uniques_, dedupe_},
-               cfg_.flush.max_pending_keys),
+               pending_limits_of(cfg_)),
       router_(cfg_, service_, metrics_, limits_),
       metrics_router_(cfg_.metrics_listen.empty()
                           ? nullptr

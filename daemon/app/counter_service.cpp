@@ -98,8 +98,8 @@ void read_on(net::thread_pool& workers, Read read, http::backend::done_fn done) 
 
 }  // namespace
 
-counter_service::counter_service(parts p, std::size_t max_pending_keys)
-    : p_(p), max_pending_keys_(max_pending_keys) {}
+counter_service::counter_service(parts p, const store::pending_limits& limits)
+    : p_(p), limits_(limits) {}
 
 void counter_service::serve_on(net::io_context* loop) {
   this_thread_loop = loop;
@@ -107,13 +107,12 @@ void counter_service::serve_on(net::io_context* loop) {
 
 http::backend_result counter_service::add(std::span<const ingest::increment> increments) {
   if (!ingest::has_clients(increments)) {
-    return from_outcome(p_.store.add(increments, max_pending_keys_), errc::unavailable,
-                        "internal error");
+    return from_outcome(p_.store.add(increments, limits_), errc::unavailable, "internal error");
   }
   // Items with a `client` (checked by the router: their counters dedupe) are held apart
-  // as unique entries; the others go to the store as always. The pending limit is checked
-  // once for the whole request, before anything is applied.
-  if (p_.store.over_pending_limit(max_pending_keys_)) return {errc::over_limit};
+  // as unique entries; the others go to the store as always. The pending bounds are
+  // checked once for the whole request, before anything is applied.
+  if (p_.store.over_pending_limit(limits_)) return {errc::over_limit};
   auto [plain, entries] = ingest::split_clients(increments, p_.dedupe);
   if (!plain.empty()) {
     const auto r = p_.store.add(plain, SIZE_MAX);
@@ -139,7 +138,7 @@ void counter_service::add_durable(std::vector<ingest::increment>&& increments, d
 void counter_service::add_keyed(idempotency::keyed_request&& request, done_fn done) {
   if (!p_.keyed.table_present()) return done(no_keys_table());
   // Without a WAL a fresh request is pending at once; with one, only once logged.
-  const auto a = p_.keyed.admit(request, max_pending_keys_, p_.committer == nullptr);
+  const auto a = p_.keyed.admit(request, limits_, p_.committer == nullptr);
   if (auto known = from_index(a)) return done(std::move(*known));
   if (a.result == idempotency::admit_result::over_limit) return done({errc::over_limit});
   if (p_.committer) {

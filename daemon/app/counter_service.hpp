@@ -46,7 +46,8 @@ class counter_service final : public http::backend {
     // Which counters dedupe (counters[].dedupe), fixed at start.
     const store::dedupe_spec& dedupe;
   };
-  counter_service(parts p, std::size_t max_pending_keys);
+  // `limits`: the pending bounds (flush.max_pending_keys, flush.max_pending_bytes).
+  counter_service(parts p, const store::pending_limits& limits);
 
   // The HTTP loop run by the calling thread: a durable request is applied and answered
   // on the loop that received it. Each HTTP thread calls it once, before it runs.
@@ -78,7 +79,7 @@ class counter_service final : public http::backend {
                                       std::int64_t received_ms, std::chrono::milliseconds window);
 
   parts p_;
-  const std::size_t max_pending_keys_;
+  const store::pending_limits limits_;
 };
 
 }  // namespace slotted

@@ -107,6 +107,10 @@ struct flush_config {
   std::size_t max_rows_per_statement = 1000;
   unsigned slots = 100;
   std::size_t max_pending_keys = 5000000;
+  // The memory what is pending may take, as charged per entry (store/pending_charge.hpp):
+  // 384 MiB, more than the 360 MB 5,000,000 counters are charged, so plain counters meet
+  // max_pending_keys first and larger entries (unique items, keyed requests) this.
+  std::size_t max_pending_bytes = std::size_t{384} << 20;
   duration max_retry_backoff = std::chrono::seconds(30);
   // Connections the queued batches are written over at once (README: Configuration),
   // 1 to max_flush_connections.

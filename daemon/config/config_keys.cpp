@@ -552,6 +552,8 @@ std::vector<key_row> runtime_keys() {
       integer<&C::flush, &flush_config::slots>("flush.slots", 1, 65535, "100"),
       integer<&C::flush, &flush_config::max_pending_keys>("flush.max_pending_keys", 1,
                                                           1'000'000'000, "5000000"),
+      integer<&C::flush, &flush_config::max_pending_bytes>("flush.max_pending_bytes", 1ll << 20,
+                                                           1ll << 40, "402653184"),
       time_key<&C::flush, &flush_config::max_retry_backoff>("flush.max_retry_backoff", 10ms, 1h, "30s"),
       // Sizes the flusher's writers against the pool, which is sized at start.
       integer<&C::flush, &flush_config::connections>("flush.connections", 1, max_flush_connections,

@@ -34,6 +34,9 @@ struct committer::request {
   done_fn done;
   commit_result result = commit_result::applied;
   std::uint64_t magnitude = 0;  // sum of |delta|
+  // What its increments and unique entries may hold against the pending bounds once
+  // applied (store/pending_charge.hpp); a keyed request's is held by the keyed store.
+  store::pending_charge charge{};
   // A keyed request (then `increments` is empty): applying it is accepting it in the
   // keyed store; admitted there, so the store's limits do not apply.
   std::optional<idempotency::keyed_request> keyed{};
@@ -47,18 +50,18 @@ struct committer::job {
   bool applied GUARDED_BY(mutex) = false;  // the logged increments are in the store
   // No lock: filled before the job is shared; only apply_whole then moves `keyed` out.
   std::vector<request> requests;
-  std::size_t keys = 0;         // logged increments, counted in unapplied_keys_
+  store::pending_charge held;   // logged requests' charges, counted in unapplied_
   std::uint64_t magnitude = 0;  // their |delta|, counted in unapplied_magnitude_
   bool keyed = false;           // holds a logged keyed request
 };
 
 committer::committer(wal::write_ahead_log& log, store::pending_store& store,
-                     std::size_t max_pending_keys)
+                     const store::pending_limits& limits)
     : log_(log),
       log_config_(log.config()),
       log_metrics_(log.metrics()),
       store_(store),
-      max_pending_keys_(max_pending_keys),
+      limits_(limits),
       synced_(log.config().fsync == config::fsync_mode::always) {}
 
 committer::~committer() {
@@ -121,6 +124,8 @@ void committer::submit(std::vector<ingest::increment>&& increments,
   // Encoded here, on the submitting thread: the log thread only concatenates.
   append_increments(r.record, r.increments, r.uniques);
   r.magnitude = store::pending_store::magnitude(r.increments);
+  r.charge = store::plain_charge(r.increments.size());
+  for (const auto& e : r.uniques) r.charge += store::charge_of(e);
   queue(std::move(r));
 }
 
@@ -220,12 +225,12 @@ void committer::run() {
 }
 
 template <typename BeforeDrain>
-commit_result committer::admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
-                               BeforeDrain before_drain) {
+commit_result committer::admit(const request& r, store::pending_charge logged,
+                               std::uint64_t unapplied, BeforeDrain before_drain) {
   if (r.keyed) return commit_result::applied;  // admitted by the keyed store
   // The pending limit, as without a WAL: checked before anything is logged, counting
   // what is logged but not yet applied.
-  if (store_.over_pending_limit(max_pending_keys_, unapplied_keys_.load() + new_keys))
+  if (store_.over_pending_limit(limits_, unapplied_charge() + logged))
     return commit_result::over_limit;
   // And the bound on pending sums: what is logged must be applicable, or replay would
   // apply what the client was told was refused.
@@ -371,7 +376,7 @@ void committer::write_group(std::vector<request>& group,
   std::vector<request> chunk;
   chunk.reserve(group.size());
   bool any_logged = false;
-  std::size_t new_keys = 0;     // keys the requests logged in `bytes` may create
+  store::pending_charge logged;  // what the requests logged in `bytes` may hold
   std::uint64_t unapplied = 0;  // their |delta|
   const auto write_chunk = [&]() REQUIRES(log_mutex_) {
     // One write for all of them: if it fails, none is logged, applied or acknowledged.
@@ -385,7 +390,7 @@ void committer::write_group(std::vector<request>& group,
     chunk.clear();
     bytes.clear();
     any_logged = false;
-    new_keys = 0;
+    logged = {};
     unapplied = 0;
   };
   for (auto& r : group) {
@@ -394,12 +399,12 @@ void committer::write_group(std::vector<request>& group,
       chunk.push_back(std::move(r));
       continue;
     }
-    r.result = admit(r, new_keys, unapplied, write_chunk);
+    r.result = admit(r, logged, unapplied, write_chunk);
     if (r.result != commit_result::applied) {
       chunk.push_back(std::move(r));
       continue;
     }
-    new_keys += r.increments.size() + r.uniques.size();
+    logged += r.charge;
     if (__builtin_add_overflow(unapplied, r.magnitude, &unapplied)) unapplied = UINT64_MAX;
     bytes += r.record;
     any_logged = true;
@@ -418,7 +423,7 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
     }
     if (j == nullptr) j = &jobs.emplace_back(std::make_shared<job>());
     if (r.result == commit_result::applied) {
-      (*j)->keys += r.increments.size() + r.uniques.size();
+      (*j)->held += r.charge;
       (*j)->magnitude += r.magnitude;
       if (r.keyed) (*j)->keyed = true;
     }
@@ -427,8 +432,9 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
   for (auto& j : jobs) {
     // Registered before the log is free: a take that comes next applies it if its
     // thread has not yet.
-    if (j->keys > 0 || j->keyed) {
-      unapplied_keys_ += j->keys;
+    if (j->held.entries > 0 || j->keyed) {
+      unapplied_keys_ += j->held.entries;
+      unapplied_bytes_ += j->held.bytes;
       unapplied_magnitude_ += j->magnitude;
       util::lock_guard lock(unapplied_mutex_);
       unapplied_.push_back(j);
@@ -469,7 +475,8 @@ void committer::apply_whole(job& j) {
     if (!r.uniques.empty()) apply_uniques(r.uniques);
   }
   j.applied = true;
-  unapplied_keys_ -= j.keys;
+  unapplied_keys_ -= j.held.entries;
+  unapplied_bytes_ -= j.held.bytes;
   unapplied_magnitude_ -= j.magnitude;
   util::lock_guard l(unapplied_mutex_);
   std::erase_if(unapplied_, [&](const std::shared_ptr<job>& p) { return p.get() == &j; });

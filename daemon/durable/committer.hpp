@@ -93,7 +93,9 @@ class committer final : public store::batch_source {
   using done_fn = std::function<void(commit_result)>;
 
   // `log` must be open (replayed) and outlive this object.
-  committer(wal::write_ahead_log& log, store::pending_store& store, std::size_t max_pending_keys);
+  // `limits`: the pending bounds (flush.max_pending_keys, flush.max_pending_bytes).
+  committer(wal::write_ahead_log& log, store::pending_store& store,
+            const store::pending_limits& limits);
   ~committer() override;
   committer(const committer&) = delete;
   committer& operator=(const committer&) = delete;
@@ -158,12 +160,12 @@ class committer final : public store::batch_source {
  private:
   struct request;
   struct job;
-  // Whether `r` may be logged: applied, or over_limit or out_of_range. `new_keys` and
+  // Whether `r` may be logged: applied, or over_limit or out_of_range. `logged` and
   // `unapplied` count what the caller logged and has not dispatched yet; near the
   // pending-sum bound `before_drain` dispatches it, then everything logged is applied
   // and the check is exact. Under log_mutex_.
   template <typename BeforeDrain>
-  commit_result admit(const request& r, std::size_t new_keys, std::uint64_t unapplied,
+  commit_result admit(const request& r, store::pending_charge logged, std::uint64_t unapplied,
                       BeforeDrain before_drain) REQUIRES(log_mutex_);
   // Queues `r` for the next group and makes sure a leader writes it: at the end of this
   // loop turn when submitted on its HTTP loop, else now, on this thread. Once stop()
@@ -214,7 +216,7 @@ class committer final : public store::batch_source {
   const config::wal_config& log_config_;
   metrics::registry& log_metrics_;
   store::pending_store& store_;
-  std::size_t max_pending_keys_;
+  const store::pending_limits limits_;
   const bool synced_;  // wal.fsync always: each group is synced before it is answered
   // Guards log_ (not thread-safe) and makes check-then-append one step.
   util::mutex log_mutex_;
@@ -243,10 +245,15 @@ class committer final : public store::batch_source {
   bool started_ = false;  // no lock: written by start(), read by stop(), on one thread
 
   // Jobs logged and not yet applied, and upper bounds of what they will add: the keys
-  // they may create (for the pending limit) and the sum of |delta| (for the bound).
+  // they may create and their bytes (for the pending bounds) and the sum of |delta|
+  // (for the pending-sum bound).
   util::mutex unapplied_mutex_;
   std::vector<std::shared_ptr<job>> unapplied_ GUARDED_BY(unapplied_mutex_);
   std::atomic<std::size_t> unapplied_keys_{0};
+  std::atomic<std::size_t> unapplied_bytes_{0};
+  store::pending_charge unapplied_charge() const {
+    return {unapplied_keys_.load(), unapplied_bytes_.load()};
+  }
   std::atomic<std::uint64_t> unapplied_magnitude_{0};
 
   std::atomic<std::uint64_t> groups_{0};

@@ -17,7 +17,7 @@ flusher::flusher(settings s, store::pending_store& store, db::pool& pool,
       store_(store),
       pool_(pool),
       metrics_(metrics),
-      queue_({[&store](std::size_t rows) { store.set_unwritten_rows(rows); },
+      queue_({[&store](store::pending_charge held) { store.set_unwritten(held); },
               [&metrics](std::size_t n) {
                 metrics.flush_batches_in_flight.Set(static_cast<double>(n));
               }}),
@@ -161,8 +161,9 @@ void flusher::update_gauges() {
   if (queued.oldest_arrival && (!oldest || *queued.oldest_arrival < *oldest))
     oldest = queued.oldest_arrival;
   // The pending entries, as against the limit (keyed requests reserved or pending
-  // included).
+  // included), and their bytes, as against flush.max_pending_bytes.
   metrics_.pending_keys.Set(static_cast<double>(store_.keys() + queued.rows + store_.held()));
+  metrics_.pending_bytes.Set(static_cast<double>(store_.charged().bytes));
   metrics_.pending_oldest_age_seconds.Set(
       oldest ? std::chrono::duration<double>(clock::now() - *oldest).count() : 0.0);
 }
@@ -312,7 +313,8 @@ void flusher::note_failure(const db::db_error& e) {
     last_error_ = e.what();
     if (e.fatal()) {
       log::error("flush stopped: ", e.what(), " (fatal: fix it and the flusher resumes; ",
-                 "increments are kept in memory up to flush.max_pending_keys)");
+                 "increments are kept in memory up to flush.max_pending_keys and "
+                 "flush.max_pending_bytes)");
     } else {
       log::warn("flush failed, retrying with backoff: ", e.what(), " (error ", e.code(), ", ",
                 db::kind_name(e.kind()), ")");

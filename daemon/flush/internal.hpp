@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "model/batch.hpp"
+#include "store/pending_charge.hpp"
 
 namespace slotted::flush {
 
@@ -27,6 +28,14 @@ inline bool splittable(const flush_batch& b) {
 // unique batch, its entries.
 inline std::size_t rows_held(const flush_batch& b) {
   return b.rows.size() + b.bucket_rows.size() + b.keyed.size() + b.uniques.size();
+}
+// And its charge against both pending bounds (store/pending_charge.hpp): those entries,
+// and the bytes its rows and bucket rows, keyed requests and unique entries are charged.
+inline store::pending_charge held_charge(const flush_batch& b) {
+  store::pending_charge c{rows_held(b), (b.rows.size() + b.bucket_rows.size()) * store::key_bytes};
+  for (const auto& r : b.keyed) c.bytes += store::charge_of(r).bytes;
+  for (const auto& e : b.uniques) c.bytes += store::charge_of(e).bytes;
+  return c;
 }
 
 // The most bytes a row adds to a plain batch's statements: its upsert's tuple (about 60)

@@ -22,8 +22,8 @@ auto of(const store::flush_batch& b) {
 
 queue::queue(observer obs) : observer_(std::move(obs)) {}
 
-void queue::rows_changed() {
-  if (observer_.unwritten_rows) observer_.unwritten_rows(queued_rows_);
+void queue::held_changed() {
+  if (observer_.unwritten) observer_.unwritten(queued_held_);
 }
 
 void queue::wake_all() {
@@ -35,9 +35,9 @@ void queue::publish(std::vector<store::flush_batch>&& batches) {
   util::lock_guard lock(mutex_);
   for (auto& b : batches) {
     queued_.push_back(std::move(b));
-    queued_rows_ += rows_held(queued_.back());
+    queued_held_ += held_charge(queued_.back());
   }
-  rows_changed();
+  held_changed();
 }
 
 void queue::enqueue_recovered(std::vector<store::flush_batch> batches) {
@@ -49,11 +49,11 @@ void queue::enqueue_recovered(std::vector<store::flush_batch> batches) {
   util::lock_guard lock(mutex_);
   for (auto& b : batches) {
     b.recovered = true;
-    queued_rows_ += rows_held(b);
+    queued_held_ += held_charge(b);
     queued_.push_back(std::move(b));
     in_doubt_.push_back(&queued_.back());
   }
-  rows_changed();
+  held_changed();
 }
 
 std::vector<store::flush_batch> queue::copy() const {
@@ -103,12 +103,12 @@ std::size_t queue::size() const {
 
 std::size_t queue::rows() const {
   util::lock_guard lock(mutex_);
-  return queued_rows_;
+  return queued_held_.entries;
 }
 
 queue::backlog queue::held() const {
   util::lock_guard lock(mutex_);
-  backlog out{queued_rows_, std::nullopt};
+  backlog out{queued_held_.entries, std::nullopt};
   if (!queued_.empty()) out.oldest_arrival = queued_.front().oldest_arrival;
   return out;
 }
@@ -151,15 +151,15 @@ void queue::replace_recovered(std::uint64_t run, const std::vector<std::uint64_t
     log::info("batch ", b.seq, " of run ", b.run_id,
               " was split before the restart and parts of it committed; ", parts.size(),
               " parts left to write");
-    queued_rows_ -= rows_held(b);
+    queued_held_ -= held_charge(b);
     for (auto& part : parts) {
-      queued_rows_ += rows_held(part);
+      queued_held_ += held_charge(part);
       queued_.insert(it, std::move(part));
     }
     std::erase(in_doubt_, &b);
     it = queued_.erase(it);
   }
-  rows_changed();
+  held_changed();
 }
 
 void queue::begin_round() {
@@ -249,9 +249,9 @@ void queue::remove(position it) {
 void queue::pop(position it) {
   {
     util::lock_guard lock(mutex_);
-    queued_rows_ -= rows_held(*it);
+    queued_held_ -= held_charge(*it);
     remove(it);
-    rows_changed();
+    held_changed();
   }
   wake_all();
 }
@@ -259,17 +259,18 @@ void queue::pop(position it) {
 void queue::replace_with_halves(position it, store::flush_batch&& left,
                                 store::flush_batch&& right) {
   // Their nodes are made first: an allocation that fails leaves the queue as it was.
-  const std::size_t rows = rows_held(left) + rows_held(right);
+  const auto held = held_charge(left) + held_charge(right);
   batch_list halves;
   halves.push_back(std::move(left));
   halves.push_back(std::move(right));
   {
     util::lock_guard lock(mutex_);
-    queued_rows_ = queued_rows_ - rows_held(*it) + rows;
+    queued_held_ -= held_charge(*it);
+    queued_held_ += held;
     halves.front().wal_tag = halves.back().wal_tag = settle_tag(*it);
     queued_.splice(it, halves);
     remove(it);
-    rows_changed();
+    held_changed();
   }
   wake_all();
 }

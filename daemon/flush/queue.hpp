@@ -41,10 +41,10 @@ class queue {
   using position = batch_list::iterator;
 
   // Told of changes, under the queue's lock (keep them short, taking no lock that may
-  // wait for the queue's): the entries the queued batches hold (rows_held), and the
-  // batches in flight.
+  // wait for the queue's): what the queued batches hold against the pending bounds
+  // (held_charge), and the batches in flight.
   struct observer {
-    std::function<void(std::size_t)> unwritten_rows;
+    std::function<void(store::pending_charge)> unwritten;
     std::function<void(std::size_t)> in_flight;
   };
 
@@ -144,7 +144,7 @@ class queue {
   std::uint64_t tag_of(const store::flush_batch& b) const REQUIRES(mutex_);
   std::uint64_t settle_tag(const store::flush_batch& b) REQUIRES(mutex_);
   bool settled() const REQUIRES(mutex_);
-  void rows_changed() REQUIRES(mutex_);
+  void held_changed() REQUIRES(mutex_);
   // A flight ended or the round stopped: waiting writers and readers look again.
   void wake_all();
 
@@ -153,7 +153,7 @@ class queue {
   std::condition_variable generation_changed_;
   std::condition_variable writers_wake_;
   batch_list queued_ GUARDED_BY(mutex_);
-  std::size_t queued_rows_ GUARDED_BY(mutex_) = 0;
+  store::pending_charge queued_held_ GUARDED_BY(mutex_);  // held_charge of queued_
   // Queued batches being committed now (at most flush.connections).
   std::vector<const store::flush_batch*> in_flight_ GUARDED_BY(mutex_);
   // Queued batches whose commit outcome is unknown (the connection was lost during it,

@@ -150,11 +150,14 @@ std::optional<admission> keyed_store::find(shard& sh, const std::string& key, st
 void keyed_store::add_pending(keyed_request&& r) {
   util::lock_guard lock(pending_mutex_);
   // Under the lock, so that take_pending() releases exactly what it takes.
-  pending_entries_ += entry_weight(r);
+  const auto c = charge(r);
+  pending_entries_ += c.entries;
+  pending_bytes_ += c.bytes;
   pending_.push_back(std::move(r));
 }
 
-admission keyed_store::admit(keyed_request& r, std::size_t max_pending, bool accept_now) {
+admission keyed_store::admit(keyed_request& r, const store::pending_limits& limits,
+                             bool accept_now) {
   requests_.Increment();
   const auto now = clock::now();
   const auto h = hash_key(r.key);
@@ -163,9 +166,9 @@ admission keyed_store::admit(keyed_request& r, std::size_t max_pending, bool acc
     util::lock_guard lock(sh.mutex);
     expire(sh, now);
     if (const auto known = find(sh, r.key, h, r.hash)) return *known;
-    if (bound_.over_pending_limit(max_pending)) return {admit_result::over_limit};
+    if (bound_.over_pending_limit(limits)) return {admit_result::over_limit};
     // Held from now on, reserved or pending: requests being logged count too.
-    bound_.hold(entry_weight(r));
+    bound_.hold(charge(r));
     // Remembered before it is pending: a retry racing this one finds it (in flight
     // until accept() with a WAL; without one, as accepted, and it is pending below).
     remember(sh, r, h, now, !accept_now);
@@ -200,8 +203,8 @@ void keyed_store::abandon(const std::string& key) {
   util::lock_guard lock(sh.mutex);
   if (entry* e = sh.find(key, h); e != nullptr && e->in_flight) {
     // In flight entries are never expired or evicted: this is the reservation admit()
-    // made, holding 1 + its accepted increments.
-    bound_.release(1 + std::size_t{e->accepted});
+    // made, holding the charge of its key and accepted increments.
+    bound_.release(store::keyed_charge(e->key.size(), e->accepted));
     sh.forget(e);
     --indexed_;
   }
@@ -222,17 +225,18 @@ std::vector<keyed_request> keyed_store::take_pending() {
     util::lock_guard lock(pending_mutex_);
     taken.swap(pending_);
     // Formed into batches next: the flusher's queue counts them from then on.
-    bound_.release(pending_entries_.exchange(0));
+    bound_.release({pending_entries_.exchange(0), pending_bytes_.exchange(0)});
   }
   return {std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end())};
 }
 
 void keyed_store::put_back(std::vector<keyed_request>&& requests) {
-  std::size_t entries = 0;
-  for (const auto& r : requests) entries += entry_weight(r);
+  store::pending_charge held;
+  for (const auto& r : requests) held += charge(r);
   util::lock_guard lock(pending_mutex_);
-  pending_entries_ += entries;
-  bound_.hold(entries);
+  pending_entries_ += held.entries;
+  pending_bytes_ += held.bytes;
+  bound_.hold(held);
   pending_.insert(pending_.begin(), std::make_move_iterator(requests.begin()),
                   std::make_move_iterator(requests.end()));
 }
@@ -274,7 +278,7 @@ void keyed_store::restore(std::vector<keyed_request>&& pending,
   // Pending again, in their logged order, whether or not the index still knows them,
   // each held against the pending bound again.
   for (auto& r : pending) {
-    bound_.hold(entry_weight(r));
+    bound_.hold(charge(r));
     add_pending(std::move(r));
   }
   keys_.Set(static_cast<double>(indexed_.load()));

@@ -51,24 +51,25 @@ class keyed_store {
  public:
   using clock = std::chrono::steady_clock;
 
-  // `bound` is the pending limit's account (see store::pending_store::pending_entries):
-  // every request reserved or pending here holds entry_weight() entries of it until it
-  // is formed into a batch (the flusher's queue then counts it) or abandoned.
+  // `bound` is the pending bounds' account (see store::pending_store::charged): every
+  // request reserved or pending here holds its charge() until it is formed into a batch
+  // (the flusher's queue then counts it) or abandoned.
   keyed_store(clock::duration window, std::size_t max_keys, metrics::registry& metrics,
               store::pending_store& bound);
   ~keyed_store();
   keyed_store(const keyed_store&) = delete;
   keyed_store& operator=(const keyed_store&) = delete;
 
-  // Looks `r` up in the index. A fresh request is refused (over_limit) when the pending
-  // entries (everything pending, this store's requests included) reach `max_pending`;
-  // else it holds entry_weight(r) entries from now on. With `accept_now` (no WAL), it
-  // is moved in and pending at once; else it is reserved until accept() or abandon().
-  admission admit(keyed_request& r, std::size_t max_pending, bool accept_now);
-  // What a keyed request counts against flush.max_pending_keys until it is formed into
-  // a batch: one entry for its key, one per increment. A request without increments
-  // costs its key: a client cannot pile up keys for free.
-  static std::size_t entry_weight(const keyed_request& r) { return 1 + r.increments.size(); }
+  // Looks `r` up in the index. A fresh request is refused (over_limit) when what is
+  // pending (everything, this store's requests included) reaches a bound of `limits`;
+  // else it holds charge(r) from now on. With `accept_now` (no WAL), it is moved in and
+  // pending at once; else it is reserved until accept() or abandon().
+  admission admit(keyed_request& r, const store::pending_limits& limits, bool accept_now);
+  // What a keyed request holds against the pending bounds until it is formed into a
+  // batch: one entry for its key, one per increment, and the bytes of the request and
+  // of its index entry (store/pending_charge.hpp). A request without increments costs
+  // its key: a client cannot pile up keys for free.
+  static store::pending_charge charge(const keyed_request& r) { return store::charge_of(r); }
   // What the index says of `key` with body `hash`, without admitting anything: replay,
   // conflict or in_progress as admit() says them, else fresh (not in the index), and
   // nothing is remembered or pending. Counted like admit() (a request, a replay).
@@ -90,8 +91,8 @@ class keyed_store {
   // as if there had been no restart).
   void restore(std::vector<keyed_request>&& pending, const std::vector<keyed_request>& in_batches);
 
-  // Entries (entry_weight) of the requests pending here, not yet in a batch (reserved
-  // ones not included).
+  // Entries (charge) of the requests pending here, not yet in a batch (reserved ones
+  // not included).
   std::size_t pending_entries() const;
   // The sum of pending deltas for one counter (for GET /v1/counters).
   std::int64_t pending(const store::counter_key& key) const;
@@ -143,6 +144,7 @@ class keyed_store {
   mutable util::mutex pending_mutex_;
   std::deque<keyed_request> pending_ GUARDED_BY(pending_mutex_);
   std::atomic<std::size_t> pending_entries_{0};
+  std::atomic<std::size_t> pending_bytes_{0};
   store::pending_store& bound_;
   std::atomic<bool> table_present_{true};
 

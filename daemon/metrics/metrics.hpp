@@ -83,6 +83,8 @@ class registry {
 
   prometheus::Counter& increments_accepted;
   prometheus::Gauge& pending_keys;
+  // What is pending, in bytes, as charged against flush.max_pending_bytes.
+  prometheus::Gauge& pending_bytes;
   prometheus::Gauge& pending_oldest_age_seconds;
   prometheus::Counter& flushes_ok;
   prometheus::Counter& flushes_error;
@@ -105,6 +107,10 @@ class registry {
   prometheus::Gauge& wal_bytes;
   prometheus::Histogram& wal_fsync_duration_seconds;
   prometheus::Counter& wal_torn_tails;
+  // WAL syncs that failed: of a segment's data (fdatasync), of the directory (fsync at
+  // a segment's creation, or retried before an append while that one fails).
+  prometheus::Counter& wal_data_sync_failures;
+  prometheus::Counter& wal_directory_sync_failures;
   // Requests per group the committer wrote with one pwrite (README: Design, Durable path).
   prometheus::Histogram& wal_group_requests;
   prometheus::Gauge& http_connections_open;

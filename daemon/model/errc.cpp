@@ -9,7 +9,8 @@ class slotted_error_category final : public std::error_category {
   std::string message(int ev) const override {
     switch (static_cast<errc>(ev)) {
       case errc::over_limit:
-        return "too many pending counters (flush.max_pending_keys); retry later";
+        return "too much pending (flush.max_pending_keys or flush.max_pending_bytes); retry "
+               "later";
       case errc::out_of_range:
         return "a counter's pending sum would pass 2^62 (4611686018427387904) in either "
                "direction; nothing of this request was applied";

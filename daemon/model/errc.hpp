@@ -14,7 +14,7 @@ namespace slotted {
 
 enum class errc {
   // The request cannot be taken as it is (the client corrects it, or waits).
-  over_limit = 1,  // the pending limit is reached (flush.max_pending_keys): 503, retry in 5 s
+  over_limit = 1,  // a pending bound is reached (flush.max_pending_keys, _bytes): 503, retry 5 s
   out_of_range,    // a counter's pending sum would pass 2^62: 422
   unavailable,     // not now, no finer cause known: 503, retry in 5 s
   conflict,        // an Idempotency-Key used with another body: 422

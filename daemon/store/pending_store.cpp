@@ -218,8 +218,8 @@ class counter_lookup {
 }  // namespace
 
 add_result pending_store::add(std::span<const ingest::increment> increments,
-                              std::size_t max_pending_keys) {
-  if (over_pending_limit(max_pending_keys)) return add_result::over_limit;
+                              const pending_limits& limits) {
+  if (over_pending_limit(limits)) return add_result::over_limit;
   if (increments.size() == 1) return add_one(increments.front());
   return add_many(increments);
 }

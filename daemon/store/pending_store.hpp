@@ -18,10 +18,11 @@
 #include "model/counter_key.hpp"
 #include "model/increment.hpp"
 #include "model/pending_delta.hpp"
+#include "store/pending_charge.hpp"
 
 namespace slotted::store {
 
-// over_limit: the pending limit is reached (see over_pending_limit); out_of_range: a
+// over_limit: a pending bound is reached (see over_pending_limit); out_of_range: a
 // counter's pending sum would pass max_pending_sum. Nothing applied in either case.
 enum class add_result { applied, over_limit, out_of_range };
 
@@ -48,32 +49,44 @@ class pending_store {
   pending_store(const pending_store&) = delete;
   pending_store& operator=(const pending_store&) = delete;
 
-  // Applies every increment, or none of them when `max_pending_keys` or more entries
-  // are pending (see pending_entries). The limit is checked once per call, so a single
-  // call may go past it by at most its own number of keys. None of them either
-  // (out_of_range) when a counter's pending sum would pass max_pending_sum.
-  add_result add(std::span<const ingest::increment> increments, std::size_t max_pending_keys);
+  // Applies every increment, or none of them when a pending bound is reached (see
+  // over_pending_limit). The bounds are checked once per call, so a single call may go
+  // past them by at most its own keys. None of them either (out_of_range) when a
+  // counter's pending sum would pass max_pending_sum.
+  add_result add(std::span<const ingest::increment> increments, const pending_limits& limits);
 
-  // Pending entries, the one definition every admission path uses (README: Configuration,
-  // flush.max_pending_keys): the keys held here (counters and buckets), the entries of
-  // batches handed to the flusher but not yet written (see set_unwritten_rows), the
-  // entries held outside the shards (keyed requests not yet in a batch, see hold()),
-  // and `unapplied_keys` (keys logged by the WAL but not yet applied here, an upper
-  // bound).
+  // What is pending, the one definition every admission path uses (README:
+  // Configuration, flush.max_pending_keys and flush.max_pending_bytes): the keys held
+  // here (counters and buckets, key_bytes each), what the batches handed to the flusher
+  // but not yet written hold (see set_unwritten), what is held outside the shards
+  // (keyed requests not yet in a batch, unique entries, see hold()), and `unapplied`
+  // (logged by the WAL but not yet applied here, an upper bound).
+  pending_charge charged(pending_charge unapplied = {}) const {
+    const std::size_t k = keys();
+    return pending_charge{k, k * key_bytes} + unwritten() + held_charge() + unapplied;
+  }
   std::size_t pending_entries(std::size_t unapplied_keys = 0) const {
-    return keys() + unwritten_rows() + held() + unapplied_keys;
+    return charged({unapplied_keys, 0}).entries;
   }
-  // The pending limit, the one copy of it: true when the pending entries reach
-  // `max_pending_keys`.
-  bool over_pending_limit(std::size_t max_pending_keys, std::size_t unapplied_keys = 0) const {
-    return pending_entries(unapplied_keys) >= max_pending_keys;
+  // The pending bounds, the one copy of them: true when what is pending reaches either.
+  bool over_pending_limit(const pending_limits& limits, pending_charge unapplied = {}) const {
+    return limits.reached_by(charged(unapplied));
   }
-  // Entries pending outside the shards and the flusher's queue (the keyed store's
-  // requests, reserved or pending, not yet formed into batches): they count against
-  // the same limit. release() gives back what hold() took.
-  void hold(std::size_t entries) { held_.fetch_add(entries, std::memory_order_relaxed); }
-  void release(std::size_t entries) { held_.fetch_sub(entries, std::memory_order_relaxed); }
+  // What is pending outside the shards and the flusher's queue (the keyed store's
+  // requests, reserved or pending, not yet formed into batches; unique entries): it
+  // counts against the same bounds. release() gives back what hold() took.
+  void hold(pending_charge c) {
+    held_.fetch_add(c.entries, std::memory_order_relaxed);
+    held_bytes_.fetch_add(c.bytes, std::memory_order_relaxed);
+  }
+  void release(pending_charge c) {
+    held_.fetch_sub(c.entries, std::memory_order_relaxed);
+    held_bytes_.fetch_sub(c.bytes, std::memory_order_relaxed);
+  }
   std::size_t held() const { return held_.load(std::memory_order_relaxed); }
+  pending_charge held_charge() const {
+    return {held(), held_bytes_.load(std::memory_order_relaxed)};
+  }
 
   // Whether add() could apply `increments` without passing max_pending_sum, given
   // deltas of total magnitude `unapplied` that will be applied first (to any keys).
@@ -113,13 +126,17 @@ class pending_store {
   // Keys held in the shards now: counters and pending buckets.
   std::size_t keys() const { return keys_.load(std::memory_order_relaxed); }
 
-  // The flusher reports how many entries its batches hold that are not yet written
-  // (rows, bucket rows and Idempotency-Keys); they count against the pending limit so
-  // that memory stays bounded during an outage.
-  void set_unwritten_rows(std::size_t rows) {
-    unwritten_rows_.store(rows, std::memory_order_relaxed);
+  // The flusher reports what its batches not yet written hold (rows, bucket rows,
+  // Idempotency-Keys and unique entries, and their bytes); it counts against the
+  // pending bounds so that memory stays bounded during an outage.
+  void set_unwritten(pending_charge c) {
+    unwritten_rows_.store(c.entries, std::memory_order_relaxed);
+    unwritten_bytes_.store(c.bytes, std::memory_order_relaxed);
   }
   std::size_t unwritten_rows() const { return unwritten_rows_.load(std::memory_order_relaxed); }
+  pending_charge unwritten() const {
+    return {unwritten_rows(), unwritten_bytes_.load(std::memory_order_relaxed)};
+  }
 
   // When the oldest delta still in the shards arrived; nullopt when they are empty.
   std::optional<clock::time_point> oldest() const;
@@ -142,7 +159,9 @@ class pending_store {
   bucket_spec buckets_;
   std::atomic<std::size_t> keys_{0};
   std::atomic<std::size_t> unwritten_rows_{0};
+  std::atomic<std::size_t> unwritten_bytes_{0};
   std::atomic<std::size_t> held_{0};
+  std::atomic<std::size_t> held_bytes_{0};
 };
 
 }  // namespace slotted::store

@@ -48,7 +48,7 @@ std::size_t pending_uniques::add(std::span<const unique_entry> entries) {
     }
     if (fresh) {
       size_.fetch_add(1, std::memory_order_relaxed);
-      limit_.hold(1);
+      limit_.hold(charge_of(e));
     } else {
       ++duplicates;
     }
@@ -64,9 +64,13 @@ void pending_uniques::take_all(std::vector<unique_entry>& out) {
       taken.swap(shards_[i].entries);
     }
     const std::size_t n = taken.size();
-    while (!taken.empty()) out.push_back(std::move(taken.extract(taken.begin()).value()));
+    pending_charge held;
+    while (!taken.empty()) {
+      out.push_back(std::move(taken.extract(taken.begin()).value()));
+      held += charge_of(out.back());
+    }
     size_.fetch_sub(n, std::memory_order_relaxed);
-    limit_.release(n);
+    limit_.release(held);
   }
 }
 

@@ -4,8 +4,9 @@
 // twice here is held once. Whether another instance, or an earlier flush, counted it
 // already is decided as its batch commits (db/uniques.hpp), not here.
 //
-// Each entry held counts against flush.max_pending_keys like any pending entry (through
-// pending_store::hold/release), and in the flusher's queue as the rows of its batch.
+// Each entry held counts against the pending bounds like any pending entry (through
+// pending_store::hold/release: one entry, and its bytes, store/pending_charge.hpp), and
+// in the flusher's queue as the rows of its batch.
 //
 // Thread-safety: every member function may be called concurrently; each locks only the
 // shards it touches.

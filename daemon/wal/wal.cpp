@@ -250,6 +250,10 @@ result<void> write_ahead_log::log_batches(
 }
 
 result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
+  // After a failed sync of the directory nothing is acknowledged until one succeeds.
+  if (directory_unsynced_) {
+    if (auto named = sync_wal_directory(); !named) return named;
+  }
   const std::size_t before = segment_bytes_;
   std::size_t done = 0;
   writes_.fetch_add(1, std::memory_order_relaxed);
@@ -323,7 +327,9 @@ result<void> write_ahead_log::sync() {
       std::chrono::duration<double>(clock::now() - started).count());
   last_sync_ = clock::now();
   if (rc != 0) {
-    return failed("fdatasync", errno, errc::wal_sync_failed);
+    const int err = errno;
+    metrics_.wal_data_sync_failures.Increment();
+    return failed("fdatasync", err, errc::wal_sync_failed);
   }
   unsynced_ = false;
   synced_bytes_.store(covered, std::memory_order_release);
@@ -352,6 +358,15 @@ result<void> write_ahead_log::rotate() {
     ::unlink(segment_path(next).c_str());
     return why;
   }
+  // The new name must survive a power cut before anything is acknowledged in it: a
+  // directory that cannot be synced is a failed sync. The segment is not used (the
+  // current one, whose name was synced when it was created, stays current) and ingest
+  // is refused until a sync of the directory succeeds (see append()).
+  if (auto named = sync_wal_directory(); !named) {
+    ::close(fd);
+    ::unlink(segment_path(next).c_str());
+    return named;
+  }
   if (fd_ >= 0) {
     ::close(fd_);
     closed_.push_back({segment_, segment_bytes_});
@@ -362,7 +377,18 @@ result<void> write_ahead_log::rotate() {
   segment_bytes_ = segment_magic.size();
   synced_bytes_.store(0, std::memory_order_release);
   unsynced_ = true;
-  if (::fsync(dir_fd_) != 0) failed("sync directory", errno);  // the new name must survive a crash
+  return {};
+}
+
+result<void> write_ahead_log::sync_wal_directory() {
+  const int rc = fault_ && fault_("directory fsync") ? (errno = EIO, -1) : ::fsync(dir_fd_);
+  if (rc != 0) {
+    const int err = errno;
+    directory_unsynced_ = true;
+    metrics_.wal_directory_sync_failures.Increment();
+    return failed("sync directory", err, errc::wal_sync_failed);
+  }
+  directory_unsynced_ = false;
   return {};
 }
 

@@ -116,8 +116,9 @@ class write_ahead_log {
   // snapshots), the fdatasyncs done, and how much of the current segment the last
   // successful fdatasync covered (0 right after a rotation).
   std::uint64_t writes() const { return writes_.load(std::memory_order_relaxed); }
-  // Tests only: asked before each fdatasync and each cut of a segment ("fdatasync",
-  // "truncate"); true makes that call fail with EIO instead of running. Asked before
+  // Tests only: asked before each fdatasync, each cut of a segment and each sync of the
+  // directory ("fdatasync", "truncate", "directory fsync"); true makes that call fail
+  // with EIO instead of running. Asked before
   // each pwrite(2) of an append too: "short write" true writes half of what is left,
   // "write" true fails it with ENOSPC.
   void set_fault_for_test(std::function<bool(std::string_view call)> fault) {
@@ -137,6 +138,9 @@ class write_ahead_log {
                        const scan_result& scan, bool salvage);
   void lock_directory();
   result<void> rotate();
+  // fsync(2) of the directory: wal_sync_failed when it fails, and then every append
+  // tries it again first and is refused while it fails.
+  result<void> sync_wal_directory();
   std::string segment_path(std::uint64_t n) const;
   void update_size_gauge();
   // Cuts the current segment back to `length` (segment_bytes_ already) after a failed
@@ -168,6 +172,8 @@ class write_ahead_log {
   // After a failed snapshot, none is due again before this time.
   clock::time_point next_snapshot_try_{};
   bool unsynced_ = false;
+  // The last sync of the directory failed (see sync_wal_directory()).
+  bool directory_unsynced_ = false;
   clock::time_point last_sync_ = clock::now();
   // The last write or sync error logged, empty once writable again.
   std::string last_logged_;

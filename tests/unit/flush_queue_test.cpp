@@ -212,7 +212,7 @@ TEST(FlushQueue, ABatchWhoseConnectionWasLostStaysQueuedInDoubt) {
 
 TEST(FlushQueue, SplitHalvesTakeTheBatchsPlaceAndRowsFollow) {
   std::vector<std::size_t> rows_told;
-  queue q({[&](std::size_t rows) { rows_told.push_back(rows); }, {}});
+  queue q({[&](store::pending_charge held) { rows_told.push_back(held.entries); }, {}});
   q.publish(batches({batch(1, 1, 2), batch(2, 3, 6), batch(3, 7, 8)}));
   EXPECT_EQ(q.rows(), 8u);
   auto a = q.take_next(never);

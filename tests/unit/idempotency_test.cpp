@@ -66,9 +66,9 @@ TEST(KeyedStore, AnswersRetriesConflictsAndTheLimit) {
   EXPECT_EQ(s.pending_entries(), 3u);  // neither was added
   // The pending limit counts everything pending: the keyed requests and the rest.
   auto k2 = req("k2", {{7, 3, 1}});
-  bound.set_unwritten_rows(997);
+  bound.set_unwritten({997, 0});
   EXPECT_EQ(s.admit(k2, 1000, true).result, admit_result::over_limit);
-  bound.set_unwritten_rows(996);
+  bound.set_unwritten({996, 0});
   EXPECT_EQ(s.admit(k2, 1000, true).result, admit_result::fresh);
   EXPECT_EQ(bound.pending_entries(), 996u + 3u + 2u);
   // Taken for a flush: still known, no longer pending (the flusher's queue counts

@@ -60,9 +60,9 @@ TEST(PendingStore, LimitRefusesAWholeRequestAndCountsUnwrittenRows) {
   std::vector<pending_delta> out;
   s.take_all(out);
   EXPECT_EQ(s.add(more, 2), add_result::applied);
-  s.set_unwritten_rows(5);  // rows the flusher still holds count against the limit
+  s.set_unwritten({5, 0});  // rows the flusher still holds count against the limit
   EXPECT_EQ(s.add(more, 6), add_result::over_limit);
-  s.set_unwritten_rows(0);
+  s.set_unwritten({});
   EXPECT_EQ(s.add(more, 6), add_result::applied);
 }
 

@@ -1,0 +1,172 @@
+// A WAL segment's rotation is durable (issue 44, item 2): a failed fsync of the WAL
+// directory when a segment is created is a failed sync. The segment is not used, and
+// nothing is acknowledged until a sync of the directory succeeds.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "durable/committer.hpp"
+#include "durable/record.hpp"
+#include "durable/recovery.hpp"
+#include "metrics/metrics.hpp"
+#include "support/temp_dir.hpp"
+
+namespace slotted::durable {
+namespace {
+
+namespace fs = std::filesystem;
+using clock = std::chrono::steady_clock;
+
+struct queue_stub : store::batch_queue {
+  std::vector<store::flush_batch> queued_copy() override { return {}; }
+  void retag_all(std::uint64_t) override {}
+};
+
+class WalRotation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = slotted::test::make_temp_dir("wal-rotation");
+    cfg_.dir = root_ + "/wal";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // The segment files in the WAL directory, by name.
+  std::set<std::string> segments() const {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(cfg_.dir)) {
+      const auto name = e.path().filename().string();
+      if (name.starts_with("wal-")) out.insert(name);
+    }
+    return out;
+  }
+
+  double directory_failures() const { return metrics_.wal_directory_sync_failures.Value(); }
+
+  std::string root_;
+  config::wal_config cfg_;
+  metrics::registry metrics_;
+};
+
+std::string increments_record(std::uint64_t id, std::int32_t delta) {
+  std::string out;
+  append_increments(out, std::vector<ingest::increment>{{1, id, delta}});
+  return out;
+}
+
+std::vector<store::flush_batch> one_batch(std::uint64_t seq) {
+  std::vector<store::flush_batch> batches(1);
+  batches[0].run_id = 7;
+  batches[0].seq = seq;
+  batches[0].rows.push_back({1, 99, 0, 1});
+  return batches;
+}
+
+// The WAL alone: a rotation whose directory sync fails leaves no new segment and fails
+// like a failed data sync; appends are refused while the directory cannot be synced,
+// and go on once it can, in the segment that was current.
+TEST_F(WalRotation, AFailedDirectorySyncLeavesTheNewSegmentUnusedAndRefusesAppends) {
+  {
+    wal::write_ahead_log log(cfg_, metrics_);
+    recover(log);
+    ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
+    ASSERT_TRUE(log.append(increments_record(1, 2), true));
+    const auto before = segments();
+
+    bool failing = true;
+    log.set_fault_for_test(
+        [&](std::string_view call) { return failing && call == "directory fsync"; });
+    auto batches = one_batch(1);
+    const auto logged = durable::log_batches(log, batches);
+    ASSERT_FALSE(logged) << "a segment whose name may not survive a power cut was used";
+    EXPECT_EQ(logged.error(), errc::wal_sync_failed);
+    EXPECT_EQ(logged.failed().detail, std::string("sync directory: ") + std::strerror(EIO));
+    EXPECT_EQ(segments(), before) << "the new segment must be removed, not left or used";
+    EXPECT_EQ(directory_failures(), 1);
+
+    // Until the directory syncs, nothing is acknowledged, in any mode.
+    for (const bool synced : {true, false}) {
+      const auto refused = log.append(increments_record(2, 5), synced);
+      ASSERT_FALSE(refused);
+      EXPECT_EQ(refused.error(), errc::wal_sync_failed);
+    }
+    EXPECT_EQ(directory_failures(), 3);
+
+    failing = false;
+    ASSERT_TRUE(log.append(increments_record(3, 7), false));
+    EXPECT_EQ(segments(), before) << "appended to the segment that was current";
+    log.set_fault_for_test({});
+  }
+  // Replayed: what was acknowledged, nothing refused, no batch.
+  wal::write_ahead_log log(cfg_, metrics_);
+  const auto r = recover(log);
+  std::map<std::uint64_t, std::int64_t> by_id;
+  for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
+  EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{1, 2}, {3, 7}}));
+  EXPECT_TRUE(r.batches.empty());
+}
+
+// Through the committer: a take whose rotation cannot sync the directory fails (its
+// content stays pending), ingest answers log_unsynced (503) until a sync succeeds, then
+// everything acknowledged is taken once.
+TEST_F(WalRotation, IngestIsRefusedUntilTheDirectorySyncsAgain) {
+  cfg_.fsync = config::fsync_mode::never;  // refused even where appends are not synced
+  std::atomic<bool> failing{false};
+  store::pending_store store(4);
+  wal::write_ahead_log log(cfg_, metrics_);
+  log.set_fault_for_test(
+      [&](std::string_view call) { return call == "directory fsync" && failing.load(); });
+  recover(log);
+  committer c(log, store, 1000);
+  queue_stub queue;
+  c.start(queue);
+  const auto submit = [&](std::uint64_t id) {
+    std::promise<commit_result> done;
+    c.submit({{1, id, 1}}, nullptr, [&](commit_result r) { done.set_value(r); });
+    return done.get_future().get();
+  };
+  std::vector<store::flush_batch> published;
+  const auto take = [&] {
+    published.clear();
+    return c.take(
+        [&](std::vector<store::pending_delta>&& deltas, clock::time_point) {
+          auto b = one_batch(1);
+          b[0].rows.clear();
+          for (const auto& d : deltas)
+            b[0].rows.push_back({d.key.record_type, d.key.record_id, 0, d.delta});
+          return b;
+        },
+        [&](std::vector<store::flush_batch>&& b) { published = std::move(b); });
+  };
+
+  EXPECT_EQ(submit(1), commit_result::applied);
+  const auto before = segments();
+  failing = true;
+  EXPECT_FALSE(take()) << "the batches were logged in a segment that may not survive";
+  EXPECT_TRUE(published.empty());
+  EXPECT_EQ(store.pending({1, 1}), 1) << "what the take could not log stays pending";
+  EXPECT_EQ(segments(), before);
+  EXPECT_EQ(submit(2), commit_result::log_unsynced);
+  EXPECT_EQ(store.pending({1, 2}), 0);
+  EXPECT_GE(directory_failures(), 2);
+
+  failing = false;
+  EXPECT_EQ(submit(3), commit_result::applied);
+  ASSERT_TRUE(take());
+  ASSERT_EQ(published.size(), 1u);
+  std::map<std::uint64_t, std::int64_t> taken;
+  for (const auto& row : published[0].rows) taken[row.record_id] += row.delta;
+  EXPECT_EQ(taken, (std::map<std::uint64_t, std::int64_t>{{1, 1}, {3, 1}}));
+  c.stop();
+  log.set_fault_for_test({});
+}
+
+}  // namespace
+}  // namespace slotted::durable
