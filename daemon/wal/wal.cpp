@@ -250,6 +250,11 @@ result<void> write_ahead_log::log_batches(
 }
 
 result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
+  // No current segment: the start's snapshot could not create one (a full disk, see
+  // committer::start). The first append that fits opens it.
+  if (fd_ < 0) {
+    if (auto opened = rotate(); !opened) return opened;
+  }
   // After a failed sync of the directory nothing is acknowledged until one succeeds.
   if (directory_unsynced_) {
     if (auto named = sync_wal_directory(); !named) return named;
