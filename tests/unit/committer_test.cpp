@@ -148,7 +148,10 @@ class Committer : public ::testing::Test {
   };
 
   std::string root_;
-  config::wal_config cfg_;
+  // always unless a test says otherwise (the tests were written when it was the default).
+  config::wal_config cfg_{.dir = {},
+                          .fsync = config::fsync_mode::always,
+                          .fsync_interval = std::chrono::milliseconds(10)};
   metrics::registry metrics_;
 };
 
