@@ -358,6 +358,12 @@ void application::replay_wal(const durable::recover_options& options) {
   durable::recover_options with_buckets = options;
   with_buckets.buckets = store_.buckets();
   auto recovered = durable::recover(*wal_, with_buckets);
+  // Whether the old segments hold something the start snapshot must log again. A clean
+  // stop leaves its last segment with nothing to keep: a start on a full disk then runs
+  // (and refuses increments) rather than exiting; the old segments stay until a snapshot.
+  const bool to_keep = !recovered.deltas.empty() || !recovered.batches.empty() ||
+                       !recovered.keyed.empty() || !recovered.uniques.empty() ||
+                       recovered.salvaged > 0;
   store_.add_deltas(recovered.deltas);
   {
     // Keyed requests come back pending, or in their logged batches; the index knows
@@ -388,7 +394,7 @@ void application::replay_wal(const durable::recover_options& options) {
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
-  committer_->start(flusher_, recovered.segments > 0);
+  committer_->start(flusher_, to_keep);
   if (recovered.segments > 0) {
     log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
               " pending counters and ", recovered.batches.size(), " logged batches");

@@ -257,9 +257,12 @@ CLIENT_RUNS = [
     ("batch.sh", ["sh"], b"42\n" * 10 + b"45\n" * 5, {42: 10, 45: 5}),
 ]
 # Seconds a run may block: a keyed call's 5 s deadline plus a fire-and-forget call's 1 s
-# and 1.5 s of process start-up on a loaded machine; the scripts without a keyed call 2.5 s.
+# and 1.5 s of process start-up; the scripts without a keyed call 2.5 s. STARTUP_SLACK
+# more for an interpreter's start on a 2-core machine busy with sanitizer builds (ruby
+# measured 7.8 s in all there): far below the 30 s or more of a client without bounds.
 BOUND = {"count.sh": 9.0, "count.py": 7.5, "count.php": 2.5, "count.mjs": 7.5, "count.rb": 7.5,
          "batch.sh": 2.5}
+STARTUP_SLACK = 4.0
 
 
 class Always503(http.server.BaseHTTPRequestHandler):
@@ -316,8 +319,9 @@ def check_clients_promises(ctx):
                                ("no daemon", f"http://127.0.0.1:{closed}")):
                 rc, out, took = run_client(ctx, name, argv, stdin, url)
                 times.append(f"{name} {label} {took:.1f}s")
-                if took > BOUND[name]:
-                    problems.append(f"{name} against {label} blocked {took:.1f}s (promised at most {BOUND[name]}s)")
+                if took > BOUND[name] + STARTUP_SLACK:
+                    problems.append(f"{name} against {label} blocked {took:.1f}s (promised at most "
+                                    f"{BOUND[name]}s, {STARTUP_SLACK}s allowed for start-up)")
                 raised = re.search(r"Traceback|Uncaught|node:internal|\(\w+Error\)|PHP Fatal", out)
                 # A script whose promise is an exit status (batch.sh, count.php: non-zero
                 # when not counted) may fail; the others end normally, having said so.
@@ -593,21 +597,28 @@ def connection_limit_problems(ctx, every):
         if not head.startswith("HTTP/1.1 503") or f"Retry-After: {want.group(1)}\r\n" not in head:
             return [f"the connection over http.max_connections got {head[:200]!r}, "
                     f"the spec says 503 with Retry-After: {want.group(1)}"]
-        free_one(held, d)  # so that /metrics can be read
-        counted = metric_value(d.port, 'slotted_counterd_http_requests_total{code="503",route="connection_limit"}')
-        if counted != 1:
-            return [f"the connection limit's 503 is counted {counted} times in http_requests_total, not 1"]
+        # A closed connection's place comes back asynchronously: a read until then is over
+        # the cap, answered 503 and counted too.
+        for s in held:
+            s.close()
+        held = []
+        refused = 1
+        deadline = time.monotonic() + 10
+        while True:
+            status, _, body = request(d.port, "GET", "/metrics")
+            if status == 200 or time.monotonic() > deadline:
+                break
+            refused += status == 503
+        series = 'slotted_counterd_http_requests_total{code="503",route="connection_limit"} '
+        counted = [float(l[len(series):]) for l in body.decode().splitlines() if l.startswith(series)]
+        if counted != [refused]:
+            return [f"the connection limit's 503 is counted {counted} in http_requests_total "
+                    f"(status {status}), not {refused}"]
         return []
     finally:
         for s in held:
             s.close()
         d.stop()
-
-
-def free_one(held, d):
-    """Closes one held connection and waits until the daemon has its place back."""
-    held.pop().close()
-    wait_for("a connection place back", lambda: request(d.port, "GET", "/healthz")[0] == 200, 10)
 
 
 def check_openapi(ctx):

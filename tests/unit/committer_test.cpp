@@ -967,18 +967,20 @@ TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
 // wal_write_failed too, the log then writable again.
 TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
   wal::write_ahead_log log(cfg_, metrics_);
-  recover(log);  // opened; no segment is open before the first rotation
+  recover(log);
+  const auto tag = durable::log_snapshot(log, {}, {});
+  ASSERT_TRUE(tag) << tag.failed().detail;
+  log.set_fault_for_test([](std::string_view call) { return call == "write" || call == "fdatasync"; });
   const auto appended = log.append("x", false);
   ASSERT_FALSE(appended);
   EXPECT_EQ(appended.error(), errc::wal_write_failed);
-  EXPECT_EQ(appended.failed().detail, std::string("write: ") + std::strerror(EBADF));
+  EXPECT_EQ(appended.failed().detail, std::string("write: ") + std::strerror(ENOSPC));
   const auto synced = log.sync();
   ASSERT_FALSE(synced);
   EXPECT_EQ(synced.error(), errc::wal_sync_failed);
-  EXPECT_EQ(synced.failed().detail, std::string("fdatasync: ") + std::strerror(EBADF));
+  EXPECT_EQ(synced.failed().detail, std::string("fdatasync: ") + std::strerror(EIO));
+  log.set_fault_for_test({});
 
-  const auto tag = durable::log_snapshot(log, {}, {});
-  ASSERT_TRUE(tag) << tag.failed().detail;
   std::vector<store::flush_batch> batches(1);
   batches[0].run_id = 7;
   batches[0].seq = 1;
