@@ -15,6 +15,7 @@
 #include "db/repository.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
+#include "logs/log_ingest.hpp"
 #include "model/errors.hpp"
 #include "util/log.hpp"
 #include "version.hpp"
@@ -115,9 +116,17 @@ std::optional<int> parse_flags(int argc, char** argv, flags& f) {
 }
 
 // --check-config: the database too, when it can be reached: schema and rollup targets.
+// A renamed instance (logs::other_instance_error) at start, with the database reachable.
+void check_log_positions(const slotted::config::daemon_config& cfg) {
+  if (cfg.log_sources.empty()) return;
+  auto conn = slotted::connect_once(cfg.mysql);
+  slotted::logs::check_other_instances(conn, cfg.instance_id, cfg.log_sources);
+}
+
 int check_config(const flags& f, const slotted::config::daemon_config& cfg) {
   try {
     if (slotted::verify_database(cfg)) {
+      check_log_positions(cfg);
       std::cout << f.config_path << ": OK (database schema and rollup targets verified)\n";
     } else {
       std::cout << f.config_path
@@ -125,6 +134,9 @@ int check_config(const flags& f, const slotted::config::daemon_config& cfg) {
     }
     return 0;
   } catch (const slotted::db::db_error& e) {
+    std::cerr << "config error: " << f.config_path << ": " << e.what() << "\n";
+    return 2;
+  } catch (const slotted::logs::other_instance_error& e) {
     std::cerr << "config error: " << f.config_path << ": " << e.what() << "\n";
     return 2;
   }
@@ -146,6 +158,8 @@ int run_daemon(const flags& f, slotted::config::daemon_config&& cfg) {
   // an unreachable one is not (G3): the flusher verifies at its first connection.
   if (!slotted::verify_database(cfg)) {
     slotted::log::warn("database not reachable at start; accepting into memory until it is");
+  } else {
+    check_log_positions(cfg);
   }
   raise_open_file_limit();
   slotted::application app(std::move(cfg));
@@ -177,6 +191,10 @@ int run_mode(const flags& f, slotted::config::daemon_config&& cfg) {
     }
     if (f.migrate) return migrate(cfg);
     return run_daemon(f, std::move(cfg));
+  } catch (const slotted::logs::other_instance_error& e) {
+    // Like a config error: starting again cannot fix it.
+    slotted::log::error(e.what());
+    return 2;
   } catch (const std::exception& e) {
     slotted::log::error("fatal: ", e.what());
     return 1;

@@ -21,7 +21,8 @@ foreach(f "${root}/bin/slotted-counterd" "${root}/lib/systemd/system/slotted-cou
           "${root}/share/doc/slotted-counterd/docs/configuration.md"
           "${root}/share/doc/slotted-counterd/docs/openapi.yaml"
           "${root}/share/doc/slotted-counterd/examples/slotted-counterd.yaml"
-          "${root}/share/doc/slotted-counterd/examples/slotted-counterd.json")
+          "${root}/share/doc/slotted-counterd/examples/slotted-counterd.json"
+          "${root}/share/doc/slotted-counterd/examples/read-access-logs.conf")
   if(NOT EXISTS "${f}")
     message(FATAL_ERROR "missing after install: ${f}")
   endif()

@@ -578,6 +578,8 @@ std::vector<key_row> log_source_keys() {
                  &differs<&C::log_sources>, &change_log_sources),
       part("log_sources[].path", "path", "(required)", "log_sources"),
       part("log_sources[].format", "enum", "combined", "log_sources"),
+      part("log_sources[].rotation", "enum or glob", "numbered", "log_sources"),
+      part("log_sources[].rotate_wait", "duration", "5s", "log_sources"),
       part("log_sources[].json.time", "string", "time", "log_sources"),
       part("log_sources[].json.method", "string", "method", "log_sources"),
       part("log_sources[].json.path", "string", "path", "log_sources"),

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "config/duration.hpp"
 #include "config/log_sources_parse.hpp"
 #include "config/yaml_walk.hpp"
 
@@ -163,6 +164,38 @@ void parse_json_fields(const walker& w, const YAML::Node& v, const std::string& 
             });
 }
 
+// rotation: numbered | dateext | an absolute glob of the rotated files' names.
+void parse_rotation(const walker& w, const YAML::Node& v, const std::string& p, log_source& s) {
+  std::string r;
+  if (!w.text(v, p, r)) return;
+  if (r == "numbered") {
+    s.rotation = rotation_scheme::numbered;
+  } else if (r == "dateext") {
+    s.rotation = rotation_scheme::dateext;
+  } else if (r.front() == '/' && r.find_first_of("*?[") != std::string::npos &&
+             r.size() <= 1024) {
+    s.rotation = rotation_scheme::glob;
+    s.rotated_glob = r;
+  } else {
+    w.fail(v, p,
+           "expected numbered, dateext or an absolute glob of the rotated files (e.g. "
+           "/var/log/nginx/old/access.log.*), got '" +
+               r + "'");
+  }
+}
+
+void parse_rotate_wait(const walker& w, const YAML::Node& v, const std::string& p,
+                       log_source& s) {
+  std::string t;
+  if (!w.text(v, p, t)) return;
+  const auto d = parse_duration(t);
+  if (!d || *d > std::chrono::hours(1)) {
+    w.fail(v, p, "expected a duration from 0s to 1h (e.g. 5s), got '" + t + "'");
+    return;
+  }
+  s.rotate_wait = *d;
+}
+
 }  // namespace
 
 void parse_log_sources(const YAML::Node& v, const std::string& p,
@@ -208,6 +241,8 @@ void parse_log_sources(const YAML::Node& v, const std::string& p,
                      else
                        w.fail(a, ap, "expected one of combined | json, got '" + f + "'");
                    }},
+                  {"rotation", [&](auto& a, auto& ap) { parse_rotation(w, a, ap, s); }},
+                  {"rotate_wait", [&](auto& a, auto& ap) { parse_rotate_wait(w, a, ap, s); }},
                   {"json",
                    [&](auto& a, auto& ap) {
                      has_json = true;

@@ -3,6 +3,7 @@
 // logs the daemon reads increments from, beside HTTP. Plain values, validated by
 // parse_log_sources (log_sources_parse.hpp) as part of load_config().
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,11 +57,24 @@ struct log_json_fields {
   bool operator==(const log_json_fields&) const = default;
 };
 
+// log_sources[].rotation: where the rotated files of PATH are (logrotate's names), looked
+// at for the file of the committed position and the files after it.
+enum class rotation_scheme {
+  numbered,  // PATH.1, PATH.2.gz, ... (logrotate's default; Debian's nginx)
+  dateext,   // PATH-<digits>[...], PATH-20261201.gz (logrotate dateext; RHEL's default)
+  glob,      // the files `rotated_glob` names (olddir, another dateformat)
+};
+
 struct log_source {
   std::string path;  // absolute
   log_format format = log_format::combined;
   log_json_fields json;
   std::vector<log_rule> rules;
+  rotation_scheme rotation = rotation_scheme::numbered;
+  std::string rotated_glob{};  // rotation: glob: an absolute pattern (glob(7))
+  // How long a rotated file is still read after the file that follows it appeared and
+  // after it last grew: the web server writes to it until it reopens its log.
+  std::chrono::milliseconds rotate_wait{5000};
   bool operator==(const log_source&) const = default;
 };
 

@@ -42,23 +42,27 @@ std::string create_positions_table() {
       "  `head_len` INT UNSIGNED NOT NULL,\n"
       "  `head_hash` BIGINT UNSIGNED NOT NULL,\n"
       "  `offset` BIGINT UNSIGNED NOT NULL,\n"
+      "  `in_long_line` TINYINT UNSIGNED NOT NULL DEFAULT 0,\n"
+      "  `file_mtime_ns` BIGINT NOT NULL DEFAULT 0,\n"
       "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
       "  PRIMARY KEY (`instance_id`, `path`)\n");
 }
 
 std::string position_select(std::string_view instance, std::string_view path, bool for_update) {
-  return "SELECT `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset` FROM " + table() +
-         key_where(instance, path) + (for_update ? " FOR UPDATE" : "");
+  return "SELECT `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset`, `in_long_line`, "
+         "`file_mtime_ns` FROM " +
+         table() + key_where(instance, path) + (for_update ? " FOR UPDATE" : "");
 }
 
 std::string position_insert(std::string_view instance, std::string_view path,
                             const log_position& p) {
   return "INSERT INTO " + table() +
-         " (`instance_id`, `path`, `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset`) "
-         "VALUES (" +
+         " (`instance_id`, `path`, `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset`, "
+         "`in_long_line`, `file_mtime_ns`) VALUES (" +
          std::string(instance) + ", " + std::string(path) + ", " + std::to_string(p.file.dev) +
          ", " + std::to_string(p.file.ino) + ", " + std::to_string(p.file.head_len) + ", " +
-         std::to_string(p.file.head_hash) + ", " + std::to_string(p.offset) + ")";
+         std::to_string(p.file.head_hash) + ", " + std::to_string(p.offset) + ", " +
+         (p.in_long_line ? "1" : "0") + ", " + std::to_string(p.file_mtime_ns) + ")";
 }
 
 std::string position_update(std::string_view instance, std::string_view path,
@@ -67,22 +71,45 @@ std::string position_update(std::string_view instance, std::string_view path,
          ", `file_ino` = " + std::to_string(p.file.ino) +
          ", `head_len` = " + std::to_string(p.file.head_len) +
          ", `head_hash` = " + std::to_string(p.file.head_hash) +
-         ", `offset` = " + std::to_string(p.offset) + ", `committed_at` = CURRENT_TIMESTAMP(3)" +
+         ", `offset` = " + std::to_string(p.offset) +
+         ", `in_long_line` = " + (p.in_long_line ? "1" : "0") +
+         ", `file_mtime_ns` = " + std::to_string(p.file_mtime_ns) +
+         ", `committed_at` = CURRENT_TIMESTAMP(3)" +
          key_where(instance, path);
 }
 
 namespace {
-std::optional<log_position> position_of(const std::vector<db::result_row>& rows) {
-  if (rows.empty()) return std::nullopt;
-  const auto& r = rows[0];
-  const auto num = [&](std::size_t i) { return std::stoull(r[i].value_or("0")); };
+// The position in the columns of `r` from `at` on (position_select's order).
+log_position position_in(const db::result_row& r, std::size_t at) {
+  const auto num = [&](std::size_t i) { return std::stoull(r[at + i].value_or("0")); };
   log_position p;
   p.file.dev = num(0);
   p.file.ino = num(1);
   p.file.head_len = static_cast<std::uint32_t>(num(2));
   p.file.head_hash = num(3);
   p.offset = num(4);
+  p.in_long_line = num(5) != 0;
+  p.file_mtime_ns = std::stoll(r[at + 6].value_or("0"));
   return p;
+}
+
+std::optional<log_position> position_of(const std::vector<db::result_row>& rows) {
+  if (rows.empty()) return std::nullopt;
+  return position_in(rows[0], 0);
+}
+
+// The columns a positions table of this version has that earlier ones lacked, with
+// their definitions.
+constexpr std::pair<const char*, const char*> added_columns[] = {
+    {"in_long_line", "TINYINT UNSIGNED NOT NULL DEFAULT 0 AFTER `offset`"},
+    {"file_mtime_ns", "BIGINT NOT NULL DEFAULT 0 AFTER `in_long_line`"},
+};
+
+std::vector<std::string> column_names(db::connection& conn) {
+  std::vector<std::string> names;
+  for (const auto& r : conn.query(db::columns_select(conn.quote(positions_table))))
+    names.push_back(r[0].value_or(""));
+  return names;
 }
 
 // `a` and `b` (each sorted by `less`) as one sorted list, rows of one key added up.
@@ -109,6 +136,22 @@ bool bucket_row_less(const store::bucket_row& a, const store::bucket_row& b) {
 }
 }  // namespace
 
+std::vector<std::string> positions_table_upgrade(const std::vector<std::string>& columns) {
+  std::string adds;
+  for (const auto& [name, definition] : added_columns) {
+    if (std::find(columns.begin(), columns.end(), name) != columns.end()) continue;
+    adds += std::string(adds.empty() ? " ADD COLUMN " : ", ADD COLUMN ") +
+            db::quote_identifier(name) + " " + definition;
+  }
+  if (adds.empty()) return {};
+  return {"ALTER TABLE " + table() + adds};
+}
+
+void migrate_positions_table(db::connection& conn) {
+  conn.execute(create_positions_table());
+  for (const auto& sql : positions_table_upgrade(column_names(conn))) conn.execute(sql);
+}
+
 void verify_positions_table(db::connection& conn) {
   if (conn.query(db::table_exists_select(conn.quote(positions_table))).empty()) {
     throw db::db_error(0,
@@ -117,11 +160,30 @@ void verify_positions_table(db::connection& conn) {
                            "--migrate",
                        true);
   }
+  if (!positions_table_upgrade(column_names(conn)).empty()) {
+    throw db::db_error(0,
+                       "table `" + std::string(positions_table) +
+                           "` was made by an earlier version (it lacks in_long_line or "
+                           "file_mtime_ns); run slotted-counterd --migrate",
+                       true);
+  }
 }
 
 std::optional<log_position> read_position(db::connection& conn, std::string_view instance,
                                           std::string_view path) {
   return position_of(conn.query(position_select(conn.quote(instance), conn.quote(path), false)));
+}
+
+std::vector<other_position> positions_of_others(db::connection& conn, std::string_view instance,
+                                                std::string_view path) {
+  std::vector<other_position> out;
+  for (const auto& r : conn.query(
+           "SELECT `instance_id`, `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset`, "
+           "`in_long_line`, `file_mtime_ns` FROM " +
+           table() + " WHERE `path` = " + conn.quote(path) +
+           " AND `instance_id` <> " + conn.quote(instance) + " ORDER BY `instance_id`"))
+    out.push_back({r[0].value_or(""), position_in(r, 1)});
+  return out;
 }
 
 log_commit commit_log_batch(db::connection& conn, const std::string& counters_table,

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "db/connection.hpp"
 #include "db/sql.hpp"
@@ -31,8 +32,23 @@ struct file_identity {
 
 struct log_position {
   file_identity file;
-  std::uint64_t offset = 0;  // bytes of the file counted (always after a newline)
-  bool operator==(const log_position&) const = default;
+  // Bytes of the file counted: after a newline, or, when `in_long_line`, inside a line
+  // longer than the reader's bound whose rest (to its newline) is skipped.
+  std::uint64_t offset = 0;
+  bool in_long_line = false;
+  // The file's modification time when the position was committed (nanoseconds since the
+  // epoch): when the file itself is gone, the files written after it are those modified
+  // later. Not compared: it tells nothing of what was counted.
+  std::int64_t file_mtime_ns = 0;
+  bool operator==(const log_position& o) const {
+    return file == o.file && offset == o.offset && in_long_line == o.in_long_line;
+  }
+};
+
+// The position another instance committed for a path (positions_of_others).
+struct other_position {
+  std::string instance_id;
+  log_position position;
 };
 
 // FNV-1a, 64 bits: stable across builds and versions (it is stored).
@@ -47,12 +63,22 @@ std::string position_insert(std::string_view quoted_instance, std::string_view q
 std::string position_update(std::string_view quoted_instance, std::string_view quoted_path,
                             const log_position& p);
 
-// Throws a fatal db_error when the positions table is missing (run --migrate).
+// The statements that bring a positions table made by an earlier version to this one's
+// columns (`columns`: the names it has); none when it has them.
+std::vector<std::string> positions_table_upgrade(const std::vector<std::string>& columns);
+// Creates the table, or adds what an earlier version's lacks (--migrate).
+void migrate_positions_table(db::connection& conn);
+// Throws a fatal db_error when the positions table is missing, or lacks a column of this
+// version (run --migrate).
 void verify_positions_table(db::connection& conn);
 
 // The committed position of (instance, path); nullopt when there is none. Throws db_error.
 std::optional<log_position> read_position(db::connection& conn, std::string_view instance,
                                           std::string_view path);
+
+// The positions of `path` committed under another instance_id than `instance`.
+std::vector<other_position> positions_of_others(db::connection& conn, std::string_view instance,
+                                                std::string_view path);
 
 // One batch of a log's lines.
 struct log_batch {

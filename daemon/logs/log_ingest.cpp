@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
@@ -52,14 +54,22 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus:
                        .Register(registry)),
       missing_(prometheus::BuildGauge()
                    .Name("slotted_counterd_log_file_missing")
-                   .Help("1 while the access log's path does not exist")
+                   .Help("1 while the access log's path does not exist (or cannot be opened "
+                         "for another reason than permissions)")
                    .Register(registry)),
+      denied_(prometheus::BuildGauge()
+                  .Name("slotted_counterd_log_file_denied")
+                  .Help("1 while the access log cannot be opened for lack of permission")
+                  .Register(registry)),
       events_(prometheus::BuildCounter()
                   .Name("slotted_counterd_log_events_total")
                   .Help("Access log events by source and kind: file_lost (the file of the "
                         "committed position is gone before it was read to its end), "
                         "truncated (copytruncate: read again from 0, or found when reopened), "
-                        "commit_error")
+                        "commit_error, read_error (an I/O error: the pass is read again), "
+                        "open_denied (the log cannot be opened for lack of permission), "
+                        "other_instance (the source is not read: another instance_id's "
+                        "position names its file)")
                   .Register(registry)) {
   for (const auto& src : settings_.sources) {
     auto s = std::make_unique<source_state>();
@@ -78,6 +88,7 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus:
     s->lag = &lag_.Add(source);
     s->last_commit = &last_commit_.Add(source);
     s->missing = &missing_.Add(source);
+    s->denied = &denied_.Add(source);
     const auto event = [&](const char* kind) {
       auto labels = source;
       labels["kind"] = kind;
@@ -86,6 +97,9 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus:
     s->files_lost = event("file_lost");
     s->truncations = event("truncated");
     s->commit_errors = event("commit_error");
+    s->read_errors = event("read_error");
+    s->open_denied = event("open_denied");
+    s->other_instance = event("other_instance");
     sources_.push_back(std::move(s));
   }
 }
@@ -133,9 +147,29 @@ void log_ingester::loop() {
     std::unique_lock lock(mutex_);
     if (stopping_) return;
     if (more && !failed) continue;
-    wake_.wait_for(lock, failed ? backoff : settings_.interval, [&] { return stopping_; });
+    // While a failed pass waits its backoff, PATH is still looked at each interval: a
+    // rotation during an outage holds the new file before its name moves on.
+    const auto until = std::chrono::steady_clock::now() + (failed ? backoff : settings_.interval);
+    while (!stopping_ && std::chrono::steady_clock::now() < until) {
+      wake_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + settings_.interval),
+                       [&] { return stopping_; });
+      if (stopping_ || !failed) break;
+      lock.unlock();
+      watch_all();
+      lock.lock();
+    }
     if (failed) backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
     if (stopping_) return;
+  }
+}
+
+void log_ingester::watch_all() {
+  for (auto& s : sources_) {
+    try {
+      watch_path(*s);
+    } catch (const std::exception&) {
+      // Looked at again by the next pass, which reports it.
+    }
   }
 }
 
@@ -149,11 +183,21 @@ bool log_ingester::run_once() {
     }
     try {
       more = run_source(*s) || more;
+      s->read_failing = false;
+    } catch (const log_io_error& e) {
+      // Never taken for a cut or another file: the same files are read again from the
+      // committed position after the backoff.
+      s->read_errors->Increment();
+      if (!s->read_failing)
+        log::warn("log_sources: ", s->cfg.path, ": ", e.what(), "; read again from the ",
+                  "committed position (log_events_total{kind=\"read_error\"})");
+      s->read_failing = true;
+      s->loaded = false;
+      if (!first) first = std::current_exception();
     } catch (...) {
       s->commit_errors->Increment();
-      // Read again from what the database holds.
+      // Read again from what the database holds; the files held stay open.
       s->loaded = false;
-      s->file.reset();
       if (!first) first = std::current_exception();
     }
   }
@@ -174,8 +218,25 @@ void log_ingester::load_position(db::pool::lease& lease, source_state& s) {
     s.committed = lease.use([&](db::connection& c) {
       return read_position(c, settings_.instance_id, s.cfg.path);
     });
-    s.loaded = true;
-    s.file.reset();
+    const std::string other =
+        s.committed ? std::string() : lease.use([&](db::connection& c) {
+          return other_instance_reading(c, settings_.instance_id, s.cfg);
+        });
+    if (other != s.held_for) {
+      if (!other.empty()) {
+        s.other_instance->Increment();
+        log::error(other);
+      } else {
+        log::info("log_sources: ", s.cfg.path, ": no other instance's position names its "
+                  "file any more; reading it");
+      }
+      s.held_for = other;
+    }
+    // A held source looks again at each pass (an operator may move the position), and so
+    // does one without a position yet (another instance's file may be unreadable now,
+    // told only once it can be read, before any of it is).
+    s.loaded = s.held_for.empty() && s.committed.has_value();
+    align_with_committed(s);
   }
 }
 
@@ -194,7 +255,6 @@ bool log_ingester::commit_pass(db::pool::lease& lease, source_state& s, const pa
               ": its committed position changed under this instance (another process with "
               "the same instance_id?); reading from the position the database holds");
     s.loaded = false;
-    s.file.reset();
     return false;
   }
   record_commit(s, pass, to);
@@ -207,31 +267,74 @@ bool log_ingester::commit_pass(db::pool::lease& lease, source_state& s, const pa
 bool log_ingester::run_source(source_state& s) {
   auto lease = pool_.acquire();
   load_position(lease, s);
-  if (s.file.fd < 0 && !open_source_file(s)) return false;
+  if (!s.held_for.empty()) {
+    s.files.clear();
+    return false;
+  }
+  if (s.files.empty() && !open_source_files(s)) return false;
+  watch_path(s);
 
   // The file as it is before reading: checked again before the commit.
+  auto& read = s.files.front();
   file_snapshot before;
-  if (!snapshot_of(s.file.fd, before)) throw std::runtime_error(s.cfg.path + ": fstat/read failed");
-  const bool truncated = detect_truncation(s, before);
+  if (!read.file->snapshot(before))
+    throw log_io_error(read.name + ": fstat/read failed: " + std::strerror(errno));
+  const auto cut = detect_truncation(s, before);
+  if (cut == truncation::copy_first) return true;
+  const bool truncated = cut == truncation::cut;
   pass_counts pass = read_lines(s, settings_, before.size, truncated);
   const rotation_check rot = check_rotation(s, before, pass);
   log_position to;
-  if (!position_after(s, rot, pass.end, to)) return false;
+  position_after(s, rot, pass, to);
 
   file_snapshot after;
-  if (!snapshot_of(s.file.fd, after) || !still_same_file(before, after)) {
+  if (!read.file->snapshot(after))
+    throw log_io_error(read.name + ": fstat/read failed: " + std::strerror(errno));
+  if (!still_same_file(before, after)) {
     // Truncated (or replaced) while read: nothing of this pass is committed.
-    log::warn("log_sources: ", s.cfg.path, " changed under the reader (truncated?); the ",
+    log::warn("log_sources: ", read.name, " changed under the reader (truncated?); the ",
               "pass is dropped and read again");
     return true;  // read_from unchanged: the next pass sees the truncation
   }
   if (s.committed && *s.committed == to) {
-    s.lag->Set(lag_behind(rot, before.size, pass.end));
+    s.lag->Set(lag_behind(s, before.size, pass.end));
     return false;
   }
   if (!commit_pass(lease, s, pass, to)) return false;
-  s.lag->Set(lag_behind(rot, before.size, pass.end));
+  s.lag->Set(lag_behind(s, before.size, pass.end));
   return advance_after_commit(s, pass, rot, before.size, truncated);
+}
+
+std::string other_instance_reading(db::connection& conn, const std::string& instance,
+                                   const config::log_source& src) {
+  for (const auto& other : positions_of_others(conn, instance, src.path)) {
+    // At offset 0 nothing of the file was counted: reading it from its start is right.
+    if (other.position.offset == 0) continue;
+    const std::string at = where_is(src, other.position);
+    if (at.empty()) continue;
+    return "log_sources: " + src.path + ": this instance (instance_id '" + instance +
+           "') has no position for it, but instance_id '" + other.instance_id +
+           "' counted " + at + " up to byte " + std::to_string(other.position.offset) +
+           " (the same device, inode and first bytes): reading it from byte 0 would count "
+           "those lines again, so it is not read. Was the host or container renamed? Set "
+           "instance_id: " +
+           other.instance_id +
+           " in the config (and restart), or move the position: UPDATE "
+           "slotted_counterd_log_positions SET instance_id = '" +
+           instance + "' WHERE instance_id = '" + other.instance_id +
+           "' (only once that instance is stopped for good); see docs/configuration.md, "
+           "Counting from access logs";
+  }
+  return "";
+}
+
+void check_other_instances(db::connection& conn, const std::string& instance,
+                           const std::vector<config::log_source>& sources) {
+  for (const auto& src : sources) {
+    if (read_position(conn, instance, src.path)) continue;
+    const std::string other = other_instance_reading(conn, instance, src);
+    if (!other.empty()) throw other_instance_error(other);
+  }
 }
 
 }  // namespace slotted::logs

@@ -6,11 +6,13 @@
 // failure the lines are read again from the committed position, so a line is counted
 // exactly once whatever happens (a SIGKILL, a lost connection, a database outage).
 //
-// A file is followed by its identity (positions.hpp file_identity): after a rename
-// rotation (PATH renamed to PATH.1, a new PATH opened by the web server) the open file
-// is read to its end and then the new PATH from its start, also across a stop (the
-// committed identity is looked for at PATH, then at PATH.1). A file cut below the
-// position (copytruncate) is read again from 0.
+// A file is followed by its identity (positions.hpp file_identity), through a
+// descriptor held open (source_state.hpp, log_files.hpp): after a rename rotation (PATH
+// renamed, a new PATH opened by the web server) the renamed file is read to its end and
+// then the files after it from their start, whatever happened to their names, also
+// across failed commits. After a stop the committed file is looked for among PATH and the
+// names its rotation scheme gives (log_sources[].rotation), compressed or not. A file cut
+// below the position (copytruncate) is read again from 0.
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -22,6 +24,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +83,22 @@ struct source_state;
 struct pass_counts;
 struct log_position;
 
+// This instance has no position for a source whose file another instance_id's position
+// names (a renamed host, a new container): its lines up to there were counted under that
+// name, and reading it from byte 0 would count them again.
+class other_instance_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// The message of other_instance_error for `src` when this instance (`instance`) has no
+// position for it and another one's names a file here; "" otherwise.
+std::string other_instance_reading(db::connection& conn, const std::string& instance,
+                                   const config::log_source& src);
+// At start, with the database reachable: throws other_instance_error for the first
+// source other_instance_reading names.
+void check_other_instances(db::connection& conn, const std::string& instance,
+                           const std::vector<config::log_source>& sources);
+
 class log_ingester {
  public:
   log_ingester(ingest_settings settings, db::pool& pool, prometheus::Registry& registry);
@@ -99,6 +118,8 @@ class log_ingester {
 
  private:
   bool run_source(source_state& s);
+  bool held_for_other(db::pool::lease& lease, source_state& s);
+  void watch_all();
   void load_position(db::pool::lease& lease, source_state& s);
   bool commit_pass(db::pool::lease& lease, source_state& s, const pass_counts& pass,
                    const log_position& to);
@@ -111,6 +132,7 @@ class log_ingester {
   prometheus::Family<prometheus::Gauge>& lag_;
   prometheus::Family<prometheus::Gauge>& last_commit_;
   prometheus::Family<prometheus::Gauge>& missing_;
+  prometheus::Family<prometheus::Gauge>& denied_;
   prometheus::Family<prometheus::Counter>& events_;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -11,9 +11,12 @@
 #include <prometheus/gauge.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <compare>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -24,24 +27,13 @@
 #include "config/config.hpp"
 #include "db/log_positions.hpp"
 #include "logs/line_parser.hpp"
+#include "logs/log_files.hpp"
 #include "logs/log_ingest.hpp"
 #include "model/buckets.hpp"
 #include "model/counter_key.hpp"
 #include "model/uniques.hpp"
 
 namespace slotted::logs {
-
-struct fd_guard {
-  int fd = -1;
-  fd_guard() = default;
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  ~fd_guard() { reset(); }
-  void reset(int to = -1) {
-    if (fd >= 0) ::close(fd);
-    fd = to;
-  }
-};
 
 enum outcome {
   counted,
@@ -71,30 +63,55 @@ struct key_hash {
   }
 };
 
+using steady_time = std::chrono::steady_clock::time_point;
+
+// A file of the source held open: the one read (source_state::files.front()), or one
+// that follows it, waiting its turn.
+struct held_file {
+  std::unique_ptr<log_file> file;
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+  std::string name;   // the name it was opened by (for messages)
+  std::uint64_t size = 0;  // its size when last looked at
+  std::string head;        // its first bytes then (a cut of a file not read yet, below)
+  steady_time opened;      // when it was opened (a file after the read one: found)
+  steady_time grew;        // when it was last seen to grow (or opened)
+};
+
+// Why PATH could not be opened, reported once per change (open_path).
+enum class open_problem { none, missing, denied, other };
+
 struct source_state {
   config::log_source cfg;
   std::vector<compiled_rule> rules;
   bool loaded = false;  // `committed` read from the database
   std::optional<log_position> committed;
-  fd_guard file;
-  std::uint64_t read_from = 0;  // where the open file's unread lines start
-  bool on_rotated = false;      // the open file is no longer at PATH
-  int quiet_cycles = 0;         // passes the rotated file did not grow, read to its end
-  std::uint64_t seen_size = 0;  // the open file's size at the last pass
+  // The file read, then the files after it in the order they were written (PATH last
+  // when it is one of them). Kept across failed passes: a rename, a compression or a
+  // deletion of their names loses nothing.
+  std::deque<held_file> files;
+  std::uint64_t read_from = 0;  // where the unread lines of files.front() start
   bool resume_skipping = false;  // read_from is inside an over-long line: skip to its newline
-  std::string next_path;         // the file after the open one when it is done (empty: PATH)
   std::optional<file_identity> lost_warned;  // the lost committed file already reported
   std::optional<file_identity> cut_warned;   // the committed file found cut, reported
   std::uint64_t examined = 0;   // offset up to which malformed lines were logged
   std::size_t logged_malformed = 0;
-  bool warned_missing = false;
+  open_problem reported = open_problem::none;
+  // Another instance whose position names a file here (a renamed instance): the source
+  // is not read (load_position).
+  std::string held_for;
+  bool read_failing = false;  // the last pass met an I/O error (reported once)
   prometheus::Counter* lines[outcome_count_]{};
   prometheus::Gauge* lag = nullptr;
   prometheus::Gauge* last_commit = nullptr;
   prometheus::Gauge* missing = nullptr;
+  prometheus::Gauge* denied = nullptr;
   prometheus::Counter* files_lost = nullptr;
   prometheus::Counter* truncations = nullptr;
   prometheus::Counter* commit_errors = nullptr;
+  prometheus::Counter* read_errors = nullptr;
+  prometheus::Counter* open_denied = nullptr;
+  prometheus::Counter* other_instance = nullptr;
 };
 
 // What one pass read: the counts of the complete lines from read_from on.
@@ -111,38 +128,56 @@ struct pass_counts {
   std::uint64_t end = 0;          // after the last complete line
   bool skipping = false;          // the pass ended inside a line longer than the bound
   bool resume_skipping = false;   // ... whose rest the next pass skips to its newline
+  bool end_in_long_line = false;  // `end` is inside an over-long line (its rest skipped)
 };
 
-// PATH as the pass leaves it, against the open file.
+// The read file as the pass leaves it.
 struct rotation_check {
-  bool path_exists = false;
-  bool rotated = false;        // PATH is another file, or gone
-  bool switch_to_new = false;  // the open file is done: the next one is read from 0
-  std::int64_t path_size = 0;  // PATH's size (0 when it does not exist)
+  bool rotated = false;        // a file after it is known (or PATH is gone)
+  bool switch_to_new = false;  // the read file is done: the next one is read from 0
 };
+
+// --- the files (log_open.cpp) ---
+// Opens the file of the committed position (wherever its rotation put it, compressed or
+// not) and the files after it, else PATH from 0; false when there is no file to read
+// (PATH missing).
+bool open_source_files(source_state& s);
+// After the committed position was read again (a failed or refused commit): the held
+// file it names becomes the read one, the files before it are let go; when it is none
+// of them, they all are (opened again by open_source_files).
+void align_with_committed(source_state& s);
+// Looks at PATH: a file there that is not held is a new one, held after the others, with
+// any rotated file written between the last held one and it (two rotations between two
+// looks).
+void watch_path(source_state& s);
+// copytruncate seen while running: the read file (the committed inode) was cut. When a
+// rotated file is its copy (another inode with the committed first bytes, at least as
+// long as the position), it is held first and read from the position (its lines after
+// the position would otherwise be lost), then the cut file from its start. False when
+// there is none (or it is shorter: reported).
+bool hold_copy_of_cut(source_state& s);
+// Where the file `pos` names is among PATH and its rotated files (by its device, inode
+// and first bytes; a compressed one by its first bytes): its name, or "" when nowhere.
+std::string where_is(const config::log_source& src, const log_position& pos);
 
 // --- the tailer (log_tailer.cpp) ---
-bool pread_all(int fd, char* buf, std::size_t n, std::uint64_t off, std::size_t& got);
-// The identity of the open file `fd` with the hash of its first min(offset, head_bytes).
-bool identity_of(int fd, std::uint64_t offset, file_identity& out);
-// Opens the file of the committed position (at PATH, PATH.1 or PATH.2), else PATH.1 or
-// PATH from 0; false when there is no file to read (PATH missing).
-bool open_source_file(source_state& s);
-// copytruncate: the file cut below the position, or its first bytes changed; read_from
-// is then 0.
-bool detect_truncation(source_state& s, const file_snapshot& before);
+// copytruncate: the file cut below the position, or its first bytes changed. Then the
+// copy is read first from the position (copy_first: the pass ends, the next one reads
+// it), or the file from 0 (read_from 0: cut).
+enum class truncation { none, cut, copy_first };
+truncation detect_truncation(source_state& s, const file_snapshot& before);
 // Reads and counts the complete lines from read_from up to `size` (at most
 // max_batch_bytes).
 pass_counts read_lines(source_state& s, const ingest_settings& settings, std::uint64_t size,
                        bool truncated);
-// Whether PATH was rotated away from the open file and the open file is done with.
+// Whether the read file is done with: read to its end, a file after it known, and
+// neither grown nor the next one found for the source's rotate_wait.
 rotation_check check_rotation(source_state& s, const file_snapshot& before, pass_counts& pass);
-// The position the pass ends at: `end` of the open file, or 0 of the next file. False
-// when the next file cannot be opened yet.
-bool position_after(const source_state& s, const rotation_check& rot, std::uint64_t end,
+// The position the pass ends at: `end` of the read file, or 0 of the next file.
+void position_after(source_state& s, const rotation_check& rot, const pass_counts& pass,
                     log_position& to);
-// The bytes behind `position`: the open file's, and the new file's when rotated.
-double lag_behind(const rotation_check& rot, std::uint64_t size, std::uint64_t position);
+// The bytes behind `position`: the read file's and those of the files after it.
+double lag_behind(const source_state& s, std::uint64_t size, std::uint64_t position);
 // After the commit: where the next pass reads from. True when there is more to read at
 // once.
 bool advance_after_commit(source_state& s, const pass_counts& pass, const rotation_check& rot,

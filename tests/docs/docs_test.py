@@ -359,7 +359,7 @@ def check_schema(ctx):
         if name not in real:
             problems.append(f"design.md shows {name}, which --migrate did not create")
             continue
-        shown = [m for m in re.findall(r"(?:^|,)\s*(\w+) (?:INT|BIGINT|SMALLINT|VARCHAR|VARBINARY|CHAR|TIMESTAMP|DATETIME|DATE)\b",
+        shown = [m for m in re.findall(r"(?:^|,)\s*(\w+) (?:INT|BIGINT|SMALLINT|TINYINT|VARCHAR|VARBINARY|CHAR|TIMESTAMP|DATETIME|DATE)\b",
                                        body, re.M)]
         if shown != real[name]:
             problems.append(f"{name}: design.md shows columns {shown}, the table has {real[name]}")

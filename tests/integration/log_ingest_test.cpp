@@ -59,6 +59,7 @@ class LogIngest : public ::testing::Test {
                        "  - path: " +
                            log_ +
                            "\n"
+                           "    rotate_wait: 200ms\n"
                            "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
   }
 

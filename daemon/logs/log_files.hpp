@@ -1,0 +1,85 @@
+#pragma once
+// Private to logs/: the files of a source (source_state.hpp). A file is read through a
+// descriptor held open, plain (pread) or gzip (zlib, offsets of the uncompressed text),
+// so a rename, a compression or a deletion of its name changes nothing for the reader;
+// the names a rotation gives it (config log_sources[].rotation) are looked at only to
+// find a file the reader does not hold: at a start, after the committed position moved
+// under it, or when PATH changed more than once between two looks.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include "config/log_sources.hpp"
+#include "db/log_positions.hpp"
+#include "logs/log_ingest.hpp"
+
+namespace slotted::logs {
+
+// An I/O error on a log file (EIO from NFS, a FUSE daemon gone): never taken for a cut or
+// another file; the pass fails, is reported (log_events_total{kind="read_error"}) and is
+// tried again, the files kept open.
+class log_io_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An open log file.
+class log_file {
+ public:
+  virtual ~log_file() = default;
+  // Device, inode, size (of the uncompressed text) and first bytes (up to head_bytes),
+  // and its modification time. False on an I/O error (errno set).
+  virtual bool snapshot(file_snapshot& out, std::int64_t* mtime_ns = nullptr) = 0;
+  // Up to `n` bytes at `off`; fewer only at its end. False on an I/O error.
+  virtual bool read_at(char* buf, std::size_t n, std::uint64_t off, std::size_t& got) = 0;
+  virtual bool compressed() const = 0;
+};
+
+// Opens `path` when it is a regular file; nullptr with errno set otherwise (EINVAL for
+// another kind of file: a FIFO would block the reader thread). A name ending in ".gz" is
+// read as gzip.
+std::unique_ptr<log_file> open_log(const std::string& path);
+
+// The identity of `f` over its first min(offset, head_bytes) bytes. Throws log_io_error.
+file_identity identity_at(log_file& f, std::uint64_t offset, const std::string& name);
+// Whether `f` is the file `id` names: the same device and inode (for a gzip file: the
+// same uncompressed first bytes, whatever its inode) and the same first bytes. Throws
+// log_io_error (an error is never "another file").
+bool is_file(log_file& f, const file_identity& id, const std::string& name);
+
+// A rotated file of a source as a look at its directory finds it (not opened).
+struct rotated_file {
+  std::string name;
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+  std::uint64_t size = 0;
+  std::int64_t mtime_ns = 0;
+  long number = -1;  // numbered: the N of PATH.N[.gz]
+  bool gz = false;
+};
+
+// The rotated files of `src` (its rotation scheme's names; PATH itself never), regular
+// files only, oldest first: numbered by N (the larger first), dateext by name (the
+// dates of logrotate's dateformats sort as text), a glob by modification time (logrotate
+// keeps it when it compresses), then by name.
+std::vector<rotated_file> rotated_files(const config::log_source& src);
+
+// The first bytes of the file at `name` (up to head_bytes; of a gzip file, its text's,
+// without reading it through); false when it cannot be opened or read.
+bool head_of(const std::string& name, std::string& head);
+// Whether `head` (a file's first bytes) starts with the bytes `id` names.
+bool head_matches(const std::string& head, const file_identity& id);
+
+// Whether two files start with the same bytes: neither empty, and the shorter head a
+// prefix of the longer (a copy or a compressed copy of a file, taken at another size).
+bool same_start(const std::string& a, const std::string& b);
+
+std::int64_t mtime_ns_of(const struct stat& st);
+
+}  // namespace slotted::logs
