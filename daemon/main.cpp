@@ -77,6 +77,12 @@ std::optional<int> parse_flags(int argc, char** argv, flags& f) {
       f.salvage = true;
     } else if (arg == "--adopt" && i + 1 < argc) {
       f.adopt.counter = argv[++i];
+    } else if (arg.starts_with("--adopt=")) {
+      f.adopt.counter = arg.substr(8);
+      if (f.adopt.counter.empty()) {  // `--adopt=$NAME` with NAME unset: not a daemon start
+        std::cerr << "slotted-counterd: --adopt needs a counter's name\n" << usage;
+        return 2;
+      }
     } else if (arg == "--no-history") {
       f.adopt.no_history = true;
     } else if (arg == "--print-grants") {

@@ -7,6 +7,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <csignal>
+#include <cstdlib>
 #include <optional>
 
 #include "db/top.hpp"
@@ -123,6 +124,10 @@ application::application(config::daemon_config cfg)
                 draining_, uniques_, dedupe_},
                pending_limits_of(cfg_)),
       router_(cfg_, service_, metrics_, limits_),
+      metrics_router_(cfg_.metrics_listen.empty()
+                          ? nullptr
+                          : std::make_unique<http::router>(cfg_, service_, metrics_, limits_,
+                                                           http::router::scope::metrics_only)),
       db_workers_(cfg_.mysql.pool_size),
       running_(cfg_) {
   // Buckets are fixed for the process's life (a reload does not change them).
@@ -186,6 +191,11 @@ void application::start() {
   for (auto& l : listeners_) l->run();
   start_http_threads();
   log_listening(passed);
+  if (metrics_listener_ != nullptr) {
+    log::info("/metrics served on metrics.listen (", cfg_.metrics_listen, ", port ",
+              metrics_listener_->port(), ") and not on the API's listeners");
+  }
+  log_durability();
   notify::ready();
   start_watchdog();
 }
@@ -237,6 +247,16 @@ std::vector<http::passed_socket> application::open_listeners() {
             std::move(contexts), cfg_.listen_unix_socket, cfg_.listen_unix_socket_mode, router_,
             limits, max_connections, metrics_, listeners_.front()->open_count()));
       }
+    }
+    // Opened by the daemon itself, with or without the socket unit: a scraper or two, so a
+    // small connection limit of its own.
+    if (const auto at = config::listen_endpoint(cfg_.metrics_listen)) {
+      constexpr std::size_t metrics_connections = 64;
+      listeners_.push_back(std::make_shared<http::listener>(
+          std::vector<net::io_context*>{contexts_.front().get()},
+          net::ip::tcp::endpoint(net::ip::make_address(at->address), at->port), *metrics_router_,
+          limits, metrics_connections, metrics_));
+      metrics_listener_ = listeners_.back().get();
     }
   } catch (...) {
     // The log thread uses the flusher's queue: stop it before anything is torn down.
@@ -302,11 +322,32 @@ void application::log_listening(const std::vector<http::passed_socket>& passed) 
             cfg_.instance_id, ", ", n, " http threads, ", cfg_.shards, " shards)");
 }
 
+void application::log_durability() const {
+  if (wal_) {
+    log::info("WAL in ", cfg_.wal.dir,
+              ": every acknowledged increment survives a SIGKILL of the daemon");
+    return;
+  }
+  const std::string state = config::default_wal_dir();
+  if (!state.empty()) {
+    log::warn("no WAL (wal.dir: \"\"): a SIGKILL or crash loses the increments not yet "
+              "flushed; remove wal.dir from the config to keep the WAL in the state directory ",
+              state);
+  } else {
+    log::warn("no WAL (no wal.dir, and no $STATE_DIRECTORY as the unit sets): a SIGKILL or "
+              "crash loses the increments not yet flushed; set wal.dir to keep one");
+  }
+}
+
 std::uint16_t application::port() const {
   for (const auto& l : listeners_) {
-    if (l->port() != 0) return l->port();
+    if (l->port() != 0 && l.get() != metrics_listener_) return l->port();
   }
   return 0;
+}
+
+std::uint16_t application::metrics_port() const {
+  return metrics_listener_ != nullptr ? metrics_listener_->port() : 0;
 }
 
 void application::replay_wal(const durable::recover_options& options) {
@@ -317,6 +358,12 @@ void application::replay_wal(const durable::recover_options& options) {
   durable::recover_options with_buckets = options;
   with_buckets.buckets = store_.buckets();
   auto recovered = durable::recover(*wal_, with_buckets);
+  // Whether the old segments hold something the start snapshot must log again. A clean
+  // stop leaves its last segment with nothing to keep: a start on a full disk then runs
+  // (and refuses increments) rather than exiting; the old segments stay until a snapshot.
+  const bool to_keep = !recovered.deltas.empty() || !recovered.batches.empty() ||
+                       !recovered.keyed.empty() || !recovered.uniques.empty() ||
+                       recovered.salvaged > 0;
   store_.add_deltas(recovered.deltas);
   {
     // Keyed requests come back pending, or in their logged batches; the index knows
@@ -347,7 +394,7 @@ void application::replay_wal(const durable::recover_options& options) {
   flusher_.enqueue(recovered.batches);
   flusher_.attach_source(committer_.get());
   // Logs what was replayed as one snapshot in a fresh segment and drops the old ones.
-  committer_->start(flusher_);
+  committer_->start(flusher_, to_keep);
   if (recovered.segments > 0) {
     log::info("WAL replayed from ", recovered.segments, " segments: ", recovered.deltas.size(),
               " pending counters and ", recovered.batches.size(), " logged batches");

@@ -67,6 +67,8 @@ class application final {
   void start();
   // The first TCP listener's port (0 when it listens on Unix sockets only).
   std::uint16_t port() const;
+  // The metrics.listen listener's port (0 without metrics.listen).
+  std::uint16_t metrics_port() const;
 
   // --wal-salvage: replays the WAL keeping the valid records before any damage (each
   // damaged segment is moved aside, what was dropped is logged), writes what was kept
@@ -103,6 +105,8 @@ class application final {
   void start_components();
   void start_http_threads();
   void log_listening(const std::vector<http::passed_socket>& passed) const;
+  // Says whether acknowledged increments survive a crash (the WAL, or its absence).
+  void log_durability() const;
   // run_until_stopped(): the shutdown order, and what it returns for the unwritten count.
   std::size_t stop_in_order(std::chrono::steady_clock::time_point started);
   void cancel_signals();
@@ -137,11 +141,15 @@ class application final {
   // The routes' work (http::backend) on the parts above.
   counter_service service_;
   http::router router_;
+  // /metrics (and /healthz) alone, on metrics.listen when it is set.
+  std::unique_ptr<http::router> metrics_router_;
   // One per HTTP thread, each run by its own thread (see http/session.hpp).
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
   // The sockets systemd passed (socket activation), or else the configured TCP listener
   // and, with listen.unix_socket, the Unix one.
+  // Last, the metrics.listen one (also metrics_listener_).
   std::vector<std::shared_ptr<http::listener>> listeners_;
+  http::listener* metrics_listener_ = nullptr;
   std::vector<std::thread> io_threads_;
   boost::asio::thread_pool db_workers_;
   // Set once shutting down (run_until_stopped): /readyz answers 503, resets are refused,

@@ -144,6 +144,8 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
                            const mysql_credentials& over, bool read_secrets) {
   const YAML::Node root = load_one_document(yaml_text, origin);
   daemon_config cfg;
+  // Set before the walk: a wal.dir in the config, "" included, replaces it.
+  cfg.wal.dir = default_wal_dir();
   checker c(origin);
   c.mapping(root, "", handlers_under(c, cfg, ""));
   // log_sources names counters: parsed once they are known.

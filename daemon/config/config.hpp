@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/duration.hpp"
@@ -123,7 +124,9 @@ struct rollup_config {
 
 struct wal_config {
   std::string dir;
-  fsync_mode fsync = fsync_mode::always;
+  // never by default: the cheapest mode, and every mode survives a SIGKILL (bench/RESULTS.md,
+  // issue 40; docs/guarantees.md says what each loses on a power cut).
+  fsync_mode fsync = fsync_mode::never;
   duration fsync_interval = std::chrono::milliseconds(10);
 };
 
@@ -142,6 +145,9 @@ struct daemon_config {
   // The same API on a Unix socket besides TCP (empty: none), with these permissions.
   std::string listen_unix_socket;
   unsigned listen_unix_socket_mode = 0660;
+  // metrics.listen: "ADDRESS:PORT" ("[v6]:PORT") where /metrics is served instead of on
+  // the API's listeners (empty: on them, as before). See listen_endpoint().
+  std::string metrics_listen;
   http_config http;
   mysql_config mysql;
   std::vector<counter_decl> counters;
@@ -155,6 +161,19 @@ struct daemon_config {
   log_level log = log_level::info;
   std::vector<log_source> log_sources;  // config/log_sources.hpp
 };
+
+// An "ADDRESS:PORT" or "[IPv6]:PORT" text (metrics.listen) as its address and port, or
+// nullopt when it is not one (the address must be an IP literal; port 0: any free one).
+struct endpoint_text {
+  std::string address;
+  std::uint16_t port = 0;
+};
+std::optional<endpoint_text> listen_endpoint(std::string_view text);
+
+// wal.dir when the config does not set it: the first directory of $STATE_DIRECTORY
+// (systemd sets it from the unit's StateDirectory=; a container image may set it too),
+// or none (no WAL) when it is unset or empty.
+std::string default_wal_dir();
 
 class config_error : public std::runtime_error {
  public:

@@ -179,6 +179,24 @@ constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]"
 
 }  // namespace
 
+std::optional<endpoint_text> listen_endpoint(std::string_view text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == text.size()) return std::nullopt;
+  std::string_view address = text.substr(0, colon);
+  const std::string_view port = text.substr(colon + 1);
+  const bool bracketed = address.starts_with('[') && address.ends_with(']');
+  if (bracketed) address = address.substr(1, address.size() - 2);
+  unsigned char buf[sizeof(in6_addr)];
+  const std::string a(address);
+  const bool v4 = inet_pton(AF_INET, a.c_str(), buf) == 1;
+  const bool v6 = inet_pton(AF_INET6, a.c_str(), buf) == 1;
+  if (!(v4 && !bracketed) && !(v6 && bracketed)) return std::nullopt;
+  unsigned value = 0;
+  const auto r = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value > 65535) return std::nullopt;
+  return endpoint_text{a, static_cast<std::uint16_t>(value)};
+}
+
 namespace detail {
 
 bool is_valid_instance_id(std::string_view s) {
@@ -217,6 +235,13 @@ void resolve_instance_id(daemon_config& cfg, checker& c) {
 
 }  // namespace detail
 
+std::string default_wal_dir() {
+  const char* dirs = std::getenv("STATE_DIRECTORY");
+  if (dirs == nullptr) return {};
+  const std::string_view all(dirs);
+  return std::string(all.substr(0, all.find(':')));
+}
+
 namespace {
 
 // The keys whose values need more than a bound: parsed here, compared and changed by
@@ -245,9 +270,15 @@ std::optional<unsigned> octal_mode(const std::string& text) {
   return mode;
 }
 
+std::optional<std::string> endpoint_text_of(const std::string& text) {
+  if (!listen_endpoint(text)) return std::nullopt;
+  return text;
+}
+
 constexpr char ip_address_expected[] = "an IPv4 or IPv6 address";
 constexpr char socket_path_expected[] = "an absolute path of at most 107 bytes";
 constexpr char octal_mode_expected[] = "an octal mode 0000..0777";
+constexpr char endpoint_expected[] = "ADDRESS:PORT with an IP address ([...] for IPv6)";
 
 // A text the key checks itself: `Read` gives its value, or nullopt for a problem
 // "expected EXPECTED, got 'TEXT'". With `SkipOther`, a value that is not a single one
@@ -461,6 +492,8 @@ std::vector<key_row> listen_http_keys() {
       checked<&octal_mode, octal_mode_expected, true, &C::listen_unix_socket_mode>(
           typed(integer<&C::listen_unix_socket_mode>("listen.unix_socket_mode", 0, 0777, "0660"),
                 "octal string")),
+      checked<&endpoint_text_of, endpoint_expected, false, &C::metrics_listen>(
+          text<&C::metrics_listen>("metrics.listen", "address:port", "none")),
       integer<&C::http, &http_config::max_connections>("http.max_connections", 1, 10'000'000,
                                                        "10000"),
       integer<&C::http, &http_config::threads>("http.threads", 0, 256, "0"),
@@ -527,8 +560,8 @@ std::vector<key_row> runtime_keys() {
                                                      "1", true),
       time_key<&C::rollup, &rollup_config::interval>("rollup.interval", 100ms, 24h, "60s"),
       integer<&C::rollup, &rollup_config::batch_size>("rollup.batch_size", 1, 100000, "500"),
-      text<&C::wal, &wal_config::dir>("wal.dir", "path", "none (no WAL)"),
-      choice<&fsync_modes, &C::wal, &wal_config::fsync>("wal.fsync", "always"),
+      text<&C::wal, &wal_config::dir>("wal.dir", "path", "$STATE_DIRECTORY, else none"),
+      choice<&fsync_modes, &C::wal, &wal_config::fsync>("wal.fsync", "never"),
       time_key<&C::wal, &wal_config::fsync_interval>("wal.fsync_interval", 1ms, 10s, "10ms"),
       time_key<&C::shutdown_timeout>("shutdown_timeout", 100ms, 1h, "30s"),
       time_key<&C::idempotency, &idempotency_config::window>("idempotency.window", 1s, 24h * 30, "24h"),

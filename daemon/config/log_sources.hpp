@@ -34,7 +34,9 @@ struct log_rule {
 // A rule's pattern compiled by RE2: matched in time linear in the text, whatever the
 // pattern (no backtracking; bench/RESULTS.md, Linear-time matching). Null, with `error`
 // saying why, when RE2 does not take it (a backreference, a lookaround: what only a
-// backtracking engine can do) or when it has no capture group.
+// backtracking engine can do), when it uses what boost::regex (the engine before issue
+// 39) read otherwise and RE2 takes silently (\< \> \` \' and [[.x.]] [[=x=]]: a
+// config written for boost would count other lines), or when it has no capture group.
 using shared_pattern = std::shared_ptr<const re2::RE2>;
 struct compiled_pattern {
   shared_pattern re;

@@ -108,6 +108,11 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
   return out;
 }
 
+std::string admin_grant_statement(const config::daemon_config& cfg) {
+  return "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP ON " +
+         quote_identifier(cfg.mysql.database) + ".* TO 'ADMIN'@'HOST'";
+}
+
 int print_grants(const config::daemon_config& cfg, std::string_view host, std::ostream& out,
                  std::ostream& err) {
   std::vector<std::string> statements;
@@ -118,6 +123,8 @@ int print_grants(const config::daemon_config& cfg, std::string_view host, std::o
     return 2;
   }
   for (const auto& s : statements) out << s << ";\n";
+  out << "-- The administrator's account that runs --migrate (not mysql.user) needs:\n-- "
+      << admin_grant_statement(cfg) << ";\n";
   out.flush();
   return out ? 0 : 1;
 }

@@ -34,8 +34,15 @@ std::string quote_account_part(std::string_view what, std::string_view name);
 std::vector<std::string> grant_statements(const config::daemon_config& cfg,
                                           std::string_view host = "%");
 
-// --print-grants: the statements, each followed by ';' on its own line, to `out`;
-// returns 0, or 2 after saying on `err` why no statement can be printed.
+// What the account that runs --migrate needs on cfg.mysql.database, for 'ADMIN'@'HOST'
+// (placeholders): CREATE, ALTER, INDEX for the tables, DROP for the top-N totals tables
+// --migrate rebuilds (DROP TABLE IF EXISTS, RENAME TABLE), and the row privileges its
+// data migrations use.
+std::string admin_grant_statement(const config::daemon_config& cfg);
+
+// --print-grants: the statements, each followed by ';' on its own line, to `out`, then
+// the administrator's (admin_grant_statement) as an SQL comment; returns 0, or 2 after
+// saying on `err` why no statement can be printed.
 int print_grants(const config::daemon_config& cfg, std::string_view host, std::ostream& out,
                  std::ostream& err);
 

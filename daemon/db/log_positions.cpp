@@ -221,7 +221,7 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
       const auto decidable = db::decidable_entries(conn, counters_table, b.uniques,
                                                    b.dedupe ? *b.dedupe : store::no_dedupe());
       const auto counted = db::insert_and_find_ours(conn, counters_table,
-                                                    {b.instance_id, b.unique_tag, 0}, decidable);
+                                                    db::unique_tag(b.instance_id), decidable);
       std::vector<db::counter_row> unique_rows;
       std::vector<store::bucket_row> unique_buckets;
       db::rows_of_counted(counted, b.slot, b.bucket_spec ? *b.bucket_spec : store::no_buckets(),

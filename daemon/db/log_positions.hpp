@@ -91,11 +91,9 @@ struct log_batch {
   std::span<const store::bucket_row> buckets;      // sorted
   // Entries of counters with `dedupe` (db/uniques.hpp), in the uniques table's key
   // order: each counts +1 under `slot` (and in the buckets of `bucket_spec`) when no
-  // batch counted it before. `unique_tag` tells this commit's rows in the uniques table
-  // from every other's: drawn at random for each batch.
+  // batch counted it before (its rows tagged by db::unique_tag).
   std::span<const store::unique_entry> uniques;
   std::uint16_t slot = 0;
-  std::uint64_t unique_tag = 0;
   const store::bucket_spec* bucket_spec = nullptr;
   const store::dedupe_spec* dedupe = nullptr;  // the windows of the entries' counters
   std::uint64_t dirty_gen = 0;

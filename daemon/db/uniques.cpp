@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -141,7 +142,16 @@ constexpr std::size_t max_tuple_bytes = 512;
 
 }  // namespace
 
-// The entries this batch inserted (their rows carry its identity), in `entries`' order.
+batch_identity unique_tag(const std::string& instance_id) {
+  thread_local std::mt19937_64 rng = [] {
+    std::random_device rd;
+    std::seed_seq seed{rd(), rd(), rd(), rd()};
+    return std::mt19937_64(seed);
+  }();
+  return {instance_id, rng() & 0x7fffffffffffffffull, 0};
+}
+
+// The entries this commit inserted (their rows carry its tag), in `entries`' order.
 std::vector<store::unique_entry> insert_and_find_ours(
     connection& conn, const std::string& table, const batch_identity& id,
     std::span<const store::unique_entry> entries) {
@@ -203,7 +213,7 @@ unique_outcome commit_unique_batch(
       out.too_late = b.uniques.size() - decidable.size();
       entries = decidable;
     }
-    const auto counted = insert_and_find_ours(conn, table, id, entries);
+    const auto counted = insert_and_find_ours(conn, table, unique_tag(id.instance_id), entries);
     out.counted = counted.size();
     out.duplicates = entries.size() - counted.size();
     std::vector<counter_row> rows;

@@ -3,8 +3,8 @@
 // table that keeps the decisions, `<table>_uniques`, and the commit of a unique batch.
 //
 // `<table>_uniques` holds one row per (window, counter, client) counted: its primary key
-// (record_type, window_start, record_id, client), and the identity of the batch that
-// inserted it (instance_id, run_id, batch_seq, as in the ledger). The record type leads
+// (record_type, window_start, record_id, client), and the tag of the commit that
+// inserted it (instance_id, run_id, batch_seq: unique_tag, random for each attempt). The record type leads
 // the key, then the window: the prune of a counter's passed windows is a range of the
 // primary key (whatever the windows of other counters), and a counter's rows of one
 // window sit together.
@@ -12,13 +12,13 @@
 // A unique batch (store::flush_batch::uniques, sorted by that key) commits in one
 // transaction:
 //   INSERT INTO ledger ...                          -- a retry of a committed batch stops here
-//   INSERT IGNORE INTO <table>_uniques ... VALUES (entry, this batch's identity), ...
-//   SELECT the keys of those rows that carry this batch's identity
+//   INSERT IGNORE INTO <table>_uniques ... VALUES (entry, this attempt's tag), ...
+//   SELECT the keys of those rows that carry this attempt's tag
 //   upsert what they count: +1 per row to its counter under the batch's slot, to its
 //     buckets (by the entry's `at`), to the totals of top-N, and the dirty marks
 //   COMMIT
 // A row another transaction inserted first (another instance, or an earlier batch of
-// this one) is skipped by INSERT IGNORE: committed, it carries that batch's identity; not
+// this one) is skipped by INSERT IGNORE: committed, it carries that commit's tag; not
 // yet committed, InnoDB makes this INSERT wait on its row lock, then skips it when it
 // commits or inserts it when it rolls back. So each (window, counter, client) counts once
 // across every instance sharing the database, and the ledger makes each batch count once
@@ -116,9 +116,16 @@ unique_outcome commit_unique_batch(
     const store::bucket_spec& buckets = store::no_buckets(),
     const store::top_spec& top = store::no_top(), const store::dedupe_spec* dedupe = nullptr);
 
-// Inserts `entries` (in the table's key order) tagged with `id`, skipping those a batch
-// inserted before, and returns the ones this call inserted, in `entries`' order. Inside
-// the caller's transaction. Throws db_error.
+// The tag of one commit's rows in `<table>_uniques`: `instance_id`, a random 63-bit
+// run_id and batch_seq 0, drawn anew for every attempt (128-bit seeded). Not the batch's
+// identity: a batch committed whose ledger row is gone (replayed from the WAL a day
+// later, docs/known-limits.md) would find the rows its first attempt inserted carrying
+// it, take them for its own and count them again, while the window is kept.
+batch_identity unique_tag(const std::string& instance_id);
+
+// Inserts `entries` (in the table's key order) tagged with `id` (unique_tag), skipping
+// those a commit inserted before, and returns the ones this call inserted, in `entries`'
+// order. Inside the caller's transaction. Throws db_error.
 std::vector<store::unique_entry> insert_and_find_ours(connection& conn, const std::string& table,
                                                       const batch_identity& id,
                                                       std::span<const store::unique_entry> entries);

@@ -68,13 +68,17 @@ committer::~committer() {
   stop();
 }
 
-void committer::start(store::batch_queue& queue) {
+void committer::start(store::batch_queue& queue, bool replayed) {
   queue_ = &queue;
   // Everything replayed is logged again as one snapshot; the old segments then go.
   util::unique_lock log_lock(log_mutex_);  // no other thread yet; snapshot() requires it
-  if (const auto written = snapshot(); !written)
-    throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
-                         written.failed().detail);
+  if (const auto written = snapshot(); !written) {
+    if (replayed)
+      throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
+                           written.failed().detail);
+    log::warn("WAL: ", written.failed().detail,
+              "; the WAL's disk is full: increments are refused (503) until there is room");
+  }
   log_lock.unlock();
   started_ = true;
   thread_ = std::thread([this] { run(); });

@@ -102,8 +102,10 @@ class committer final : public store::batch_source {
 
   // Logs what is pending (the store and `queue`, where the caller put what the log
   // recovered) as a snapshot in a fresh segment, dropping the older segments, and starts
-  // the log thread. Throws wal::wal_error when that cannot be written.
-  void start(store::batch_queue& queue);
+  // the log thread. Throws wal::wal_error when that cannot be written, unless `replayed`
+  // is false (an empty log: the snapshot holds nothing a failure could lose, so a full
+  // disk leaves the daemon running, its appends refused until they fit).
+  void start(store::batch_queue& queue, bool replayed = true);
   // Handles what is queued, then stops the log thread and applies what is logged and
   // not yet applied. Call it before the io_contexts passed to submit() are destroyed.
   // Idempotent.

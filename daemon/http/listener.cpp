@@ -229,6 +229,7 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
   if (open_->load() >= max_connections_) {
     // Counted before the close, so that whoever sees the close sees the count.
     metrics_.http_connections_rejected.Increment();
+    metrics_.count_answer(metrics::route::connection_limit, 503);
     refuse(socket);
     return do_accept();
   }

@@ -147,7 +147,7 @@ bool match_pattern(std::string_view pattern, std::string_view path,
 }  // namespace
 
 router::router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
-               const ingest::table_limits& limits)
+               const ingest::table_limits& limits, scope s)
     : live_(make_live(cfg)),
       buckets_(config::bucket_spec_of(cfg)),
       top_(config::top_spec_of(cfg)),
@@ -155,7 +155,15 @@ router::router(const config::daemon_config& cfg, backend& b, metrics::registry& 
       limits_(limits),
       max_items_(cfg.http.max_items_per_request),
       backend_(b),
-      metrics_(m) {}
+      metrics_(m),
+      scope_(s),
+      metrics_elsewhere_(!cfg.metrics_listen.empty()) {}
+
+bool router::answers(metrics::route r) const {
+  if (scope_ == scope::metrics_only)
+    return r == metrics::route::metrics || r == metrics::route::healthz;
+  return !(metrics_elsewhere_ && r == metrics::route::metrics);
+}
 
 std::shared_ptr<const router::live_settings> router::make_live(const config::daemon_config& cfg) {
   std::vector<std::pair<std::string, std::uint32_t>> declared;
@@ -235,6 +243,10 @@ router::route_match router::match(const request_header& req) const {
     // The rows of one path are adjacent in the table.
     auto last = std::find_if(first, table.end(),
                              [&](const endpoint& e) { return e.pattern != first->pattern; });
+    if (!answers(first->route)) {  // a path of the other listener's: no such path here
+      first = last;
+      continue;
+    }
     bool claimed = false;
     if (match_pattern(first->pattern, target, m.params, claimed)) {
       m.path_rows = std::span(first, last);
@@ -294,6 +306,11 @@ std::optional<response> router::check_header(const request_header& req, accepted
     accepted->row_ = m.row;
   }
   return refused;
+}
+
+void router::count_session_answer(accepted_route accepted, unsigned status) {
+  metrics_.count_answer(accepted.row_ != nullptr ? accepted.row_->route : metrics::route::unparsed,
+                        status);
 }
 
 void router::handle(request&& req, respond_fn respond) {

@@ -37,8 +37,13 @@ class router {
   struct endpoint;
 
  public:
+  // What a router answers: the API's listeners answer every path (but /metrics when
+  // metrics.listen puts it elsewhere); the metrics.listen listener only /metrics and
+  // /healthz. A path another scope answers is a 404 here.
+  enum class scope { api, metrics_only };
+
   router(const config::daemon_config& cfg, backend& b, metrics::registry& m,
-         const ingest::table_limits& limits);
+         const ingest::table_limits& limits, scope s = scope::api);
 
   // The endpoint whose path and method a header check accepted.
   class accepted_route {
@@ -63,6 +68,11 @@ class router {
   // (accept_undeclared_types too). Thread-safe; a request in progress finishes with
   // the settings it started with.
   void reconfigure(const config::daemon_config& cfg);
+
+  // Counts an answer the session gave itself (a malformed or oversized request) in
+  // http_requests_total: under the route its header check accepted (`accepted` as the
+  // check left it; empty before a header was read), or else `unparsed`.
+  void count_session_answer(accepted_route accepted, unsigned status);
 
   // A JSON error response; `index` names the item to blame.
   static response error_response(unsigned version, beast_http::status status,
@@ -166,6 +176,10 @@ class router {
   std::size_t max_items_;
   backend& backend_;
   metrics::registry& metrics_;
+  // Whether this router answers a route (scope, and metrics.listen for the API's).
+  bool answers(metrics::route r) const;
+  scope scope_;
+  bool metrics_elsewhere_;
 };
 
 }  // namespace slotted::http

@@ -209,6 +209,7 @@ void session::on_read(beast::error_code ec, std::size_t) {
     log::error("HTTP request failed: ", e.what());
     if (answered_.exchange(true)) return;
     request_keep_alive_ = false;
+    router_.count_session_answer(accepted_, 500);
     send(router::error_response(version, status::internal_server_error, "internal error"));
   }
 }
@@ -248,6 +249,7 @@ void session::fail_request(beast::error_code ec) {
     return do_close();
   }
   res.keep_alive(false);
+  router_.count_session_answer(accepted_, res.result_int());
   send(std::move(res));
 }
 

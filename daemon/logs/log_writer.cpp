@@ -81,7 +81,6 @@ void make_batch(const source_state& s, const ingest_settings& settings,
   batch.buckets = out.buckets;
   batch.uniques = out.uniques;
   batch.slot = slot;
-  batch.unique_tag = rng() & 0x7fffffffffffffffull;
   batch.bucket_spec = &settings.buckets;
   batch.dedupe = &settings.dedupe;
   batch.dirty_gen = rng() & 0x7fffffffffffffffull;

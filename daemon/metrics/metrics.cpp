@@ -54,7 +54,8 @@ void label_children(prometheus::Family<Metric>& f, const char* label, NameOf nam
 const char* route_name(route r) {
   static constexpr const char* names[] = {"increments", "counters", "flush",  "rollup",   "reset",
                                           "metrics",    "healthz",  "readyz", "counters_many",
-                                          "top",        "not_found"};
+                                          "top",        "not_found", "unparsed",
+                                          "connection_limit"};
   return names[static_cast<int>(r)];
 }
 
@@ -232,8 +233,12 @@ void registry::mysql_host_in_use(std::size_t index) {
 }
 
 void registry::observe_request(route r, unsigned status, double seconds) {
+  durations_[static_cast<int>(r)]->Observe(seconds);
+  count_answer(r, status);
+}
+
+void registry::count_answer(route r, unsigned status) {
   const int ri = static_cast<int>(r);
-  durations_[ri]->Observe(seconds);
   for (std::size_t c = 0; c < known_codes.size(); ++c) {
     if (known_codes[c] == status) {
       requests_by_code_[ri][c]->Increment();

@@ -35,6 +35,11 @@ enum class route {
   counters_many,  // GET /v1/counters/{t}?ids=...
   top,            // GET /v1/top/{t}
   not_found,
+  // Answered by the session before any route: a malformed request, a header too large
+  // (400, 431), and a body over the limit of a request whose header was refused too.
+  unparsed,
+  // The 503 the listener sends to a connection over http.max_connections.
+  connection_limit,
   count_
 };
 const char* route_name(route r);
@@ -62,6 +67,9 @@ class registry {
   prometheus::Registry& prometheus_registry() { return *registry_; }
 
   void observe_request(route r, unsigned status, double seconds);
+  // Counts an answer in http_requests_total alone (no duration: answers that never
+  // reached a handler, such as the connection limit's 503).
+  void count_answer(route r, unsigned status);
   void reject(reject_reason reason, std::size_t increments);
   void db_error(db::error_kind kind) { db_errors_[static_cast<int>(kind)]->Increment(); }
   // slotted_counterd_mysql_host_info{host}: one series per configured host (bounded by
@@ -147,12 +155,11 @@ class registry {
   std::array<prometheus::Counter*, static_cast<int>(reject_reason::count_)> rejected_by_reason_{};
   std::array<prometheus::Counter*, db::error_kind_count> db_errors_{};
   std::vector<prometheus::Gauge*> host_info_;
-  // requests_total children for every status the router answers with (http/router.cpp;
-  // the session's own answers to malformed or oversized requests, and the listener's
-  // 503 at the connection limit, are not counted here). Another status would still be
-  // counted, through a slower lookup.
-  static constexpr std::array<unsigned, 12> known_codes{200, 202, 204, 400, 401, 404,
-                                                        405, 413, 415, 422, 500, 503};
+  // requests_total children for every status the daemon answers with (http/router.cpp,
+  // the session's own 400, 413 and 431, the listener's 503). Another status would still
+  // be counted, through a slower lookup.
+  static constexpr std::array<unsigned, 13> known_codes{200, 202, 204, 400, 401, 404, 405,
+                                                        413, 415, 422, 431, 500, 503};
   std::array<std::array<prometheus::Counter*, known_codes.size()>, static_cast<int>(route::count_)>
       requests_by_code_{};
 };

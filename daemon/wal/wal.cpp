@@ -131,7 +131,12 @@ void write_ahead_log::lock_directory() {
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(lock_fd_, 0) != 0 ||
       ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    throw wal_error("cannot write " + path + ": " + std::strerror(errno));
+    // The pid only names the holder; the locks above are what keep a second copy out. A
+    // full disk must not stop the start: ingest then answers 503 until appends fit.
+    if (errno != ENOSPC && errno != EDQUOT)
+      throw wal_error("cannot write " + path + ": " + std::strerror(errno));
+    log::warn("cannot write the pid into ", path, ": ", std::strerror(errno),
+              "; the WAL's disk is full: increments are refused (503) until there is room");
   }
 }
 
@@ -245,6 +250,11 @@ result<void> write_ahead_log::log_batches(
 }
 
 result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
+  // No current segment: the start's snapshot could not create one (a full disk, see
+  // committer::start). The first append that fits opens it.
+  if (fd_ < 0) {
+    if (auto opened = rotate(); !opened) return opened;
+  }
   // After a failed sync of the directory nothing is acknowledged until one succeeds.
   if (directory_unsynced_) {
     if (auto named = sync_wal_directory(); !named) return named;

@@ -2,7 +2,9 @@
 // Count a page view after the page has been sent: the visitor never waits for the
 // counter. Under PHP-FPM, fastcgi_finish_request() ends the response to the browser;
 // the script then goes on and posts the increment with a short timeout. Fire-and-forget:
-// no Idempotency-Key (a key would write a row per view), no retry after a timeout.
+// no Idempotency-Key (a key would write a row per view), one attempt of at most 1 s, and
+// nothing thrown: a failure is logged and the view dropped. SLOTTED_TOKEN, when set, is
+// the daemon's bearer token.
 
 function slotted_count(string $base, $recordType, $recordId, int $delta = 1): bool
 {
@@ -10,7 +12,8 @@ function slotted_count(string $base, $recordType, $recordId, int $delta = 1): bo
                          'delta' => $delta]);
     $context = stream_context_create(['http' => [
         'method' => 'POST',
-        'header' => "Content-Type: application/json\r\nPrefer: return=minimal\r\n",
+        'header' => "Content-Type: application/json\r\nPrefer: return=minimal\r\n"
+                    . (getenv('SLOTTED_TOKEN') ? 'Authorization: Bearer ' . getenv('SLOTTED_TOKEN') . "\r\n" : ''),
         'content' => $body,
         'timeout' => 1.0,          // seconds; a counter is never worth a stuck worker
         'ignore_errors' => true,   // read 4xx/5xx answers instead of warning

@@ -23,6 +23,7 @@ node, ruby.
 
 import argparse
 import http.client
+import http.server
 import json
 import os
 import re
@@ -244,6 +245,96 @@ def check_batch(ctx):
     return "2,200 ids in 3 NDJSON requests, counted exactly"
 
 
+# The clients' promises (docs/clients.md): against a daemon that wants a token, one that
+# answers every request 503, and none at all. (name, argv, stdin, what the token daemon's
+# table gains; their keyed requests were sent before, to daemon a, and are replays.)
+CLIENT_RUNS = [
+    ("count.sh", ["sh"], None, {42: 2, 43: 5}),
+    ("count.py", [sys.executable], None, {42: 1}),
+    ("count.php", ["php"], None, {42: 1}),
+    ("count.mjs", ["node"], None, {42: 100}),
+    ("count.rb", ["ruby"], None, {42: 100}),
+    ("batch.sh", ["sh"], b"42\n" * 10 + b"45\n" * 5, {42: 10, 45: 5}),
+]
+# Seconds a run may block: a keyed call's 5 s deadline plus a fire-and-forget call's 1 s
+# and 1.5 s of process start-up; the scripts without a keyed call 2.5 s. STARTUP_SLACK
+# more for an interpreter's start on a 2-core machine busy with sanitizer builds (ruby
+# measured 7.8 s in all there): far below the 30 s or more of a client without bounds.
+BOUND = {"count.sh": 9.0, "count.py": 7.5, "count.php": 2.5, "count.mjs": 7.5, "count.rb": 7.5,
+         "batch.sh": 2.5}
+STARTUP_SLACK = 4.0
+
+
+class Always503(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        self._answer()
+
+    def do_GET(self):  # noqa: N802
+        self._answer()
+
+    def _answer(self):
+        body = b'{"error": "busy"}'
+        self.send_response(503)
+        self.send_header("Retry-After", "5")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def run_client(ctx, name, argv, stdin, url, token=None):
+    """(exit code, output, seconds) of one example run."""
+    env = dict(os.environ, SLOTTED_URL=url)
+    env.pop("SLOTTED_TOKEN", None)
+    if token:
+        env["SLOTTED_TOKEN"] = token
+    t0 = time.monotonic()
+    r = subprocess.run(argv + [os.path.join(ctx.source, "examples", "clients", name)], input=stdin,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=60, cwd=ctx.tmp)
+    return r.returncode, r.stdout.decode(errors="replace"), time.monotonic() - t0
+
+
+def check_clients_promises(ctx):
+    import socket
+    import threading
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Always503)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once the block ends
+    problems, times = [], []
+    try:
+        for name, argv, stdin, want in CLIENT_RUNS:
+            before = {i: total(ctx.db, 123, i) for i in want}
+            rc, out, took = run_client(ctx, name, argv, stdin, ctx.b.base, TOKEN)
+            flush(ctx.b.port, AUTH)
+            gained = {i: total(ctx.db, 123, i) - before[i] for i in want}
+            if gained != want:
+                problems.append(f"{name} with a token: gained {gained}, want {want} (exit {rc}: {out[-300:]!r})")
+            for label, url in (("503", f"http://127.0.0.1:{server.server_address[1]}"),
+                               ("no daemon", f"http://127.0.0.1:{closed}")):
+                rc, out, took = run_client(ctx, name, argv, stdin, url)
+                times.append(f"{name} {label} {took:.1f}s")
+                if took > BOUND[name] + STARTUP_SLACK:
+                    problems.append(f"{name} against {label} blocked {took:.1f}s (promised at most "
+                                    f"{BOUND[name]}s, {STARTUP_SLACK}s allowed for start-up)")
+                raised = re.search(r"Traceback|Uncaught|node:internal|\(\w+Error\)|PHP Fatal", out)
+                # A script whose promise is an exit status (batch.sh, count.php: non-zero
+                # when not counted) may fail; the others end normally, having said so.
+                if raised or (name in ("count.py", "count.mjs", "count.rb") and rc != 0):
+                    problems.append(f"{name} against {label}: exit {rc}, raised into the caller: {out[-400:]!r}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    if problems:
+        raise Failure("; ".join(problems))
+    return "with a token: counted; " + ", ".join(times)
+
+
 # --------------------------------------------------------------------------- schema
 
 
@@ -391,7 +482,8 @@ def provocations(path, method, db_up):
     if path in ("/v1/counters/{record_type}", "/v1/top/{record_type}"):
         ok, wrong = ("?ids=42,43", "?ids=42,x") if path.startswith("/v1/counters/") else ("?limit=3", "?limit=0")
         if db_up:
-            return [(200, ok, None, AUTH), (400, wrong, None, AUTH), (401, ok, None, {})]
+            notop = [(404, "NOTOP", None, AUTH)] if path.startswith("/v1/top/") else []
+            return [(200, ok, None, AUTH), (400, wrong, None, AUTH), (401, ok, None, {})] + notop
         return [(503, ok, None, AUTH)]
     if path.startswith("/v1/counters/"):
         if db_up:
@@ -441,6 +533,8 @@ def walk_openapi(ctx, spec, db_up, seen):
                 if suffix == "BAD":
                     target = "/v1/counters/repo_downloads/x" + ("/series" + series_query()
                                                                   if path.endswith("/series") else "")
+                if suffix == "NOTOP":  # a declared counter without top: true
+                    target = "/v1/top/plain_counter?limit=3"
                 if status == "503-setup" or status == "422-setup":
                     request(port, method.upper(), target, body, headers)
                     continue
@@ -468,6 +562,65 @@ def walk_openapi(ctx, spec, db_up, seen):
     return problems
 
 
+def connection_limit_problems(ctx, every):
+    """x-every-route's 503: a daemon with http.max_connections 2 and two connections open
+    answers a third 503 with the Retry-After the spec states, and counts it."""
+    import socket
+    want = re.search(r"Retry-After: (\d+)", str(every.get("503", "")))
+    if not want:
+        return [f"x-every-route's 503 states no Retry-After: {every.get('503')!r}"]
+    conf = os.path.join(ctx.tmp, "c.yaml")
+    write_config(conf, ctx.db, "docs-c", extra="")
+    with open(conf) as f:
+        text = f.read().replace("http: {threads: 2}", "http: {threads: 2, max_connections: 2}")
+    with open(conf, "w") as f:
+        f.write(text)
+    d = Daemon(ctx.daemon, conf, os.path.join(ctx.tmp, "c.log"))
+    d.start()
+    held = []
+    try:
+        d.wait_listening()
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.recv(4096)  # answered: the connection is open and counted
+            held.append(s)
+        third = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+        got = b""
+        while True:
+            chunk = third.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        third.close()
+        head = got.decode(errors="replace")
+        if not head.startswith("HTTP/1.1 503") or f"Retry-After: {want.group(1)}\r\n" not in head:
+            return [f"the connection over http.max_connections got {head[:200]!r}, "
+                    f"the spec says 503 with Retry-After: {want.group(1)}"]
+        # A closed connection's place comes back asynchronously: a read until then is over
+        # the cap, answered 503 and counted too.
+        for s in held:
+            s.close()
+        held = []
+        refused = 1
+        deadline = time.monotonic() + 10
+        while True:
+            status, _, body = request(d.port, "GET", "/metrics")
+            if status == 200 or time.monotonic() > deadline:
+                break
+            refused += status == 503
+        series = 'slotted_counterd_http_requests_total{code="503",route="connection_limit"} '
+        counted = [float(l[len(series):]) for l in body.decode().splitlines() if l.startswith(series)]
+        if counted != [refused]:
+            return [f"the connection limit's 503 is counted {counted} in http_requests_total "
+                    f"(status {status}), not {refused}"]
+        return []
+    finally:
+        for s in held:
+            s.close()
+        d.stop()
+
+
 def check_openapi(ctx):
     with open(os.path.join(ctx.source, "docs", "openapi.yaml")) as f:
         spec = yaml.safe_load(f)
@@ -484,7 +637,18 @@ def check_openapi(ctx):
     for p in served - set(spec["paths"]):
         problems.append(f"router.cpp serves {p}, not in openapi.yaml")
     _, _, body = request(port, "GET", "/metrics")
-    labels = set(re.findall(r'route="([a-z_]+)"', body.decode())) - {"not_found"}
+    # The routes of answers no path gives (x-every-route, described in info).
+    labels = set(re.findall(r'route="([a-z_]+)"', body.decode())) - {"not_found", "unparsed", "connection_limit"}
+    for r in ("unparsed", "not_found", "connection_limit"):
+        if f"`{r}`" not in spec["info"]["description"]:
+            problems.append(f"openapi.yaml's description does not name the route label {r!r}")
+    # A flush or rollup answered 503 may have done part of its work (G2): its 503 must
+    # not say "nothing changed".
+    for path in ("/v1/flush", "/v1/rollup"):
+        resp = spec["paths"][path]["post"]["responses"]["503"]
+        resp = spec["components"]["responses"].get(resp.get("$ref", "").rsplit("/", 1)[-1], resp)
+        if "nothing changed" in resp.get("description", "") or "part" not in resp.get("description", ""):
+            problems.append(f"POST {path} 503 says {resp.get('description')!r}: it may have done part of its work")
     documented = {op.get("x-metrics-route") for item in spec["paths"].values() for m, op in item.items()
                   if m.upper() in METHODS}
     if labels != documented:
@@ -508,6 +672,7 @@ def check_openapi(ctx):
     s431 = request(port, "GET", "/healthz", headers={"X-Big": "a" * 17000})[0]
     if s431 != 431 or "431" not in every:
         problems.append(f"a 17 KB header: {s431}")
+    problems += connection_limit_problems(ctx, every)
     seen = set()
     problems += walk_openapi(ctx, spec, True, seen)
     # The database stopped: the 503s.
@@ -577,6 +742,8 @@ def main():
             text = f.read()
         text = text.replace("http: {threads: 2}",
                             f"http: {{threads: 2, auth_token_file: {token_file}, max_body_bytes: 2048}}")
+        # A declared counter without top: true (GET /v1/top of it is a 404).
+        text = text.replace("    top: true\n", "    top: true\n  - {name: plain_counter, record_type: 124}\n")
         text = text.replace("flush: {interval: 200ms, max_retry_backoff: 1s}",
                             "flush: {interval: 200ms, max_retry_backoff: 1s, max_pending_keys: 20}")
         with open(conf_b, "w") as f:
@@ -600,6 +767,8 @@ def main():
         runner.run("clients: Node", check_node, ctx)
         runner.run("clients: Ruby", check_ruby, ctx)
         runner.run("clients: NDJSON batches", check_batch, ctx)
+        runner.run("clients: a token, a 503, no daemon: counted or dropped in bounded time, nothing raised",
+                   check_clients_promises, ctx)
         runner.run("design.md: the schema --migrate creates", check_schema, ctx)
         runner.run("operations.md: every metric, its panel", check_metrics, ctx)
         runner.run("openapi.yaml: walked against the daemon", check_openapi, ctx)  # stops MariaDB

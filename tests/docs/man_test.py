@@ -73,10 +73,25 @@ def check_options(ctx):
         raise Failure(f"--help prints no --config: {out!r}")
     page = read(ctx.source, "packaging", "slotted-counterd.8").replace("\\-", "-")
     options_section = page.split(".SH OPTIONS", 1)[1].split(".SH ", 1)[0]
-    missing = sorted(o for o in options if not re.search(r"(?<![\w-])" + re.escape(o) + r"\b",
-                                                          options_section))
-    if missing:
-        raise Failure(f"options --help prints that the man page's OPTIONS lacks: {missing}")
+    synopsis = page.split(".SH SYNOPSIS", 1)[1].split(".SH ", 1)[0]
+    command_line = read(ctx.source, "docs", "configuration.md").split("## Command line", 1)[1].split("\n## ", 1)[0]
+
+    def lacking(text):
+        return sorted(o for o in options if o != "-h" and not re.search(r"(?<![\w-])" + re.escape(o) + r"\b", text))
+    problems = []
+    for where, text in (("the man page's OPTIONS", options_section), ("the man page's SYNOPSIS", synopsis),
+                        ("configuration.md, Command line", command_line)):
+        if lacking(text):
+            problems.append(f"options --help prints that {where} lacks: {lacking(text)}")
+    # Every option with a value takes --option=value too (issue 40: --adopt=NAME was refused).
+    for option, value in (("--adopt", "x"), ("--grant-host", "h"), ("--mysql-user", "u"),
+                          ("--mysql-password-file", "/nonexistent"), ("--config", "/nonexistent")):
+        r = subprocess.run([ctx.daemon, f"{option}={value}", "--version"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=10)
+        if b"unknown argument" in r.stdout:
+            problems.append(f"{option}={value} is refused as unknown")
+    if problems:
+        raise Failure("; ".join(problems))
     return f"{len(options)} options: {' '.join(sorted(options))}"
 
 
@@ -156,7 +171,15 @@ def check_example(ctx):
     unknown = sorted(p for p in paths - sections if p not in documented)
     if unknown:
         raise Failure(f"the example names keys docs/configuration.md does not: {unknown}")
-    return f"--check-config exits 0; {len(paths)} key paths, all documented"
+    # It claims every key: each documented key shows up in it, set or in a comment
+    # (issue 40: log_sources, counters[].top and counters[].dedupe were missing).
+    with open(example) as f:
+        text = f.read()
+    absent = sorted(k for k in documented if k != "mysql.password" and not re.search(
+        r"(?<![\w.])" + re.escape(k.split(".")[-1].replace("[]", "")) + ":", text))
+    if absent:
+        raise Failure(f"documented keys the example shows nowhere, not even in a comment: {absent}")
+    return f"--check-config exits 0; {len(paths)} key paths, all documented; every documented key shown"
 
 
 def check_doc_configs(ctx):
@@ -250,6 +273,25 @@ def check_links(ctx):
     return f"{n} links resolve"
 
 
+def check_readme_pointers(ctx):
+    """What is shipped to users (the config, the units, the man pages, docs/) points at
+    sections by the page that holds them now; README.md keeps no reference sections, so a
+    "README: Section" pointer is stale (issue 40)."""
+    files = ["config/slotted-counterd.yaml", "systemd/slotted-counterd.service", "systemd/slotted-counterd.socket",
+             "packaging/slotted-counterd.8"] + sorted(
+        "docs/" + f for f in os.listdir(os.path.join(ctx.source, "docs")) if f.endswith(".md"))
+    heads = set(re.findall(r"^#+ (.*)$", read(ctx.source, "README.md"), re.M))
+    stale = []
+    for f in files:
+        for n, line in enumerate(read(ctx.source, f).splitlines(), 1):
+            for m in re.finditer(r"\bREADME[:,] ?\(?([A-Z][\w -]+)", line):
+                if m.group(1).strip() not in heads:
+                    stale.append(f"{f}:{n}: README: {m.group(1).strip()}")
+    if stale:
+        raise Failure("pointers to README sections that do not exist: " + "; ".join(stale))
+    return f"{len(files)} shipped files, no stale README pointer"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--daemon", required=True)
@@ -272,6 +314,7 @@ def main():
     runner.run("example config: accepted and documented", check_example, ctx)
     runner.run("docs: every config shown is accepted", check_doc_configs, ctx)
     runner.run("docs: every relative link resolves", check_links, ctx)
+    runner.run("shipped files: no stale README section pointer", check_readme_pointers, ctx)
     print(f"{runner.passed} passed, {runner.failed} failed", flush=True)
     return 1 if runner.failed else 0
 

@@ -337,7 +337,7 @@ def check_client_retries(ctx, client_mod):
         Scripted.seen = []
         Scripted.script = [("status", 503, {})] * 10
         try:
-            client_mod.SlottedClient(base, attempts=4, sleep=lambda s: None).increment(123, 5)
+            client_mod.SlottedClient(base, attempts=4, sleep=lambda s: None).increment(123, 5, exactly_once=True)
         except client_mod.SlottedError as e:
             if e.status != 503:
                 raise Failure(f"gave up with {e.status}, want the last 503") from None
@@ -345,13 +345,28 @@ def check_client_retries(ctx, client_mod):
             raise Failure("an endless 503 did not raise")
         if len(Scripted.seen) != 4:
             raise Failure(f"attempts=4 made {len(Scripted.seen)} attempts")
-        # Fire-and-forget: no key; retried after a 503 (nothing applied), never after a
-        # timeout (it may have been counted: a retry without a key would count twice).
+        # Fire-and-forget: no key, one attempt: not retried after a 503 (a page must not
+        # wait for Retry-After), nor after a timeout (it may have been counted); count()
+        # reports it and raises nothing.
         Scripted.seen = []
         Scripted.script = [("status", 503, {"Retry-After": "1"}), ("status", 202, {})]
         plain = client_mod.SlottedClient(base, timeout=0.5, backoff=0.01, sleep=lambda s: None)
-        if plain.increment(123, 6) != 1 or [k for k, _ in Scripted.seen] != [None, None]:
-            raise Failure(f"fire-and-forget after a 503: want 2 attempts without a key, saw {Scripted.seen}")
+        if plain.count(123, 6) is not False or [k for k, _ in Scripted.seen] != [None]:
+            raise Failure(f"fire-and-forget after a 503: want 1 attempt without a key, saw {Scripted.seen}")
+        # A keyed call gives up at once when Retry-After does not fit before its deadline.
+        Scripted.seen = []
+        Scripted.script = [("status", 503, {"Retry-After": "9"}), ("status", 202, {})]
+        t0 = time.monotonic()
+        try:
+            client_mod.SlottedClient(base, deadline=5).increment(123, 8, exactly_once=True)
+        except client_mod.SlottedError as e:
+            if e.status != 503:
+                raise Failure(f"gave up with {e.status}, want the 503") from None
+        else:
+            raise Failure("a keyed call slept past its deadline for Retry-After: 9")
+        if len(Scripted.seen) != 1 or time.monotonic() - t0 > 1:
+            raise Failure(f"Retry-After: 9 past a 5 s deadline: {len(Scripted.seen)} attempts, "
+                          f"{time.monotonic() - t0:.1f}s (want 1, at once)")
         Scripted.seen = []
         Scripted.script = [("hang", 1.5), ("status", 202, {})]
         try:
@@ -366,7 +381,8 @@ def check_client_retries(ctx, client_mod):
         server.shutdown()
         server.server_close()
     return ("keyed: 503 + Retry-After, a timeout, then 202: 3 attempts, one key; gives up after "
-            "`attempts`; fire-and-forget: no key, a 503 retried, a timeout not")
+            "`attempts`, and at once when Retry-After passes its deadline; fire-and-forget: "
+            "one attempt without a key")
 
 
 class LosingProxy(http.server.BaseHTTPRequestHandler):

@@ -469,6 +469,7 @@ TEST(Adopt, AnUndeclaredCounterOrOneWithoutRollupTargetIsExitTwoNamingIt) {
   EXPECT_NE(no_target.output.find("counter 'pages' has no rollup target"), std::string::npos)
       << no_target.output;
   EXPECT_EQ(adopt(yaml, {"--no-history"}).exit_code(), 2);  // without --adopt: usage
+  EXPECT_EQ(adopt(yaml, {"--adopt="}).exit_code(), 2);       // an empty name: not a start
 }
 
 TEST(Adopt, ADatabaseThatGoesAwayEndsTheRunNonZeroAndARerunEndsExact) {

@@ -112,13 +112,19 @@ class GrantsDb : public ::testing::Test {
            "idempotency: {window: 2s}\n";
   }
 
-  // --print-grants' output, one statement per line.
-  std::vector<std::string> printed_grants() const {
+  // --print-grants' output, one statement per line; its comment lines (the
+  // administrator's GRANT) go to `comments`.
+  std::vector<std::string> printed_grants(std::vector<std::string>* comments = nullptr) const {
     std::string out;
     EXPECT_EQ(run_binary(yaml(), "--print-grants", out), 0) << out;
     std::vector<std::string> lines;
     std::istringstream in(out);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.starts_with("-- "))
+        lines.push_back(line);
+      else if (comments != nullptr)
+        comments->push_back(line.substr(3));
+    }
     return lines;
   }
 
@@ -253,6 +259,45 @@ TEST_F(GrantsDb, ThePrintedGrantsAreEnoughForEveryFeature) {
   apply(grants);
   const auto failed = exercise();
   EXPECT_TRUE(failed.empty()) << joined(failed);
+}
+
+// Issue 40: the administrator's GRANT --print-grants prints (and docs/install.md gives) is
+// enough for --migrate of every feature on a fresh database, top-N's totals tables
+// included (DROP TABLE IF EXISTS, RENAME TABLE); without DROP it is not.
+TEST_F(GrantsDb, TheAdministratorsPrintedGrantIsEnoughForMigrate) {
+  std::vector<std::string> comments;
+  printed_grants(&comments);
+  ASSERT_EQ(comments.size(), 2u);
+  const std::string admin_grant = comments[1];
+  ASSERT_TRUE(admin_grant.starts_with("GRANT ") && admin_grant.ends_with(" TO 'ADMIN'@'HOST';"))
+      << admin_grant;
+  auto root = shared_mariadb().connect();
+  const auto migrate_as = [&](const std::string& grant) {
+    const auto db = shared_mariadb().create_database();
+    const std::string admin = "adm_" + db.substr(db.size() > 20 ? db.size() - 20 : 0);
+    root.execute("CREATE USER '" + admin + "'@'%' IDENTIFIED BY '" + user_password + "'");
+    std::string g = grant.substr(0, grant.size() - 1);  // no ';'
+    g.replace(g.find("`" + database_ + "`"), database_.size() + 2, "`" + db + "`");
+    g.replace(g.find("'ADMIN'@'HOST'"), 14, "'" + admin + "'@'%'");
+    root.execute(g);
+    // The rollup's owning table, which --migrate expects in the application's database.
+    root.execute("CREATE TABLE `" + db + "`.repos (id BIGINT UNSIGNED PRIMARY KEY, "
+                 "download_count BIGINT NOT NULL DEFAULT 0)");
+    auto y = yaml();
+    y.replace(y.find("  database: " + database_), 12 + database_.size(), "  database: " + db);
+    std::string out;
+    const int rc = run_binary(y, "--migrate --mysql-user " + admin + " --mysql-password-file " +
+                                     dir_ + "/pw", out);
+    root.execute("DROP USER '" + admin + "'@'%'");
+    return std::make_pair(rc, out);
+  };
+  const auto [rc, out] = migrate_as(admin_grant);
+  EXPECT_EQ(rc, 0) << out;
+  std::string without_drop = admin_grant;
+  without_drop.erase(without_drop.find(", DROP"), 6);
+  const auto [rc2, out2] = migrate_as(without_drop);
+  EXPECT_NE(rc2, 0) << "--migrate of top-N totals without DROP: " << out2;
+  EXPECT_NE(out2.find("DROP command denied"), std::string::npos) << out2;
 }
 
 TEST_F(GrantsDb, WithoutOneGrantItsFeatureBreaks) {

@@ -218,6 +218,33 @@ TEST_F(Http, OversizedHeaderIs431) {
   EXPECT_NE(reply.find("HTTP/1.1 431"), std::string::npos) << reply.substr(0, 200);
 }
 
+// Issue 40: http_requests_total counts every answer, also those the session gives
+// before any route (the dashboard's 5xx and 4xx panels read it).
+TEST(HttpCounting, TheSessionsOwnAnswersAreCountedInRequestsTotal) {
+  auto cfg = test_config(shared_mariadb(), migrated_database(shared_mariadb()));
+  cfg.http.max_body_bytes = 64;
+  in_process_daemon daemon(cfg);
+  const auto* daemon_ = &daemon;
+  EXPECT_NE(raw_exchange(daemon_->port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                                              std::string(20000, 'a') + "\r\n\r\n")
+                .find("HTTP/1.1 431"),
+            std::string::npos);
+  EXPECT_NE(raw_exchange(daemon_->port(), "GET /healthz HTTP/7.1\r\nHost: x\r\n\r\n")
+                .find("HTTP/1.1 400"),
+            std::string::npos);
+  // A body over http.max_body_bytes, its header accepted: counted under its route.
+  EXPECT_NE(raw_exchange(daemon_->port(),
+                         "POST /v1/increments HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         "application/json\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n" +
+                             std::string(100, ' ') + "\r\n0\r\n\r\n")
+                .find("HTTP/1.1 413"),
+            std::string::npos);
+  const auto metrics = http_client(daemon_->port()).get("/metrics").body;
+  EXPECT_EQ(metric_value(metrics, R"(slotted_counterd_http_requests_total{code="431",route="unparsed"})"), 1);
+  EXPECT_EQ(metric_value(metrics, R"(slotted_counterd_http_requests_total{code="400",route="unparsed"})"), 1);
+  EXPECT_EQ(metric_value(metrics, R"(slotted_counterd_http_requests_total{code="413",route="increments"})"), 1);
+}
+
 TEST_F(Http, SlowHeaderIsCutOffAtTheIdleTimeout) {
   net::io_context ioc;
   net::ip::tcp::socket s(ioc);
@@ -346,6 +373,10 @@ TEST(HttpConnectionLimit, ConnectionsBeyondMaxConnectionsAreRefusedAndCounted) {
   auto metrics = held[0]->get("/metrics").body;
   EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_rejected_total"), 1);
   EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_open"), 3);
+  // Every answer is in http_requests_total, the connection limit's 503 too (issue 40).
+  EXPECT_EQ(metric_value(metrics,
+                         R"(slotted_counterd_http_requests_total{code="503",route="connection_limit"})"),
+            1);
   // Closing one gives its place back.
   held.pop_back();
   EXPECT_TRUE(eventually(
@@ -355,6 +386,29 @@ TEST(HttpConnectionLimit, ConnectionsBeyondMaxConnectionsAreRefusedAndCounted) {
       },
       std::chrono::seconds(20)));
   EXPECT_EQ(http_client(daemon.port()).get("/healthz").status, 200u);
+}
+
+// Issue 40: metrics.listen serves /metrics (and /healthz) on an address of its own, the
+// Prometheus convention, and the API's listener no longer answers /metrics.
+TEST(HttpMetricsListen, MetricsAreServedOnlyOnTheirOwnListener) {
+  auto cfg = test_config(shared_mariadb(), migrated_database(shared_mariadb()));
+  cfg.metrics_listen = "127.0.0.1:0";
+  in_process_daemon daemon(cfg);
+  ASSERT_NE(daemon.metrics_port(), 0);
+  ASSERT_NE(daemon.metrics_port(), daemon.port());
+  http_client api(daemon.port()), scrape(daemon.metrics_port());
+  EXPECT_EQ(api.get("/metrics").status, 404u);
+  EXPECT_EQ(api.get("/healthz").status, 200u);
+  const auto m = scrape.get("/metrics");
+  EXPECT_EQ(m.status, 200u);
+  EXPECT_NE(m.body.find("slotted_counterd_build_info"), std::string::npos);
+  EXPECT_EQ(scrape.get("/healthz").status, 200u);
+  EXPECT_EQ(scrape.get("/readyz").status, 404u);
+  EXPECT_EQ(scrape.request("POST", "/v1/increments", R"({"record_type": 1, "record_id": 1})",
+                           "application/json")
+                .status,
+            404u);
+  EXPECT_EQ(scrape.get("/v1/counters/1/1").status, 404u);
 }
 
 // A backend whose /metrics handler throws, as an allocation failing would.

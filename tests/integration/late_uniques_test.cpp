@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <vector>
 
+#include "db/repository.hpp"
 #include "db/uniques.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -191,6 +193,34 @@ TEST(LateUniquesFaults, AWindowPrunedByAnyInstanceIsDecidedByNone) {
   EXPECT_EQ(out.too_late, 1u);
   EXPECT_EQ(out.counted, 1u);
   EXPECT_EQ(server.query_int(database, "SELECT SUM(`count`) FROM slotted_counters"), 3);
+}
+
+// A unique batch that committed but stayed in the WAL (a SIGKILL before its committed
+// record) is replayed with its identity by the next run. After a day another instance's
+// ledger prune has deleted its ledger row, but its entries' rows are kept for the keep
+// (48 h): the replay must find them counted by the first attempt, not take them for its
+// own (they carried the batch's identity) and count them again.
+TEST(LateUniquesFaults, ABatchReplayedAfterItsLedgerRowWasPrunedCountsNothingAgain) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  auto conn = server.connect(database);
+  store::dedupe_spec dedupe;
+  dedupe.declare(5, store::granularity::hour);
+  db::migrate_uniques(conn, "slotted_counters", dedupe);
+  const std::int64_t at = unix_now() - 30 * 3600;  // its hour ended 29 to 30 hours ago
+  const std::int64_t window = at - at % 3600;
+  const std::vector<store::unique_entry> entries{{5, 1, window, "a", at}, {5, 2, window, "b", at}};
+  auto out = commit(conn, dedupe, entries, 1);
+  ASSERT_EQ(out.counted, 2u);
+  // The day since: the row is another run's to every instance, older than a day.
+  conn.execute("UPDATE slotted_counterd_ledger SET committed_at = NOW() - INTERVAL 2 DAY");
+  const auto pruned = db::prune_ledger(conn, {"another", 1, 1}, 3600, 86400);
+  ASSERT_EQ(pruned.deleted, 1u);
+  out = commit(conn, dedupe, entries, 1);
+  EXPECT_EQ(out.outcome, db::commit_outcome::applied);
+  EXPECT_EQ(out.counted, 0u);
+  EXPECT_EQ(out.duplicates, 2u);
+  EXPECT_EQ(server.query_int(database, "SELECT SUM(`count`) FROM slotted_counters"), 2);
 }
 
 // --migrate over a uniques table an earlier version made (which pruned each window 10

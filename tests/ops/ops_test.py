@@ -482,10 +482,17 @@ def check_dashboard_structure(ctx):
                 problems.append(f"panel {title!r} target {t.get('refId')} datasource {tds!r}")
             if 'instance=~"$instance"' not in t.get("expr", ""):
                 problems.append(f"panel {title!r} target {t.get('refId')} does not filter on $instance")
+    # docs/operations.md, Dashboard, names every row, in order (issue 40: it had left one out).
+    with open(os.path.join(ctx.source, "docs", "operations.md")) as f:
+        section = f.read().split("## Dashboard", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"\*\*([^*]+)\*\*", " ".join(section.split()))
+    rows = [p.get("title") for p in dash.get("panels", []) if p.get("type") == "row"]
+    if documented != rows:
+        problems.append(f"docs/operations.md, Dashboard, names the rows {documented}; the dashboard has {rows}")
     if problems:
         raise Failure("; ".join(problems[:10]))
     n = sum(1 for _ in dashboard_targets(dash))
-    return f"{len(ids)} panels, {n} targets, all on ${{DS_PROMETHEUS}} and $instance"
+    return f"{len(ids)} panels, {n} targets, all on ${{DS_PROMETHEUS}} and $instance; {len(rows)} rows documented"
 
 
 def substitute(expr):

@@ -50,6 +50,7 @@ class in_process_daemon {
   ~in_process_daemon();  // stops if still running
 
   std::uint16_t port() const { return app_->port(); }
+  std::uint16_t metrics_port() const { return app_->metrics_port(); }
   application& app() { return *app_; }
   // Graceful stop; returns run_until_stopped()'s exit code.
   int stop();

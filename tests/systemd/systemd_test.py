@@ -975,6 +975,144 @@ def check_purge_socket(ctx):
     return "socket unit, its enablement and its socket file gone"
 
 
+# ------------------------------------------------- README, word for word (issue 40)
+
+README_DB_CONF = "/etc/mysql/mariadb.conf.d/99-slotted-test.cnf"
+
+
+def readme_blocks(source):
+    """The shell blocks of README.md's "Five minutes" section, in order: the install
+    block, the count block, the SQL block."""
+    with open(os.path.join(source, "README.md")) as f:
+        section = f.read().split("## Five minutes", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    if len(blocks) != 3:
+        raise Failure(f"README.md's Five minutes section has {len(blocks)} sh blocks, expected 3")
+    return blocks
+
+
+def readme_script(ctx, block):
+    """A README block as the test runs it: word for word, but for the listen port (this
+    machine shares the host's network, where 8080 may be taken: the socket unit's
+    test-port drop-in moves it) and `set -e`, so that a failing line stops it."""
+    return "set -e\ncd /root\n" + block.replace("localhost:8080", f"localhost:{ctx.port}")
+
+
+def check_readme_install(ctx):
+    """README's install block, run as written in the Debian root (as a new user on a
+    fresh Debian 12 would: apt-get install of the .deb and mariadb-server, the account,
+    the password, the config, --migrate, start, /readyz), then its count block and its
+    SQL. MariaDB runs inside the machine, as the README has it; only its TCP port is
+    off (the host's network is shared), the README uses its Unix socket."""
+    m = ctx.machine
+    install, count, sql = readme_blocks(ctx.source)
+    m.run(["mkdir", "-p", os.path.dirname(README_DB_CONF)])
+    m.write(README_DB_CONF, "[mysqld]\nskip-networking\n")
+    # The "Do you want to continue? [Y/n]" a person answers.
+    m.write("/etc/apt/apt.conf.d/99-slotted-test-yes", 'APT::Get::Assume-Yes "true";\n')
+    m.run(["systemctl", "stop", UNIT], check=False, timeout=60)
+    m.run(["systemctl", "reset-failed", UNIT], check=False)
+    m.run(["rm", "-f", "/etc/slotted-counterd/slotted-counterd.yaml"])
+    r = m.run(["bash", "-c", readme_script(ctx, install)], check=False, timeout=900)
+    if r.returncode != 0:
+        raise Failure(f"the README's install block failed (exit {r.returncode}):\n{r.stdout[-1500:]}{r.stderr[-2500:]}")
+    ready = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    shown = re.search(r"readyz\s+# (\{[^}]*\})", install).group(1)
+    if json.loads(ready) != json.loads(shown):
+        raise Failure(f"/readyz right after the README's start printed {ready!r}; the README shows {shown!r}")
+    if f"WAL in /var/lib/slotted-counterd" not in journal(ctx):
+        raise Failure(f"the README's config runs without the WAL in the state directory:\n{journal(ctx)[-1500:]}")
+    # install.md's commands for a running service: --check-config from a shell, the Unix socket.
+    with open(os.path.join(ctx.source, "docs", "install.md")) as f:
+        install_md = f.read()
+    for needle in ("--check-config", "--unix-socket"):
+        block = [b for b in re.findall(r"```sh\n(.*?)```", install_md, re.S) if needle in b]
+        if len(block) != 1:
+            raise Failure(f"install.md has {len(block)} sh blocks with {needle}, expected 1")
+        r = m.run(["bash", "-c", readme_script(ctx, block[0])], check=False, timeout=60)
+        if r.returncode != 0:
+            raise Failure(f"install.md's {needle} block failed (exit {r.returncode}): {r.stdout[-800:]}{r.stderr[-800:]}")
+    r = m.run(["bash", "-c", readme_script(ctx, count)], check=False, timeout=60)
+    outs = [ln for ln in r.stdout.splitlines() if ln.strip()]
+    wants = [ln[2:] for ln in count.splitlines() if ln.startswith("# {")]
+    if r.returncode != 0 or len(outs) != 3 or [json.loads(o)["count" if "count" in o else "accepted"] for o in outs] \
+            != [json.loads(w)["count" if "count" in w else "accepted"] for w in wants]:
+        raise Failure(f"the README's count block printed {outs}, the README shows {wants}: {r.stderr[-800:]}")
+    want_sql = [ln[2:] for ln in sql.splitlines() if ln.startswith("# ")][0]
+    query = "\n".join(ln for ln in sql.splitlines() if ln.startswith("mariadb"))
+    wait_for(f"the README's SQL to print {want_sql}",
+             lambda: m.run(["bash", "-c", query], check=False).stdout.split()[-1:] == [want_sql], 20, 0.3)
+    return "install block as written (apt-get, account, password, config, --migrate, start): ready; " \
+        f"WAL in the state directory; the count block and the SQL print what the README shows ({want_sql})"
+
+
+def readme_total(ctx, record_id):
+    r = ctx.machine.run(["mariadb", "app", "-N", "-e", "SELECT COALESCE(SUM(count), 0) FROM slotted_counters "
+                         f"WHERE record_type = 123 AND record_id = {record_id}"], check=False)
+    return int(r.stdout.strip() or -1) if r.returncode == 0 else -1
+
+
+def check_readme_sigkill(ctx):
+    """The README's config, untouched: increments acknowledged while MariaDB is stopped
+    (so they are pending, not flushed), then `systemctl kill -s SIGKILL`; Restart= brings
+    the daemon back, MariaDB comes back, and the table holds every acknowledged increment
+    exactly once: the WAL the README's config gets by default kept them."""
+    m = ctx.machine
+    m.run(["systemctl", "stop", "mariadb"], timeout=120)
+    pid0, restarts0 = m.show("MainPID"), int(m.show("NRestarts"))
+    acked, sent = 0, 0
+    for i in range(50):
+        sent += 1
+        status, _, _ = http("POST", base_url(ctx) + "/v1/increments",
+                            json.dumps({"record_type": "repo_downloads", "record_id": 4242, "delta": i + 1}),
+                            "application/json", timeout=5)
+        if status == 202:
+            acked += i + 1
+    if acked != sum(range(1, 51)):
+        raise Failure(f"only {acked} of {sum(range(1, 51))} acknowledged while the database was down")
+    m.run(["systemctl", "kill", "-s", "SIGKILL", UNIT])
+    wait_for("Restart= to bring the daemon back", lambda: int(m.show("NRestarts")) > restarts0
+             and m.show("ActiveState") == "active", 60, 0.2)
+    m.run(["systemctl", "start", "mariadb"], timeout=120)
+    wait_for(f"the table to hold the {acked} acknowledged while the database was down",
+             lambda: readme_total(ctx, 4242) >= acked, 60, 0.5)
+    http("POST", base_url(ctx) + "/v1/flush", timeout=30)
+    got = readme_total(ctx, 4242)
+    if got != acked:
+        raise Failure(f"after SIGKILL and restart the table holds {got}, {acked} were acknowledged")
+    # operations.md's --wal-salvage commands for the unit, as written: they find the WAL
+    # in the state directory.
+    with open(os.path.join(ctx.source, "docs", "operations.md")) as f:
+        salvage = [b for b in re.findall(r"```sh\n(.*?)```", f.read(), re.S) if "--wal-salvage" in b]
+    if len(salvage) != 1:
+        raise Failure(f"operations.md has {len(salvage)} sh blocks with --wal-salvage, expected 1")
+    block = "\n".join(line.strip() for line in salvage[0].splitlines())
+    r = m.run(["bash", "-c", readme_script(ctx, block)], check=False, timeout=120)
+    if r.returncode != 0 or m.show("ActiveState") != "active":
+        raise Failure(f"operations.md's --wal-salvage block failed (exit {r.returncode}): {r.stdout[-600:]}{r.stderr[-900:]}")
+    if "WAL salvage done: /var/lib/slotted-counterd" not in r.stdout + r.stderr:
+        raise Failure(f"the salvage did not work on the state directory: {r.stderr[-900:]}")
+    return (f"{acked} acknowledged while MariaDB was down, SIGKILL (MainPID {pid0} -> {m.show('MainPID')}): "
+            f"exactly {got} in the table after the restart; operations.md's --wal-salvage on it")
+
+
+def check_readme_wal_off(ctx):
+    """An explicit `wal.dir: ""` (an operator who had turned it off, kept across an
+    upgrade) keeps the WAL off, and the journal says so."""
+    m = ctx.machine
+    conf = "/etc/slotted-counterd/slotted-counterd.yaml"
+    original = m.run(["cat", conf]).stdout
+    try:
+        m.write(conf, original + 'wal:\n  dir: ""\n')
+        m.run(["systemctl", "restart", UNIT], timeout=90)
+        if 'no WAL (wal.dir: "")' not in journal(ctx):
+            raise Failure(f"with wal.dir: \"\" the journal does not say the WAL is off:\n{journal(ctx)[-1200:]}")
+    finally:
+        m.write(conf, original)
+        m.run(["systemctl", "restart", UNIT], timeout=90)
+    return 'wal.dir: "" keeps the WAL off and the journal says so at start'
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -1085,6 +1223,9 @@ def main():
         if args.bench:
             steps.append(("bench: systemctl restart under a steady load", bench_restart))
         steps += [
+            ("11. README's install block word for word: ready, counting, WAL on", check_readme_install),
+            ("12. README's config: SIGKILL with increments pending, exact after restart", check_readme_sigkill),
+            ("13. README's config with wal.dir \"\": the WAL stays off", check_readme_wal_off),
             ("purge leaves nothing behind", check_purge),
             ("purge leaves no socket unit behind", check_purge_socket),
         ]

@@ -40,9 +40,48 @@ TEST(Config, EmptyFileGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.flush.slots, 100u);
   EXPECT_EQ(c.flush.max_pending_keys, 5000000u);
   EXPECT_EQ(c.rollup.interval, std::chrono::seconds(60));
-  EXPECT_EQ(c.wal.fsync, fsync_mode::always);
+  EXPECT_EQ(c.wal.fsync, fsync_mode::never);
   EXPECT_EQ(c.shutdown_timeout, std::chrono::seconds(30));
   EXPECT_FALSE(c.instance_id.empty());  // the hostname
+}
+
+// Issue 40: the WAL is on by default under the unit (systemd sets $STATE_DIRECTORY from
+// StateDirectory=); wal.dir: "" is the explicit way to turn it off.
+TEST(Config, WalDirDefaultsToTheStateDirectoryAndAnEmptyOneTurnsItOff) {
+  struct restore_env {
+    ~restore_env() { unsetenv("STATE_DIRECTORY"); }
+  } restore;
+  unsetenv("STATE_DIRECTORY");
+  EXPECT_EQ(parse_config("", "test.yaml").wal.dir, "") << "no WAL outside a unit";
+  setenv("STATE_DIRECTORY", "/var/lib/slotted-counterd", 1);
+  EXPECT_EQ(parse_config("", "test.yaml").wal.dir, "/var/lib/slotted-counterd");
+  EXPECT_EQ(parse_config("wal: {fsync: never}\n", "test.yaml").wal.dir, "/var/lib/slotted-counterd");
+  EXPECT_EQ(parse_config("wal: {dir: \"\"}\n", "test.yaml").wal.dir, "") << "explicitly off";
+  EXPECT_EQ(parse_config("wal: {dir: /srv/wal}\n", "test.yaml").wal.dir, "/srv/wal");
+  // Several StateDirectory= entries: systemd joins them with ':'; the first one is the WAL's.
+  setenv("STATE_DIRECTORY", "/var/lib/a:/var/lib/b", 1);
+  EXPECT_EQ(parse_config("", "test.yaml").wal.dir, "/var/lib/a");
+  // The shipped config leaves wal.dir to the default.
+  setenv("STATE_DIRECTORY", "/var/lib/slotted-counterd", 1);
+  EXPECT_EQ(load_config(std::string(SLOTTED_SOURCE_DIR) + "/config/slotted-counterd.yaml").wal.dir,
+            "/var/lib/slotted-counterd");
+}
+
+TEST(Config, MetricsListenIsAnAddressAndAPort) {
+  EXPECT_EQ(parse_config("", "t.yaml").metrics_listen, "");
+  EXPECT_EQ(parse_config("metrics: {listen: \"127.0.0.1:9108\"}\n", "t.yaml").metrics_listen,
+            "127.0.0.1:9108");
+  const auto v6 = listen_endpoint("[::1]:9108");
+  ASSERT_TRUE(v6);
+  EXPECT_EQ(v6->address, "::1");
+  EXPECT_EQ(v6->port, 9108);
+  for (const char* bad : {"localhost:9108", "127.0.0.1", "127.0.0.1:", "127.0.0.1:70000",
+                          "::1:9108", "[127.0.0.1]:9108", "127.0.0.1:9x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_NE(only_problem(std::string("metrics: {listen: \"") + bad + "\"}\n")
+                  .find("metrics.listen: expected ADDRESS:PORT"),
+              std::string::npos);
+  }
 }
 
 TEST(Config, TheShippedExampleIsValid) {
@@ -346,7 +385,7 @@ TEST(Config, ReloadAppliesLiveKeysAndNamesTheRest) {
       "listen: {port: 9999, unix_socket: /run/x.sock}\n"
       "mysql: {hosts: [\"db2:3306\"], tls: {mode: required}}\n"
       "http: {max_connections: 5}\n"
-      "wal: {fsync: never}\n",
+      "wal: {fsync: always}\n",
       "b.yaml");
   const auto plan = plan_reload(running, next);
   EXPECT_EQ(plan.live,

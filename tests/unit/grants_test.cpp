@@ -110,7 +110,10 @@ TEST(Grants, PrintedOnePerLineWithASemicolon) {
             "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counters` TO 'u'@'h';\n"
             "GRANT SELECT, INSERT, DELETE ON `app`.`slotted_counterd_ledger` TO 'u'@'h';\n"
             "GRANT SELECT, INSERT, UPDATE, DELETE ON `app`.`slotted_counterd_idempotency_keys` "
-            "TO 'u'@'h';\n");
+            "TO 'u'@'h';\n"
+            "-- The administrator's account that runs --migrate (not mysql.user) needs:\n"
+            "-- GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP ON `app`.* TO "
+            "'ADMIN'@'HOST';\n");
 }
 
 }  // namespace

@@ -114,6 +114,39 @@ TEST(LogConfig, BadUserAgentRulesAreNamed) {
             std::string::npos);
 }
 
+// Escapes and bracket items boost::regex (before issue 39) read as assertions or
+// collating elements, and RE2 compiles without an error as other things (\> is a literal
+// '>' to RE2): a config written for boost would count other lines, silently. Each is a
+// config error saying what to write; what both engines read alike still passes.
+TEST(LogConfig, PatternsBoostReadOtherwiseAreRefused) {
+  const auto rule = [](const std::string& key, const std::string& pattern) {
+    std::string quoted;  // YAML's single quotes: a quote inside is doubled
+    for (const char c : pattern) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+    return "log_sources:\n  - path: /l/a.log\n    rules:\n      - {counter: repo_downloads, " +
+           (key == "path" ? std::string() : std::string("path: '/d/([0-9]+)', ")) + key +
+           ": '" + quoted + "'}\n";
+  };
+  const auto refused = [&](const std::string& key, const std::string& pattern,
+                           const std::string& says) {
+    const auto p = only_problem(rule(key, pattern));
+    EXPECT_NE(p.find("log_sources[0].rules[0]." + key + ": '" + pattern + "' uses " + says),
+              std::string::npos)
+        << p;
+  };
+  refused("path", "^/d/([0-9]+)\\>", "\\> (a word's end to boost::regex");
+  refused("path", "\\</d/([0-9]+)", "\\< (a word's start to boost::regex");
+  refused("path", "\\`/d/([0-9]+)", "\\` (the text's start to boost::regex");
+  refused("path", "^/d/([0-9]+)\\'", "\\' (the text's end to boost::regex");
+  refused("path", "^/d/([0-9]+)[[.hyphen.]]", "[. in a bracket expression");
+  refused("user_agent", "^[[=a=]]", "[= in a bracket expression");
+  refused("not_user_agent", "(?i)\\<bot\\>", "\\< (a word's start");
+  for (const std::string same :
+       {"^/d/([0-9]+)\\b", "^/d/([[:digit:]]+)[[:alpha:]<>]", "^/d/([0-9]+)[\\<\\>]",
+        "^/d/([0-9]+)\\Q\\>\\E", "^/d/([]0-9[]+)", "^/d/([^].=]+)", "\\A/d/([0-9]+)\\z",
+        "^/d/([0-9]+)<>"})
+    EXPECT_TRUE(problems_of(rule("path", same)).empty()) << same;
+}
+
 TEST(LogConfig, BadSourcesAreNamedWithTheirKeyAndLine) {
   const std::string head = "log_sources:\n  - path: /l/a.log\n    rules:\n      - counter: ";
   EXPECT_NE(only_problem(head + "nope\n        path: '/d/([0-9]+)'\n")

@@ -57,7 +57,7 @@ TEST(TopLimits, EveryDerivedTableFitsAtTheLongestAcceptedTableName) {
        52},
   };
   for (const auto& [counters, most] : cases) {
-    const auto yaml = [&](std::size_t n) {
+    const auto yaml = [&counters = counters](std::size_t n) {
       return "mysql: {table: " + std::string(n, 't') + "}\ncounters:\n" + counters;
     };
     const auto cfg = config::parse_config(yaml(most), "test.yaml");

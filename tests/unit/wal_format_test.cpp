@@ -284,7 +284,7 @@ TEST(WalFormat, RecordsWithBucketsOrTimesAreWrittenInKindsOfTheirOwn) {
   const auto goldens = encoded();
   for (const auto& [name, kind] : kinds) {
     const auto g = std::find_if(goldens.begin(), goldens.end(),
-                                [&](const golden& x) { return x.name == name; });
+                                [&name = name](const golden& x) { return x.name == name; });
     ASSERT_NE(g, goldens.end()) << name;
     EXPECT_EQ(static_cast<std::uint8_t>(g->bytes.at(record_header_bytes)),
               static_cast<std::uint8_t>(kind))

@@ -168,5 +168,41 @@ TEST_F(WalRotation, IngestIsRefusedUntilTheDirectorySyncsAgain) {
   log.set_fault_for_test({});
 }
 
+// Issue 40: a start whose snapshot cannot be written (a full disk, here a directory that
+// cannot be synced) on an empty log leaves the daemon running with no segment open;
+// appends are refused until one can be opened, then taken, and replayed after a restart.
+TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
+  cfg_.fsync = config::fsync_mode::never;
+  std::atomic<bool> failing{true};
+  {
+    store::pending_store store(4);
+    wal::write_ahead_log log(cfg_, metrics_);
+    log.set_fault_for_test(
+        [&](std::string_view call) { return call == "directory fsync" && failing.load(); });
+    recover(log);
+    committer c(log, store, 1000);
+    queue_stub queue;
+    ASSERT_NO_THROW(c.start(queue, false));
+    EXPECT_TRUE(segments().empty());
+    const auto submit = [&](std::uint64_t id) {
+      std::promise<commit_result> done;
+      c.submit({{1, id, 1}}, nullptr, [&](commit_result r) { done.set_value(r); });
+      return done.get_future().get();
+    };
+    EXPECT_NE(submit(1), commit_result::applied);
+    EXPECT_EQ(store.pending({1, 1}), 0);
+    failing = false;
+    EXPECT_EQ(submit(2), commit_result::applied);
+    EXPECT_EQ(store.pending({1, 2}), 1);
+    c.stop();
+    log.set_fault_for_test({});
+  }
+  wal::write_ahead_log log(cfg_, metrics_);
+  const auto r = recover(log);
+  std::map<std::uint64_t, std::int64_t> by_id;
+  for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
+  EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{2, 1}}));
+}
+
 }  // namespace
 }  // namespace slotted::durable
