@@ -1,8 +1,11 @@
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <map>
 #include <set>
+#include <span>
 
 #include "config/duration.hpp"
 #include "config/log_sources_parse.hpp"
@@ -184,6 +187,42 @@ void parse_rotation(const walker& w, const YAML::Node& v, const std::string& p, 
   }
 }
 
+// Names that stand for the files `s` holds: its PATH and what its scheme names after a
+// rotation (a glob's own text stands for the files it names).
+std::vector<std::string> sample_names(const log_source& s) {
+  std::vector<std::string> names{s.path};
+  switch (s.rotation) {
+    case rotation_scheme::numbered:
+      names.insert(names.end(), {s.path + ".1", s.path + ".2.gz"});
+      break;
+    case rotation_scheme::dateext:
+      names.insert(names.end(), {s.path + "-20261201", s.path + "-20261201.gz"});
+      break;
+    case rotation_scheme::glob:
+      names.push_back(s.rotated_glob);
+      break;
+  }
+  return names;
+}
+
+// A source whose rotation glob also names another source's files would take them in as
+// rotated files of its own and count their lines a second time (or wait for ever behind a
+// PATH that keeps growing). Two globs can overlap in ways no check decides; this refuses
+// the cases a config shows: a glob that matches another source's PATH or one of its
+// rotated names, or the other's glob text itself (the same directory with '*').
+std::string glob_takes_in_another(const log_source& s, std::span<const log_source> others) {
+  if (s.rotation != rotation_scheme::glob) return "";
+  for (const auto& o : others) {
+    if (o.path == s.path) continue;
+    for (const auto& name : sample_names(o)) {
+      if (::fnmatch(s.rotated_glob.c_str(), name.c_str(), FNM_PATHNAME) == 0)
+        return "the glob '" + s.rotated_glob + "' also names '" + name + "', a file of the source '" +
+               o.path + "': its lines would be counted twice; give each source a glob of its own files";
+    }
+  }
+  return "";
+}
+
 void parse_rotate_wait(const walker& w, const YAML::Node& v, const std::string& p,
                        log_source& s) {
   std::string t;
@@ -259,6 +298,14 @@ void parse_log_sources(const YAML::Node& v, const std::string& p,
     if (!has_rules) w.fail(item, ip + ".rules", "missing");
     if (has_json && s.format != log_format::json)
       w.fail(item, ip + ".json", "only with format: json");
+    if (item.IsMap() && item["rotation"]) {
+      if (const auto other = glob_takes_in_another(s, out); !other.empty())
+        w.fail(item["rotation"], ip + ".rotation", other);
+    }
+    for (const auto& earlier : has_path ? std::span<const log_source>(out) : std::span<const log_source>{}) {
+      if (const auto other = glob_takes_in_another(earlier, {&s, 1}); !other.empty())
+        w.fail(item["path"], ip + ".path", other);
+    }
     out.push_back(std::move(s));
   }
 }

@@ -59,6 +59,43 @@ TEST(LogRotationConfig, BadValuesAreNamedWithTheirKey) {
   }
 }
 
+// A rotation glob that also names another source's files would count their lines twice
+// (or wait behind a PATH that keeps growing): refused, naming both; disjoint globs pass.
+TEST(LogRotationConfig, AGlobNamingAnotherSourcesFilesIsRefused) {
+  const auto sources = [](const std::string& a, const std::string& b) {
+    const std::string rules = "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n";
+    const std::string yaml = "counters:\n  - {name: dl, record_type: 7}\nlog_sources:\n" + a +
+                             rules + b + rules;
+    try {
+      config::parse_config(yaml, "test.yaml");
+    } catch (const config::config_error& e) {
+      return e.problems().empty() ? std::string("?") : e.problems()[0];
+    }
+    return std::string();
+  };
+  const std::string a = "  - path: /var/log/nginx/a.log\n";
+  const std::string b = "  - path: /var/log/nginx/b.log\n";
+  // The same olddir glob for both, either way round.
+  const auto same = sources(a + "    rotation: /var/log/nginx/old/*\n",
+                            b + "    rotation: /var/log/nginx/old/*\n");
+  EXPECT_NE(same.find("log_sources[1].rotation"), std::string::npos) << same;
+  EXPECT_NE(same.find("counted twice"), std::string::npos) << same;
+  EXPECT_NE(sources(a + "    rotation: /var/log/nginx/old/*\n",
+                    b + "    rotation: /var/log/nginx/old/b.log.*\n")
+                .find("log_sources[1].path"),
+            std::string::npos);
+  // A glob that takes in another source's PATH, or its numbered rotated files.
+  EXPECT_NE(sources(a + "    rotation: /var/log/nginx/*.log*\n", b).find("'/var/log/nginx/b.log'"),
+            std::string::npos);
+  EXPECT_NE(sources(b, a + "    rotation: /var/log/nginx/b.log.*\n").find("b.log.1"),
+            std::string::npos);
+  // Globs of their own files pass.
+  EXPECT_EQ(sources(a + "    rotation: /var/log/nginx/old/a.log.*\n",
+                    b + "    rotation: /var/log/nginx/old/b.log.*\n"),
+            "");
+  EXPECT_EQ(sources(a + "    rotation: /var/log/nginx/old/a.log.*\n", b), "");
+}
+
 void write_gzip(const std::string& path, const std::vector<std::string>& members) {
   std::ofstream out(path, std::ios::binary);
   for (const auto& text : members) {
