@@ -213,6 +213,7 @@ std::string default_instance_id();
 // The environment variable that gives the default instance_id (a container's Pod name,
 // from the downward API: docs/install.md).
 inline constexpr char instance_id_env[] = "SLOTTED_COUNTERD_INSTANCE_ID";
+inline constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
 // instance_id not in the file: $SLOTTED_COUNTERD_INSTANCE_ID when set and not empty,
 // else default_instance_id(). A value that is no instance_id is a problem naming the
 // variable, never replaced by the host name.

@@ -1,7 +1,6 @@
 #include "config/config_keys.hpp"
 
 #include <arpa/inet.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -175,72 +174,7 @@ const options<log_level>& log_levels() {
   return o;
 }
 
-constexpr char instance_id_expected[] = "1 to 64 characters from [A-Za-z0-9._-]";
-
 }  // namespace
-
-std::optional<endpoint_text> listen_endpoint(std::string_view text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string_view::npos || colon + 1 == text.size()) return std::nullopt;
-  std::string_view address = text.substr(0, colon);
-  const std::string_view port = text.substr(colon + 1);
-  const bool bracketed = address.starts_with('[') && address.ends_with(']');
-  if (bracketed) address = address.substr(1, address.size() - 2);
-  unsigned char buf[sizeof(in6_addr)];
-  const std::string a(address);
-  const bool v4 = inet_pton(AF_INET, a.c_str(), buf) == 1;
-  const bool v6 = inet_pton(AF_INET6, a.c_str(), buf) == 1;
-  if (!(v4 && !bracketed) && !(v6 && bracketed)) return std::nullopt;
-  unsigned value = 0;
-  const auto r = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value > 65535) return std::nullopt;
-  return endpoint_text{a, static_cast<std::uint16_t>(value)};
-}
-
-namespace detail {
-
-bool is_valid_instance_id(std::string_view s) {
-  if (s.empty() || s.size() > 64) return false;
-  for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::string default_instance_id() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) return "slotted-counterd";
-  std::string id;
-  for (char c : std::string_view(host)) {
-    if (id.size() == 64) break;
-    id.push_back(is_valid_instance_id(std::string_view(&c, 1)) ? c : '_');
-  }
-  return id.empty() ? "slotted-counterd" : id;
-}
-
-void resolve_instance_id(daemon_config& cfg, checker& c) {
-  if (!cfg.instance_id.empty()) return;
-  const char* env = std::getenv(instance_id_env);
-  if (env == nullptr || *env == '\0') {
-    cfg.instance_id = default_instance_id();
-  } else if (is_valid_instance_id(env)) {
-    cfg.instance_id = env;
-  } else {
-    c.fail_flag(std::string(instance_id_env) + " (the default instance_id): '" + env +
-                "' is not " + instance_id_expected);
-  }
-}
-
-}  // namespace detail
-
-std::string default_wal_dir() {
-  const char* dirs = std::getenv("STATE_DIRECTORY");
-  if (dirs == nullptr) return {};
-  const std::string_view all(dirs);
-  return std::string(all.substr(0, all.find(':')));
-}
 
 namespace {
 
@@ -482,7 +416,7 @@ std::vector<key_row> live_keys() {
 // Where and how it listens.
 std::vector<key_row> listen_http_keys() {
   return {
-      checked<&instance_id_text, instance_id_expected, false, &C::instance_id>(
+      checked<&instance_id_text, detail::instance_id_expected, false, &C::instance_id>(
           text<&C::instance_id>("instance_id", "string", "$SLOTTED_COUNTERD_INSTANCE_ID, else the host name")),
       checked<&ip_address, ip_address_expected, false, &C::listen_address>(
           text<&C::listen_address>("listen.address", "IP address", "127.0.0.1")),
