@@ -153,14 +153,6 @@ row_limits limits_for(db::connection& conn, const std::string& counters_table,
   return limits;
 }
 
-void roll_back(db::connection& conn) {
-  try {
-    conn.execute(db::rollback);
-  } catch (const db::db_error&) {
-    // The error that led here is the one to report.
-  }
-}
-
 struct batch_outcome {
   bool done_before = false;  // the adoption row was 'done' already (another run finished)
   bool last = false;         // this batch finished the adoption
@@ -180,10 +172,8 @@ void take_rows_once(db::connection& conn, const std::string& counters_table,
   for (const auto& row : conn.query(take_batch_rows_select(t, range))) {
     const unsigned __int128 id = row[0] ? parse_u128(*row[0]) : 0;
     const unsigned __int128 count = row[1] ? parse_u128(*row[1]) : 0;
-    if (!row[0] || !row[1] || id > limits.max_id || count > limits.max_count) {
-      roll_back(conn);
+    if (!row[0] || !row[1] || id > limits.max_id || count > limits.max_count)
       throw bad_input("an owning row changed while it was checked");
-    }
     rows.push_back({t.record_type, static_cast<std::uint64_t>(id), 0,
                     static_cast<std::int64_t>(count)});
     total += count;
@@ -206,8 +196,8 @@ void take_rows_once(db::connection& conn, const std::string& counters_table,
 batch_outcome take_batch(db::connection& conn, const std::string& counters_table,
                          const db::rollup_target& t, const row_limits& limits,
                          std::size_t batch_rows, bool with_totals) {
-  conn.execute(db::start_transaction);
-  try {
+  // Any throw rolls the batch back (bad_input included): nothing of it is taken.
+  return db::in_transaction(conn, [&] {
     const auto s = read_state(conn, t, true);
     if (!s) {
       // Fatal: a rerun would start from no cursor and take every committed batch again.
@@ -231,7 +221,6 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
     if (check.empty() || check[0].size() < 4) throw db::db_error(0, "no answer to a batch's check");
     if (std::stoull(check[0][0].value_or("0")) > 0) {
       const auto bad = conn.query(first_bad_row_select(t, limits, range));
-      roll_back(conn);
       throw bad_input(bad.empty() ? "an owning row changed while it was checked"
                                   : bad_row_message(t, limits, bad[0]));
     }
@@ -248,10 +237,7 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
     conn.execute(state_advance(t, last_id, b.rows, b.total, b.last));
     conn.execute(db::commit);
     return b;
-  } catch (const db::db_error& e) {
-    if (!e.connection_lost()) roll_back(conn);
-    throw;
-  }
+  });
 }
 
 std::string seconds_since(steady::time_point start) {

@@ -206,6 +206,13 @@ std::string connection::quote(std::string_view text) {
   return out;
 }
 
+bool connection::in_transaction() const {
+  unsigned int status = 0;
+  if (handle_ == nullptr || mariadb_get_infov(handle_, MARIADB_CONNECTION_SERVER_STATUS, &status))
+    return true;
+  return (status & SERVER_STATUS_IN_TRANS) != 0;
+}
+
 void rollback_after(connection& conn, const db_error& e) noexcept {
   if (e.connection_lost()) return;
   try {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "model/errors.hpp"
@@ -85,6 +86,9 @@ class connection {
   std::uint64_t affected_rows() const;
   // The TLS cipher in use, or empty on a plaintext connection.
   std::string tls_cipher() const;
+  // Whether the server reported a transaction open after the last statement (its
+  // SERVER_STATUS_IN_TRANS flag); true when it cannot be told.
+  bool in_transaction() const;
 
   // A quoted SQL string literal for `text` ('...'), escaped for this connection.
   std::string quote(std::string_view text);
@@ -111,5 +115,27 @@ void rollback_after(connection& conn, const db_error& e) noexcept;
 // ROLLBACK for anything else: a bad_alloc, a bound reached, a malformed row), and it is
 // rethrown.
 void rolled_back_on_throw(connection& conn, const std::function<void()>& work);
+
+// The one transaction idiom of db/: `begin` (START TRANSACTION), then `work()`, which
+// ends the transaction itself (COMMIT, or a ROLLBACK for an early return such as a batch
+// already applied), under rolled_back_on_throw. Returns what `work` returns.
+template <typename Work>
+auto in_transaction(connection& conn, Work&& work, std::string_view begin = "START TRANSACTION")
+    -> std::invoke_result_t<Work&> {
+  using result = std::invoke_result_t<Work&>;
+  if constexpr (std::is_void_v<result>) {
+    rolled_back_on_throw(conn, [&] {
+      conn.execute(begin);
+      work();
+    });
+  } else {
+    std::optional<result> out;
+    rolled_back_on_throw(conn, [&] {
+      conn.execute(begin);
+      out.emplace(work());
+    });
+    return std::move(*out);
+  }
+}
 
 }  // namespace slotted::db

@@ -190,8 +190,7 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
                             const log_batch& b) {
   const std::string instance = conn.quote(b.instance_id);
   const std::string path = conn.quote(b.path);
-  conn.execute(db::start_transaction);
-  try {
+  return db::in_transaction(conn, [&] {
     // 1. The position row, locked: the compare of the compare-and-set.
     const auto now = position_of(conn.query(position_select(instance, path, true)));
     if (now != b.from) {
@@ -248,10 +247,7 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
                                     b.dirty_gen));
     conn.execute(db::commit);
     return log_commit::applied;
-  } catch (const db::db_error& e) {
-    db::rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 }  // namespace slotted::logs

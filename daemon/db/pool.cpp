@@ -87,7 +87,12 @@ failover_connector::connected failover_connector::connect() {
 }
 
 pool::lease::~lease() {
-  if (owner_ != nullptr) owner_->give_back(std::move(conn_), host_);
+  if (owner_ == nullptr) return;
+  // A transaction left open (a path that ended early without its ROLLBACK) is not lent
+  // again: the next START TRANSACTION would commit half of it. Closing the connection
+  // makes the server roll it back.
+  if (conn_ && conn_->in_transaction()) conn_.reset();
+  owner_->give_back(std::move(conn_), host_);
 }
 
 pool::pool(connect_options options, unsigned size)

@@ -222,8 +222,7 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
   // could write an older total over the newer one another roller wrote meanwhile (and
   // whose mark it deleted), to stay until the counter was counted again.
   std::size_t owners = 0;
-  rolled_back_on_throw(conn, [&] {
-    conn.execute(start_transaction);
+  in_transaction(conn, [&] {
     owners = conn.query(owner_ids_select(t.table, t.id_column, ids)).size();
     rollup_update_bisecting(conn, counters_table, t, ids, r.refused);
     if (!r.refused.empty()) {
@@ -277,8 +276,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
                             std::span<const counter_row> rows, std::span<const counter_row> dirty,
                             std::span<const store::bucket_row> buckets,
                             const store::top_spec& top) {
-  conn.execute(start_transaction);
-  try {
+  return in_transaction(conn, [&] {
     try {
       conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, rows.size()));
     } catch (const db_error& e) {
@@ -296,10 +294,7 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
       conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
     conn.execute(commit);
     return commit_outcome::applied;
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 namespace {
@@ -339,8 +334,7 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
                              const store::counter_key& key, bool rolled_up,
                              std::span<const store::granularity> bucket_grans,
                              reset_progress& progress, const store::top_spec& top) {
-  conn.execute(start_transaction);
-  try {
+  return in_transaction(conn, [&] {
     const std::string instance = conn.quote(id.instance_id);
     try {
       // First, as for a batch: a retry after a lost COMMIT reply waits here on the
@@ -371,10 +365,7 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
     progress = read;
     conn.execute(commit);
     return commit_outcome::applied;
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_from,
@@ -511,16 +502,12 @@ prune_chunk prune_buckets(connection& conn, const std::string& table, store::gra
       ids.clear();
       return;
     }
-    conn.execute(start_transaction);
-    try {
+    in_transaction(conn, [&] {
       conn.execute(bucket_prune_delete(table, g, record_type, bucket, ids));
       deleted += conn.affected_rows();
       conn.execute(bucket_totals_prune_delete(table, g, record_type, bucket, ids));
       conn.execute(commit);
-    } catch (const db_error& e) {
-      rollback_after(conn, e);
-      throw;
-    }
+    });
     ids.clear();
   };
   for (const auto& row : rows) {

@@ -76,8 +76,7 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
   in += ")";
   const std::string columns = bucketed ? "`record_type`, `record_id`, `bucket`"
                                        : "`record_type`, `record_id`";
-  conn.execute("START TRANSACTION");
-  try {
+  in_transaction(conn, [&] {
     // What the totals hold of these types (what was counted since top was turned on)
     // goes; the sums of their rows, read under shared locks (a flush of them waits for
     // the COMMIT), take its place.
@@ -87,10 +86,7 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
                      columns, " LOCK IN SHARE MODE"));
     record_filled(conn, totals, record_types);
     conn.execute("COMMIT");
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 void verify_totals_filled(connection& conn, const std::string& table,

@@ -194,8 +194,7 @@ unique_outcome commit_unique_batch(
     const store::bucket_spec& buckets, const store::top_spec& top,
     const store::dedupe_spec* dedupe) {
   unique_outcome out;
-  conn.execute(start_transaction);
-  try {
+  return in_transaction(conn, [&] {
     try {
       conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, b.uniques.size()));
     } catch (const db_error& e) {
@@ -235,10 +234,7 @@ unique_outcome commit_unique_batch(
     conn.execute(commit);
     out.rows = rows.size();
     return out;
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 }  // namespace slotted::db

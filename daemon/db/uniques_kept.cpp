@@ -139,18 +139,14 @@ namespace {
 // new value.
 void raise_pruned(connection& conn, const std::string& uniques, std::uint32_t type,
                   std::int64_t ended_before) {
-  conn.execute(start_transaction);
-  try {
+  in_transaction(conn, [&] {
     // Waits for the commits deciding entries now (each holds it in share mode for its
     // transaction), at most 10 s: a prune that cannot have it then is tried again at
     // the next run (a lock wait timeout, tolerated by the housekeeping).
     conn.query(pruned_rows_select(conn, uniques, {every_type}, "FOR UPDATE WAIT 10"));
     conn.execute(pruned_row_insert(conn, uniques, type, ended_before, true));
     conn.execute(commit);
-  } catch (const db_error& e) {
-    rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 }  // namespace

@@ -300,8 +300,7 @@ keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
   keyed_outcome out;
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
-  conn.execute(db::start_transaction);
-  try {
+  return db::in_transaction(conn, [&] {
     try {
       conn.execute(db::ledger_insert(instance, id.run_id, id.seq, b.rows.size()));
     } catch (const db::db_error& e) {
@@ -320,10 +319,7 @@ keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
       out.rows = write_applied(conn, table, id, instance, b, applied, dirty, buckets, top);
     conn.execute(db::commit);
     return out;
-  } catch (const db::db_error& e) {
-    db::rollback_after(conn, e);
-    throw;
-  }
+  });
 }
 
 std::optional<committed_key> find_committed_key(db::connection& conn, const std::string& key,

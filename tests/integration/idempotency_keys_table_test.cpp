@@ -71,10 +71,6 @@ std::int64_t total(const mariadb_server& server, const std::string& database, st
                               std::to_string(id));
 }
 
-http_reply post_keyed(http_client& c, const std::string& key, const std::string& body) {
-  return c.request("POST", "/v1/increments", body, "application/json", {{"Idempotency-Key", key}});
-}
-
 std::string ev(std::uint64_t id) {
   return R"({"record_type": 7, "record_id": )" + std::to_string(id) + R"(, "delta": 1})";
 }

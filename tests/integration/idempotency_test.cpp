@@ -32,12 +32,6 @@ std::string event(std::uint64_t id, int delta = 1) {
          std::to_string(delta) + "}";
 }
 
-http_reply post_keyed(http_client& c, const std::string& key, const std::string& body,
-                      std::map<std::string, std::string> headers = {}) {
-  headers["Idempotency-Key"] = key;
-  return c.request("POST", "/v1/increments", body, "application/json", headers);
-}
-
 bool replayed(const http_reply& r) {
   const auto it = r.headers.find("idempotent-replayed");
   return it != r.headers.end() && it->second == "true";

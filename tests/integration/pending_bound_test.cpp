@@ -22,10 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-http_reply post_keyed(http_client& c, const std::string& key, const std::string& body) {
-  return c.request("POST", "/v1/increments", body, "application/json", {{"Idempotency-Key", key}});
-}
-
 // A JSON array of `n` increments +1 to counters (type, first) .. (type, first + n - 1).
 std::string spread(std::uint32_t type, std::uint64_t first, std::size_t n) {
   std::string body = "[";

@@ -8,7 +8,8 @@ Reads every `#include "..."` line of daemon/ (no compiler, no build; quick) and 
 - on an include of a folder from a folder of a lower layer, or of another folder of the
   same layer (folders of one layer are independent of each other);
 - on a cycle between folders (which the two rules above already forbid; checked on its
-  own so that the message names the whole cycle).
+  own so that the message names the whole cycle);
+- when CONTRIBUTING.md's Layout does not list daemon/LAYERS' layers, in its order.
 An include is matched to daemon/<folder>/ by its first path component; includes with no
 folder name a file of the including folder or a generated header (version.hpp).
 Prints each offending include with its file and line, and ends with "N passed, M failed".
@@ -93,6 +94,24 @@ def find_cycle(graph):
     return None
 
 
+def contributing_layers(path):
+    """The layers CONTRIBUTING.md's Layout lists: the lines of its `daemon/` entry that
+    hold only folders (`name/ name/`), one layer a line, lowest first."""
+    with open(path) as f:
+        text = f.read()
+    block = text.split("## Layout", 1)[-1].split("```")[1]
+    layers, inside = [], False
+    for line in block.splitlines():
+        if line.startswith("daemon/"):
+            inside = True
+            continue
+        if inside and line and not line.startswith(" "):
+            break
+        if inside and re.fullmatch(r"\s+([a-z]+/\s*)+", line):
+            layers.append(re.findall(r"([a-z]+)/", line))
+    return layers
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", required=True, help="the repository's root")
@@ -101,7 +120,7 @@ def main():
     layers = read_layers(os.path.join(daemon, "LAYERS"))
     folders, edges = include_edges(daemon)
     checks = {"every folder named in daemon/LAYERS": [], "no include against the layers": [],
-              "no cycle between folders": []}
+              "no cycle between folders": [], "CONTRIBUTING.md's Layout is daemon/LAYERS": []}
 
     named = checks["every folder named in daemon/LAYERS"]
     for folder in sorted((folders | {"main"}) - set(layers)):
@@ -126,6 +145,18 @@ def main():
     cycle = find_cycle(graph)
     if cycle:
         checks["no cycle between folders"].append("folder cycle: " + " -> ".join(cycle))
+
+    listed = contributing_layers(os.path.join(os.path.abspath(args.source), "CONTRIBUTING.md"))
+    declared = []
+    for folder, level in sorted(layers.items(), key=lambda item: item[1]):
+        if folder == "main":
+            continue
+        if len(declared) <= level:
+            declared.append([])
+        declared[level].append(folder)
+    if [sorted(layer) for layer in listed] != [sorted(layer) for layer in declared]:
+        checks["CONTRIBUTING.md's Layout is daemon/LAYERS"].append(
+            f"CONTRIBUTING.md lists {listed}; daemon/LAYERS declares {declared}")
 
     failed = 0
     for name, failures in checks.items():

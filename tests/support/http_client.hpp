@@ -53,4 +53,11 @@ bool flush_until_ok(http_client& client, std::chrono::seconds limit = std::chron
 // Extracts an integer field from a flat JSON object ("count": 12 or "record_id": "12").
 std::int64_t json_int(const std::string& body, const std::string& field);
 
+// POST /v1/increments with an Idempotency-Key (and any other `headers`).
+inline http_reply post_keyed(http_client& c, const std::string& key, const std::string& body,
+                             std::map<std::string, std::string> headers = {}) {
+  headers["Idempotency-Key"] = key;
+  return c.request("POST", "/v1/increments", body, "application/json", headers);
+}
+
 }  // namespace slotted::test

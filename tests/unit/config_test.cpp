@@ -7,24 +7,13 @@
 #include <fstream>
 
 #include "support/temp_dir.hpp"
+#include "support/config_problems.hpp"
 
 namespace slotted::config {
 namespace {
 
-std::vector<std::string> problems_of(const std::string& yaml) {
-  try {
-    parse_config(yaml, "test.yaml");
-  } catch (const config_error& e) {
-    return e.problems();
-  }
-  return {};
-}
-
-std::string only_problem(const std::string& yaml) {
-  const auto p = problems_of(yaml);
-  EXPECT_EQ(p.size(), 1u) << (p.empty() ? "no problem reported" : p[0]);
-  return p.empty() ? "" : p[0];
-}
+using test::only_problem;
+using test::problems_of;
 
 TEST(Config, EmptyFileGivesTheDocumentedDefaults) {
   const auto c = parse_config("", "test.yaml");

@@ -9,6 +9,7 @@
 
 #include "config/config.hpp"
 #include "support/temp_dir.hpp"
+#include "support/config_problems.hpp"
 
 namespace slotted::config {
 namespace {
@@ -34,19 +35,12 @@ const std::string service_yaml =
     "  user: counterd\n"
     "  password_file: /run/credentials/slotted-counterd.service/db-password\n";
 
-std::vector<std::string> problems_of(const std::string& yaml, const mysql_credentials& over) {
-  try {
-    parse_config(yaml, "c.yaml", over);
-  } catch (const config_error& e) {
-    return e.problems();
-  }
-  return {};
-}
+using test::problems_of;
 
 TEST(Credentials, WithoutFlagsTheConfigsPasswordFileIsRead) {
   const auto p = problems_of(service_yaml, {});
   ASSERT_EQ(p.size(), 1u);
-  EXPECT_NE(p[0].find("c.yaml:3: mysql.password_file: cannot read "
+  EXPECT_NE(p[0].find("test.yaml:3: mysql.password_file: cannot read "
                       "'/run/credentials/slotted-counterd.service/db-password'"),
             std::string::npos)
       << p[0];

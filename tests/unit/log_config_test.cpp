@@ -6,25 +6,19 @@
 
 #include "config/config.hpp"
 #include "db/grants.hpp"
+#include "support/config_problems.hpp"
 
 namespace slotted::config {
 namespace {
 
 const char* counters = "counters:\n  - {name: repo_downloads, record_type: 7}\n";
 
+// A config of `counters` and `yaml`'s sections.
 std::vector<std::string> problems_of(const std::string& yaml) {
-  try {
-    parse_config(std::string(counters) + yaml, "test.yaml");
-  } catch (const config_error& e) {
-    return e.problems();
-  }
-  return {};
+  return test::problems_of(std::string(counters) + yaml);
 }
-
 std::string only_problem(const std::string& yaml) {
-  const auto p = problems_of(yaml);
-  EXPECT_EQ(p.size(), 1u) << (p.empty() ? "no problem reported" : p[0]);
-  return p.empty() ? "" : p[0];
+  return test::only_problem(std::string(counters) + yaml);
 }
 
 TEST(LogConfig, ASourceParsesWithItsDefaults) {

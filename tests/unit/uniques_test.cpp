@@ -13,6 +13,7 @@
 #include "http/router.hpp"
 #include "ingest/clients.hpp"
 #include "store/pending_uniques.hpp"
+#include "support/config_problems.hpp"
 #include "support/fake_backend.hpp"
 
 namespace slotted {
@@ -20,14 +21,7 @@ namespace {
 
 namespace bh = boost::beast::http;
 
-std::vector<std::string> problems_of(const std::string& yaml) {
-  try {
-    config::parse_config(yaml, "test.yaml");
-  } catch (const config::config_error& e) {
-    return e.problems();
-  }
-  return {};
-}
+using test::problems_of;
 
 bool any_has(const std::vector<std::string>& problems, const std::string& text) {
   for (const auto& p : problems)
