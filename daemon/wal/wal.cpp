@@ -351,7 +351,9 @@ result<void> write_ahead_log::rotate() {
     if (auto synced = sync(); !synced) return synced;
   }
   const std::uint64_t next = segment_ + 1;
-  const int fd = ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd = fault_ && fault_("create segment")
+                     ? (errno = ENOSPC, -1)
+                     : ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return failed("create segment", errno);
   }
@@ -465,6 +467,7 @@ void write_ahead_log::update_size_gauge() {
 }
 
 failure write_ahead_log::failed(const std::string& what, int err, errc code) {
+  last_errno_ = err;
   std::string message = what + ": " + std::strerror(err);
   if (message != last_logged_) {
     log::error("WAL ", cfg_.dir, ": ", message, "; ingest answers 503 until it can write again");
