@@ -122,7 +122,7 @@ class write_ahead_log {
   // with EIO instead of running. Asked before
   // each pwrite(2) of an append too: "short write" true writes half of what is left,
   // "write" true fails it with ENOSPC. "create segment" true fails a new segment's
-  // creation with ENOSPC.
+  // creation with ENOSPC; "pid write" true writes half of the lock file's pid.
   void set_fault_for_test(std::function<bool(std::string_view call)> fault) {
     fault_ = std::move(fault);
   }
@@ -142,6 +142,9 @@ class write_ahead_log {
   void salvage_damaged(const std::string& path, const std::string& data,
                        const scan_result& scan, bool salvage);
   void lock_directory();
+  // Writes this process's pid into the lock file at `path` (lock_fd_); a full disk (or a
+  // short write) is logged and tolerated, any other error throws wal_error.
+  void write_pid(const std::string& path);
   result<void> rotate();
   // fsync(2) of the directory: wal_sync_failed when it fails, and then every append
   // tries it again first and is refused while it fails.

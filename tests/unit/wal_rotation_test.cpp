@@ -225,5 +225,21 @@ TEST_F(WalRotation, AStartWhoseSnapshotFailsOtherThanForRoomFails) {
   log.set_fault_for_test({});
 }
 
+// The pid in the lock file: a short write sets no errno, so the warning says "short
+// write", not whatever errno an earlier call left; and it is run through as a full disk.
+TEST_F(WalRotation, AShortPidWriteSaysSo) {
+  wal::write_ahead_log log(cfg_, metrics_);
+  log.set_fault_for_test([](std::string_view call) { return call == "pid write"; });
+  ::testing::internal::CaptureStderr();
+  errno = EACCES;  // stale: no call below sets it
+  EXPECT_NO_THROW(recover(log));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cannot write the pid into " + cfg_.dir + "/lock: short write"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find(std::strerror(EACCES)), std::string::npos) << err;
+  log.set_fault_for_test({});
+}
+
 }  // namespace
 }  // namespace slotted::durable
