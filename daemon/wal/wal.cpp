@@ -40,7 +40,24 @@ bool parse_segment_name(const char* name, std::uint64_t& n) {
   return true;
 }
 
-std::string read_file(const std::string& path) {
+// Makes a directory entry change (a created, renamed or deleted name) durable.
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw wal_error("cannot open directory " + dir + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw wal_error("cannot sync directory " + dir + ": " + std::strerror(err));
+}
+
+std::string parent_of(const std::string& dir) {
+  auto parent = std::filesystem::path(dir).lexically_normal().parent_path();
+  if (parent.empty()) return ".";
+  return parent.string();
+}
+}  // namespace
+
+std::string read_segment(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw wal_error("cannot open WAL segment " + path + ": " + std::strerror(errno));
   std::string data;
@@ -60,22 +77,23 @@ std::string read_file(const std::string& path) {
   return data;
 }
 
-// Makes a directory entry change (a created, renamed or deleted name) durable.
-void sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw wal_error("cannot open directory " + dir + ": " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw wal_error("cannot sync directory " + dir + ": " + std::strerror(err));
+std::set<std::uint64_t> segment_numbers_in(const std::string& dir) {
+  std::set<std::uint64_t> segments;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      std::uint64_t n = 0;
+      if (parse_segment_name(e->d_name, n)) segments.insert(n);
+    }
+    ::closedir(d);
+  }
+  return segments;
 }
 
-std::string parent_of(const std::string& dir) {
-  auto parent = std::filesystem::path(dir).lexically_normal().parent_path();
-  if (parent.empty()) return ".";
-  return parent.string();
+std::string segment_path_in(const std::string& dir, std::uint64_t n) {
+  char name[40];
+  std::snprintf(name, sizeof name, "/wal-%016llu.log", static_cast<unsigned long long>(n));
+  return dir + name;
 }
-}  // namespace
 
 write_ahead_log::write_ahead_log(config::wal_config cfg, metrics::registry& metrics)
     : cfg_(std::move(cfg)), metrics_(metrics) {}
@@ -128,22 +146,36 @@ void write_ahead_log::lock_directory() {
     if (err != EWOULDBLOCK) throw wal_error("cannot lock " + path + ": " + std::strerror(err));
     throw in_use(lock_fd_);
   }
+  write_pid(path);
+}
+
+void write_ahead_log::write_pid(const std::string& path) {
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) != 0 ||
-      ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    // The pid only names the holder; the locks above are what keep a second copy out. A
-    // full disk must not stop the start: ingest then answers 503 until appends fit.
-    if (errno != ENOSPC && errno != EDQUOT)
-      throw wal_error("cannot write " + path + ": " + std::strerror(errno));
-    log::warn("cannot write the pid into ", path, ": ", std::strerror(errno),
-              "; the WAL's disk is full: increments are refused (503) until there is room");
+  // errno is the call's only when it returned -1: a short write sets none (as in
+  // rotate(), a file that takes less than asked for is out of room).
+  std::string why;
+  int err = 0;
+  if (::ftruncate(lock_fd_, 0) != 0) {
+    err = errno;
+  } else {
+    const bool short_write = fault_ && fault_("pid write");
+    const ssize_t w = ::pwrite(lock_fd_, pid.data(), short_write ? pid.size() / 2 : pid.size(), 0);
+    if (w < 0) err = errno;
+    else if (w != static_cast<ssize_t>(pid.size()))
+      why = "short write (" + std::to_string(w) + " of " + std::to_string(pid.size()) + " bytes)";
   }
+  if (err != 0) why = std::strerror(err);
+  if (why.empty()) return;
+  // The pid only names the holder; the locks above are what keep a second copy out. A
+  // full disk must not stop the start: ingest then answers 503 until appends fit.
+  if (err != 0 && err != ENOSPC && err != EDQUOT)
+    throw wal_error("cannot write " + path + ": " + why);
+  log::warn("cannot write the pid into ", path, ": ", why,
+            "; the WAL's disk is full: increments are refused (503) until there is room");
 }
 
 std::string write_ahead_log::segment_path(std::uint64_t n) const {
-  char name[40];
-  std::snprintf(name, sizeof name, "/wal-%016llu.log", static_cast<unsigned long long>(n));
-  return cfg_.dir + name;
+  return segment_path_in(cfg_.dir, n);
 }
 
 void write_ahead_log::open_directory() {
@@ -161,15 +193,7 @@ void write_ahead_log::open_directory() {
 }
 
 std::set<std::uint64_t> write_ahead_log::segment_numbers() const {
-  std::set<std::uint64_t> segments;
-  if (DIR* d = ::opendir(cfg_.dir.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      std::uint64_t n = 0;
-      if (parse_segment_name(e->d_name, n)) segments.insert(n);
-    }
-    ::closedir(d);
-  }
-  return segments;
+  return segment_numbers_in(cfg_.dir);
 }
 
 void write_ahead_log::cut_torn_tail(const std::string& path, const scan_result& scan) {
@@ -220,7 +244,7 @@ opened write_ahead_log::open(const record_sink& apply, const open_options& optio
   opened out;
   for (const auto n : segments) {
     const std::string path = segment_path(n);
-    const std::string data = read_file(path);
+    const std::string data = read_segment(path);
     const auto scan = scan_segment(data, apply);
     notify::progress();
     const bool last = n == *segments.rbegin();
@@ -351,7 +375,9 @@ result<void> write_ahead_log::rotate() {
     if (auto synced = sync(); !synced) return synced;
   }
   const std::uint64_t next = segment_ + 1;
-  const int fd = ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd = fault_ && fault_("create segment")
+                     ? (errno = ENOSPC, -1)
+                     : ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return failed("create segment", errno);
   }
@@ -465,6 +491,7 @@ void write_ahead_log::update_size_gauge() {
 }
 
 failure write_ahead_log::failed(const std::string& what, int err, errc code) {
+  last_errno_ = err;
   std::string message = what + ": " + std::strerror(err);
   if (message != last_logged_) {
     log::error("WAL ", cfg_.dir, ": ", message, "; ingest answers 503 until it can write again");
