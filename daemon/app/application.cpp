@@ -333,7 +333,9 @@ void application::log_durability() const {
     log::warn("no WAL (wal.dir: \"\"): a SIGKILL or crash loses the increments not yet "
               "flushed; remove wal.dir from the config to keep the WAL in the state directory ",
               state);
-    // A WAL left there by a crash with the WAL on is not replayed by this start.
+    // A WAL left there by a crash with the WAL on is not replayed by this start. Reading
+    // it takes as long as a replay: the start's timeout is extended as for one.
+    notify::startup_extender extend_start;
     if (durable::holds_something_to_replay(state)) {
       log::warn("the state directory ", state, " holds WAL segments with increments not yet "
                 "flushed, which a start without a WAL does not replay: start once with wal.dir: ",

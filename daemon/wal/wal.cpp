@@ -170,6 +170,8 @@ void write_ahead_log::write_pid(const std::string& path) {
   // full disk must not stop the start: ingest then answers 503 until appends fit.
   if (err != 0 && err != ENOSPC && err != EDQUOT)
     throw wal_error("cannot write " + path + ": " + why);
+  // Not a part of the pid: a second start would name another process as the holder.
+  if (::ftruncate(lock_fd_, 0) != 0) why += ", and what was written of it stays";
   log::warn("cannot write the pid into ", path, ": ", why,
             "; the WAL's disk is full: increments are refused (503) until there is room");
 }

@@ -238,6 +238,8 @@ TEST_F(WalRotation, AShortPidWriteSaysSo) {
             std::string::npos)
       << err;
   EXPECT_EQ(err.find(std::strerror(EACCES)), std::string::npos) << err;
+  EXPECT_EQ(std::filesystem::file_size(cfg_.dir + "/lock"), 0u)
+      << "half a pid left: a second start would name another process";
   log.set_fault_for_test({});
 }
 
