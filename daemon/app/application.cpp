@@ -333,6 +333,13 @@ void application::log_durability() const {
     log::warn("no WAL (wal.dir: \"\"): a SIGKILL or crash loses the increments not yet "
               "flushed; remove wal.dir from the config to keep the WAL in the state directory ",
               state);
+    // A WAL left there by a crash with the WAL on is not replayed by this start.
+    if (durable::holds_something_to_replay(state)) {
+      log::warn("the state directory ", state, " holds WAL segments with increments not yet "
+                "flushed, which a start without a WAL does not replay: start once with wal.dir: ",
+                state, " (or without wal.dir) to replay and flush them, then turn the WAL off "
+                "again (a damaged segment: --wal-salvage first, docs/operations.md, WAL recovery)");
+    }
   } else {
     log::warn("no WAL (no wal.dir, and no $STATE_DIRECTORY as the unit sets): a SIGKILL or "
               "crash loses the increments not yet flushed; set wal.dir to keep one");

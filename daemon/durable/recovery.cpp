@@ -1,5 +1,6 @@
 #include "durable/recovery.hpp"
 
+#include <exception>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,20 @@ recovered recover(wal::write_ahead_log& log, const recover_options& options) {
     if (seen.insert({b.run_id, b.seq}).second) out.batches.push_back(b);
   }
   return out;
+}
+
+bool holds_something_to_replay(const std::string& dir) {
+  replay_state state;
+  try {
+    for (const auto n : wal::segment_numbers_in(dir)) {
+      const auto scan = scan_segment(wal::read_segment(wal::segment_path_in(dir, n)), state);
+      if (scan.outcome == scan_result::status::corrupt) return true;
+    }
+    return !state.deltas().empty() || !state.batches().empty() || !state.keyed().empty() ||
+           !state.uniques().empty();
+  } catch (const std::exception&) {
+    return true;  // unreadable, or deltas past the int64 range: a replay would say why
+  }
 }
 
 result<void> log_batches(wal::write_ahead_log& log, std::vector<store::flush_batch>& batches) {

@@ -35,6 +35,12 @@ struct recover_options {
 // open() does, and when the logged deltas of a counter sum past the int64 range (corrupt).
 recovered recover(wal::write_ahead_log& log, const recover_options& options = {});
 
+// Whether the segments in `dir` hold something a replay would keep (increments,
+// batches, keyed requests or unique entries), or cannot be read whole (damaged,
+// unreadable): read only, without the directory's lock. For a directory no WAL is
+// configured on (see application::log_durability).
+bool holds_something_to_replay(const std::string& dir);
+
 // Starts a new segment whose first record logs `batches` (each tagged with that
 // segment), synced: every increment appended before is covered by them.
 // Fails as the log does (wal_write_failed, wal_sync_failed).

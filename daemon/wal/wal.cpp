@@ -40,7 +40,24 @@ bool parse_segment_name(const char* name, std::uint64_t& n) {
   return true;
 }
 
-std::string read_file(const std::string& path) {
+// Makes a directory entry change (a created, renamed or deleted name) durable.
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw wal_error("cannot open directory " + dir + ": " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw wal_error("cannot sync directory " + dir + ": " + std::strerror(err));
+}
+
+std::string parent_of(const std::string& dir) {
+  auto parent = std::filesystem::path(dir).lexically_normal().parent_path();
+  if (parent.empty()) return ".";
+  return parent.string();
+}
+}  // namespace
+
+std::string read_segment(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw wal_error("cannot open WAL segment " + path + ": " + std::strerror(errno));
   std::string data;
@@ -60,22 +77,23 @@ std::string read_file(const std::string& path) {
   return data;
 }
 
-// Makes a directory entry change (a created, renamed or deleted name) durable.
-void sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw wal_error("cannot open directory " + dir + ": " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw wal_error("cannot sync directory " + dir + ": " + std::strerror(err));
+std::set<std::uint64_t> segment_numbers_in(const std::string& dir) {
+  std::set<std::uint64_t> segments;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      std::uint64_t n = 0;
+      if (parse_segment_name(e->d_name, n)) segments.insert(n);
+    }
+    ::closedir(d);
+  }
+  return segments;
 }
 
-std::string parent_of(const std::string& dir) {
-  auto parent = std::filesystem::path(dir).lexically_normal().parent_path();
-  if (parent.empty()) return ".";
-  return parent.string();
+std::string segment_path_in(const std::string& dir, std::uint64_t n) {
+  char name[40];
+  std::snprintf(name, sizeof name, "/wal-%016llu.log", static_cast<unsigned long long>(n));
+  return dir + name;
 }
-}  // namespace
 
 write_ahead_log::write_ahead_log(config::wal_config cfg, metrics::registry& metrics)
     : cfg_(std::move(cfg)), metrics_(metrics) {}
@@ -157,9 +175,7 @@ void write_ahead_log::write_pid(const std::string& path) {
 }
 
 std::string write_ahead_log::segment_path(std::uint64_t n) const {
-  char name[40];
-  std::snprintf(name, sizeof name, "/wal-%016llu.log", static_cast<unsigned long long>(n));
-  return cfg_.dir + name;
+  return segment_path_in(cfg_.dir, n);
 }
 
 void write_ahead_log::open_directory() {
@@ -177,15 +193,7 @@ void write_ahead_log::open_directory() {
 }
 
 std::set<std::uint64_t> write_ahead_log::segment_numbers() const {
-  std::set<std::uint64_t> segments;
-  if (DIR* d = ::opendir(cfg_.dir.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      std::uint64_t n = 0;
-      if (parse_segment_name(e->d_name, n)) segments.insert(n);
-    }
-    ::closedir(d);
-  }
-  return segments;
+  return segment_numbers_in(cfg_.dir);
 }
 
 void write_ahead_log::cut_torn_tail(const std::string& path, const scan_result& scan) {
@@ -236,7 +244,7 @@ opened write_ahead_log::open(const record_sink& apply, const open_options& optio
   opened out;
   for (const auto n : segments) {
     const std::string path = segment_path(n);
-    const std::string data = read_file(path);
+    const std::string data = read_segment(path);
     const auto scan = scan_segment(data, apply);
     notify::progress();
     const bool last = n == *segments.rbegin();

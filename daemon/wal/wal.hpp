@@ -47,6 +47,12 @@ class wal_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The numbers of the segments (wal-<n>.log) in `dir`, none when it cannot be read; a
+// segment's path; its whole content (throws wal_error when it cannot be read).
+std::set<std::uint64_t> segment_numbers_in(const std::string& dir);
+std::string segment_path_in(const std::string& dir, std::uint64_t n);
+std::string read_segment(const std::string& path);
+
 struct opened {
   std::size_t segments = 0;
   std::size_t salvaged = 0;  // damaged segments whose valid prefix was kept

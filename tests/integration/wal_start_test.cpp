@@ -1,8 +1,10 @@
 // Issue 40: what a start does with its WAL directory. A full disk is run through (503
-// until there is room); any other error of the start's snapshot fails the start.
+// until there is room); any other error of the start's snapshot fails the start; and a
+// start without a WAL says when the state directory holds a WAL it does not replay.
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -100,6 +102,50 @@ TEST_F(Wal, AStartWhoseSnapshotFailsForAnotherReasonThanRoomFails) {
   EXPECT_NE(out.find("cannot write to the WAL directory " + wal_dir_), std::string::npos) << out;
   EXPECT_NE(out.find("Operation not permitted"), std::string::npos) << out;
   EXPECT_EQ(out.find("listening on"), std::string::npos) << out;
+}
+
+// A WAL left in the state directory by a SIGKILL is not replayed by a start with
+// wal.dir: "" (the WAL turned off since): that start says so, naming the directory and
+// how to replay it. After a clean stop there is nothing to say.
+TEST_F(Wal, AStartWithoutAWalSaysWhenTheStateDirectoryHoldsOneToReplay) {
+  ::setenv("SLOTTED_TEST_STATE_DIRECTORY", wal_dir_.c_str(), 1);
+  struct unset {
+    ~unset() { ::unsetenv("SLOTTED_TEST_STATE_DIRECTORY"); }
+  } unset_at_end;
+  const std::string stranded = "holds WAL segments with increments not yet flushed";
+  const auto run_without_wal = [&] {
+    daemon_process off(yaml_with_wal("{dir: \"\"}", "1h"));
+    off.signal(SIGTERM);
+    EXPECT_EQ(off.wait(30s), 0);
+    return off.log();
+  };
+  const auto post = [](const daemon_process& d) {
+    return http_client(d.port())
+        .post_json("/v1/increments", R"({"record_type": 1, "record_id": 5, "delta": 2})")
+        .status;
+  };
+
+  {
+    daemon_process clean(yaml("never", "1h"));
+    ASSERT_EQ(post(clean), 202u);
+    clean.signal(SIGTERM);
+    ASSERT_EQ(clean.wait(30s), 0);
+  }
+  ASSERT_FALSE(fs::is_empty(wal_dir_));
+  const std::string after_clean_stop = run_without_wal();
+  EXPECT_EQ(after_clean_stop.find(stranded), std::string::npos) << after_clean_stop;
+
+  {
+    daemon_process killed(yaml("never", "1h"));
+    ASSERT_EQ(post(killed), 202u);
+    killed.signal(SIGKILL);
+    ASSERT_EQ(killed.wait(30s), -SIGKILL);
+  }
+  const std::string after_kill = run_without_wal();
+  EXPECT_NE(after_kill.find("the state directory " + wal_dir_ + " " + stranded),
+            std::string::npos)
+      << after_kill;
+  EXPECT_NE(after_kill.find("--wal-salvage"), std::string::npos) << after_kill;
 }
 
 }  // namespace

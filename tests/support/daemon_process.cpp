@@ -122,8 +122,11 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     // A test run inside a unit with StateDirectory= must not put every test daemon's WAL
-    // in that one directory (wal.dir's default).
-    unsetenv("STATE_DIRECTORY");
+    // in that one directory (wal.dir's default); a test that wants one names it.
+    if (const char* state = getenv("SLOTTED_TEST_STATE_DIRECTORY"))
+      setenv("STATE_DIRECTORY", state, 1);
+    else
+      unsetenv("STATE_DIRECTORY");
     if (FILE* f = std::freopen(log_path.c_str(), "w", stderr)) (void)f;
     struct stat st {};
     if (journal_stream && fstat(STDERR_FILENO, &st) == 0) {

@@ -76,7 +76,8 @@ class daemon_process {
   // `journal_stream`: JOURNAL_STREAM names the log file's device and inode, as when
   // systemd connects stderr to journald. `passed`: sockets passed as systemd passes
   // them (the caller keeps its own descriptors, as systemd does). `extra_args` follow
-  // `--config FILE` on its command line.
+  // `--config FILE` on its command line. Its $STATE_DIRECTORY is unset, or
+  // $SLOTTED_TEST_STATE_DIRECTORY when that is set.
   explicit daemon_process(const std::string& yaml, std::size_t file_size_limit = 0,
                           bool journal_stream = false, const std::vector<passed_fd>& passed = {},
                           const std::vector<std::string>& extra_args = {});
