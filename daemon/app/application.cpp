@@ -447,7 +447,7 @@ void application::watchdog_tick(clock::duration period) {
 
 void application::request_stop() {
   {
-    std::lock_guard lock(stop_mutex_);
+    util::lock_guard lock(stop_mutex_);
     stop_requested_ = true;
   }
   stop_cv_.notify_all();
@@ -470,8 +470,8 @@ void application::install_signal_handlers(std::string config_path,
 
 int application::run_until_stopped() {
   {
-    std::unique_lock lock(stop_mutex_);
-    stop_cv_.wait(lock, [&] { return stop_requested_; });
+    util::unique_lock lock(stop_mutex_);
+    lock.wait(stop_cv_, [&]() REQUIRES(stop_mutex_) { return stop_requested_; });
   }
   return exit_code_for(stop_in_order(clock::now()));
 }

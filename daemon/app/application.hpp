@@ -15,7 +15,6 @@
 #include <boost/asio/thread_pool.hpp>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -36,6 +35,7 @@
 #include "rollup/rollup.hpp"
 #include "store/pending_store.hpp"
 #include "util/log.hpp"
+#include "util/thread_annotations.hpp"
 #include "durable/recovery.hpp"
 #include "wal/wal.hpp"
 
@@ -161,14 +161,16 @@ class application final {
   void wait_for_reload_signal(std::string config_path);
 
   // The config reloads compare against: cfg_ with the live keys of the last reload.
-  std::mutex reload_mutex_;
-  config::daemon_config running_;
+  // Held through a reload, while the router, the flusher and the roller take their own
+  // mutexes to swap in the new settings (private to each, never the other way round).
+  util::mutex reload_mutex_;
+  config::daemon_config running_ GUARDED_BY(reload_mutex_);
   // Set before the first reload can run (install_signal_handlers), read-only after.
   config::mysql_credentials reload_credentials_;
 
-  std::mutex stop_mutex_;
+  util::mutex stop_mutex_;
   std::condition_variable stop_cv_;
-  bool stop_requested_ = false;
+  bool stop_requested_ GUARDED_BY(stop_mutex_) = false;
 };
 
 }  // namespace slotted

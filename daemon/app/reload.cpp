@@ -54,7 +54,7 @@ void application::wait_for_reload_signal(std::string config_path) {
 }
 
 bool application::reload(const std::string& config_path) {
-  std::lock_guard lock(reload_mutex_);
+  util::lock_guard lock(reload_mutex_);
   notify::reloading();
   // Whatever the outcome, the service runs on (with the old or the new config).
   // (Unless it is stopping by now: STOPPING=1 must stay the last word.)

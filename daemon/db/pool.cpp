@@ -99,39 +99,45 @@ pool::pool(connect_options options, unsigned size)
     : connector_(std::move(options)), size_(size), free_slots_(size) {}
 
 pool::lease pool::acquire() {
-  std::unique_lock lock(mutex_);
+  std::vector<idle_connection> stale;  // closed after the lock is released
+  util::unique_lock lock(mutex_);
   // First come, first served: a caller that gives a connection back and asks again at
   // once (a loop of reads) queues behind those already waiting.
   const std::uint64_t ticket = next_ticket_++;
-  available_.wait(lock, [&] { return serving_ == ticket && free_slots_ > 0; });
+  lock.wait(available_, [&]() REQUIRES(mutex_) { return serving_ == ticket && free_slots_ > 0; });
   ++serving_;
   --free_slots_;
   // The next in line may find a slot free too.
   if (free_slots_ > 0 && serving_ != next_ticket_) available_.notify_all();
-  return lend(lock);
+  auto idle = take_idle(stale);
+  lock.unlock();
+  return lend(std::move(idle));
 }
 
 std::optional<pool::lease> pool::try_acquire() {
-  std::unique_lock lock(mutex_);
+  std::vector<idle_connection> stale;  // closed after the lock is released
+  util::unique_lock lock(mutex_);
   // Never ahead of a caller waiting in acquire().
   if (free_slots_ == 0 || serving_ != next_ticket_) return std::nullopt;
   --free_slots_;
-  return lend(lock);
+  auto idle = take_idle(stale);
+  lock.unlock();
+  return lend(std::move(idle));
 }
 
-pool::lease pool::lend(std::unique_lock<std::mutex>& lock) {
-  std::vector<idle_connection> stale;  // closed outside the lock
+std::optional<pool::idle_connection> pool::take_idle(std::vector<idle_connection>& stale) {
   const std::size_t current = connector_.current();
   while (!idle_.empty()) {
     idle_connection c = std::move(idle_.back());
     idle_.pop_back();
-    if (c.host == current) {
-      lock.unlock();  // before `stale` closes
-      return lease(this, std::move(c.conn), c.host);
-    }
+    if (c.host == current) return c;
     stale.push_back(std::move(c));
   }
-  lock.unlock();
+  return std::nullopt;
+}
+
+pool::lease pool::lend(std::optional<idle_connection> idle) {
+  if (idle) return lease(this, std::move(idle->conn), idle->host);
   // Connect outside the lock: it may take up to connect_timeout per host tried.
   try {
     auto c = connector_.connect();
@@ -144,7 +150,7 @@ pool::lease pool::lend(std::unique_lock<std::mutex>& lock) {
 
 void pool::give_back(std::optional<connection> conn, std::size_t host) {
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     if (conn) idle_.push_back({std::move(*conn), host});
     ++free_slots_;
   }

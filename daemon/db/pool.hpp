@@ -27,7 +27,6 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -35,6 +34,7 @@
 
 #include "db/connection.hpp"
 #include "model/errors.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace slotted::db {
 
@@ -126,19 +126,24 @@ class pool {
     connection conn;
     std::size_t host;
   };
-  void give_back(std::optional<connection> conn, std::size_t host);
-  // With a slot taken (under mutex_ until `lock` is released): an idle connection to
-  // the current host, else a new one. Returns the slot when connecting throws.
-  lease lend(std::unique_lock<std::mutex>& lock);
+  void give_back(std::optional<connection> conn, std::size_t host) EXCLUDES(mutex_);
+  // With a slot taken: takes the idle connections out, and returns the one to the
+  // current host, if any; the others go to `stale`, for the caller to close once it has
+  // released mutex_.
+  std::optional<idle_connection> take_idle(std::vector<idle_connection>& stale) REQUIRES(mutex_);
+  // With a slot taken, mutex_ released: `idle` lent, else a new connection. Returns the
+  // slot when connecting throws.
+  lease lend(std::optional<idle_connection> idle) EXCLUDES(mutex_);
 
   failover_connector connector_;
-  std::mutex mutex_;
+  util::mutex mutex_;
   std::condition_variable available_;
-  std::vector<idle_connection> idle_;
+  std::vector<idle_connection> idle_ GUARDED_BY(mutex_);
   unsigned size_;
-  unsigned free_slots_;
-  std::uint64_t next_ticket_ = 0;  // acquire()'s queue: the next caller's ticket
-  std::uint64_t serving_ = 0;      // the ticket whose turn it is
+  unsigned free_slots_ GUARDED_BY(mutex_);
+  // acquire()'s queue: the next caller's ticket, and the ticket whose turn it is.
+  std::uint64_t next_ticket_ GUARDED_BY(mutex_) = 0;
+  std::uint64_t serving_ GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace slotted::db

@@ -218,8 +218,9 @@ class committer final : public store::batch_source {
   store::pending_store& store_;
   const store::pending_limits limits_;
   const bool synced_;  // wal.fsync always: each group is synced before it is answered
-  // Guards log_ (not thread-safe) and makes check-then-append one step.
-  util::mutex log_mutex_;
+  // Guards log_ (not thread-safe) and makes check-then-append one step. Taken before
+  // mutex_ (stop(), a leader) and unapplied_mutex_ (a group's jobs registered).
+  util::mutex log_mutex_ ACQUIRED_BEFORE(mutex_, unapplied_mutex_);
   std::atomic<bool> closed_{false};  // stop() began: nothing more is logged
   store::batch_queue* queue_ = nullptr;
   idempotency::keyed_store* keyed_ = nullptr;

@@ -149,7 +149,7 @@ listener::~listener() {
 }
 
 void listener::remove_socket_file() {
-  std::lock_guard lock(sessions_mutex_);
+  util::lock_guard lock(sessions_mutex_);
   if (unix_path_.empty()) return;
   // Only our own socket: a newer daemon may have replaced it already.
   struct stat st {};
@@ -173,7 +173,7 @@ void listener::stop() {
   });
   std::vector<std::shared_ptr<session>> live;
   {
-    std::lock_guard lock(sessions_mutex_);
+    util::lock_guard lock(sessions_mutex_);
     for (auto& w : sessions_) {
       if (auto s = w.lock()) live.push_back(std::move(s));
     }
@@ -182,7 +182,7 @@ void listener::stop() {
 }
 
 std::size_t listener::sessions() const {
-  std::lock_guard lock(sessions_mutex_);
+  util::lock_guard lock(sessions_mutex_);
   std::size_t n = 0;
   for (const auto& w : sessions_) n += w.expired() ? 0 : 1;
   return n;
@@ -238,7 +238,7 @@ void listener::on_accept(beast::error_code ec, socket_type socket) {
   auto s = std::make_shared<session>(std::move(socket), router_, limits_,
                                      std::make_unique<slot>(open_, metrics_.http_connections_open));
   {
-    std::lock_guard lock(sessions_mutex_);
+    util::lock_guard lock(sessions_mutex_);
     if (sessions_.size() >= next_sweep_) {
       std::erase_if(sessions_, [](const auto& w) { return w.expired(); });
       next_sweep_ = std::max<std::size_t>(64, sessions_.size() * 2);

@@ -14,12 +14,12 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "http/session.hpp"
 #include "metrics/metrics.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace slotted::http {
 
@@ -75,16 +75,18 @@ class listener : public std::enable_shared_from_this<listener> {
   router& router_;
   session_limits limits_;
   std::uint16_t port_ = 0;
-  mutable std::mutex sessions_mutex_;
-  std::vector<std::weak_ptr<session>> sessions_;
-  std::size_t next_sweep_ = 64;
+  // Also the socket file's removal (stop() and the destructor may both try it).
+  mutable util::mutex sessions_mutex_;
+  std::vector<std::weak_ptr<session>> sessions_ GUARDED_BY(sessions_mutex_);
+  std::size_t next_sweep_ GUARDED_BY(sessions_mutex_) = 64;
   std::atomic<bool> stopped_{false};
   std::size_t max_connections_;
   connection_count open_;
   metrics::registry& metrics_;
   bool tcp_ = true;
-  std::string unix_path_;  // removed at stop() when it is still our socket
-  std::uint64_t unix_inode_ = 0;
+  // Removed at stop() when it is still our socket.
+  std::string unix_path_ GUARDED_BY(sessions_mutex_);
+  std::uint64_t unix_inode_ GUARDED_BY(sessions_mutex_) = 0;
 };
 
 // How many client connections the open-file limit allows while keeping `reserve`

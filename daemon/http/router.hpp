@@ -10,7 +10,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -23,6 +22,7 @@
 #include "ingest/table_limits.hpp"
 #include "metrics/metrics.hpp"
 #include "model/keyed_request.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace slotted::http {
 
@@ -147,18 +147,18 @@ class router {
    public:
     explicit live_holder(std::shared_ptr<const live_settings> p) : p_(std::move(p)) {}
     std::shared_ptr<const live_settings> load() const {
-      std::lock_guard lock(mutex_);
+      util::lock_guard lock(mutex_);
       return p_;
     }
     // The old settings are released after the lock, by the caller's copy.
     void store(std::shared_ptr<const live_settings> p) {
-      std::lock_guard lock(mutex_);
+      util::lock_guard lock(mutex_);
       p_.swap(p);
     }
 
    private:
-    mutable std::mutex mutex_;
-    std::shared_ptr<const live_settings> p_;
+    mutable util::mutex mutex_;
+    std::shared_ptr<const live_settings> p_ GUARDED_BY(mutex_);
   };
   live_holder live_;
   // At most this many buckets in one series request (README: HTTP API).

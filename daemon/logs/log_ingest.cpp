@@ -120,7 +120,7 @@ void log_ingester::start() {
 
 void log_ingester::request_stop() {
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -144,15 +144,15 @@ void log_ingester::loop() {
       log::warn("log_sources: ", e.what(), "; the lines are read again from the committed ",
                 "position in ", backoff.count(), " ms");
     }
-    std::unique_lock lock(mutex_);
+    util::unique_lock lock(mutex_);
     if (stopping_) return;
     if (more && !failed) continue;
     // While a failed pass waits its backoff, PATH is still looked at each interval: a
     // rotation during an outage holds the new file before its name moves on.
     const auto until = std::chrono::steady_clock::now() + (failed ? backoff : settings_.interval);
     while (!stopping_ && std::chrono::steady_clock::now() < until) {
-      wake_.wait_until(lock, std::min(until, std::chrono::steady_clock::now() + settings_.interval),
-                       [&] { return stopping_; });
+      lock.wait_until(wake_, std::min(until, std::chrono::steady_clock::now() + settings_.interval),
+                      [&]() REQUIRES(mutex_) { return stopping_; });
       if (stopping_ || !failed) break;
       lock.unlock();
       watch_all();
@@ -178,7 +178,7 @@ bool log_ingester::run_once() {
   std::exception_ptr first;
   for (auto& s : sources_) {
     {
-      std::lock_guard lock(mutex_);
+      util::lock_guard lock(mutex_);
       if (stopping_) break;
     }
     try {

@@ -23,7 +23,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,6 +33,7 @@
 #include "model/buckets.hpp"
 #include "model/top_spec.hpp"
 #include "model/uniques.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace slotted::logs {
 
@@ -134,9 +134,9 @@ class log_ingester {
   prometheus::Family<prometheus::Gauge>& missing_;
   prometheus::Family<prometheus::Gauge>& denied_;
   prometheus::Family<prometheus::Counter>& events_;
-  std::mutex mutex_;
+  util::mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
+  bool stopping_ GUARDED_BY(mutex_) = false;
   bool limits_read_ = false;
   std::thread thread_;
 };

@@ -253,7 +253,7 @@ void registry::reject(reject_reason reason, std::size_t increments) {
 }
 
 void registry::set_autoincrement_remaining(std::optional<double> values_left) {
-  std::lock_guard lock(autoincrement_mutex_);
+  util::lock_guard lock(autoincrement_mutex_);
   if (!values_left) {
     if (autoincrement_remaining_ != nullptr) autoincrement_family_.Remove(autoincrement_remaining_);
     autoincrement_remaining_ = nullptr;

@@ -14,12 +14,12 @@
 
 #include <array>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "model/errors.hpp"
+#include "util/thread_annotations.hpp"
 
 namespace slotted::metrics {
 
@@ -149,8 +149,8 @@ class registry {
   prometheus::Family<prometheus::Counter>& db_errors_family_;
   prometheus::Family<prometheus::Gauge>& autoincrement_family_;
   prometheus::Family<prometheus::Gauge>& rollup_adopted_;
-  std::mutex autoincrement_mutex_;
-  prometheus::Gauge* autoincrement_remaining_ = nullptr;  // guarded by the mutex above
+  util::mutex autoincrement_mutex_;
+  prometheus::Gauge* autoincrement_remaining_ GUARDED_BY(autoincrement_mutex_) = nullptr;
   std::array<prometheus::Histogram*, static_cast<int>(route::count_)> durations_{};
   std::array<prometheus::Counter*, static_cast<int>(reject_reason::count_)> rejected_by_reason_{};
   std::array<prometheus::Counter*, db::error_kind_count> db_errors_{};

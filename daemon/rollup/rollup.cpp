@@ -1,5 +1,7 @@
 #include "rollup/rollup.hpp"
 
+#include <utility>
+
 #include "adopt/adopt.hpp"
 #include "db/sql.hpp"
 #include "model/errors.hpp"
@@ -9,6 +11,7 @@ namespace slotted::rollup {
 
 roller::roller(settings s, db::pool& pool, metrics::registry& metrics)
     : settings_(std::move(s)),
+      targets_(std::exchange(settings_.targets, {})),
       pool_(pool),
       metrics_(metrics),
       worker_([this] { return run_once(); },
@@ -21,13 +24,13 @@ void roller::start() {
 }
 
 void roller::set_targets(std::vector<db::rollup_target> targets) {
-  std::lock_guard lock(targets_mutex_);
-  settings_.targets = std::move(targets);
+  util::lock_guard lock(targets_mutex_);
+  targets_ = std::move(targets);
 }
 
 std::vector<db::rollup_target> roller::targets() const {
-  std::lock_guard lock(targets_mutex_);
-  return settings_.targets;
+  util::lock_guard lock(targets_mutex_);
+  return targets_;
 }
 
 void roller::stop() {

@@ -17,7 +17,6 @@
 
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -28,6 +27,7 @@
 #include "db/repository.hpp"
 #include "metrics/metrics.hpp"
 #include "model/result.hpp"
+#include "util/thread_annotations.hpp"
 #include "util/worker.hpp"
 
 namespace slotted::rollup {
@@ -69,8 +69,9 @@ class roller {
               std::chrono::steady_clock::time_point started);
   std::vector<db::rollup_target> targets() const;
 
-  settings settings_;
-  mutable std::mutex targets_mutex_;  // guards settings_.targets
+  settings settings_;  // but its targets: targets_
+  mutable util::mutex targets_mutex_;
+  std::vector<db::rollup_target> targets_ GUARDED_BY(targets_mutex_);
   db::pool& pool_;
   metrics::registry& metrics_;
   std::optional<std::string> last_error_;  // the last failed run's message, logged once

@@ -42,8 +42,8 @@ startup_extender::startup_extender(std::chrono::microseconds extension,
   sd_notify(0, message.c_str());
   thread_ = std::thread([this, message, period] {
     std::uint64_t seen = progress_count.load(std::memory_order_relaxed);
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, period, [this] { return done_; })) {
+    util::unique_lock lock(mutex_);
+    while (!lock.wait_for(wake_, period, [this]() REQUIRES(mutex_) { return done_; })) {
       const std::uint64_t now = progress_count.load(std::memory_order_relaxed);
       if (now == seen) continue;  // no progress: let the last extension run out
       seen = now;
@@ -54,7 +54,7 @@ startup_extender::startup_extender(std::chrono::microseconds extension,
 
 startup_extender::~startup_extender() {
   {
-    std::lock_guard lock(mutex_);
+    util::lock_guard lock(mutex_);
     done_ = true;
   }
   wake_.notify_one();

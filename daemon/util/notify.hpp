@@ -5,9 +5,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <thread>
+
+#include "util/thread_annotations.hpp"
 
 namespace slotted::notify {
 
@@ -35,9 +36,9 @@ class startup_extender {
   startup_extender& operator=(const startup_extender&) = delete;
 
  private:
-  std::mutex mutex_;
+  util::mutex mutex_;
   std::condition_variable wake_;
-  bool done_ = false;
+  bool done_ GUARDED_BY(mutex_) = false;
   std::thread thread_;
 };
 

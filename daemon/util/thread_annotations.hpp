@@ -23,6 +23,9 @@
 #define SCOPED_CAPABILITY SLOTTED_THREAD_ANNOTATION(scoped_lockable)
 #define GUARDED_BY(x) SLOTTED_THREAD_ANNOTATION(guarded_by(x))
 #define PT_GUARDED_BY(x) SLOTTED_THREAD_ANNOTATION(pt_guarded_by(x))
+// The order of two mutexes ever held at once, on the declaration of either.
+#define ACQUIRED_BEFORE(...) SLOTTED_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
+#define ACQUIRED_AFTER(...) SLOTTED_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
 #define REQUIRES(...) SLOTTED_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define ACQUIRE(...) SLOTTED_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) SLOTTED_THREAD_ANNOTATION(release_capability(__VA_ARGS__))

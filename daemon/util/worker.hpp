@@ -7,10 +7,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "util/thread_annotations.hpp"
 
 namespace slotted::util {
 
@@ -35,18 +36,18 @@ class worker {
   // yet answered, for the owner to answer.
   std::vector<callback> stop() {
     {
-      std::lock_guard lock(mutex_);
+      lock_guard lock(mutex_);
       stopping_ = true;
     }
     wake_.notify_one();
     if (thread_.joinable()) thread_.join();
-    std::lock_guard lock(mutex_);
+    lock_guard lock(mutex_);
     return std::exchange(waiters_, {});
   }
 
   // False once stopping: the caller must answer `done` itself.
   bool request(callback done) {
-    std::lock_guard lock(mutex_);
+    lock_guard lock(mutex_);
     if (stopping_) return false;
     waiters_.push_back(std::move(done));
     wake_.notify_one();
@@ -56,9 +57,10 @@ class worker {
  private:
   void loop() {
     auto next = std::chrono::steady_clock::now() + first_delay_;
-    std::unique_lock lock(mutex_);
+    unique_lock lock(mutex_);
     while (true) {
-      wake_.wait_until(lock, next, [&] { return stopping_ || !waiters_.empty(); });
+      lock.wait_until(wake_, next,
+                      [&]() REQUIRES(mutex_) { return stopping_ || !waiters_.empty(); });
       if (stopping_) return;
       auto waiters = std::exchange(waiters_, {});
       lock.unlock();
@@ -72,10 +74,10 @@ class worker {
   std::function<Result()> run_;
   std::function<std::chrono::milliseconds(const Result&)> delay_;
   std::chrono::milliseconds first_delay_;
-  std::mutex mutex_;
+  mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
-  std::vector<callback> waiters_;
+  bool stopping_ GUARDED_BY(mutex_) = false;
+  std::vector<callback> waiters_ GUARDED_BY(mutex_);
   std::thread thread_;
 };
 

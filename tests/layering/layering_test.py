@@ -9,6 +9,9 @@ Reads every `#include "..."` line of daemon/ (no compiler, no build; quick) and 
   same layer (folders of one layer are independent of each other);
 - on a cycle between folders (which the two rules above already forbid; checked on its
   own so that the message names the whole cycle);
+- on a plain std::mutex (or another std:: mutex type) outside daemon/util/: every mutex
+  of the daemon is a util::mutex (util/thread_annotations.hpp), whose GUARDED_BY and
+  REQUIRES clang checks (issue 41); comments may still name std::mutex;
 - when CONTRIBUTING.md's Layout does not list daemon/LAYERS' layers, in its order.
 An include is matched to daemon/<folder>/ by its first path component; includes with no
 folder name a file of the including folder or a generated header (version.hpp).
@@ -20,6 +23,9 @@ import re
 import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+PLAIN_MUTEX = re.compile(
+    r"\bstd::(recursive_|timed_|recursive_timed_|shared_|shared_timed_)?mutex\b")
+SOURCES = (".hpp", ".cpp", ".h", ".cc", ".in")
 
 
 def read_layers(path):
@@ -51,7 +57,7 @@ def include_edges(daemon):
     edges = []
     for top, _, files in os.walk(daemon):
         for name in sorted(files):
-            if not name.endswith((".hpp", ".cpp", ".h", ".cc", ".in")):
+            if not name.endswith(SOURCES):
                 continue
             path = os.path.join(top, name)
             source = folder_of(daemon, path)
@@ -65,6 +71,26 @@ def include_edges(daemon):
                         where = f"{os.path.relpath(path, os.path.dirname(daemon))}:{number}"
                         edges.append((source, target, where, m.group(1)))
     return folders, edges
+
+
+def plain_mutexes(daemon):
+    """file:line of each std:: mutex outside daemon/util/ (text after // left out)."""
+    found = []
+    for top, _, files in os.walk(daemon):
+        if folder_of(daemon, os.path.join(top, "x")) == "util":
+            continue
+        for name in sorted(files):
+            if not name.endswith(SOURCES):
+                continue
+            path = os.path.join(top, name)
+            with open(path, errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    m = PLAIN_MUTEX.search(line.split("//", 1)[0])
+                    if m:
+                        where = f"{os.path.relpath(path, os.path.dirname(daemon))}:{number}"
+                        found.append(f"{where}: {m.group(0)}: use util::mutex "
+                                     "(util/thread_annotations.hpp) and mark what it guards")
+    return found
 
 
 def find_cycle(graph):
@@ -120,7 +146,9 @@ def main():
     layers = read_layers(os.path.join(daemon, "LAYERS"))
     folders, edges = include_edges(daemon)
     checks = {"every folder named in daemon/LAYERS": [], "no include against the layers": [],
-              "no cycle between folders": [], "CONTRIBUTING.md's Layout is daemon/LAYERS": []}
+              "no cycle between folders": [],
+              "no std:: mutex outside daemon/util/": plain_mutexes(daemon),
+              "CONTRIBUTING.md's Layout is daemon/LAYERS": []}
 
     named = checks["every folder named in daemon/LAYERS"]
     for folder in sorted((folders | {"main"}) - set(layers)):
