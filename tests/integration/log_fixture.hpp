@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -115,6 +116,13 @@ class log_fixture : public ::testing::Test {
     return metric_value(http_client(d.port()).get("/metrics").body,
                         "slotted_counterd_log_events_total{kind=\"" + kind + "\",source=\"" +
                             log_ + "\"}");
+  }
+
+  // The inode of `path`.
+  static std::uint64_t inode(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return 0;
+    return static_cast<std::uint64_t>(st.st_ino);
   }
 
   // A daemon with `config` and the io_fault library preloaded (tests/support/io_fault.cpp),

@@ -17,11 +17,6 @@ namespace fs = std::filesystem;
 
 class LogRotationErrors : public log_fixture {
  protected:
-  static std::uint64_t inode(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return 0;
-    return static_cast<std::uint64_t>(st.st_ino);
-  }
   // The committed position as "inode offset".
   std::string committed() const {
     return std::to_string(shared_mariadb().query_int(

@@ -18,12 +18,6 @@ namespace fs = std::filesystem;
 
 class LogRotation : public log_fixture {
  protected:
-  // The inode of `path`.
-  static std::uint64_t inode(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return 0;
-    return static_cast<std::uint64_t>(st.st_ino);
-  }
   std::int64_t committed_inode() const {
     return shared_mariadb().query_int(
         db_, "SELECT COALESCE(MAX(file_ino), 0) FROM slotted_counterd_log_positions");
