@@ -201,6 +201,9 @@ void check_hosts_and_socket(const daemon_config& cfg, checker& c);
 void check_tls(const daemon_config& cfg, checker& c);
 // The flusher's connections against mysql.pool_size.
 void check_flush_connections(const daemon_config& cfg, checker& c);
+// metrics.listen must not be the API's own listen.address and listen.port: the second
+// bind would fail at start.
+void check_metrics_listen(const daemon_config& cfg, checker& c);
 // mysql.table short enough for every table derived from it (config/table_names.cpp).
 void check_table_name_length(const daemon_config& cfg, checker& c);
 // counters: a list of {name, record_type[, rollup][, buckets]}.

@@ -163,6 +163,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   if (read_secrets) detail::resolve_secrets(cfg, c, over.password_file.has_value());
   detail::check_tls(cfg, c);
   detail::check_flush_connections(cfg, c);
+  detail::check_metrics_listen(cfg, c);
   // The tables named after the counters table (`<table>_hour`, `<table>_totals`, ...)
   // must fit 64 characters (config/table_names.cpp).
   detail::check_table_name_length(cfg, c);

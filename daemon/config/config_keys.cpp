@@ -427,7 +427,7 @@ std::vector<key_row> listen_http_keys() {
           typed(integer<&C::listen_unix_socket_mode>("listen.unix_socket_mode", 0, 0777, "0660"),
                 "octal string")),
       checked<&endpoint_text_of, endpoint_expected, false, &C::metrics_listen>(
-          text<&C::metrics_listen>("metrics.listen", "address:port", "none")),
+          text<&C::metrics_listen>("metrics.listen", "address:port", "none", true)),
       integer<&C::http, &http_config::max_connections>("http.max_connections", 1, 10'000'000,
                                                        "10000"),
       integer<&C::http, &http_config::threads>("http.threads", 0, 256, "0"),

@@ -3,8 +3,11 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <array>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,6 +35,48 @@ std::optional<endpoint_text> listen_endpoint(std::string_view text) {
 }
 
 namespace detail {
+
+namespace {
+struct ip_address {
+  std::array<unsigned char, 16> bytes{};  // IPv4 as ::ffff:a.b.c.d
+  bool v4 = false;
+  bool wildcard = false;  // 0.0.0.0, or :: (dual-stack: every IPv4 address too)
+};
+std::optional<ip_address> parse_ip(const std::string& text) {
+  ip_address a;
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    a.bytes[10] = a.bytes[11] = 0xff;
+    std::memcpy(&a.bytes[12], &v4, sizeof v4);
+    a.v4 = true;
+    a.wildcard = v4.s_addr == htonl(INADDR_ANY);
+    return a;
+  }
+  if (inet_pton(AF_INET6, text.c_str(), a.bytes.data()) != 1) return std::nullopt;
+  a.wildcard = a.bytes == std::array<unsigned char, 16>{};
+  return a;
+}
+// Binding one of them on a port makes binding the other on that port fail.
+bool overlap(const ip_address& a, const ip_address& b) {
+  const auto covers = [](const ip_address& any, const ip_address& other) {
+    return any.wildcard && (!any.v4 || other.v4);
+  };
+  return a.bytes == b.bytes || covers(a, b) || covers(b, a);
+}
+}  // namespace
+
+void check_metrics_listen(const daemon_config& cfg, checker& c) {
+  const auto metrics = listen_endpoint(cfg.metrics_listen);
+  if (!metrics || metrics->port == 0 || metrics->port != cfg.listen_port) return;
+  const auto api = parse_ip(cfg.listen_address);
+  const auto own = parse_ip(metrics->address);
+  if (api && own && overlap(*api, *own)) {
+    c.fail_plain("metrics.listen",
+                 "'" + cfg.metrics_listen + "' takes the port of the API's listen.address " +
+                     cfg.listen_address + " and listen.port " + std::to_string(cfg.listen_port) +
+                     ": give /metrics another port");
+  }
+}
 
 bool is_valid_instance_id(std::string_view s) {
   if (s.empty() || s.size() > 64) return false;

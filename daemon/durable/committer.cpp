@@ -73,7 +73,9 @@ void committer::start(store::batch_queue& queue, bool replayed) {
   // Everything replayed is logged again as one snapshot; the old segments then go.
   util::unique_lock log_lock(log_mutex_);  // no other thread yet; snapshot() requires it
   if (const auto written = snapshot(); !written) {
-    if (replayed)
+    // Only a full disk is run through (ingest answers 503 until appends fit): any other
+    // error (EACCES, EIO, EROFS...) will not pass by itself, and fails the start.
+    if (replayed || !log_.last_failure_was_full_disk())
       throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
                            written.failed().detail);
     log::warn("WAL: ", written.failed().detail,

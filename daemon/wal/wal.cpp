@@ -128,16 +128,32 @@ void write_ahead_log::lock_directory() {
     if (err != EWOULDBLOCK) throw wal_error("cannot lock " + path + ": " + std::strerror(err));
     throw in_use(lock_fd_);
   }
+  write_pid(path);
+}
+
+void write_ahead_log::write_pid(const std::string& path) {
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd_, 0) != 0 ||
-      ::pwrite(lock_fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-    // The pid only names the holder; the locks above are what keep a second copy out. A
-    // full disk must not stop the start: ingest then answers 503 until appends fit.
-    if (errno != ENOSPC && errno != EDQUOT)
-      throw wal_error("cannot write " + path + ": " + std::strerror(errno));
-    log::warn("cannot write the pid into ", path, ": ", std::strerror(errno),
-              "; the WAL's disk is full: increments are refused (503) until there is room");
+  // errno is the call's only when it returned -1: a short write sets none (as in
+  // rotate(), a file that takes less than asked for is out of room).
+  std::string why;
+  int err = 0;
+  if (::ftruncate(lock_fd_, 0) != 0) {
+    err = errno;
+  } else {
+    const bool short_write = fault_ && fault_("pid write");
+    const ssize_t w = ::pwrite(lock_fd_, pid.data(), short_write ? pid.size() / 2 : pid.size(), 0);
+    if (w < 0) err = errno;
+    else if (w != static_cast<ssize_t>(pid.size()))
+      why = "short write (" + std::to_string(w) + " of " + std::to_string(pid.size()) + " bytes)";
   }
+  if (err != 0) why = std::strerror(err);
+  if (why.empty()) return;
+  // The pid only names the holder; the locks above are what keep a second copy out. A
+  // full disk must not stop the start: ingest then answers 503 until appends fit.
+  if (err != 0 && err != ENOSPC && err != EDQUOT)
+    throw wal_error("cannot write " + path + ": " + why);
+  log::warn("cannot write the pid into ", path, ": ", why,
+            "; the WAL's disk is full: increments are refused (503) until there is room");
 }
 
 std::string write_ahead_log::segment_path(std::uint64_t n) const {
@@ -351,7 +367,9 @@ result<void> write_ahead_log::rotate() {
     if (auto synced = sync(); !synced) return synced;
   }
   const std::uint64_t next = segment_ + 1;
-  const int fd = ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd = fault_ && fault_("create segment")
+                     ? (errno = ENOSPC, -1)
+                     : ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return failed("create segment", errno);
   }
@@ -465,6 +483,7 @@ void write_ahead_log::update_size_gauge() {
 }
 
 failure write_ahead_log::failed(const std::string& what, int err, errc code) {
+  last_errno_ = err;
   std::string message = what + ": " + std::strerror(err);
   if (message != last_logged_) {
     log::error("WAL ", cfg_.dir, ": ", message, "; ingest answers 503 until it can write again");

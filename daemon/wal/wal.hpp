@@ -25,6 +25,7 @@
 // per distinct cause.
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -120,11 +121,15 @@ class write_ahead_log {
   // directory ("fdatasync", "truncate", "directory fsync"); true makes that call fail
   // with EIO instead of running. Asked before
   // each pwrite(2) of an append too: "short write" true writes half of what is left,
-  // "write" true fails it with ENOSPC.
+  // "write" true fails it with ENOSPC. "create segment" true fails a new segment's
+  // creation with ENOSPC; "pid write" true writes half of the lock file's pid.
   void set_fault_for_test(std::function<bool(std::string_view call)> fault) {
     fault_ = std::move(fault);
   }
   std::uint64_t syncs() const { return syncs_.load(std::memory_order_relaxed); }
+  // The last failed write or sync failed for want of room (ENOSPC, EDQUOT, or a short
+  // write): a full disk, which the start tolerates (see committer::start).
+  bool last_failure_was_full_disk() const { return last_errno_ == ENOSPC || last_errno_ == EDQUOT; }
   std::size_t synced_bytes() const { return synced_bytes_.load(std::memory_order_acquire); }
 
  private:
@@ -137,6 +142,9 @@ class write_ahead_log {
   void salvage_damaged(const std::string& path, const std::string& data,
                        const scan_result& scan, bool salvage);
   void lock_directory();
+  // Writes this process's pid into the lock file at `path` (lock_fd_); a full disk (or a
+  // short write) is logged and tolerated, any other error throws wal_error.
+  void write_pid(const std::string& path);
   result<void> rotate();
   // fsync(2) of the directory: wal_sync_failed when it fails, and then every append
   // tries it again first and is refused while it fails.
@@ -177,6 +185,7 @@ class write_ahead_log {
   clock::time_point last_sync_ = clock::now();
   // The last write or sync error logged, empty once writable again.
   std::string last_logged_;
+  int last_errno_ = 0;  // of the last failure (see failed())
   std::atomic<std::uint64_t> writes_{0};
   std::atomic<std::uint64_t> syncs_{0};
   std::atomic<std::size_t> synced_bytes_{0};

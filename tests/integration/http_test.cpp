@@ -411,6 +411,18 @@ TEST(HttpMetricsListen, MetricsAreServedOnlyOnTheirOwnListener) {
   EXPECT_EQ(scrape.get("/v1/counters/1/1").status, 404u);
 }
 
+// Issue 40: the API's own address and port as metrics.listen is a config error, not a
+// failed bind at start.
+TEST(HttpMetricsListen, TheApisOwnPortIsRefusedByCheckConfig) {
+  std::string yaml = daemon_yaml(shared_mariadb(), migrated_database(shared_mariadb()),
+                                 "metrics: {listen: \"127.0.0.1:18080\"}\n");
+  yaml.replace(yaml.find("port: 0"), 7, "port: 18080");
+  std::string out;
+  EXPECT_EQ(run_binary(yaml, "--check-config", out), 2) << out;
+  EXPECT_NE(out.find("metrics.listen"), std::string::npos) << out;
+  EXPECT_NE(out.find("listen.port 18080"), std::string::npos) << out;
+}
+
 // A backend whose /metrics handler throws, as an allocation failing would.
 struct throwing_backend : fake_backend {
   throwing_backend() {

@@ -16,6 +16,7 @@
 #include <regex>
 
 #include "integration/load.hpp"
+#include "integration/wal_fixture.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -27,57 +28,6 @@ namespace slotted::test {
 namespace {
 
 using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-
-class Wal : public ::testing::Test {
- protected:
-  void SetUp() override {
-    database_ = migrated_database(shared_mariadb());
-    root_ = make_temp_dir("wal-test");
-    wal_dir_ = root_ + "/wal";
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  std::string yaml(const std::string& fsync = "always",
-                   const std::string& flush_interval = "100ms") const {
-    return daemon_yaml(shared_mariadb(), database_,
-                       "instance_id: wal-test\n"
-                       "accept_undeclared_types: true\n"
-                       "flush: {interval: " +
-                           flush_interval +
-                           "}\n"
-                           "wal: {dir: " +
-                           wal_dir_ + ", fsync: " + fsync + "}\n");
-  }
-
-  std::int64_t db_total(std::uint64_t id) const {
-    return shared_mariadb().query_int(
-        database_,
-        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
-        "WHERE record_type = 1 AND record_id = " +
-            std::to_string(id));
-  }
-
-  // Writes a segment holding `records` (after the segment header).
-  void write_segment(const std::string& records) const {
-    fs::create_directories(wal_dir_);
-    std::ofstream(wal_dir_ + "/wal-0000000000000001.log", std::ios::binary)
-        << durable::segment_magic << records;
-  }
-
-  // Every file in wal.dir but the lock, with its content.
-  std::map<std::string, std::string> wal_files() const {
-    std::map<std::string, std::string> files;
-    for (const auto& e : fs::directory_iterator(wal_dir_)) {
-      if (e.path().filename() == "lock") continue;
-      std::ifstream in(e.path(), std::ios::binary);
-      files[e.path().filename().string()].assign(std::istreambuf_iterator<char>(in), {});
-    }
-    return files;
-  }
-
-  std::string database_, root_, wal_dir_;
-};
 
 TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   constexpr int keys = 40;
@@ -637,67 +587,6 @@ TEST_F(Wal, FullDiskAnswers503AndRecovers) {
   for (int k = 0; k < 50; ++k) EXPECT_EQ(db_total(k), acknowledged[k]) << k;
   daemon.signal(SIGTERM);
   EXPECT_EQ(daemon.wait(30s), 0);
-}
-
-// Issue 40: with the WAL on by default in /var/lib, a full /var must not keep the daemon
-// from starting: it starts, refuses increments with 503 while nothing fits, and takes
-// them again once there is room. A real full filesystem: a small tmpfs (root only).
-TEST_F(Wal, ADaemonStartedOnAFullDiskRefusesIncrementsUntilThereIsRoom) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
-  const std::string mnt = root_ + "/small";
-  fs::create_directories(mnt);
-  ASSERT_EQ(std::system(("mount -t tmpfs -o size=64k tmpfs " + mnt).c_str()), 0);
-  struct unmount {
-    std::string at;
-    ~unmount() { static_cast<void>(std::system(("umount -l " + at).c_str())); }
-  } unmount_at_end{mnt};
-  wal_dir_ = mnt + "/wal";
-  fs::create_directories(wal_dir_);
-  const auto fill_disk = [&] {
-    std::ofstream fill(mnt + "/fill", std::ios::binary);
-    const std::string block(4096, 'x');
-    for (int i = 0; i < 64 && fill; ++i) fill << block << std::flush;
-  };
-  fill_disk();
-  daemon_process daemon(yaml("never", "1h"));
-  http_client c(daemon.port());
-  const auto r = c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 3})");
-  EXPECT_EQ(r.status, 503u) << r.body;
-  EXPECT_TRUE(r.headers.count("retry-after"));
-  fs::remove(mnt + "/fill");
-  ASSERT_TRUE(eventually([&] {
-    return c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 4})").status ==
-           202u;
-  }, 20s));
-  ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
-  EXPECT_EQ(db_total(7), 4);
-  EXPECT_NE(daemon.log().find("the WAL's disk is full"), std::string::npos) << daemon.log();
-  daemon.signal(SIGTERM);
-  EXPECT_EQ(daemon.wait(30s), 0);
-
-  // A restart on a full disk after a clean stop (its last segment left behind, holding
-  // nothing to keep) runs too, and the total stays exact.
-  fill_disk();
-  ASSERT_FALSE(fs::is_empty(wal_dir_));
-  daemon_process again(yaml("never", "1h"));
-  http_client c2(again.port());
-  EXPECT_EQ(c2.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 3})").status,
-            503u);
-  fs::remove(mnt + "/fill");
-  ASSERT_TRUE(eventually([&] {
-    return c2.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 5})")
-               .status == 202u;
-  }, 20s));
-  ASSERT_EQ(c2.request("POST", "/v1/flush").status, 200u);
-  EXPECT_EQ(db_total(7), 9);
-  again.signal(SIGTERM);
-  EXPECT_EQ(again.wait(30s), 0);
-}
-
-TEST_F(Wal, DirectoryIsCreatedPrivate) {
-  daemon_process daemon(yaml());
-  const auto perms = fs::status(wal_dir_).permissions();
-  EXPECT_EQ(perms & fs::perms::all, fs::perms::owner_all);
 }
 
 }  // namespace

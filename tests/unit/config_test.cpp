@@ -84,6 +84,28 @@ TEST(Config, MetricsListenIsAnAddressAndAPort) {
   }
 }
 
+// Issue 40: the API's own address and port passed --check-config, then failed at bind.
+TEST(Config, MetricsListenMustNotTakeTheApisPort) {
+  for (const char* clash :
+       {"listen: {port: 8080}\nmetrics: {listen: \"127.0.0.1:8080\"}\n",
+        "listen: {address: 0.0.0.0, port: 9000}\nmetrics: {listen: \"127.0.0.1:9000\"}\n",
+        "listen: {address: \"::\", port: 9000}\nmetrics: {listen: \"10.1.2.3:9000\"}\n",
+        "listen: {address: \"::1\", port: 9000}\nmetrics: {listen: \"[0:0::1]:9000\"}\n"}) {
+    SCOPED_TRACE(clash);
+    const auto problem = only_problem(clash);
+    EXPECT_NE(problem.find("metrics.listen: '"), std::string::npos) << problem;
+    EXPECT_NE(problem.find("listen.port"), std::string::npos) << problem;
+  }
+  for (const char* apart :
+       {"listen: {port: 8080}\nmetrics: {listen: \"127.0.0.1:9108\"}\n",
+        "listen: {address: 127.0.0.1, port: 9000}\nmetrics: {listen: \"10.1.2.3:9000\"}\n",
+        "listen: {address: 0.0.0.0, port: 9000}\nmetrics: {listen: \"[::1]:9000\"}\n",
+        "listen: {port: 0}\nmetrics: {listen: \"127.0.0.1:0\"}\n"}) {
+    SCOPED_TRACE(apart);
+    EXPECT_NO_THROW(parse_config(apart, "t.yaml"));
+  }
+}
+
 TEST(Config, TheShippedExampleIsValid) {
   const auto c = load_config(std::string(SLOTTED_SOURCE_DIR) + "/config/slotted-counterd.yaml");
   ASSERT_EQ(c.counters.size(), 1u);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -168,8 +169,8 @@ TEST_F(WalRotation, IngestIsRefusedUntilTheDirectorySyncsAgain) {
   log.set_fault_for_test({});
 }
 
-// Issue 40: a start whose snapshot cannot be written (a full disk, here a directory that
-// cannot be synced) on an empty log leaves the daemon running with no segment open;
+// Issue 40: a start whose snapshot cannot be written (a full disk: no room for a new
+// segment) on an empty log leaves the daemon running with no segment open;
 // appends are refused until one can be opened, then taken, and replayed after a restart.
 TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
   cfg_.fsync = config::fsync_mode::never;
@@ -178,7 +179,7 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
     store::pending_store store(4);
     wal::write_ahead_log log(cfg_, metrics_);
     log.set_fault_for_test(
-        [&](std::string_view call) { return call == "directory fsync" && failing.load(); });
+        [&](std::string_view call) { return call == "create segment" && failing.load(); });
     recover(log);
     committer c(log, store, 1000);
     queue_stub queue;
@@ -202,6 +203,42 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
   std::map<std::uint64_t, std::int64_t> by_id;
   for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
   EXPECT_EQ(by_id, (std::map<std::uint64_t, std::int64_t>{{2, 1}}));
+}
+
+// Issue 40: only a full disk is run through at start. Any other error of the start's
+// snapshot (here EIO from the directory's fsync) fails the start, naming the directory
+// and the error.
+TEST_F(WalRotation, AStartWhoseSnapshotFailsOtherThanForRoomFails) {
+  store::pending_store store(4);
+  wal::write_ahead_log log(cfg_, metrics_);
+  log.set_fault_for_test([](std::string_view call) { return call == "directory fsync"; });
+  recover(log);
+  committer c(log, store, 1000);
+  queue_stub queue;
+  try {
+    c.start(queue, false);
+    ADD_FAILURE() << "started on a WAL directory that cannot be synced";
+  } catch (const wal::wal_error& e) {
+    EXPECT_NE(std::string(e.what()).find(cfg_.dir), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::strerror(EIO)), std::string::npos) << e.what();
+  }
+  log.set_fault_for_test({});
+}
+
+// The pid in the lock file: a short write sets no errno, so the warning says "short
+// write", not whatever errno an earlier call left; and it is run through as a full disk.
+TEST_F(WalRotation, AShortPidWriteSaysSo) {
+  wal::write_ahead_log log(cfg_, metrics_);
+  log.set_fault_for_test([](std::string_view call) { return call == "pid write"; });
+  ::testing::internal::CaptureStderr();
+  errno = EACCES;  // stale: no call below sets it
+  EXPECT_NO_THROW(recover(log));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cannot write the pid into " + cfg_.dir + "/lock: short write"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find(std::strerror(EACCES)), std::string::npos) << err;
+  log.set_fault_for_test({});
 }
 
 }  // namespace
