@@ -175,13 +175,23 @@ std::optional<log_position> read_position(db::connection& conn, std::string_view
 }
 
 std::vector<other_position> positions_of_others(db::connection& conn, std::string_view instance,
-                                                std::string_view path) {
+                                                std::string_view path,
+                                                std::span<const file_inode> files) {
+  std::string named = "`path` = " + conn.quote(path);
+  if (!files.empty()) {
+    named += " OR (`file_dev`, `file_ino`) IN (";
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      named += (i ? ",(" : "(") + std::to_string(files[i].dev) + "," +
+               std::to_string(files[i].ino) + ")";
+    }
+    named += ")";
+  }
   std::vector<other_position> out;
   for (const auto& r : conn.query(
            "SELECT `instance_id`, `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset`, "
            "`in_long_line`, `file_mtime_ns` FROM " +
-           table() + " WHERE `path` = " + conn.quote(path) +
-           " AND `instance_id` <> " + conn.quote(instance) + " ORDER BY `instance_id`"))
+           table() + " WHERE (" + named + ") AND `instance_id` <> " + conn.quote(instance) +
+           " ORDER BY `instance_id`"))
     out.push_back({r[0].value_or(""), position_in(r, 1)});
   return out;
 }

@@ -76,9 +76,18 @@ void verify_positions_table(db::connection& conn);
 std::optional<log_position> read_position(db::connection& conn, std::string_view instance,
                                           std::string_view path);
 
-// The positions of `path` committed under another instance_id than `instance`.
+// A file by its device and inode (a position's file_dev and file_ino).
+struct file_inode {
+  std::uint64_t dev = 0;
+  std::uint64_t ino = 0;
+};
+
+// The positions committed under another instance_id than `instance` that name `path`, or
+// one of `files` by device and inode whatever its path there (the same file read through
+// a bind mount or a symlink).
 std::vector<other_position> positions_of_others(db::connection& conn, std::string_view instance,
-                                                std::string_view path);
+                                                std::string_view path,
+                                                std::span<const file_inode> files);
 
 // One batch of a log's lines.
 struct log_batch {

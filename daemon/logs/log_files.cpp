@@ -305,7 +305,7 @@ std::unique_ptr<log_file> open_log(const std::string& path) {
 file_identity identity_at(log_file& f, std::uint64_t offset, const std::string& name) {
   file_snapshot snap;
   if (!f.snapshot(snap))
-    throw log_io_error(name + ": cannot read its first bytes: " + std::strerror(errno));
+    throw log_io_error(io_failure(name, "cannot read its first bytes", errno));
   file_identity id;
   id.dev = snap.dev;
   id.ino = snap.ino;
@@ -358,12 +358,35 @@ std::vector<rotated_file> rotated_files(const config::log_source& src) {
   return out;
 }
 
+std::vector<file_inode> inodes_of(const config::log_source& src) {
+  std::vector<file_inode> out;
+  struct stat st {};
+  if (::stat(src.path.c_str(), &st) == 0)
+    out.push_back({static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)});
+  for (const auto& r : rotated_files(src)) out.push_back({r.dev, r.ino});
+  return out;
+}
+
+std::string io_failure(const std::string& name, const char* what, int err) {
+  return name + ": " + what + ": " + std::strerror(err) + " (errno " + std::to_string(err) + ")";
+}
+
+std::unique_ptr<log_file> open_if_there(const std::string& name) {
+  auto f = open_log(name);
+  if (f || errno == ENOENT || errno == ENOTDIR || errno == EINVAL) return f;
+  throw log_io_error(io_failure(name, "cannot open it", errno));
+}
+
 bool head_of(const std::string& name, std::string& head) {
-  const auto f = open_log(name);
+  const auto f = open_if_there(name);
   if (!f) return false;
   head.resize(head_bytes);
   std::size_t got = 0;
-  if (!f->read_at(head.data(), head.size(), 0, got)) return false;
+  if (!f->read_at(head.data(), head.size(), 0, got)) {
+    throw log_io_error(io_failure(
+        name, f->compressed() ? "cannot read its first bytes (decompressing it)" : "cannot read its first bytes",
+        errno));
+  }
   head.resize(got);
   return true;
 }

@@ -70,9 +70,20 @@ struct rotated_file {
 // keeps it when it compresses), then by name.
 std::vector<rotated_file> rotated_files(const config::log_source& src);
 
+// `name` opened; nullptr when it is not there any more (removed, or not a regular file,
+// since it was listed). Any other error throws log_io_error: an error reading a file
+// looked for by its name is never "not this file".
+std::unique_ptr<log_file> open_if_there(const std::string& name);
+// The device and inode of PATH (when it is there) and of each of its rotated files:
+// what another instance's position names when it reads them through other paths.
+std::vector<file_inode> inodes_of(const config::log_source& src);
+
 // The first bytes of the file at `name` (up to head_bytes; of a gzip file, its text's,
-// without reading it through); false when it cannot be opened or read.
+// without reading it through); false when it is not there (open_if_there). Throws
+// log_io_error when it cannot be opened or read (a damaged .gz included).
 bool head_of(const std::string& name, std::string& head);
+// "NAME: WHAT: <strerror> (errno N)", the text of a log_io_error.
+std::string io_failure(const std::string& name, const char* what, int err);
 // Whether `head` (a file's first bytes) starts with the bytes `id` names.
 bool head_matches(const std::string& head, const file_identity& id);
 

@@ -17,6 +17,11 @@
 
 namespace slotted::logs {
 
+namespace {
+// A source whose passes keep failing on an I/O error is logged again this often.
+constexpr auto read_error_reminder = std::chrono::minutes(10);
+}  // namespace
+
 ingest_settings ingest_settings_for(const config::daemon_config& cfg) {
   ingest_settings s;
   s.instance_id = cfg.instance_id;
@@ -188,9 +193,14 @@ bool log_ingester::run_once() {
       // Never taken for a cut or another file: the same files are read again from the
       // committed position after the backoff.
       s->read_errors->Increment();
-      if (!s->read_failing)
+      const auto now = std::chrono::steady_clock::now();
+      if (!s->read_failing || now - s->read_warned >= read_error_reminder) {
         log::warn("log_sources: ", s->cfg.path, ": ", e.what(), "; read again from the ",
-                  "committed position (log_events_total{kind=\"read_error\"})");
+                  "committed position (log_events_total{kind=\"read_error\"}; a file that "
+                  "can never be read, such as a damaged .gz, stops the source until it is "
+                  "moved away: docs/operations.md)");
+        s->read_warned = now;
+      }
       s->read_failing = true;
       s->loaded = false;
       if (!first) first = std::current_exception();
@@ -307,7 +317,8 @@ bool log_ingester::run_source(source_state& s) {
 
 std::string other_instance_reading(db::connection& conn, const std::string& instance,
                                    const config::log_source& src) {
-  for (const auto& other : positions_of_others(conn, instance, src.path)) {
+  const auto here = inodes_of(src);
+  for (const auto& other : positions_of_others(conn, instance, src.path, here)) {
     // At offset 0 nothing of the file was counted: reading it from its start is right.
     if (other.position.offset == 0) continue;
     const std::string at = where_is(src, other.position);

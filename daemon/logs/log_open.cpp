@@ -28,7 +28,7 @@ constexpr std::size_t max_held = 100;
 
 held_file hold(std::unique_ptr<log_file> f, const std::string& name) {
   file_snapshot snap;
-  if (!f->snapshot(snap)) throw log_io_error(name + ": " + std::strerror(errno));
+  if (!f->snapshot(snap)) throw log_io_error(io_failure(name, "cannot read it", errno));
   held_file h;
   h.file = std::move(f);
   h.dev = snap.dev;
@@ -45,7 +45,7 @@ held_file hold(std::unique_ptr<log_file> f, const std::string& name) {
 std::optional<held_file> hold_if_copy(const rotated_file& r, const file_identity& id) {
   std::string head;
   if (!head_of(r.name, head) || !head_matches(head, id)) return std::nullopt;
-  auto f = open_log(r.name);
+  auto f = open_if_there(r.name);
   if (!f) return std::nullopt;
   return hold(std::move(f), r.name);
 }
@@ -96,7 +96,7 @@ std::unique_ptr<log_file> open_path_file(source_state& s) {
 
 std::string head_held(held_file& h) {
   file_snapshot snap;
-  if (!h.file->snapshot(snap)) throw log_io_error(h.name + ": " + std::strerror(errno));
+  if (!h.file->snapshot(snap)) throw log_io_error(io_failure(h.name, "cannot read it", errno));
   return snap.head;
 }
 
@@ -116,16 +116,14 @@ void hold_files_after(source_state& s, const std::vector<rotated_file>& rotated,
     // An empty one is held too (the web server may not have reopened yet), not an empty
     // compressed one.
     if ((r.gz && r.size == 0) || holds(s, r.dev, r.ino)) continue;
+    // Not there any more: renamed or removed since it was listed. An error reading it
+    // throws (log_io_error): the pass fails and is tried again, nothing skipped.
     std::string head;
-    if (!head_of(r.name, head)) {
-      log::warn("log_sources: ", s.cfg.path, ": cannot read the rotated file ", r.name, ": ",
-                std::strerror(errno), "; its lines are not counted");
-      continue;
-    }
+    if (!head_of(r.name, head)) continue;
     if (std::any_of(heads.begin(), heads.end(),
                     [&](const std::string& h) { return same_start(h, head); }))
       continue;
-    auto f = open_log(r.name);
+    auto f = open_if_there(r.name);
     if (!f) continue;
     s.files.push_back(hold(std::move(f), r.name));
     heads.push_back(head);
@@ -274,15 +272,14 @@ void open_committed(source_state& s) {
           !head_matches(head, pos.file))
         continue;
     }
-    auto f = open_log(r.name);
+    auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
     if (!f) {
       if (!same_inode) continue;
-      throw log_io_error("cannot open " + r.name + ", the file of the committed position: " +
-                         std::strerror(errno));
+      throw log_io_error(io_failure(r.name, "cannot open the file of the committed position", errno));
     }
     if (!is_file(*f, pos.file, r.name)) continue;
     file_snapshot snap;
-    if (!f->snapshot(snap)) throw log_io_error(r.name + ": " + std::strerror(errno));
+    if (!f->snapshot(snap)) throw log_io_error(io_failure(r.name, "cannot read it", errno));
     if (snap.size < pos.offset) continue;
     s.files.push_back(hold(std::move(f), r.name));
     s.read_from = pos.offset;
@@ -300,7 +297,7 @@ void open_committed(source_state& s) {
 void watch_waiting(source_state& s, std::size_t& i) {
   auto& h = s.files[i];
   file_snapshot snap;
-  if (!h.file->snapshot(snap)) throw log_io_error(h.name + ": " + std::strerror(errno));
+  if (!h.file->snapshot(snap)) throw log_io_error(io_failure(h.name, "cannot read it", errno));
   const bool cut = snap.size < h.size || (!h.head.empty() && !same_start(h.head, snap.head));
   if (cut) {
     s.truncations->Increment();
@@ -308,7 +305,7 @@ void watch_waiting(source_state& s, std::size_t& i) {
     for (const auto& r : reversed(rotated_files(s.cfg))) {
       std::string head;
       if (holds(s, r.dev, r.ino) || !head_of(r.name, head) || !same_start(head, h.head)) continue;
-      if (auto f = open_log(r.name)) copy = hold(std::move(f), r.name);
+      if (auto f = open_if_there(r.name)) copy = hold(std::move(f), r.name);
       break;
     }
     if (copy) {
@@ -334,7 +331,12 @@ bool open_source_files(source_state& s) {
   s.files.clear();
   s.read_from = 0;
   s.resume_skipping = false;
-  if (s.committed) open_committed(s);
+  try {
+    if (s.committed) open_committed(s);
+  } catch (...) {
+    s.files.clear();  // all opened again by the next pass, none skipped
+    throw;
+  }
   if (s.files.empty()) {
     auto f = open_path_file(s);
     if (!f) return false;
@@ -425,7 +427,7 @@ void watch_path(source_state& s) {
   if (!at) {
     file_snapshot snap;
     if (!last.file->snapshot(snap, &last_mtime))
-      throw log_io_error(last.name + ": " + std::strerror(errno));
+      throw log_io_error(io_failure(last.name, "cannot read it", errno));
   }
   hold_files_after(s, rotated, at, last_mtime, std::move(path));
 }

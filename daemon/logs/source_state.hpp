@@ -100,7 +100,10 @@ struct source_state {
   // Another instance whose position names a file here (a renamed instance): the source
   // is not read (load_position).
   std::string held_for;
-  bool read_failing = false;  // the last pass met an I/O error (reported once)
+  // The last pass met an I/O error: logged when it starts, then again every
+  // read_error_reminder while it lasts (a file that can never be read: a damaged .gz).
+  bool read_failing = false;
+  std::chrono::steady_clock::time_point read_warned{};
   prometheus::Counter* lines[outcome_count_]{};
   prometheus::Gauge* lag = nullptr;
   prometheus::Gauge* last_commit = nullptr;

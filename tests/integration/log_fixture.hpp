@@ -5,9 +5,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -114,6 +116,34 @@ class log_fixture : public ::testing::Test {
     return metric_value(http_client(d.port()).get("/metrics").body,
                         "slotted_counterd_log_events_total{kind=\"" + kind + "\",source=\"" +
                             log_ + "\"}");
+  }
+
+  // The inode of `path`.
+  static std::uint64_t inode(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return 0;
+    return static_cast<std::uint64_t>(st.st_ino);
+  }
+
+  // A daemon with `config` and the io_fault library preloaded (tests/support/io_fault.cpp),
+  // the reads it fails named by the control file `control`.
+  static std::unique_ptr<daemon_process> with_io_fault(const std::string& control,
+                                                       const std::string& config) {
+    const char* asan = std::getenv("ASAN_OPTIONS");
+    struct restore {
+      bool had;
+      std::string before;
+      ~restore() {
+        ::unsetenv("LD_PRELOAD");
+        ::unsetenv("SLOTTED_IO_FAULT");
+        if (had) ::setenv("ASAN_OPTIONS", before.c_str(), 1);
+      }
+    } env{asan != nullptr, asan ? asan : ""};
+    ::setenv("LD_PRELOAD", SLOTTED_IO_FAULT_LIB, 1);
+    ::setenv("SLOTTED_IO_FAULT", control.c_str(), 1);
+    // The library comes before the sanitizer's runtime in the preload order.
+    ::setenv("ASAN_OPTIONS", (env.before + ":verify_asan_link_order=0").c_str(), 1);
+    return std::make_unique<daemon_process>(config);
   }
 
   // Stops `d` cleanly (SIGTERM: its last pass commits) and forgets it.

@@ -4,7 +4,6 @@
 // lines appended as nginx writes them.
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -19,12 +18,6 @@ namespace fs = std::filesystem;
 
 class LogRotation : public log_fixture {
  protected:
-  // The inode of `path`.
-  static std::uint64_t inode(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return 0;
-    return static_cast<std::uint64_t>(st.st_ino);
-  }
   std::int64_t committed_inode() const {
     return shared_mariadb().query_int(
         db_, "SELECT COALESCE(MAX(file_ino), 0) FROM slotted_counterd_log_positions");
@@ -119,6 +112,35 @@ TEST_F(LogRotation, ARenamedInstanceDoesNotCountTheLogAgain) {
   stop(d);
 }
 
+// The same file read by another instance through another path (a symlink to the log
+// directory; a container's bind mount is alike): refused as a renamed instance is, by
+// the file's device and inode, not its path's text.
+TEST_F(LogRotation, AnotherInstanceThroughASymlinkIsRefused) {
+  auto d = std::make_unique<daemon_process>(yaml("", "instance_id: host-a\n"));
+  for (std::uint64_t id = 1; id <= 3; ++id) counted(id, log_);
+  ASSERT_TRUE(exact());
+  stop(d);
+  const std::string link = dir_ + "-link";
+  fs::create_directory_symlink(dir_, link);
+  std::string config = yaml("", "instance_id: host-b\n");
+  config.replace(config.find("path: " + log_), 6 + log_.size(), "path: " + link + "/access.log");
+  std::string refused;
+  try {
+    d = std::make_unique<daemon_process>(config);
+  } catch (const std::runtime_error& e) {
+    refused = e.what();
+  }
+  if (d) {
+    EXPECT_FALSE(eventually([&] { return counts().at(1) > 1; }, 3s))
+        << "host-b read the file again from byte 0 through " << link;
+    stop(d);
+  }
+  fs::remove(link);
+  EXPECT_NE(refused.find("host-a"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("host-b"), std::string::npos) << refused;
+  EXPECT_TRUE(exact());
+}
+
 // Issue 39, case 2: the rotation window is time, not passes. With a pass every 50 ms, a
 // line the web server writes to the renamed file 600 ms after the rename (a postrotate
 // through invoke-rc.d) is still counted.
@@ -140,23 +162,7 @@ TEST_F(LogRotation, TheRotationWindowIsTimeNotPasses) {
 // twice and no cut is reported.
 TEST_F(LogRotation, AnIoErrorIsNeverTakenForACut) {
   const std::string control = dir_ + "/fault";
-  const std::string preload = SLOTTED_IO_FAULT_LIB;
-  const char* asan = std::getenv("ASAN_OPTIONS");
-  const std::string asan_before = asan ? asan : "";
-  ::setenv("LD_PRELOAD", preload.c_str(), 1);
-  ::setenv("SLOTTED_IO_FAULT", control.c_str(), 1);
-  // The library comes before the sanitizer's runtime in the preload order.
-  ::setenv("ASAN_OPTIONS", (asan_before + ":verify_asan_link_order=0").c_str(), 1);
-  std::unique_ptr<daemon_process> d;
-  try {
-    d = std::make_unique<daemon_process>(yaml());
-  } catch (...) {
-    ::unsetenv("LD_PRELOAD");
-    throw;
-  }
-  ::unsetenv("LD_PRELOAD");
-  ::unsetenv("SLOTTED_IO_FAULT");
-  if (asan) ::setenv("ASAN_OPTIONS", asan_before.c_str(), 1);
+  auto d = with_io_fault(control, yaml());
   counted(1, log_);
   counted(2, log_);
   ASSERT_TRUE(exact());

@@ -155,6 +155,10 @@ TEST(LogFiles, AGzipFileIsReadAsItsTextAtAnyOffset) {
   auto cut = open_log(dir + "/cut.gz");
   ASSERT_TRUE(cut);
   EXPECT_FALSE(cut->snapshot(snap));
+  // Its first bytes unreadable: an error, never "not this file"; gone: not there.
+  std::ofstream(dir + "/short.gz", std::ios::binary) << whole.substr(0, 12);
+  EXPECT_THROW(head_of(dir + "/short.gz", head), log_io_error);
+  EXPECT_FALSE(head_of(dir + "/gone.gz", head));
   fs::remove_all(dir);
 }
 

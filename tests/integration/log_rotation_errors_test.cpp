@@ -1,0 +1,94 @@
+// Access logs: an error reading a rotated file looked for by its name (its first bytes,
+// a .gz decompressed) is an error, never "not this file" (docs/known-limits.md). Real
+// daemon, real MariaDB; read errors by the io_fault library (tests/support/io_fault.cpp)
+// or a damaged .gz.
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "log_fixture.hpp"
+
+namespace slotted::test {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class LogRotationErrors : public log_fixture {
+ protected:
+  // The committed position as "inode offset".
+  std::string committed() const {
+    return std::to_string(shared_mariadb().query_int(
+               db_, "SELECT COALESCE(MAX(file_ino), 0) FROM slotted_counterd_log_positions")) +
+           " " +
+           std::to_string(shared_mariadb().query_int(
+               db_, "SELECT COALESCE(MAX(`offset`), 0) FROM slotted_counterd_log_positions"));
+  }
+  // Ids 1 to 3 counted and committed by a daemon, stopped; then id 4 appended to the log
+  // while no daemon runs (counted, when `expect_4`), the log rotated to PATH.1.gz
+  // (logrotate's compress), and id 5 written to a new PATH.
+  void rotate_while_stopped(bool expect_4) {
+    auto d = std::make_unique<daemon_process>(yaml());
+    for (std::uint64_t id = 1; id <= 3; ++id) counted(id, log_);
+    ASSERT_TRUE(exact());
+    stop(d);
+    if (expect_4) {
+      counted(4, log_);
+    } else {
+      nginx_append(log_, log_line(4));
+    }
+    fs::rename(log_, log_ + ".1");
+    ASSERT_EQ(std::system(("gzip " + log_ + ".1").c_str()), 0);
+    ASSERT_TRUE(fs::exists(log_ + ".1.gz"));
+    counted(5, log_);
+  }
+};
+
+// The .gz that holds the committed file fails its first reads (EIO, as NFS may): the
+// passes fail and are tried again, reported with the file's name and errno; once it can
+// be read, it is read from the committed position. No file_lost, nothing counted twice
+// or skipped.
+TEST_F(LogRotationErrors, AReadErrorOnARotatedGzIsAnErrorNotAnotherFile) {
+  ASSERT_NO_FATAL_FAILURE(rotate_while_stopped(true));
+  const std::string gz = log_ + ".1.gz";
+  const std::string control = dir_ + "/fault";
+  // Its first three reads at offset 0 fail.
+  std::ofstream(control) << "1 " << inode(gz) << " 0 3\n";
+  auto d = with_io_fault(control, yaml());
+  EXPECT_TRUE(eventually([&] { return fs::exists(control + ".fired"); }, 20s));
+  EXPECT_TRUE(exact()) << d->log();
+  EXPECT_EQ(events(*d, "file_lost"), 0);
+  EXPECT_GE(events(*d, "read_error"), 1);
+  const std::string log = d->log();
+  EXPECT_NE(log.find(gz + ": cannot read its first bytes (decompressing it): Input/output "
+                          "error (errno 5)"),
+            std::string::npos)
+      << log;
+  stop(d);
+}
+
+// A damaged .gz (cut short: its first bytes cannot be decompressed) that holds the committed file: the source stops there,
+// visibly (a read_error each pass, the position kept), instead of reporting the file
+// lost and going on. Once the operator moves it away (docs/operations.md), its unread
+// lines are lost and the newer files are read.
+TEST_F(LogRotationErrors, ADamagedGzStopsTheSourceVisiblyUntilMovedAway) {
+  ASSERT_NO_FATAL_FAILURE(rotate_while_stopped(false));
+  const std::string gz = log_ + ".1.gz";
+  // Cut short before its first bytes' end (gzip's header, with the file's name, and a
+  // few bytes of its deflate stream): they cannot be decompressed.
+  fs::resize_file(gz, 30);
+  const std::string before = committed();
+  auto d = std::make_unique<daemon_process>(yaml());
+  EXPECT_TRUE(eventually([&] { return events(*d, "read_error") >= 3; }, 30s));
+  EXPECT_EQ(events(*d, "file_lost"), 0);
+  EXPECT_EQ(committed(), before);
+  EXPECT_EQ(counts().at(5), 0);
+  EXPECT_NE(d->log().find(gz), std::string::npos) << d->log();
+  fs::rename(gz, dir_ + "/damaged.gz");
+  EXPECT_TRUE(exact(40s));
+  stop(d);
+}
+
+}  // namespace
+}  // namespace slotted::test
