@@ -20,7 +20,13 @@ struct scratch_table {
     server.connect(database).execute("CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB");
   }
   std::int64_t rows() const { return server.query_int(database, "SELECT COUNT(*) FROM t"); }
+  // A pool of one connection to the table's database.
+  db::pool pool() const { return {connect_options_for(test_config(server, database).mysql), 1}; }
 };
+
+std::int64_t connection_id(db::connection& c) {
+  return std::stoll(*c.query("SELECT CONNECTION_ID()")[0][0]);
+}
 
 TEST(Transaction, AnyThrowInsideRollsBackOnTheSameConnection) {
   auto& server = shared_mariadb();
@@ -49,18 +55,18 @@ TEST(Transaction, AnyThrowInsideRollsBackOnTheSameConnection) {
 TEST(Transaction, ALeaseReturnedWithATransactionOpenIsNotLentAgain) {
   auto& server = shared_mariadb();
   scratch_table t(server);
-  db::pool pool(connect_options_for(test_config(server, t.database).mysql), 1);
+  auto pool = t.pool();
   std::int64_t first_id = 0;
   {
     auto lease = pool.acquire();
-    first_id = std::stoll(*lease->query("SELECT CONNECTION_ID()")[0][0]);
+    first_id = connection_id(*lease);
     lease->execute("START TRANSACTION");
     lease->execute("INSERT INTO t VALUES (1)");
     EXPECT_TRUE(lease->in_transaction());
   }
   {
     auto lease = pool.acquire();
-    EXPECT_NE(std::stoll(*lease->query("SELECT CONNECTION_ID()")[0][0]), first_id);
+    EXPECT_NE(connection_id(*lease), first_id);
     lease->execute("START TRANSACTION");
     lease->execute("COMMIT");
   }
@@ -72,11 +78,11 @@ TEST(Transaction, ALeaseReturnedWithATransactionOpenIsNotLentAgain) {
 TEST(Transaction, ALeaseWithNoTransactionOpenIsReused) {
   auto& server = shared_mariadb();
   scratch_table t(server);
-  db::pool pool(connect_options_for(test_config(server, t.database).mysql), 1);
+  auto pool = t.pool();
   std::int64_t first_id = 0;
   {
     auto lease = pool.acquire();
-    first_id = std::stoll(*lease->query("SELECT CONNECTION_ID()")[0][0]);
+    first_id = connection_id(*lease);
     lease->execute("INSERT INTO t VALUES (1)");
     db::in_transaction(*lease, [&] {
       lease->execute("INSERT INTO t VALUES (2)");
@@ -86,7 +92,7 @@ TEST(Transaction, ALeaseWithNoTransactionOpenIsReused) {
     EXPECT_FALSE(lease->in_transaction());
   }
   auto lease = pool.acquire();
-  EXPECT_EQ(std::stoll(*lease->query("SELECT CONNECTION_ID()")[0][0]), first_id);
+  EXPECT_EQ(connection_id(*lease), first_id);
   EXPECT_EQ(t.rows(), 2);
 }
 
