@@ -262,15 +262,22 @@ void open_committed(source_state& s) {
     follow_cut(s, rotated, std::move(path));
     return;
   }
+  // A rotated file whose first bytes cannot be read may be the committed one: an error
+  // (the pass fails, retried), unless the committed file is found among the others.
+  std::optional<log_io_error> unreadable;
   for (std::size_t i = 0; i < rotated.size(); ++i) {
     const auto& r = rotated[i];
     const bool same_inode = r.dev == pos.file.dev && r.ino == pos.file.ino;
     if (!same_inode) {
       // A compressed file of it: the same first bytes (none committed: none told).
       std::string head;
-      if (!r.gz || pos.file.head_len == 0 || !head_of(r.name, head) ||
-          !head_matches(head, pos.file))
+      if (!r.gz || pos.file.head_len == 0) continue;
+      try {
+        if (!head_of(r.name, head) || !head_matches(head, pos.file)) continue;
+      } catch (const log_io_error& e) {
+        if (!unreadable) unreadable = e;
         continue;
+      }
     }
     auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
     if (!f) {
@@ -287,6 +294,7 @@ void open_committed(source_state& s) {
     hold_files_after(s, rotated, i, 0, std::move(path));
     return;
   }
+  if (unreadable) throw *unreadable;
   follow_lost(s, rotated, std::move(path));
 }
 
@@ -394,18 +402,31 @@ bool hold_copy_of_cut(source_state& s) {
   return false;
 }
 
+namespace {
+// For where_is: a file whose first bytes cannot be read is not taken for another
+// instance's (said once in the log): it must not stop this instance's start.
+bool head_for_others(const std::string& name, std::string& head) {
+  try {
+    return head_of(name, head);
+  } catch (const log_io_error& e) {
+    log::warn("log_sources: ", e.what(), "; not compared with another instance's position");
+    return false;
+  }
+}
+}  // namespace
+
 std::string where_is(const config::log_source& src, const log_position& pos) {
   struct stat st {};
   if (::stat(src.path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_dev) == pos.file.dev &&
       static_cast<std::uint64_t>(st.st_ino) == pos.file.ino) {
     std::string head;
-    if (head_of(src.path, head) && head_matches(head, pos.file)) return src.path;
+    if (head_for_others(src.path, head) && head_matches(head, pos.file)) return src.path;
   }
   for (const auto& r : rotated_files(src)) {
     if (!(r.dev == pos.file.dev && r.ino == pos.file.ino) && !(r.gz && pos.file.head_len > 0))
       continue;
     std::string head;
-    if (head_of(r.name, head) && head_matches(head, pos.file)) return r.name;
+    if (head_for_others(r.name, head) && head_matches(head, pos.file)) return r.name;
   }
   return "";
 }

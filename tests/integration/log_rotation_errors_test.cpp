@@ -45,6 +45,43 @@ class LogRotationErrors : public log_fixture {
   }
 };
 
+// A damaged .gz at `name` (gzip's header, then a deflate stream cut short: its first
+// bytes cannot be decompressed), holding lines of no counted file.
+void damaged_gz(const std::string& name) {
+  const std::string plain = name.substr(0, name.size() - 3);
+  std::ofstream(plain) << std::string(4096, 'x') << "\n";
+  ASSERT_EQ(std::system(("gzip -f " + plain).c_str()), 0);
+  fs::resize_file(name, 30);
+}
+
+// A damaged archive older than the committed file (PATH.2.gz) is not the committed file:
+// the search goes past it, finds PATH.1.gz and reads it from the committed position.
+TEST_F(LogRotationErrors, ADamagedOlderGzDoesNotStopTheSearchForTheCommittedFile) {
+  ASSERT_NO_FATAL_FAILURE(rotate_while_stopped(true));
+  ASSERT_NO_FATAL_FAILURE(damaged_gz(log_ + ".2.gz"));
+  auto d = std::make_unique<daemon_process>(yaml());
+  EXPECT_TRUE(exact()) << d->log();
+  EXPECT_EQ(events(*d, "file_lost"), 0);
+  stop(d);
+}
+
+// Another instance's position checked at a start (a renamed host): a damaged archive
+// among the rotated files is not compared, and does not stop the start; the other
+// instance's file, found past it, is, and the start is refused naming both.
+TEST_F(LogRotationErrors, ADamagedGzDoesNotStopTheCheckOfAnotherInstance) {
+  ASSERT_NO_FATAL_FAILURE(rotate_while_stopped(true));
+  ASSERT_NO_FATAL_FAILURE(damaged_gz(log_ + ".2.gz"));
+  std::string refused;
+  try {
+    auto d = std::make_unique<daemon_process>(yaml("", "instance_id: host-b\n"));
+    stop(d);
+  } catch (const std::runtime_error& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("instance_id 'host-b') has no position"), std::string::npos)
+      << refused;
+}
+
 // The .gz that holds the committed file fails its first reads (EIO, as NFS may): the
 // passes fail and are tried again, reported with the file's name and errno; once it can
 // be read, it is read from the committed position. No file_lost, nothing counted twice
