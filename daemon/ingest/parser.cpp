@@ -2,7 +2,7 @@
 
 #include <simdjson.h>
 
-#include <boost/beast/core/string.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <utility>
@@ -492,6 +492,12 @@ std::optional<parse_error> parse_ndjson(std::string_view body, const type_regist
   return std::nullopt;
 }
 
+// Media types compare ASCII case folded, inline (no locale, no call per character).
+bool iequals(std::string_view a, std::string_view b) {
+  const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+  return std::ranges::equal(a, b, [&](char x, char y) { return lower(x) == lower(y); });
+}
+
 }  // namespace
 
 std::optional<body_format> format_for(std::string_view content_type) {
@@ -499,9 +505,8 @@ std::optional<body_format> format_for(std::string_view content_type) {
   std::string_view media = content_type.substr(0, semi);
   while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.remove_suffix(1);
   while (!media.empty() && (media.front() == ' ' || media.front() == '\t')) media.remove_prefix(1);
-  // beast::iequals folds ASCII case inline (no locale, no call per character).
-  if (boost::beast::iequals(media, "application/json")) return body_format::json;
-  if (boost::beast::iequals(media, "application/x-ndjson")) return body_format::ndjson;
+  if (iequals(media, "application/json")) return body_format::json;
+  if (iequals(media, "application/x-ndjson")) return body_format::ndjson;
   return std::nullopt;
 }
 
