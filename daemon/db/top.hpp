@@ -25,6 +25,7 @@
 #include "db/sql.hpp"
 #include "model/batch.hpp"
 #include "model/counter_key.hpp"
+#include "model/top_limits.hpp"
 #include "model/top_spec.hpp"
 
 namespace slotted::db {
@@ -127,24 +128,14 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
                                                          std::uint32_t record_type,
                                                          std::size_t limit);
 
-// What one bucketed top-N may read in its rounds (the rows of its round statements)
-// before it stops: with counts tied across many record ids over a long range the merge
-// would read on to every row of the range, holding a connection of the flusher's pool.
-constexpr std::size_t max_top_rows = 200'000;
+// max_top_rows, top_page and top_first_round_rows: model/top_limits.hpp (the router
+// refuses a top-N past them before it reads).
+
 // What it may read to sum the record ids its rounds met over the range (primary-key
 // reads, each id at most one row per bucket): many ids whose counts change from bucket
 // to bucket, over a long range, would sum far more rows than the rounds read.
 constexpr std::size_t max_top_sum_rows = 2'000'000;
 
-// The rows per bucket one round reads: 1.5 x `limit`, at least 20.
-constexpr std::size_t top_page(std::size_t limit) {
-  return std::max<std::size_t>(limit + limit / 2, 20);
-}
-// What the first round of a top-N of `limit` over `buckets` buckets may read: past
-// max_top_rows the request can never be answered, whatever the data (the router's 400).
-constexpr std::size_t top_first_round_rows(std::size_t buckets, std::size_t limit) {
-  return buckets * top_page(limit);
-}
 // The wall-clock bound on one bucketed top-N's rounds (each statement is also cut at
 // sql_text::read_time_limit_s): past it the read stops with a db_error of
 // statement_timeout_code, answered as read_timed_out.

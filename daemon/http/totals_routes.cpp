@@ -1,10 +1,10 @@
 // The many-counter and top-N routes: GET /v1/counters/{record_type}?ids=... and
 // GET /v1/top/{record_type} (README: HTTP API).
 
-#include "db/top.hpp"
 #include "http/query.hpp"
 #include "http/router.hpp"
 #include "http/router_internal.hpp"
+#include "model/top_limits.hpp"
 
 namespace slotted::http {
 
