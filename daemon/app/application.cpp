@@ -273,8 +273,7 @@ void application::start_components() {
   roller_.start();
   pruner_.start();
   if (!cfg_.log_sources.empty()) {
-    logs_ = std::make_unique<logs::log_ingester>(logs::ingest_settings_for(cfg_), pool_,
-                                                 metrics_.prometheus_registry());
+    logs_ = std::make_unique<logs::log_ingester>(logs::ingest_settings_for(cfg_), pool_, metrics_);
     logs_->start();
   }
 }

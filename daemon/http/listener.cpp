@@ -28,7 +28,7 @@ using net::ip::tcp;
 // listener: sessions may outlive the listener (destroyed with their io_context).
 class listener::slot : public connection_slot {
  public:
-  slot(std::shared_ptr<std::atomic<std::size_t>> open, prometheus::Gauge& gauge)
+  slot(std::shared_ptr<std::atomic<std::size_t>> open, metrics::gauge_handle& gauge)
       : open_(std::move(open)), gauge_(gauge) {
     open_->fetch_add(1);
     gauge_.Increment();
@@ -40,7 +40,7 @@ class listener::slot : public connection_slot {
 
  private:
   std::shared_ptr<std::atomic<std::size_t>> open_;
-  prometheus::Gauge& gauge_;  // the registry outlives the io_contexts
+  metrics::gauge_handle& gauge_;  // the registry outlives the io_contexts
 };
 
 listener::listener(std::vector<net::io_context*> contexts, router& r, session_limits limits,

@@ -1,8 +1,5 @@
 #include "idempotency/keyed_store.hpp"
 
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
-
 #include <algorithm>
 #include <boost/unordered/unordered_flat_set.hpp>
 

@@ -148,11 +148,11 @@ class keyed_store {
   store::pending_store& bound_;
   std::atomic<bool> table_present_{true};
 
-  prometheus::Counter& requests_;
-  prometheus::Counter& replays_;
-  prometheus::Counter& duplicates_;
-  prometheus::Counter& conflicts_;
-  prometheus::Gauge& keys_;
+  metrics::counter_handle& requests_;
+  metrics::counter_handle& replays_;
+  metrics::counter_handle& duplicates_;
+  metrics::counter_handle& conflicts_;
+  metrics::gauge_handle& keys_;
 };
 
 }  // namespace slotted::idempotency

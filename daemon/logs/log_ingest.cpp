@@ -37,45 +37,8 @@ ingest_settings ingest_settings_for(const config::daemon_config& cfg) {
   return s;
 }
 
-log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus::Registry& registry)
-    : settings_(std::move(settings)),
-      pool_(pool),
-      lines_(prometheus::BuildCounter()
-                 .Name("slotted_counterd_log_lines_total")
-                 .Help("Access log lines committed, by source and outcome (counted, not_matched, "
-                       "malformed, too_old_for_buckets: counted in the total only, too_long, "
-                       "rule_error: no longer produced, "
-                       "too_late_for_dedupe: "
-                       "a deduplicated line read after its window's margin, not counted)")
-                 .Register(registry)),
-      lag_(prometheus::BuildGauge()
-               .Name("slotted_counterd_log_lag_bytes")
-               .Help("Bytes of the access log (and of its rotated file) behind the committed "
-                     "position")
-               .Register(registry)),
-      last_commit_(prometheus::BuildGauge()
-                       .Name("slotted_counterd_log_last_commit_timestamp_seconds")
-                       .Help("Unix time of the last committed position of the access log")
-                       .Register(registry)),
-      missing_(prometheus::BuildGauge()
-                   .Name("slotted_counterd_log_file_missing")
-                   .Help("1 while the access log's path does not exist (or cannot be opened "
-                         "for another reason than permissions)")
-                   .Register(registry)),
-      denied_(prometheus::BuildGauge()
-                  .Name("slotted_counterd_log_file_denied")
-                  .Help("1 while the access log cannot be opened for lack of permission")
-                  .Register(registry)),
-      events_(prometheus::BuildCounter()
-                  .Name("slotted_counterd_log_events_total")
-                  .Help("Access log events by source and kind: file_lost (the file of the "
-                        "committed position is gone before it was read to its end), "
-                        "truncated (copytruncate: read again from 0, or found when reopened), "
-                        "commit_error, read_error (an I/O error: the pass is read again), "
-                        "open_denied (the log cannot be opened for lack of permission), "
-                        "other_instance (the source is not read: another instance_id's "
-                        "position names its file)")
-                  .Register(registry)) {
+log_ingester::log_ingester(ingest_settings settings, db::pool& pool, metrics::registry& registry)
+    : settings_(std::move(settings)), pool_(pool), metrics_(registry) {
   for (const auto& src : settings_.sources) {
     auto s = std::make_unique<source_state>();
     s->cfg = src;
@@ -84,21 +47,13 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, prometheus:
                                   [&](const config::counter_decl& d) { return d.name == r.counter; });
       if (c != settings_.counters.end()) s->rules.emplace_back(r, c->record_type);
     }
-    const std::map<std::string, std::string> source{{"source", src.path}};
-    for (int o = 0; o < outcome_count_; ++o) {
-      auto labels = source;
-      labels["outcome"] = outcome_names[o];
-      s->lines[o] = &lines_.Add(labels);
-    }
-    s->lag = &lag_.Add(source);
-    s->last_commit = &last_commit_.Add(source);
-    s->missing = &missing_.Add(source);
-    s->denied = &denied_.Add(source);
-    const auto event = [&](const char* kind) {
-      auto labels = source;
-      labels["kind"] = kind;
-      return &events_.Add(labels);
-    };
+    for (int o = 0; o < outcome_count_; ++o)
+      s->lines[o] = &metrics_.lines(src.path, outcome_names[o]);
+    s->lag = &metrics_.lag(src.path);
+    s->last_commit = &metrics_.last_commit(src.path);
+    s->missing = &metrics_.missing(src.path);
+    s->denied = &metrics_.denied(src.path);
+    const auto event = [&](const char* kind) { return &metrics_.event(src.path, kind); };
     s->files_lost = event("file_lost");
     s->truncations = event("truncated");
     s->commit_errors = event("commit_error");

@@ -14,11 +14,6 @@
 // names its rotation scheme gives (log_sources[].rotation), compressed or not. A file cut
 // below the position (copytruncate) is read again from 0.
 
-#include <prometheus/counter.h>
-#include <prometheus/family.h>
-#include <prometheus/gauge.h>
-#include <prometheus/registry.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +25,7 @@
 
 #include "config/config.hpp"
 #include "db/pool.hpp"
+#include "metrics/log_metrics.hpp"
 #include "model/buckets.hpp"
 #include "model/top_spec.hpp"
 #include "model/uniques.hpp"
@@ -101,7 +97,7 @@ void check_other_instances(db::connection& conn, const std::string& instance,
 
 class log_ingester {
  public:
-  log_ingester(ingest_settings settings, db::pool& pool, prometheus::Registry& registry);
+  log_ingester(ingest_settings settings, db::pool& pool, metrics::registry& registry);
   ~log_ingester();
   log_ingester(const log_ingester&) = delete;
   log_ingester& operator=(const log_ingester&) = delete;
@@ -128,12 +124,7 @@ class log_ingester {
   ingest_settings settings_;
   db::pool& pool_;
   std::vector<std::unique_ptr<source_state>> sources_;
-  prometheus::Family<prometheus::Counter>& lines_;
-  prometheus::Family<prometheus::Gauge>& lag_;
-  prometheus::Family<prometheus::Gauge>& last_commit_;
-  prometheus::Family<prometheus::Gauge>& missing_;
-  prometheus::Family<prometheus::Gauge>& denied_;
-  prometheus::Family<prometheus::Counter>& events_;
+  metrics::log_metrics metrics_;
   util::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ GUARDED_BY(mutex_) = false;

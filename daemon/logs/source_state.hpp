@@ -7,8 +7,6 @@
 //   the line counter (log_count.cpp): one line parsed, matched and tallied;
 //   the writer (log_writer.cpp): the batch of the pass and what a commit records.
 
-#include <prometheus/counter.h>
-#include <prometheus/gauge.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +27,7 @@
 #include "logs/line_parser.hpp"
 #include "logs/log_files.hpp"
 #include "logs/log_ingest.hpp"
+#include "metrics/metrics.hpp"
 #include "model/buckets.hpp"
 #include "model/counter_key.hpp"
 #include "model/uniques.hpp"
@@ -104,17 +103,17 @@ struct source_state {
   // read_error_reminder while it lasts (a file that can never be read: a damaged .gz).
   bool read_failing = false;
   std::chrono::steady_clock::time_point read_warned{};
-  prometheus::Counter* lines[outcome_count_]{};
-  prometheus::Gauge* lag = nullptr;
-  prometheus::Gauge* last_commit = nullptr;
-  prometheus::Gauge* missing = nullptr;
-  prometheus::Gauge* denied = nullptr;
-  prometheus::Counter* files_lost = nullptr;
-  prometheus::Counter* truncations = nullptr;
-  prometheus::Counter* commit_errors = nullptr;
-  prometheus::Counter* read_errors = nullptr;
-  prometheus::Counter* open_denied = nullptr;
-  prometheus::Counter* other_instance = nullptr;
+  metrics::counter_handle* lines[outcome_count_]{};
+  metrics::gauge_handle* lag = nullptr;
+  metrics::gauge_handle* last_commit = nullptr;
+  metrics::gauge_handle* missing = nullptr;
+  metrics::gauge_handle* denied = nullptr;
+  metrics::counter_handle* files_lost = nullptr;
+  metrics::counter_handle* truncations = nullptr;
+  metrics::counter_handle* commit_errors = nullptr;
+  metrics::counter_handle* read_errors = nullptr;
+  metrics::counter_handle* open_denied = nullptr;
+  metrics::counter_handle* other_instance = nullptr;
 };
 
 // What one pass read: the counts of the complete lines from read_from on.

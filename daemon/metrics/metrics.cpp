@@ -2,6 +2,7 @@
 
 #include <prometheus/text_serializer.h>
 
+#include "metrics/log_metrics.hpp"
 #include "version.hpp"
 
 namespace slotted::metrics {
@@ -270,6 +271,51 @@ std::string registry::serialize() const {
   families.insert(families.end(), std::make_move_iterator(process.begin()),
                   std::make_move_iterator(process.end()));
   return prometheus::TextSerializer().Serialize(families);
+}
+
+log_metrics::log_metrics(registry& r) : log_metrics(r.prometheus_registry()) {}
+
+log_metrics::log_metrics(prometheus::Registry& p)
+    : lines_(family(BuildCounter(), p, "slotted_counterd_log_lines_total",
+                    "Access log lines committed, by source and outcome (counted, not_matched, "
+                    "malformed, too_old_for_buckets: counted in the total only, too_long, "
+                    "rule_error: no longer produced, too_late_for_dedupe: a deduplicated line "
+                    "read after its window's margin, not counted)")),
+      lag_(family(BuildGauge(), p, "slotted_counterd_log_lag_bytes",
+                  "Bytes of the access log (and of its rotated file) behind the committed "
+                  "position")),
+      last_commit_(family(BuildGauge(), p, "slotted_counterd_log_last_commit_timestamp_seconds",
+                          "Unix time of the last committed position of the access log")),
+      missing_(family(BuildGauge(), p, "slotted_counterd_log_file_missing",
+                      "1 while the access log's path does not exist (or cannot be opened for "
+                      "another reason than permissions)")),
+      denied_(family(BuildGauge(), p, "slotted_counterd_log_file_denied",
+                     "1 while the access log cannot be opened for lack of permission")),
+      events_(family(BuildCounter(), p, "slotted_counterd_log_events_total",
+                     "Access log events by source and kind: file_lost (the file of the "
+                     "committed position is gone before it was read to its end), truncated "
+                     "(copytruncate: read again from 0, or found when reopened), commit_error, "
+                     "read_error (an I/O error: the pass is read again), open_denied (the log "
+                     "cannot be opened for lack of permission), other_instance (the source is "
+                     "not read: another instance_id's position names its file)")) {}
+
+counter_handle& log_metrics::lines(const std::string& source, const char* outcome) {
+  return lines_.Add({{"source", source}, {"outcome", outcome}});
+}
+counter_handle& log_metrics::event(const std::string& source, const char* kind) {
+  return events_.Add({{"source", source}, {"kind", kind}});
+}
+gauge_handle& log_metrics::lag(const std::string& source) {
+  return lag_.Add({{"source", source}});
+}
+gauge_handle& log_metrics::last_commit(const std::string& source) {
+  return last_commit_.Add({{"source", source}});
+}
+gauge_handle& log_metrics::missing(const std::string& source) {
+  return missing_.Add({{"source", source}});
+}
+gauge_handle& log_metrics::denied(const std::string& source) {
+  return denied_.Add({{"source", source}});
 }
 
 }  // namespace slotted::metrics

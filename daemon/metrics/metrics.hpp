@@ -57,13 +57,18 @@ enum class reject_reason {
 };
 const char* reason_name(reject_reason r);
 
+// The handles other folders hold and update (Increment, Set), never registering a
+// family themselves: the registry below, or log_metrics (metrics/log_metrics.hpp).
+using counter_handle = prometheus::Counter;
+using gauge_handle = prometheus::Gauge;
+
 class registry {
   // Declared first: every reference member below is initialised from it.
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
 
  public:
   registry();
-  // For a component that registers its own families (logs::log_ingester).
+  // For the families registered beside these (log_metrics).
   prometheus::Registry& prometheus_registry() { return *registry_; }
 
   void observe_request(route r, unsigned status, double seconds);

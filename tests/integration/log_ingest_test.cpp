@@ -451,7 +451,7 @@ TEST_F(LogIngest, APassEndsAtItsRowBoundAndTheNextGoesOnFromThere) {
   auto settings = logs::ingest_settings_for(cfg);
   settings.max_batch_rows = 3;
   db::pool pool(connect_options_for(test_config(shared_mariadb(), db_).mysql), 1);
-  prometheus::Registry registry;
+  metrics::registry registry;
   logs::log_ingester reader(settings, pool, registry);
   for (std::uint64_t id = 1; id <= 10; ++id) {
     counted(id, log_);
