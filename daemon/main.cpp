@@ -11,12 +11,12 @@
 #include "app/application.hpp"
 #include "config/config.hpp"
 #include "db/connection.hpp"
+#include "db/errors.hpp"
 #include "db/grants.hpp"
 #include "db/repository.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "logs/log_ingest.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 #include "version.hpp"
 

@@ -1,7 +1,5 @@
 #include "adopt/adopt.hpp"
 
-#include <mysqld_error.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -11,9 +9,9 @@
 #include <stdexcept>
 
 #include "adopt/adopt_sql.hpp"
+#include "db/errors.hpp"
 #include "db/sql.hpp"
 #include "db/top.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::adopt {
 
@@ -385,7 +383,7 @@ adoption check_adopted(db::connection& conn, const db::rollup_target& t) {
   try {
     s = read_state(conn, t, false);
   } catch (const db::db_error& e) {
-    if (e.code() == ER_NO_SUCH_TABLE) return adoption::no_table;
+    if (e.no_such_table()) return adoption::no_table;
     throw;
   }
   if (s) return s->state == "done" ? adoption::adopted : adoption::not_adopted;

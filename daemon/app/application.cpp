@@ -10,11 +10,11 @@
 #include <cstdlib>
 #include <optional>
 
+#include "db/errors.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "http/passed_sockets.hpp"
 #include "model/buckets.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
 

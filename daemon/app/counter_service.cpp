@@ -3,9 +3,9 @@
 #include <boost/asio/post.hpp>
 #include <optional>
 
+#include "db/errors.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "ingest/clients.hpp"
-#include "model/errors.hpp"
 
 namespace slotted {
 

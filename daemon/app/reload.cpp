@@ -5,7 +5,7 @@
 
 #include "app/application.hpp"
 #include "config/config_keys.hpp"
-#include "model/errors.hpp"
+#include "db/errors.hpp"
 #include "util/log.hpp"
 #include "util/notify.hpp"
 

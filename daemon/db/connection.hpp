@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "model/errors.hpp"
+#include "db/errors.hpp"
 
 typedef struct st_mysql MYSQL;
 

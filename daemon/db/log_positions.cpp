@@ -6,11 +6,11 @@
 #include <tuple>
 #include <vector>
 
+#include "db/errors.hpp"
 #include "db/repository.hpp"
 #include "db/sql_text.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::logs {
 

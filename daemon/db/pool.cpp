@@ -4,8 +4,8 @@
 
 #include <map>
 
+#include "db/errors.hpp"
 #include "db/sql.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::db {
 

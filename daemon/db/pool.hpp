@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "db/connection.hpp"
-#include "model/errors.hpp"
+#include "db/errors.hpp"
 #include "util/thread_annotations.hpp"
 
 namespace slotted::db {

@@ -1,7 +1,7 @@
 #include "db/probe.hpp"
 
+#include "db/errors.hpp"
 #include "db/sql.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::db {

@@ -7,10 +7,10 @@
 #include <map>
 #include <vector>
 
+#include "db/errors.hpp"
 #include "db/log_positions.hpp"
 #include "db/sql_text.hpp"
 #include "db/top.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::db {
 

@@ -8,8 +8,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "db/errors.hpp"
 #include "db/sql_text.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::db {
 

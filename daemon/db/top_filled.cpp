@@ -4,9 +4,9 @@
 // are in it only once --migrate has filled it for that type.
 #include <algorithm>
 
+#include "db/errors.hpp"
 #include "db/sql_text.hpp"
 #include "db/top.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::db {
 

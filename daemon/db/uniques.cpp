@@ -9,9 +9,9 @@
 #include <set>
 #include <tuple>
 
+#include "db/errors.hpp"
 #include "db/sql_text.hpp"
 #include "db/top.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::db {
 

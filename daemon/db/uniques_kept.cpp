@@ -3,9 +3,9 @@
 // the prune that records what it deletes before it deletes it.
 #include <algorithm>
 
+#include "db/errors.hpp"
 #include "db/sql_text.hpp"
 #include "db/uniques.hpp"
-#include "model/errors.hpp"
 
 namespace slotted::db {
 

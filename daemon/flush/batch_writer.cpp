@@ -5,11 +5,11 @@
 #include <exception>
 #include <thread>
 
+#include "db/errors.hpp"
 #include "db/uniques.hpp"
 #include "flush/batch_forming.hpp"
 #include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include "db/errors.hpp"
 #include "flush/internal.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {

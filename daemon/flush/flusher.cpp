@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <thread>
 
+#include "db/errors.hpp"
 #include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 
+#include "db/errors.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "db/errors.hpp"
 #include "flush/internal.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {

@@ -6,9 +6,9 @@
 #include <tuple>
 #include <unordered_set>
 
-#include "db/top.hpp"
+#include "db/errors.hpp"
 #include "db/sql.hpp"
-#include "model/errors.hpp"
+#include "db/top.hpp"
 
 namespace slotted::idempotency {
 

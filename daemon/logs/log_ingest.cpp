@@ -10,9 +10,9 @@
 #include <map>
 #include <stdexcept>
 
+#include "db/errors.hpp"
 #include "db/repository.hpp"
 #include "logs/source_state.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::logs {

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "db/errors.hpp"
 #include "db/repository.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::retention {

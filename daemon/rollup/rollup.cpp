@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "adopt/adopt.hpp"
+#include "db/errors.hpp"
 #include "db/sql.hpp"
-#include "model/errors.hpp"
 #include "util/log.hpp"
 
 namespace slotted::rollup {

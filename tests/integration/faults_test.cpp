@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "db/errors.hpp"
 #include "integration/load.hpp"
-#include "model/errors.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "db/errors.hpp"
 #include "db/repository.hpp"
 #include "idempotency/keyed_batches.hpp"
-#include "model/errors.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 

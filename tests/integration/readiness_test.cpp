@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "model/errors.hpp"
+#include "db/errors.hpp"
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
 

@@ -8,8 +8,8 @@
 
 #include <filesystem>
 
+#include "db/errors.hpp"
 #include "integration/load.hpp"
-#include "model/errors.hpp"
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
 #include "support/tls_files.hpp"

@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "model/errors.hpp"
-#include "support/mariadb_server.hpp"
+#include "db/errors.hpp"
 #include "support/eventually.hpp"
+#include "support/mariadb_server.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::test {

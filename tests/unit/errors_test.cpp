@@ -1,4 +1,4 @@
-#include "model/errors.hpp"
+#include "db/errors.hpp"
 
 #include <gtest/gtest.h>
 
