@@ -9,6 +9,14 @@ Reads every `#include "..."` line of daemon/ (no compiler, no build; quick) and 
   same layer (folders of one layer are independent of each other);
 - on a cycle between folders (which the two rules above already forbid; checked on its
   own so that the message names the whole cycle);
+- on a third-party header (`#include <...>`) outside the folder that wraps it:
+  MySQL/MariaDB client headers (<mysql.h>, <mysql/...>, <errmsg.h>, <mysqld_error.h>)
+  only in db/, Boost.Beast (<boost/beast...>) only in http/, prometheus-cpp
+  (<prometheus/...>) only in metrics/: the rest of the daemon sees our own types;
+- on an include of db/ from http/ (the router reads through its backend interface);
+- on SQL text (a string literal holding SELECT, INSERT INTO, UPDATE ... SET, DELETE
+  FROM, CREATE TABLE) outside db/, but for the files of SQL_PENDING, whose text is still
+  to move into db/ (issue 41): the list only shrinks;
 - on a plain std::mutex (or another std:: mutex type) outside daemon/util/: every mutex
   of the daemon is a util::mutex (util/thread_annotations.hpp), whose GUARDED_BY and
   REQUIRES clang checks (issue 41); comments may still name std::mutex;
@@ -26,6 +34,19 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 PLAIN_MUTEX = re.compile(
     r"\bstd::(recursive_|timed_|recursive_timed_|shared_|shared_timed_)?mutex\b")
 SOURCES = (".hpp", ".cpp", ".h", ".cc", ".in")
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
+# (what, the pattern of its headers, the one folder that may include them)
+THIRD_PARTY = (
+    ("MySQL client", re.compile(r"^(mysql\.h$|mysql/|errmsg\.h$|mysqld_error\.h$)"), "db"),
+    ("Boost.Beast", re.compile(r"^boost/beast"), "http"),
+    ("prometheus-cpp", re.compile(r"^prometheus/"), "metrics"),
+)
+# (folder, folder it must not include although the layers allow it, why)
+FORBIDDEN = (("http", "db", "http/ reads through its backend interface (app/ wires db/)"),)
+SQL_PENDING = {"daemon/adopt/adopt_sql.cpp"}
+STRING_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
+SQL_TEXT = re.compile(r"\b(SELECT\b|INSERT\s+INTO\b|UPDATE\s+\S+\s+SET\b|DELETE\s+FROM\b|"
+                      r"CREATE\s+TABLE\b)")
 
 
 def read_layers(path):
@@ -93,6 +114,52 @@ def plain_mutexes(daemon):
     return found
 
 
+def source_lines(daemon, skip=None):
+    """(file:line, line) of every source line of daemon/ outside folder `skip`."""
+    for top, _, files in os.walk(daemon):
+        if skip and folder_of(daemon, os.path.join(top, "x")) == skip:
+            continue
+        for name in sorted(files):
+            if name.endswith(SOURCES):
+                path = os.path.join(top, name)
+                with open(path, errors="replace") as f:
+                    for number, line in enumerate(f, 1):
+                        yield (f"{os.path.relpath(path, os.path.dirname(daemon))}:{number}",
+                               folder_of(daemon, path), line)
+
+
+def third_party_includes(daemon):
+    """file:line of each third-party header included outside its folder."""
+    found = []
+    for where, folder, line in source_lines(daemon):
+        m = SYSTEM_INCLUDE.match(line)
+        if not m:
+            continue
+        for what, pattern, owner in THIRD_PARTY:
+            if pattern.search(m.group(1)) and folder != owner:
+                found.append(f"{where}: #include <{m.group(1)}>: only daemon/{owner}/ includes "
+                             f"{what} headers; {folder}/ uses our own types")
+    return found
+
+
+def sql_outside_db(daemon):
+    """file:line of each string literal holding SQL text outside daemon/db/."""
+    found = []
+    for where, _, line in source_lines(daemon, skip="db"):
+        if where.rsplit(":", 1)[0] in SQL_PENDING:
+            continue
+        code = line.split("//", 1)[0]
+        if SYSTEM_INCLUDE.match(code) or INCLUDE.match(code):
+            continue
+        for literal in STRING_LITERAL.findall(code):
+            m = SQL_TEXT.search(literal)
+            if m:
+                found.append(f"{where}: \"{literal[:40]}\": SQL text ({m.group(1)}) only "
+                             "in daemon/db/")
+                break
+    return found
+
+
 def find_cycle(graph):
     """One cycle of folders as a list (first == last), or None."""
     state = {}
@@ -148,6 +215,9 @@ def main():
     checks = {"every folder named in daemon/LAYERS": [], "no include against the layers": [],
               "no cycle between folders": [],
               "no std:: mutex outside daemon/util/": plain_mutexes(daemon),
+              "third-party headers only in their folder": third_party_includes(daemon),
+              "no include a folder's rule forbids": [],
+              "no SQL text outside daemon/db/": sql_outside_db(daemon),
               "CONTRIBUTING.md's Layout is daemon/LAYERS": []}
 
     named = checks["every folder named in daemon/LAYERS"]
@@ -166,6 +236,12 @@ def main():
         elif layers[target] == layers[source]:
             order.append(f"{where}: #include \"{include}\": {source} includes {target}, "
                          f"of its own layer ({layers[source]}): one of them belongs lower")
+
+    for source, target, where, include in edges:
+        for folder, forbidden, why in FORBIDDEN:
+            if (source, target) == (folder, forbidden):
+                checks["no include a folder's rule forbids"].append(
+                    f"{where}: #include \"{include}\": {why}")
 
     graph = {}
     for source, target, _, _ in edges:
