@@ -8,9 +8,9 @@
 #include <vector>
 #include <stdexcept>
 
-#include "adopt/adopt_sql.hpp"
 #include "db/errors.hpp"
 #include "db/sql.hpp"
+#include "db/sql_adopt.hpp"
 #include "db/top.hpp"
 
 namespace slotted::adopt {
@@ -31,7 +31,7 @@ struct state_row {
 };
 
 std::optional<state_row> read_state(db::connection& conn, const db::rollup_target& t, bool lock) {
-  const auto rows = conn.query(state_select(t, lock));
+  const auto rows = conn.query(db::state_select(t, lock));
   if (rows.empty()) return std::nullopt;
   if (rows.size() > 1) {
     // Rows that differ only in the count column's case: an earlier build keyed them as
@@ -80,7 +80,7 @@ std::string format_u128(unsigned __int128 v) {
 }
 
 // Why the owning row (id, count) may not be taken, as a sentence naming it.
-std::string bad_row_message(const db::rollup_target& t, const row_limits& limits,
+std::string bad_row_message(const db::rollup_target& t, const db::row_limits& limits,
                             const db::result_row& row) {
   const std::string id = row.size() > 0 && row[0] ? *row[0] : "NULL";
   const std::string count = row.size() > 1 && row[1] ? *row[1] : "NULL";
@@ -108,15 +108,15 @@ std::string bad_row_message(const db::rollup_target& t, const row_limits& limits
 }
 
 // The limits owning rows must keep, and the column types checked.
-row_limits limits_for(db::connection& conn, const std::string& counters_table,
-                      const db::rollup_target& t) {
+db::row_limits limits_for(db::connection& conn, const std::string& counters_table,
+                          const db::rollup_target& t) {
   const auto keys = db::verify_schema(conn, counters_table, true);
   if (conn.query(db::table_exists_select(conn.quote(db::adoptions_table))).empty()) {
     throw bad_input("table `" + std::string(db::adoptions_table) +
                     "` does not exist; run slotted-counterd --migrate first");
   }
   db::verify_rollup_target(conn, t);
-  row_limits limits;
+  db::row_limits limits;
   limits.max_id = keys.max_record_id;
   for (const auto& r : conn.query(db::columns_select(conn.quote(counters_table)))) {
     if (r[0].value_or("") == "count" && db::is_integer_type(r[1].value_or("")))
@@ -159,15 +159,15 @@ struct batch_outcome {
 };
 
 // A batch of a counter that keeps top-N totals (counters[].top): its owning rows read
-// once (adopt_sql.hpp take_batch_rows_select), then slot 0 of each (3) and its total (5,
+// once (db/sql_adopt.hpp take_batch_rows_select), then slot 0 of each (3) and its total (5,
 // db/top.hpp) written from those values, and the batch's rows and total taken from
 // them too. A row that changed past the limits since the batch's check is refused.
 void take_rows_once(db::connection& conn, const std::string& counters_table,
-                    const db::rollup_target& t, const row_limits& limits, const id_range& range,
-                    batch_outcome& b) {
+                    const db::rollup_target& t, const db::row_limits& limits,
+                    const db::id_range& range, batch_outcome& b) {
   std::vector<db::counter_row> rows;
   unsigned __int128 total = 0;
-  for (const auto& row : conn.query(take_batch_rows_select(t, range))) {
+  for (const auto& row : conn.query(db::take_batch_rows_select(t, range))) {
     const unsigned __int128 id = row[0] ? parse_u128(*row[0]) : 0;
     const unsigned __int128 count = row[1] ? parse_u128(*row[1]) : 0;
     if (!row[0] || !row[1] || id > limits.max_id || count > limits.max_count)
@@ -192,7 +192,7 @@ void take_rows_once(db::connection& conn, const std::string& counters_table,
 // One batch in one transaction (adopt.hpp, Mechanism). `with_totals`: the counter keeps
 // top-N totals (take_rows_once).
 batch_outcome take_batch(db::connection& conn, const std::string& counters_table,
-                         const db::rollup_target& t, const row_limits& limits,
+                         const db::rollup_target& t, const db::row_limits& limits,
                          std::size_t batch_rows, bool with_totals) {
   // Any throw rolls the batch back (bad_input included): nothing of it is taken.
   return db::in_transaction(conn, [&] {
@@ -211,14 +211,14 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
       b.done_before = true;
       return b;
     }
-    id_range range{s->last_id, std::nullopt};
-    if (const auto up = conn.query(batch_upper_select(t, s->last_id, batch_rows));
+    db::id_range range{s->last_id, std::nullopt};
+    if (const auto up = conn.query(db::batch_upper_select(t, s->last_id, batch_rows));
         !up.empty() && up[0][0])
       range.upto = std::stoull(*up[0][0]);
-    const auto check = conn.query(batch_check_select(t, limits, range));
+    const auto check = conn.query(db::batch_check_select(t, limits, range));
     if (check.empty() || check[0].size() < 4) throw db::db_error(0, "no answer to a batch's check");
     if (std::stoull(check[0][0].value_or("0")) > 0) {
-      const auto bad = conn.query(first_bad_row_select(t, limits, range));
+      const auto bad = conn.query(db::first_bad_row_select(t, limits, range));
       throw bad_input(bad.empty() ? "an owning row changed while it was checked"
                                   : bad_row_message(t, limits, bad[0]));
     }
@@ -227,12 +227,12 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
     if (b.rows > 0 && with_totals) {
       take_rows_once(conn, counters_table, t, limits, range, b);
     } else if (b.rows > 0) {
-      conn.execute(take_batch_insert(counters_table, t, range));
+      conn.execute(db::take_batch_insert(counters_table, t, range));
     }
     b.last = !range.upto;
     std::optional<std::uint64_t> last_id = range.upto;
     if (!last_id && check[0][3]) last_id = std::stoull(*check[0][3]);
-    conn.execute(state_advance(t, last_id, b.rows, b.total, b.last));
+    conn.execute(db::state_advance(t, last_id, b.rows, b.total, b.last));
     conn.execute(db::commit);
     return b;
   });
@@ -249,7 +249,7 @@ int adopt_no_history(db::connection& conn, const db::rollup_target& t, std::ostr
   auto s = read_state(conn, t, false);
   bool recorded = false;
   if (!s) {
-    conn.execute(state_insert(t, "done", "no_history"));
+    conn.execute(db::state_insert(t, "done", "no_history"));
     recorded = conn.affected_rows() == 1;
     s = read_state(conn, t, false);
   }
@@ -269,7 +269,7 @@ int adopt_no_history(db::connection& conn, const db::rollup_target& t, std::ostr
 }
 
 int adopt_history(db::connection& conn, const config::daemon_config& cfg,
-                  const db::rollup_target& t, const row_limits& limits, std::size_t batch_rows,
+                  const db::rollup_target& t, const db::row_limits& limits, std::size_t batch_rows,
                   std::ostream& out, std::ostream& err) {
   const auto started = steady::now();
   const auto before = read_state(conn, t, false);
@@ -279,17 +279,17 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
   }
   // The validation pass: read-only, from the cursor of a run cut short (the rows before
   // it are taken already).
-  const id_range rest{before ? before->last_id : std::nullopt, std::nullopt};
-  const auto v = conn.query(validation_select(t, limits, rest));
+  const db::id_range rest{before ? before->last_id : std::nullopt, std::nullopt};
+  const auto v = conn.query(db::validation_select(t, limits, rest));
   const std::uint64_t estimate = v.empty() ? 0 : std::stoull(v[0][0].value_or("0"));
   if (!v.empty() && std::stoull(v[0][1].value_or("0")) > 0) {
-    const auto bad = conn.query(first_bad_row_select(t, limits, rest));
+    const auto bad = conn.query(db::first_bad_row_select(t, limits, rest));
     if (!bad.empty()) throw bad_input(bad_row_message(t, limits, bad[0]));
   }
   // Only when there is none: a run cut short left its row, perhaps with the column spelled
   // in another case (the key compares it ignoring case), which an INSERT IGNORE would
   // not see as the same row.
-  if (!before) conn.execute(state_insert(t, "running", "history"));
+  if (!before) conn.execute(db::state_insert(t, "running", "history"));
   if (before && before->last_id)
     err << "adopt " << t.counter << ": resuming after owning id " << *before->last_id << "\n";
 
@@ -387,8 +387,8 @@ adoption check_adopted(db::connection& conn, const db::rollup_target& t) {
     throw;
   }
   if (s) return s->state == "done" ? adoption::adopted : adoption::not_adopted;
-  if (!conn.query(nonzero_select(t)).empty()) return adoption::not_adopted;
-  conn.execute(state_insert(t, "done", "zeros"));
+  if (!conn.query(db::nonzero_select(t)).empty()) return adoption::not_adopted;
+  conn.execute(db::state_insert(t, "done", "zeros"));
   s = read_state(conn, t, false);
   return s && s->state == "done" ? adoption::adopted : adoption::not_adopted;
 }

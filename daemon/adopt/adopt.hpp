@@ -14,7 +14,7 @@
 //   2. the batch's upper id; the batch's rows checked again (the table may have changed
 //      since the validation; a violation rolls the batch back, exit 2);
 //   3. INSERT ... SELECT into slot 0 of each counter, ON DUPLICATE KEY UPDATE adding to
-//      what the daemon may have written (adopt_sql.hpp take_batch_insert);
+//      what the daemon may have written (db/sql_adopt.hpp take_batch_insert);
 //   4. the cursor, rows and total moved on in the adoption row ('done' with the last);
 //   5. COMMIT.
 // A SIGKILL or a lost connection at any moment leaves the cursor and the applied rows of

@@ -17,7 +17,7 @@ std::string create_dirty_table() {
 
 std::string create_adoptions_table() {
   // Identifiers are ASCII (config::is_valid_identifier), stored as the config spelled
-  // them; adopt_sql.cpp's key_condition compares the table as MariaDB compares table
+  // them; sql_adopt.cpp's key_condition compares the table as MariaDB compares table
   // names on Linux (case-sensitively) and the column ignoring case.
   return create_table(
       quote_identifier(adoptions_table),

@@ -76,7 +76,7 @@ void migrate_totals(connection& conn, const std::string& table, const store::top
   // Only the counters that keep totals are filled in (the others' are never written).
   std::string kept = " WHERE `record_type` IN (";
   // Appended piece by piece: `(i ? "," : "") + num(...)` trips gcc 12's false
-  // -Wrestrict at -O3 (as in adopt_sql.cpp).
+  // -Wrestrict at -O3 (as in sql_adopt.cpp).
   for (std::size_t i = 0; i < top.record_types().size(); ++i) {
     if (i > 0) kept += ',';
     kept += num(top.record_types()[i]);

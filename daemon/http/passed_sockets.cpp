@@ -29,7 +29,7 @@ std::string describe(int fd, int family) {
   if (family == AF_INET6) {
     const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
     ::inet_ntop(AF_INET6, &a->sin6_addr, text, sizeof text);
-    // Appended, not "[" + std::string(...): see adopt_sql.cpp (gcc 12 false -Wrestrict).
+    // Appended, not "[" + std::string(...): see db/sql_adopt.cpp (gcc 12 false -Wrestrict).
     std::string s(1, '[');
     s.append(text).append("]:").append(std::to_string(ntohs(a->sin6_port)));
     return s;

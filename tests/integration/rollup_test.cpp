@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "adopt/adopt_sql.hpp"
+#include "db/sql_adopt.hpp"
 #include "integration/load.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -34,8 +34,8 @@ void create_owners(const mariadb_server& server, const std::string& database) {
   for (int i = 1; i <= owners; ++i)
     sql += std::string(i > 1 ? "," : "") + "(" + std::to_string(i) + ",'r',-1)";
   conn.execute(sql);
-  conn.execute(adopt::state_insert({123, "repositories", "id", "download_count", "repo_downloads"},
-                                   "done", "no_history"));
+  conn.execute(db::state_insert({123, "repositories", "id", "download_count", "repo_downloads"},
+                                "done", "no_history"));
 }
 
 config::counter_decl downloads() {

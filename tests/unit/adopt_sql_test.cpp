@@ -1,14 +1,14 @@
-// The SQL of an adoption (daemon/adopt/adopt_sql.hpp): the statements --adopt sends,
+// The SQL of an adoption (daemon/db/sql_adopt.hpp): the statements --adopt sends,
 // exactly, so that a change to what a batch locks or takes is a visible change here.
 
-#include "adopt/adopt_sql.hpp"
+#include "db/sql_adopt.hpp"
 
 #include <gtest/gtest.h>
 
-namespace slotted::adopt {
+namespace slotted::db {
 namespace {
 
-const db::rollup_target target{123, "repositories", "id", "download_count", "repo_downloads"};
+const rollup_target target{123, "repositories", "id", "download_count", "repo_downloads"};
 
 TEST(AdoptSql, ABatchTakesItsRangeIntoSlotZeroInIdOrderAddingToWhatIsThere) {
   EXPECT_EQ(take_batch_insert("slotted_counters", target, {41, 90}),
@@ -77,4 +77,4 @@ TEST(AdoptSql, TheBatchBoundIsTheNthIdAfterTheCursor) {
 }
 
 }  // namespace
-}  // namespace slotted::adopt
+}  // namespace slotted::db

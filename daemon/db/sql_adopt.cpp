@@ -1,11 +1,10 @@
-#include "adopt/adopt_sql.hpp"
+#include "db/sql_adopt.hpp"
 
 #include "db/sql.hpp"
 
-namespace slotted::adopt {
+namespace slotted::db {
 
 namespace {
-using db::quote_identifier;
 
 std::string literal(std::string_view identifier) {
   // Appended, not "'" + std::string(...): gcc 12 at -O2 reports a false -Wrestrict
@@ -19,24 +18,24 @@ std::string literal(std::string_view identifier) {
 // The table compared as MariaDB compares table names on Linux (case-sensitively, the
 // column's ascii_bin), the column as it compares column names: ignoring case, so that the
 // adopted column spelled otherwise in the config is still the adopted one.
-std::string key_condition(const db::rollup_target& t) {
+std::string key_condition(const rollup_target& t) {
   return " WHERE `record_type` = " + std::to_string(t.record_type) +
          " AND `owner_table` = " + literal(t.table) + " AND LOWER(`count_column`) = LOWER(" +
          literal(t.count_column) + ")";
 }
 
-std::string id_of(const db::rollup_target& t) {
+std::string id_of(const rollup_target& t) {
   return "o." + quote_identifier(t.id_column);
 }
-std::string count_of(const db::rollup_target& t) {
+std::string count_of(const rollup_target& t) {
   return "o." + quote_identifier(t.count_column);
 }
-std::string from_owner(const db::rollup_target& t) {
+std::string from_owner(const rollup_target& t) {
   return " FROM " + quote_identifier(t.table) + " AS o";
 }
 
 // " WHERE <range>" (always a WHERE: "1" for the whole table).
-std::string where_range(const db::rollup_target& t, const id_range& r) {
+std::string where_range(const rollup_target& t, const id_range& r) {
   std::string sql = " WHERE ";
   if (!r.after && !r.upto) return sql + "1";
   if (r.after) sql += id_of(t) + " > " + std::to_string(*r.after);
@@ -46,26 +45,24 @@ std::string where_range(const db::rollup_target& t, const id_range& r) {
 }
 }  // namespace
 
-std::string state_select(const db::rollup_target& t, bool for_update) {
+std::string state_select(const rollup_target& t, bool for_update) {
   return "SELECT `state`, `mode`, `last_id`, `rows_taken`, `total_taken` FROM " +
-         quote_identifier(db::adoptions_table) + key_condition(t) +
-         (for_update ? " FOR UPDATE" : "");
+         quote_identifier(adoptions_table) + key_condition(t) + (for_update ? " FOR UPDATE" : "");
 }
 
-std::string state_insert(const db::rollup_target& t, std::string_view state,
-                         std::string_view mode) {
+std::string state_insert(const rollup_target& t, std::string_view state, std::string_view mode) {
   const bool done = state == "done";
-  return "INSERT IGNORE INTO " + quote_identifier(db::adoptions_table) +
+  return "INSERT IGNORE INTO " + quote_identifier(adoptions_table) +
          " (`record_type`, `owner_table`, `count_column`, `id_column`, `state`, `mode`, "
          "`started`, `finished`) VALUES (" +
-         std::to_string(t.record_type) + ", " + literal(t.table) + ", " +
-         literal(t.count_column) + ", " + literal(t.id_column) + ", " + literal(state) + ", " +
-         literal(mode) + ", UTC_TIMESTAMP(), " + (done ? "UTC_TIMESTAMP()" : "NULL") + ")";
+         std::to_string(t.record_type) + ", " + literal(t.table) + ", " + literal(t.count_column) +
+         ", " + literal(t.id_column) + ", " + literal(state) + ", " + literal(mode) +
+         ", UTC_TIMESTAMP(), " + (done ? "UTC_TIMESTAMP()" : "NULL") + ")";
 }
 
-std::string state_advance(const db::rollup_target& t, std::optional<std::uint64_t> last_id,
+std::string state_advance(const rollup_target& t, std::optional<std::uint64_t> last_id,
                           std::uint64_t rows, std::string_view total, bool done) {
-  std::string sql = "UPDATE " + quote_identifier(db::adoptions_table) + " SET ";
+  std::string sql = "UPDATE " + quote_identifier(adoptions_table) + " SET ";
   if (last_id) sql += "`last_id` = " + std::to_string(*last_id) + ", ";
   sql += "`rows_taken` = `rows_taken` + " + std::to_string(rows) +
          ", `total_taken` = `total_taken` + " + std::string(total);
@@ -73,33 +70,33 @@ std::string state_advance(const db::rollup_target& t, std::optional<std::uint64_
   return sql + key_condition(t);
 }
 
-std::string bad_row_condition(const db::rollup_target& t, const row_limits& limits) {
+std::string bad_row_condition(const rollup_target& t, const row_limits& limits) {
   const auto id = id_of(t), count = count_of(t);
   return "(" + id + " IS NULL OR " + id + " < 0 OR " + id + " > " +
          std::to_string(limits.max_id) + " OR " + count + " IS NULL OR " + count + " < 0 OR " +
          count + " > " + std::to_string(limits.max_count) + ")";
 }
 
-std::string validation_select(const db::rollup_target& t, const row_limits& limits,
+std::string validation_select(const rollup_target& t, const row_limits& limits,
                               const id_range& range) {
   return "SELECT COUNT(*), COALESCE(SUM(" + bad_row_condition(t, limits) + "), 0)" +
          from_owner(t) + where_range(t, range);
 }
 
-std::string first_bad_row_select(const db::rollup_target& t, const row_limits& limits,
+std::string first_bad_row_select(const rollup_target& t, const row_limits& limits,
                                  const id_range& range) {
   return "SELECT " + id_of(t) + ", " + count_of(t) + from_owner(t) + where_range(t, range) +
          " AND " + bad_row_condition(t, limits) + " ORDER BY " + id_of(t) + " LIMIT 1";
 }
 
-std::string batch_upper_select(const db::rollup_target& t, std::optional<std::uint64_t> after,
+std::string batch_upper_select(const rollup_target& t, std::optional<std::uint64_t> after,
                                std::size_t batch_rows) {
   return "SELECT " + id_of(t) + from_owner(t) + where_range(t, {after, std::nullopt}) +
          " ORDER BY " + id_of(t) + " LIMIT 1 OFFSET " +
          std::to_string(batch_rows == 0 ? 0 : batch_rows - 1);
 }
 
-std::string batch_check_select(const db::rollup_target& t, const row_limits& limits,
+std::string batch_check_select(const rollup_target& t, const row_limits& limits,
                                const id_range& range) {
   const auto count = count_of(t);
   return "SELECT COALESCE(SUM(" + bad_row_condition(t, limits) + "), 0), COUNT(CASE WHEN " +
@@ -107,7 +104,7 @@ std::string batch_check_select(const db::rollup_target& t, const row_limits& lim
          " END), 0), MAX(" + id_of(t) + ")" + from_owner(t) + where_range(t, range);
 }
 
-std::string take_batch_insert(std::string_view counters_table, const db::rollup_target& t,
+std::string take_batch_insert(std::string_view counters_table, const rollup_target& t,
                               const id_range& range) {
   const std::string counters = quote_identifier(counters_table);
   return "INSERT INTO " + counters +
@@ -118,13 +115,13 @@ std::string take_batch_insert(std::string_view counters_table, const db::rollup_
          ".`count` + VALUES(`count`)";
 }
 
-std::string take_batch_rows_select(const db::rollup_target& t, const id_range& range) {
+std::string take_batch_rows_select(const rollup_target& t, const id_range& range) {
   return "SELECT " + id_of(t) + ", " + count_of(t) + from_owner(t) + where_range(t, range) +
          " AND " + count_of(t) + " > 0 ORDER BY " + id_of(t);
 }
 
-std::string nonzero_select(const db::rollup_target& t) {
+std::string nonzero_select(const rollup_target& t) {
   return "SELECT 1" + from_owner(t) + " WHERE " + count_of(t) + " <> 0 LIMIT 1";
 }
 
-}  // namespace slotted::adopt
+}  // namespace slotted::db
