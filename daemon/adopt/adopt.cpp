@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 #include "db/errors.hpp"
 #include "db/sql.hpp"
@@ -85,8 +85,7 @@ std::string bad_row_message(const db::rollup_target& t, const db::row_limits& li
   const std::string id = row.size() > 0 && row[0] ? *row[0] : "NULL";
   const std::string count = row.size() > 1 && row[1] ? *row[1] : "NULL";
   const auto above = [](const std::string& v, std::uint64_t max) {
-    return v.size() > 20 || (v.size() == 20 && v > "18446744073709551615") ||
-           std::stoull(v) > max;
+    return v.size() > 20 || (v.size() == 20 && v > "18446744073709551615") || std::stoull(v) > max;
   };
   std::string why;
   if (id == "NULL") {
@@ -103,8 +102,7 @@ std::string bad_row_message(const db::rollup_target& t, const db::row_limits& li
           std::to_string(limits.max_count) + ")";
   }
   return "owning row `" + t.table + "`.`" + t.id_column + "` = " + id + " (`" + t.count_column +
-         "` = " + count + "): " + why + "; fix the row and run --adopt " + t.counter +
-         " again";
+         "` = " + count + "): " + why + "; fix the row and run --adopt " + t.counter + " again";
 }
 
 // The limits owning rows must keep, and the column types checked.
@@ -172,8 +170,8 @@ void take_rows_once(db::connection& conn, const std::string& counters_table,
     const unsigned __int128 count = row[1] ? parse_u128(*row[1]) : 0;
     if (!row[0] || !row[1] || id > limits.max_id || count > limits.max_count)
       throw bad_input("an owning row changed while it was checked");
-    rows.push_back({t.record_type, static_cast<std::uint64_t>(id), 0,
-                    static_cast<std::int64_t>(count)});
+    rows.push_back(
+        {t.record_type, static_cast<std::uint64_t>(id), 0, static_cast<std::int64_t>(count)});
     total += count;
   }
   const std::span<const db::counter_row> all(rows);
@@ -306,8 +304,8 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
         break;
       } catch (const db::db_error& e) {
         // A deadlock or lock wait timeout rolled the batch back whole: again.
-        const bool transient = e.kind() == db::error_kind::deadlock ||
-                               e.kind() == db::error_kind::lock_wait_timeout;
+        const bool transient =
+            e.kind() == db::error_kind::deadlock || e.kind() == db::error_kind::lock_wait_timeout;
         if (!transient || e.connection_lost() || attempt >= 10) throw;
       }
     }
@@ -343,8 +341,9 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
 
 int run(const config::daemon_config& cfg, const options& o,
         const std::function<db::connection()>& connect, std::ostream& out, std::ostream& err) {
-  const auto decl = std::find_if(cfg.counters.begin(), cfg.counters.end(),
-                                 [&](const config::counter_decl& c) { return c.name == o.counter; });
+  const auto decl =
+      std::find_if(cfg.counters.begin(), cfg.counters.end(),
+                   [&](const config::counter_decl& c) { return c.name == o.counter; });
   if (decl == cfg.counters.end()) {
     err << "slotted-counterd: --adopt: no counter named '" << o.counter
         << "' is declared in counters[]\n";

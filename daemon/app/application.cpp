@@ -329,21 +329,25 @@ void application::log_durability() const {
   }
   const std::string state = config::default_wal_dir();
   if (!state.empty()) {
-    log::warn("no WAL (wal.dir: \"\"): a SIGKILL or crash loses the increments not yet "
-              "flushed; remove wal.dir from the config to keep the WAL in the state directory ",
-              state);
+    log::warn(
+        "no WAL (wal.dir: \"\"): a SIGKILL or crash loses the increments not yet "
+        "flushed; remove wal.dir from the config to keep the WAL in the state directory ",
+        state);
     // A WAL left there by a crash with the WAL on is not replayed by this start. Reading
     // it takes as long as a replay: the start's timeout is extended as for one.
     notify::startup_extender extend_start;
     if (durable::holds_something_to_replay(state)) {
-      log::warn("the state directory ", state, " holds WAL segments with increments not yet "
+      log::warn("the state directory ", state,
+                " holds WAL segments with increments not yet "
                 "flushed, which a start without a WAL does not replay: start once with wal.dir: ",
-                state, " (or without wal.dir) to replay and flush them, then turn the WAL off "
+                state,
+                " (or without wal.dir) to replay and flush them, then turn the WAL off "
                 "again (a damaged segment: --wal-salvage first, docs/operations.md, WAL recovery)");
     }
   } else {
-    log::warn("no WAL (no wal.dir, and no $STATE_DIRECTORY as the unit sets): a SIGKILL or "
-              "crash loses the increments not yet flushed; set wal.dir to keep one");
+    log::warn(
+        "no WAL (no wal.dir, and no $STATE_DIRECTORY as the unit sets): a SIGKILL or "
+        "crash loses the increments not yet flushed; set wal.dir to keep one");
   }
 }
 

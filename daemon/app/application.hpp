@@ -24,6 +24,7 @@
 #include "db/pool.hpp"
 #include "db/probe.hpp"
 #include "durable/committer.hpp"
+#include "durable/recovery.hpp"
 #include "flush/flusher.hpp"
 #include "http/listener.hpp"
 #include "http/passed_sockets.hpp"
@@ -36,7 +37,6 @@
 #include "store/pending_store.hpp"
 #include "util/log.hpp"
 #include "util/thread_annotations.hpp"
-#include "durable/recovery.hpp"
 #include "wal/wal.hpp"
 
 namespace slotted {

@@ -221,9 +221,9 @@ void counter_service::read_top(std::uint32_t record_type, std::optional<top_rang
   read_on(
       p_.db_workers,
       [this, record_type, range, limit] {
-        auto reading = range ? p_.flusher.read_top(record_type, limit, range->gran, range->from,
-                                                   range->to)
-                             : p_.flusher.read_top(record_type, limit);
+        auto reading =
+            range ? p_.flusher.read_top(record_type, limit, range->gran, range->from, range->to)
+                  : p_.flusher.read_top(record_type, limit);
         if (!reading) return unavailable(reading.failed());
         http::backend_result r;
         r.top = std::move(reading->items);

@@ -86,8 +86,9 @@ bool application::reload(const std::string& config_path) {
   if (const char* creds = std::getenv("CREDENTIALS_DIRECTORY");
       creds != nullptr && *creds != '\0' &&
       next.http.auth_token_file.starts_with(std::string(creds) + "/")) {
-    log::info("reload: http.auth_token_file is a systemd credential, copied only when the "
-              "service starts; a new token takes `systemctl restart slotted-counterd`");
+    log::info(
+        "reload: http.auth_token_file is a systemd credential, copied only when the "
+        "service starts; a new token takes `systemctl restart slotted-counterd`");
   }
   const auto plan = config::plan_reload(running_, next);
   const bool counters_changed = running_.counters != next.counters;

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
-#include <optional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <type_traits>
 
 #include "config/checker.hpp"
@@ -20,6 +20,8 @@ using namespace std::chrono_literals;
 using detail::checker;
 using rk = reload_kind;
 
+// clang-format 14 writes the fold over member pointers below as `.*....*`.
+// clang-format off
 // A key's value in a config: field<&daemon_config::http, &http_config::threads>(cfg).
 template <auto... Path>
 auto& field(daemon_config& c) {
@@ -29,6 +31,7 @@ template <auto... Path>
 const auto& field(const daemon_config& c) {
   return (c .* ... .* Path);
 }
+// clang-format on
 
 template <auto... Path>
 bool differs(const daemon_config& a, const daemon_config& b) {
@@ -95,6 +98,8 @@ void change_choice(const key_row&, daemon_config& cfg) {
 }
 
 // A row of each kind; `key`, `type` and `def` as in docs/configuration.md.
+// The row builders keep a row to a few lines, as the table reads them.
+// clang-format off
 template <auto... Path>
 constexpr key_row integer(std::string_view key, long long lo, long long hi, std::string_view def,
                           bool keep_line = false) {
@@ -137,6 +142,7 @@ constexpr key_row flag(std::string_view key, std::string_view def) {
   return {.key = key, .type = "boolean", .default_value = def, .parse = &parse_with<&checker::boolean, Path...>,
           .differs = &differs<Path...>, .change = &change_boolean<Path...>};
 }
+// clang-format on
 // A key a reload applies: `adopt` takes the new value.
 constexpr key_row live(key_row r, decltype(key_row::adopt) adopt) {
   r.reload = rk::live;
@@ -162,8 +168,9 @@ const options<tls_mode>& tls_modes() {
   return o;
 }
 const options<fsync_mode>& fsync_modes() {
-  static const options<fsync_mode> o{
-      {"always", fsync_mode::always}, {"interval", fsync_mode::interval}, {"never", fsync_mode::never}};
+  static const options<fsync_mode> o{{"always", fsync_mode::always},
+                                     {"interval", fsync_mode::interval},
+                                     {"never", fsync_mode::never}};
   return o;
 }
 const options<log_level>& log_levels() {
@@ -389,7 +396,9 @@ std::vector<key_row> live_keys() {
                                                                 "none", true),
                   &token_differs),
            &adopt_token),
-      live(structured({.key = "counters", .type = "list", .default_value = "[]",
+      live(structured({.key = "counters",
+                       .type = "list",
+                       .default_value = "[]",
                        .parse = &parse_counters_key},
                       &counters_differ, &change_counters),
            &adopt_counters),
@@ -417,7 +426,8 @@ std::vector<key_row> live_keys() {
 std::vector<key_row> listen_http_keys() {
   return {
       checked<&instance_id_text, detail::instance_id_expected, false, &C::instance_id>(
-          text<&C::instance_id>("instance_id", "string", "$SLOTTED_COUNTERD_INSTANCE_ID, else the host name")),
+          text<&C::instance_id>("instance_id", "string",
+                                "$SLOTTED_COUNTERD_INSTANCE_ID, else the host name")),
       checked<&ip_address, ip_address_expected, false, &C::listen_address>(
           text<&C::listen_address>("listen.address", "IP address", "127.0.0.1")),
       integer<&C::listen_port>("listen.port", 0, 65535, "8080"),
@@ -445,7 +455,9 @@ std::vector<key_row> mysql_keys() {
       text<&C::mysql, &mysql_config::host>("mysql.host", "string", "127.0.0.1"),
       integer<&C::mysql, &mysql_config::port>("mysql.port", 1, 65535, "3306"),
       text<&C::mysql, &mysql_config::socket>("mysql.socket", "path", "none"),
-      structured({.key = "mysql.hosts", .type = "list of host:port", .default_value = "[]",
+      structured({.key = "mysql.hosts",
+                  .type = "list of host:port",
+                  .default_value = "[]",
                   .parse = &parse_hosts},
                  &differs<&C::mysql, &mysql_config::hosts>, &change_hosts),
       planned_as(choice<&tls_modes, &C::mysql, &mysql_config::tls, &tls_config::mode>(
@@ -454,14 +466,18 @@ std::vector<key_row> mysql_keys() {
       planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::ca_file>("mysql.tls.ca_file",
                                                                            "path", "none", true),
                  "mysql.tls"),
-      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::cert_file>(
-                     "mysql.tls.cert_file", "path", "none", true),
+      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::cert_file>("mysql.tls.cert_file",
+                                                                             "path", "none", true),
                  "mysql.tls"),
       planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::key_file>("mysql.tls.key_file",
                                                                             "path", "none", true),
                  "mysql.tls"),
       text<&C::mysql, &mysql_config::user>("mysql.user", "string", "counterd"),
-      {.key = "mysql.password", .type = "(refused)", .default_value = "", .reload = rk::refused, .secret = true,
+      {.key = "mysql.password",
+       .type = "(refused)",
+       .default_value = "",
+       .reload = rk::refused,
+       .secret = true,
        .parse = &refuse_password},
       secret(text<&C::mysql, &mysql_config::password_file>("mysql.password_file", "path", "none",
                                                            true),
@@ -471,7 +487,8 @@ std::vector<key_row> mysql_keys() {
              &password_env_differs),
       identifier<&C::mysql, &mysql_config::database>("mysql.database", "app"),
       identifier<&C::mysql, &mysql_config::table>("mysql.table", "slotted_counters"),
-      time_key<&C::mysql, &mysql_config::connect_timeout>("mysql.connect_timeout", 100ms, 5min, "5s"),
+      time_key<&C::mysql, &mysql_config::connect_timeout>("mysql.connect_timeout", 100ms, 5min,
+                                                          "5s"),
       integer<&C::mysql, &mysql_config::pool_size>("mysql.pool_size", 1, 64, "2"),
   };
 }
@@ -488,7 +505,8 @@ std::vector<key_row> runtime_keys() {
                                                           1'000'000'000, "5000000"),
       integer<&C::flush, &flush_config::max_pending_bytes>("flush.max_pending_bytes", 1ll << 20,
                                                            1ll << 40, "402653184"),
-      time_key<&C::flush, &flush_config::max_retry_backoff>("flush.max_retry_backoff", 10ms, 1h, "30s"),
+      time_key<&C::flush, &flush_config::max_retry_backoff>("flush.max_retry_backoff", 10ms, 1h,
+                                                            "30s"),
       // Sizes the flusher's writers against the pool, which is sized at start.
       integer<&C::flush, &flush_config::connections>("flush.connections", 1, max_flush_connections,
                                                      "1", true),
@@ -498,7 +516,8 @@ std::vector<key_row> runtime_keys() {
       choice<&fsync_modes, &C::wal, &wal_config::fsync>("wal.fsync", "never"),
       time_key<&C::wal, &wal_config::fsync_interval>("wal.fsync_interval", 1ms, 10s, "10ms"),
       time_key<&C::shutdown_timeout>("shutdown_timeout", 100ms, 1h, "30s"),
-      time_key<&C::idempotency, &idempotency_config::window>("idempotency.window", 1s, 24h * 30, "24h"),
+      time_key<&C::idempotency, &idempotency_config::window>("idempotency.window", 1s, 24h * 30,
+                                                             "24h"),
       integer<&C::idempotency, &idempotency_config::max_keys>("idempotency.max_keys", 1,
                                                               100'000'000, "1000000"),
   };
@@ -507,7 +526,9 @@ std::vector<key_row> runtime_keys() {
 // The access logs it counts from.
 std::vector<key_row> log_source_keys() {
   return {
-      structured({.key = "log_sources", .type = "list", .default_value = "[]",
+      structured({.key = "log_sources",
+                  .type = "list",
+                  .default_value = "[]",
                   .parse = &defer_log_sources},
                  &differs<&C::log_sources>, &change_log_sources),
       part("log_sources[].path", "path", "(required)", "log_sources"),
@@ -534,8 +555,8 @@ std::vector<key_row> log_source_keys() {
 const std::vector<key_row>& table() {
   static const std::vector<key_row> rows = [] {
     std::vector<key_row> all;
-    for (auto part : {live_keys(), listen_http_keys(), mysql_keys(), runtime_keys(),
-                      log_source_keys()})
+    for (auto part :
+         {live_keys(), listen_http_keys(), mysql_keys(), runtime_keys(), log_source_keys()})
       all.insert(all.end(), std::make_move_iterator(part.begin()),
                  std::make_move_iterator(part.end()));
     return all;
@@ -545,7 +566,9 @@ const std::vector<key_row>& table() {
 
 }  // namespace
 
-std::span<const key_row> config_keys() { return table(); }
+std::span<const key_row> config_keys() {
+  return table();
+}
 
 const key_row* find_key(std::string_view key) {
   for (const auto& r : table()) {

@@ -40,8 +40,8 @@ struct key_row {
   std::string_view plan_as{};
   // Parses the value at `path` into cfg. nullptr: parsed by the structured key that
   // holds it (counters[].name by counters), which has a row of its own.
-  void (*parse)(detail::checker&, const key_row&, const YAML::Node& value,
-                const std::string& path, daemon_config& cfg) = nullptr;
+  void (*parse)(detail::checker&, const key_row&, const YAML::Node& value, const std::string& path,
+                daemon_config& cfg) = nullptr;
   // Whether a and b differ in this key. nullptr: compared as part of `plan_as`.
   bool (*differs)(const daemon_config& a, const daemon_config& b) = nullptr;
   // Makes cfg differ in this key alone (tests: a change of any key is planned).

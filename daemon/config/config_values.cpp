@@ -30,7 +30,8 @@ std::optional<endpoint_text> listen_endpoint(std::string_view text) {
   if (!(v4 && !bracketed) && !(v6 && bracketed)) return std::nullopt;
   unsigned value = 0;
   const auto r = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value > 65535) return std::nullopt;
+  if (r.ec != std::errc() || r.ptr != port.data() + port.size() || value > 65535)
+    return std::nullopt;
   return endpoint_text{a, static_cast<std::uint16_t>(value)};
 }
 
@@ -107,8 +108,8 @@ void resolve_instance_id(daemon_config& cfg, checker& c) {
   } else if (is_valid_instance_id(env)) {
     cfg.instance_id = env;
   } else {
-    c.fail_flag(std::string(instance_id_env) + " (the default instance_id): '" + env +
-                "' is not " + instance_id_expected);
+    c.fail_flag(std::string(instance_id_env) + " (the default instance_id): '" + env + "' is not " +
+                instance_id_expected);
   }
 }
 

@@ -93,36 +93,35 @@ void parse_counters(checker& c, const YAML::Node& v, const std::string& p,
     }
     counter_decl d;
     bool has_name = false, has_type = false, has_keep = false;
-    c.mapping(item, ip,
-              {
-                  {"name",
-                   [&](auto& a, auto& ap) {
-                     c.identifier(a, ap, d.name);
-                     has_name = true;
-                   }},
-                  {"record_type",
-                   [&](auto& a, auto& ap) {
-                     c.integer<std::uint32_t>(a, ap, 0, ingest::max_record_type, d.record_type);
-                     has_type = true;
-                   }},
-                  {"rollup", [&](auto& a, auto& ap) { parse_rollup_target(c, a, ap, d.rollup); }},
-                  {"buckets", [&](auto& a, auto& ap) { parse_buckets(c, a, ap, d.buckets); }},
-                  {"top", [&](auto& a, auto& ap) { c.boolean(a, ap, d.top); }},
-                  {"dedupe",
-                   [&](auto& a, auto& ap) {
-                     c.choice<store::granularity>(
-                         a, ap,
-                         {{"hour", store::granularity::hour}, {"day", store::granularity::day}},
-                         d.dedupe);
-                   }},
-                  {"dedupe_keep",
-                   [&](auto& a, auto& ap) {
-                     has_keep = true;
-                     c.time_span(a, ap, std::chrono::seconds(store::min_dedupe_keep_seconds),
-                                 std::chrono::seconds(store::max_dedupe_keep_seconds),
-                                 d.dedupe_keep);
-                   }},
-              });
+    c.mapping(
+        item, ip,
+        {
+            {"name",
+             [&](auto& a, auto& ap) {
+               c.identifier(a, ap, d.name);
+               has_name = true;
+             }},
+            {"record_type",
+             [&](auto& a, auto& ap) {
+               c.integer<std::uint32_t>(a, ap, 0, ingest::max_record_type, d.record_type);
+               has_type = true;
+             }},
+            {"rollup", [&](auto& a, auto& ap) { parse_rollup_target(c, a, ap, d.rollup); }},
+            {"buckets", [&](auto& a, auto& ap) { parse_buckets(c, a, ap, d.buckets); }},
+            {"top", [&](auto& a, auto& ap) { c.boolean(a, ap, d.top); }},
+            {"dedupe",
+             [&](auto& a, auto& ap) {
+               c.choice<store::granularity>(
+                   a, ap, {{"hour", store::granularity::hour}, {"day", store::granularity::day}},
+                   d.dedupe);
+             }},
+            {"dedupe_keep",
+             [&](auto& a, auto& ap) {
+               has_keep = true;
+               c.time_span(a, ap, std::chrono::seconds(store::min_dedupe_keep_seconds),
+                           std::chrono::seconds(store::max_dedupe_keep_seconds), d.dedupe_keep);
+             }},
+        });
     if (has_keep && d.dedupe == store::granularity::none)
       c.fail(item, ip + ".dedupe_keep", "only with counters[].dedupe");
     if (!has_name) c.fail(item, ip + ".name", "missing");

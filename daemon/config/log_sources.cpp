@@ -175,8 +175,7 @@ void parse_rotation(const walker& w, const YAML::Node& v, const std::string& p, 
     s.rotation = rotation_scheme::numbered;
   } else if (r == "dateext") {
     s.rotation = rotation_scheme::dateext;
-  } else if (r.front() == '/' && r.find_first_of("*?[") != std::string::npos &&
-             r.size() <= 1024) {
+  } else if (r.front() == '/' && r.find_first_of("*?[") != std::string::npos && r.size() <= 1024) {
     s.rotation = rotation_scheme::glob;
     s.rotated_glob = r;
   } else {
@@ -216,15 +215,15 @@ std::string glob_takes_in_another(const log_source& s, std::span<const log_sourc
     if (o.path == s.path) continue;
     for (const auto& name : sample_names(o)) {
       if (::fnmatch(s.rotated_glob.c_str(), name.c_str(), FNM_PATHNAME) == 0)
-        return "the glob '" + s.rotated_glob + "' also names '" + name + "', a file of the source '" +
-               o.path + "': its lines would be counted twice; give each source a glob of its own files";
+        return "the glob '" + s.rotated_glob + "' also names '" + name +
+               "', a file of the source '" + o.path +
+               "': its lines would be counted twice; give each source a glob of its own files";
     }
   }
   return "";
 }
 
-void parse_rotate_wait(const walker& w, const YAML::Node& v, const std::string& p,
-                       log_source& s) {
+void parse_rotate_wait(const walker& w, const YAML::Node& v, const std::string& p, log_source& s) {
   std::string t;
   if (!w.text(v, p, t)) return;
   const auto d = parse_duration(t);
@@ -302,7 +301,8 @@ void parse_log_sources(const YAML::Node& v, const std::string& p,
       if (const auto other = glob_takes_in_another(s, out); !other.empty())
         w.fail(item["rotation"], ip + ".rotation", other);
     }
-    for (const auto& earlier : has_path ? std::span<const log_source>(out) : std::span<const log_source>{}) {
+    for (const auto& earlier :
+         has_path ? std::span<const log_source>(out) : std::span<const log_source>{}) {
       if (const auto other = glob_takes_in_another(earlier, {&s, 1}); !other.empty())
         w.fail(item["path"], ip + ".path", other);
     }

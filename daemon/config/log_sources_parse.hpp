@@ -13,8 +13,8 @@
 namespace slotted::config {
 
 // Records a problem of the key `key` at the node `at` (its line).
-using log_sources_fail = std::function<void(const YAML::Node& at, const std::string& key,
-                                            const std::string& message)>;
+using log_sources_fail =
+    std::function<void(const YAML::Node& at, const std::string& key, const std::string& message)>;
 
 // Parses `v` (the value of `log_sources`, at key path `p`) into `out`: a list of
 // {path, format, json, rules}. Problems (an unknown or duplicate key, a relative or

@@ -28,8 +28,9 @@ void check_rows(const std::string& path, const key_handlers& handlers) {
   const std::string prefix = path.empty() ? "" : without_indexes(path) + ".";
   for (const auto& [key, handler] : handlers) {
     const std::string full = prefix + key;
-    const bool section = std::any_of(config_keys().begin(), config_keys().end(),
-                                     [&](const key_row& r) { return r.key.starts_with(full + "."); });
+    const bool section =
+        std::any_of(config_keys().begin(), config_keys().end(),
+                    [&](const key_row& r) { return r.key.starts_with(full + "."); });
     if (find_key(full) == nullptr && !section)
       throw std::logic_error("config key without a row in the key table: " + full);
   }

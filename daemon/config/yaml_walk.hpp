@@ -13,8 +13,8 @@
 namespace slotted::config {
 
 // Records a problem of the key `key` at the node `at` (its line).
-using yaml_fail = std::function<void(const YAML::Node& at, const std::string& key,
-                                     const std::string& message)>;
+using yaml_fail =
+    std::function<void(const YAML::Node& at, const std::string& key, const std::string& message)>;
 
 using key_handler = std::function<void(const YAML::Node& value, const std::string& path)>;
 using key_handlers = std::map<std::string, key_handler>;

@@ -149,10 +149,10 @@ void connection::fail(std::string_view what) {
 
 void connection::check_size(std::string_view sql) const {
   if (sql.size() <= max_statement_) return;
-  throw db_error(CR_NET_PACKET_TOO_LARGE,
-                 "query: a statement of " + std::to_string(sql.size()) +
-                     " bytes exceeds the server's max_allowed_packet (" +
-                     std::to_string(max_statement_) + " bytes usable); not sent");
+  throw db_error(CR_NET_PACKET_TOO_LARGE, "query: a statement of " + std::to_string(sql.size()) +
+                                              " bytes exceeds the server's max_allowed_packet (" +
+                                              std::to_string(max_statement_) +
+                                              " bytes usable); not sent");
 }
 
 void connection::execute(std::string_view sql) {

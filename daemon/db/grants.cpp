@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "db/sql.hpp"
 #include "db/log_positions.hpp"
+#include "db/sql.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 

@@ -74,8 +74,7 @@ std::string position_update(std::string_view instance, std::string_view path,
          ", `offset` = " + std::to_string(p.offset) +
          ", `in_long_line` = " + (p.in_long_line ? "1" : "0") +
          ", `file_mtime_ns` = " + std::to_string(p.file_mtime_ns) +
-         ", `committed_at` = CURRENT_TIMESTAMP(3)" +
-         key_where(instance, path);
+         ", `committed_at` = CURRENT_TIMESTAMP(3)" + key_where(instance, path);
 }
 
 namespace {
@@ -229,8 +228,8 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
       // Only the entries of windows no prune has passed (db/uniques.hpp, Late items).
       const auto decidable = db::decidable_entries(conn, counters_table, b.uniques,
                                                    b.dedupe ? *b.dedupe : store::no_dedupe());
-      const auto counted = db::insert_and_find_ours(conn, counters_table,
-                                                    db::unique_tag(b.instance_id), decidable);
+      const auto counted =
+          db::insert_and_find_ours(conn, counters_table, db::unique_tag(b.instance_id), decidable);
       std::vector<db::counter_row> unique_rows;
       std::vector<store::bucket_row> unique_buckets;
       db::rows_of_counted(counted, b.slot, b.bucket_spec ? *b.bucket_spec : store::no_buckets(),

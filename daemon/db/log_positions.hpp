@@ -93,11 +93,11 @@ std::vector<other_position> positions_of_others(db::connection& conn, std::strin
 struct log_batch {
   std::string instance_id;
   std::string path;
-  std::optional<log_position> from;  // the position the lines were read from (none: first)
-  log_position to;                   // the position after them
-  std::span<const db::counter_row> rows;           // sorted by (record_type, record_id)
-  std::span<const db::counter_row> dirty;          // rows of rolled-up counters
-  std::span<const store::bucket_row> buckets;      // sorted
+  std::optional<log_position> from;        // the position the lines were read from (none: first)
+  log_position to;                         // the position after them
+  std::span<const db::counter_row> rows;   // sorted by (record_type, record_id)
+  std::span<const db::counter_row> dirty;  // rows of rolled-up counters
+  std::span<const store::bucket_row> buckets;  // sorted
   // Entries of counters with `dedupe` (db/uniques.hpp), in the uniques table's key
   // order: each counts +1 under `slot` (and in the buckets of `bucket_spec`) when no
   // batch counted it before (its rows tagged by db::unique_tag).

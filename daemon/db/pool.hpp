@@ -23,8 +23,8 @@
 // Thread-safety: connect(), acquire() and try_acquire() may be called from any thread.
 
 #include <atomic>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>

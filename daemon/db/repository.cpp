@@ -116,8 +116,8 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
     // still holds 0 would take a committed key over (applied twice), and the keys prune
     // would delete such rows.
     const auto has = [&](const char* column) {
-      return !conn.query(column_exists_select(conn.quote(idempotency_keys_table),
-                                              conn.quote(column)))
+      return !conn.query(
+                      column_exists_select(conn.quote(idempotency_keys_table), conn.quote(column)))
                   .empty();
     };
     limits.idempotency_keys = has("created_ms") && !has("created");
@@ -318,7 +318,7 @@ void reset_rows_and_totals(connection& conn, const std::string& table, const bat
     }
   }
   for (const auto& sql : reset_statements(table, key.record_type, key.record_id, slots, instance,
-                                           std::nullopt, bucket_grans))
+                                          std::nullopt, bucket_grans))
     conn.execute(sql);
   for (const auto& sql : reset_totals_statements(table, key, persisted, lost_buckets, bucket_grans,
                                                  conn.max_statement_bytes()))
@@ -400,9 +400,11 @@ ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_fr
                                    chunk);
       },
       own_max_age_seconds);
-  const bool others_behind =
-      side([&] { return ledger_stale_select(instance, keep_from.run_id, others_max_age_seconds, chunk); },
-           others_max_age_seconds);
+  const bool others_behind = side(
+      [&] {
+        return ledger_stale_select(instance, keep_from.run_id, others_max_age_seconds, chunk);
+      },
+      others_max_age_seconds);
   r.behind = own_behind || others_behind;
   return r;
 }

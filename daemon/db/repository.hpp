@@ -125,9 +125,9 @@ struct rollup_refusal {
 };
 
 struct rollup_chunk_result {
-  std::size_t marks = 0;           // dirty marks processed (0: nothing left)
-  std::size_t records = 0;         // owning rows set to SUM(count)
-  std::size_t missing_owners = 0;  // dirty records without an owning row (skipped)
+  std::size_t marks = 0;                // dirty marks processed (0: nothing left)
+  std::size_t records = 0;              // owning rows set to SUM(count)
+  std::size_t missing_owners = 0;       // dirty records without an owning row (skipped)
   std::vector<rollup_refusal> refused;  // owning rows that cannot hold their SUM (skipped)
 };
 
@@ -177,19 +177,18 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
 // what it deleted, `<table>_totals` first even when its sum was 0; 6);
 // logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
-// then 1b and 2 for counters with dedupe, 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in place of 1
-// its adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot 0 of each
-// counter by INSERT ... SELECT ... ORDER BY id, or with top the owning rows read once
-// and 3 then 5 written from those values; the owning rows it reads are a consistent
-// read, unlocked). An INSERT IGNORE of an adoption row (the roller's record
-// of an all-zero column, a run's first row) commits on its own holding nothing else. A batch writes
-// a slot row for every counter it has bucket rows of (a row of delta 0 if need be, see
-// store::flush_batch), so by (4) no bucket row of a slot is written by a transaction that does not
-// hold the slot row: a reset that holds the slot rows it read deletes the bucket rows of those
-// slots exactly, and a slot another instance inserts meanwhile keeps its buckets with its total.
-// rollup_chunk locks owning rows (a locking read in id order; the slot rows a
-// consistent read after it), then dirty marks, in one transaction: no writer above locks
-// owning rows, and an adoption reads them unlocked. Statements that commit on their own
+// then 1b and 2 for counters with dedupe, 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in
+// place of 1 its adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot
+// 0 of each counter by INSERT ... SELECT ... ORDER BY id, or with top the owning rows read once and
+// 3 then 5 written from those values; the owning rows it reads are a consistent read, unlocked). An
+// INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a run's first row)
+// commits on its own holding nothing else. A batch writes a slot row for every counter it has
+// bucket rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row of
+// a slot is written by a transaction that does not hold the slot row: a reset that holds the slot
+// rows it read deletes the bucket rows of those slots exactly, and a slot another instance inserts
+// meanwhile keeps its buckets with its total. rollup_chunk locks owning rows (a locking read in id
+// order; the slot rows a consistent read after it), then dirty marks, in one transaction: no writer
+// above locks owning rows, and an adoption reads them unlocked. Statements that commit on their own
 // wait in no cycle, as each holds one kind of row at a time: prune_buckets (one bucket's rows, in
 // key order; with top, then their bucket totals, 4 then 5 in one transaction), prune_ledger,
 // idempotency::prune_keys and db::prune_uniques (one record type's passed windows of
@@ -240,7 +239,8 @@ struct reset_progress {
 commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
                              const store::counter_key& key, bool rolled_up,
                              std::span<const store::granularity> bucket_grans,
-                             reset_progress& progress, const store::top_spec& top = store::no_top());
+                             reset_progress& progress,
+                             const store::top_spec& top = store::no_top());
 
 // The ledger's retention, one run of it: deletes this process's own rows (`keep_from`'s
 // instance and run) older than `own_max_age_seconds` before `keep_from`'s seq (see
@@ -248,8 +248,8 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
 // `others_max_age_seconds` (ledger_stale_select: an instance that never comes back, a
 // container under a new hostname, leaves its rows for any instance to delete; the rows
 // of an earlier run of this instance, or of another process that shares its
-// instance_id, are another run's, which only it knows it no longer needs). Each in chunks of `chunk` rows
-// (keys read without a lock, then ledger_delete through the primary key, each
+// instance_id, are another run's, which only it knows it no longer needs). Each in chunks of
+// `chunk` rows (keys read without a lock, then ledger_delete through the primary key, each
 // statement committing on its own: a chunk locks only the rows it deletes), at
 // most `max_chunks` chunks each; `behind` is set when a side had more than that (the
 // caller runs again soon). Returns rows deleted. Throws db_error.
@@ -270,7 +270,7 @@ std::vector<std::uint64_t> committed_split_parts(connection& conn, const std::st
 
 // SUM(count) over the slots of one counter, exact in 128 bits (it may pass int64).
 __int128 read_count(connection& conn, const std::string& table, std::uint32_t record_type,
-                        std::uint64_t record_id);
+                    std::uint64_t record_id);
 
 // SUM(count) of each of `record_ids` (one record type) in one statement, exact in 128
 // bits: (record_id, sum) for the ids that have slot rows, the others left out. Throws

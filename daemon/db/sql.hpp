@@ -125,8 +125,7 @@ std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t 
 // `max_age_seconds`: (instance_id, run_id, batch_seq) of up to `limit` of the oldest,
 // through `by_time`.
 std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t run_id,
-                                std::uint64_t max_age_seconds,
-                                std::size_t limit);
+                                std::uint64_t max_age_seconds, std::size_t limit);
 // Deletes exactly these rows of one instance's run (through the primary key, forced: it
 // locks no other row) while they are still older than `max_age_seconds`. `seqs` must
 // not be empty.

@@ -1,8 +1,7 @@
 // The bucket tables' statements (sql.hpp): counts per hour and per day.
-#include "db/sql.hpp"
-
 #include <cstdio>
 
+#include "db/sql.hpp"
 #include "db/sql_text.hpp"
 
 namespace slotted::db {
@@ -45,12 +44,13 @@ std::string create_bucket_table(std::string_view table, store::granularity g) {
   return create_table(quote_identifier(bucket_table(table, g)),
                       "  `record_type` INT UNSIGNED NOT NULL,\n"
                       "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-                      "  `bucket` " + bucket + " NOT NULL,\n" +
-                      "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
-                      "  `count` BIGINT NOT NULL,\n"
-                      "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
-                      // Retention deletes the oldest buckets of one record type through this.
-                      "  KEY `by_age` (`record_type`, `bucket`)\n");
+                      "  `bucket` " +
+                          bucket + " NOT NULL,\n" +
+                          "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
+                          "  `count` BIGINT NOT NULL,\n"
+                          "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
+                          // Retention deletes the oldest buckets of one record type through this.
+                          "  KEY `by_age` (`record_type`, `bucket`)\n");
 }
 
 std::string bucket_upsert_statement(std::string_view table, store::granularity g,

@@ -79,10 +79,18 @@ inline void append_counter_key(std::string& sql, std::uint32_t record_type,
   append_int(sql, record_id);
 }
 // A number as statement text; 128 bits printed exactly (a total, a DECIMAL(30,0)).
-inline std::string num(std::int64_t v) { return std::to_string(v); }
-inline std::string num(std::uint64_t v) { return std::to_string(v); }
-inline std::string num(std::uint32_t v) { return std::to_string(v); }
-inline std::string num(__int128 v) { return util::decimal(v); }
+inline std::string num(std::int64_t v) {
+  return std::to_string(v);
+}
+inline std::string num(std::uint64_t v) {
+  return std::to_string(v);
+}
+inline std::string num(std::uint32_t v) {
+  return std::to_string(v);
+}
+inline std::string num(__int128 v) {
+  return util::decimal(v);
+}
 
 // `select`, cut by the server after read_time_limit_s seconds (MariaDB's
 // max_statement_time, error statement_timeout_code, db/top.hpp): a read of an HTTP

@@ -25,7 +25,9 @@ std::string select_counts(std::string_view table, std::uint32_t record_type,
   return sql;
 }
 
-std::string totals_table(std::string_view table) { return std::string(table) + "_totals"; }
+std::string totals_table(std::string_view table) {
+  return std::string(table) + "_totals";
+}
 
 std::string bucket_totals_table(std::string_view table, store::granularity g) {
   return bucket_table(table, g) + "_totals";
@@ -50,10 +52,11 @@ std::string create_bucket_totals_table(std::string_view table, store::granularit
       quote_identifier(bucket_totals_table(table, g)),
       "  `record_type` INT UNSIGNED NOT NULL,\n"
       "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-      "  `bucket` " + bucket + " NOT NULL,\n" +
-      "  `count` DECIMAL(30,0) NOT NULL,\n"
-      "  PRIMARY KEY (`record_type`, `record_id`, `bucket`),\n"
-      "  KEY `by_count` (`record_type`, `bucket`, `count` DESC, `record_id`)\n");
+      "  `bucket` " +
+          bucket + " NOT NULL,\n" +
+          "  `count` DECIMAL(30,0) NOT NULL,\n"
+          "  PRIMARY KEY (`record_type`, `record_id`, `bucket`),\n"
+          "  KEY `by_count` (`record_type`, `bucket`, `count` DESC, `record_id`)\n");
 }
 
 namespace {
@@ -89,7 +92,8 @@ void bucket_totals_upserts(std::vector<std::string>& out, std::string_view table
                            const store::top_spec& top, std::size_t max_bytes) {
   std::map<std::tuple<std::uint32_t, std::uint64_t, std::int64_t>, __int128> sums;
   for (const auto& b : buckets) {
-    if (b.gran == g && top.keeps(b.record_type)) sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
+    if (b.gran == g && top.keeps(b.record_type))
+      sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
   }
   upsert_cutter cut(out,
                     "INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
@@ -138,9 +142,9 @@ void bucket_totals_lowered(std::vector<std::string>& out, std::string_view table
     const std::string lit = bucket_literal(g, bucket);
     std::string when = " WHEN ";
     when.append(lit).append(" THEN ").append(num(delta));
-    if (!cases.empty() && head.size() + cases.size() + when.size() + tail.size() + in.size() +
-                                  lit.size() + 2 >
-                              max_bytes)
+    if (!cases.empty() &&
+        head.size() + cases.size() + when.size() + tail.size() + in.size() + lit.size() + 2 >
+            max_bytes)
       finish();
     cases += when;
     if (!in.empty()) in += ',';
@@ -210,8 +214,8 @@ std::vector<std::string> reset_totals_statements(std::string_view table,
                                                  std::span<const store::bucket_row> lost_buckets,
                                                  std::span<const store::granularity> grans,
                                                  std::size_t max_bytes) {
-  const std::string where = " WHERE `record_type` = " + num(key.record_type) +
-                            " AND `record_id` = " + num(key.record_id);
+  const std::string where =
+      " WHERE `record_type` = " + num(key.record_type) + " AND `record_id` = " + num(key.record_id);
   // `<table>_totals` first, even when nothing is subtracted (its DELETE takes the row's
   // lock), then each granularity's table: the lock order's 5 (repository.hpp).
   std::vector<std::string> out;
@@ -219,7 +223,8 @@ std::vector<std::string> reset_totals_statements(std::string_view table,
     out.push_back("UPDATE " + quote_identifier(totals_table(table)) + " SET `count` = `count` - " +
                   num(persisted) + where);
   }
-  out.push_back("DELETE FROM " + quote_identifier(totals_table(table)) + where + " AND `count` = 0");
+  out.push_back("DELETE FROM " + quote_identifier(totals_table(table)) + where +
+                " AND `count` = 0");
   for (const auto g : store::all_granularities) {
     if (std::find(grans.begin(), grans.end(), g) == grans.end()) continue;
     bucket_totals_lowered(out, table, g, key, lost_buckets, max_bytes);

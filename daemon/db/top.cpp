@@ -118,8 +118,7 @@ std::vector<std::string> missing_totals_tables(connection& conn, const std::stri
   return missing;
 }
 
-void verify_totals_tables(connection& conn, const std::string& table,
-                          const store::top_spec& top) {
+void verify_totals_tables(connection& conn, const std::string& table, const store::top_spec& top) {
   const auto missing = missing_totals_tables(conn, table, top);
   if (missing.empty()) return verify_totals_filled(conn, table, top);
   throw db_error(0,
@@ -208,8 +207,7 @@ std::vector<std::pair<std::uint64_t, __int128>> best_of(
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   };
   const std::size_t n = std::min(limit, best.size());
-  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n), best.end(),
-                    order);
+  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n), best.end(), order);
   best.resize(n);
   return best;
 }

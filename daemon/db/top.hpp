@@ -72,8 +72,7 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
 // totals table `top` needs was not filled for one of its types: a counter whose `top`
 // was turned on after it had counts would otherwise rank by what it counted since (and
 // a reset would drive its totals negative). Nothing is checked when `top` is empty.
-void verify_totals_filled(connection& conn, const std::string& table,
-                          const store::top_spec& top);
+void verify_totals_filled(connection& conn, const std::string& table, const store::top_spec& top);
 
 // The totals tables `top` needs that do not exist.
 std::vector<std::string> missing_totals_tables(connection& conn, const std::string& table,
@@ -86,8 +85,7 @@ std::vector<std::string> missing_totals_tables(connection& conn, const std::stri
 // them would leave top-N short of it for good, so nothing is flushed until --migrate has
 // made (and filled) them; and when one was not filled for a record type of `top`
 // (verify_totals_filled). Nothing is checked when `top` is empty.
-void verify_totals_tables(connection& conn, const std::string& table,
-                          const store::top_spec& top);
+void verify_totals_tables(connection& conn, const std::string& table, const store::top_spec& top);
 
 // The upserts adding a batch's deltas to the totals of the counters `top` keeps (the
 // others' rows are left out): `<table>_totals` from `rows` (summed per counter, sorted by

@@ -74,8 +74,8 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
     in += num(record_types[i]);
   }
   in += ")";
-  const std::string columns = bucketed ? "`record_type`, `record_id`, `bucket`"
-                                       : "`record_type`, `record_id`";
+  const std::string columns =
+      bucketed ? "`record_type`, `record_id`, `bucket`" : "`record_type`, `record_id`";
   in_transaction(conn, [&] {
     // What the totals hold of these types (what was counted since top was turned on)
     // goes; the sums of their rows, read under shared locks (a flush of them waits for
@@ -89,8 +89,7 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
   });
 }
 
-void verify_totals_filled(connection& conn, const std::string& table,
-                          const store::top_spec& top) {
+void verify_totals_filled(connection& conn, const std::string& table, const store::top_spec& top) {
   if (top.empty()) return;
   std::vector<std::string> tables{totals_table(table)};
   for (const auto g : store::all_granularities) {
@@ -99,14 +98,14 @@ void verify_totals_filled(connection& conn, const std::string& table,
   for (const auto& t : tables) {
     const auto unfilled = unfilled_record_types(conn, t, top);
     if (unfilled.empty()) continue;
-    throw db_error(0,
-                   cat("counters[].top is on for record_type ", num(unfilled.front()),
-                       " but table `", t,
-                       "` was not filled with its counts (top was turned on for a counter that "
-                       "already had counts, or the totals were made by a version before "
-                       "it): top-N would miss what it counted before; run slotted-counterd "
-                       "--migrate (it fills the totals of those record types from their rows)"),
-                   true);
+    throw db_error(
+        0,
+        cat("counters[].top is on for record_type ", num(unfilled.front()), " but table `", t,
+            "` was not filled with its counts (top was turned on for a counter that "
+            "already had counts, or the totals were made by a version before "
+            "it): top-N would miss what it counted before; run slotted-counterd "
+            "--migrate (it fills the totals of those record types from their rows)"),
+        true);
   }
 }
 

@@ -4,8 +4,8 @@
 //
 // `<table>_uniques` holds one row per (window, counter, client) counted: its primary key
 // (record_type, window_start, record_id, client), and the tag of the commit that
-// inserted it (instance_id, run_id, batch_seq: unique_tag, random for each attempt). The record type leads
-// the key, then the window: the prune of a counter's passed windows is a range of the
+// inserted it (instance_id, run_id, batch_seq: unique_tag, random for each attempt). The record
+// type leads the key, then the window: the prune of a counter's passed windows is a range of the
 // primary key (whatever the windows of other counters), and a counter's rows of one
 // window sit together.
 //
@@ -139,10 +139,9 @@ std::vector<store::unique_entry> decidable_entries(connection& conn, const std::
                                                    const store::dedupe_spec& dedupe);
 // The entries whose window (by `dedupe`) ended at or after the `ended_before` of their
 // record type (absent: nothing pruned) and `every` (the every_type row's). Pure.
-std::vector<store::unique_entry> not_pruned(std::span<const store::unique_entry> entries,
-                                            const store::dedupe_spec& dedupe,
-                                            const std::map<std::uint32_t, std::int64_t>& ended_before,
-                                            std::int64_t every);
+std::vector<store::unique_entry> not_pruned(
+    std::span<const store::unique_entry> entries, const store::dedupe_spec& dedupe,
+    const std::map<std::uint32_t, std::int64_t>& ended_before, std::int64_t every);
 
 // The rows and bucket rows that `counted` adds under `slot` (sorted, a row for every
 // counter with bucket rows). Pure.

@@ -49,8 +49,9 @@ std::string pruned_row_insert(connection& conn, const std::string& uniques, std:
   append_int(sql, ended_before);
   sql += ')';
   if (raise)
-    sql += " ON DUPLICATE KEY UPDATE `ended_before` = GREATEST(`ended_before`, "
-           "VALUES(`ended_before`))";
+    sql +=
+        " ON DUPLICATE KEY UPDATE `ended_before` = GREATEST(`ended_before`, "
+        "VALUES(`ended_before`))";
   return sql;
 }
 
@@ -68,7 +69,8 @@ void migrate_uniques(connection& conn, const std::string& table, const store::de
   const bool earlier = exists(conn, uniques);
   conn.execute(create_uniques_table(table));
   conn.execute(create_pruned_table());
-  conn.execute(pruned_row_insert(conn, uniques, every_type, earlier ? later_clock(conn) : 0, false));
+  conn.execute(
+      pruned_row_insert(conn, uniques, every_type, earlier ? later_clock(conn) : 0, false));
 }
 
 void verify_uniques_table(connection& conn, const std::string& table,
@@ -85,10 +87,9 @@ void verify_uniques_table(connection& conn, const std::string& table,
     throw missing("the row of `" + name + "` in `" + std::string(pruned_table) + "`");
 }
 
-std::vector<store::unique_entry> not_pruned(std::span<const store::unique_entry> entries,
-                                            const store::dedupe_spec& dedupe,
-                                            const std::map<std::uint32_t, std::int64_t>& ended_before,
-                                            std::int64_t every) {
+std::vector<store::unique_entry> not_pruned(
+    std::span<const store::unique_entry> entries, const store::dedupe_spec& dedupe,
+    const std::map<std::uint32_t, std::int64_t>& ended_before, std::int64_t every) {
   std::vector<store::unique_entry> out;
   out.reserve(entries.size());
   for (const auto& e : entries) {

@@ -88,8 +88,8 @@ struct timed_delta {
 
 struct snapshot_record {
   std::vector<store::flush_batch> batches;
-  std::vector<logged_delta> deltas;             // counters' totals
-  std::vector<store::pending_delta> buckets;    // bucket counts
+  std::vector<logged_delta> deltas;               // counters' totals
+  std::vector<store::pending_delta> buckets;      // bucket counts
   std::vector<idempotency::keyed_request> keyed;  // not yet in a batch
   std::vector<store::unique_entry> uniques{};     // not yet in a batch
 };
@@ -114,8 +114,7 @@ void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> bat
                        std::span<const idempotency::keyed_request> pending, form f);
 // `last`: the record ends with the trailer (else more follows: the unique kinds).
 bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
-                        std::vector<idempotency::keyed_request>& pending, form f,
-                        bool last = true);
+                        std::vector<idempotency::keyed_request>& pending, form f, bool last = true);
 std::optional<idempotency::keyed_request> decode_keyed(reader& in);
 std::optional<idempotency::keyed_request> decode_timed_keyed(reader& in);
 

@@ -6,8 +6,8 @@
 #include <optional>
 #include <utility>
 
-#include "util/log.hpp"
 #include "durable/recovery.hpp"
+#include "util/log.hpp"
 
 namespace slotted::durable {
 
@@ -372,14 +372,13 @@ void committer::count_group(std::size_t requests, bool log_thread) {
   if (log_thread) log_thread_groups_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void committer::write_group(std::vector<request>& group,
-                            std::vector<std::shared_ptr<job>>& local) {
+void committer::write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local) {
   std::string bytes;
   std::vector<request> chunk;
   chunk.reserve(group.size());
   bool any_logged = false;
   store::pending_charge logged;  // what the requests logged in `bytes` may hold
-  std::uint64_t unapplied = 0;  // their |delta|
+  std::uint64_t unapplied = 0;   // their |delta|
   const auto write_chunk = [&]() REQUIRES(log_mutex_) {
     // One write for all of them: if it fails, none is logged, applied or acknowledged.
     if (const auto w = any_logged ? log_.append(bytes, synced_) : result<void>(); !w) {

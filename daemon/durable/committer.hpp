@@ -9,25 +9,24 @@
 // most max_group_bytes of records), checks the pending limit and the pending-sum bound,
 // writes them with one pwrite(2) (and, with wal.fsync always, one fdatasync) and hands
 // each request to the thread that applies and answers it. The leader is, as a rule, an
-// HTTP thread (the log thread leads only a group left to it, one group per pass): a request submitted on its HTTP loop is queued, and the loop
-// writes what its turn queued once that turn's other handlers ran (one post to itself,
-// no other thread involved), then applies and answers its own requests at once. A loop
-// that finds another leader writing does not wait: its requests go into the next group,
-// which the leader hands to the loop of the first of them (a post) once it is done, so
-// the leaders take turns and each loop writes its own requests. A follower's loop goes
-// on serving its connections; only its requests wait, for the write in progress and
-// then their own. With wal.fsync always the leader's loop waits for its group's
-// fdatasync (the other loops meanwhile parse the next group), holding the log: the
-// requests queued meanwhile then go out as one group under one sync. Freeing the log
-// before the sync (a pipelined sync, measured in bench/RESULTS.md) let the next loop
-// write a smaller group at once and wait for that sync before its own: twice the syncs,
-// 11-17% less throughput with two HTTP threads, nothing gained with one. Requests
-// written by another thread than their loop's are applied and answered on their loop
-// (one post per HTTP thread per group), so applying and answering spread over
-// http.threads as they do without a WAL.
+// HTTP thread (the log thread leads only a group left to it, one group per pass): a request
+// submitted on its HTTP loop is queued, and the loop writes what its turn queued once that turn's
+// other handlers ran (one post to itself, no other thread involved), then applies and answers its
+// own requests at once. A loop that finds another leader writing does not wait: its requests go
+// into the next group, which the leader hands to the loop of the first of them (a post) once it is
+// done, so the leaders take turns and each loop writes its own requests. A follower's loop goes on
+// serving its connections; only its requests wait, for the write in progress and then their own.
+// With wal.fsync always the leader's loop waits for its group's fdatasync (the other loops
+// meanwhile parse the next group), holding the log: the requests queued meanwhile then go out as
+// one group under one sync. Freeing the log before the sync (a pipelined sync, measured in
+// bench/RESULTS.md) let the next loop write a smaller group at once and wait for that sync before
+// its own: twice the syncs, 11-17% less throughput with two HTTP threads, nothing gained with one.
+// Requests written by another thread than their loop's are applied and answered on their loop (one
+// post per HTTP thread per group), so applying and answering spread over http.threads as they do
+// without a WAL.
 //
-// The log thread runs (committer_tasks.cpp) the flusher's takes, resets, releases, the snapshots and, with
-// wal.fsync interval, the periodic sync. It holds the log through those (disk I/O,
+// The log thread runs (committer_tasks.cpp) the flusher's takes, resets, releases, the snapshots
+// and, with wal.fsync interval, the periodic sync. It holds the log through those (disk I/O,
 // seconds on a slow disk), and a leader on an HTTP loop (which serves /healthz and the
 // watchdog ping) must not wait for it: a leader that finds the log held leaves the group
 // queued for the log thread, which writes it after its task (after the cut, for a take).
@@ -86,7 +85,14 @@
 
 namespace slotted::durable {
 
-enum class commit_result { applied, over_limit, out_of_range, log_unavailable, log_unsynced, stopping };
+enum class commit_result {
+  applied,
+  over_limit,
+  out_of_range,
+  log_unavailable,
+  log_unsynced,
+  stopping
+};
 
 class committer final : public store::batch_source {
  public:
@@ -196,7 +202,7 @@ class committer final : public store::batch_source {
   void dispatch(std::vector<request>& chunk, std::vector<std::shared_ptr<job>>& local)
       REQUIRES(log_mutex_);
   // Applies a job's logged increments unless that was done; idempotent.
-  void apply(job& j);        // ends the process on an exception: see the .cpp
+  void apply(job& j);  // ends the process on an exception: see the .cpp
   void apply_whole(job& j);
   void apply_and_answer(job& j);
   // Holds a logged request's unique entries in uniques_ (committer_tasks.cpp).

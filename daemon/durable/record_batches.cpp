@@ -122,7 +122,9 @@ std::optional<std::vector<store::flush_batch>> decode_bucketed_batches(reader& i
   return batches_in(in, form::timed);
 }
 
-bool decode_committed(reader& in) { return in.done(); }
+bool decode_committed(reader& in) {
+  return in.done();
+}
 
 }  // namespace codec
 

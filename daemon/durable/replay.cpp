@@ -62,8 +62,7 @@ bool replay_state::apply_increments(const std::optional<std::vector<codec::timed
   return true;
 }
 
-bool replay_state::apply_unique_increments(
-    std::optional<codec::unique_increments_record>&& r) {
+bool replay_state::apply_unique_increments(std::optional<codec::unique_increments_record>&& r) {
   if (!r) return false;
   apply_increments(r->increments);
   std::move(r->uniques.begin(), r->uniques.end(), std::back_inserter(uniques_));

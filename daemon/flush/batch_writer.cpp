@@ -57,9 +57,9 @@ batch_writer::commit_attempt batch_writer::commit_with_retries(
       if (!b.uniques.empty()) {
         done = commit_unique(conn, id, b, dirty);
       } else if (b.keyed.empty()) {
-        done.outcome = db::commit_batch(conn, settings_.table, id, b.rows,
-                                        rolled_up_rows(b.rows, dirty), b.bucket_rows,
-                                        settings_.top);
+        done.outcome =
+            db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows, dirty),
+                             b.bucket_rows, settings_.top);
       } else {
         done = commit_keyed(conn, id, b, dirty);
       }

@@ -101,8 +101,8 @@ bool flusher::take_from_store() {
       budget > 1024 ? (budget - 1024) / max_row_bytes : 1, 1, settings_.max_rows_per_statement);
   const auto form = [this, budget, max_rows](std::vector<store::pending_delta>&& deltas,
                                              clock::time_point oldest) {
-    auto batches =
-        form_batches(std::move(deltas), max_rows, settings_.slots, run_id_, next_seq_, rng_, oldest);
+    auto batches = form_batches(std::move(deltas), max_rows, settings_.slots, run_id_, next_seq_,
+                                rng_, oldest);
     next_seq_ += batches.size();
     if (keyed_ != nullptr) {
       // Keyed requests become batches of their own (taken here, on the WAL's thread

@@ -168,8 +168,8 @@ void housekeeping::prune_keys_when_due(db::connection& conn) {
   constexpr std::size_t chunk = 10000;
   constexpr int chunks = 10;
   try {
-    keys_prune_behind_ =
-        idempotency::prune_keys(conn, settings_.idempotency_window, chunk, chunks) == chunk * chunks;
+    keys_prune_behind_ = idempotency::prune_keys(conn, settings_.idempotency_window, chunk,
+                                                 chunks) == chunk * chunks;
   } catch (const db::db_error& e) {
     tolerate_lock_conflict(e, metrics_);
   }

@@ -93,9 +93,8 @@ std::optional<failure> reset_job::commit(const store::counter_key& key,
     try {
       // Kept across retries; taken again only after a lost connection.
       if (!lease) lease.emplace(pool_.acquire());
-      const auto outcome =
-          db::reset_counter(**lease, settings_.table, id, key, rolled_up, bucket_grans, p,
-                            settings_.top);
+      const auto outcome = db::reset_counter(**lease, settings_.table, id, key, rolled_up,
+                                             bucket_grans, p, settings_.top);
       progress_();
       // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
       if (outcome == db::commit_outcome::applied) known = p;

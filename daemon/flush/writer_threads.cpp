@@ -30,8 +30,8 @@ std::size_t writer_threads::start(std::size_t count) {
       threads_started.fetch_add(1);
     } catch (const std::system_error& e) {
       // No thread (a process or memory limit): fewer writers, not a failed flusher.
-      log::warn("flush: cannot start another writer thread (", e.what(), "); ",
-                threads_.size() + 1, " write each round");
+      log::warn("flush: cannot start another writer thread (", e.what(), "); ", threads_.size() + 1,
+                " write each round");
       break;
     }
   }
@@ -69,9 +69,8 @@ void writer_threads::loop() {
   std::uint64_t joined = 0;  // the last round this thread took part in
   util::unique_lock lock(mutex_);
   for (;;) {
-    lock.wait(wake_, [&]() REQUIRES(mutex_) {
-      return stopping_ || (seats_ > 0 && round_ != joined);
-    });
+    lock.wait(wake_,
+              [&]() REQUIRES(mutex_) { return stopping_ || (seats_ > 0 && round_ != joined); });
     if (stopping_) break;
     --seats_;
     ++running_;

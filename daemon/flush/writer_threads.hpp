@@ -51,9 +51,9 @@ class writer_threads {
   // A thread finished the round's job.
   std::condition_variable done_;
   const std::function<void()>* job_ GUARDED_BY(mutex_) = nullptr;
-  std::uint64_t round_ GUARDED_BY(mutex_) = 0;   // counts the rounds offered
-  std::size_t seats_ GUARDED_BY(mutex_) = 0;     // threads that may still join it
-  std::size_t running_ GUARDED_BY(mutex_) = 0;   // threads that joined it, not yet done
+  std::uint64_t round_ GUARDED_BY(mutex_) = 0;  // counts the rounds offered
+  std::size_t seats_ GUARDED_BY(mutex_) = 0;    // threads that may still join it
+  std::size_t running_ GUARDED_BY(mutex_) = 0;  // threads that joined it, not yet done
   bool stopping_ GUARDED_BY(mutex_) = false;
   // Changed by start() and stop() only (the flusher's lifecycle, never during a round).
   std::vector<std::thread> threads_;

@@ -14,7 +14,8 @@ result<query_params> parse_query(std::string_view target,
                                  std::initializer_list<std::string_view> names) {
   query_params q;
   const auto mark = target.find('?');
-  std::string_view query = mark == std::string_view::npos ? std::string_view{} : target.substr(mark + 1);
+  std::string_view query =
+      mark == std::string_view::npos ? std::string_view{} : target.substr(mark + 1);
   std::string expected;
   for (const auto n : names) {
     if (!expected.empty()) expected += ", ";

@@ -221,7 +221,7 @@ response router::failure_response(unsigned v, std::error_code e,
     }
   }
   auto res = message && !message->empty() ? error_response(v, s, *message)
-                                           : error_response(v, s, e.message());
+                                          : error_response(v, s, e.message());
   if (!retry_after.empty()) res.set(field::retry_after, retry_after);
   return res;
 }

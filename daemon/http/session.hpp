@@ -106,7 +106,7 @@ class session : public std::enable_shared_from_this<session> {
   // after the router answered) is dropped. Answers may come from a database thread.
   std::atomic<bool> answered_{false};
   bool request_keep_alive_ = false;
-  bool head_request_ = false;  // the answer carries no body
+  bool head_request_ = false;        // the answer carries no body
   router::accepted_route accepted_;  // what check_header() found for the request read
   bool between_requests_ = false;
   bool draining_ = false;

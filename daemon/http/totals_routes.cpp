@@ -30,8 +30,7 @@ std::variant<std::uint32_t, response> router::type_of(std::string_view text, uns
   return type;
 }
 
-void router::handle_counters_many(const request& req, const route_match& m,
-                                  const reply& answer) {
+void router::handle_counters_many(const request& req, const route_match& m, const reply& answer) {
   const unsigned v = req.version();
   auto parsed = type_of(m.params[0], v);
   if (auto* refused = std::get_if<response>(&parsed)) return answer(std::move(*refused));

@@ -97,22 +97,19 @@ std::vector<store::bucket_row> bucket_rows_of(std::span<const keyed_request> req
   return out;
 }
 
-std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> requests,
-                                                   std::size_t max_items, unsigned slots,
-                                                   std::uint64_t run_id, std::uint64_t first_seq,
-                                                   std::mt19937_64& rng,
-                                                   std::chrono::steady_clock::time_point oldest,
-                                                   std::size_t& dropped,
-                                                   const store::bucket_spec& buckets,
-                                                   std::size_t max_statement_bytes,
-                                                   std::chrono::milliseconds window) {
+std::vector<store::flush_batch> form_keyed_batches(
+    std::vector<keyed_request> requests, std::size_t max_items, unsigned slots,
+    std::uint64_t run_id, std::uint64_t first_seq, std::mt19937_64& rng,
+    std::chrono::steady_clock::time_point oldest, std::size_t& dropped,
+    const store::bucket_spec& buckets, std::size_t max_statement_bytes,
+    std::chrono::milliseconds window) {
   dropped = 0;
   // Stable: of one key twice, the first accepted stays.
   std::stable_sort(requests.begin(), requests.end(),
                    [](const keyed_request& a, const keyed_request& b) { return a.key < b.key; });
   std::vector<store::flush_batch> batches;
   std::size_t items = 0, bytes = 0;
-  std::string last_key;  // the previous request was moved from
+  std::string last_key;               // the previous request was moved from
   std::int64_t last_received_ms = 0;  // of the request of last_key kept
   // Of one key, requests received more than a window after the one kept: each takes
   // the key over, so they are formed into later batches (committed after this take's).
@@ -133,8 +130,7 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
     // Bounded by items, by keys and by the bytes of its claim: a batch of requests
     // without increments (or with few) must not grow past what one statement carries.
     if (batches.empty() || items + r.increments.size() > max_items ||
-        batches.back().keyed.size() >= max_items ||
-        bytes + claim_bytes(r) > max_statement_bytes) {
+        batches.back().keyed.size() >= max_items || bytes + claim_bytes(r) > max_statement_bytes) {
       store::flush_batch b;
       b.run_id = run_id;
       b.seq = first_seq + batches.size();
@@ -155,8 +151,8 @@ std::vector<store::flush_batch> form_keyed_batches(std::vector<keyed_request> re
   if (!takeovers.empty()) {
     std::size_t later_dropped = 0;
     auto later = form_keyed_batches(std::move(takeovers), max_items, slots, run_id,
-                                    first_seq + batches.size(), rng, oldest, later_dropped,
-                                    buckets, max_statement_bytes, window);
+                                    first_seq + batches.size(), rng, oldest, later_dropped, buckets,
+                                    max_statement_bytes, window);
     dropped += later_dropped;
     std::move(later.begin(), later.end(), std::back_inserter(batches));
   }

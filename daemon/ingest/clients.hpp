@@ -18,8 +18,8 @@ namespace slotted::ingest {
 // 1; its `at` (given, else `now`, which it is then set to) must lie in a window that ended
 // at most its counter's keep (counters[].dedupe_keep) before `now` (the table keeps a
 // window's entries that long, so an older one could count twice) and no more than
-// max_at_ahead_seconds after `now`. The first item that fails is a 400 naming it; then nothing of the request
-// may be applied.
+// max_at_ahead_seconds after `now`. The first item that fails is a 400 naming it; then nothing of
+// the request may be applied.
 std::optional<parse_error> check_clients(std::span<increment> increments,
                                          const store::dedupe_spec& dedupe, std::int64_t now);
 

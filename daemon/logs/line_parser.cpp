@@ -96,7 +96,8 @@ bool clf_time(std::string_view t, std::int64_t& at) {
 
 // "2000-10-10T13:55:36-07:00", "...Z", an optional fraction; or "1700000000.123".
 bool json_time(std::string_view t, std::int64_t& at) {
-  if (!t.empty() && t.find('-') == std::string_view::npos && t.find('T') == std::string_view::npos) {
+  if (!t.empty() && t.find('-') == std::string_view::npos &&
+      t.find('T') == std::string_view::npos) {
     std::int64_t v = 0;
     const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
     if (r.ec != std::errc() || v < 0) return false;
@@ -269,14 +270,30 @@ bool unescape(std::string_view raw, std::string& out) {
     }
     if (++i >= raw.size()) return false;
     switch (raw[i]) {
-      case '"': out.push_back('"'); break;
-      case '\\': out.push_back('\\'); break;
-      case '/': out.push_back('/'); break;
-      case 'b': out.push_back('\b'); break;
-      case 'f': out.push_back('\f'); break;
-      case 'n': out.push_back('\n'); break;
-      case 'r': out.push_back('\r'); break;
-      case 't': out.push_back('\t'); break;
+      case '"':
+        out.push_back('"');
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '/':
+        out.push_back('/');
+        break;
+      case 'b':
+        out.push_back('\b');
+        break;
+      case 'f':
+        out.push_back('\f');
+        break;
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
       case 'u': {
         unsigned cp = 0;
         for (int k = 1; k <= 4; ++k) {
@@ -298,7 +315,8 @@ bool unescape(std::string_view raw, std::string& out) {
         }
         break;
       }
-      default: return false;
+      default:
+        return false;
     }
   }
   return true;
@@ -498,8 +516,8 @@ std::optional<std::uint64_t> compiled_rule::match_request(const parsed_line& lin
   }
   if (path.size() < prefix_.size() || path.compare(0, prefix_.size(), prefix_) != 0)
     return std::nullopt;
-  if (!re_->Match(re2::StringPiece(path.data(), path.size()), 0, path.size(),
-                  re2::RE2::UNANCHORED, group, 2))
+  if (!re_->Match(re2::StringPiece(path.data(), path.size()), 0, path.size(), re2::RE2::UNANCHORED,
+                  group, 2))
     return std::nullopt;
   const char* b = group[1].data();
   if (b == nullptr) return std::nullopt;  // the group took no part in the match

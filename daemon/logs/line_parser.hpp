@@ -79,7 +79,7 @@ class compiled_rule {
  private:
   std::uint32_t record_type_;
   std::string pattern_;
-  config::shared_pattern re_;  // immutable, matched by any thread
+  config::shared_pattern re_;           // immutable, matched by any thread
   config::shared_pattern ua_, not_ua_;  // null: no condition
   std::string prefix_;  // a literal the path must start with ("^/downloads/" -> "/downloads/")
   std::vector<std::string> methods_;

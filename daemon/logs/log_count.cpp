@@ -50,8 +50,7 @@ bool line_counter::parsed(std::string_view text, std::uint64_t at_offset) {
   ++pass_.tally[malformed];
   if (at_offset >= s_.examined && s_.logged_malformed < 5) {
     ++s_.logged_malformed;
-    log::warn("log_sources: ", s_.cfg.path, ": a line at offset ", at_offset,
-              " does not parse as ",
+    log::warn("log_sources: ", s_.cfg.path, ": a line at offset ", at_offset, " does not parse as ",
               s_.cfg.format == config::log_format::combined ? "combined" : "json",
               "; skipped (slotted_counterd_log_lines_total{outcome=\"malformed\"})");
   }

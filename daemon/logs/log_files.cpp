@@ -127,7 +127,8 @@ class gzip_file final : public log_file {
     char skip[8192];
     while (pos_ < off) {
       std::size_t g = 0;
-      if (!inflate_into(skip, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof skip, off - pos_)), g))
+      if (!inflate_into(
+              skip, static_cast<std::size_t>(std::min<std::uint64_t>(sizeof skip, off - pos_)), g))
         return false;
       if (g == 0) return true;  // past its end
     }
@@ -229,7 +230,9 @@ bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-bool is_gz(const std::string& name) { return ends_with(name, ".gz"); }
+bool is_gz(const std::string& name) {
+  return ends_with(name, ".gz");
+}
 
 // Compressed in a way this reader cannot read: not one of its files.
 bool other_compression(const std::string& name) {
@@ -286,7 +289,9 @@ std::vector<std::pair<std::string, long>> scheme_names(const config::log_source&
 
 }  // namespace
 
-bool snapshot_of(int fd, file_snapshot& out) { return snapshot_into(fd, out, nullptr); }
+bool snapshot_of(int fd, file_snapshot& out) {
+  return snapshot_into(fd, out, nullptr);
+}
 
 std::unique_ptr<log_file> open_log(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -304,8 +309,7 @@ std::unique_ptr<log_file> open_log(const std::string& path) {
 
 file_identity identity_at(log_file& f, std::uint64_t offset, const std::string& name) {
   file_snapshot snap;
-  if (!f.snapshot(snap))
-    throw log_io_error(io_failure(name, "cannot read its first bytes", errno));
+  if (!f.snapshot(snap)) throw log_io_error(io_failure(name, "cannot read its first bytes", errno));
   file_identity id;
   id.dev = snap.dev;
   id.ino = snap.ino;
@@ -383,9 +387,10 @@ bool head_of(const std::string& name, std::string& head) {
   head.resize(head_bytes);
   std::size_t got = 0;
   if (!f->read_at(head.data(), head.size(), 0, got)) {
-    throw log_io_error(io_failure(
-        name, f->compressed() ? "cannot read its first bytes (decompressing it)" : "cannot read its first bytes",
-        errno));
+    throw log_io_error(io_failure(name,
+                                  f->compressed() ? "cannot read its first bytes (decompressing it)"
+                                                  : "cannot read its first bytes",
+                                  errno));
   }
   head.resize(got);
   return true;

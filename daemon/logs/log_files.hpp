@@ -6,14 +6,14 @@
 // find a file the reader does not hold: at a start, after the committed position moved
 // under it, or when PATH changed more than once between two looks.
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <sys/stat.h>
 
 #include "config/log_sources.hpp"
 #include "db/log_positions.hpp"

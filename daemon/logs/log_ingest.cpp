@@ -43,8 +43,9 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, metrics::re
     auto s = std::make_unique<source_state>();
     s->cfg = src;
     for (const auto& r : src.rules) {
-      const auto c = std::find_if(settings_.counters.begin(), settings_.counters.end(),
-                                  [&](const config::counter_decl& d) { return d.name == r.counter; });
+      const auto c =
+          std::find_if(settings_.counters.begin(), settings_.counters.end(),
+                       [&](const config::counter_decl& d) { return d.name == r.counter; });
       if (c != settings_.counters.end()) s->rules.emplace_back(r, c->record_type);
     }
     for (int o = 0; o < outcome_count_; ++o)
@@ -64,7 +65,9 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, metrics::re
   }
 }
 
-log_ingester::~log_ingester() { stop(); }
+log_ingester::~log_ingester() {
+  stop();
+}
 
 void log_ingester::start() {
   thread_ = std::thread([this] {
@@ -180,19 +183,18 @@ void log_ingester::load_position(db::pool::lease& lease, source_state& s) {
     limits_read_ = true;
   }
   if (!s.loaded) {
-    s.committed = lease.use([&](db::connection& c) {
-      return read_position(c, settings_.instance_id, s.cfg.path);
+    s.committed = lease.use(
+        [&](db::connection& c) { return read_position(c, settings_.instance_id, s.cfg.path); });
+    const std::string other = s.committed ? std::string() : lease.use([&](db::connection& c) {
+      return other_instance_reading(c, settings_.instance_id, s.cfg);
     });
-    const std::string other =
-        s.committed ? std::string() : lease.use([&](db::connection& c) {
-          return other_instance_reading(c, settings_.instance_id, s.cfg);
-        });
     if (other != s.held_for) {
       if (!other.empty()) {
         s.other_instance->Increment();
         log::error(other);
       } else {
-        log::info("log_sources: ", s.cfg.path, ": no other instance's position names its "
+        log::info("log_sources: ", s.cfg.path,
+                  ": no other instance's position names its "
                   "file any more; reading it");
       }
       s.held_for = other;
@@ -212,9 +214,8 @@ bool log_ingester::commit_pass(db::pool::lease& lease, source_state& s, const pa
   pass_batch b;
   make_batch(s, settings_, pass, to, b);
   b.batch.top = &settings_.top;
-  const auto result = lease.use([&](db::connection& c) {
-    return commit_log_batch(c, settings_.table, b.batch);
-  });
+  const auto result =
+      lease.use([&](db::connection& c) { return commit_log_batch(c, settings_.table, b.batch); });
   if (result == log_commit::conflict) {
     log::warn("log_sources: ", s.cfg.path,
               ": its committed position changed under this instance (another process with "
@@ -279,8 +280,8 @@ std::string other_instance_reading(db::connection& conn, const std::string& inst
     const std::string at = where_is(src, other.position);
     if (at.empty()) continue;
     return "log_sources: " + src.path + ": this instance (instance_id '" + instance +
-           "') has no position for it, but instance_id '" + other.instance_id +
-           "' counted " + at + " up to byte " + std::to_string(other.position.offset) +
+           "') has no position for it, but instance_id '" + other.instance_id + "' counted " + at +
+           " up to byte " + std::to_string(other.position.offset) +
            " (the same device, inode and first bytes): reading it from byte 0 would count "
            "those lines again, so it is not read. Was the host or container renamed? Set "
            "instance_id: " +

@@ -58,10 +58,9 @@ bool holds(const source_state& s, std::uint64_t dev, std::uint64_t ino) {
 // Why PATH cannot be opened, reported when it changes: missing (the gauge
 // log_file_missing), denied (log_file_denied and one open_denied event), another error.
 void report_open_problem(source_state& s, int err) {
-  const open_problem p = err == EACCES || err == EPERM ? open_problem::denied
-                         : err == EINVAL || err == ENOENT || err == ENOTDIR
-                             ? open_problem::missing
-                             : open_problem::other;
+  const open_problem p = err == EACCES || err == EPERM                      ? open_problem::denied
+                         : err == EINVAL || err == ENOENT || err == ENOTDIR ? open_problem::missing
+                                                                            : open_problem::other;
   s.missing->Set(p == open_problem::denied ? 0 : 1);
   s.denied->Set(p == open_problem::denied ? 1 : 0);
   if (p == s.reported) return;
@@ -200,8 +199,8 @@ void follow_cut(source_state& s, const std::vector<rotated_file>& rotated,
     const bool rotated_after =
         s.files.size() > 2 || (s.files.size() == 2 && s.files.back().name != s.cfg.path);
     if (rotated_after) {
-      log::info("log_sources: ", s.cfg.path, ": the file of the committed position is ",
-                r.name, " (rotated while the reader was away; PATH is a newer file that has ",
+      log::info("log_sources: ", s.cfg.path, ": the file of the committed position is ", r.name,
+                " (rotated while the reader was away; PATH is a newer file that has ",
                 "its inode); reading it from offset ", offset);
     } else {
       note_cut_while_away(s, "the file of the committed position was copied to " + r.name +
@@ -223,20 +222,20 @@ void follow_cut(source_state& s, const std::vector<rotated_file>& rotated,
 void follow_lost(source_state& s, const std::vector<rotated_file>& rotated,
                  std::unique_ptr<log_file> path) {
   const auto& pos = *s.committed;
-  hold_files_after(s, rotated, std::nullopt,
-                   pos.file_mtime_ns > 0 ? pos.file_mtime_ns : INT64_MAX, std::move(path));
+  hold_files_after(s, rotated, std::nullopt, pos.file_mtime_ns > 0 ? pos.file_mtime_ns : INT64_MAX,
+                   std::move(path));
   if (s.lost_warned && *s.lost_warned == pos.file) return;
   s.lost_warned = pos.file;
   s.files_lost->Increment();
   log::warn("log_sources: ", s.cfg.path, ": the file of the committed position (device ",
-            pos.file.dev, ", inode ", pos.file.ino, ") is neither at this path nor among its "
+            pos.file.dev, ", inode ", pos.file.ino,
+            ") is neither at this path nor among its "
             "rotated files (rotation: ",
-            s.cfg.rotation == config::rotation_scheme::glob ? s.cfg.rotated_glob
+            s.cfg.rotation == config::rotation_scheme::glob      ? s.cfg.rotated_glob
             : s.cfg.rotation == config::rotation_scheme::dateext ? "dateext"
                                                                  : "numbered",
             "); its bytes from offset ", pos.offset, " to its end are lost; reading ",
-            s.files.empty() ? std::string("nothing yet") : s.files.front().name,
-            " from its start");
+            s.files.empty() ? std::string("nothing yet") : s.files.front().name, " from its start");
 }
 
 // The file of the committed position, from its offset, then the files after it.
@@ -282,7 +281,8 @@ void open_committed(source_state& s) {
     auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
     if (!f) {
       if (!same_inode) continue;
-      throw log_io_error(io_failure(r.name, "cannot open the file of the committed position", errno));
+      throw log_io_error(
+          io_failure(r.name, "cannot open the file of the committed position", errno));
     }
     if (!is_file(*f, pos.file, r.name)) continue;
     file_snapshot snap;
@@ -392,8 +392,8 @@ bool hold_copy_of_cut(source_state& s) {
       return false;
     }
     log::warn("log_sources: ", s.cfg.path, " was copied to ", r.name, " and truncated ",
-              "(copytruncate); reading the copy from offset ", pos.offset, ", then ",
-              s.cfg.path, " from its start");
+              "(copytruncate); reading the copy from offset ", pos.offset, ", then ", s.cfg.path,
+              " from its start");
     s.files.push_front(std::move(copy));
     s.read_from = pos.offset;
     s.resume_skipping = pos.in_long_line;

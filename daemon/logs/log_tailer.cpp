@@ -57,14 +57,14 @@ pass_counts read_lines(source_state& s, const ingest_settings& settings, std::ui
   pass.end = s.read_from;
   line_counter counter(s, settings, pass);
   std::vector<char> buf(std::max<std::size_t>(1u << 20, 2 * config::max_log_line_bytes));
-  std::size_t held = 0;        // bytes in buf from `end` on
+  std::size_t held = 0;                             // bytes in buf from `end` on
   bool skipping = s.resume_skipping && !truncated;  // inside a line longer than the bound
   pass.end_in_long_line = skipping;
-  std::uint64_t skipped = 0;   // its bytes dropped so far
+  std::uint64_t skipped = 0;  // its bytes dropped so far
   std::uint64_t file_pos = s.read_from;
   while (file_pos < pass.limit) {
-    const std::size_t want = static_cast<std::size_t>(
-        std::min<std::uint64_t>(buf.size() - held, pass.limit - file_pos));
+    const std::size_t want =
+        static_cast<std::size_t>(std::min<std::uint64_t>(buf.size() - held, pass.limit - file_pos));
     std::size_t got = 0;
     if (!s.files.front().file->read_at(buf.data() + held, want, file_pos, got))
       throw log_io_error(s.files.front().name + ": read failed: " + std::strerror(errno));

@@ -57,8 +57,8 @@ std::vector<db::counter_row> dirty_rows(const ingest_settings& settings,
 
 }  // namespace
 
-void make_batch(const source_state& s, const ingest_settings& settings,
-                const pass_counts& pass, const log_position& to, pass_batch& out) {
+void make_batch(const source_state& s, const ingest_settings& settings, const pass_counts& pass,
+                const log_position& to, pass_batch& out) {
   // Seeded with 128 bits: two processes drawing the same tags is out of reach.
   thread_local std::mt19937_64 rng = [] {
     std::random_device rd;
@@ -91,10 +91,9 @@ void record_commit(source_state& s, const pass_counts& pass, const log_position&
   s.committed = to;
   for (int o = 0; o < outcome_count_; ++o)
     if (pass.tally[o] > 0) s.lines[o]->Increment(static_cast<double>(pass.tally[o]));
-  s.last_commit->Set(static_cast<double>(
-      std::chrono::duration_cast<std::chrono::seconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count()));
+  s.last_commit->Set(static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count()));
 }
 
 }  // namespace slotted::logs

@@ -70,7 +70,7 @@ struct held_file {
   std::unique_ptr<log_file> file;
   std::uint64_t dev = 0;
   std::uint64_t ino = 0;
-  std::string name;   // the name it was opened by (for messages)
+  std::string name;        // the name it was opened by (for messages)
   std::uint64_t size = 0;  // its size when last looked at
   std::string head;        // its first bytes then (a cut of a file not read yet, below)
   steady_time opened;      // when it was opened (a file after the read one: found)
@@ -89,11 +89,11 @@ struct source_state {
   // when it is one of them). Kept across failed passes: a rename, a compression or a
   // deletion of their names loses nothing.
   std::deque<held_file> files;
-  std::uint64_t read_from = 0;  // where the unread lines of files.front() start
+  std::uint64_t read_from = 0;   // where the unread lines of files.front() start
   bool resume_skipping = false;  // read_from is inside an over-long line: skip to its newline
   std::optional<file_identity> lost_warned;  // the lost committed file already reported
   std::optional<file_identity> cut_warned;   // the committed file found cut, reported
-  std::uint64_t examined = 0;   // offset up to which malformed lines were logged
+  std::uint64_t examined = 0;                // offset up to which malformed lines were logged
   std::size_t logged_malformed = 0;
   open_problem reported = open_problem::none;
   // Another instance whose position names a file here (a renamed instance): the source
@@ -124,7 +124,7 @@ struct pass_counts {
   // (the first line's time kept): whether each counts is decided as the pass commits.
   std::set<store::unique_entry> uniques;
   std::uint64_t tally[outcome_count_]{};
-  std::uint64_t limit = 0;        // where reading stopped: the size, or a batch bound
+  std::uint64_t limit = 0;  // where reading stopped: the size, or a batch bound
   // The rows its commit writes (ingest_settings::max_batch_rows bounds them).
   std::size_t rows() const { return totals.size() + buckets.size() + uniques.size(); }
   std::uint64_t end = 0;          // after the last complete line
@@ -200,7 +200,7 @@ class line_counter {
   const ingest_settings& settings_;
   pass_counts& pass_;
   std::int64_t now_s_;
-  bool user_agent_;  // a rule of the source reads the user agent: parse it
+  bool user_agent_;                   // a rule of the source reads the user agent: parse it
   std::vector<bool> same_as_before_;  // rule i tests the request as rule i - 1 does
   parsed_line line_;
   std::string scratch_;
@@ -215,8 +215,8 @@ struct pass_batch {
   std::vector<store::bucket_row> buckets;
   log_batch batch;  // views of the rows above
 };
-void make_batch(const source_state& s, const ingest_settings& settings,
-                const pass_counts& pass, const log_position& to, pass_batch& out);
+void make_batch(const source_state& s, const ingest_settings& settings, const pass_counts& pass,
+                const log_position& to, pass_batch& out);
 // After a commit: the new position and the metrics of the pass.
 void record_commit(source_state& s, const pass_counts& pass, const log_position& to);
 

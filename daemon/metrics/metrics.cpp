@@ -53,10 +53,9 @@ void label_children(prometheus::Family<Metric>& f, const char* label, NameOf nam
 }  // namespace
 
 const char* route_name(route r) {
-  static constexpr const char* names[] = {"increments", "counters", "flush",  "rollup",   "reset",
-                                          "metrics",    "healthz",  "readyz", "counters_many",
-                                          "top",        "not_found", "unparsed",
-                                          "connection_limit"};
+  static constexpr const char* names[] = {
+      "increments", "counters",      "flush", "rollup",    "reset",    "metrics",         "healthz",
+      "readyz",     "counters_many", "top",   "not_found", "unparsed", "connection_limit"};
   return names[static_cast<int>(r)];
 }
 

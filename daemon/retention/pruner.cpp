@@ -82,9 +82,9 @@ prune_result pruner::run_once() {
       for (const auto& c : settings_.buckets.counters()) {
         for (const auto g : store::all_granularities) {
           if (!c.keeps(g)) continue;
-          const auto n = prune_counter(conn, settings_.table, c, g, now, settings_.chunk,
-                                       settings_.max_chunks, done.behind,
-                                       settings_.top.keeps(c.record_type));
+          const auto n =
+              prune_counter(conn, settings_.table, c, g, now, settings_.chunk, settings_.max_chunks,
+                            done.behind, settings_.top.keeps(c.record_type));
           done.rows += n;
           metrics_.buckets_pruned.Increment(static_cast<double>(n));
         }

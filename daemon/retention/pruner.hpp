@@ -80,7 +80,7 @@ class pruner {
   db::pool& pool_;
   metrics::registry& metrics_;
   std::optional<std::string> last_error_;  // the last run's failure, logged once
-  bool clocks_apart_ = false;  // logged once per episode
+  bool clocks_apart_ = false;              // logged once per episode
   util::worker<prune_result> worker_;
 };
 

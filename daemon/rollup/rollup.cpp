@@ -120,8 +120,8 @@ bool roller::adopted(db::connection& conn, const db::rollup_target& target, run_
   if (state == adopt::adoption::not_adopted) {
     metrics_.rollup_adopted(target.counter, false);
     if (skip_logged_.insert(key).second) {
-      log::warn("rollup: counter '", target.counter, "' is not rolled up: `", target.table,
-                "`.`", target.count_column,
+      log::warn("rollup: counter '", target.counter, "' is not rolled up: `", target.table, "`.`",
+                target.count_column,
                 "` holds counts the daemon did not write, which a rollup would "
                 "overwrite; once no other writer of the column is left, run "
                 "slotted-counterd --config FILE --adopt ",
@@ -146,16 +146,15 @@ void roller::roll_up(db::connection& conn, const db::rollup_target& target, run_
   // /v1/rollup never answer). Marks past the cursor wait for the next run.
   auto cursor = db::rollup_start(conn, target.record_type);
   while (cursor) {
-    const auto chunk = db::rollup_chunk(conn, settings_.counters_table, target,
-                                        settings_.batch_size, *cursor);
+    const auto chunk =
+        db::rollup_chunk(conn, settings_.counters_table, target, settings_.batch_size, *cursor);
     tally.records += chunk.records;
     tally.missing += chunk.missing_owners;
     for (const auto& f : chunk.refused) {
       if (tally.refused++ < refusals_logged) {
-        log::error("rollup: counter (", target.record_type, ", ", f.record_id,
-                   ") has SUM(count) ", f.sum, ", which `", target.table, "`.`",
-                   target.count_column, "` cannot hold (", f.error,
-                   "); its owning row is left as it is and it stays marked");
+        log::error("rollup: counter (", target.record_type, ", ", f.record_id, ") has SUM(count) ",
+                   f.sum, ", which `", target.table, "`.`", target.count_column, "` cannot hold (",
+                   f.error, "); its owning row is left as it is and it stays marked");
       }
     }
     if (chunk.marks < settings_.batch_size) break;

@@ -160,7 +160,8 @@ void write_ahead_log::write_pid(const std::string& path) {
   } else {
     const bool short_write = fault_ && fault_("pid write");
     const ssize_t w = ::pwrite(lock_fd_, pid.data(), short_write ? pid.size() / 2 : pid.size(), 0);
-    if (w < 0) err = errno;
+    if (w < 0)
+      err = errno;
     else if (w != static_cast<ssize_t>(pid.size()))
       why = "short write (" + std::to_string(w) + " of " + std::to_string(pid.size()) + " bytes)";
   }
@@ -231,8 +232,8 @@ void write_ahead_log::salvage_damaged(const std::string& path, const std::string
       path + ".damaged-" + std::to_string(static_cast<long long>(std::time(nullptr)));
   salvaged_.push_back({path, aside});
   log::warn(where, ": salvaged, keeping the ", scan.valid_bytes,
-            " bytes of whole records before the damage; dropped bytes ", scan.valid_bytes,
-            " to ", data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
+            " bytes of whole records before the damage; dropped bytes ", scan.valid_bytes, " to ",
+            data.size(), " (", data.size() - scan.valid_bytes, " bytes, ",
             scan.intact_records_after,
             " intact records after the damage not applied: their increments are lost, and "
             "kept increments that a dropped batches record had moved into committed "
@@ -377,9 +378,10 @@ result<void> write_ahead_log::rotate() {
     if (auto synced = sync(); !synced) return synced;
   }
   const std::uint64_t next = segment_ + 1;
-  const int fd = fault_ && fault_("create segment")
-                     ? (errno = ENOSPC, -1)
-                     : ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd =
+      fault_ && fault_("create segment")
+          ? (errno = ENOSPC, -1)
+          : ::open(segment_path(next).c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return failed("create segment", errno);
   }

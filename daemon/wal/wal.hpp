@@ -145,8 +145,8 @@ class write_ahead_log {
   void open_directory();
   std::set<std::uint64_t> segment_numbers() const;
   void cut_torn_tail(const std::string& path, const scan_result& scan);
-  void salvage_damaged(const std::string& path, const std::string& data,
-                       const scan_result& scan, bool salvage);
+  void salvage_damaged(const std::string& path, const std::string& data, const scan_result& scan,
+                       bool salvage);
   void lock_directory();
   // Writes this process's pid into the lock file at `path` (lock_fd_); a full disk (or a
   // short write) is logged and tolerated, any other error throws wal_error.
