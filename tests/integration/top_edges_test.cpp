@@ -13,6 +13,7 @@
 
 #include "db/top.hpp"
 #include "flush/flusher.hpp"
+#include "app/application.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "app/application.hpp"
 #include "support/daemon_process.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"

@@ -23,6 +23,7 @@
 #include "support/notify_socket.hpp"
 #include "support/temp_dir.hpp"
 #include "durable/record.hpp"
+#include "flush/flusher.hpp"
 
 namespace slotted::test {
 namespace {

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "app/application.hpp"
 #include "db/repository.hpp"
 #include "support/http_client.hpp"
 #include "support/eventually.hpp"
@@ -94,6 +95,9 @@ in_process_daemon::in_process_daemon(config::daemon_config cfg)
   if (!cfg.http.auth_token.empty()) headers["Authorization"] = "Bearer " + cfg.http.auth_token;
   http_client(port()).request("POST", "/v1/flush", "", "", headers);
 }
+
+std::uint16_t in_process_daemon::port() const { return app_->port(); }
+std::uint16_t in_process_daemon::metrics_port() const { return app_->metrics_port(); }
 
 in_process_daemon::~in_process_daemon() {
   stop();

@@ -10,9 +10,12 @@
 #include <thread>
 #include <vector>
 
-#include "app/application.hpp"
 #include "config/config.hpp"
 #include "support/mariadb_server.hpp"
+
+namespace slotted {
+class application;  // app/application.hpp: parsed only by daemon_process.cpp
+}
 
 namespace slotted::test {
 
@@ -49,9 +52,8 @@ class in_process_daemon {
   explicit in_process_daemon(config::daemon_config cfg);
   ~in_process_daemon();  // stops if still running
 
-  std::uint16_t port() const { return app_->port(); }
-  std::uint16_t metrics_port() const { return app_->metrics_port(); }
-  application& app() { return *app_; }
+  std::uint16_t port() const;
+  std::uint16_t metrics_port() const;
   // Graceful stop; returns run_until_stopped()'s exit code.
   int stop();
 
