@@ -162,6 +162,30 @@ TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
   EXPECT_EQ(start_until_exact_then_stop(), 1);  // a cut noticed at the restart
 }
 
+// A position at offset 0 of a file that holds bytes (here part of a line), then a
+// copytruncate while the daemon is stopped: the position told the file by none of its
+// bytes, so the cut file passed for the same one read from 0 and the copy's lines were
+// never read (RealLogrotate.CopytruncateIsExactToTheFilesItLeaves, under load).
+TEST_F(LogIngest, ACopytruncateOfAFileCommittedAtOffsetZeroReadsTheCopy) {
+  const std::string first = log_line(1);
+  nginx_append(log_, first.substr(0, 70));  // no newline yet: the pass commits offset 0
+  auto d = std::make_unique<daemon_process>(yaml());
+  ASSERT_TRUE(eventually(
+      [&] {
+        return shared_mariadb().query_int(
+                   db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions") == 1;
+      },
+      20s));
+  stop(d);
+  nginx_append(log_, first.substr(70));
+  ++expected_[1];
+  counted(2, log_);
+  fs::copy_file(log_, log_ + ".1");
+  fs::resize_file(log_, 0);
+  counted(3, log_);
+  EXPECT_EQ(start_until_exact_then_stop(), 1);  // the cut noticed, the copy read from 0
+}
+
 // copytruncate with the copy taken before the last counted lines were written (they were
 // counted from the original, then the original was cut): the copy holds nothing left to
 // count, and PATH is read from its start.
