@@ -284,7 +284,14 @@ void open_committed(source_state& s) {
       throw log_io_error(
           io_failure(r.name, "cannot open the file of the committed position", errno));
     }
-    if (!is_file(*f, pos.file, r.name)) continue;
+    try {
+      // The committed file's inode may since have been given to another file (a
+      // damaged archive among them): an error only if no other file is the one.
+      if (!is_file(*f, pos.file, r.name)) continue;
+    } catch (const log_io_error& e) {
+      if (!unreadable) unreadable = e;
+      continue;
+    }
     file_snapshot snap;
     if (!f->snapshot(snap)) throw log_io_error(io_failure(r.name, "cannot read it", errno));
     if (snap.size < pos.offset) continue;
