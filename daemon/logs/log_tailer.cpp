@@ -152,11 +152,12 @@ void position_after(source_state& s, const rotation_check& rot, const pass_count
                     log_position& to) {
   auto& h = s.files[rot.switch_to_new ? 1 : 0];
   const std::uint64_t offset = rot.switch_to_new ? 0 : pass.end;
-  // The file is told by the first bytes already in it (up to head_bytes), not only by
-  // those before the offset: a position at offset 0 (the next file at a switch, or a
-  // file holding part of a line) told by none would take a copytruncate of that file for
-  // the same file read from 0, and never read the copy.
-  to.file = identity_at(*h.file, head_bytes, h.name);
+  // The file is told by the first bytes it held when this pass looked at it (up to
+  // head_bytes), not only by those before the offset: a position at offset 0 (the next
+  // file at a switch, or a file holding part of a line) told by none would take a
+  // copytruncate of that file for the same file read from 0, and never read the copy.
+  // Not by bytes written since: a copy taken during the pass may not hold them.
+  to.file = identity_at(*h.file, std::max<std::uint64_t>(offset, h.size), h.name);
   to.offset = offset;
   to.in_long_line = !rot.switch_to_new && pass.end_in_long_line;
   file_snapshot snap;

@@ -11,6 +11,7 @@
 
 #include "config/config.hpp"
 #include "logs/log_files.hpp"
+#include "logs/source_state.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::logs {
@@ -210,6 +211,33 @@ TEST(LogFiles, APositionsTableOfAnEarlierVersionGainsItsColumns) {
   auto now = old;
   now.insert(now.end(), {"in_long_line", "file_mtime_ns"});
   EXPECT_TRUE(positions_table_upgrade(now).empty());
+}
+
+// A position is told by the first bytes its file held when the pass looked at it: bytes
+// written since are not in a copy taken meanwhile (copytruncate), which must still be
+// found by them; and at offset 0 the file is told by more than no bytes.
+TEST(LogFiles, APositionIsToldByTheBytesThePassSawNotThoseWrittenSince) {
+  const std::string dir = test::make_temp_dir("logfiles");
+  const std::string path = dir + "/access.log";
+  const std::string seen(90, 'a'), later(180, 'b');
+  std::ofstream(path, std::ios::binary) << seen;
+  source_state s;
+  held_file h;
+  h.file = open_log(path);
+  ASSERT_TRUE(h.file);
+  h.name = path;
+  h.size = seen.size();  // what this pass's look at the file saw
+  s.files.push_back(std::move(h));
+  std::ofstream(path, std::ios::binary | std::ios::app) << later;  // written since
+  pass_counts pass;
+  pass.end = 0;  // part of a line: the position stays at 0
+  log_position to;
+  position_after(s, rotation_check{}, pass, to);
+  EXPECT_EQ(to.offset, 0u);
+  EXPECT_EQ(to.file.head_len, seen.size());
+  EXPECT_TRUE(head_matches(seen + later.substr(0, 10), to.file));  // a copy taken then
+  EXPECT_FALSE(head_matches(std::string(90, 'c'), to.file));      // another file's bytes
+  fs::remove_all(dir);
 }
 
 }  // namespace
