@@ -11,7 +11,7 @@
 #include "db/errors.hpp"
 #include "db/sql.hpp"
 #include "db/sql_adopt.hpp"
-#include "db/top.hpp"
+#include "db/write_path.hpp"
 
 namespace slotted::adopt {
 
@@ -174,15 +174,9 @@ void take_rows_once(db::connection& conn, const std::string& counters_table,
         {t.record_type, static_cast<std::uint64_t>(id), 0, static_cast<std::int64_t>(count)});
     total += count;
   }
-  const std::span<const db::counter_row> all(rows);
-  const std::size_t per = std::max<std::size_t>(1, conn.max_statement_bytes() / 64);
-  for (std::size_t i = 0; i < all.size(); i += per)
-    conn.execute(
-        db::upsert_statement(counters_table, all.subspan(i, std::min(per, all.size() - i))));
+  // Slot 0, no bucket rows, no dirty marks (the roller's own column is what is taken).
   const store::top_spec top({t.record_type}, store::no_buckets());
-  for (const auto& sql :
-       db::totals_upserts(counters_table, rows, {}, top, conn.max_statement_bytes()))
-    conn.execute(sql);
+  db::write_counted(conn, {.table = counters_table, .rows = rows, .top = &top});
   b.rows = rows.size();
   b.total = format_u128(total);
 }

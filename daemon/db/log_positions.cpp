@@ -9,8 +9,8 @@
 #include "db/errors.hpp"
 #include "db/repository.hpp"
 #include "db/sql_text.hpp"
-#include "db/top.hpp"
 #include "db/uniques.hpp"
+#include "db/write_path.hpp"
 
 namespace slotted::logs {
 
@@ -240,20 +240,14 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
       buckets = all_buckets;
     }
     // 3. Slot rows, sorted; 4. bucket rows; 5. totals; 6. dirty marks.
-    const std::size_t per = std::max<std::size_t>(1, b.max_rows_per_statement);
-    for (std::size_t i = 0; i < rows.size(); i += per)
-      conn.execute(
-          db::upsert_statement(counters_table, rows.subspan(i, std::min(per, rows.size() - i))));
-    db::upsert_buckets(conn, counters_table, buckets,
-                       std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
-    // 5. The totals of top-N of the counters that keep them (db/top.hpp).
-    for (const auto& sql :
-         db::totals_upserts(counters_table, rows, buckets, b.top ? *b.top : store::no_top(),
-                            conn.max_statement_bytes()))
-      conn.execute(sql);
-    for (std::size_t i = 0; i < b.dirty.size(); i += per)
-      conn.execute(db::dirty_upsert(instance, b.dirty.subspan(i, std::min(per, b.dirty.size() - i)),
-                                    b.dirty_gen));
+    db::write_counted(conn, {.table = counters_table,
+                             .rows = rows,
+                             .buckets = buckets,
+                             .top = b.top,
+                             .marks = b.dirty,
+                             .quoted_instance = instance,
+                             .mark_gen = b.dirty_gen,
+                             .max_rows = std::max<std::size_t>(1, b.max_rows_per_statement)});
     conn.execute(db::commit);
     return log_commit::applied;
   });

@@ -11,6 +11,7 @@
 #include "db/log_positions.hpp"
 #include "db/sql_text.hpp"
 #include "db/top.hpp"
+#include "db/write_path.hpp"
 
 namespace slotted::db {
 
@@ -277,21 +278,15 @@ commit_outcome commit_batch(connection& conn, const std::string& table, const ba
                             std::span<const store::bucket_row> buckets,
                             const store::top_spec& top) {
   return in_transaction(conn, [&] {
-    try {
-      conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, rows.size()));
-    } catch (const db_error& e) {
-      if (e.code() != ER_DUP_ENTRY) throw;
-      conn.execute(rollback);
-      return commit_outcome::already_applied;
-    }
-    conn.execute(upsert_statement(table, rows));
-    // A batch's bucket rows are not bounded by its rows: statements under the budget.
-    upsert_buckets(conn, table, buckets,
-                   std::clamp<std::size_t>(conn.max_statement_bytes() / 256, 1, 1000));
-    for (const auto& sql : totals_upserts(table, rows, buckets, top, conn.max_statement_bytes()))
-      conn.execute(sql);
-    if (!dirty.empty())
-      conn.execute(dirty_upsert(conn.quote(id.instance_id), dirty, dirty_gen_of(id)));
+    if (!claim_ledger(conn, id, rows.size())) return commit_outcome::already_applied;
+    const std::string instance = conn.quote(id.instance_id);
+    write_counted(conn, {.table = table,
+                         .rows = rows,
+                         .buckets = buckets,
+                         .top = &top,
+                         .marks = dirty,
+                         .quoted_instance = instance,
+                         .mark_gen = dirty_gen_of(id)});
     conn.execute(commit);
     return commit_outcome::applied;
   });
@@ -457,21 +452,6 @@ std::vector<std::string> missing_bucket_tables(connection& conn, const std::stri
       missing.push_back(bucket_table(table, g));
   }
   return missing;
-}
-
-void upsert_buckets(connection& conn, const std::string& table,
-                    std::span<const store::bucket_row> rows, std::size_t max_rows) {
-  if (rows.empty()) return;
-  for (const auto g : store::all_granularities) {
-    std::vector<store::bucket_row> of_g;
-    for (const auto& r : rows) {
-      if (r.gran == g) of_g.push_back(r);
-    }
-    for (std::size_t i = 0; i < of_g.size(); i += max_rows) {
-      const std::size_t n = std::min(max_rows, of_g.size() - i);
-      conn.execute(bucket_upsert_statement(table, g, std::span(of_g).subspan(i, n)));
-    }
-  }
 }
 
 std::vector<std::pair<std::int64_t, __int128>> read_series(

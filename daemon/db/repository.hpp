@@ -36,11 +36,6 @@ void migrate_buckets(connection& conn, const std::string& table, const store::bu
 std::vector<std::string> missing_bucket_tables(connection& conn, const std::string& table,
                                                const store::bucket_spec& buckets);
 
-// Upserts `rows` into their granularities' tables, in statements of at most
-// `max_rows` rows; inside the caller's transaction. Throws db_error.
-void upsert_buckets(connection& conn, const std::string& table,
-                    std::span<const store::bucket_row> rows, std::size_t max_rows = 1000);
-
 // One counter's persisted buckets of granularity `g` starting in [from, to], as
 // (bucket start, SUM(count)) in bucket order, the sums exact in 128 bits. Throws db_error.
 std::vector<std::pair<std::int64_t, __int128>> read_series(
@@ -152,7 +147,9 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // one order, so that no two writers, of this instance or another, wait on each other in
 // a cycle (a deadlock: one of them rolled back with 1213). Under READ COMMITTED a
 // statement locks the rows it writes, and those a FOR UPDATE / LOCK IN SHARE MODE read
-// returns, until COMMIT; gap locks only in duplicate-key checks.
+// returns, until COMMIT; gap locks only in duplicate-key checks. The order is coded once
+// (db/write_path.hpp): db::claim_ledger is 1 for a batch, and db::write_counted is 3 to 6,
+// which every writer of counts but the reset calls after its own guard and claims.
 //   1. The writer's ledger row: its own id, never another writer's (a retry after a
 //      lost COMMIT reply waits here on the first attempt, holding nothing else).
 //   1b. With unique entries: the rows of `slotted_counterd_uniques_pruned` of their
@@ -160,7 +157,7 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      statement; the prune locks the table's every_type row FOR UPDATE and raises one
 //      record type's row in a transaction holding nothing else.
 //   2. Idempotency-Key rows (keyed batches), keys sorted; or `<table>_uniques` rows (unique
-//      batches, db/uniques.hpp), sorted by its primary key (window_start, record_type,
+//      batches, db/uniques.hpp), sorted by its primary key (record_type, window_start,
 //      record_id, client): inserted with INSERT IGNORE, whose duplicate check waits on a
 //      row another transaction inserted until that one ends.
 //   3. Slot rows of the counters table, sorted by (record_type, record_id).
@@ -172,15 +169,17 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
 // The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5, 6); db::commit_unique_batch (1, 1b, 2, 3, 4, 5, 6);
+// 5, 6); db::commit_unique_batch (1, 1b, 2, 3, 4, 5, 6), each 1 by claim_ledger and 3 to 6
+// by write_counted;
 // reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
 // a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
 // what it deleted, `<table>_totals` first even when its sum was 0; 6);
 // logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
-// then 1b and 2 for counters with dedupe, 3, 4, 5, 6); an adoption's batch (adopt/adopt.hpp: in
-// place of 1 its adoption row, which no other writer locks, by SELECT ... FOR UPDATE; then 3, slot
-// 0 of each counter by INSERT ... SELECT ... ORDER BY id, or with top the owning rows read once and
-// 3 then 5 written from those values; the owning rows it reads are a consistent read, unlocked). An
+// then 1b and 2 for counters with dedupe, 3, 4, 5, 6 by write_counted); an adoption's batch
+// (adopt/adopt.hpp: in place of 1 its adoption row, which no other writer locks, by SELECT ...
+// FOR UPDATE; then 3, slot 0 of each counter by INSERT ... SELECT ... ORDER BY id, or with top
+// the owning rows read once and 3 then 5 written from those values by write_counted, without
+// bucket rows or marks; the owning rows it reads are a consistent read, unlocked). An
 // INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a run's first row)
 // commits on its own holding nothing else. A batch writes a slot row for every counter it has
 // bucket rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row of
@@ -212,9 +211,9 @@ std::uint64_t dirty_gen_of(const batch_identity& id);
 // ledger already holds the batch (an earlier attempt committed but its reply was
 // lost), nothing is applied and already_applied is returned. On error the transaction
 // is rolled back (when the connection still allows it) and db_error is thrown.
-// `buckets`: the batch's bucket rows, upserted in the same transaction (see
-// upsert_buckets). `top`: the counters whose rows (and bucket rows) are added to the
-// totals of top-N in the same transaction (db/top.hpp totals_upserts); none by default.
+// `buckets`: the batch's bucket rows, upserted in the same transaction (hour, then day). `top`: the
+// counters whose rows (and bucket rows) are added to the totals of top-N in the same transaction
+// (db/top.hpp totals_upserts); none by default.
 commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
                             std::span<const counter_row> rows,
                             std::span<const counter_row> dirty = {},

@@ -1,7 +1,5 @@
 #include "db/uniques.hpp"
 
-#include <mysqld_error.h>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -9,9 +7,8 @@
 #include <set>
 #include <tuple>
 
-#include "db/errors.hpp"
 #include "db/sql_text.hpp"
-#include "db/top.hpp"
+#include "db/write_path.hpp"
 
 namespace slotted::db {
 
@@ -195,11 +192,7 @@ unique_outcome commit_unique_batch(
     const store::dedupe_spec* dedupe) {
   unique_outcome out;
   return in_transaction(conn, [&] {
-    try {
-      conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, b.uniques.size()));
-    } catch (const db_error& e) {
-      if (e.code() != ER_DUP_ENTRY) throw;  // committed before, its reply lost
-      conn.execute(rollback);
+    if (!claim_ledger(conn, id, b.uniques.size())) {  // committed before, its reply lost
       out.outcome = commit_outcome::already_applied;
       return out;
     }
@@ -218,19 +211,14 @@ unique_outcome commit_unique_batch(
     std::vector<counter_row> rows;
     std::vector<store::bucket_row> bucket_rows;
     rows_of_counted(counted, b.unique_slot, buckets, rows, bucket_rows);
-    const std::size_t budget = conn.max_statement_bytes();
-    const std::size_t per = std::clamp<std::size_t>(budget / 256, 1, 1000);
-    const std::span<const counter_row> all(rows);
-    for (std::size_t first = 0; first < all.size(); first += per)
-      conn.execute(upsert_statement(table, all.subspan(first, std::min(per, all.size() - first))));
-    upsert_buckets(conn, table, bucket_rows, per);
-    for (const auto& sql : totals_upserts(table, rows, bucket_rows, top, budget)) conn.execute(sql);
-    if (const auto marks = dirty(rows); !marks.empty()) {
-      for (std::size_t first = 0; first < marks.size(); first += per)
-        conn.execute(dirty_upsert(conn.quote(id.instance_id),
-                                  marks.subspan(first, std::min(per, marks.size() - first)),
-                                  dirty_gen_of(id)));
-    }
+    const std::string instance = conn.quote(id.instance_id);
+    write_counted(conn, {.table = table,
+                         .rows = rows,
+                         .buckets = bucket_rows,
+                         .top = &top,
+                         .marks = dirty(rows),
+                         .quoted_instance = instance,
+                         .mark_gen = dirty_gen_of(id)});
     conn.execute(commit);
     out.rows = rows.size();
     return out;

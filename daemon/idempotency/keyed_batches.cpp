@@ -6,32 +6,10 @@
 #include <tuple>
 #include <unordered_set>
 
-#include "db/errors.hpp"
 #include "db/sql.hpp"
-#include "db/top.hpp"
+#include "db/write_path.hpp"
 
 namespace slotted::idempotency {
-
-namespace {
-// Runs the statements `build(first, n)` makes of [0, count), in chunks whose text stays
-// within `budget` bytes (halved until it does; a single item too large is sent all the
-// same, and the connection refuses it). Each chunk is handed to `run`. No item takes
-// less than 32 bytes: the first try never builds much more than the budget, however
-// many items (a batch replayed from an older WAL may hold more than a statement carries).
-template <typename Build, typename Run>
-void in_chunks(std::size_t count, std::size_t budget, const Build& build, const Run& run) {
-  std::size_t n = std::max<std::size_t>(1, budget / 32);
-  for (std::size_t first = 0; first < count; first += n) {
-    n = std::min(n, count - first);
-    std::string sql = build(first, n);
-    while (sql.size() > budget && n > 1) {
-      n = (n + 1) / 2;
-      sql = build(first, n);
-    }
-    run(sql);
-  }
-}
-}  // namespace
 
 std::size_t claim_bytes(const keyed_request& r) {
   // ('key','32 hex digits',accepted,'instance' (64 characters, each escaped at worst to
@@ -187,7 +165,7 @@ void claim_keys(db::connection& conn, std::span<const keyed_request> requests,
                 const db::batch_identity& id, std::chrono::milliseconds window,
                 std::int64_t local_now_ms) {
   const std::int64_t local_now = local_now_ms != 0 ? local_now_ms : now_ms();
-  in_chunks(
+  db::in_statements(
       requests.size(), conn.max_statement_bytes(),
       [&](std::size_t first, std::size_t n) {
         return db::idempotency_keys_claim(requests.subspan(first, n), keys.subspan(first, n),
@@ -201,7 +179,7 @@ void claim_keys(db::connection& conn, std::span<const keyed_request> requests,
 std::vector<db::result_row> read_claimed_rows(db::connection& conn,
                                               std::span<const std::string> keys) {
   std::vector<db::result_row> found;
-  in_chunks(
+  db::in_statements(
       keys.size(), conn.max_statement_bytes(),
       [&](std::size_t first, std::size_t n) {
         return db::idempotency_keys_select_locked(keys.subspan(first, n));
@@ -244,45 +222,27 @@ std::vector<keyed_request> applied_requests(std::span<const keyed_request> reque
 }
 
 // The counts of the applied requests, in the writers' lock order (db/repository.hpp,
-// "Lock order"): slot rows, then bucket rows, then dirty marks. Buckets first
-// deadlocked with a plain batch or a reset holding the slot row and waiting for the
-// bucket row. One request alone may hold more rows than a statement carries: cut to the
-// budget. Returns the slot rows written.
+// "Lock order"), by db::write_counted: slot rows, bucket rows, totals, dirty marks, each
+// cut to the budget (one request alone may hold more rows than a statement carries).
+// Returns the slot rows written.
 std::size_t write_applied(db::connection& conn, const std::string& table,
                           const db::batch_identity& id, const std::string& instance,
                           const store::flush_batch& b, const std::vector<keyed_request>& applied,
                           const dirty_marks& dirty, const store::bucket_spec& buckets,
                           const store::top_spec& top) {
-  const std::size_t budget = conn.max_statement_bytes();
   const std::uint16_t slot = b.rows.empty() ? 0 : b.rows.front().slot;
   auto rows = rows_of(applied, slot);
   // The applied requests' buckets, in this transaction with their totals (each
   // counter with a bucket row has a row in `rows`).
   const auto bucket_rows = bucket_rows_of(applied, slot, buckets, rows);
   if (rows.empty()) return 0;
-  const std::span<const db::counter_row> all(rows);
-  in_chunks(
-      all.size(), budget,
-      [&](std::size_t first, std::size_t n) {
-        return db::upsert_statement(table, all.subspan(first, n));
-      },
-      [&](const std::string& sql) { conn.execute(sql); });
-  db::upsert_buckets(conn, table, bucket_rows, std::clamp<std::size_t>(budget / 256, 1, 1000));
-  // Then the totals of the counters `top` keeps (db/top.hpp), before the dirty marks
-  // (the lock order's 5).
-  for (const auto& sql : db::totals_upserts(table, rows, bucket_rows, top, budget))
-    conn.execute(sql);
-  if (const auto marks = dirty(rows); !marks.empty()) {
-    std::uint64_t gen = id.run_id ^ (id.seq * 0x9E3779B97F4A7C15ull);
-    gen ^= gen >> 31;
-    gen &= 0x7fffffffffffffffull;
-    in_chunks(
-        marks.size(), budget,
-        [&](std::size_t first, std::size_t n) {
-          return db::dirty_upsert(instance, marks.subspan(first, n), gen);
-        },
-        [&](const std::string& sql) { conn.execute(sql); });
-  }
+  db::write_counted(conn, {.table = table,
+                           .rows = rows,
+                           .buckets = bucket_rows,
+                           .top = &top,
+                           .marks = dirty(rows),
+                           .quoted_instance = instance,
+                           .mark_gen = db::dirty_gen_of(id)});
   return rows.size();
 }
 
@@ -297,11 +257,7 @@ keyed_outcome commit_keyed_batch(db::connection& conn, const std::string& table,
   const std::string instance = conn.quote(id.instance_id);
   const std::span<const keyed_request> requests(b.keyed);
   return db::in_transaction(conn, [&] {
-    try {
-      conn.execute(db::ledger_insert(instance, id.run_id, id.seq, b.rows.size()));
-    } catch (const db::db_error& e) {
-      if (e.code() != 1062) throw;  // ER_DUP_ENTRY: committed before, reply lost
-      conn.execute(db::rollback);
+    if (!db::claim_ledger(conn, id, b.rows.size())) {  // committed before, reply lost
       out.outcome = db::commit_outcome::already_applied;
       return out;
     }
