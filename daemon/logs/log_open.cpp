@@ -238,6 +238,28 @@ void follow_lost(source_state& s, const std::vector<rotated_file>& rotated,
             s.files.empty() ? std::string("nothing yet") : s.files.front().name, " from its start");
 }
 
+// Rotated file `r`, opened, when it is the file of `pos`: the same inode and first bytes,
+// or a compressed copy with the same first bytes; null when it is not. Throws
+// log_io_error when it cannot tell (it cannot be opened or read): the committed file's
+// inode may since have been given to another file (an unreadable or damaged one), so
+// the caller goes on with the others and fails only if none is the one.
+std::unique_ptr<log_file> committed_file_if(const rotated_file& r, const log_position& pos) {
+  const bool same_inode = r.dev == pos.file.dev && r.ino == pos.file.ino;
+  if (!same_inode) {
+    // A compressed file of it: the same first bytes (none committed: none told).
+    std::string head;
+    if (!r.gz || pos.file.head_len == 0) return nullptr;
+    if (!head_of(r.name, head) || !head_matches(head, pos.file)) return nullptr;
+  }
+  auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
+  if (!f) {
+    if (!same_inode) return nullptr;
+    throw log_io_error(io_failure(r.name, "cannot open the file of the committed position", errno));
+  }
+  if (!is_file(*f, pos.file, r.name)) return nullptr;
+  return f;
+}
+
 // The file of the committed position, from its offset, then the files after it.
 void open_committed(source_state& s) {
   const auto& pos = *s.committed;
@@ -266,32 +288,14 @@ void open_committed(source_state& s) {
   std::optional<log_io_error> unreadable;
   for (std::size_t i = 0; i < rotated.size(); ++i) {
     const auto& r = rotated[i];
-    const bool same_inode = r.dev == pos.file.dev && r.ino == pos.file.ino;
-    if (!same_inode) {
-      // A compressed file of it: the same first bytes (none committed: none told).
-      std::string head;
-      if (!r.gz || pos.file.head_len == 0) continue;
-      try {
-        if (!head_of(r.name, head) || !head_matches(head, pos.file)) continue;
-      } catch (const log_io_error& e) {
-        if (!unreadable) unreadable = e;
-        continue;
-      }
-    }
-    auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
-    if (!f) {
-      if (!same_inode) continue;
-      throw log_io_error(
-          io_failure(r.name, "cannot open the file of the committed position", errno));
-    }
+    std::unique_ptr<log_file> f;
     try {
-      // The committed file's inode may since have been given to another file (a
-      // damaged archive among them): an error only if no other file is the one.
-      if (!is_file(*f, pos.file, r.name)) continue;
+      f = committed_file_if(r, pos);
     } catch (const log_io_error& e) {
       if (!unreadable) unreadable = e;
       continue;
     }
+    if (!f) continue;
     file_snapshot snap;
     if (!f->snapshot(snap)) throw log_io_error(io_failure(r.name, "cannot read it", errno));
     if (snap.size < pos.offset) continue;

@@ -89,6 +89,27 @@ TEST_F(LogRotationErrors, TheCommittedInodeNowADamagedGzDoesNotStopTheSearch) {
   stop(d);
 }
 
+// The committed file, rotated to PATH.2, cannot be opened (EACCES: a file the daemon's
+// user may not read, by the io_fault library), and its compressed copy PATH.1.gz lies
+// after it: the search goes on to the copy (the committed file by its first bytes) and
+// reads it from the committed position, instead of failing every pass on PATH.2.
+TEST_F(LogRotationErrors, AnUnopenableFileOnTheCommittedInodeDoesNotStopTheSearch) {
+  auto d = std::make_unique<daemon_process>(yaml());
+  for (std::uint64_t id = 1; id <= 3; ++id) counted(id, log_);
+  ASSERT_TRUE(exact());
+  stop(d);
+  counted(4, log_);
+  ASSERT_EQ(std::system(("gzip -c " + log_ + " > " + log_ + ".1.gz").c_str()), 0);
+  fs::rename(log_, log_ + ".2");
+  counted(5, log_);
+  const std::string control = dir_ + "/fault";
+  std::ofstream(control) << "open " << inode(log_ + ".2") << "\n";
+  d = with_io_fault(control, yaml());
+  EXPECT_TRUE(exact()) << d->log();
+  EXPECT_EQ(events(*d, "file_lost"), 0);
+  stop(d);
+}
+
 // Another instance's position checked at a start (a renamed host): a damaged archive
 // among the rotated files is not compared, and does not stop the start; the other
 // instance's file, found past it, is, and the start is refused naming both.

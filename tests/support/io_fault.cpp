@@ -6,13 +6,16 @@
 // calls at offset 0 on the file with inode INODE (its identity and first bytes), the
 // first SKIP after the control file's generation GEN was seen succeed and the next
 // COUNT fail with EIO; then "<control>.fired" is created. Without the control file,
-// nothing fails. Built without sanitizers; calls through to the next pread (the
-// sanitizer's or libc's).
+// nothing fails. A control file holding "open INODE" instead makes every open(2) of the
+// file with inode INODE fail with EACCES (a file the daemon's user may not read). Built
+// without sanitizers; calls through to the next pread or open (the sanitizer's or libc's).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
 #include <cerrno>
+#include <cstdarg>
+#include <cstring>
 #include <fcntl.h>
 #include <cstdio>
 #include <cstdlib>
@@ -61,7 +64,55 @@ ssize_t read_or_fail(const char* name, pread_fn& next, int fd, void* buf, size_t
   return next(fd, buf, n, off);
 }
 
+// Whether the control file says "open INODE" and `path` is that inode.
+int open_fails(const char* path) {
+  const char* control = std::getenv("SLOTTED_IO_FAULT");
+  if (control == nullptr) return 0;
+  FILE* f = std::fopen(control, "re");
+  if (f == nullptr) return 0;
+  char word[8] = {};
+  unsigned long long ino = 0;
+  const int n = std::fscanf(f, "%7s %llu", word, &ino);
+  std::fclose(f);
+  if (n != 2 || std::strcmp(word, "open") != 0) return 0;
+  struct stat st;
+  return stat(path, &st) == 0 && static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
+using open_fn = int (*)(const char*, int, ...);
+
+int open_or_fail(const char* name, open_fn& next, const char* path, int flags, mode_t mode) {
+  if (open_fails(path)) {
+    errno = EACCES;
+    return -1;
+  }
+  if (next == nullptr) next = reinterpret_cast<open_fn>(dlsym(RTLD_NEXT, name));
+  return next(path, flags, mode);
+}
+
+mode_t mode_of(int flags, va_list ap) {
+  return (flags & (O_CREAT | O_TMPFILE)) != 0 ? static_cast<mode_t>(va_arg(ap, int)) : 0;
+}
+
 }  // namespace
+
+extern "C" int open(const char* path, int flags, ...) {
+  static open_fn next;
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = mode_of(flags, ap);
+  va_end(ap);
+  return open_or_fail("open", next, path, flags, mode);
+}
+
+extern "C" int open64(const char* path, int flags, ...) {
+  static open_fn next;
+  va_list ap;
+  va_start(ap, flags);
+  const mode_t mode = mode_of(flags, ap);
+  va_end(ap);
+  return open_or_fail("open64", next, path, flags, mode);
+}
 
 extern "C" ssize_t pread(int fd, void* buf, size_t n, off_t off) {
   static pread_fn next;
