@@ -44,6 +44,19 @@ class LogRotationErrors : public log_fixture {
     ASSERT_TRUE(fs::exists(log_ + ".1.gz"));
     counted(5, log_);
   }
+  // Ids 1 to 3 counted and committed by a daemon, stopped; id 4 appended, the log copied
+  // to PATH.1.gz (gzip -c), the log itself (the committed inode) renamed to `moved_to`,
+  // and id 5 written to a new PATH.
+  void copy_then_move(const std::string& moved_to) {
+    auto d = std::make_unique<daemon_process>(yaml());
+    for (std::uint64_t id = 1; id <= 3; ++id) counted(id, log_);
+    ASSERT_TRUE(exact());
+    stop(d);
+    counted(4, log_);
+    ASSERT_EQ(std::system(("gzip -c " + log_ + " > " + log_ + ".1.gz").c_str()), 0);
+    fs::rename(log_, moved_to);
+    counted(5, log_);
+  }
 };
 
 // A damaged .gz at `name` (gzip's header, then a deflate stream cut short: its first
@@ -71,19 +84,13 @@ TEST_F(LogRotationErrors, ADamagedOlderGzDoesNotStopTheSearchForTheCommittedFile
 // by its first bytes), it does not stop the source. Directory order and inode reuse
 // made ADamagedOlderGzDoesNotStopTheSearchForTheCommittedFile meet this now and then.
 TEST_F(LogRotationErrors, TheCommittedInodeNowADamagedGzDoesNotStopTheSearch) {
-  auto d = std::make_unique<daemon_process>(yaml());
-  for (std::uint64_t id = 1; id <= 3; ++id) counted(id, log_);
-  ASSERT_TRUE(exact());
-  stop(d);
-  counted(4, log_);
-  ASSERT_EQ(std::system(("gzip -c " + log_ + " > " + log_ + ".1.gz").c_str()), 0);
   ASSERT_NO_FATAL_FAILURE(damaged_gz(dir_ + "/damaged.gz"));
   std::ifstream in(dir_ + "/damaged.gz", std::ios::binary);
   const std::string damaged((std::istreambuf_iterator<char>(in)), {});
-  fs::rename(log_, log_ + ".2.gz");  // the committed inode, its bytes now a damaged .gz
+  ASSERT_NO_FATAL_FAILURE(copy_then_move(log_ + ".2.gz"));
+  // The committed inode, its bytes now a damaged .gz.
   std::ofstream(log_ + ".2.gz", std::ios::binary | std::ios::trunc) << damaged;
-  counted(5, log_);
-  d = std::make_unique<daemon_process>(yaml());
+  auto d = std::make_unique<daemon_process>(yaml());
   EXPECT_TRUE(exact()) << d->log();
   EXPECT_EQ(events(*d, "file_lost"), 0);
   stop(d);
@@ -94,17 +101,10 @@ TEST_F(LogRotationErrors, TheCommittedInodeNowADamagedGzDoesNotStopTheSearch) {
 // after it: the search goes on to the copy (the committed file by its first bytes) and
 // reads it from the committed position, instead of failing every pass on PATH.2.
 TEST_F(LogRotationErrors, AnUnopenableFileOnTheCommittedInodeDoesNotStopTheSearch) {
-  auto d = std::make_unique<daemon_process>(yaml());
-  for (std::uint64_t id = 1; id <= 3; ++id) counted(id, log_);
-  ASSERT_TRUE(exact());
-  stop(d);
-  counted(4, log_);
-  ASSERT_EQ(std::system(("gzip -c " + log_ + " > " + log_ + ".1.gz").c_str()), 0);
-  fs::rename(log_, log_ + ".2");
-  counted(5, log_);
+  ASSERT_NO_FATAL_FAILURE(copy_then_move(log_ + ".2"));
   const std::string control = dir_ + "/fault";
   std::ofstream(control) << "open " << inode(log_ + ".2") << "\n";
-  d = with_io_fault(control, yaml());
+  auto d = with_io_fault(control, yaml());
   EXPECT_TRUE(exact()) << d->log();
   EXPECT_EQ(events(*d, "file_lost"), 0);
   stop(d);
