@@ -238,11 +238,18 @@ void follow_lost(source_state& s, const std::vector<rotated_file>& rotated,
             s.files.empty() ? std::string("nothing yet") : s.files.front().name, " from its start");
 }
 
+// An error that ends the search for the committed file at once: the pass fails.
+struct search_stopped {
+  log_io_error error;
+};
+
 // Rotated file `r`, opened, when it is the file of `pos`: the same inode and first bytes,
 // or a compressed copy with the same first bytes; null when it is not. Throws
-// log_io_error when it cannot tell (it cannot be opened or read): the committed file's
-// inode may since have been given to another file (an unreadable or damaged one), so
-// the caller goes on with the others and fails only if none is the one.
+// log_io_error when it cannot tell (it may not be opened, or cannot be read): the
+// committed file's inode may since have been given to another file (an unreadable or
+// damaged one), so the caller goes on with the others and fails only if none is the
+// one. Any other error opening the committed inode (EMFILE, EIO...) throws
+// search_stopped.
 std::unique_ptr<log_file> committed_file_if(const rotated_file& r, const log_position& pos) {
   const bool same_inode = r.dev == pos.file.dev && r.ino == pos.file.ino;
   if (!same_inode) {
@@ -254,7 +261,10 @@ std::unique_ptr<log_file> committed_file_if(const rotated_file& r, const log_pos
   auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
   if (!f) {
     if (!same_inode) return nullptr;
-    throw log_io_error(io_failure(r.name, "cannot open the file of the committed position", errno));
+    const int err = errno;
+    log_io_error e(io_failure(r.name, "cannot open the file of the committed position", err));
+    if (err != EACCES && err != EPERM && err != ENOENT) throw search_stopped{std::move(e)};
+    throw e;
   }
   if (!is_file(*f, pos.file, r.name)) return nullptr;
   return f;
@@ -285,20 +295,28 @@ void open_committed(source_state& s) {
   }
   // A rotated file whose first bytes cannot be read may be the committed one: an error
   // (the pass fails, retried), unless the committed file is found among the others.
+  // A copy is the committed file only if it holds all of such a file on the committed
+  // inode (which a web server may still be writing): else nothing past the copy's end
+  // would ever be read.
   std::optional<log_io_error> unreadable;
+  std::uint64_t unreadable_size = 0;
   for (std::size_t i = 0; i < rotated.size(); ++i) {
     const auto& r = rotated[i];
     std::unique_ptr<log_file> f;
     try {
       f = committed_file_if(r, pos);
+    } catch (const search_stopped& e) {
+      throw e.error;
     } catch (const log_io_error& e) {
       if (!unreadable) unreadable = e;
+      if (r.dev == pos.file.dev && r.ino == pos.file.ino)
+        unreadable_size = std::max(unreadable_size, r.size);
       continue;
     }
     if (!f) continue;
     file_snapshot snap;
     if (!f->snapshot(snap)) throw log_io_error(io_failure(r.name, "cannot read it", errno));
-    if (snap.size < pos.offset) continue;
+    if (snap.size < pos.offset || snap.size < unreadable_size) continue;
     s.files.push_back(hold(std::move(f), r.name));
     s.read_from = pos.offset;
     s.resume_skipping = pos.in_long_line;

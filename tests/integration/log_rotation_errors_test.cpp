@@ -110,6 +110,23 @@ TEST_F(LogRotationErrors, AnUnopenableFileOnTheCommittedInodeDoesNotStopTheSearc
   stop(d);
 }
 
+// As above, but the unopenable committed file holds a line written after the copy was
+// taken (the web server had not reopened its log yet): the copy is not all of it, so the
+// passes fail (read_error) rather than read the copy and never the line; once the file
+// can be opened, it is read from the committed position.
+TEST_F(LogRotationErrors, AnUnopenableCommittedFileLongerThanItsCopyIsWaitedFor) {
+  ASSERT_NO_FATAL_FAILURE(copy_then_move(log_ + ".2"));
+  counted(6, log_ + ".2");
+  const std::string control = dir_ + "/fault";
+  std::ofstream(control) << "open " << inode(log_ + ".2") << "\n";
+  auto d = with_io_fault(control, yaml());
+  EXPECT_TRUE(eventually([&] { return events(*d, "read_error") >= 2; }, 20s)) << d->log();
+  fs::remove(control);
+  EXPECT_TRUE(exact()) << d->log();
+  EXPECT_EQ(events(*d, "file_lost"), 0);
+  stop(d);
+}
+
 // Another instance's position checked at a start (a renamed host): a damaged archive
 // among the rotated files is not compared, and does not stop the start; the other
 // instance's file, found past it, is, and the start is refused naming both.

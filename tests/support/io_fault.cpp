@@ -91,7 +91,9 @@ int open_or_fail(const char* name, open_fn& next, const char* path, int flags, m
 }
 
 mode_t mode_of(int flags, va_list ap) {
-  return (flags & (O_CREAT | O_TMPFILE)) != 0 ? static_cast<mode_t>(va_arg(ap, int)) : 0;
+  // glibc's __OPEN_NEEDS_MODE: O_TMPFILE holds O_DIRECTORY, which alone takes no mode.
+  const bool needs_mode = (flags & O_CREAT) != 0 || (flags & __O_TMPFILE) == __O_TMPFILE;
+  return needs_mode ? static_cast<mode_t>(va_arg(ap, int)) : 0;
 }
 
 }  // namespace
