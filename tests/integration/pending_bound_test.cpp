@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "db/repository.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -167,6 +168,28 @@ TEST(StatementSize, EveryBatchLandsUnderASmallMaxAllowedPacket) {
   ASSERT_TRUE(flush_until_ok(client, 30s));
   EXPECT_EQ(sum_of_type(server, database, 9), 10);
   EXPECT_EQ(daemon.stop(), 0);
+}
+
+// A plain batch bigger than one statement may be (one replayed from a WAL written while
+// max_allowed_packet was larger): db::commit_batch sends its slot rows and dirty marks in
+// statements under the connection's budget, in one transaction under one ledger row.
+// Before write_counted, its rows went as one statement, refused as too large.
+TEST(StatementSize, APlainBatchOverTheBudgetCommitsWholeInOneTransaction) {
+  auto& server = shared_mariadb();
+  const auto database = migrated_database(server);
+  const global_packet_limit limit(server, 1 << 20);
+  auto conn = server.connect(database);
+  constexpr std::uint64_t wide = 1000000000000000;  // 16 digits: long tuples
+  std::vector<db::counter_row> rows;
+  for (std::uint64_t i = 0; i < 60000; ++i) rows.push_back({8, wide + i, 3, 1});
+  ASSERT_EQ(db::commit_batch(conn, "slotted_counters", {"big", 1, 1}, rows, rows),
+            db::commit_outcome::applied);
+  EXPECT_EQ(sum_of_type(server, database, 8), 60000);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters"), 60000);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger "
+                                       "WHERE instance_id = 'big'"),
+            1);
+  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty"), 60000);
 }
 
 }  // namespace
