@@ -105,6 +105,12 @@ void counter_service::serve_on(net::io_context* loop) {
   this_thread_loop = loop;
 }
 
+void counter_service::submit(ingest::increment_request& request, const submit_answer& answer) {
+  if (request.keyed()) return add_keyed(std::move(request), answer.later());
+  if (p_.committer) return add_durable(std::move(request.increments), answer.later());
+  answer.now(add(request.increments));
+}
+
 http::backend_result counter_service::add(std::span<const ingest::increment> increments) {
   if (!ingest::has_clients(increments)) {
     return from_outcome(p_.store.add(increments, limits_), errc::unavailable, "internal error");

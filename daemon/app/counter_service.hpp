@@ -55,10 +55,7 @@ class counter_service final : public http::backend {
 
   bool draining() const override { return p_.draining.load(); }
   bool ready() const override { return p_.flusher.ready(); }
-  bool durable() const override { return p_.committer != nullptr; }
-  http::backend_result add(std::span<const ingest::increment> increments) override;
-  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override;
-  void add_keyed(idempotency::keyed_request&& request, done_fn done) override;
+  void submit(ingest::increment_request& request, const submit_answer& answer) override;
   void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t received_ms,
                   done_fn done) override;
   void read_counter(store::counter_key key, done_fn done) override;
@@ -74,6 +71,11 @@ class counter_service final : public http::backend {
   std::string metrics_text() override;
 
  private:
+  // submit()'s three ways: without a WAL applied and answered at once; with one, logged
+  // first; with an Idempotency-Key, through the key index (and the WAL when there is one).
+  http::backend_result add(std::span<const ingest::increment> increments);
+  void add_durable(std::vector<ingest::increment>&& increments, done_fn done);
+  void add_keyed(idempotency::keyed_request&& request, done_fn done);
   // The keys table's answer for `key` (find_keyed), on a database worker.
   http::backend_result find_committed(const std::string& key, idempotency::body_hash hash,
                                       std::int64_t received_ms, std::chrono::milliseconds window);

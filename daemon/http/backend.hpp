@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <span>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "model/counter_key.hpp"
 #include "model/errc.hpp"
 #include "model/increment.hpp"
+#include "model/increment_request.hpp"
 #include "model/keyed_request.hpp"
 
 namespace slotted::http {
@@ -74,15 +74,26 @@ class backend {
   virtual ~backend() = default;
   virtual bool draining() const = 0;
   virtual bool ready() const = 0;
-  // Without a WAL increments are applied at once: add() answers. With one (durable()),
-  // they are acknowledged only once logged: add_durable() answers later.
-  virtual bool durable() const = 0;
-  virtual backend_result add(std::span<const ingest::increment> increments) = 0;
-  virtual void add_durable(std::vector<ingest::increment>&& increments, done_fn done) = 0;
-  // A request with a valid Idempotency-Key (README: HTTP API, Idempotency-Key): looked up
-  // (replayed, conflict, or unavailable while its first copy is being logged), else
-  // logged when durable() and kept apart from the store until its flush.
-  virtual void add_keyed(idempotency::keyed_request&& request, done_fn done) = 0;
+  // How submit() answers, exactly once: now(), before submit() returns and on its
+  // thread; or else through the done_fn that later() builds, called once from any thread
+  // (the request is logged first, or its key looked up). Only later() copies what the
+  // answer needs into a callback, and allocates: a request without WAL and key, the most
+  // common, is answered now without one.
+  class submit_answer {
+   public:
+    virtual void now(backend_result r) const = 0;
+    virtual done_fn later() const = 0;
+
+   protected:
+    ~submit_answer() = default;
+  };
+  // The one way in for increments the router validated (README: HTTP API). The backend
+  // decides how they are taken: without a WAL applied at once, with one acknowledged
+  // only once logged. With an Idempotency-Key (request.keyed()) the key is looked up
+  // first (replayed, conflict, or unavailable while its first copy is being logged);
+  // a new one is logged when there is a WAL and kept apart from the store until its
+  // flush. The backend may move request.increments out when it answers later.
+  virtual void submit(ingest::increment_request& request, const submit_answer& answer) = 0;
   // A keyed request that cannot be admitted as new (an `at` it cannot file): whether key
   // `key` was accepted with body `hash` within idempotency.window of `received_ms` (unix
   // milliseconds), by this instance's index or else the database's keys table. Answers

@@ -381,6 +381,25 @@ void router::handle_readyz(const request& req, const route_match&, const reply& 
   answer(json_response(v, status::ok, "{\"status\": \"ready\"}"));
 }
 
+// Answers a request of `n` increments with the backend's result: at once, from the
+// reply on the stack, or later, from the callback later() builds with a copy of it.
+struct router::added_answer final : backend::submit_answer {
+  added_answer(router* r, const reply& a, unsigned version, std::size_t count, bool is_minimal)
+      : self(r), answer(a), v(version), n(count), minimal(is_minimal) {}
+  void now(backend_result r) const override { self->answer_added(answer, v, n, minimal, r); }
+  backend::done_fn later() const override {
+    return guarded(answer, v,
+                   [self = self, answer = answer, v = v, n = n, minimal = minimal](
+                       const backend_result& r) { self->answer_added(answer, v, n, minimal, r); });
+  }
+
+  router* self;
+  const reply& answer;
+  unsigned v;
+  std::size_t n;
+  bool minimal;
+};
+
 void router::handle_increments(const request& req, const route_match&, const reply& answer) {
   const unsigned v = req.version();
   // Idempotency-Key (README: HTTP API): one field with a valid key, or nothing applied.
@@ -396,7 +415,9 @@ void router::handle_increments(const request& req, const route_match&, const rep
                                    "[A-Za-z0-9._:-]; nothing of this request was applied"));
     }
   }
-  thread_local std::vector<ingest::increment> increments;
+  // Reused by this thread's requests: one without WAL and key allocates nothing here.
+  thread_local ingest::increment_request submitted;
+  auto& increments = submitted.increments;
   const auto format = *ingest::format_for(req[field::content_type]);
   const auto live = live_.load();
   if (auto err =
@@ -435,24 +456,13 @@ void router::handle_increments(const request& req, const route_match&, const rep
   // connection, or the first of one accepted as the listener closed) is applied and
   // answered, and the final flush writes it. With systemd's sockets, what the stopping
   // daemon has not read waits in the socket for the next one, so a restart refuses none.
-  const std::size_t n = increments.size();
-  const bool minimal = prefers_minimal(req);
+  submitted.key.assign(idempotency_key);  // empty without one: not keyed()
   if (keyed) {
-    idempotency::keyed_request r{std::string(idempotency_key), idempotency::hash_of(increments),
-                                 increments, idempotency::now_ms()};
-    return backend_.add_keyed(
-        std::move(r), guarded(answer, v, [this, v, n, minimal, answer](const backend_result& r) {
-          answer_added(answer, v, n, minimal, r);
-        }));
+    submitted.hash = idempotency::hash_of(increments);
+    submitted.received_ms = idempotency::now_ms();
   }
-  if (backend_.durable()) {
-    return backend_.add_durable(
-        std::exchange(increments, {}),
-        guarded(answer, v, [this, v, n, minimal, answer](const backend_result& r) {
-          answer_added(answer, v, n, minimal, r);
-        }));
-  }
-  answer_added(answer, v, n, minimal, backend_.add(increments));
+  backend_.submit(submitted,
+                  added_answer(this, answer, v, increments.size(), prefers_minimal(req)));
 }
 
 void router::refuse_unless_known(const request& req, std::string_view key,

@@ -123,6 +123,8 @@ class router {
                            const reply& answer);
   void answer_added(const reply& answer, unsigned version, std::size_t n, bool minimal,
                     const backend_result& r);
+  // backend::submit's answer: answer_added's, now or later.
+  struct added_answer;
   // GET /v1/counters/{type}?ids=... and GET /v1/top/{type} (README: HTTP API):
   // totals_routes.cpp.
   void handle_counters_many(const request& req, const route_match& m, const reply& answer);

@@ -61,7 +61,7 @@ class fuzz_backend : public http::backend {
 
   bool draining() const override { return draining_; }
   bool ready() const override { return ready_; }
-  http::backend_result add(std::span<const ingest::increment> increments) override {
+  http::backend_result add(std::span<const ingest::increment> increments) {
     const auto r = store_.add(increments, max_pending_keys);
     switch (r) {
       case store::add_result::applied:
@@ -75,15 +75,13 @@ class fuzz_backend : public http::backend {
     }
     return {errc::unavailable, "fuzz: unknown store result"};
   }
-  bool durable() const override { return durable_; }
-  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override {
-    done(add(increments));
-  }
   // Keyed requests count like others here: the fuzzer checks what the router applies.
-  void add_keyed(idempotency::keyed_request&& request, done_fn done) override {
-    done(add(request.increments));
+  // durable_: answered through later()'s callback, as with a WAL.
+  void submit(ingest::increment_request& request, const submit_answer& answer) override {
+    if (durable_ || request.keyed()) return answer.later()(add(request.increments));
+    answer.now(add(request.increments));
   }
-  // No key is known here (add_keyed applies every request): the router's own 400.
+  // No key is known here (submit applies every request): the router's own 400.
   void find_keyed(std::string, idempotency::body_hash, std::int64_t, done_fn done) override {
     if (!ready_) return done({errc::unavailable, "fuzz: no database"});
     done({});

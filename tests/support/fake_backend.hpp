@@ -16,21 +16,23 @@ class fake_backend : public http::backend {
  public:
   bool draining() const override { return draining_; }
   bool ready() const override { return ready_; }
-  bool durable() const override { return durable_; }
-  http::backend_result add(std::span<const ingest::increment> increments) override {
-    std::lock_guard lock(mutex_);
-    added_.emplace_back(increments.begin(), increments.end());
-    return add_answer_;
-  }
-  void add_durable(std::vector<ingest::increment>&& increments, done_fn done) override {
-    std::lock_guard lock(mutex_);
-    added_.push_back(std::move(increments));
-    add_done_ = std::move(done);
-  }
-  void add_keyed(idempotency::keyed_request&& request, done_fn done) override {
-    std::lock_guard lock(mutex_);
-    keyed_.push_back(std::move(request));
-    add_done_ = std::move(done);
+  // As counter_service chooses: keyed, durable_ (a WAL: answered later through add_done_),
+  // else answered at once with add_answer_.
+  void submit(ingest::increment_request& request, const submit_answer& answer) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (request.keyed()) {
+        keyed_.push_back(std::move(request));
+        add_done_ = answer.later();
+        return;
+      }
+      added_.push_back(request.increments);
+      if (durable_) {
+        add_done_ = answer.later();
+        return;
+      }
+    }
+    answer.now(add_answer_);
   }
   void find_keyed(std::string key, idempotency::body_hash hash, std::int64_t,
                   done_fn done) override {
@@ -83,7 +85,7 @@ class fake_backend : public http::backend {
   // The script (set before requests arrive).
   bool draining_ = false;
   bool ready_ = true;
-  bool durable_ = false;
+  bool durable_ = false;  // whether requests are answered later, as with a WAL
   http::backend_result add_answer_;
   std::function<std::string()> metrics_text_ = [] { return std::string("# no metrics\n"); };
 
