@@ -106,7 +106,10 @@ void counter_service::serve_on(net::io_context* loop) {
 }
 
 void counter_service::submit(ingest::increment_request& request, const submit_answer& answer) {
-  if (request.keyed()) return add_keyed(std::move(request), answer.later());
+  // A keyed request stays pending until its flush, charged by its number of increments
+  // (store::charge_of): it takes a copy sized to them, never the HTTP thread's reused
+  // vector, whose capacity the largest request read on that thread has set.
+  if (request.keyed()) return add_keyed(idempotency::keyed_request(request), answer.later());
   if (p_.committer) return add_durable(std::move(request.increments), answer.later());
   answer.now(add(request.increments));
 }
