@@ -107,14 +107,8 @@ extern "C" int open(const char* path, int flags, ...) {
   return open_or_fail("open", next, path, flags, mode);
 }
 
-extern "C" int open64(const char* path, int flags, ...) {
-  static open_fn next;
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = mode_of(flags, ap);
-  va_end(ap);
-  return open_or_fail("open64", next, path, flags, mode);
-}
+// The same function on x86-64 (off_t is 64 bits): calls through to the next open.
+extern "C" int open64(const char* path, int flags, ...) __attribute__((alias("open")));
 
 extern "C" ssize_t pread(int fd, void* buf, size_t n, off_t off) {
   static pread_fn next;
