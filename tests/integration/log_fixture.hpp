@@ -97,7 +97,7 @@ class log_fixture : public ::testing::Test {
         shared_mariadb().query_int(db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
     std::int64_t want = 0;
     for (const auto& [id, n] : expected_) want += n;
-    if (total != want) out[0] = total;  // a count for an id no line had
+    if (total != want) out[0] = total;  // the whole table: a count for an id no line had
     return out;
   }
 
@@ -105,9 +105,14 @@ class log_fixture : public ::testing::Test {
     if (eventually([&] { return counts() == expected_; }, limit))
       return ::testing::AssertionSuccess();
     auto r = ::testing::AssertionFailure();
-    for (const auto& [id, n] : counts())
-      r << " id " << id << ": " << n << " (want " << (expected_.count(id) ? expected_.at(id) : 0)
-        << ")";
+    std::int64_t want_total = 0;
+    for (const auto& [id, n] : expected_) want_total += n;
+    for (const auto& [id, n] : counts()) {
+      if (expected_.count(id) != 0)
+        r << " id " << id << ": " << n << " (want " << expected_.at(id) << ")";
+      else
+        r << " the whole table: " << n << " (want " << want_total << ")";
+    }
     return r;
   }
 
