@@ -247,7 +247,7 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
                              .marks = b.dirty,
                              .quoted_instance = instance,
                              .mark_gen = b.dirty_gen,
-                             .max_rows = std::max<std::size_t>(1, b.max_rows_per_statement)});
+                             .max_rows = b.max_rows_per_statement});
     conn.execute(db::commit);
     return log_commit::applied;
   });

@@ -243,6 +243,11 @@ struct search_stopped {
   log_io_error error;
 };
 
+// Whether `r` has the committed file's inode (that file, or another given its number).
+bool on_committed_inode(const rotated_file& r, const log_position& pos) {
+  return r.dev == pos.file.dev && r.ino == pos.file.ino;
+}
+
 // Rotated file `r`, opened, when it is the file of `pos`: the same inode and first bytes,
 // or a compressed copy with the same first bytes; null when it is not. Throws
 // log_io_error when it cannot tell (it may not be opened, or cannot be read): the
@@ -251,7 +256,7 @@ struct search_stopped {
 // one. Any other error opening the committed inode (EMFILE, EIO...) throws
 // search_stopped.
 std::unique_ptr<log_file> committed_file_if(const rotated_file& r, const log_position& pos) {
-  const bool same_inode = r.dev == pos.file.dev && r.ino == pos.file.ino;
+  const bool same_inode = on_committed_inode(r, pos);
   if (!same_inode) {
     // A compressed file of it: the same first bytes (none committed: none told).
     std::string head;
@@ -309,8 +314,7 @@ void open_committed(source_state& s) {
       throw e.error;
     } catch (const log_io_error& e) {
       if (!unreadable) unreadable = e;
-      if (r.dev == pos.file.dev && r.ino == pos.file.ino)
-        unreadable_size = std::max(unreadable_size, r.size);
+      if (on_committed_inode(r, pos)) unreadable_size = std::max(unreadable_size, r.size);
       continue;
     }
     if (!f) continue;

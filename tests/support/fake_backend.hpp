@@ -22,7 +22,7 @@ class fake_backend : public http::backend {
     {
       std::lock_guard lock(mutex_);
       if (request.keyed()) {
-        keyed_.push_back(std::move(request));
+        keyed_.push_back(request);  // a copy, as counter_service: the router reuses it
         add_done_ = answer.later();
         return;
       }
