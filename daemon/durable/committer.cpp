@@ -4,6 +4,7 @@
 #include <boost/asio/post.hpp>
 #include <exception>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "durable/recovery.hpp"
@@ -353,15 +354,27 @@ void committer::lead_groups(bool log_thread) {
 }
 
 std::vector<committer::request> committer::dequeue_group() {
-  std::vector<request> group;
+  // Queued in a vector that grows by moving them: a copy would copy the answer callback.
+  static_assert(std::is_nothrow_move_constructible_v<request>);
+  std::size_t n = 0;
   std::size_t bytes = 0;
-  while (!pending_.empty() &&
-         (group.empty() || bytes + pending_.front().record.size() <= max_group_bytes)) {
-    bytes += pending_.front().record.size();
-    group.push_back(std::move(pending_.front()));
-    pending_.pop_front();
-    ++dequeued_;
+  while (n < pending_.size() && (n == 0 || bytes + pending_[n].record.size() <= max_group_bytes)) {
+    bytes += pending_[n].record.size();
+    ++n;
   }
+  dequeued_ += n;
+  std::vector<request> group;
+  if (n == pending_.size()) {
+    // The whole queue, as a rule: it becomes the group as it is, and the queue starts
+    // again with room for as many (one allocation a group, not one a request).
+    group.swap(pending_);
+    pending_.reserve(n);
+    return group;
+  }
+  group.reserve(n);
+  const auto end = pending_.begin() + static_cast<std::ptrdiff_t>(n);
+  group.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(end));
+  pending_.erase(pending_.begin(), end);
   return group;
 }
 
@@ -374,6 +387,9 @@ void committer::count_group(std::size_t requests, bool log_thread) {
 
 void committer::write_group(std::vector<request>& group, std::vector<std::shared_ptr<job>>& local) {
   std::string bytes;
+  std::size_t group_bytes = 0;
+  for (const auto& r : group) group_bytes += r.record.size();
+  bytes.reserve(group_bytes);
   std::vector<request> chunk;
   chunk.reserve(group.size());
   bool any_logged = false;
@@ -422,7 +438,10 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
     for (auto& candidate : jobs) {
       if (candidate->requests.front().home == r.home) j = &candidate;
     }
-    if (j == nullptr) j = &jobs.emplace_back(std::make_shared<job>());
+    if (j == nullptr) {
+      j = &jobs.emplace_back(std::make_shared<job>());
+      (*j)->requests.reserve(chunk.size());
+    }
     if (r.result == commit_result::applied) {
       (*j)->held += r.charge;
       (*j)->magnitude += r.magnitude;

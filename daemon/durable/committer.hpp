@@ -234,7 +234,7 @@ class committer final : public store::batch_source {
 
   util::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<request> pending_ GUARDED_BY(mutex_);  // queued for the next group
+  std::vector<request> pending_ GUARDED_BY(mutex_);  // queued for the next group
   // Leader progress (requests taken from pending_, groups ended): run()'s safety net.
   std::uint64_t dequeued_ GUARDED_BY(mutex_) = 0;
   bool leading_ GUARDED_BY(mutex_) = false;  // a leader is writing a group

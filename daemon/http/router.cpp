@@ -387,10 +387,13 @@ struct router::added_answer final : backend::submit_answer {
   added_answer(router* r, const reply& a, unsigned version, std::size_t count, bool is_minimal)
       : self(r), answer(a), v(version), n(count), minimal(is_minimal) {}
   void now(backend_result r) const override { self->answer_added(answer, v, n, minimal, r); }
+  // The reply (and the session's callback in it) is copied once: each copy of it costs
+  // allocations on the path every request with a WAL or a key takes.
   backend::done_fn later() const override {
-    return guarded(answer, v,
-                   [self = self, answer = answer, v = v, n = n, minimal = minimal](
-                       const backend_result& r) { self->answer_added(answer, v, n, minimal, r); });
+    return
+        [self = self, answer = answer, v = v, n = n, minimal = minimal](const backend_result& r) {
+          detail::guarded_call(answer, v, [&] { self->answer_added(answer, v, n, minimal, r); });
+        };
   }
 
   router* self;

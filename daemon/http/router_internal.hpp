@@ -47,19 +47,24 @@ bool parse_decimal(std::string_view s, Int& out) {
 // session takes only the first answer to a request, so a 500 after an answer that got
 // through changes nothing.
 template <typename Reply, typename F>
+void guarded_call(const Reply& answer, unsigned v, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    log::error("HTTP answer from a backend thread failed: ", e.what());
+    try {
+      auto res = router::error_response(v, status::internal_server_error, "internal error");
+      res.keep_alive(false);
+      answer(std::move(res));
+    } catch (...) {
+    }
+  }
+}
+
+template <typename Reply, typename F>
 auto guarded(const Reply& answer, unsigned v, F f) {
   return [answer, v, f = std::move(f)](auto&&... args) {
-    try {
-      f(std::forward<decltype(args)>(args)...);
-    } catch (const std::exception& e) {
-      log::error("HTTP answer from a backend thread failed: ", e.what());
-      try {
-        auto res = router::error_response(v, status::internal_server_error, "internal error");
-        res.keep_alive(false);
-        answer(std::move(res));
-      } catch (...) {
-      }
-    }
+    guarded_call(answer, v, [&] { f(std::forward<decltype(args)>(args)...); });
   };
 }
 
