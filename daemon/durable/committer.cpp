@@ -366,9 +366,10 @@ std::vector<committer::request> committer::dequeue_group() {
   std::vector<request> group;
   if (n == pending_.size()) {
     // The whole queue, as a rule: it becomes the group as it is, and the queue starts
-    // again with room for as many (one allocation a group, not one a request).
+    // again with room for as many (one allocation a group, not one a request), up to a
+    // loop turn's worth: a burst's size is not held once it has passed.
     group.swap(pending_);
-    pending_.reserve(n);
+    pending_.reserve(std::min<std::size_t>(n, 256));
     return group;
   }
   group.reserve(n);
@@ -440,7 +441,10 @@ void committer::dispatch(std::vector<request>& chunk, std::vector<std::shared_pt
     }
     if (j == nullptr) {
       j = &jobs.emplace_back(std::make_shared<job>());
-      (*j)->requests.reserve(chunk.size());
+      // The first job, as a rule the whole chunk's (the leader's own loop): room for it
+      // at once. Another loop's grows as needed: reserving the chunk for each of
+      // http.threads jobs would hold that many times its size.
+      if (jobs.size() == 1) (*j)->requests.reserve(chunk.size());
     }
     if (r.result == commit_result::applied) {
       (*j)->held += r.charge;
