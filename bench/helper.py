@@ -228,10 +228,11 @@ def cmd_report(args):
         f"{fnum(r4)} increments/s ({fnum(f('r4_req_rate'))} requests/s)",
         "4 / 2 = " + ratio_goal(r4, r2, 100) + "; " + abs_goal(r4 / 1e6 if r4 else None, 8, "M/s"))
     ng, d1 = f("r5_nginx_rate"), f("r5_daemon_rate")
-    add("5", f"HTTP ceiling, A B A B (5q runs after each B), same wrk command as 3: daemon with http.threads 1 "
+    w5 = s('r5_threads')
+    add("5", f"HTTP ceiling, A B A B (5q runs after each B), same wrk command as 3: daemon with http.threads {w5} "
         f"(runs: {s('r5_daemon_runs')}; CPU daemon {s('r5d_daemon_cpu')}, wrk {s('r5d_wrk_cpu')}, "
-        f"machine {s('r5d_all_cpu')}) vs nginx, 1 worker, `return 202` "
-        f"(runs: {s('r5_nginx_runs')}; CPU nginx worker {s('r5n_daemon_cpu')}, wrk {s('r5n_wrk_cpu')}, "
+        f"machine {s('r5d_all_cpu')}) vs nginx, {w5} worker(s), `return 202` "
+        f"(runs: {s('r5_nginx_runs')}; CPU of one nginx worker {s('r5n_daemon_cpu')}, wrk {s('r5n_wrk_cpu')}, "
         f"machine {s('r5n_all_cpu')}); CPU in % of one core, mean of the two runs",
         f"daemon {fnum(d1)} req/s, p99 {s('r5_daemon_p99s')} ms; nginx {fnum(ng)} req/s, "
         f"p99 {s('r5_nginx_p99s')} ms",
