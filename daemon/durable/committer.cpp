@@ -372,7 +372,6 @@ std::vector<committer::request> committer::dequeue_group() {
     pending_.reserve(std::min<std::size_t>(n, 256));
     return group;
   }
-  group.reserve(n);
   const auto end = pending_.begin() + static_cast<std::ptrdiff_t>(n);
   group.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(end));
   pending_.erase(pending_.begin(), end);
