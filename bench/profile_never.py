@@ -8,9 +8,10 @@ off, then WAL `never`, each under 64 keep-alive connections of single-event POST
 --wrk-threads threads, 12 s, 127.0.0.1 only), and records 8 s of `perf record -g` of the daemon into a
 scratch directory; prints req/s and where the profiles are. Read them with
 `perf report -i DIR/never.data --children --sort symbol -g none`. Use a RelWithDebInfo
-build for symbols. With --count, instead of a profile: the daemon's instructions and
-malloc calls (a uprobe on libc's malloc, made if missing) per request over the same 8 s,
-figures that the machine's other load does not move as it moves req/s.
+build for symbols. With --count, instead of a profile: the daemon's malloc calls (a
+uprobe on libc's malloc, made if missing) per request over the same 8 s, a figure that
+the machine's other load does not move as it moves req/s; and its instructions, where
+the CPU lets perf count them (not in every VM: then only mallocs are printed).
 Every process is bounded and stopped by pid.
 """
 import argparse, os, re, subprocess, sys, tempfile, time, signal, shutil
