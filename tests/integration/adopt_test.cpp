@@ -159,12 +159,6 @@ std::string slots_fingerprint(const mariadb_server& server, const std::string& d
          rows[0][2].value_or("");
 }
 
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 TEST(Adopt, HistoryIsKeptThroughAdoptionAndRollup) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);

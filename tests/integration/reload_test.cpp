@@ -19,12 +19,6 @@
 namespace slotted::test {
 namespace {
 
-std::size_t occurrences(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 // Waits until the daemon's log holds `needle` at least `count` times.
 bool wait_for_log(const daemon_process& d, const std::string& needle, std::size_t count = 1) {
   return eventually([&] { return occurrences(d.log(), needle) >= count; },

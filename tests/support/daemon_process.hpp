@@ -105,4 +105,11 @@ class daemon_process {
   std::uint16_t port_ = 0;
 };
 
+// How many times `needle` is in `text` (a daemon's log, say), overlaps counted.
+inline std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace slotted::test

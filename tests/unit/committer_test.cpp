@@ -33,19 +33,17 @@
 #include "metrics/metrics.hpp"
 #include "support/eventually.hpp"
 #include "support/temp_dir.hpp"
+#include "support/wal_stubs.hpp"
 
 namespace slotted::durable {
 namespace {
 
+using test::increments_record;
+using test::queue_stub;
+
 namespace fs = std::filesystem;
 namespace net = boost::asio;
 using clock = std::chrono::steady_clock;
-
-// The flusher's queue as the committer sees it: only what snapshots copy.
-struct queue_stub : store::batch_queue {
-  std::vector<store::flush_batch> queued_copy() override { return {}; }
-  void retag_all(std::uint64_t) override {}
-};
 
 class Committer : public ::testing::Test {
  protected:
@@ -994,13 +992,6 @@ TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
   EXPECT_EQ(logged.failed().detail, std::string("write: ") + std::strerror(EFBIG));
   const auto again = durable::log_batches(log, batches);
   EXPECT_TRUE(again) << again.failed().detail;
-}
-
-// One increments record: `delta` to counter (1, id).
-std::string increments_record(std::uint64_t id, std::int32_t delta) {
-  std::string out;
-  append_increments(out, std::vector<ingest::increment>{{1, id, delta}});
-  return out;
 }
 
 // What a replay of `log` applies, summed by record_id.

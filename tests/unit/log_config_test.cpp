@@ -14,10 +14,10 @@ namespace {
 const char* counters = "counters:\n  - {name: repo_downloads, record_type: 7}\n";
 
 // A config of `counters` and `yaml`'s sections.
-std::vector<std::string> problems_of(const std::string& yaml) {
+std::vector<std::string> log_problems_of(const std::string& yaml) {
   return test::problems_of(std::string(counters) + yaml);
 }
-std::string only_problem(const std::string& yaml) {
+std::string only_log_problem(const std::string& yaml) {
   return test::only_problem(std::string(counters) + yaml);
 }
 
@@ -84,25 +84,25 @@ TEST(LogConfig, UserAgentRulesAndFieldAreTaken) {
 TEST(LogConfig, BadUserAgentRulesAreNamed) {
   const std::string head = "log_sources:\n  - path: /l/a.log\n    rules:\n      - {counter: "
                            "repo_downloads, path: '/d/([0-9]+)', ";
-  EXPECT_NE(only_problem(head + "user_agent: '(cargo'}\n")
+  EXPECT_NE(only_log_problem(head + "user_agent: '(cargo'}\n")
                 .find("test.yaml:6: log_sources[0].rules[0].user_agent: '(cargo' is not a pattern "
                       "RE2 takes (missing ): (cargo)"),
             std::string::npos);
-  EXPECT_NE(only_problem(head + "not_user_agent: '(a)\\1'}\n")
+  EXPECT_NE(only_log_problem(head + "not_user_agent: '(a)\\1'}\n")
                 .find("log_sources[0].rules[0].not_user_agent: '(a)\\1' is not a pattern RE2 takes"),
             std::string::npos);
-  EXPECT_NE(only_problem(head + "user_agent: ''}\n")
+  EXPECT_NE(only_log_problem(head + "user_agent: ''}\n")
                 .find("log_sources[0].rules[0].user_agent: expected a non-empty value"),
             std::string::npos);
-  EXPECT_NE(only_problem(head + "user_agent: [cargo]}\n")
+  EXPECT_NE(only_log_problem(head + "user_agent: [cargo]}\n")
                 .find("log_sources[0].rules[0].user_agent: expected a non-empty value"),
             std::string::npos);
-  EXPECT_NE(only_problem(head + "user_agent: '" + std::string(1001, 'a') + "'}\n")
+  EXPECT_NE(only_log_problem(head + "user_agent: '" + std::string(1001, 'a') + "'}\n")
                 .find("log_sources[0].rules[0].user_agent: the pattern is longer than 1000"),
             std::string::npos);
   // A user agent needs no capture group.
-  EXPECT_TRUE(problems_of(head + "user_agent: cargo}\n").empty());
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, json: {user_agent: ua}, rules: "
+  EXPECT_TRUE(log_problems_of(head + "user_agent: cargo}\n").empty());
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /a.log, json: {user_agent: ua}, rules: "
                          "[{counter: repo_downloads, path: '(1)'}]}\n")
                 .find("log_sources[0].json: only with format: json"),
             std::string::npos);
@@ -122,7 +122,7 @@ TEST(LogConfig, PatternsBoostReadOtherwiseAreRefused) {
   };
   const auto refused = [&](const std::string& key, const std::string& pattern,
                            const std::string& says) {
-    const auto p = only_problem(rule(key, pattern));
+    const auto p = only_log_problem(rule(key, pattern));
     EXPECT_NE(p.find("log_sources[0].rules[0]." + key + ": '" + pattern + "' uses " + says),
               std::string::npos)
         << p;
@@ -138,61 +138,61 @@ TEST(LogConfig, PatternsBoostReadOtherwiseAreRefused) {
        {"^/d/([0-9]+)\\b", "^/d/([[:digit:]]+)[[:alpha:]<>]", "^/d/([0-9]+)[\\<\\>]",
         "^/d/([0-9]+)\\Q\\>\\E", "^/d/([]0-9[]+)", "^/d/([^].=]+)", "\\A/d/([0-9]+)\\z",
         "^/d/([0-9]+)<>"})
-    EXPECT_TRUE(problems_of(rule("path", same)).empty()) << same;
+    EXPECT_TRUE(log_problems_of(rule("path", same)).empty()) << same;
 }
 
 TEST(LogConfig, BadSourcesAreNamedWithTheirKeyAndLine) {
   const std::string head = "log_sources:\n  - path: /l/a.log\n    rules:\n      - counter: ";
-  EXPECT_NE(only_problem(head + "nope\n        path: '/d/([0-9]+)'\n")
+  EXPECT_NE(only_log_problem(head + "nope\n        path: '/d/([0-9]+)'\n")
                 .find("test.yaml:6: log_sources[0].rules[0].counter: 'nope' is not a declared "
                       "counter"),
             std::string::npos);
-  EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/([0-9+'\n")
+  EXPECT_NE(only_log_problem(head + "repo_downloads\n        path: '/d/([0-9+'\n")
                 .find("log_sources[0].rules[0].path: '/d/([0-9+' is not a pattern RE2 takes"),
             std::string::npos);
   // What only a backtracking engine can do (rules match in linear time), naming the rule.
-  const auto back = only_problem(head + "repo_downloads\n        path: '/d/([0-9]+)/\\1'\n");
+  const auto back = only_log_problem(head + "repo_downloads\n        path: '/d/([0-9]+)/\\1'\n");
   EXPECT_NE(back.find("test.yaml:7: log_sources[0].rules[0].path: '/d/([0-9]+)/\\1' is not a "
                       "pattern RE2 takes (invalid escape sequence: \\1)"),
             std::string::npos)
       << back;
-  EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/(?=1)([0-9]+)'\n")
+  EXPECT_NE(only_log_problem(head + "repo_downloads\n        path: '/d/(?=1)([0-9]+)'\n")
                 .find("log_sources[0].rules[0].path: '/d/(?=1)([0-9]+)' is not a pattern RE2 takes "
                       "(invalid perl operator: (?=)"),
             std::string::npos);
-  EXPECT_NE(only_problem(head + "repo_downloads\n        path: '/d/[0-9]+'\n")
+  EXPECT_NE(only_log_problem(head + "repo_downloads\n        path: '/d/[0-9]+'\n")
                 .find("log_sources[0].rules[0].path: '/d/[0-9]+' has no capture group"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /l/a.log, format: clf, rules: "
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /l/a.log, format: clf, rules: "
                          "[{counter: repo_downloads, path: '(1)'}]}\n")
                 .find("log_sources[0].format: expected one of combined | json, got 'clf'"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n"
+  EXPECT_NE(only_log_problem("log_sources:\n"
                          "  - {path: /l/a.log, rules: [{counter: repo_downloads, path: '(1)'}]}\n"
                          "  - {path: /l/./a.log, rules: [{counter: repo_downloads, path: '(1)'}]}\n")
                 .find("test.yaml:5: log_sources[1].path: '/l/a.log' is listed twice"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: a.log, rules: [{counter: repo_downloads, "
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: a.log, rules: [{counter: repo_downloads, "
                          "path: '(1)'}]}\n")
                 .find("log_sources[0].path: expected an absolute path"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
                          "path: '(1)', statuses: [99]}]}\n")
                 .find("log_sources[0].rules[0].statuses[0]: expected an HTTP status"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
                          "path: '(1)', methods: [get]}]}\n")
                 .find("log_sources[0].rules[0].methods[0]: 'get' is not a method"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, json: {time: t}, rules: [{counter: "
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /a.log, json: {time: t}, rules: [{counter: "
                          "repo_downloads, path: '(1)'}]}\n")
                 .find("log_sources[0].json: only with format: json"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /a.log, rules: [{counter: repo_downloads, "
                          "path: '(1)', host: x}]}\n")
                 .find("log_sources[0].rules[0].host: unknown key"),
             std::string::npos);
-  EXPECT_NE(only_problem("log_sources:\n  - {path: /a.log}\n").find("log_sources[0].rules: missing"),
+  EXPECT_NE(only_log_problem("log_sources:\n  - {path: /a.log}\n").find("log_sources[0].rules: missing"),
             std::string::npos);
 }
 

@@ -6,18 +6,10 @@
 #include "config/config.hpp"
 #include "db/sql.hpp"
 #include "db/top.hpp"
+#include "support/config_problems.hpp"
 
 namespace slotted {
 namespace {
-
-std::vector<std::string> config_problems(const std::string& yaml) {
-  try {
-    config::parse_config(yaml, "test.yaml");
-  } catch (const config::config_error& e) {
-    return e.problems();
-  }
-  return {};
-}
 
 // Every name --migrate makes for `table` under `cfg`, the scratch tables included.
 std::vector<std::string> derived_names(const config::daemon_config& cfg) {
@@ -65,7 +57,7 @@ TEST(TopLimits, EveryDerivedTableFitsAtTheLongestAcceptedTableName) {
       EXPECT_TRUE(config::is_valid_identifier(name)) << name << " (" << name.size() << ")";
     }
     if (most == 64) continue;  // past 64 is no identifier at all
-    const auto p = config_problems(yaml(most + 1));
+    const auto p = test::problems_of(yaml(most + 1));
     ASSERT_EQ(p.size(), 1u) << counters;
     EXPECT_NE(p[0].find("mysql.table"), std::string::npos) << p[0];
     EXPECT_NE(p[0].find("may have at most " + std::to_string(most) + " characters"),

@@ -19,17 +19,16 @@
 #include "durable/recovery.hpp"
 #include "metrics/metrics.hpp"
 #include "support/temp_dir.hpp"
+#include "support/wal_stubs.hpp"
 
 namespace slotted::durable {
 namespace {
 
+using test::increments_record;
+using test::queue_stub;
+
 namespace fs = std::filesystem;
 using clock = std::chrono::steady_clock;
-
-struct queue_stub : store::batch_queue {
-  std::vector<store::flush_batch> queued_copy() override { return {}; }
-  void retag_all(std::uint64_t) override {}
-};
 
 class WalRotation : public ::testing::Test {
  protected:
@@ -55,12 +54,6 @@ class WalRotation : public ::testing::Test {
   config::wal_config cfg_;
   metrics::registry metrics_;
 };
-
-std::string increments_record(std::uint64_t id, std::int32_t delta) {
-  std::string out;
-  append_increments(out, std::vector<ingest::increment>{{1, id, delta}});
-  return out;
-}
 
 std::vector<store::flush_batch> one_batch(std::uint64_t seq) {
   std::vector<store::flush_batch> batches(1);
