@@ -95,82 +95,73 @@ void log_ingester::stop() {
 }
 
 void log_ingester::loop() {
-  auto backoff = settings_.interval;
   for (;;) {
-    bool more = false;
-    bool failed = false;
-    try {
-      more = run_once();
-      backoff = settings_.interval;
-    } catch (const std::exception& e) {
-      failed = true;
-      log::warn("log_sources: ", e.what(), "; the lines are read again from the committed ",
-                "position in ", backoff.count(), " ms");
-    }
+    const bool more = run_once();
     util::unique_lock lock(mutex_);
     if (stopping_) return;
-    if (more && !failed) continue;
-    // While a failed pass waits its backoff, PATH is still looked at each interval: a
-    // rotation during an outage holds the new file before its name moves on.
-    const auto until = std::chrono::steady_clock::now() + (failed ? backoff : settings_.interval);
-    while (!stopping_ && std::chrono::steady_clock::now() < until) {
-      lock.wait_until(wake_, std::min(until, std::chrono::steady_clock::now() + settings_.interval),
-                      [&]() REQUIRES(mutex_) { return stopping_; });
-      if (stopping_ || !failed) break;
-      lock.unlock();
-      watch_all();
-      lock.lock();
-    }
-    if (failed) backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+    if (more) continue;
+    lock.wait_until(wake_, std::chrono::steady_clock::now() + settings_.interval,
+                    [&]() REQUIRES(mutex_) { return stopping_; });
     if (stopping_) return;
   }
 }
 
-void log_ingester::watch_all() {
-  for (auto& s : sources_) {
-    try {
-      watch_path(*s);
-    } catch (const std::exception&) {
-      // Looked at again by the next pass, which reports it.
-    }
-  }
-}
-
+// One pass over the sources due: each reads and commits what it can. A source that fails
+// waits its own backoff, read again from its committed position; while it waits, its
+// PATH is still looked at each pass (a rotation during an outage holds the new file
+// before its name moves on), and the other sources go on at their pace.
 bool log_ingester::run_once() {
   bool more = false;
-  std::exception_ptr first;
   for (auto& s : sources_) {
     {
       util::lock_guard lock(mutex_);
       if (stopping_) break;
     }
+    const auto now = std::chrono::steady_clock::now();
+    if (now < s->retry_at) {
+      try {
+        watch_path(*s);
+      } catch (const std::exception&) {
+        // Looked at again by its next pass, which reports it.
+      }
+      continue;
+    }
     try {
       more = run_source(*s) || more;
       s->read_failing = false;
+      s->backoff = std::chrono::milliseconds(0);
     } catch (const log_io_error& e) {
       // Never taken for a cut or another file: the same files are read again from the
       // committed position after the backoff.
       s->read_errors->Increment();
-      const auto now = std::chrono::steady_clock::now();
+      back_off(*s);
       if (!s->read_failing || now - s->read_warned >= read_error_reminder) {
         log::warn("log_sources: ", s->cfg.path, ": ", e.what(), "; read again from the ",
-                  "committed position (log_events_total{kind=\"read_error\"}; a file that "
-                  "can never be read, such as a damaged .gz, stops the source until it is "
-                  "moved away: docs/operations.md)");
+                  "committed position in ", s->backoff.count(), " ms ",
+                  "(log_events_total{kind=\"read_error\"}; a file that can never be read, ",
+                  "such as a damaged .gz, stops the source until it is moved away: ",
+                  "docs/operations.md)");
         s->read_warned = now;
       }
       s->read_failing = true;
       s->loaded = false;
-      if (!first) first = std::current_exception();
-    } catch (...) {
+    } catch (const std::exception& e) {
       s->commit_errors->Increment();
+      back_off(*s);
+      log::warn("log_sources: ", s->cfg.path, ": ", e.what(), "; the lines are read again ",
+                "from the committed position in ", s->backoff.count(), " ms");
       // Read again from what the database holds; the files held stay open.
       s->loaded = false;
-      if (!first) first = std::current_exception();
     }
   }
-  if (first) std::rethrow_exception(first);
   return more;
+}
+
+void log_ingester::back_off(source_state& s) {
+  s.backoff = s.backoff.count() == 0
+                  ? settings_.interval
+                  : std::min(s.backoff * 2, std::chrono::milliseconds(30000));
+  s.retry_at = std::chrono::steady_clock::now() + s.backoff;
 }
 
 // The committed position of the source (and, at the first pass, the counters table's

@@ -108,14 +108,15 @@ class log_ingester {
   void request_stop();
   void stop();
 
-  // One pass over every source (the thread's work; public for tests and the bench).
-  // Returns true when some source has more to read at once (a backlog).
+  // One pass over every source not waiting out a failure's backoff (the thread's work;
+  // public for tests and the bench). Returns true when some source has more to read at
+  // once (a backlog). A source's failure is counted, logged and backed off, not thrown.
   bool run_once();
 
  private:
   bool run_source(source_state& s);
   bool held_for_other(db::pool::lease& lease, source_state& s);
-  void watch_all();
+  void back_off(source_state& s);
   void load_position(db::pool::lease& lease, source_state& s);
   bool commit_pass(db::pool::lease& lease, source_state& s, const pass_counts& pass,
                    const log_position& to);

@@ -103,6 +103,11 @@ struct source_state {
   // read_error_reminder while it lasts (a file that can never be read: a damaged .gz).
   bool read_failing = false;
   std::chrono::steady_clock::time_point read_warned{};
+  // After a failed pass (read or commit error) the source waits `backoff` (the flush
+  // interval, doubled at each failure up to 30 s) before its next; the other sources
+  // keep their pace. 0: the last pass succeeded.
+  std::chrono::milliseconds backoff{0};
+  std::chrono::steady_clock::time_point retry_at{};
   metrics::counter_handle* lines[outcome_count_]{};
   metrics::gauge_handle* lag = nullptr;
   metrics::gauge_handle* last_commit = nullptr;

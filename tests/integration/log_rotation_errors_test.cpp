@@ -189,5 +189,37 @@ TEST_F(LogRotationErrors, ADamagedGzStopsTheSourceVisiblyUntilMovedAway) {
   stop(d);
 }
 
+// A source whose passes keep failing (its file's first bytes fail with EIO, as on a flaky
+// NFS mount, by the io_fault library) backs off alone: the other source's lines are
+// counted at its own pace, each by a pass of its own, not by the failing source's next
+// attempt (before, one backoff for all: a line waited up to 30 s, a backlog a pass per 30 s).
+TEST_F(LogRotationErrors, AFailingSourceBacksOffAloneTheOtherKeepsItsPace) {
+  const std::string failing = dir_ + "/failing.log";
+  nginx_append(failing, log_line(100, "GET", 200, "/x/"));  // matches no rule
+  const std::string control = dir_ + "/fault";
+  std::ofstream(control) << "1 " << inode(failing) << " 0 1000000\n";
+  const std::string rules = "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n";
+  auto d = with_io_fault(control, daemon_yaml(shared_mariadb(), db_,
+                                              "counters: [{name: dl, record_type: 7}]\n"
+                                              "flush: {interval: 50ms}\n"
+                                              "log_sources:\n"
+                                              "  - path: " + failing + "\n" + rules +
+                                              "  - path: " + log_ + "\n" + rules));
+  const auto failures = [&] {
+    return metric_value(http_client(d->port()).get("/metrics").body,
+                        "slotted_counterd_log_events_total{kind=\"read_error\",source=\"" +
+                            failing + "\"}");
+  };
+  // Eight failures, 6.35 s of backoff: the next attempt is 6.4 s away.
+  ASSERT_TRUE(eventually([&] { return failures() >= 8; }, 60s)) << d->log();
+  const double before = failures();
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    counted(id, log_);
+    ASSERT_TRUE(exact()) << d->log();
+  }
+  EXPECT_LE(failures() - before, 1) << d->log();
+  stop(d);
+}
+
 }  // namespace
 }  // namespace slotted::test
