@@ -96,7 +96,13 @@ void log_ingester::stop() {
 
 void log_ingester::loop() {
   for (;;) {
-    const bool more = run_once();
+    bool more = false;
+    try {
+      more = run_once();
+    } catch (const std::exception& e) {
+      // A failure outside a source's own (its report itself failing: out of memory).
+      log::warn("log_sources: ", e.what(), "; the pass is tried again");
+    }
     util::unique_lock lock(mutex_);
     if (stopping_) return;
     if (more) continue;
@@ -158,9 +164,8 @@ bool log_ingester::run_once() {
 }
 
 void log_ingester::back_off(source_state& s) {
-  s.backoff = s.backoff.count() == 0
-                  ? settings_.interval
-                  : std::min(s.backoff * 2, std::chrono::milliseconds(30000));
+  constexpr std::chrono::milliseconds most(30000);
+  s.backoff = std::min(s.backoff.count() == 0 ? settings_.interval : s.backoff * 2, most);
   s.retry_at = std::chrono::steady_clock::now() + s.backoff;
 }
 

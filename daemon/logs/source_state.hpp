@@ -104,8 +104,9 @@ struct source_state {
   bool read_failing = false;
   std::chrono::steady_clock::time_point read_warned{};
   // After a failed pass (read or commit error) the source waits `backoff` (the flush
-  // interval, doubled at each failure up to 30 s) before its next; the other sources
-  // keep their pace. 0: the last pass succeeded.
+  // interval, doubled at each failure, at most 30 s) before its next; the other sources
+  // keep their pace (one thread reads them all: a read that blocks still holds them).
+  // 0: the last pass succeeded.
   std::chrono::milliseconds backoff{0};
   std::chrono::steady_clock::time_point retry_at{};
   metrics::counter_handle* lines[outcome_count_]{};
