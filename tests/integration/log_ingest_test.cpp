@@ -490,6 +490,15 @@ TEST_F(LogIngest, APassEndsAtItsRowBoundAndTheNextGoesOnFromThere) {
   counted(11, log_);
   EXPECT_FALSE(reader.run_once());
   EXPECT_EQ(counts(), expected_);
+  // No pass failed: a failure is backed off, not thrown, and would end the loop above
+  // (or skip the last pass) as if the source had nothing more.
+  const auto text = registry.serialize();
+  for (const char* kind : {"commit_error", "read_error"}) {
+    EXPECT_EQ(metric_value(text, std::string("slotted_counterd_log_events_total{kind=\"") + kind +
+                                     "\",source=\"" + log_ + "\"}"),
+              0)
+        << text;
+  }
 }
 
 // The reader thread runs at nice 10, so that a backlog takes little of the CPU the HTTP
