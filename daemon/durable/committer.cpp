@@ -148,11 +148,13 @@ void committer::queue(request&& r) {
   // The rest of this loop turn (the other connections whose requests arrived with this
   // one) queues too, and one write takes them all.
   if (lead_posted_for == this) return;
-  lead_posted_for = this;
   net::post(*home, [this] {
     if (lead_posted_for == this) lead_posted_for = nullptr;
     lead(false);
   });
+  // Marked only once posted (a post runs nothing before it returns): a post that throws
+  // (bad_alloc) must not leave this loop believing a lead is queued.
+  lead_posted_for = this;
 }
 
 void committer::submit_keyed(idempotency::keyed_request&& keyed, net::io_context* home,
