@@ -271,10 +271,13 @@ std::string other_instance_reading(db::connection& conn, const std::string& inst
                                    const config::log_source& src) {
   const auto here = inodes_of(src);
   for (const auto& other : positions_of_others(conn, instance, src.path, here)) {
-    // At offset 0 nothing of the file was counted: reading it from its start is right.
-    if (other.position.offset == 0) continue;
     const std::string at = where_is(src, other.position);
     if (at.empty()) continue;
+    // At offset 0 of PATH nothing of it was counted, and this instance's first start
+    // reads PATH from its start: right. At offset 0 of a file rotated since, the files
+    // before it were counted and it was not; this instance would read PATH alone and
+    // never it: refused as any other position is.
+    if (other.position.offset == 0 && at == src.path) continue;
     return "log_sources: " + src.path + ": this instance (instance_id '" + instance +
            "') has no position for it, but instance_id '" + other.instance_id + "' counted " + at +
            " up to byte " + std::to_string(other.position.offset) +

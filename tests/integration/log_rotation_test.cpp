@@ -112,6 +112,40 @@ TEST_F(LogRotation, ARenamedInstanceDoesNotCountTheLogAgain) {
   stop(d);
 }
 
+// Another instance's position at byte 0 of the file it switched to, rotated since (to
+// PATH.1, with a line that instance never read): a new instance_id with no position
+// would read PATH alone from its start and never PATH.1, losing that line. Refused as a
+// renamed instance is (the check skipped every position at byte 0); the old name, started
+// again, reads on and counts every line once.
+TEST_F(LogRotation, AnotherInstanceAtByteZeroOfARotatedFileIsRefused) {
+  const std::string source = "    rotate_wait: 200ms\n";
+  auto d = std::make_unique<daemon_process>(yaml(source, "instance_id: host-a\n"));
+  counted(1, log_);
+  ASSERT_TRUE(exact());
+  fs::rename(log_, log_ + ".1");
+  std::ofstream(log_).close();  // the web server reopened its log: an empty PATH
+  ASSERT_TRUE(eventually(
+      [&] { return committed_inode() == static_cast<std::int64_t>(inode(log_)); }, 20s));
+  stop(d);
+  counted(2, log_);  // after host-a stopped: never read by it
+  fs::rename(log_ + ".1", log_ + ".2");
+  fs::rename(log_, log_ + ".1");
+  counted(3, log_);
+  std::string refused;
+  try {
+    d = std::make_unique<daemon_process>(yaml(source, "instance_id: host-b\n"));
+  } catch (const std::runtime_error& e) {
+    refused = e.what();
+  }
+  if (d) stop(d);
+  EXPECT_NE(refused.find("host-b"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("host-a"), std::string::npos) << refused;
+  d = std::make_unique<daemon_process>(yaml(source, "instance_id: host-a\n"));
+  EXPECT_TRUE(exact());
+  EXPECT_EQ(events(*d, "file_lost"), 0);
+  stop(d);
+}
+
 // The same file read by another instance through another path (a symlink to the log
 // directory; a container's bind mount is alike): refused as a renamed instance is, by
 // the file's device and inode, not its path's text.
