@@ -232,7 +232,7 @@ def cmd_report(args):
     add("5", f"HTTP ceiling, A B A B (5q and 5w run after each B), same wrk command as 3: daemon with http.threads {w5} "
         f"(runs: {s('r5_daemon_runs')}; CPU daemon {s('r5d_daemon_cpu')}, wrk {s('r5d_wrk_cpu')}, "
         f"machine {s('r5d_all_cpu')}) vs nginx, {w5} worker(s), `return 202` "
-        f"(runs: {s('r5_nginx_runs')}; CPU of one nginx worker {s('r5n_daemon_cpu')}, wrk {s('r5n_wrk_cpu')}, "
+        f"(runs: {s('r5_nginx_runs')}; CPU of nginx's workers {s('r5n_daemon_cpu')}, wrk {s('r5n_wrk_cpu')}, "
         f"machine {s('r5n_all_cpu')}); CPU in % of one core, mean of the two runs",
         f"daemon {fnum(d1)} req/s, p99 {s('r5_daemon_p99s')} ms; nginx {fnum(ng)} req/s, "
         f"p99 {s('r5_nginx_p99s')} ms",
