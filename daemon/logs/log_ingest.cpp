@@ -276,8 +276,12 @@ std::string other_instance_reading(db::connection& conn, const std::string& inst
     // At offset 0 of PATH nothing of it was counted, and this instance's first start
     // reads PATH from its start: right. At offset 0 of a file rotated since, the files
     // before it were counted and it was not; this instance would read PATH alone and
-    // never it: refused as any other position is.
-    if (other.position.offset == 0 && at == src.path) continue;
+    // never it: refused as any other position is, but only when the position names the
+    // file by its first bytes. One taken while the file was empty names it by device
+    // and inode alone, which a file made since may have been given (ext4 and XFS reuse
+    // inode numbers): refusing on that would stop a start for a file no one read.
+    if (other.position.offset == 0 && (at == src.path || other.position.file.head_len == 0))
+      continue;
     return "log_sources: " + src.path + ": this instance (instance_id '" + instance +
            "') has no position for it, but instance_id '" + other.instance_id + "' counted " + at +
            " up to byte " + std::to_string(other.position.offset) +

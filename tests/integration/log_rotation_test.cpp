@@ -113,21 +113,27 @@ TEST_F(LogRotation, ARenamedInstanceDoesNotCountTheLogAgain) {
 }
 
 // Another instance's position at byte 0 of the file it switched to, rotated since (to
-// PATH.1, with a line that instance never read): a new instance_id with no position
+// PATH.1, with a line that instance never counted): a new instance_id with no position
 // would read PATH alone from its start and never PATH.1, losing that line. Refused as a
 // renamed instance is (the check skipped every position at byte 0); the old name, started
-// again, reads on and counts every line once.
+// again, reads on and counts every line once. The position names its file by its first
+// bytes (the web server had begun a line when it was taken): one taken while the file was
+// empty names it by its inode alone, and does not refuse (a file made since may have it).
 TEST_F(LogRotation, AnotherInstanceAtByteZeroOfARotatedFileIsRefused) {
   const std::string source = "    rotate_wait: 200ms\n";
   auto d = std::make_unique<daemon_process>(yaml(source, "instance_id: host-a\n"));
   counted(1, log_);
   ASSERT_TRUE(exact());
   fs::rename(log_, log_ + ".1");
-  std::ofstream(log_).close();  // the web server reopened its log: an empty PATH
+  // The web server reopened its log and is writing a line: no newline yet, so host-a's
+  // position stays at byte 0 of it, named by those first bytes.
+  const std::string line = log_line(2);
+  nginx_append(log_, line.substr(0, 40));
   ASSERT_TRUE(eventually(
       [&] { return committed_inode() == static_cast<std::int64_t>(inode(log_)); }, 20s));
   stop(d);
-  counted(2, log_);  // after host-a stopped: never read by it
+  nginx_append(log_, line.substr(40));  // the line ends after host-a stopped
+  ++expected_[2];
   fs::rename(log_ + ".1", log_ + ".2");
   fs::rename(log_, log_ + ".1");
   counted(3, log_);
