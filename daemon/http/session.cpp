@@ -9,7 +9,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/empty_body.hpp>
-#include <cstdint>
 
 #include "util/log.hpp"
 
@@ -47,12 +46,13 @@ std::chrono::steady_clock::time_point coarse_now() {
 // yield_after_batch). Each HTTP thread runs its own io_context alone, so these are the
 // thread's.
 thread_local bool yield_queued = false;
-thread_local std::int64_t last_yield_ns = 0;
+thread_local std::chrono::steady_clock::time_point last_yield{};
 // An HTTP thread keeps its core at most this long (and one batch) while others wait.
-constexpr std::int64_t yield_gap_ns = 1'000'000;
+// Not coarse_now(): its few ms of granularity would make the gap a tick.
+constexpr auto yield_gap = std::chrono::milliseconds(1);
 
 // Gives the core to whoever waits for it after a batch of ready connections, at most
-// once per yield_gap_ns. Without it a busy HTTP thread always finds another ready
+// once per yield_gap. Without it a busy HTTP thread always finds another ready
 // connection and keeps its core until the scheduler's tick takes it (4 ms at HZ=250);
 // when the machine has more runnable threads than cores (the clients, the flusher, the
 // database), the connections of a thread that lost its core then wait a tick or two:
@@ -67,11 +67,9 @@ void yield_after_batch(const executor_type& ex) {
   if (yield_queued) return;
   net::post(ex, [] {
     yield_queued = false;
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const std::int64_t now = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-    if (now - last_yield_ns < yield_gap_ns) return;
-    last_yield_ns = now;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_yield < yield_gap) return;
+    last_yield = now;
     sched_yield();
   });
   // Set once posted (a post runs nothing before it returns): a post that throws must not

@@ -271,17 +271,19 @@ std::string other_instance_reading(db::connection& conn, const std::string& inst
                                    const config::log_source& src) {
   const auto here = inodes_of(src);
   for (const auto& other : positions_of_others(conn, instance, src.path, here)) {
+    // At offset 0 a position refuses only when it names its file by its first bytes:
+    // one taken while the file was empty names it by device and inode alone, which a
+    // file made since may have been given (ext4 and XFS reuse inode numbers), and
+    // refusing on that would stop a start for a file no one read.
+    const bool at_zero = other.position.offset == 0;
+    if (at_zero && other.position.file.head_len == 0) continue;
     const std::string at = where_is(src, other.position);
     if (at.empty()) continue;
     // At offset 0 of PATH nothing of it was counted, and this instance's first start
     // reads PATH from its start: right. At offset 0 of a file rotated since, the files
     // before it were counted and it was not; this instance would read PATH alone and
-    // never it: refused as any other position is, but only when the position names the
-    // file by its first bytes. One taken while the file was empty names it by device
-    // and inode alone, which a file made since may have been given (ext4 and XFS reuse
-    // inode numbers): refusing on that would stop a start for a file no one read.
-    if (other.position.offset == 0 && (at == src.path || other.position.file.head_len == 0))
-      continue;
+    // never it: refused as any other position is.
+    if (at_zero && at == src.path) continue;
     return "log_sources: " + src.path + ": this instance (instance_id '" + instance +
            "') has no position for it, but instance_id '" + other.instance_id + "' counted " + at +
            " up to byte " + std::to_string(other.position.offset) +
