@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 namespace slotted::logs {
 
@@ -293,10 +294,11 @@ bool snapshot_of(int fd, file_snapshot& out) {
   return snapshot_into(fd, out, nullptr);
 }
 
-std::unique_ptr<log_file> open_log(const std::string& path) {
+namespace {
+// open_log, and the device and inode of what it opened in `st`.
+std::unique_ptr<log_file> open_log_stat(const std::string& path, struct stat& st) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return nullptr;
-  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const int e = errno;
     ::close(fd);
@@ -305,6 +307,12 @@ std::unique_ptr<log_file> open_log(const std::string& path) {
   }
   if (is_gz(path)) return std::make_unique<gzip_file>(fd);
   return std::make_unique<plain_file>(fd);
+}
+}  // namespace
+
+std::unique_ptr<log_file> open_log(const std::string& path) {
+  struct stat st {};
+  return open_log_stat(path, st);
 }
 
 file_identity identity_at(log_file& f, std::uint64_t offset, const std::string& name) {
@@ -381,18 +389,47 @@ std::unique_ptr<log_file> open_if_there(const std::string& name) {
   throw log_io_error(io_failure(name, "cannot open it", errno));
 }
 
-bool head_of(const std::string& name, std::string& head) {
-  const auto f = open_if_there(name);
-  if (!f) return false;
-  head.resize(head_bytes);
+std::unique_ptr<log_file> open_listed(const rotated_file& r) {
+  struct stat st {};
+  auto f = open_log_stat(r.name, st);
+  if (!f) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == EINVAL) throw names_moved{};
+    return nullptr;
+  }
+  if (static_cast<std::uint64_t>(st.st_dev) != r.dev ||
+      static_cast<std::uint64_t>(st.st_ino) != r.ino)
+    throw names_moved{};
+  return f;
+}
+
+bool same_names(const std::vector<rotated_file>& a, const std::vector<rotated_file>& b) {
+  const auto key = [](const std::vector<rotated_file>& v) {
+    std::vector<std::tuple<std::string, std::uint64_t, std::uint64_t>> out;
+    out.reserve(v.size());
+    for (const auto& r : v) out.emplace_back(r.name, r.dev, r.ino);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  return key(a) == key(b);
+}
+
+std::string first_bytes(log_file& f, const std::string& name) {
+  std::string head(head_bytes, '\0');
   std::size_t got = 0;
-  if (!f->read_at(head.data(), head.size(), 0, got)) {
+  if (!f.read_at(head.data(), head.size(), 0, got)) {
     throw log_io_error(io_failure(name,
-                                  f->compressed() ? "cannot read its first bytes (decompressing it)"
-                                                  : "cannot read its first bytes",
+                                  f.compressed() ? "cannot read its first bytes (decompressing it)"
+                                                 : "cannot read its first bytes",
                                   errno));
   }
   head.resize(got);
+  return head;
+}
+
+bool head_of(const std::string& name, std::string& head) {
+  const auto f = open_if_there(name);
+  if (!f) return false;
+  head = first_bytes(*f, name);
   return true;
 }
 

@@ -70,6 +70,22 @@ struct rotated_file {
 // keeps it when it compresses), then by name.
 std::vector<rotated_file> rotated_files(const config::log_source& src);
 
+// The names of a source's rotated files moved (a rotation ran) between a look at its
+// directory and an open by one of the names that look found: the look is made again
+// (log_open.cpp, with_still_names). Never an error of its own.
+struct names_moved {};
+
+// The rotated file `r` opened by its name, when that name still names the file listed
+// (its device and inode); throws names_moved when it does not (renamed, removed or
+// replaced since); nullptr with errno set on any other error.
+std::unique_ptr<log_file> open_listed(const rotated_file& r);
+// The first bytes of `f` (up to head_bytes; of a gzip file, its text's, without reading
+// it through). Throws log_io_error when they cannot be read (a damaged .gz included).
+std::string first_bytes(log_file& f, const std::string& name);
+// Whether two looks at the rotated files found the same names for the same files (sizes
+// and times aside: a rotated file the web server still writes grows).
+bool same_names(const std::vector<rotated_file>& a, const std::vector<rotated_file>& b);
+
 // `name` opened; nullptr when it is not there any more (removed, or not a regular file,
 // since it was listed). Any other error throws log_io_error: an error reading a file
 // looked for by its name is never "not this file".

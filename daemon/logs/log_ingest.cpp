@@ -42,6 +42,7 @@ log_ingester::log_ingester(ingest_settings settings, db::pool& pool, metrics::re
   for (const auto& src : settings_.sources) {
     auto s = std::make_unique<source_state>();
     s->cfg = src;
+    s->after_listing = &hooks_.after_listing;
     for (const auto& r : src.rules) {
       const auto c =
           std::find_if(settings_.counters.begin(), settings_.counters.end(),
@@ -245,6 +246,7 @@ bool log_ingester::run_source(source_state& s) {
   if (cut == truncation::copy_first) return true;
   const bool truncated = cut == truncation::cut;
   pass_counts pass = read_lines(s, settings_, before.size, truncated);
+  if (hooks_.after_read) hooks_.after_read();
   const rotation_check rot = check_rotation(s, before, pass);
   log_position to;
   position_after(s, rot, pass, to);
@@ -253,7 +255,26 @@ bool log_ingester::run_source(source_state& s) {
   if (!read.file->snapshot(after))
     throw log_io_error(read.name + ": fstat/read failed: " + std::strerror(errno));
   if (!still_same_file(before, after)) {
-    // Truncated (or replaced) while read: nothing of this pass is committed.
+    // Cut while read: nothing of this pass is committed. A copytruncate copied its lines
+    // up to the cut: that copy (its first bytes those the pass saw) is read first, from
+    // read_from; the next pass could not tell it by the committed position (there may be
+    // none yet: a first pass over the file).
+    if (!read.file->compressed() && hold_copy_first(
+                                        s,
+                                        [&](const std::string& head) {
+                                          return same_start(head, before.head);
+                                        },
+                                        s.read_from, s.resume_skipping)) {
+      s.truncations->Increment();
+      if (s.committed && s.committed->file.dev == before.dev && s.committed->file.ino == before.ino)
+        s.cut_warned = s.committed->file;
+      // Held as it is after the cut: the look at the waiting files does not take this
+      // cut for another.
+      auto& cut = s.files[1];
+      cut.size = after.size;
+      cut.head = after.head;
+      return true;
+    }
     log::warn("log_sources: ", read.name, " changed under the reader (truncated?); the ",
               "pass is dropped and read again");
     return true;  // read_from unchanged: the next pass sees the truncation

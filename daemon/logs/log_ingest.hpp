@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -113,6 +114,15 @@ class log_ingester {
   // once (a backlog). A source's failure is counted, logged and backed off, not thrown.
   bool run_once();
 
+  // Tests: `after_read` runs after a pass has read its lines and before it looks at its
+  // file again (a cut during the pass), `after_listing` after the rotated files are first
+  // looked at when the committed file is searched for (a rotation meanwhile).
+  struct test_hooks {
+    std::function<void()> after_read;
+    std::function<void()> after_listing;
+  };
+  void set_hooks_for_test(test_hooks hooks) { hooks_ = std::move(hooks); }
+
  private:
   bool run_source(source_state& s);
   bool held_for_other(db::pool::lease& lease, source_state& s);
@@ -130,6 +140,7 @@ class log_ingester {
   std::condition_variable wake_;
   bool stopping_ GUARDED_BY(mutex_) = false;
   bool limits_read_ = false;
+  test_hooks hooks_;
   std::thread thread_;
 };
 

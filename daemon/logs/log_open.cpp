@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "logs/source_state.hpp"
@@ -40,13 +41,52 @@ held_file hold(std::unique_ptr<log_file> f, const std::string& name) {
   return h;
 }
 
+// The rotated file `r` opened by the name a look found it under (open_listed: names_moved
+// when that name has moved on since). Throws log_io_error when it cannot be opened.
+std::unique_ptr<log_file> open_rotated(const rotated_file& r) {
+  auto f = open_listed(r);
+  if (!f) throw log_io_error(io_failure(r.name, "cannot open it", errno));
+  return f;
+}
+
+// At most this many looks at a source's rotated files in a row find their names moving
+// (a rotation running meanwhile) before the pass fails (tried again at the next).
+constexpr int max_looks = 5;
+
+[[noreturn]] void names_kept_moving(const source_state& s) {
+  throw log_io_error(s.cfg.path + ": its rotated files were renamed while they were looked at, " +
+                     std::to_string(max_looks) + " times in a row; looked at again");
+}
+
+// Throws names_moved when a look at the rotated files now finds other names than
+// `rotated` did: a rotation ran while they were looked at, and a file may have been
+// missed (listed under no name) or taken for another.
+void check_names_still(const source_state& s, const std::vector<rotated_file>& rotated) {
+  if (!same_names(rotated, rotated_files(s.cfg))) throw names_moved{};
+}
+
+// `look(rotated)` with a look at the rotated files, made again while their names move
+// under it (names_moved, or another look after it finding other names). `look` changes
+// nothing it would have to undo: what it returns is applied by the caller.
+template <class Look>
+auto with_still_names(const source_state& s, Look&& look) {
+  for (int n = 1;; ++n) {
+    try {
+      const auto rotated = rotated_files(s.cfg);
+      auto result = look(rotated);
+      check_names_still(s, rotated);
+      return result;
+    } catch (const names_moved&) {
+      if (n == max_looks) names_kept_moving(s);
+    }
+  }
+}
+
 // The rotated file `r` opened and held when it starts with the bytes `id` names (a copy
 // or a renamed file of the committed position); nullopt otherwise.
 std::optional<held_file> hold_if_copy(const rotated_file& r, const file_identity& id) {
-  std::string head;
-  if (!head_of(r.name, head) || !head_matches(head, id)) return std::nullopt;
-  auto f = open_if_there(r.name);
-  if (!f) return std::nullopt;
+  auto f = open_rotated(r);
+  if (!head_matches(first_bytes(*f, r.name), id)) return std::nullopt;
   return hold(std::move(f), r.name);
 }
 
@@ -115,15 +155,14 @@ void hold_files_after(source_state& s, const std::vector<rotated_file>& rotated,
     // An empty one is held too (the web server may not have reopened yet), not an empty
     // compressed one.
     if ((r.gz && r.size == 0) || holds(s, r.dev, r.ino)) continue;
-    // Not there any more: renamed or removed since it was listed. An error reading it
-    // throws (log_io_error): the pass fails and is tried again, nothing skipped.
-    std::string head;
-    if (!head_of(r.name, head)) continue;
+    // Renamed or removed since it was listed: names_moved, the look is made again. An
+    // error reading it throws (log_io_error): the pass fails and is tried again, nothing
+    // skipped.
+    auto f = open_rotated(r);
+    const std::string head = first_bytes(*f, r.name);
     if (std::any_of(heads.begin(), heads.end(),
                     [&](const std::string& h) { return same_start(h, head); }))
       continue;
-    auto f = open_if_there(r.name);
-    if (!f) continue;
     s.files.push_back(hold(std::move(f), r.name));
     heads.push_back(head);
     log::info("log_sources: ", s.cfg.path, ": ", r.name, " (written after the file read) is ",
@@ -142,8 +181,9 @@ std::optional<std::size_t> index_of(held_file& h, const std::vector<rotated_file
     if (rotated[i].dev == h.dev && rotated[i].ino == h.ino) return i;
   const std::string head = head_held(h);
   for (std::size_t i = rotated.size(); i-- > 0;) {
-    std::string other;
-    if (rotated[i].gz && head_of(rotated[i].name, other) && same_start(head, other)) return i;
+    if (!rotated[i].gz) continue;
+    auto f = open_rotated(rotated[i]);
+    if (same_start(head, first_bytes(*f, rotated[i].name))) return i;
   }
   return std::nullopt;
 }
@@ -185,6 +225,7 @@ void follow_cut(source_state& s, const std::vector<rotated_file>& rotated,
     if (!held) continue;
     auto& copy = *held;
     if (copy.size < pos.offset) {
+      check_names_still(s, rotated);
       note_cut_while_away(s, "the file of the committed position was copied to " + r.name +
                                  " (copytruncate) before its last counted lines (lines written "
                                  "to it after offset " +
@@ -196,6 +237,7 @@ void follow_cut(source_state& s, const std::vector<rotated_file>& rotated,
     s.read_from = pos.offset;
     s.resume_skipping = pos.in_long_line;
     hold_files_after(s, rotated, i, 0, std::move(path));
+    check_names_still(s, rotated);
     const bool rotated_after =
         s.files.size() > 2 || (s.files.size() == 2 && s.files.back().name != s.cfg.path);
     if (rotated_after) {
@@ -209,6 +251,7 @@ void follow_cut(source_state& s, const std::vector<rotated_file>& rotated,
     }
     return;
   }
+  check_names_still(s, rotated);
   if (s.files.empty()) {
     note_cut_while_away(s, "the file was cut and no copy of it was found (its lines after offset " +
                                offset + " are lost, if it had any); reading it from its start");
@@ -257,20 +300,18 @@ bool on_committed_inode(const rotated_file& r, const log_position& pos) {
 // search_stopped.
 std::unique_ptr<log_file> committed_file_if(const rotated_file& r, const log_position& pos) {
   const bool same_inode = on_committed_inode(r, pos);
-  if (!same_inode) {
-    // A compressed file of it: the same first bytes (none committed: none told).
-    std::string head;
-    if (!r.gz || pos.file.head_len == 0) return nullptr;
-    if (!head_of(r.name, head) || !head_matches(head, pos.file)) return nullptr;
-  }
-  auto f = same_inode ? open_log(r.name) : open_if_there(r.name);
+  // Else a compressed file of it: the same first bytes (none committed: none told).
+  if (!same_inode && (!r.gz || pos.file.head_len == 0)) return nullptr;
+  // Renamed or removed since it was listed: names_moved, the look is made again.
+  auto f = open_listed(r);
   if (!f) {
-    if (!same_inode) return nullptr;
     const int err = errno;
+    if (!same_inode) throw log_io_error(io_failure(r.name, "cannot open it", err));
     log_io_error e(io_failure(r.name, "cannot open the file of the committed position", err));
-    if (err != EACCES && err != EPERM && err != ENOENT) throw search_stopped{std::move(e)};
+    if (err != EACCES && err != EPERM) throw search_stopped{std::move(e)};
     throw e;
   }
+  if (!same_inode && !head_matches(first_bytes(*f, r.name), pos.file)) return nullptr;
   if (!is_file(*f, pos.file, r.name)) return nullptr;
   return f;
 }
@@ -283,6 +324,7 @@ void open_committed(source_state& s) {
   // file opened as PATH among the rotated ones, not between them.
   auto path = open_path_if_there(s);
   const auto rotated = rotated_files(s.cfg);
+  if (s.after_listing && *s.after_listing) (*s.after_listing)();
   struct stat st {};
   const bool path_is_it = ::stat(path_name.c_str(), &st) == 0 &&
                           static_cast<std::uint64_t>(st.st_dev) == pos.file.dev &&
@@ -325,10 +367,29 @@ void open_committed(source_state& s) {
     s.read_from = pos.offset;
     s.resume_skipping = pos.in_long_line;
     hold_files_after(s, rotated, i, 0, std::move(path));
+    check_names_still(s, rotated);
     return;
   }
   if (unreadable) throw *unreadable;
+  check_names_still(s, rotated);
   follow_lost(s, rotated, std::move(path));
+}
+
+// The newest rotated file that no held file is and whose first bytes `is_copy` takes for
+// a copy's (of a file held and cut), opened.
+template <class IsCopy>
+std::optional<held_file> find_copy(const source_state& s, IsCopy&& is_copy) {
+  return with_still_names(s, [&](const std::vector<rotated_file>& rotated) {
+    std::optional<held_file> copy;
+    for (const auto& r : reversed(rotated)) {
+      if (holds(s, r.dev, r.ino)) continue;
+      auto f = open_rotated(r);
+      if (!is_copy(first_bytes(*f, r.name))) continue;
+      copy = hold(std::move(f), r.name);
+      break;
+    }
+    return copy;
+  });
 }
 
 // A file held after the read one, cut before its turn came (copytruncate of PATH while
@@ -341,14 +402,8 @@ void watch_waiting(source_state& s, std::size_t& i) {
   if (!h.file->snapshot(snap)) throw log_io_error(io_failure(h.name, "cannot read it", errno));
   const bool cut = snap.size < h.size || (!h.head.empty() && !same_start(h.head, snap.head));
   if (cut) {
+    auto copy = find_copy(s, [&](const std::string& head) { return same_start(head, h.head); });
     s.truncations->Increment();
-    std::optional<held_file> copy;
-    for (const auto& r : reversed(rotated_files(s.cfg))) {
-      std::string head;
-      if (holds(s, r.dev, r.ino) || !head_of(r.name, head) || !same_start(head, h.head)) continue;
-      if (auto f = open_if_there(r.name)) copy = hold(std::move(f), r.name);
-      break;
-    }
     if (copy) {
       log::warn("log_sources: ", h.name, " was copied to ", copy->name,
                 " and truncated (copytruncate) before its turn; the copy is read first");
@@ -369,14 +424,23 @@ void watch_waiting(source_state& s, std::size_t& i) {
 }  // namespace
 
 bool open_source_files(source_state& s) {
-  s.files.clear();
-  s.read_from = 0;
-  s.resume_skipping = false;
-  try {
-    if (s.committed) open_committed(s);
-  } catch (...) {
-    s.files.clear();  // all opened again by the next pass, none skipped
-    throw;
+  for (int n = 1;; ++n) {
+    s.files.clear();
+    s.read_from = 0;
+    s.resume_skipping = false;
+    try {
+      if (s.committed) open_committed(s);
+      break;
+    } catch (const names_moved&) {
+      // A rotation ran while the files were looked for: looked for again.
+      if (n == max_looks) {
+        s.files.clear();
+        names_kept_moving(s);
+      }
+    } catch (...) {
+      s.files.clear();  // all opened again by the next pass, none skipped
+      throw;
+    }
   }
   if (s.files.empty()) {
     auto f = open_path_file(s);
@@ -412,27 +476,27 @@ void align_with_committed(source_state& s) {
 bool hold_copy_of_cut(source_state& s) {
   if (!s.committed || s.committed->file.head_len == 0 || s.files.empty()) return false;
   const auto& pos = *s.committed;
-  const auto& cut = s.files.front();
-  for (const auto& r : reversed(rotated_files(s.cfg))) {
-    if (r.dev == cut.dev && r.ino == cut.ino) continue;
-    auto held = hold_if_copy(r, pos.file);
-    if (!held) continue;
-    auto& copy = *held;
-    if (copy.size < pos.offset) {
-      log::warn("log_sources: ", s.cfg.path, ": its copy ", r.name, " (copytruncate) ends at ",
-                copy.size, ", before the committed position ", pos.offset,
-                ": lines written after that and before the cut, if any, are lost");
-      return false;
-    }
-    log::warn("log_sources: ", s.cfg.path, " was copied to ", r.name, " and truncated ",
-              "(copytruncate); reading the copy from offset ", pos.offset, ", then ", s.cfg.path,
-              " from its start");
-    s.files.push_front(std::move(copy));
-    s.read_from = pos.offset;
-    s.resume_skipping = pos.in_long_line;
-    return true;
+  return hold_copy_first(s, [&](const std::string& head) { return head_matches(head, pos.file); },
+                         pos.offset, pos.in_long_line);
+}
+
+bool hold_copy_first(source_state& s, const std::function<bool(const std::string&)>& is_copy,
+                     std::uint64_t offset, bool in_long_line) {
+  auto copy = find_copy(s, is_copy);
+  if (!copy) return false;
+  if (copy->size < offset) {
+    log::warn("log_sources: ", s.cfg.path, ": its copy ", copy->name, " (copytruncate) ends at ",
+              copy->size, ", before the position ", offset,
+              ": lines written after that and before the cut, if any, are lost");
+    return false;
   }
-  return false;
+  log::warn("log_sources: ", s.cfg.path, " was copied to ", copy->name, " and truncated ",
+            "(copytruncate); reading the copy from offset ", offset, ", then ", s.cfg.path,
+            " from its start");
+  s.files.push_front(std::move(*copy));
+  s.read_from = offset;
+  s.resume_skipping = in_long_line;
+  return true;
 }
 
 namespace {
@@ -471,19 +535,34 @@ void watch_path(source_state& s) {
   if (::stat(s.cfg.path.c_str(), &st) != 0) return;  // gone: the next one is not there yet
   if (holds(s, static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)))
     return;
-  auto path = open_path_file(s);
-  if (!path) return;
   // A new file at PATH: first any rotated file written between the last held one and it.
-  const auto rotated = rotated_files(s.cfg);
-  auto& last = s.files.back();
-  const auto at = index_of(last, rotated);
-  std::int64_t last_mtime = 0;
-  if (!at) {
-    file_snapshot snap;
-    if (!last.file->snapshot(snap, &last_mtime))
-      throw log_io_error(io_failure(last.name, "cannot read it", errno));
+  // PATH opened before the rotated files are looked at: a rotation between the two leaves
+  // the file opened as PATH among them.
+  const std::size_t held = s.files.size();
+  for (int n = 1;; ++n) {
+    try {
+      auto path = open_path_file(s);
+      if (!path) return;
+      const auto rotated = rotated_files(s.cfg);
+      auto& last = s.files.back();
+      const auto at = index_of(last, rotated);
+      std::int64_t last_mtime = 0;
+      if (!at) {
+        file_snapshot snap;
+        if (!last.file->snapshot(snap, &last_mtime))
+          throw log_io_error(io_failure(last.name, "cannot read it", errno));
+      }
+      hold_files_after(s, rotated, at, last_mtime, std::move(path));
+      check_names_still(s, rotated);
+      return;
+    } catch (const names_moved&) {
+      s.files.erase(s.files.begin() + static_cast<std::ptrdiff_t>(held), s.files.end());
+      if (n == max_looks) names_kept_moving(s);
+    } catch (...) {
+      s.files.erase(s.files.begin() + static_cast<std::ptrdiff_t>(held), s.files.end());
+      throw;
+    }
   }
-  hold_files_after(s, rotated, at, last_mtime, std::move(path));
 }
 
 }  // namespace slotted::logs

@@ -13,6 +13,7 @@
 #include <compare>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -120,6 +121,8 @@ struct source_state {
   metrics::counter_handle* read_errors = nullptr;
   metrics::counter_handle* open_denied = nullptr;
   metrics::counter_handle* other_instance = nullptr;
+  // Tests (log_ingester::test_hooks): run after open_committed's look at the rotated files.
+  const std::function<void()>* after_listing = nullptr;
 };
 
 // What one pass read: the counts of the complete lines from read_from on.
@@ -164,6 +167,10 @@ void watch_path(source_state& s);
 // the position would otherwise be lost), then the cut file from its start. False when
 // there is none (or it is shorter: reported).
 bool hold_copy_of_cut(source_state& s);
+// The same for a copy `is_copy` tells by its first bytes, read from `offset` (a pass
+// that found its file cut under it: the copy of the file it read).
+bool hold_copy_first(source_state& s, const std::function<bool(const std::string&)>& is_copy,
+                     std::uint64_t offset, bool in_long_line);
 // Where the file `pos` names is among PATH and its rotated files (by its device, inode
 // and first bytes; a compressed one by its first bytes): its name, or "" when nowhere.
 std::string where_is(const config::log_source& src, const log_position& pos);

@@ -264,6 +264,92 @@ TEST_F(LogIngest, ACutSeenByAPassThatFailedToCommitCountsOnce) {
   stop(d);
 }
 
+// In-process readers (log_ingester::run_once) with test hooks, for the moments a real
+// rotation can land in only under load (RealLogrotate found both).
+class LogIngestRaces : public LogIngest {
+ protected:
+  void SetUp() override {
+    LogIngest::SetUp();
+    pool_ = std::make_unique<db::pool>(
+        connect_options_for(test_config(shared_mariadb(), db_).mysql), 1);
+  }
+  std::unique_ptr<logs::log_ingester> reader() {
+    return std::make_unique<logs::log_ingester>(
+        logs::ingest_settings_for(config::parse_config(yaml(), "t.yaml")), *pool_, registry_);
+  }
+  // Passes until every expected count is there (a switch to the next file waits out
+  // rotate_wait, a pass meanwhile has nothing to do).
+  ::testing::AssertionResult exact_by_passes(logs::log_ingester& r) {
+    if (eventually(
+            [&] {
+              while (r.run_once()) {
+              }
+              return counts() == expected_;
+            },
+            20s))
+      return ::testing::AssertionSuccess();
+    return exact(0s);  // the counts, in the failure
+  }
+  double events(const std::string& kind) const {
+    return metric_value(registry_.serialize(), "slotted_counterd_log_events_total{kind=\"" + kind +
+                                                   "\",source=\"" + log_ + "\"}");
+  }
+  std::unique_ptr<db::pool> pool_;
+  metrics::registry registry_;
+};
+
+// copytruncate while the first pass over a file reads it (nothing committed yet): the
+// pass commits nothing, and its lines, cut from PATH, are in the copy alone. The copy is
+// read first, then PATH from its start; before, the next pass read PATH alone and the
+// copy's lines were lost.
+TEST_F(LogIngestRaces, ACopytruncateDuringTheFirstPassReadsTheCopy) {
+  for (std::uint64_t id = 1; id <= 5; ++id) counted(id, log_);
+  auto r = reader();
+  bool cut = false;
+  r->set_hooks_for_test({.after_read =
+                             [&] {
+                               if (cut) return;
+                               cut = true;
+                               counted(6, log_);  // after the pass read: in the copy only
+                               fs::copy_file(log_, log_ + ".1");
+                               fs::resize_file(log_, 0);
+                               counted(7, log_);
+                             },
+                         .after_listing = {}});
+  ASSERT_TRUE(exact_by_passes(*r));
+  EXPECT_EQ(events("truncated"), 1);
+  EXPECT_EQ(events("file_lost"), 0);
+  EXPECT_EQ(events("read_error"), 0);
+}
+
+// A rotation between the look at the rotated files and the open of the committed file
+// by the name that look found: the name now names the next file. The look is made again
+// (the names moved); before, the committed file was taken for lost, its unread lines
+// with it (RealLogrotate.OlddirWithAGlobIsExact, under load).
+TEST_F(LogIngestRaces, ARotationWhileTheCommittedFileIsLookedForLosesNothing) {
+  counted(1, log_);
+  {
+    auto first = reader();
+    ASSERT_TRUE(exact_by_passes(*first));
+  }
+  counted(2, log_);  // after the position: read from the rotated file
+  fs::rename(log_, log_ + ".1");
+  counted(3, log_);
+  auto r = reader();
+  bool rotated = false;
+  r->set_hooks_for_test({.after_read = {}, .after_listing = [&] {
+                           if (rotated) return;
+                           rotated = true;
+                           fs::rename(log_ + ".1", log_ + ".2");
+                           fs::rename(log_, log_ + ".1");
+                           counted(4, log_);
+                         }});
+  ASSERT_TRUE(exact_by_passes(*r));
+  EXPECT_TRUE(rotated);
+  EXPECT_EQ(events("file_lost"), 0);
+  EXPECT_EQ(events("read_error"), 0);
+}
+
 // A FIFO at the log's path is no log: it is reported missing, and neither blocks the
 // reader thread (an open of a FIFO waits for a writer) nor the stop.
 TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {
