@@ -299,10 +299,11 @@ namespace {
 std::unique_ptr<log_file> open_log_stat(const std::string& path, struct stat& st) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) return nullptr;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  const bool stated = ::fstat(fd, &st) == 0;
+  if (!stated || !S_ISREG(st.st_mode)) {
     const int e = errno;
     ::close(fd);
-    errno = S_ISREG(st.st_mode) ? e : EINVAL;
+    errno = stated ? EINVAL : e;  // EINVAL: not a regular file
     return nullptr;
   }
   if (is_gz(path)) return std::make_unique<gzip_file>(fd);

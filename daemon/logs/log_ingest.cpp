@@ -137,6 +137,12 @@ bool log_ingester::run_once() {
       more = run_source(*s) || more;
       s->read_failing = false;
       s->backoff = std::chrono::milliseconds(0);
+    } catch (const names_moved&) {
+      // Caught where the rotated files are looked at (made again there); one that got
+      // here is a read error as any other, never an end of the reader thread.
+      s->read_errors->Increment();
+      back_off(*s);
+      s->loaded = false;
     } catch (const log_io_error& e) {
       // Never taken for a cut or another file: the same files are read again from the
       // committed position after the backoff.
@@ -259,12 +265,10 @@ bool log_ingester::run_source(source_state& s) {
     // up to the cut: that copy (its first bytes those the pass saw) is read first, from
     // read_from; the next pass could not tell it by the committed position (there may be
     // none yet: a first pass over the file).
-    if (!read.file->compressed() && hold_copy_first(
-                                        s,
-                                        [&](const std::string& head) {
-                                          return same_start(head, before.head);
-                                        },
-                                        s.read_from, s.resume_skipping)) {
+    if (!read.file->compressed() &&
+        hold_copy_first(
+            s, [&](const std::string& head) { return same_start(head, before.head); }, s.read_from,
+            !truncated && s.resume_skipping)) {
       s.truncations->Increment();
       if (s.committed && s.committed->file.dev == before.dev && s.committed->file.ino == before.ino)
         s.cut_warned = s.committed->file;

@@ -116,7 +116,8 @@ class log_ingester {
 
   // Tests: `after_read` runs after a pass has read its lines and before it looks at its
   // file again (a cut during the pass), `after_listing` after the rotated files are first
-  // looked at when the committed file is searched for (a rotation meanwhile).
+  // looked at when the committed file is searched for (a rotation meanwhile). Set before
+  // start(): the reader thread reads them unlocked.
   struct test_hooks {
     std::function<void()> after_read;
     std::function<void()> after_listing;

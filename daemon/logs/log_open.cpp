@@ -381,13 +381,23 @@ template <class IsCopy>
 std::optional<held_file> find_copy(const source_state& s, IsCopy&& is_copy) {
   return with_still_names(s, [&](const std::vector<rotated_file>& rotated) {
     std::optional<held_file> copy;
+    // A .gz that cannot be read may be one still being written (copytruncate with
+    // compress: PATH.1 is compressed to PATH.1.gz right after the cut): the copy may be
+    // the file it is made from. Its error is thrown only when no other file is the copy.
+    std::optional<log_io_error> unreadable;
     for (const auto& r : reversed(rotated)) {
-      if (holds(s, r.dev, r.ino)) continue;
-      auto f = open_rotated(r);
-      if (!is_copy(first_bytes(*f, r.name))) continue;
-      copy = hold(std::move(f), r.name);
-      break;
+      if ((r.gz && r.size == 0) || holds(s, r.dev, r.ino)) continue;
+      try {
+        auto f = open_rotated(r);
+        if (!is_copy(first_bytes(*f, r.name))) continue;
+        copy = hold(std::move(f), r.name);
+        break;
+      } catch (const log_io_error& e) {
+        if (!r.gz) throw;
+        if (!unreadable) unreadable = e;
+      }
     }
+    if (!copy && unreadable) throw *unreadable;
     return copy;
   });
 }
@@ -476,8 +486,9 @@ void align_with_committed(source_state& s) {
 bool hold_copy_of_cut(source_state& s) {
   if (!s.committed || s.committed->file.head_len == 0 || s.files.empty()) return false;
   const auto& pos = *s.committed;
-  return hold_copy_first(s, [&](const std::string& head) { return head_matches(head, pos.file); },
-                         pos.offset, pos.in_long_line);
+  return hold_copy_first(
+      s, [&](const std::string& head) { return head_matches(head, pos.file); }, pos.offset,
+      pos.in_long_line);
 }
 
 bool hold_copy_first(source_state& s, const std::function<bool(const std::string&)>& is_copy,

@@ -206,5 +206,14 @@ TEST_F(RealLogrotate, CopytruncateIsExactToTheFilesItLeaves) {
   rotate_under_load("", 0ms, true);
 }
 
+// copytruncate with compress at once: the copy PATH.1 is compressed to PATH.1.gz right
+// after the cut, so a pass that finds PATH cut may meet the .gz half written (not the
+// copy yet, nor readable) beside PATH.1.
+TEST_F(RealLogrotate, CopytruncateWithCompressIsExactToTheFilesItLeaves) {
+  write_config("  copytruncate\n  compress\n", false);
+  rotate_under_load("", 0ms, true);
+  EXPECT_FALSE(fs::exists(log_ + ".1"));
+}
+
 }  // namespace
 }  // namespace slotted::test

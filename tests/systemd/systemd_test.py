@@ -10,7 +10,8 @@ namespaces (the network namespace is shared), installs the package there with ap
 checks, with the shipped unit unchanged: READY=1 and a dynamic user; the state directory
 0700; the password through LoadCredential=; the final flush on stop; SIGKILL and
 Restart=on-failure with the WAL; the watchdog; systemctl reload; the security exposure;
-journald priorities; purge. MariaDB runs on the host, on 127.0.0.1.
+journald priorities; nginx's access log read through the shipped read-access-logs.conf
+drop-in across the nginx package's logrotate file and a restart; purge. MariaDB runs on the host, on 127.0.0.1.
 
 The Debian root comes from debootstrap (the mirror is read from this machine's apt
 sources), cached read-only under --cache (default /var/cache/slotted-counterd-test) in
@@ -963,6 +964,118 @@ def bench_restart(ctx):
     return "; ".join(lines)
 
 
+NGINX_SITE = """server {{
+    listen 127.0.0.1:{port};
+    root /var/www/downloads;
+    access_log /var/log/nginx/access.log;
+}}
+"""
+
+
+def check_nginx_logrotate(ctx):
+    """Debian's nginx and the nginx package's own logrotate file: the access log is
+    www-data:adm 0640, read through the shipped read-access-logs.conf drop-in; two
+    `logrotate -f` and a `systemctl restart` under load, every 200 counted once."""
+    m = ctx.machine
+    # Installed without starting (policy-rc.d): its default site would take port 80 of
+    # the network namespace this machine shares with the host. systemd-sysv: without
+    # /sbin/init, invoke-rc.d (the logrotate file's postrotate) blocks every action and
+    # nginx would never reopen its log.
+    m.write("/usr/sbin/policy-rc.d", "#!/bin/sh\nexit 101\n", mode="0755")
+    try:
+        m.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "nginx-light", "logrotate",
+               "systemd-sysv"], timeout=600)
+    finally:
+        m.run(["rm", "-f", "/usr/sbin/policy-rc.d"])
+    port = free_port()
+    m.run(["rm", "-f", "/etc/nginx/sites-enabled/default"])
+    m.write("/etc/nginx/sites-enabled/downloads", NGINX_SITE.format(port=port))
+    ids = range(1, 6)
+    m.sh("for i in " + " ".join(map(str, ids)) + "; do mkdir -p /var/www/downloads/d/$i; "
+         "echo x > /var/www/downloads/d/$i/f.tgz; done")
+    m.run(["systemctl", "restart", "nginx"], timeout=60)
+    st = m.run(["stat", "-c", "%U %G %a", "/var/log/nginx/access.log"]).stdout.strip()
+    if st != "www-data adm 640":
+        raise Failure(f"/var/log/nginx/access.log is {st!r}, expected 'www-data adm 640'")
+    dropin = "/etc/systemd/system/slotted-counterd.service.d/read-access-logs.conf"
+    m.run(["install", "-D", "-m", "0644", "/usr/share/doc/slotted-counterd/examples/read-access-logs.conf",
+           dropin])
+    record_type = 9
+    cfg = daemon_config(ctx, extra=(
+        f"counters: [{{name: downloads, record_type: {record_type}}}]\n"
+        "log_sources:\n"
+        "  - path: /var/log/nginx/access.log\n"
+        "    rules: [{counter: downloads, path: '^/d/([0-9]+)/'}]\n"))
+    m.write("/etc/slotted-counterd/slotted-counterd.yaml",
+            cfg.replace("flush: {interval: 1h,", "flush: {interval: 200ms,"))
+    try:
+        m.run(["systemctl", "daemon-reload"])
+        m.run(["systemctl", "restart", UNIT], timeout=90)
+        ok = {i: 0 for i in ids}
+        failed = []
+        stop = threading.Event()
+
+        def client():
+            n = 0
+            while not stop.is_set():
+                i = ids[n % len(ids)]
+                n += 1
+                try:
+                    status, _, _ = http("GET", f"http://127.0.0.1:{port}/d/{i}/f.tgz", timeout=5)
+                except Exception as e:  # noqa: BLE001
+                    failed.append(repr(e))
+                    continue
+                if status == 200:
+                    ok[i] += 1
+                else:
+                    failed.append(status)
+
+        t = threading.Thread(target=client)
+        t.start()
+        try:
+            def served(n):
+                mark = sum(ok.values())
+                wait_for(f"{n} more downloads served", lambda: sum(ok.values()) >= mark + n, 60, 0.05)
+            served(300)
+            m.run(["logrotate", "-f", "/etc/logrotate.d/nginx"], timeout=60)
+            served(300)
+            m.run(["systemctl", "restart", UNIT], timeout=90)
+            served(300)
+            m.run(["logrotate", "-f", "/etc/logrotate.d/nginx"], timeout=60)
+            served(300)
+        finally:
+            stop.set()
+            t.join()
+        if failed:
+            raise Failure(f"{len(failed)} downloads failed, e.g. {failed[:3]}")
+        want = {(record_type, i): n for i, n in ok.items()}
+
+        def counted():
+            totals = table_totals(ctx)
+            return {k: v for k, v in totals.items() if k[0] == record_type}
+        try:
+            wait_for("every download counted", lambda: counted() == want, 60, 0.2)
+        except Failure:
+            raise Failure(f"the table holds {counted()}, nginx served {want}")
+        rotated = m.sh("ls /var/log/nginx/").stdout.split()
+        if "access.log.1" not in rotated or "access.log.2.gz" not in rotated:
+            raise Failure(f"logrotate did not rotate twice: {rotated}")
+        metrics = http("GET", base_url(ctx) + "/metrics")[1].decode()
+        for kind in ("file_lost", "open_denied", "read_error"):
+            line = f'slotted_counterd_log_events_total{{kind="{kind}",source="/var/log/nginx/access.log"}}'
+            value = [ln.split()[-1] for ln in metrics.splitlines() if ln.startswith(line)]
+            if value != ["0"]:
+                raise Failure(f"{line} is {value}")
+        return (f"nginx on 127.0.0.1:{port}, access.log www-data:adm 0640 read by the dynamic user; "
+                f"{sum(ok.values())} downloads through 2 rotations (the package's logrotate file) "
+                f"and a restart, each counted once; {' '.join(sorted(rotated))}")
+    finally:
+        m.run(["rm", "-f", dropin], check=False)
+        m.run(["systemctl", "daemon-reload"], check=False)
+        m.run(["systemctl", "stop", "nginx"], check=False)
+        configure(ctx)
+
+
 def check_purge_socket(ctx):
     m = ctx.machine
     left = m.sh(f"ls -d /usr/lib/systemd/system/{SOCKET_UNIT} /etc/systemd/system/sockets.target.wants/{SOCKET_UNIT} "
@@ -1220,6 +1333,8 @@ def main():
             ("9. socket activation: a www-data client through three restarts, all 2xx, exact",
              check_restart_under_load),
             ("10. auth token rotation under LoadCredential=: restart; old 401, new 202", check_token_rotation),
+            ("10a. nginx + its logrotate file under load, a restart: every download once",
+             check_nginx_logrotate),
         ]
         if args.bench:
             steps.append(("bench: systemctl restart under a steady load", bench_restart))
