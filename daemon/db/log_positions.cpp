@@ -226,16 +226,11 @@ log_commit commit_log_batch(db::connection& conn, const std::string& counters_ta
     std::vector<store::bucket_row> all_buckets;
     if (!b.uniques.empty()) {
       // Only the entries of windows no prune has passed (db/uniques.hpp, Late items).
-      const auto decidable = db::decidable_entries(conn, counters_table, b.uniques,
-                                                   b.dedupe ? *b.dedupe : store::no_dedupe());
-      const auto counted =
-          db::insert_and_find_ours(conn, counters_table, db::unique_tag(b.instance_id), decidable);
-      std::vector<db::counter_row> unique_rows;
-      std::vector<store::bucket_row> unique_buckets;
-      db::rows_of_counted(counted, b.slot, b.bucket_spec ? *b.bucket_spec : store::no_buckets(),
-                          unique_rows, unique_buckets);
-      all_rows = merged(b.rows, unique_rows, store::counter_order);
-      all_buckets = merged(b.buckets, unique_buckets, bucket_row_less);
+      const auto claimed = db::claim_uniques(conn, counters_table, b.instance_id, b.uniques,
+                                             b.dedupe ? b.dedupe : &store::no_dedupe(), b.slot,
+                                             b.bucket_spec ? *b.bucket_spec : store::no_buckets());
+      all_rows = merged(b.rows, claimed.rows, store::counter_order);
+      all_buckets = merged(b.buckets, claimed.buckets, bucket_row_less);
       rows = all_rows;
       buckets = all_buckets;
     }

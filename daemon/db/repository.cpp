@@ -1,7 +1,5 @@
 #include "db/repository.hpp"
 
-#include <mysqld_error.h>
-
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -331,15 +329,9 @@ commit_outcome reset_counter(connection& conn, const std::string& table, const b
                              reset_progress& progress, const store::top_spec& top) {
   return in_transaction(conn, [&] {
     const std::string instance = conn.quote(id.instance_id);
-    try {
-      // First, as for a batch: a retry after a lost COMMIT reply waits here on the
-      // first attempt's row lock, then finds it committed or takes the id over.
-      conn.execute(ledger_insert(instance, id.run_id, id.seq, 0));
-    } catch (const db_error& e) {
-      if (e.code() != ER_DUP_ENTRY) throw;
-      conn.execute(rollback);
-      return commit_outcome::already_applied;
-    }
+    // First, as for a batch: a retry after a lost COMMIT reply waits here on the first
+    // attempt's row lock, then finds it committed or takes the id over.
+    if (!claim_ledger(conn, id, 0)) return commit_outcome::already_applied;
     reset_progress read;
     std::vector<std::int64_t> slots;
     for (const auto& row :

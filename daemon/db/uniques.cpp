@@ -184,6 +184,28 @@ std::vector<store::unique_entry> insert_and_find_ours(
   return out;
 }
 
+uniques_claimed claim_uniques(connection& conn, const std::string& table,
+                              const std::string& instance_id,
+                              std::span<const store::unique_entry> entries,
+                              const store::dedupe_spec* dedupe, std::uint16_t slot,
+                              const store::bucket_spec& buckets) {
+  uniques_claimed out;
+  // Only entries whose windows no prune has passed: an entry held up (a restart
+  // replaying the WAL, an outage, a log backlog) past its window's keep may not be
+  // decided.
+  std::vector<store::unique_entry> decidable;
+  if (dedupe != nullptr) {
+    decidable = decidable_entries(conn, table, entries, *dedupe);
+    out.too_late = entries.size() - decidable.size();
+    entries = decidable;
+  }
+  const auto counted = insert_and_find_ours(conn, table, unique_tag(instance_id), entries);
+  out.counted = counted.size();
+  out.duplicates = entries.size() - counted.size();
+  rows_of_counted(counted, slot, buckets, out.rows, out.buckets);
+  return out;
+}
+
 unique_outcome commit_unique_batch(
     connection& conn, const std::string& table, const batch_identity& id,
     const store::flush_batch& b,
@@ -196,31 +218,21 @@ unique_outcome commit_unique_batch(
       out.outcome = commit_outcome::already_applied;
       return out;
     }
-    // Only entries whose windows no prune has passed: an entry held up (a restart
-    // replaying the WAL, an outage) past its window's keep may not be decided.
-    std::span<const store::unique_entry> entries = b.uniques;
-    std::vector<store::unique_entry> decidable;
-    if (dedupe != nullptr) {
-      decidable = decidable_entries(conn, table, b.uniques, *dedupe);
-      out.too_late = b.uniques.size() - decidable.size();
-      entries = decidable;
-    }
-    const auto counted = insert_and_find_ours(conn, table, unique_tag(id.instance_id), entries);
-    out.counted = counted.size();
-    out.duplicates = entries.size() - counted.size();
-    std::vector<counter_row> rows;
-    std::vector<store::bucket_row> bucket_rows;
-    rows_of_counted(counted, b.unique_slot, buckets, rows, bucket_rows);
+    const auto claimed =
+        claim_uniques(conn, table, id.instance_id, b.uniques, dedupe, b.unique_slot, buckets);
+    out.counted = claimed.counted;
+    out.duplicates = claimed.duplicates;
+    out.too_late = claimed.too_late;
     const std::string instance = conn.quote(id.instance_id);
     write_counted(conn, {.table = table,
-                         .rows = rows,
-                         .buckets = bucket_rows,
+                         .rows = claimed.rows,
+                         .buckets = claimed.buckets,
                          .top = &top,
-                         .marks = dirty(rows),
+                         .marks = dirty(claimed.rows),
                          .quoted_instance = instance,
                          .mark_gen = dirty_gen_of(id)});
     conn.execute(commit);
-    out.rows = rows.size();
+    out.rows = claimed.rows.size();
     return out;
   });
 }

@@ -143,6 +143,24 @@ std::vector<store::unique_entry> not_pruned(
     std::span<const store::unique_entry> entries, const store::dedupe_spec& dedupe,
     const std::map<std::uint32_t, std::int64_t>& ended_before, std::int64_t every);
 
+// A batch's unique entries decided, inside its transaction (after its guard): with
+// `dedupe`, only those decidable_entries() leaves (the others `too_late`); inserted
+// (insert_and_find_ours, tagged unique_tag(instance_id)); the ones this call inserted
+// first count +1 each, as `rows` and `buckets` under `slot` (rows_of_counted). The one
+// claim of the uniques: commit_unique_batch's and a log pass's (commit_log_batch).
+struct uniques_claimed {
+  std::size_t counted = 0;
+  std::size_t duplicates = 0;
+  std::size_t too_late = 0;
+  std::vector<counter_row> rows;
+  std::vector<store::bucket_row> buckets;
+};
+uniques_claimed claim_uniques(connection& conn, const std::string& table,
+                              const std::string& instance_id,
+                              std::span<const store::unique_entry> entries,
+                              const store::dedupe_spec* dedupe, std::uint16_t slot,
+                              const store::bucket_spec& buckets);
+
 // The rows and bucket rows that `counted` adds under `slot` (sorted, a row for every
 // counter with bucket rows). Pure.
 void rows_of_counted(std::span<const store::unique_entry> counted, std::uint16_t slot,
