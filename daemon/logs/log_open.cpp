@@ -65,21 +65,38 @@ void check_names_still(const source_state& s, const std::vector<rotated_file>& r
   if (!same_names(rotated, rotated_files(s.cfg))) throw names_moved{};
 }
 
+// `look()` made again while the rotated files' names move under it (names_moved), at
+// most max_looks times in a row; `undo()` takes back what a look that failed changed,
+// before it is made again or its error goes on.
+template <class Look, class Undo>
+auto again_while_names_move(const source_state& s, Look&& look, Undo&& undo) {
+  for (int n = 1;; ++n) {
+    try {
+      return look();
+    } catch (const names_moved&) {
+      undo();
+      if (n == max_looks) names_kept_moving(s);
+    } catch (...) {
+      undo();
+      throw;
+    }
+  }
+}
+
 // `look(rotated)` with a look at the rotated files, made again while their names move
 // under it (names_moved, or another look after it finding other names). `look` changes
 // nothing it would have to undo: what it returns is applied by the caller.
 template <class Look>
 auto with_still_names(const source_state& s, Look&& look) {
-  for (int n = 1;; ++n) {
-    try {
-      const auto rotated = rotated_files(s.cfg);
-      auto result = look(rotated);
-      check_names_still(s, rotated);
-      return result;
-    } catch (const names_moved&) {
-      if (n == max_looks) names_kept_moving(s);
-    }
-  }
+  return again_while_names_move(
+      s,
+      [&] {
+        const auto rotated = rotated_files(s.cfg);
+        auto result = look(rotated);
+        check_names_still(s, rotated);
+        return result;
+      },
+      [] {});
 }
 
 // The rotated file `r` opened and held when it starts with the bytes `id` names (a copy
@@ -434,24 +451,17 @@ void watch_waiting(source_state& s, std::size_t& i) {
 }  // namespace
 
 bool open_source_files(source_state& s) {
-  for (int n = 1;; ++n) {
-    s.files.clear();
-    s.read_from = 0;
-    s.resume_skipping = false;
-    try {
-      if (s.committed) open_committed(s);
-      break;
-    } catch (const names_moved&) {
-      // A rotation ran while the files were looked for: looked for again.
-      if (n == max_looks) {
+  // A rotation running while the files are looked for: looked for again, from nothing
+  // held (all opened again by the next pass if the look fails, none skipped).
+  again_while_names_move(
+      s,
+      [&] {
         s.files.clear();
-        names_kept_moving(s);
-      }
-    } catch (...) {
-      s.files.clear();  // all opened again by the next pass, none skipped
-      throw;
-    }
-  }
+        s.read_from = 0;
+        s.resume_skipping = false;
+        if (s.committed) open_committed(s);
+      },
+      [&] { s.files.clear(); });
   if (s.files.empty()) {
     auto f = open_path_file(s);
     if (!f) return false;
@@ -550,30 +560,24 @@ void watch_path(source_state& s) {
   // PATH opened before the rotated files are looked at: a rotation between the two leaves
   // the file opened as PATH among them.
   const std::size_t held = s.files.size();
-  for (int n = 1;; ++n) {
-    try {
-      auto path = open_path_file(s);
-      if (!path) return;
-      const auto rotated = rotated_files(s.cfg);
-      auto& last = s.files.back();
-      const auto at = index_of(last, rotated);
-      std::int64_t last_mtime = 0;
-      if (!at) {
-        file_snapshot snap;
-        if (!last.file->snapshot(snap, &last_mtime))
-          throw log_io_error(io_failure(last.name, "cannot read it", errno));
-      }
-      hold_files_after(s, rotated, at, last_mtime, std::move(path));
-      check_names_still(s, rotated);
-      return;
-    } catch (const names_moved&) {
-      s.files.erase(s.files.begin() + static_cast<std::ptrdiff_t>(held), s.files.end());
-      if (n == max_looks) names_kept_moving(s);
-    } catch (...) {
-      s.files.erase(s.files.begin() + static_cast<std::ptrdiff_t>(held), s.files.end());
-      throw;
-    }
-  }
+  again_while_names_move(
+      s,
+      [&] {
+        auto path = open_path_file(s);
+        if (!path) return;
+        const auto rotated = rotated_files(s.cfg);
+        auto& last = s.files.back();
+        const auto at = index_of(last, rotated);
+        std::int64_t last_mtime = 0;
+        if (!at) {
+          file_snapshot snap;
+          if (!last.file->snapshot(snap, &last_mtime))
+            throw log_io_error(io_failure(last.name, "cannot read it", errno));
+        }
+        hold_files_after(s, rotated, at, last_mtime, std::move(path));
+        check_names_still(s, rotated);
+      },
+      [&] { s.files.erase(s.files.begin() + static_cast<std::ptrdiff_t>(held), s.files.end()); });
 }
 
 }  // namespace slotted::logs
