@@ -35,6 +35,7 @@
 
 #include "db/repository.hpp"
 #include "model/errors.hpp"
+#include "support/commit_rows.hpp"
 #include "support/daemon_process.hpp"
 #include "support/galera_cluster.hpp"
 #include "support/http_client.hpp"
@@ -202,7 +203,7 @@ int run(const options& opt) {
         rows.push_back(
             {record_type, id, static_cast<std::uint16_t>(per_batch ? batch_slot : rng() % 100), 1});
       const db::batch_identity id{"bench", record_type, ++seq};
-      db::commit_batch(conn, "slotted_counters", id, rows, {});
+      test::commit_rows(conn, "slotted_counters", id, rows);
       ++batches;
       return static_cast<int>(rows.size());  // rows (= events) committed
     });

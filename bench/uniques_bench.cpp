@@ -18,6 +18,7 @@
 
 #include "db/repository.hpp"
 #include "db/uniques.hpp"
+#include "db/write_path.hpp"
 #include "store/pending_uniques.hpp"
 #include "support/mariadb_server.hpp"
 
@@ -80,9 +81,6 @@ void database(std::size_t n) {
   const std::int64_t window = 86400 * 20000;
   auto entries = entries_of(n, 16, window);
   std::sort(entries.begin(), entries.end());
-  const auto dirty = [](std::span<const db::counter_row>) {
-    return std::span<const db::counter_row>();
-  };
   std::uint64_t seq = 1;
   const auto run = [&](const char* what) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -95,7 +93,7 @@ void database(std::size_t n) {
           entries.begin() + static_cast<std::ptrdiff_t>(first),
           entries.begin() + static_cast<std::ptrdiff_t>(std::min(entries.size(), first + 1000)));
       counted +=
-          db::commit_unique_batch(conn, "slotted_counters", {"bench", b.run_id, b.seq}, b, dirty)
+          db::apply(conn, db::write_set_of({"bench", b.run_id, b.seq}, b), {.table = "slotted_counters"})
               .counted;
     }
     const double ms =

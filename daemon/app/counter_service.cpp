@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "db/errors.hpp"
-#include "idempotency/keyed_batches.hpp"
+#include "db/keys.hpp"
 #include "ingest/clients.hpp"
 
 namespace slotted {
@@ -178,7 +178,7 @@ http::backend_result counter_service::find_committed(const std::string& key,
                                                      std::chrono::milliseconds window) {
   try {
     const auto found = p_.pool.acquire().use([&](db::connection& conn) {
-      return idempotency::find_committed_key(conn, key, received_ms, window);
+      return db::find_committed_key(conn, key, received_ms, window);
     });
     if (!found) return {};
     if (found->body_hash != idempotency::hex(hash)) return {errc::conflict};

@@ -3,14 +3,11 @@
 #include <mysqld_error.h>
 
 #include <algorithm>
-#include <tuple>
 #include <vector>
 
 #include "db/errors.hpp"
 #include "db/repository.hpp"
 #include "db/sql_text.hpp"
-#include "db/uniques.hpp"
-#include "db/write_path.hpp"
 
 namespace slotted::logs {
 
@@ -111,28 +108,6 @@ std::vector<std::string> column_names(db::connection& conn) {
   return names;
 }
 
-// `a` and `b` (each sorted by `less`) as one sorted list, rows of one key added up.
-template <typename Row, typename Less>
-std::vector<Row> merged(std::span<const Row> a, const std::vector<Row>& b, Less less) {
-  std::vector<Row> out(a.begin(), a.end());
-  out.insert(out.end(), b.begin(), b.end());
-  std::stable_sort(out.begin(), out.end(), less);
-  std::vector<Row> sums;
-  for (auto& r : out) {
-    if (!sums.empty() && !less(sums.back(), r)) {
-      sums.back().delta += r.delta;
-    } else {
-      sums.push_back(std::move(r));
-    }
-  }
-  return sums;
-}
-
-// Hour rows then day rows, each by (record_type, record_id, bucket): the writer's order.
-bool bucket_row_less(const store::bucket_row& a, const store::bucket_row& b) {
-  return std::tie(a.gran, a.record_type, a.record_id, a.bucket) <
-         std::tie(b.gran, b.record_type, b.record_id, b.bucket);
-}
 }  // namespace
 
 std::vector<std::string> positions_table_upgrade(const std::vector<std::string>& columns) {
@@ -195,57 +170,28 @@ std::vector<other_position> positions_of_others(db::connection& conn, std::strin
   return out;
 }
 
-log_commit commit_log_batch(db::connection& conn, const std::string& counters_table,
-                            const log_batch& b) {
-  const std::string instance = conn.quote(b.instance_id);
-  const std::string path = conn.quote(b.path);
-  return db::in_transaction(conn, [&] {
-    // 1. The position row, locked: the compare of the compare-and-set.
-    const auto now = position_of(conn.query(position_select(instance, path, true)));
-    if (now != b.from) {
-      conn.execute(db::rollback);
-      return log_commit::conflict;
-    }
-    if (now) {
-      conn.execute(position_update(instance, path, b.to));
-    } else {
-      try {
-        conn.execute(position_insert(instance, path, b.to));
-      } catch (const db::db_error& e) {
-        // Another writer inserted it first (no row to lock before).
-        if (e.code() != ER_DUP_ENTRY) throw;
-        conn.execute(db::rollback);
-        return log_commit::conflict;
-      }
-    }
-    // 2. The unique entries (db/uniques.hpp): those no batch counted before count +1,
-    // added to the pass's own rows under its slot.
-    std::span<const db::counter_row> rows = b.rows;
-    std::span<const store::bucket_row> buckets = b.buckets;
-    std::vector<db::counter_row> all_rows;
-    std::vector<store::bucket_row> all_buckets;
-    if (!b.uniques.empty()) {
-      // Only the entries of windows no prune has passed (db/uniques.hpp, Late items).
-      const auto claimed = db::claim_uniques(conn, counters_table, b.instance_id, b.uniques,
-                                             b.dedupe ? b.dedupe : &store::no_dedupe(), b.slot,
-                                             b.bucket_spec ? *b.bucket_spec : store::no_buckets());
-      all_rows = merged(b.rows, claimed.rows, store::counter_order);
-      all_buckets = merged(b.buckets, claimed.buckets, bucket_row_less);
-      rows = all_rows;
-      buckets = all_buckets;
-    }
-    // 3. Slot rows, sorted; 4. bucket rows; 5. totals; 6. dirty marks.
-    db::write_counted(conn, {.table = counters_table,
-                             .rows = rows,
-                             .buckets = buckets,
-                             .top = b.top,
-                             .marks = b.dirty,
-                             .quoted_instance = instance,
-                             .mark_gen = b.dirty_gen,
-                             .max_rows = b.max_rows_per_statement});
-    conn.execute(db::commit);
-    return log_commit::applied;
-  });
+bool claim_position(db::connection& conn, std::string_view instance_id, std::string_view path,
+                    const std::optional<log_position>& from, const log_position& to) {
+  const std::string instance = conn.quote(instance_id);
+  const std::string quoted_path = conn.quote(path);
+  // The row, locked: the compare of the compare-and-set.
+  if (position_of(conn.query(position_select(instance, quoted_path, true))) != from) {
+    conn.execute(db::rollback);
+    return false;
+  }
+  if (from) {
+    conn.execute(position_update(instance, quoted_path, to));
+    return true;
+  }
+  try {
+    conn.execute(position_insert(instance, quoted_path, to));
+  } catch (const db::db_error& e) {
+    // Another writer inserted it first (no row to lock before).
+    if (e.code() != ER_DUP_ENTRY) throw;
+    conn.execute(db::rollback);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace slotted::logs

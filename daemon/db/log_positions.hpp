@@ -12,8 +12,6 @@
 
 #include "db/connection.hpp"
 #include "db/sql.hpp"
-#include "model/top_spec.hpp"
-#include "model/uniques.hpp"
 
 namespace slotted::logs {
 
@@ -89,36 +87,12 @@ std::vector<other_position> positions_of_others(db::connection& conn, std::strin
                                                 std::string_view path,
                                                 std::span<const file_inode> files);
 
-// One batch of a log's lines.
-struct log_batch {
-  std::string instance_id;
-  std::string path;
-  std::optional<log_position> from;        // the position the lines were read from (none: first)
-  log_position to;                         // the position after them
-  std::span<const db::counter_row> rows;   // sorted by (record_type, record_id)
-  std::span<const db::counter_row> dirty;  // rows of rolled-up counters
-  std::span<const store::bucket_row> buckets;  // sorted
-  // Entries of counters with `dedupe` (db/uniques.hpp), in the uniques table's key
-  // order: each counts +1 under `slot` (and in the buckets of `bucket_spec`) when no
-  // batch counted it before (its rows tagged by db::unique_tag).
-  std::span<const store::unique_entry> uniques;
-  std::uint16_t slot = 0;
-  const store::bucket_spec* bucket_spec = nullptr;
-  const store::dedupe_spec* dedupe = nullptr;  // the windows of the entries' counters
-  std::uint64_t dirty_gen = 0;
-  std::size_t max_rows_per_statement = 1000;
-  // The counters whose rows are added to the totals of top-N (db/top.hpp); null: none.
-  const store::top_spec* top = nullptr;
-};
-
-enum class log_commit { applied, conflict };
-
-// In one transaction, in the lock order of db/repository.hpp (the position row in place
-// of a ledger row: it is this source's own, first; then the unique entries, slot rows,
-// bucket rows, dirty marks): locks the position row (SELECT ... FOR UPDATE), and when it still
-// holds `from` (or is absent when `from` is), writes `to` and the counts; else rolls back and
-// returns conflict (another writer moved it: the caller rereads it). On error the
-// transaction is rolled back when the connection allows and db_error is thrown.
-log_commit commit_log_batch(db::connection& conn, const std::string& table, const log_batch& b);
+// The guard of a log pass's transaction (db::apply, the lock order's 1: the position row
+// is this source's own): locks the position row of (instance_id, path) (SELECT ... FOR
+// UPDATE), and when it still holds `from` (or is absent when `from` is) writes `to` and
+// returns true; else rolls back and returns false (another writer moved it: the caller
+// rereads it). Throws db_error.
+bool claim_position(db::connection& conn, std::string_view instance_id, std::string_view path,
+                    const std::optional<log_position>& from, const log_position& to);
 
 }  // namespace slotted::logs

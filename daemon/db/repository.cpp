@@ -271,25 +271,6 @@ __int128 slot_count(const std::optional<std::string>& text) {
 
 }  // namespace
 
-commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
-                            std::span<const counter_row> rows, std::span<const counter_row> dirty,
-                            std::span<const store::bucket_row> buckets,
-                            const store::top_spec& top) {
-  return in_transaction(conn, [&] {
-    if (!claim_ledger(conn, id, rows.size())) return commit_outcome::already_applied;
-    const std::string instance = conn.quote(id.instance_id);
-    write_counted(conn, {.table = table,
-                         .rows = rows,
-                         .buckets = buckets,
-                         .top = &top,
-                         .marks = dirty,
-                         .quoted_instance = instance,
-                         .mark_gen = dirty_gen_of(id)});
-    conn.execute(commit);
-    return commit_outcome::applied;
-  });
-}
-
 namespace {
 // A reset of a counter that keeps top-N totals (db/top.hpp), after its locking read of
 // the slot rows: the bucket rows of those slots, locked (4: no other writer writes a

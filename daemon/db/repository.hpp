@@ -148,8 +148,8 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // a cycle (a deadlock: one of them rolled back with 1213). Under READ COMMITTED a
 // statement locks the rows it writes, and those a FOR UPDATE / LOCK IN SHARE MODE read
 // returns, until COMMIT; gap locks only in duplicate-key checks. The order is coded once
-// (db/write_path.hpp): db::claim_ledger is 1 for a batch, and db::write_counted is 3 to 6,
-// which every writer of counts but the reset calls after its own guard and claims.
+// (db/write_path.hpp): db::apply, guard, claims and db::write_counted (3 to 6), which an
+// adoption's batch also calls after its own guard.
 //   1. The writer's ledger row: its own id, never another writer's (a retry after a
 //      lost COMMIT reply waits here on the first attempt, holding nothing else).
 //   1b. With unique entries: the rows of `slotted_counterd_uniques_pruned` of their
@@ -168,16 +168,14 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      `<table>_day_totals`, each sorted by (record_type, record_id, bucket); only of
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
-// The writers: commit_batch (1, 3, 4, 5, 6); idempotency::commit_keyed_batch (1, 2, 3, 4,
-// 5, 6); db::commit_unique_batch (1, 1b, 2, 3, 4, 5, 6), each 1 by claim_ledger and 3 to 6
-// by write_counted;
-// reset_counter (1; 3 by a locking read of the counter's slot rows; with top, 4 by
-// a locking read of their bucket rows; sql.hpp reset_statements; with top, 5 lowered by
-// what it deleted, `<table>_totals` first even when its sum was 0; 6);
-// logs::commit_log_batch (db/log_positions.cpp: in place of 1 its position row, locked;
-// then 1b and 2 for counters with dedupe, 3, 4, 5, 6 by write_counted); an adoption's batch
-// (adopt/adopt.hpp: in place of 1 its adoption row, which no other writer locks, by SELECT ...
-// FOR UPDATE; then 3, slot 0 of each counter by INSERT ... SELECT ... ORDER BY id, or with top
+// The writers: db::apply (db/write_path.hpp) for every flush batch and every log pass (1:
+// a batch's ledger row, or in its place a log source's position row, locked; 2 for a
+// keyed batch by claim_keys; 1b and 2 for unique entries by claim_uniques; 3, 4, 5, 6 by
+// write_counted); reset_counter (1; 3 by a locking read of the counter's slot rows; with
+// top, 4 by a locking read of their bucket rows; sql.hpp reset_statements; with top, 5
+// lowered by what it deleted, `<table>_totals` first even when its sum was 0; 6); an adoption's
+// batch (adopt/adopt.hpp: in place of 1 its adoption row, which no other writer locks, by SELECT
+// ... FOR UPDATE; then 3, slot 0 of each counter by INSERT ... SELECT ... ORDER BY id, or with top
 // the owning rows read once and 3 then 5 written from those values by write_counted, without
 // bucket rows or marks; the owning rows it reads are a consistent read, unlocked). An
 // INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a run's first row)
@@ -194,7 +192,9 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // `<table>_uniques`, a range of its key; the types read unlocked).
 // Tested in tests/integration/lock_order_test.cpp.
 
-enum class commit_outcome { applied, already_applied };
+// How a write ended: applied, or nothing applied as its guard found it done before
+// (already_applied: its ledger row is there) or another writer moved its position row.
+enum class commit_outcome { applied, already_applied, moved };
 
 struct batch_identity {
   std::string instance_id;
@@ -205,20 +205,6 @@ struct batch_identity {
 // The generation of a batch's dirty marks: unique per batch (run ids are random), so a
 // fresh mark never repeats an old one.
 std::uint64_t dirty_gen_of(const batch_identity& id);
-
-// Applies `rows` and records the batch in the ledger, in one transaction, together with
-// dirty marks for `dirty` (the rows whose counters are rolled up; may be empty). If the
-// ledger already holds the batch (an earlier attempt committed but its reply was
-// lost), nothing is applied and already_applied is returned. On error the transaction
-// is rolled back (when the connection still allows it) and db_error is thrown.
-// `buckets`: the batch's bucket rows, upserted in the same transaction (hour, then day). `top`: the
-// counters whose rows (and bucket rows) are added to the totals of top-N in the same transaction
-// (db/top.hpp totals_upserts); none by default.
-commit_outcome commit_batch(connection& conn, const std::string& table, const batch_identity& id,
-                            std::span<const counter_row> rows,
-                            std::span<const counter_row> dirty = {},
-                            std::span<const store::bucket_row> buckets = {},
-                            const store::top_spec& top = store::no_top());
 
 // How far a reset_counter() call got: its locking read's figures, and whether COMMIT
 // was sent (then a lost connection leaves the outcome unknown until the ledger tells).

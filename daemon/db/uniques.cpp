@@ -206,35 +206,4 @@ uniques_claimed claim_uniques(connection& conn, const std::string& table,
   return out;
 }
 
-unique_outcome commit_unique_batch(
-    connection& conn, const std::string& table, const batch_identity& id,
-    const store::flush_batch& b,
-    const std::function<std::span<const counter_row>(std::span<const counter_row>)>& dirty,
-    const store::bucket_spec& buckets, const store::top_spec& top,
-    const store::dedupe_spec* dedupe) {
-  unique_outcome out;
-  return in_transaction(conn, [&] {
-    if (!claim_ledger(conn, id, b.uniques.size())) {  // committed before, its reply lost
-      out.outcome = commit_outcome::already_applied;
-      return out;
-    }
-    const auto claimed =
-        claim_uniques(conn, table, id.instance_id, b.uniques, dedupe, b.unique_slot, buckets);
-    out.counted = claimed.counted;
-    out.duplicates = claimed.duplicates;
-    out.too_late = claimed.too_late;
-    const std::string instance = conn.quote(id.instance_id);
-    write_counted(conn, {.table = table,
-                         .rows = claimed.rows,
-                         .buckets = claimed.buckets,
-                         .top = &top,
-                         .marks = dirty(claimed.rows),
-                         .quoted_instance = instance,
-                         .mark_gen = dirty_gen_of(id)});
-    conn.execute(commit);
-    out.rows = claimed.rows.size();
-    return out;
-  });
-}
-
 }  // namespace slotted::db

@@ -97,25 +97,6 @@ void migrate_uniques(connection& conn, const std::string& table, const store::de
 void verify_uniques_table(connection& conn, const std::string& table,
                           const store::dedupe_spec& dedupe);
 
-struct unique_outcome {
-  commit_outcome outcome = commit_outcome::applied;
-  std::size_t rows = 0;        // counter rows upserted
-  std::size_t counted = 0;     // entries this batch counted
-  std::size_t duplicates = 0;  // entries a batch had counted before
-  std::size_t too_late = 0;    // entries not decided: their window's decisions were pruned
-};
-
-// Commits unique batch `b` as described above. `dirty` gives the rows whose counters are
-// rolled up among those it is passed; `buckets` and `top` as for commit_batch. With
-// `dedupe`, only the entries decidable_entries() leaves are decided (the others are
-// `too_late`).
-unique_outcome commit_unique_batch(
-    connection& conn, const std::string& table, const batch_identity& id,
-    const store::flush_batch& b,
-    const std::function<std::span<const counter_row>(std::span<const counter_row>)>& dirty,
-    const store::bucket_spec& buckets = store::no_buckets(),
-    const store::top_spec& top = store::no_top(), const store::dedupe_spec* dedupe = nullptr);
-
 // The tag of one commit's rows in `<table>_uniques`: `instance_id`, a random 63-bit
 // run_id and batch_seq 0, drawn anew for every attempt (128-bit seeded). Not the batch's
 // identity: a batch committed whose ledger row is gone (replayed from the WAL a day
@@ -147,7 +128,7 @@ std::vector<store::unique_entry> not_pruned(
 // `dedupe`, only those decidable_entries() leaves (the others `too_late`); inserted
 // (insert_and_find_ours, tagged unique_tag(instance_id)); the ones this call inserted
 // first count +1 each, as `rows` and `buckets` under `slot` (rows_of_counted). The one
-// claim of the uniques: commit_unique_batch's and a log pass's (commit_log_batch).
+// claim of the uniques, a unique batch's and a log pass's (db::apply).
 struct uniques_claimed {
   std::size_t counted = 0;
   std::size_t duplicates = 0;

@@ -2,10 +2,13 @@
 
 #include <mysqld_error.h>
 
+#include <tuple>
 #include <vector>
 
 #include "db/errors.hpp"
+#include "db/keys.hpp"
 #include "db/top.hpp"
+#include "db/uniques.hpp"
 
 namespace slotted::db {
 
@@ -57,6 +60,113 @@ void write_counted(connection& conn, const counted_writes& w) {
   execute_in_statements(conn, w.marks.size(), w.max_rows, [&](std::size_t first, std::size_t n) {
     return dirty_upsert(w.quoted_instance, w.marks.subspan(first, n), w.mark_gen);
   });
+}
+
+namespace {
+// `a` and `b` (each sorted by `less`) as one sorted list, rows of one key added up.
+template <typename Row, typename Less>
+std::vector<Row> merged(std::span<const Row> a, const std::vector<Row>& b, Less less) {
+  std::vector<Row> out(a.begin(), a.end());
+  out.insert(out.end(), b.begin(), b.end());
+  std::stable_sort(out.begin(), out.end(), less);
+  std::vector<Row> sums;
+  for (auto& r : out) {
+    if (!sums.empty() && !less(sums.back(), r)) {
+      sums.back().delta += r.delta;
+    } else {
+      sums.push_back(std::move(r));
+    }
+  }
+  return sums;
+}
+
+// Hour rows then day rows, each by (record_type, record_id, bucket): the writer's order.
+bool bucket_row_less(const store::bucket_row& a, const store::bucket_row& b) {
+  return std::tie(a.gran, a.record_type, a.record_id, a.bucket) <
+         std::tie(b.gran, b.record_type, b.record_id, b.bucket);
+}
+
+// The guard (1): false, having rolled back, when the set is not to be applied.
+bool claim_guard(connection& conn, const write_set& ws, write_result& out) {
+  if (const auto* l = std::get_if<ledger_guard>(&ws.guard)) {
+    if (claim_ledger(conn, l->id, l->row_count)) return true;
+    out.outcome = commit_outcome::already_applied;
+    return false;
+  }
+  const auto& p = std::get<position_guard>(ws.guard);
+  if (logs::claim_position(conn, p.instance_id, p.path, p.from, p.to)) return true;
+  out.outcome = commit_outcome::moved;
+  return false;
+}
+}  // namespace
+
+write_result apply(connection& conn, const write_set& ws, const write_rules& rules) {
+  write_result out;
+  return in_transaction(conn, [&] {
+    if (!claim_guard(conn, ws, out)) return out;
+    const std::string& instance_id = std::holds_alternative<ledger_guard>(ws.guard)
+                                         ? std::get<ledger_guard>(ws.guard).id.instance_id
+                                         : std::get<position_guard>(ws.guard).instance_id;
+    // 1b, 2: what the keys and the unique entries add, under the set's slot.
+    std::vector<counter_row> added;
+    std::vector<store::bucket_row> added_buckets;
+    if (!ws.keyed.empty()) {
+      auto keys = claim_keys(conn, std::get<ledger_guard>(ws.guard).id, ws.keyed, ws.slot,
+                             *rules.buckets, rules.key_window, rules.local_now_ms);
+      out.duplicates = keys.duplicates;
+      out.conflicts = keys.conflicts;
+      added = std::move(keys.rows);
+      added_buckets = std::move(keys.buckets);
+    } else if (!ws.uniques.empty()) {
+      auto uniques = claim_uniques(conn, rules.table, instance_id, ws.uniques, rules.dedupe,
+                                   ws.slot, *rules.buckets);
+      out.counted = uniques.counted;
+      out.duplicates = uniques.duplicates;
+      out.too_late = uniques.too_late;
+      added = std::move(uniques.rows);
+      added_buckets = std::move(uniques.buckets);
+    }
+    std::vector<counter_row> all_rows;
+    std::vector<store::bucket_row> all_buckets;
+    std::span<const counter_row> rows = ws.rows;
+    std::span<const store::bucket_row> buckets = ws.buckets;
+    if (!added.empty()) {
+      all_rows = merged(ws.rows, added, store::counter_order);
+      all_buckets = merged(ws.buckets, added_buckets, bucket_row_less);
+      rows = all_rows;
+      buckets = all_buckets;
+    }
+    // 3 to 6.
+    const std::string instance = conn.quote(instance_id);
+    write_counted(conn, {.table = rules.table,
+                         .rows = rows,
+                         .buckets = buckets,
+                         .top = rules.top,
+                         .marks = rules.marks ? rules.marks(rows) : std::span<const counter_row>{},
+                         .quoted_instance = instance,
+                         .mark_gen = ws.mark_gen,
+                         .max_rows = rules.max_rows});
+    conn.execute(commit);
+    out.rows = rows.size();
+    return out;
+  });
+}
+
+write_set write_set_of(const batch_identity& id, const store::flush_batch& b) {
+  write_set ws{.guard = ledger_guard{id, b.uniques.empty() ? b.rows.size() : b.uniques.size()},
+               .mark_gen = dirty_gen_of(id)};
+  if (!b.uniques.empty()) {
+    ws.uniques = b.uniques;
+    ws.slot = b.unique_slot;
+  } else if (!b.keyed.empty()) {
+    // The requests' rows under the slot the batch drew (`rows` sums every request's).
+    ws.keyed = b.keyed;
+    ws.slot = b.rows.empty() ? 0 : b.rows.front().slot;
+  } else {
+    ws.rows = b.rows;
+    ws.buckets = b.bucket_rows;
+  }
+  return ws;
 }
 
 }  // namespace slotted::db

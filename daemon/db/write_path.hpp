@@ -2,20 +2,29 @@
 // The writers' lock order (db/repository.hpp, "Lock order") as code: the ledger guard
 // (1) and the counted writes (3 slot rows, 4 bucket rows, 5 totals, 6 dirty marks),
 // which every writer of counts runs after its own guard and claims, inside its
-// transaction.
+// transaction; and the one write of counts, apply(), that every writer but the reset
+// and an adoption commits through.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "db/connection.hpp"
+#include "db/log_positions.hpp"
 #include "db/repository.hpp"
 #include "db/sql.hpp"
+#include "model/batch.hpp"
+#include "model/keyed_request.hpp"
 #include "model/top_spec.hpp"
+#include "model/uniques.hpp"
 
 namespace slotted::db {
 
@@ -66,5 +75,78 @@ struct counted_writes {
 // byte budget and sent in order, so that the order holds across statements. Throws
 // db_error.
 void write_counted(connection& conn, const counted_writes& w);
+
+// The guard a transaction takes first (the lock order's 1), its own row: a flush
+// batch's ledger row, or a log source's position row.
+struct ledger_guard {
+  batch_identity id;
+  std::size_t row_count = 0;  // as the ledger records it
+};
+// Compare and set: the position row of (instance_id, path), locked, must hold `from`
+// (be absent when `from` is); it is set to `to`.
+struct position_guard {
+  std::string instance_id;
+  std::string path;
+  std::optional<logs::log_position> from;
+  logs::log_position to;
+};
+
+// What one transaction writes, after its guard: views, valid for one apply() call.
+struct write_set {
+  std::variant<ledger_guard, position_guard> guard;
+  std::span<const counter_row> rows = {};           // sorted by counter, one per counter
+  std::span<const store::bucket_row> buckets = {};  // only of counters in `rows`
+  // Each applied when its key is new (2, db/keys.hpp); a ledger guard's only.
+  std::span<const idempotency::keyed_request> keyed = {};
+  // Each +1 when no batch counted it before (1b and 2, db/uniques.hpp); sorted.
+  std::span<const store::unique_entry> uniques = {};
+  std::uint16_t slot = 0;  // of the rows the keys and the unique entries add
+  std::uint64_t mark_gen = 0;
+};
+
+// What a writer's sets share.
+struct write_rules {
+  std::string table;  // the counters table
+  // The buckets of the rows keys and unique entries add (a set's own bucket rows are
+  // given).
+  const store::bucket_spec* buckets = &store::no_buckets();
+  const store::top_spec* top = &store::no_top();  // the counters with totals (db/top.hpp)
+  // Unique entries: only those decidable_entries() leaves are decided (db/uniques.hpp,
+  // Late items); null: every entry.
+  const store::dedupe_spec* dedupe = nullptr;
+  // Keys first received longer than this ago count as not committed (db/keys.hpp).
+  std::chrono::milliseconds key_window = std::chrono::hours(24);
+  // This instance's clock now for the keys' ages; 0: idempotency::now_ms() at each claim.
+  std::int64_t local_now_ms = 0;
+  // The rows whose counters are rolled up among those it is passed (their dirty marks);
+  // empty: none.
+  std::function<std::span<const counter_row>(std::span<const counter_row>)> marks = {};
+  // Rows a statement carries at most besides the byte budget.
+  std::size_t max_rows = std::numeric_limits<std::size_t>::max();
+};
+
+struct write_result {
+  commit_outcome outcome = commit_outcome::applied;
+  std::size_t rows = 0;        // counter rows upserted
+  std::size_t duplicates = 0;  // keyed: requests whose key was committed before with this
+                               // body; unique: entries a batch had counted before
+  std::size_t conflicts = 0;   // keyed: ... with another body
+  std::size_t counted = 0;     // unique: entries this set counted
+  std::size_t too_late = 0;    // unique: entries not decided, their windows' decisions pruned
+};
+
+// The one write of counts: `ws` in one transaction, in the lock order. Its guard (1):
+// a ledger row already there (an earlier attempt committed, its reply lost) applies
+// nothing (already_applied), a position row that no longer holds `from` neither
+// (moved). Then its keys (2, claim_keys: the rows of the requests whose key is new) or
+// its unique entries (1b and 2, claim_uniques), whose rows are added to the set's own,
+// and write_counted (3 to 6) with the marks `rules` gives. On error the transaction is
+// rolled back (when the connection still allows it) and db_error is thrown.
+write_result apply(connection& conn, const write_set& ws, const write_rules& rules);
+
+// Flush batch `b` as batch `id`: its ledger row (row_count its rows, or its unique
+// entries), its rows and bucket rows as formed, or its keys, or its unique entries
+// under b.unique_slot; the marks' generation dirty_gen_of(id).
+write_set write_set_of(const batch_identity& id, const store::flush_batch& b);
 
 }  // namespace slotted::db

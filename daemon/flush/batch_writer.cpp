@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "db/errors.hpp"
-#include "db/uniques.hpp"
+#include "db/write_path.hpp"
 #include "flush/batch_forming.hpp"
 #include "flush/internal.hpp"
 #include "idempotency/keyed_batches.hpp"
@@ -53,16 +53,7 @@ batch_writer::commit_attempt batch_writer::commit_with_retries(
   thread_local std::minstd_rand jitter_rng{std::random_device{}()};
   for (int attempt = 0;; ++attempt) {
     try {
-      commit_attempt done;
-      if (!b.uniques.empty()) {
-        done = commit_unique(conn, id, b, dirty);
-      } else if (b.keyed.empty()) {
-        done.outcome =
-            db::commit_batch(conn, settings_.table, id, b.rows, rolled_up_rows(b.rows, dirty),
-                             b.bucket_rows, settings_.top);
-      } else {
-        done = commit_keyed(conn, id, b, dirty);
-      }
+      const auto done = commit_once(conn, id, b, dirty);
       progress_();
       return done;
     } catch (const db::db_error& e) {
@@ -126,7 +117,7 @@ std::size_t batch_writer::pop_committed(queue_position it, const commit_attempt&
                r.record_id, "): ", *a.refused, "; it is dropped");
   } else if (a.outcome == db::commit_outcome::applied) {
     // A keyed batch writes only the rows of the requests whose keys were new.
-    written = batch.keyed.empty() && batch.uniques.empty() ? batch.rows.size() : a.keyed_rows;
+    written = a.rows;
     metrics_.flush_rows.Increment(static_cast<double>(written));
     metrics_.flush_statements.Increment();
   } else {
@@ -270,48 +261,37 @@ std::size_t batch_writer::write_queued(db::connection& conn) {
   return written;
 }
 
-batch_writer::commit_attempt batch_writer::commit_keyed(db::connection& conn,
-                                                        const db::batch_identity& id,
-                                                        const flush_batch& batch,
-                                                        std::vector<db::counter_row>& dirty) {
-  const auto outcome = idempotency::commit_keyed_batch(
-      conn, settings_.table, id, batch, settings_.idempotency_window,
-      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
-      settings_.buckets, 0, settings_.top);
-  if (keyed_ != nullptr && outcome.outcome == db::commit_outcome::applied)
-    keyed_->dropped_at_flush(outcome.duplicates, outcome.conflicts);
-  if (outcome.duplicates + outcome.conflicts > 0) {
-    log::debug("keyed batch ", id.seq, ": ", outcome.duplicates, " requests already committed, ",
-               outcome.conflicts, " committed with another body; not applied");
+batch_writer::commit_attempt batch_writer::commit_once(db::connection& conn,
+                                                       const db::batch_identity& id,
+                                                       const flush_batch& batch,
+                                                       std::vector<db::counter_row>& dirty) {
+  db::write_rules rules{.table = settings_.table,
+                        .buckets = &settings_.buckets,
+                        .top = &settings_.top,
+                        .dedupe = &settings_.dedupe,
+                        .key_window = settings_.idempotency_window,
+                        .marks = [this, &dirty](std::span<const db::counter_row> rows) {
+                          return rolled_up_rows(rows, dirty);
+                        }};
+  const auto r = db::apply(conn, db::write_set_of(id, batch), rules);
+  if (r.outcome == db::commit_outcome::applied && !batch.keyed.empty()) {
+    if (keyed_ != nullptr) keyed_->dropped_at_flush(r.duplicates, r.conflicts);
+    if (r.duplicates + r.conflicts > 0) {
+      log::debug("keyed batch ", id.seq, ": ", r.duplicates, " requests already committed, ",
+                 r.conflicts, " committed with another body; not applied");
+    }
   }
-  commit_attempt done;
-  done.outcome = outcome.outcome;
-  done.keyed_rows = outcome.rows;
-  return done;
-}
-
-batch_writer::commit_attempt batch_writer::commit_unique(db::connection& conn,
-                                                         const db::batch_identity& id,
-                                                         const flush_batch& batch,
-                                                         std::vector<db::counter_row>& dirty) {
-  const auto outcome = db::commit_unique_batch(
-      conn, settings_.table, id, batch,
-      [this, &dirty](std::span<const db::counter_row> rows) { return rolled_up_rows(rows, dirty); },
-      settings_.buckets, settings_.top, &settings_.dedupe);
-  if (outcome.outcome == db::commit_outcome::applied) {
-    metrics_.unique_items_duplicate.Increment(static_cast<double>(outcome.duplicates));
-    if (outcome.too_late > 0) {
-      log::warn("flush: ", outcome.too_late,
+  if (r.outcome == db::commit_outcome::applied && !batch.uniques.empty()) {
+    metrics_.unique_items_duplicate.Increment(static_cast<double>(r.duplicates));
+    if (r.too_late > 0) {
+      log::warn("flush: ", r.too_late,
                 " unique entries were not counted: their windows' decisions had been pruned "
                 "(they ended more than counters[].dedupe_keep before their batch committed, "
                 "held up by an outage or a restart), or their counters no longer have dedupe "
                 "(docs/known-limits.md)");
     }
   }
-  commit_attempt done;
-  done.outcome = outcome.outcome;
-  done.keyed_rows = outcome.rows;
-  return done;
+  return {r.outcome, std::nullopt, r.rows};
 }
 
 }  // namespace slotted::flush

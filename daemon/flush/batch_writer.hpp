@@ -85,7 +85,7 @@ class batch_writer {
   struct commit_attempt {
     db::commit_outcome outcome{};
     std::optional<std::string> refused;
-    std::size_t keyed_rows = 0;  // rows a keyed (or unique) batch upserted
+    std::size_t rows = 0;  // rows upserted (a keyed or unique batch: those it applied)
   };
   // Commits `b` in one transaction with its ledger row, retrying deadlocks and lock
   // wait timeouts a few times (not past the stop deadline). Throws db_error for
@@ -105,14 +105,10 @@ class batch_writer {
   // The rows of `rows` whose counters are rolled up (a view of `out`, refilled).
   std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows,
                                                   std::vector<db::counter_row>& out);
-  // Commits a unique batch (db/uniques.hpp) and counts its entries. Throws db_error.
-  commit_attempt commit_unique(db::connection& conn, const db::batch_identity& id,
-                               const store::flush_batch& batch,
-                               std::vector<db::counter_row>& dirty);
-  // Commits a keyed batch (see idempotency/keyed_batches.hpp) and counts what it
-  // dropped. Throws db_error.
-  commit_attempt commit_keyed(db::connection& conn, const db::batch_identity& id,
-                              const store::flush_batch& batch, std::vector<db::counter_row>& dirty);
+  // One attempt at batch `id` (db::apply), and what a keyed or a unique
+  // batch dropped counted. Throws db_error.
+  commit_attempt commit_once(db::connection& conn, const db::batch_identity& id,
+                             const store::flush_batch& batch, std::vector<db::counter_row>& dirty);
 
   const settings& settings_;
   queue& queue_;

@@ -4,10 +4,10 @@
 #include <algorithm>
 
 #include "db/errors.hpp"
+#include "db/keys.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "flush/internal.hpp"
-#include "idempotency/keyed_batches.hpp"
 #include "util/log.hpp"
 
 namespace slotted::flush {
@@ -168,8 +168,8 @@ void housekeeping::prune_keys_when_due(db::connection& conn) {
   constexpr std::size_t chunk = 10000;
   constexpr int chunks = 10;
   try {
-    keys_prune_behind_ = idempotency::prune_keys(conn, settings_.idempotency_window, chunk,
-                                                 chunks) == chunk * chunks;
+    keys_prune_behind_ =
+        db::prune_keys(conn, settings_.idempotency_window, chunk, chunks) == chunk * chunks;
   } catch (const db::db_error& e) {
     tolerate_lock_conflict(e, metrics_);
   }

@@ -216,10 +216,8 @@ bool log_ingester::commit_pass(db::pool::lease& lease, source_state& s, const pa
                                const log_position& to) {
   pass_batch b;
   make_batch(s, settings_, pass, to, b);
-  b.batch.top = &settings_.top;
-  const auto result =
-      lease.use([&](db::connection& c) { return commit_log_batch(c, settings_.table, b.batch); });
-  if (result == log_commit::conflict) {
+  const auto result = lease.use([&](db::connection& c) { return db::apply(c, b.set, b.rules); });
+  if (result.outcome == db::commit_outcome::moved) {
     log::warn("log_sources: ", s.cfg.path,
               ": its committed position changed under this instance (another process with "
               "the same instance_id?); reading from the position the database holds");

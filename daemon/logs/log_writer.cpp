@@ -29,32 +29,6 @@ std::vector<store::bucket_row> bucket_rows_of(const pass_counts& pass, std::uint
   return bucket_rows;
 }
 
-// The rows of the counters rolled up into their owning tables, among `rows` and the
-// counters of `uniques` (marked whether or not an entry counts: a mark only makes the
-// rollup read the counter's sum again), sorted.
-std::vector<db::counter_row> dirty_rows(const ingest_settings& settings,
-                                        const std::vector<db::counter_row>& rows,
-                                        const std::vector<store::unique_entry>& uniques,
-                                        std::uint16_t slot) {
-  const auto rolled = [&](std::uint32_t record_type) {
-    return std::any_of(
-        settings.counters.begin(), settings.counters.end(),
-        [&](const config::counter_decl& c) { return c.record_type == record_type && c.rollup; });
-  };
-  std::vector<db::counter_row> dirty;
-  for (const auto& r : rows)
-    if (rolled(r.record_type)) dirty.push_back(r);
-  for (const auto& e : uniques)
-    if (rolled(e.record_type)) dirty.push_back({e.record_type, e.record_id, slot, 1});
-  std::sort(dirty.begin(), dirty.end(), store::counter_order);
-  dirty.erase(std::unique(dirty.begin(), dirty.end(),
-                          [](const db::counter_row& a, const db::counter_row& b) {
-                            return a.key() == b.key();
-                          }),
-              dirty.end());
-  return dirty;
-}
-
 }  // namespace
 
 void make_batch(const source_state& s, const ingest_settings& settings, const pass_counts& pass,
@@ -70,21 +44,30 @@ void make_batch(const source_state& s, const ingest_settings& settings, const pa
   out.uniques.assign(pass.uniques.begin(), pass.uniques.end());
   out.rows = sorted_rows(pass, slot);
   out.buckets = bucket_rows_of(pass, slot);
-  out.dirty = dirty_rows(settings, out.rows, out.uniques, slot);
-  log_batch& batch = out.batch;
-  batch.instance_id = settings.instance_id;
-  batch.path = s.cfg.path;
-  batch.from = s.committed;
-  batch.to = to;
-  batch.rows = out.rows;
-  batch.dirty = out.dirty;
-  batch.buckets = out.buckets;
-  batch.uniques = out.uniques;
-  batch.slot = slot;
-  batch.bucket_spec = &settings.buckets;
-  batch.dedupe = &settings.dedupe;
-  batch.dirty_gen = rng() & 0x7fffffffffffffffull;
-  batch.max_rows_per_statement = settings.max_rows_per_statement;
+  out.set = {.guard = db::position_guard{settings.instance_id, s.cfg.path, s.committed, to},
+             .rows = out.rows,
+             .buckets = out.buckets,
+             .uniques = out.uniques,
+             .slot = slot,
+             .mark_gen = rng() & 0x7fffffffffffffffull};
+  out.rules = {.table = settings.table,
+               .buckets = &settings.buckets,
+               .top = &settings.top,
+               .dedupe = &settings.dedupe,
+               // The counters rolled up into their owning tables, among those written.
+               .marks =
+                   [&settings, &dirty = out.dirty](std::span<const db::counter_row> rows) {
+                     dirty.clear();
+                     for (const auto& r : rows) {
+                       if (std::any_of(settings.counters.begin(), settings.counters.end(),
+                                       [&](const config::counter_decl& c) {
+                                         return c.record_type == r.record_type && c.rollup;
+                                       }))
+                         dirty.push_back(r);
+                     }
+                     return std::span<const db::counter_row>(dirty);
+                   },
+               .max_rows = settings.max_rows_per_statement};
 }
 
 void record_commit(source_state& s, const pass_counts& pass, const log_position& to) {

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "db/log_positions.hpp"
+#include "db/write_path.hpp"
 #include "logs/line_parser.hpp"
 #include "logs/log_files.hpp"
 #include "logs/log_ingest.hpp"
@@ -220,13 +220,15 @@ class line_counter {
 };
 
 // --- the writer (log_writer.cpp) ---
-// The batch committing a pass: totals sorted (the lock order), one slot drawn for it.
+// The write committing a pass (db::apply): totals sorted (the lock order), one slot drawn
+// for it, its position's compare-and-set as its guard.
 struct pass_batch {
   std::vector<store::unique_entry> uniques;  // in the uniques table's key order
   std::vector<db::counter_row> rows;
-  std::vector<db::counter_row> dirty;
+  std::vector<db::counter_row> dirty;  // the marks' rows (rules.marks fills it)
   std::vector<store::bucket_row> buckets;
-  log_batch batch;  // views of the rows above
+  db::write_set set;  // views of the rows above
+  db::write_rules rules;
 };
 void make_batch(const source_state& s, const ingest_settings& settings, const pass_counts& pass,
                 const log_position& to, pass_batch& out);

@@ -20,6 +20,8 @@
 
 #include "db/repository.hpp"
 #include "db/sql.hpp"
+#include "db/keys.hpp"
+#include "db/write_path.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "model/keyed_request.hpp"
 #include "support/daemon_process.hpp"
@@ -57,11 +59,9 @@ std::size_t commit_alone(db::connection& conn, const std::string& instance, std:
   requests.push_back(std::move(r));
   const auto batches = idempotency::form_keyed_batches(std::move(requests), 1000, 1, 1, seq, rng,
                                                        std::chrono::steady_clock::now(), dropped);
-  const auto out = idempotency::commit_keyed_batch(
-      conn, "slotted_counters", {instance, 1, seq}, batches.at(0), window,
-      [](std::span<const db::counter_row>) { return std::span<const db::counter_row>{}; },
-      store::no_buckets(), local_now_ms);
-  return out.rows;
+  return db::apply(conn, db::write_set_of({instance, 1, seq}, batches.at(0)),
+             {.table = "slotted_counters", .key_window = window, .local_now_ms = local_now_ms})
+      .rows;
 }
 
 std::int64_t total(const mariadb_server& server, const std::string& database, std::uint64_t id) {
@@ -193,8 +193,8 @@ TEST(IdempotencyKeysTable, ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAg
   EXPECT_EQ(total(server, database, 5), 2);
   // And a read for a retry judges it the same way: found inside the window, whatever the
   // reading instance's clock.
-  EXPECT_TRUE(idempotency::find_committed_key(conn, "skew-ahead", behind, 10min, behind));
-  EXPECT_TRUE(idempotency::find_committed_key(conn, "skew-behind", ahead, 10min, ahead));
+  EXPECT_TRUE(db::find_committed_key(conn, "skew-ahead", behind, 10min, behind));
+  EXPECT_TRUE(db::find_committed_key(conn, "skew-behind", ahead, 10min, ahead));
 }
 
 // Issue 21, item 11: `created` was a TIMESTAMP(3) written through FROM_UNIXTIME, NULL
@@ -210,7 +210,7 @@ TEST(IdempotencyKeysTable, AKeyedRequestArrivingPast2038IsAppliedOnceAndItsRetry
   EXPECT_EQ(commit_alone(conn, "y2038-b", 1, keyed("y2038", 6, later + 1000), 1h, later + 1000),
             0u);
   EXPECT_EQ(total(server, database, 6), 1);
-  const auto found = idempotency::find_committed_key(conn, "y2038", later + 2000, 1h, later + 2000);
+  const auto found = db::find_committed_key(conn, "y2038", later + 2000, 1h, later + 2000);
   ASSERT_TRUE(found);
   EXPECT_EQ(found->accepted, 1u);
 }
@@ -287,8 +287,8 @@ TEST(IdempotencyKeysTable, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingIts
     EXPECT_EQ(commit_alone(conn, "v-after", 2, keyed("old-expired", 22, now), 1h, now), 1u);
     EXPECT_EQ(total(server, database, 21), 0);
     EXPECT_EQ(total(server, database, 22), 1);
-    EXPECT_TRUE(idempotency::find_committed_key(conn, "old-recent", now, 1h, now));
-    EXPECT_EQ(idempotency::prune_keys(conn, 2min, 100, 1), 1u);  // old-recent
+    EXPECT_TRUE(db::find_committed_key(conn, "old-recent", now, 1h, now));
+    EXPECT_EQ(db::prune_keys(conn, 2min, 100, 1), 1u);  // old-recent
     EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"),
               1);
   }
@@ -384,7 +384,7 @@ TEST(IdempotencyKeysTable, AKeysPruneChunkWaitsOnNoCurrentKey) {
       "UPDATE slotted_counterd_idempotency_keys SET batch_seq = 0 WHERE idem_key = 'new-5000'");
   conn.execute("SET SESSION innodb_lock_wait_timeout = 2");
   std::uint64_t deleted = 0;
-  EXPECT_NO_THROW(deleted = idempotency::prune_keys(conn, 1h, 10000, 10));
+  EXPECT_NO_THROW(deleted = db::prune_keys(conn, 1h, 10000, 10));
   EXPECT_EQ(deleted, 30000u);
   other.execute("COMMIT");
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"),

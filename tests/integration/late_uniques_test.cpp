@@ -15,6 +15,7 @@
 
 #include "db/repository.hpp"
 #include "db/uniques.hpp"
+#include "db/write_path.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -146,19 +147,15 @@ TEST_F(LateUniques, BeyondTheKeepAnItemIsRefusedAndALineIsNotCounted) {
   EXPECT_EQ(count(2), 0);
 }
 
-const auto no_marks = [](std::span<const db::counter_row>) {
-  return std::span<const db::counter_row>();
-};
-
 // Commits one unique batch of `entries` under `dedupe` as instance "i", sequence `seq`.
-db::unique_outcome commit(db::connection& conn, const store::dedupe_spec& dedupe,
+db::write_result commit(db::connection& conn, const store::dedupe_spec& dedupe,
                           std::vector<store::unique_entry> entries, std::uint64_t seq) {
   store::flush_batch b;
   b.run_id = 7;
   b.seq = seq;
   b.uniques = std::move(entries);
-  return db::commit_unique_batch(conn, "slotted_counters", {"i", 7, seq}, b, no_marks,
-                                 store::no_buckets(), store::no_top(), &dedupe);
+  return db::apply(conn, db::write_set_of({"i", 7, seq}, b),
+                                {.table = "slotted_counters", .dedupe = &dedupe});
 }
 
 // An instance keeping an hour's decisions 10 minutes prunes a window whose entries

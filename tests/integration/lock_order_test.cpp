@@ -14,7 +14,9 @@
 
 #include "db/errors.hpp"
 #include "db/repository.hpp"
-#include "idempotency/keyed_batches.hpp"
+#include "db/keys.hpp"
+#include "db/write_path.hpp"
+#include "support/commit_rows.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 
@@ -141,7 +143,7 @@ class LockOrder : public ::testing::Test {
     }
     buckets.push_back({type, id, granularity::day, day, s, total});
     const std::vector<db::counter_row> rows{{type, id, s, total}};
-    ASSERT_EQ(db::commit_batch(conn, table, {instance, 1, 1}, rows, {}, buckets),
+    ASSERT_EQ(commit_rows(conn, table, {instance, 1, 1}, rows, {}, buckets),
               db::commit_outcome::applied);
   }
   // A keyed batch of the counter: one request of `delta` at `at`, on `slot`.
@@ -158,13 +160,10 @@ class LockOrder : public ::testing::Test {
     b.run_id = 1;
     b.seq = 1;
     b.keyed = {r};
-    b.rows = idempotency::rows_of(b.keyed, static_cast<std::uint16_t>(slot));
-    b.bucket_rows =
-        idempotency::bucket_rows_of(b.keyed, static_cast<std::uint16_t>(slot), spec_, b.rows);
-    const auto out = idempotency::commit_keyed_batch(
-        conn, table, {"keyed", 1, 1}, b, 24h,
-        [](std::span<const db::counter_row>) { return std::span<const db::counter_row>(); }, spec_);
-    return out.rows;
+    b.rows = db::rows_of(b.keyed, static_cast<std::uint16_t>(slot));
+    b.bucket_rows = db::bucket_rows_of(b.keyed, static_cast<std::uint16_t>(slot), spec_, b.rows);
+    return db::apply(conn, db::write_set_of({"keyed", 1, 1}, b), {.table = table, .buckets = &spec_})
+        .rows;
   }
 
   // An owning table `owners` (id, total 0) with a row for each of `rows`, whose counters
@@ -174,7 +173,7 @@ class LockOrder : public ::testing::Test {
         "CREATE TABLE owners (id BIGINT UNSIGNED PRIMARY KEY, total BIGINT NOT NULL DEFAULT 0)");
     for (const auto& r : rows)
       conn.execute("INSERT INTO owners (id) VALUES (" + std::to_string(r.record_id) + ")");
-    ASSERT_EQ(db::commit_batch(conn, table, {"a", 1, 1}, rows, rows), db::commit_outcome::applied);
+    ASSERT_EQ(commit_rows(conn, table, {"a", 1, 1}, rows, rows), db::commit_outcome::applied);
   }
   const db::rollup_target target{type, "owners", "id", "total", "downloads"};
 
@@ -314,7 +313,7 @@ TEST_F(LockOrder, TwoRollersOfOneCounterLeaveItsNewestTotal) {
   ASSERT_TRUE(waits_on(a_thread, "owners")) << transactions();
 
   const std::vector<db::counter_row> again{{type, id, 0, 1}};
-  ASSERT_EQ(db::commit_batch(conn, table, {"a", 1, 2}, again, again), db::commit_outcome::applied);
+  ASSERT_EQ(commit_rows(conn, table, {"a", 1, 2}, again, again), db::commit_outcome::applied);
   conn.execute("DELETE FROM slotted_counterd_dirty WHERE record_id IN (1, 2)");
   auto conn_b = connect();
   roll_up(conn_b);

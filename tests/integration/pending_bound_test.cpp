@@ -11,6 +11,7 @@
 #include <string>
 
 #include "db/repository.hpp"
+#include "support/commit_rows.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -182,7 +183,7 @@ TEST(StatementSize, APlainBatchOverTheBudgetCommitsWholeInOneTransaction) {
   constexpr std::uint64_t wide = 1000000000000000;  // 16 digits: long tuples
   std::vector<db::counter_row> rows;
   for (std::uint64_t i = 0; i < 60000; ++i) rows.push_back({8, wide + i, 3, 1});
-  ASSERT_EQ(db::commit_batch(conn, "slotted_counters", {"big", 1, 1}, rows, rows),
+  ASSERT_EQ(commit_rows(conn, "slotted_counters", {"big", 1, 1}, rows, rows),
             db::commit_outcome::applied);
   EXPECT_EQ(sum_of_type(server, database, 8), 60000);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters"), 60000);
