@@ -22,7 +22,7 @@
 //
 // Lock order (db/repository.hpp, "Lock order"): the adoption row first (a table no
 // flush, reset or rollup transaction writes), then slot rows in (record_type,
-// record_id) order, the order commit_batch and reset_counter take them in; owning rows
+// record_id) order, the order db::apply and reset_counter take them in; owning rows
 // are read without a lock (READ COMMITTED: an INSERT ... SELECT's source is a consistent
 // read), so the roller's UPDATE of owning rows waits on nothing an adoption holds.
 

@@ -188,7 +188,7 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // above locks owning rows, and an adoption reads them unlocked. Statements that commit on their own
 // wait in no cycle, as each holds one kind of row at a time: prune_buckets (one bucket's rows, in
 // key order; with top, then their bucket totals, 4 then 5 in one transaction), prune_ledger,
-// idempotency::prune_keys and db::prune_uniques (one record type's passed windows of
+// db::prune_keys and db::prune_uniques (one record type's passed windows of
 // `<table>_uniques`, a range of its key; the types read unlocked).
 // Tested in tests/integration/lock_order_test.cpp.
 

@@ -173,7 +173,7 @@ std::string idempotency_keys_select_locked(std::span<const std::string> quoted_k
 // committed row under READ COMMITTED, no lock taken or awaited.
 std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t age_ms,
                                   std::chrono::milliseconds window);
-// The keys table's prune (idempotency::prune_keys): the keys of up to `limit` of the
+// The keys table's prune (db::prune_keys): the keys of up to `limit` of the
 // oldest rows first received more than `age` ago, through `by_age`, locking nothing ...
 std::string idempotency_keys_prune_select(std::chrono::milliseconds age, std::size_t limit);
 // ... then exactly those, through the primary key, while still that old (not taken

@@ -130,7 +130,10 @@ write_result apply(connection& conn, const write_set& ws, const write_rules& rul
     std::vector<store::bucket_row> all_buckets;
     std::span<const counter_row> rows = ws.rows;
     std::span<const store::bucket_row> buckets = ws.buckets;
-    if (!added.empty()) {
+    if (!added.empty() && ws.rows.empty()) {
+      rows = added;  // sorted, one per counter, as claimed
+      buckets = added_buckets;
+    } else if (!added.empty()) {
       all_rows = merged(ws.rows, added, store::counter_order);
       all_buckets = merged(ws.buckets, added_buckets, bucket_row_less);
       rows = all_rows;

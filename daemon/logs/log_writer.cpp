@@ -1,5 +1,5 @@
 // The writer of the log reader (source_state.hpp): the batch one pass commits (counts
-// and the new position in one transaction, db/log_positions.hpp) and what a commit
+// and the new position in one transaction, db::apply) and what a commit
 // records.
 
 #include <algorithm>

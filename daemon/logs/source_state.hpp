@@ -223,6 +223,9 @@ class line_counter {
 // The write committing a pass (db::apply): totals sorted (the lock order), one slot drawn
 // for it, its position's compare-and-set as its guard.
 struct pass_batch {
+  pass_batch() = default;
+  pass_batch(const pass_batch&) = delete;  // `set` and `rules` view its own members
+  pass_batch& operator=(const pass_batch&) = delete;
   std::vector<store::unique_entry> uniques;  // in the uniques table's key order
   std::vector<db::counter_row> rows;
   std::vector<db::counter_row> dirty;  // the marks' rows (rules.marks fills it)

@@ -172,7 +172,7 @@ TEST(StatementSize, EveryBatchLandsUnderASmallMaxAllowedPacket) {
 }
 
 // A plain batch bigger than one statement may be (one replayed from a WAL written while
-// max_allowed_packet was larger): db::commit_batch sends its slot rows and dirty marks in
+// max_allowed_packet was larger): db::apply sends its slot rows and dirty marks in
 // statements under the connection's budget, in one transaction under one ledger row.
 // Before write_counted, its rows went as one statement, refused as too large.
 TEST(StatementSize, APlainBatchOverTheBudgetCommitsWholeInOneTransaction) {

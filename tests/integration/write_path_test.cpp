@@ -1,0 +1,122 @@
+// db::apply (db/write_path.hpp), the one write of counts, through its two guards: a
+// ledger row already there and a position row that no longer holds `from` apply
+// nothing and leave no transaction open; the marks go to the counters written.
+#include "db/write_path.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "db/repository.hpp"
+#include "db/uniques.hpp"
+#include "support/mariadb_server.hpp"
+
+namespace slotted::test {
+namespace {
+
+const std::string write_path_table = "slotted_counters";
+
+class WritePath : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    database_ = shared_mariadb().create_database();
+    auto conn = connect();
+    db::migrate(conn, write_path_table);
+    logs::migrate_positions_table(conn);
+    dedupe_.declare(5, store::granularity::hour);
+    db::migrate_uniques(conn, write_path_table, dedupe_);
+  }
+  db::connection connect() const { return shared_mariadb().connect(database_); }
+  std::int64_t sum(std::uint64_t id) const {
+    return shared_mariadb().query_int(
+        database_,
+        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE "
+        "record_type = 5 AND record_id = " +
+            std::to_string(id));
+  }
+  std::int64_t marks() const {
+    return shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_dirty");
+  }
+
+  std::string database_;
+  store::dedupe_spec dedupe_;
+  // Every counter of record type 5 is rolled up: marked when written.
+  const db::write_rules rules_{.table = write_path_table,
+                               .dedupe = &dedupe_,
+                               .marks = [](std::span<const db::counter_row> rows) { return rows; }};
+};
+
+logs::log_position position_at(std::uint64_t offset) {
+  logs::log_position p;
+  p.file = {1, 2, 3, 4};
+  p.offset = offset;
+  return p;
+}
+
+TEST_F(WritePath, ALedgerRowAlreadyThereAppliesNothing) {
+  auto conn = connect();
+  const std::vector<db::counter_row> rows{{5, 1, 3, 7}};
+  const db::write_set ws{.guard = db::ledger_guard{{"a", 1, 1}, rows.size()}, .rows = rows};
+  EXPECT_EQ(db::apply(conn, ws, rules_).outcome, db::commit_outcome::applied);
+  const auto again = db::apply(conn, ws, rules_);
+  EXPECT_EQ(again.outcome, db::commit_outcome::already_applied);
+  EXPECT_EQ(again.rows, 0u);
+  EXPECT_FALSE(conn.in_transaction());
+  EXPECT_EQ(sum(1), 7);
+}
+
+TEST_F(WritePath, APositionRowThatMovedAppliesNothing) {
+  auto conn = connect();
+  const std::vector<db::counter_row> rows{{5, 1, 0, 2}};
+  const auto pass = [&](std::optional<logs::log_position> from, std::uint64_t to) {
+    return db::apply(
+               conn,
+               {.guard = db::position_guard{"i", "/var/log/a", std::move(from), position_at(to)},
+                .rows = rows},
+               rules_)
+        .outcome;
+  };
+  EXPECT_EQ(pass(std::nullopt, 10), db::commit_outcome::applied);
+  // A second first pass (another writer inserted the row): nothing.
+  EXPECT_EQ(pass(std::nullopt, 10), db::commit_outcome::moved);
+  EXPECT_FALSE(conn.in_transaction());
+  EXPECT_EQ(pass(position_at(10), 20), db::commit_outcome::applied);
+  // From a position the row no longer holds: nothing.
+  EXPECT_EQ(pass(position_at(10), 30), db::commit_outcome::moved);
+  EXPECT_FALSE(conn.in_transaction());
+  EXPECT_EQ(sum(1), 4);
+  EXPECT_EQ(logs::read_position(conn, "i", "/var/log/a"), position_at(20));
+}
+
+// A log pass's unique entry counted before by another pass adds no row and no mark;
+// its own rows still count and are marked.
+TEST_F(WritePath, AUniqueEntryCountedBeforeIsNeitherCountedNorMarked) {
+  auto conn = connect();
+  const std::int64_t window = 1763942400;
+  const std::vector<store::unique_entry> entries{{5, 2, window, "client", window + 5}};
+  const std::vector<db::counter_row> rows{{5, 1, 4, 1}};
+  const db::write_set first{.guard = db::position_guard{"i", "/a", std::nullopt, position_at(10)},
+                            .uniques = entries,
+                            .slot = 4};
+  const auto counted = db::apply(conn, first, rules_);
+  ASSERT_EQ(counted.outcome, db::commit_outcome::applied);
+  EXPECT_EQ(counted.counted, 1u);
+  EXPECT_EQ(sum(2), 1);
+  conn.execute("DELETE FROM slotted_counterd_dirty");
+  const db::write_set second{
+      .guard = db::position_guard{"i", "/a", position_at(10), position_at(20)},
+      .rows = rows,
+      .uniques = entries,
+      .slot = 4};
+  const auto again = db::apply(conn, second, rules_);
+  ASSERT_EQ(again.outcome, db::commit_outcome::applied);
+  EXPECT_EQ(again.duplicates, 1u);
+  EXPECT_EQ(again.rows, 1u);
+  EXPECT_EQ(sum(2), 1);
+  EXPECT_EQ(sum(1), 1);
+  EXPECT_EQ(marks(), 1);  // counter 1's; none for counter 2
+}
+
+}  // namespace
+}  // namespace slotted::test
