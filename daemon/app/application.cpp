@@ -109,7 +109,7 @@ application::application(config::daemon_config cfg)
       pool_(connect_options_for(cfg_.mysql), cfg_.mysql.pool_size),
       keyed_(cfg_.idempotency.window, cfg_.idempotency.max_keys, metrics_, store_),
       wal_(cfg_.wal.dir.empty() ? nullptr
-                                : std::make_unique<wal::write_ahead_log>(cfg_.wal, metrics_)),
+                                : std::make_unique<durable::daemon_log>(cfg_.wal, metrics_)),
       committer_(wal_ ? std::make_unique<durable::committer>(*wal_, store_, pending_limits_of(cfg_))
                       : nullptr),
       flusher_(flush_settings_for(cfg_, limits_), store_, pool_, metrics_),

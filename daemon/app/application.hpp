@@ -126,7 +126,7 @@ class application final {
   ingest::table_limits limits_;
   // Requests with an Idempotency-Key, apart from store_ until their flush.
   idempotency::keyed_store keyed_;
-  std::unique_ptr<wal::write_ahead_log> wal_;
+  std::unique_ptr<durable::daemon_log> wal_;
   // Log, then apply, then answer (with wal_ only). Declared before the flusher and the
   // HTTP loops: its thread is stopped before they go (see ~application).
   std::unique_ptr<durable::committer> committer_;

@@ -56,7 +56,7 @@ struct committer::job {
   bool keyed = false;           // holds a logged keyed request
 };
 
-committer::committer(wal::write_ahead_log& log, store::pending_store& store,
+committer::committer(daemon_log& log, store::pending_store& store,
                      const store::pending_limits& limits)
     : log_(log),
       log_config_(log.config()),
@@ -77,7 +77,7 @@ void committer::start(store::batch_queue& queue, bool replayed) {
     // Only a full disk is run through (ingest answers 503 until appends fit): any other
     // error (EACCES, EIO, EROFS...) will not pass by itself, and fails the start.
     if (replayed || !log_.last_failure_was_full_disk())
-      throw wal::wal_error("cannot write to the WAL directory " + log_.config().dir + ": " +
+      throw wal::wal_error("cannot write to the WAL directory " + log_.dir() + ": " +
                            written.failed().detail);
     log::warn("WAL: ", written.failed().detail,
               "; the WAL's disk is full: increments are refused (503) until there is room");

@@ -74,6 +74,7 @@
 #include <thread>
 #include <vector>
 
+#include "durable/daemon_log.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "model/batch.hpp"
 #include "model/increment.hpp"
@@ -100,8 +101,7 @@ class committer final : public store::batch_source {
 
   // `log` must be open (replayed) and outlive this object.
   // `limits`: the pending bounds (flush.max_pending_keys, flush.max_pending_bytes).
-  committer(wal::write_ahead_log& log, store::pending_store& store,
-            const store::pending_limits& limits);
+  committer(daemon_log& log, store::pending_store& store, const store::pending_limits& limits);
   ~committer() override;
   committer(const committer&) = delete;
   committer& operator=(const committer&) = delete;

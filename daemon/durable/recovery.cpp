@@ -18,7 +18,7 @@ recovered recover(wal::write_ahead_log& log, const recover_options& options) {
   try {
     out.deltas = state.deltas();
   } catch (const std::overflow_error& e) {
-    throw wal::wal_error("WAL in " + log.config().dir + " is corrupt: " + e.what());
+    throw wal::wal_error("WAL in " + log.dir() + " is corrupt: " + e.what());
   }
   out.keyed = state.keyed();
   out.uniques = state.uniques();

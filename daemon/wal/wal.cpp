@@ -95,8 +95,8 @@ std::string segment_path_in(const std::string& dir, std::uint64_t n) {
   return dir + name;
 }
 
-write_ahead_log::write_ahead_log(config::wal_config cfg, metrics::registry& metrics)
-    : cfg_(std::move(cfg)), metrics_(metrics) {}
+write_ahead_log::write_ahead_log(std::string dir, observer& obs)
+    : dir_(std::move(dir)), observer_(obs) {}
 
 write_ahead_log::~write_ahead_log() {
   if (unsynced_ && fd_ >= 0) static_cast<void>(sync());  // a failure is logged
@@ -106,13 +106,13 @@ write_ahead_log::~write_ahead_log() {
 }
 
 void write_ahead_log::lock_directory() {
-  const std::string path = cfg_.dir + "/lock";
+  const std::string path = dir_ + "/lock";
   const auto in_use = [&](int holder_fd) {
     char buf[32] = {};
     const ssize_t n = holder_fd < 0 ? 0 : ::pread(holder_fd, buf, sizeof buf - 1, 0);
     std::string holder = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    return wal_error("WAL directory " + cfg_.dir + " is in use by another process (pid " +
+    return wal_error("WAL directory " + dir_ + " is in use by another process (pid " +
                      (holder.empty() ? "unknown" : holder) +
                      "): two daemons must never share a wal.dir; stop that one or give this one "
                      "its own wal.dir");
@@ -122,7 +122,7 @@ void write_ahead_log::lock_directory() {
   // it names and for older versions, which lock only the file.
   if (::flock(dir_fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    if (err != EWOULDBLOCK) throw wal_error("cannot lock " + cfg_.dir + ": " + std::strerror(err));
+    if (err != EWOULDBLOCK) throw wal_error("cannot lock " + dir_ + ": " + std::strerror(err));
     const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     const auto error = in_use(fd);
     if (fd >= 0) ::close(fd);
@@ -178,31 +178,31 @@ void write_ahead_log::write_pid(const std::string& path) {
 }
 
 std::string write_ahead_log::segment_path(std::uint64_t n) const {
-  return segment_path_in(cfg_.dir, n);
+  return segment_path_in(dir_, n);
 }
 
 void write_ahead_log::open_directory() {
-  if (::mkdir(cfg_.dir.c_str(), 0700) == 0) {
-    sync_directory(parent_of(cfg_.dir));  // the new directory's name must survive a crash
+  if (::mkdir(dir_.c_str(), 0700) == 0) {
+    sync_directory(parent_of(dir_));  // the new directory's name must survive a crash
   } else if (errno != EEXIST) {
-    throw wal_error("cannot create WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+    throw wal_error("cannot create WAL directory " + dir_ + ": " + std::strerror(errno));
   }
   // Before anything in the directory is read: a second copy must not replay, and then
   // delete, the log of a daemon that is running on it.
-  dir_fd_ = ::open(cfg_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd_ < 0)
-    throw wal_error("cannot open WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+    throw wal_error("cannot open WAL directory " + dir_ + ": " + std::strerror(errno));
   lock_directory();
 }
 
 std::set<std::uint64_t> write_ahead_log::segment_numbers() const {
-  return segment_numbers_in(cfg_.dir);
+  return segment_numbers_in(dir_);
 }
 
 void write_ahead_log::cut_torn_tail(const std::string& path, const scan_result& scan) {
   log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes,
             " (", scan.problem, "): cut off; it was never acknowledged");
-  metrics_.wal_torn_tails.Increment();
+  observer_.torn_tail_cut();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(scan.valid_bytes)) != 0 || ::fsync(fd) != 0) {
     const int err = errno;
@@ -211,7 +211,7 @@ void write_ahead_log::cut_torn_tail(const std::string& path, const scan_result& 
   }
   ::close(fd);
   if (::fsync(dir_fd_) != 0)
-    throw wal_error("cannot sync WAL directory " + cfg_.dir + ": " + std::strerror(errno));
+    throw wal_error("cannot sync WAL directory " + dir_ + ": " + std::strerror(errno));
 }
 
 void write_ahead_log::salvage_damaged(const std::string& path, const std::string& data,
@@ -223,7 +223,7 @@ void write_ahead_log::salvage_damaged(const std::string& path, const std::string
     throw wal_error(where +
                     ". To keep the records before that offset, run once with --wal-salvage "
                     "(it moves the file aside); or move that file out of " +
-                    cfg_.dir + ": the increments logged in it from that offset on are lost");
+                    dir_ + ": the increments logged in it from that offset on are lost");
   }
   // The records before the damage are applied, in memory only: the file goes aside
   // (kept for a post mortem, under a name replay ignores) once start()'s snapshot
@@ -355,12 +355,11 @@ result<void> write_ahead_log::sync() {
   const std::size_t covered = segment_bytes_;
   syncs_.fetch_add(1, std::memory_order_relaxed);
   const int rc = fault_ && fault_("fdatasync") ? (errno = EIO, -1) : ::fdatasync(fd_);
-  metrics_.wal_fsync_duration_seconds.Observe(
-      std::chrono::duration<double>(clock::now() - started).count());
+  observer_.synced(clock::now() - started);
   last_sync_ = clock::now();
   if (rc != 0) {
     const int err = errno;
-    metrics_.wal_data_sync_failures.Increment();
+    observer_.data_sync_failed();
     return failed("fdatasync", err, errc::wal_sync_failed);
   }
   unsynced_ = false;
@@ -420,7 +419,7 @@ result<void> write_ahead_log::sync_wal_directory() {
   if (rc != 0) {
     const int err = errno;
     directory_unsynced_ = true;
-    metrics_.wal_directory_sync_failures.Increment();
+    observer_.directory_sync_failed();
     return failed("sync directory", err, errc::wal_sync_failed);
   }
   directory_unsynced_ = false;
@@ -444,7 +443,7 @@ result<std::uint64_t> write_ahead_log::snapshot(std::string_view record, bool ho
   for (const auto& [path, aside] : std::exchange(salvaged_, {})) {
     if (::rename(path.c_str(), aside.c_str()) != 0) {
       log::error("WAL: cannot move the salvaged segment ", path, " to ", aside, ": ",
-                 std::strerror(errno), "; move it out of ", cfg_.dir, " by hand");
+                 std::strerror(errno), "; move it out of ", dir_, " by hand");
     }
   }
   for (const auto& [n, size] : closed_) ::unlink(segment_path(n).c_str());
@@ -491,14 +490,14 @@ void write_ahead_log::release(std::uint64_t min_tag, std::string_view committed_
 }
 
 void write_ahead_log::update_size_gauge() {
-  metrics_.wal_bytes.Set(static_cast<double>(segment_bytes_ + closed_bytes_));
+  observer_.size_changed(segment_bytes_ + closed_bytes_);
 }
 
 failure write_ahead_log::failed(const std::string& what, int err, errc code) {
   last_errno_ = err;
   std::string message = what + ": " + std::strerror(err);
   if (message != last_logged_) {
-    log::error("WAL ", cfg_.dir, ": ", message, "; ingest answers 503 until it can write again");
+    log::error("WAL ", dir_, ": ", message, "; ingest answers 503 until it can write again");
     last_logged_ = message;
   }
   return {code, std::move(message)};

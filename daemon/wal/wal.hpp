@@ -35,8 +35,6 @@
 #include <string_view>
 #include <vector>
 
-#include "config/config.hpp"
-#include "metrics/metrics.hpp"
 #include "model/result.hpp"
 #include "wal/frame.hpp"
 
@@ -64,18 +62,30 @@ struct open_options {
   bool salvage = false;
 };
 
+// What the log reports as it works, to whoever keeps its figures (durable::daemon_log
+// gives them to the daemon's metrics). Called on the thread that calls the log.
+class observer {
+ public:
+  virtual ~observer() = default;
+  virtual void torn_tail_cut() = 0;
+  virtual void synced(std::chrono::duration<double> took) = 0;  // one fdatasync, failed or not
+  virtual void data_sync_failed() = 0;
+  virtual void directory_sync_failed() = 0;
+  virtual void size_changed(std::size_t bytes) = 0;  // of every segment
+};
+
 class write_ahead_log {
  public:
   using clock = std::chrono::steady_clock;
 
-  write_ahead_log(config::wal_config cfg, metrics::registry& metrics);
+  // The log in directory `dir` (wal.dir), reporting to `obs` (which outlives it).
+  write_ahead_log(std::string dir, observer& obs);
   // Syncs what is appended but not synced, then releases the lock.
   ~write_ahead_log();
   write_ahead_log(const write_ahead_log&) = delete;
   write_ahead_log& operator=(const write_ahead_log&) = delete;
 
-  const config::wal_config& config() const { return cfg_; }
-  metrics::registry& metrics() const { return metrics_; }
+  const std::string& dir() const { return dir_; }
 
   // Creates the directory (0700) if needed, locks it (flock on the directory and a lock file)
   // and scans every segment, oldest first, handing each record's payload to `apply` (a
@@ -164,8 +174,8 @@ class write_ahead_log {
   // The failure `code` of call `what` with errno `err`, logged once per distinct cause.
   failure failed(const std::string& what, int err, errc code = errc::wal_write_failed);
 
-  config::wal_config cfg_;
-  metrics::registry& metrics_;
+  std::string dir_;
+  observer& observer_;
 
   int fd_ = -1;
   int dir_fd_ = -1;

@@ -22,6 +22,7 @@
 #include <map>
 #include <string>
 
+#include "durable/daemon_log.hpp"
 #include "durable/record.hpp"
 #include "durable/recovery.hpp"
 #include "metrics/metrics.hpp"
@@ -227,7 +228,7 @@ void recovered_dir(std::string_view data) {
   config::wal_config cfg;
   cfg.dir = dir;
   try {
-    wal::write_ahead_log log(cfg, metrics);
+    durable::daemon_log log(cfg, metrics);
     (void)durable::recover(log);
   } catch (const wal::wal_error&) {
   }

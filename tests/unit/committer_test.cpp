@@ -108,12 +108,12 @@ class Committer : public ::testing::Test {
         : store(shards), log(cfg, metrics), c(opened(log), store, max_pending_keys) {
       c.start(queue);
     }
-    static wal::write_ahead_log& opened(wal::write_ahead_log& log) {
+    static durable::daemon_log& opened(durable::daemon_log& log) {
       recover(log);
       return log;
     }
     store::pending_store store;
-    wal::write_ahead_log log;
+    durable::daemon_log log;
     queue_stub queue;
     committer c;
   };
@@ -191,7 +191,7 @@ TEST_F(Committer, ATakeCoversWhatWasLoggedEvenIfItsHttpThreadHasNotAppliedItYet)
   }
   // A crash now: replay holds each increment once, in the batch that covers it.
   store::pending_store store(4);
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   const auto recovered = recover(log);
   EXPECT_TRUE(recovered.deltas.empty());
   EXPECT_EQ(batched(recovered.batches, 42), 8);
@@ -221,7 +221,7 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
   {
     store::pending_store store(4);
     store::pending_uniques uniques(store, 4);
-    wal::write_ahead_log log(cfg_, metrics_);
+    durable::daemon_log log(cfg_, metrics_);
     recover(log);
     committer c(log, store, 1000);
     c.attach_uniques(&uniques);
@@ -257,7 +257,7 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
     // A crash: replayed, then started again (its snapshot holds what was replayed).
     store::pending_store store(4);
     store::pending_uniques uniques(store, 4);
-    wal::write_ahead_log log(cfg_, metrics_);
+    durable::daemon_log log(cfg_, metrics_);
     const auto r = recover(log);
     expect_replayed(r);
     uniques.add(r.uniques);
@@ -268,7 +268,7 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
     c.start(queue);
     c.stop();
   }
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   expect_replayed(recover(log));
 }
 
@@ -326,7 +326,7 @@ void Committer::takes_between_applies(config::fsync_mode mode) {
   for (std::uint64_t id = 0; id < 10; ++id) total += batched(taken, id);
   EXPECT_EQ(total + left_in_store, threads * per_thread);
   // Replay agrees with what was taken: every batch as logged, nothing pending twice.
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   const auto recovered = recover(log);
   std::int64_t replayed = 0;
   for (const auto& d : recovered.deltas) replayed += d.delta;
@@ -349,7 +349,7 @@ TEST_F(Committer, TakesBetweenInlineAppendsOnSeveralThreadsLoseAndDoubleNothing)
 TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
   cfg_.fsync = config::fsync_mode::always;
   store::pending_store store(4);
-  auto log = std::make_unique<wal::write_ahead_log>(cfg_, metrics_);
+  auto log = std::make_unique<durable::daemon_log>(cfg_, metrics_);
   recover(*log);
   auto c = std::make_unique<committer>(*log, store, 1000);
   queue_stub queue;
@@ -372,7 +372,7 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
   c.reset();
   log.reset();
   // Never answered: it replays from the WAL.
-  wal::write_ahead_log again(cfg_, metrics_);
+  durable::daemon_log again(cfg_, metrics_);
   const auto recovered = recover(again);
   ASSERT_EQ(recovered.deltas.size(), 1u);
   EXPECT_EQ(recovered.deltas[0].delta, 5);
@@ -383,7 +383,7 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
 TEST_F(Committer, StopLetsNoSessionOutliveItsIoContext) {
   cfg_.fsync = config::fsync_mode::always;
   store::pending_store store(4);
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   recover(log);
   auto c = std::make_unique<committer>(log, store, 1000);
   queue_stub queue;
@@ -799,7 +799,7 @@ TEST_F(CommitterGroup, AGroupCutMidWriteReplaysWholeRecordsOnly) {
     }
     config::wal_config cut_cfg = cfg_;
     cut_cfg.dir = copy_dir;
-    wal::write_ahead_log replay(cut_cfg, metrics_);
+    durable::daemon_log replay(cut_cfg, metrics_);
     const auto recovered = recover(replay);
     std::set<std::uint64_t> ids;
     for (const auto& d : recovered.deltas) {
@@ -826,7 +826,7 @@ TEST_F(CommitterGroup, ALeaderExceptionDoesNotWedgeTheQueue) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   cfg_.fsync = config::fsync_mode::never;
   store::pending_store store(2);
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   recover(log);
   committer c(log, store, 1000);
   c.set_group_hook_for_test([] { throw std::runtime_error("injected"); });
@@ -964,7 +964,7 @@ TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
 // sync wal_sync_failed, and a batches record that does not fit (a file size limit) is
 // wal_write_failed too, the log then writable again.
 TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   recover(log);
   const auto tag = durable::log_snapshot(log, {}, {});
   ASSERT_TRUE(tag) << tag.failed().detail;
@@ -1007,7 +1007,7 @@ std::map<std::uint64_t, std::int64_t> replayed_by_id(wal::write_ahead_log& log) 
 TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   {
-    wal::write_ahead_log log(cfg_, metrics_);
+    durable::daemon_log log(cfg_, metrics_);
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));  // a segment to append to
     ASSERT_TRUE(log.append(increments_record(1, 2), true));
@@ -1022,12 +1022,12 @@ TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
     log.set_fault_for_test({});
   }
   // Replayed: the record appended before, not the refused one.
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   EXPECT_EQ(replayed_by_id(log), (std::map<std::uint64_t, std::int64_t>{{1, 2}}));
 }
 
 TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   recover(log);
   ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
   const std::string one = increments_record(1, 1);
@@ -1047,7 +1047,7 @@ TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
 
 TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
   {
-    wal::write_ahead_log log(cfg_, metrics_);
+    durable::daemon_log log(cfg_, metrics_);
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
     ASSERT_TRUE(log.append(increments_record(1, 3), true));
@@ -1065,7 +1065,7 @@ TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
                                                "truncate", "fdatasync"}));
   }
   // Replayed: the first record, nothing of the half-written one.
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   EXPECT_EQ(replayed_by_id(log), (std::map<std::uint64_t, std::int64_t>{{1, 3}}));
 }
 

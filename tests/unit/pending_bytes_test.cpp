@@ -163,7 +163,7 @@ TEST(PendingBytes, TheCommitterRefusesAtTheByteBoundBeforeLogging) {
   {
     pending_store s(4);
     pending_uniques uniques(s, 4);
-    wal::write_ahead_log log(cfg, m);
+    durable::daemon_log log(cfg, m);
     durable::recover(log);
     durable::committer c(log, s, pending_limits{1000, 4 * key_bytes});
     c.attach_uniques(&uniques);

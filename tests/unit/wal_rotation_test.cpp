@@ -68,7 +68,7 @@ std::vector<store::flush_batch> one_batch(std::uint64_t seq) {
 // and go on once it can, in the segment that was current.
 TEST_F(WalRotation, AFailedDirectorySyncLeavesTheNewSegmentUnusedAndRefusesAppends) {
   {
-    wal::write_ahead_log log(cfg_, metrics_);
+    durable::daemon_log log(cfg_, metrics_);
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
     ASSERT_TRUE(log.append(increments_record(1, 2), true));
@@ -99,7 +99,7 @@ TEST_F(WalRotation, AFailedDirectorySyncLeavesTheNewSegmentUnusedAndRefusesAppen
     log.set_fault_for_test({});
   }
   // Replayed: what was acknowledged, nothing refused, no batch.
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   const auto r = recover(log);
   std::map<std::uint64_t, std::int64_t> by_id;
   for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
@@ -114,7 +114,7 @@ TEST_F(WalRotation, IngestIsRefusedUntilTheDirectorySyncsAgain) {
   cfg_.fsync = config::fsync_mode::never;  // refused even where appends are not synced
   std::atomic<bool> failing{false};
   store::pending_store store(4);
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   log.set_fault_for_test(
       [&](std::string_view call) { return call == "directory fsync" && failing.load(); });
   recover(log);
@@ -170,7 +170,7 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
   std::atomic<bool> failing{true};
   {
     store::pending_store store(4);
-    wal::write_ahead_log log(cfg_, metrics_);
+    durable::daemon_log log(cfg_, metrics_);
     log.set_fault_for_test(
         [&](std::string_view call) { return call == "create segment" && failing.load(); });
     recover(log);
@@ -191,7 +191,7 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
     c.stop();
     log.set_fault_for_test({});
   }
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   const auto r = recover(log);
   std::map<std::uint64_t, std::int64_t> by_id;
   for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
@@ -203,7 +203,7 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
 // and the error.
 TEST_F(WalRotation, AStartWhoseSnapshotFailsOtherThanForRoomFails) {
   store::pending_store store(4);
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   log.set_fault_for_test([](std::string_view call) { return call == "directory fsync"; });
   recover(log);
   committer c(log, store, 1000);
@@ -221,7 +221,7 @@ TEST_F(WalRotation, AStartWhoseSnapshotFailsOtherThanForRoomFails) {
 // The pid in the lock file: a short write sets no errno, so the warning says "short
 // write", not whatever errno an earlier call left; and it is run through as a full disk.
 TEST_F(WalRotation, AShortPidWriteSaysSo) {
-  wal::write_ahead_log log(cfg_, metrics_);
+  durable::daemon_log log(cfg_, metrics_);
   log.set_fault_for_test([](std::string_view call) { return call == "pid write"; });
   ::testing::internal::CaptureStderr();
   errno = EACCES;  // stale: no call below sets it
