@@ -179,7 +179,7 @@ bool verify_database(const config::daemon_config& cfg) {
   }
   db::verify_totals_tables(*conn, cfg.mysql.table, config::top_spec_of(cfg));
   db::verify_uniques_table(*conn, cfg.mysql.table, config::dedupe_spec_of(cfg));
-  if (!cfg.log_sources.empty()) logs::verify_positions_table(*conn);
+  if (!cfg.log_sources.empty()) db::verify_positions_table(*conn);
   return true;
 }
 

@@ -79,7 +79,7 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
   }
   grant("SELECT, INSERT, DELETE", ledger_table);
   grant(all_rows, idempotency_keys_table);
-  if (!cfg.log_sources.empty()) grant("SELECT, INSERT, UPDATE", logs::positions_table);
+  if (!cfg.log_sources.empty()) grant("SELECT, INSERT, UPDATE", positions_table);
 
   // The owning tables in the order the config first names them, each with the
   // columns of all its targets.

@@ -9,7 +9,7 @@
 #include "db/repository.hpp"
 #include "db/sql_text.hpp"
 
-namespace slotted::logs {
+namespace slotted::db {
 
 std::uint64_t head_hash(std::string_view bytes) {
   std::uint64_t h = 0xcbf29ce484222325ull;
@@ -194,4 +194,4 @@ bool claim_position(db::connection& conn, std::string_view instance_id, std::str
   return true;
 }
 
-}  // namespace slotted::logs
+}  // namespace slotted::db

@@ -13,7 +13,7 @@
 #include "db/connection.hpp"
 #include "db/sql.hpp"
 
-namespace slotted::logs {
+namespace slotted::db {
 
 inline constexpr std::string_view positions_table = "slotted_counterd_log_positions";
 
@@ -95,4 +95,4 @@ std::vector<other_position> positions_of_others(db::connection& conn, std::strin
 bool claim_position(db::connection& conn, std::string_view instance_id, std::string_view path,
                     const std::optional<log_position>& from, const log_position& to);
 
-}  // namespace slotted::logs
+}  // namespace slotted::db

@@ -24,7 +24,7 @@ void migrate(connection& conn, const std::string& table) {
   conn.execute(create_adoptions_table());
   conn.execute(create_idempotency_keys_table());
   migrate_idempotency_keys(conn);
-  logs::migrate_positions_table(conn);
+  migrate_positions_table(conn);
 }
 
 void migrate_idempotency_keys(connection& conn) {

@@ -94,7 +94,7 @@ bool claim_guard(connection& conn, const write_set& ws, write_result& out) {
     return false;
   }
   const auto& p = std::get<position_guard>(ws.guard);
-  if (logs::claim_position(conn, p.instance_id, p.path, p.from, p.to)) return true;
+  if (claim_position(conn, p.instance_id, p.path, p.from, p.to)) return true;
   out.outcome = commit_outcome::moved;
   return false;
 }

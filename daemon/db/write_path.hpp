@@ -87,8 +87,8 @@ struct ledger_guard {
 struct position_guard {
   std::string instance_id;
   std::string path;
-  std::optional<logs::log_position> from;
-  logs::log_position to;
+  std::optional<log_position> from;
+  log_position to;
 };
 
 // What one transaction writes, after its guard: views, valid for one apply() call.

@@ -21,6 +21,17 @@
 
 namespace slotted::logs {
 
+// The committed read positions are the database's (db/log_positions.hpp); the reader
+// names them as its own.
+using db::file_identity;
+using db::file_inode;
+using db::head_bytes;
+using db::head_hash;
+using db::log_position;
+using db::other_position;
+using db::positions_of_others;
+using db::read_position;
+
 // An I/O error on a log file (EIO from NFS, a FUSE daemon gone): never taken for a cut or
 // another file; the pass fails, is reported (log_events_total{kind="read_error"}) and is
 // tried again, the files kept open.

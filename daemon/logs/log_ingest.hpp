@@ -32,6 +32,10 @@
 #include "model/uniques.hpp"
 #include "util/thread_annotations.hpp"
 
+namespace slotted::db {
+struct log_position;
+}  // namespace slotted::db
+
 namespace slotted::logs {
 
 struct ingest_settings {
@@ -78,7 +82,6 @@ bool still_same_file(const file_snapshot& before, const file_snapshot& after);
 
 struct source_state;
 struct pass_counts;
-struct log_position;
 
 // This instance has no position for a source whose file another instance_id's position
 // names (a renamed host, a new container): its lines up to there were counted under that
@@ -130,7 +133,7 @@ class log_ingester {
   void back_off(source_state& s);
   void load_position(db::pool::lease& lease, source_state& s);
   bool commit_pass(db::pool::lease& lease, source_state& s, const pass_counts& pass,
-                   const log_position& to);
+                   const db::log_position& to);
   void loop();
 
   ingest_settings settings_;

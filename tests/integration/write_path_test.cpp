@@ -23,7 +23,7 @@ class WritePath : public ::testing::Test {
     database_ = shared_mariadb().create_database();
     auto conn = connect();
     db::migrate(conn, write_path_table);
-    logs::migrate_positions_table(conn);
+    db::migrate_positions_table(conn);
     dedupe_.declare(5, store::granularity::hour);
     db::migrate_uniques(conn, write_path_table, dedupe_);
   }
@@ -47,8 +47,8 @@ class WritePath : public ::testing::Test {
                                .marks = [](std::span<const db::counter_row> rows) { return rows; }};
 };
 
-logs::log_position position_at(std::uint64_t offset) {
-  logs::log_position p;
+db::log_position position_at(std::uint64_t offset) {
+  db::log_position p;
   p.file = {1, 2, 3, 4};
   p.offset = offset;
   return p;
@@ -69,7 +69,7 @@ TEST_F(WritePath, ALedgerRowAlreadyThereAppliesNothing) {
 TEST_F(WritePath, APositionRowThatMovedAppliesNothing) {
   auto conn = connect();
   const std::vector<db::counter_row> rows{{5, 1, 0, 2}};
-  const auto pass = [&](std::optional<logs::log_position> from, std::uint64_t to) {
+  const auto pass = [&](std::optional<db::log_position> from, std::uint64_t to) {
     return db::apply(
                conn,
                {.guard = db::position_guard{"i", "/var/log/a", std::move(from), position_at(to)},
@@ -86,7 +86,7 @@ TEST_F(WritePath, APositionRowThatMovedAppliesNothing) {
   EXPECT_EQ(pass(position_at(10), 30), db::commit_outcome::moved);
   EXPECT_FALSE(conn.in_transaction());
   EXPECT_EQ(sum(1), 4);
-  EXPECT_EQ(logs::read_position(conn, "i", "/var/log/a"), position_at(20));
+  EXPECT_EQ(db::read_position(conn, "i", "/var/log/a"), position_at(20));
 }
 
 // A log pass's unique entry counted before by another pass adds no row and no mark;

@@ -204,13 +204,13 @@ TEST(LogFiles, EachSchemeNamesItsRotatedFilesOldestFirst) {
 TEST(LogFiles, APositionsTableOfAnEarlierVersionGainsItsColumns) {
   const std::vector<std::string> old{"instance_id", "path", "file_dev", "file_ino", "head_len",
                                      "head_hash", "offset", "committed_at"};
-  const auto sql = positions_table_upgrade(old);
+  const auto sql = db::positions_table_upgrade(old);
   ASSERT_EQ(sql.size(), 1u);
   EXPECT_NE(sql[0].find("ADD COLUMN `in_long_line`"), std::string::npos) << sql[0];
   EXPECT_NE(sql[0].find("ADD COLUMN `file_mtime_ns`"), std::string::npos) << sql[0];
   auto now = old;
   now.insert(now.end(), {"in_long_line", "file_mtime_ns"});
-  EXPECT_TRUE(positions_table_upgrade(now).empty());
+  EXPECT_TRUE(db::positions_table_upgrade(now).empty());
 }
 
 // A position is told by the first bytes its file held when the pass looked at it: bytes
