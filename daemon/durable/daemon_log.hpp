@@ -34,7 +34,7 @@ class wal_metrics : public wal::observer {
 };
 }  // namespace detail
 
-class daemon_log : private detail::wal_metrics, public wal::write_ahead_log {
+class daemon_log final : private detail::wal_metrics, public wal::write_ahead_log {
  public:
   daemon_log(config::wal_config cfg, metrics::registry& m)
       : detail::wal_metrics(m),

@@ -96,9 +96,23 @@ std::string segment_path_in(const std::string& dir, std::uint64_t n) {
 }
 
 write_ahead_log::write_ahead_log(std::string dir, observer& obs)
-    : dir_(std::move(dir)), observer_(obs) {}
+    : dir_(std::move(dir)), observer_(&obs) {}
+
+namespace {
+struct no_observer final : observer {
+  void torn_tail_cut() override {}
+  void synced(std::chrono::duration<double>) override {}
+  void data_sync_failed() override {}
+  void directory_sync_failed() override {}
+  void size_changed(std::size_t) override {}
+};
+}  // namespace
 
 write_ahead_log::~write_ahead_log() {
+  // The last sync reports to nobody: the observer may be a part of the object being
+  // destroyed (durable::daemon_log's other base).
+  static no_observer none;
+  observer_ = &none;
   if (unsynced_ && fd_ >= 0) static_cast<void>(sync());  // a failure is logged
   if (fd_ >= 0) ::close(fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
@@ -202,7 +216,7 @@ std::set<std::uint64_t> write_ahead_log::segment_numbers() const {
 void write_ahead_log::cut_torn_tail(const std::string& path, const scan_result& scan) {
   log::warn("WAL segment ", path, " ends in an incomplete record at offset ", scan.valid_bytes,
             " (", scan.problem, "): cut off; it was never acknowledged");
-  observer_.torn_tail_cut();
+  observer_->torn_tail_cut();
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(scan.valid_bytes)) != 0 || ::fsync(fd) != 0) {
     const int err = errno;
@@ -312,7 +326,7 @@ result<void> write_ahead_log::append(std::string_view bytes, bool synced) {
     cut_back(before);
     return synced_now;
   }
-  update_size_gauge();  // one atomic store: the gauge follows every append
+  update_size_gauge();  // the size follows every append
   if (!last_logged_.empty()) {
     log::info("WAL writable again");
     last_logged_.clear();
@@ -355,11 +369,11 @@ result<void> write_ahead_log::sync() {
   const std::size_t covered = segment_bytes_;
   syncs_.fetch_add(1, std::memory_order_relaxed);
   const int rc = fault_ && fault_("fdatasync") ? (errno = EIO, -1) : ::fdatasync(fd_);
-  observer_.synced(clock::now() - started);
+  observer_->synced(clock::now() - started);
   last_sync_ = clock::now();
   if (rc != 0) {
     const int err = errno;
-    observer_.data_sync_failed();
+    observer_->data_sync_failed();
     return failed("fdatasync", err, errc::wal_sync_failed);
   }
   unsynced_ = false;
@@ -419,7 +433,7 @@ result<void> write_ahead_log::sync_wal_directory() {
   if (rc != 0) {
     const int err = errno;
     directory_unsynced_ = true;
-    observer_.directory_sync_failed();
+    observer_->directory_sync_failed();
     return failed("sync directory", err, errc::wal_sync_failed);
   }
   directory_unsynced_ = false;
@@ -490,7 +504,7 @@ void write_ahead_log::release(std::uint64_t min_tag, std::string_view committed_
 }
 
 void write_ahead_log::update_size_gauge() {
-  observer_.size_changed(segment_bytes_ + closed_bytes_);
+  observer_->size_changed(segment_bytes_ + closed_bytes_);
 }
 
 failure write_ahead_log::failed(const std::string& what, int err, errc code) {

@@ -175,7 +175,7 @@ class write_ahead_log {
   failure failed(const std::string& what, int err, errc code = errc::wal_write_failed);
 
   std::string dir_;
-  observer& observer_;
+  observer* observer_;  // never null
 
   int fd_ = -1;
   int dir_fd_ = -1;
