@@ -62,6 +62,11 @@ std::string position_insert(std::string_view instance, std::string_view path,
          (p.in_long_line ? "1" : "0") + ", " + std::to_string(p.file_mtime_ns) + ")";
 }
 
+std::string positions_move_statement(std::string_view from, std::string_view to) {
+  return "UPDATE " + std::string(positions_table) + " SET instance_id = '" + std::string(to) +
+         "' WHERE instance_id = '" + std::string(from) + "'";
+}
+
 std::string position_update(std::string_view instance, std::string_view path,
                             const log_position& p) {
   return "UPDATE " + table() + " SET `file_dev` = " + std::to_string(p.file.dev) +

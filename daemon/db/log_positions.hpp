@@ -61,6 +61,11 @@ std::string position_insert(std::string_view quoted_instance, std::string_view q
 std::string position_update(std::string_view quoted_instance, std::string_view quoted_path,
                             const log_position& p);
 
+// The statement an operator runs, once instance `from` is stopped for good, to give its
+// positions to instance `to` (shown in an error message, never run by the daemon):
+// instance ids as the config gives them, single-quoted.
+std::string positions_move_statement(std::string_view from, std::string_view to);
+
 // The statements that bring a positions table made by an earlier version to this one's
 // columns (`columns`: the names it has); none when it has them.
 std::vector<std::string> positions_table_upgrade(const std::vector<std::string>& columns);

@@ -313,11 +313,9 @@ std::string other_instance_reading(db::connection& conn, const std::string& inst
            " (the same device, inode and first bytes): reading it from byte 0 would count "
            "those lines again, so it is not read. Was the host or container renamed? Set "
            "instance_id: " +
-           other.instance_id +
-           " in the config (and restart), or move the position: UPDATE "
-           "slotted_counterd_log_positions SET instance_id = '" +
-           instance + "' WHERE instance_id = '" + other.instance_id +
-           "' (only once that instance is stopped for good); see docs/configuration.md, "
+           other.instance_id + " in the config (and restart), or move the position: " +
+           db::positions_move_statement(other.instance_id, instance) +
+           " (only once that instance is stopped for good); see docs/configuration.md, "
            "Counting from access logs";
   }
   return "";

@@ -142,6 +142,11 @@ TEST_F(LogRotationErrors, ADamagedGzDoesNotStopTheCheckOfAnotherInstance) {
   }
   EXPECT_NE(refused.find("instance_id 'host-b') has no position"), std::string::npos)
       << refused;
+  // The statement that gives the other instance's positions to this one.
+  EXPECT_NE(refused.find("move the position: UPDATE slotted_counterd_log_positions SET "
+                         "instance_id = 'host-b' WHERE instance_id = '"),
+            std::string::npos)
+      << refused;
 }
 
 // The .gz that holds the committed file fails its first reads (EIO, as NFS may): the

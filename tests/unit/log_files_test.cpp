@@ -213,6 +213,14 @@ TEST(LogFiles, APositionsTableOfAnEarlierVersionGainsItsColumns) {
   EXPECT_TRUE(db::positions_table_upgrade(now).empty());
 }
 
+// The move of a position an error message shows an operator (a renamed host), built in
+// db/ with the other statements of the table, reads as it always did.
+TEST(LogFiles, TheMoveOfAPositionShownToAnOperatorGivesTheOldInstancesRowsToTheNew) {
+  EXPECT_EQ(db::positions_move_statement("old-host", "new-host"),
+            "UPDATE slotted_counterd_log_positions SET instance_id = 'new-host' WHERE "
+            "instance_id = 'old-host'");
+}
+
 // A position is told by the first bytes its file held when the pass looked at it: bytes
 // written since are not in a copy taken meanwhile (copytruncate), which must still be
 // found by them; and at offset 0 the file is told by more than no bytes.
