@@ -369,7 +369,7 @@ void application::replay_wal(const durable::recover_options& options) {
   notify::startup_extender extend_start;
   durable::recover_options with_buckets = options;
   with_buckets.buckets = store_.buckets();
-  auto recovered = durable::recover(*wal_, with_buckets);
+  auto recovered = durable::recover(wal_->log(), with_buckets);
   // Whether the old segments hold something the start snapshot must log again. A clean
   // stop leaves its last segment with nothing to keep: a start on a full disk then runs
   // (and refuses increments) rather than exiting; the old segments stay until a snapshot.

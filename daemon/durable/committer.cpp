@@ -58,7 +58,7 @@ struct committer::job {
 
 committer::committer(daemon_log& log, store::pending_store& store,
                      const store::pending_limits& limits)
-    : log_(log),
+    : log_(log.log()),
       log_config_(log.config()),
       log_metrics_(log.metrics()),
       store_(store),

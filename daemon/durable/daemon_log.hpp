@@ -13,10 +13,8 @@
 
 namespace slotted::durable {
 
-namespace detail {
-// The log's figures as the daemon's metrics: a base of daemon_log, so that it is built
-// before the log that reports to it.
-class wal_metrics : public wal::observer {
+// The log's figures as the daemon's metrics.
+class wal_metrics final : public wal::observer {
  public:
   explicit wal_metrics(metrics::registry& m) : metrics_(m) {}
   void torn_tail_cut() override { metrics_.wal_torn_tails.Increment(); }
@@ -28,22 +26,25 @@ class wal_metrics : public wal::observer {
   void size_changed(std::size_t bytes) override {
     metrics_.wal_bytes.Set(static_cast<double>(bytes));
   }
-
- protected:
-  metrics::registry& metrics_;
-};
-}  // namespace detail
-
-class daemon_log final : private detail::wal_metrics, public wal::write_ahead_log {
- public:
-  daemon_log(config::wal_config cfg, metrics::registry& m)
-      : detail::wal_metrics(m),
-        wal::write_ahead_log(cfg.dir, static_cast<detail::wal_metrics&>(*this)),
-        cfg_(std::move(cfg)) {}
-  const config::wal_config& config() const { return cfg_; }
-  metrics::registry& metrics() const { return metrics_; }
+  metrics::registry& registry() const { return metrics_; }
 
  private:
+  metrics::registry& metrics_;
+};
+
+// Members, not bases: the observer is built before the log and destroyed after it, so
+// the log's last sync (in its destructor) reports to a whole object.
+class daemon_log final {
+ public:
+  daemon_log(config::wal_config cfg, metrics::registry& m)
+      : observer_(m), log_(cfg.dir, observer_), cfg_(std::move(cfg)) {}
+  wal::write_ahead_log& log() { return log_; }
+  const config::wal_config& config() const { return cfg_; }
+  metrics::registry& metrics() const { return observer_.registry(); }
+
+ private:
+  wal_metrics observer_;
+  wal::write_ahead_log log_;
   config::wal_config cfg_;
 };
 

@@ -98,21 +98,7 @@ std::string segment_path_in(const std::string& dir, std::uint64_t n) {
 write_ahead_log::write_ahead_log(std::string dir, observer& obs)
     : dir_(std::move(dir)), observer_(&obs) {}
 
-namespace {
-struct no_observer final : observer {
-  void torn_tail_cut() override {}
-  void synced(std::chrono::duration<double>) override {}
-  void data_sync_failed() override {}
-  void directory_sync_failed() override {}
-  void size_changed(std::size_t) override {}
-};
-}  // namespace
-
 write_ahead_log::~write_ahead_log() {
-  // The last sync reports to nobody: the observer may be a part of the object being
-  // destroyed (durable::daemon_log's other base).
-  static no_observer none;
-  observer_ = &none;
   if (unsynced_ && fd_ >= 0) static_cast<void>(sync());  // a failure is logged
   if (fd_ >= 0) ::close(fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);

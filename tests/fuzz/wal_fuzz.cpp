@@ -228,7 +228,8 @@ void recovered_dir(std::string_view data) {
   config::wal_config cfg;
   cfg.dir = dir;
   try {
-    durable::daemon_log log(cfg, metrics);
+    durable::daemon_log log_owner(cfg, metrics);
+    wal::write_ahead_log& log = log_owner.log();
     (void)durable::recover(log);
   } catch (const wal::wal_error&) {
   }

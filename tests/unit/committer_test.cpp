@@ -105,15 +105,16 @@ class Committer : public ::testing::Test {
   struct started {
     started(const config::wal_config& cfg, metrics::registry& metrics, std::size_t shards,
             std::size_t max_pending_keys)
-        : store(shards), log(cfg, metrics), c(opened(log), store, max_pending_keys) {
+        : store(shards), owner(cfg, metrics), c(opened(owner), store, max_pending_keys) {
       c.start(queue);
     }
-    static durable::daemon_log& opened(durable::daemon_log& log) {
-      recover(log);
-      return log;
+    static durable::daemon_log& opened(durable::daemon_log& owner) {
+      recover(owner.log());
+      return owner;
     }
     store::pending_store store;
-    durable::daemon_log log;
+    durable::daemon_log owner;
+    wal::write_ahead_log& log = owner.log();
     queue_stub queue;
     committer c;
   };
@@ -191,7 +192,8 @@ TEST_F(Committer, ATakeCoversWhatWasLoggedEvenIfItsHttpThreadHasNotAppliedItYet)
   }
   // A crash now: replay holds each increment once, in the batch that covers it.
   store::pending_store store(4);
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   const auto recovered = recover(log);
   EXPECT_TRUE(recovered.deltas.empty());
   EXPECT_EQ(batched(recovered.batches, 42), 8);
@@ -221,9 +223,10 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
   {
     store::pending_store store(4);
     store::pending_uniques uniques(store, 4);
-    durable::daemon_log log(cfg_, metrics_);
+    durable::daemon_log log_owner(cfg_, metrics_);
+    wal::write_ahead_log& log = log_owner.log();
     recover(log);
-    committer c(log, store, 1000);
+    committer c(log_owner, store, 1000);
     c.attach_uniques(&uniques);
     queue_stub queue;
     c.start(queue);
@@ -257,18 +260,20 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
     // A crash: replayed, then started again (its snapshot holds what was replayed).
     store::pending_store store(4);
     store::pending_uniques uniques(store, 4);
-    durable::daemon_log log(cfg_, metrics_);
+    durable::daemon_log log_owner(cfg_, metrics_);
+    wal::write_ahead_log& log = log_owner.log();
     const auto r = recover(log);
     expect_replayed(r);
     uniques.add(r.uniques);
-    committer c(log, store, 1000);
+    committer c(log_owner, store, 1000);
     c.attach_uniques(&uniques);
     queue_of queue;
     queue.batches = r.batches;
     c.start(queue);
     c.stop();
   }
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   expect_replayed(recover(log));
 }
 
@@ -326,7 +331,8 @@ void Committer::takes_between_applies(config::fsync_mode mode) {
   for (std::uint64_t id = 0; id < 10; ++id) total += batched(taken, id);
   EXPECT_EQ(total + left_in_store, threads * per_thread);
   // Replay agrees with what was taken: every batch as logged, nothing pending twice.
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   const auto recovered = recover(log);
   std::int64_t replayed = 0;
   for (const auto& d : recovered.deltas) replayed += d.delta;
@@ -350,7 +356,7 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
   cfg_.fsync = config::fsync_mode::always;
   store::pending_store store(4);
   auto log = std::make_unique<durable::daemon_log>(cfg_, metrics_);
-  recover(*log);
+  recover(log->log());
   auto c = std::make_unique<committer>(*log, store, 1000);
   queue_stub queue;
   c->start(queue);
@@ -372,7 +378,8 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
   c.reset();
   log.reset();
   // Never answered: it replays from the WAL.
-  durable::daemon_log again(cfg_, metrics_);
+  durable::daemon_log again_owner(cfg_, metrics_);
+  wal::write_ahead_log& again = again_owner.log();
   const auto recovered = recover(again);
   ASSERT_EQ(recovered.deltas.size(), 1u);
   EXPECT_EQ(recovered.deltas[0].delta, 5);
@@ -383,9 +390,10 @@ TEST_F(Committer, StopKeepsNoAnswerCallbackOfAStoppedLoop) {
 TEST_F(Committer, StopLetsNoSessionOutliveItsIoContext) {
   cfg_.fsync = config::fsync_mode::always;
   store::pending_store store(4);
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   recover(log);
-  auto c = std::make_unique<committer>(log, store, 1000);
+  auto c = std::make_unique<committer>(log_owner, store, 1000);
   queue_stub queue;
   c->start(queue);
   auto loop = std::make_unique<net::io_context>(1);
@@ -799,7 +807,8 @@ TEST_F(CommitterGroup, AGroupCutMidWriteReplaysWholeRecordsOnly) {
     }
     config::wal_config cut_cfg = cfg_;
     cut_cfg.dir = copy_dir;
-    durable::daemon_log replay(cut_cfg, metrics_);
+    durable::daemon_log replay_owner(cut_cfg, metrics_);
+    wal::write_ahead_log& replay = replay_owner.log();
     const auto recovered = recover(replay);
     std::set<std::uint64_t> ids;
     for (const auto& d : recovered.deltas) {
@@ -826,9 +835,10 @@ TEST_F(CommitterGroup, ALeaderExceptionDoesNotWedgeTheQueue) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   cfg_.fsync = config::fsync_mode::never;
   store::pending_store store(2);
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   recover(log);
-  committer c(log, store, 1000);
+  committer c(log_owner, store, 1000);
   c.set_group_hook_for_test([] { throw std::runtime_error("injected"); });
   queue_stub queue;
   c.start(queue);
@@ -964,7 +974,8 @@ TEST_F(CommitterGroup, ARequestStrandedOnAStoppedLoopIsWrittenByTheLogThread) {
 // sync wal_sync_failed, and a batches record that does not fit (a file size limit) is
 // wal_write_failed too, the log then writable again.
 TEST_F(Committer, WalFailuresAreTheirCodesWithTheCause) {
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   recover(log);
   const auto tag = durable::log_snapshot(log, {}, {});
   ASSERT_TRUE(tag) << tag.failed().detail;
@@ -1007,7 +1018,8 @@ std::map<std::uint64_t, std::int64_t> replayed_by_id(wal::write_ahead_log& log) 
 TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   {
-    durable::daemon_log log(cfg_, metrics_);
+    durable::daemon_log log_owner(cfg_, metrics_);
+    wal::write_ahead_log& log = log_owner.log();
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));  // a segment to append to
     ASSERT_TRUE(log.append(increments_record(1, 2), true));
@@ -1022,12 +1034,14 @@ TEST_F(Committer, AFailedSyncCutsItsRecordBackOrEndsTheProcess) {
     log.set_fault_for_test({});
   }
   // Replayed: the record appended before, not the refused one.
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   EXPECT_EQ(replayed_by_id(log), (std::map<std::uint64_t, std::int64_t>{{1, 2}}));
 }
 
 TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   recover(log);
   ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
   const std::string one = increments_record(1, 1);
@@ -1047,7 +1061,8 @@ TEST_F(Committer, TheCutAfterAFailedSyncIsSyncedItself) {
 
 TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
   {
-    durable::daemon_log log(cfg_, metrics_);
+    durable::daemon_log log_owner(cfg_, metrics_);
+    wal::write_ahead_log& log = log_owner.log();
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
     ASSERT_TRUE(log.append(increments_record(1, 3), true));
@@ -1065,7 +1080,8 @@ TEST_F(Committer, APartWrittenAppendIsCutBackAndTheCutSynced) {
                                                "truncate", "fdatasync"}));
   }
   // Replayed: the first record, nothing of the half-written one.
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   EXPECT_EQ(replayed_by_id(log), (std::map<std::uint64_t, std::int64_t>{{1, 3}}));
 }
 

@@ -163,9 +163,10 @@ TEST(PendingBytes, TheCommitterRefusesAtTheByteBoundBeforeLogging) {
   {
     pending_store s(4);
     pending_uniques uniques(s, 4);
-    durable::daemon_log log(cfg, m);
+    durable::daemon_log log_owner(cfg, m);
+    wal::write_ahead_log& log = log_owner.log();
     durable::recover(log);
-    durable::committer c(log, s, pending_limits{1000, 4 * key_bytes});
+    durable::committer c(log_owner, s, pending_limits{1000, 4 * key_bytes});
     c.attach_uniques(&uniques);
     struct : batch_queue {
       std::vector<flush_batch> queued_copy() override { return {}; }

@@ -63,12 +63,30 @@ std::vector<store::flush_batch> one_batch(std::uint64_t seq) {
   return batches;
 }
 
+// A log closed with records not yet synced syncs them in its destructor, and that last
+// sync is in the daemon's metrics like any other: the observer outlives the log.
+TEST_F(WalRotation, TheLastSyncOfALogClosedUnsyncedIsInItsMetrics) {
+  const auto syncs = [&] {
+    return metrics_.wal_fsync_duration_seconds.Collect().histogram.sample_count;
+  };
+  std::uint64_t before = 0;
+  {
+    durable::daemon_log owner(cfg_, metrics_);
+    recover(owner.log());
+    ASSERT_TRUE(owner.log().append(increments_record(1, 2), false));
+    ASSERT_TRUE(owner.log().unsynced());
+    before = syncs();
+  }
+  EXPECT_EQ(syncs(), before + 1);
+}
+
 // The WAL alone: a rotation whose directory sync fails leaves no new segment and fails
 // like a failed data sync; appends are refused while the directory cannot be synced,
 // and go on once it can, in the segment that was current.
 TEST_F(WalRotation, AFailedDirectorySyncLeavesTheNewSegmentUnusedAndRefusesAppends) {
   {
-    durable::daemon_log log(cfg_, metrics_);
+    durable::daemon_log log_owner(cfg_, metrics_);
+    wal::write_ahead_log& log = log_owner.log();
     recover(log);
     ASSERT_TRUE(durable::log_snapshot(log, {}, {}));
     ASSERT_TRUE(log.append(increments_record(1, 2), true));
@@ -99,7 +117,8 @@ TEST_F(WalRotation, AFailedDirectorySyncLeavesTheNewSegmentUnusedAndRefusesAppen
     log.set_fault_for_test({});
   }
   // Replayed: what was acknowledged, nothing refused, no batch.
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   const auto r = recover(log);
   std::map<std::uint64_t, std::int64_t> by_id;
   for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
@@ -114,11 +133,12 @@ TEST_F(WalRotation, IngestIsRefusedUntilTheDirectorySyncsAgain) {
   cfg_.fsync = config::fsync_mode::never;  // refused even where appends are not synced
   std::atomic<bool> failing{false};
   store::pending_store store(4);
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   log.set_fault_for_test(
       [&](std::string_view call) { return call == "directory fsync" && failing.load(); });
   recover(log);
-  committer c(log, store, 1000);
+  committer c(log_owner, store, 1000);
   queue_stub queue;
   c.start(queue);
   const auto submit = [&](std::uint64_t id) {
@@ -170,11 +190,12 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
   std::atomic<bool> failing{true};
   {
     store::pending_store store(4);
-    durable::daemon_log log(cfg_, metrics_);
+    durable::daemon_log log_owner(cfg_, metrics_);
+    wal::write_ahead_log& log = log_owner.log();
     log.set_fault_for_test(
         [&](std::string_view call) { return call == "create segment" && failing.load(); });
     recover(log);
-    committer c(log, store, 1000);
+    committer c(log_owner, store, 1000);
     queue_stub queue;
     ASSERT_NO_THROW(c.start(queue, false));
     EXPECT_TRUE(segments().empty());
@@ -191,7 +212,8 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
     c.stop();
     log.set_fault_for_test({});
   }
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   const auto r = recover(log);
   std::map<std::uint64_t, std::int64_t> by_id;
   for (const auto& d : r.deltas) by_id[d.key.record_id] += d.delta;
@@ -203,10 +225,11 @@ TEST_F(WalRotation, AStartWithoutASegmentOpensOneAtTheFirstAppendThatFits) {
 // and the error.
 TEST_F(WalRotation, AStartWhoseSnapshotFailsOtherThanForRoomFails) {
   store::pending_store store(4);
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   log.set_fault_for_test([](std::string_view call) { return call == "directory fsync"; });
   recover(log);
-  committer c(log, store, 1000);
+  committer c(log_owner, store, 1000);
   queue_stub queue;
   try {
     c.start(queue, false);
@@ -221,7 +244,8 @@ TEST_F(WalRotation, AStartWhoseSnapshotFailsOtherThanForRoomFails) {
 // The pid in the lock file: a short write sets no errno, so the warning says "short
 // write", not whatever errno an earlier call left; and it is run through as a full disk.
 TEST_F(WalRotation, AShortPidWriteSaysSo) {
-  durable::daemon_log log(cfg_, metrics_);
+  durable::daemon_log log_owner(cfg_, metrics_);
+  wal::write_ahead_log& log = log_owner.log();
   log.set_fault_for_test([](std::string_view call) { return call == "pid write"; });
   ::testing::internal::CaptureStderr();
   errno = EACCES;  // stale: no call below sets it
