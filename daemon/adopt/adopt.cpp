@@ -12,6 +12,7 @@
 #include "db/sql.hpp"
 #include "db/sql_adopt.hpp"
 #include "db/write_path.hpp"
+#include "util/decimal.hpp"
 
 namespace slotted::adopt {
 
@@ -20,96 +21,18 @@ namespace {
 using steady = std::chrono::steady_clock;
 
 // Bad input: exit 2, nothing applied.
-struct bad_input : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-struct state_row {
-  std::string state, mode;
-  std::optional<std::uint64_t> last_id;
-  std::string rows = "0", total = "0";
-};
-
-std::optional<state_row> read_state(db::connection& conn, const db::rollup_target& t, bool lock) {
-  const auto rows = conn.query(db::state_select(t, lock));
-  if (rows.empty()) return std::nullopt;
-  if (rows.size() > 1) {
-    // Rows that differ only in the count column's case: an earlier build keyed them as
-    // spelled, and the column was adopted twice. Which one holds is not known.
-    throw db::db_error(0,
-                       "table `" + std::string(db::adoptions_table) + "` has " +
-                           std::to_string(rows.size()) + " rows for record_type " +
-                           std::to_string(t.record_type) + ", `" + t.table + "`.`" +
-                           t.count_column +
-                           "` that differ only in the column's case (adopted more than once); "
-                           "keep the right one, delete the others, and check the counter's "
-                           "history",
-                       true);
-  }
-  const auto& r = rows[0];
-  state_row s;
-  s.state = r[0].value_or("");
-  s.mode = r[1].value_or("");
-  if (r[2]) s.last_id = std::stoull(*r[2]);
-  s.rows = r[3].value_or("0");
-  s.total = r[4].value_or("0");
-  return s;
-}
+using bad_input = db::adoption_refused;
 
 std::string describe(const db::rollup_target& t) {
   return "counter '" + t.counter + "' (record_type " + std::to_string(t.record_type) + ", `" +
          t.table + "`.`" + t.count_column + "`)";
 }
 
-// Exact sums of counts (each at most 2^64 - 1, so 2^64 of them fit).
-unsigned __int128 parse_u128(const std::string& s) {
-  unsigned __int128 v = 0;
-  for (const char c : s) {
-    if (c < '0' || c > '9') break;
-    v = v * 10 + static_cast<unsigned>(c - '0');
-  }
-  return v;
-}
-std::string format_u128(unsigned __int128 v) {
-  std::string s;
-  do {
-    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
-    v /= 10;
-  } while (v != 0);
-  return s;
-}
-
-// Why the owning row (id, count) may not be taken, as a sentence naming it.
-std::string bad_row_message(const db::rollup_target& t, const db::row_limits& limits,
-                            const db::result_row& row) {
-  const std::string id = row.size() > 0 && row[0] ? *row[0] : "NULL";
-  const std::string count = row.size() > 1 && row[1] ? *row[1] : "NULL";
-  const auto above = [](const std::string& v, std::uint64_t max) {
-    return v.size() > 20 || (v.size() == 20 && v > "18446744073709551615") || std::stoull(v) > max;
-  };
-  std::string why;
-  if (id == "NULL") {
-    why = "its id is NULL";
-  } else if (id.starts_with('-') || above(id, limits.max_id)) {
-    why = "its id is outside the counter's range (0 to " + std::to_string(limits.max_id) +
-          ", the counters table's record_id column)";
-  } else if (count == "NULL") {
-    why = "its count is NULL";
-  } else if (count.starts_with('-')) {
-    why = "its count is negative";
-  } else {
-    why = "its count is larger than the counters table's count column holds (at most " +
-          std::to_string(limits.max_count) + ")";
-  }
-  return "owning row `" + t.table + "`.`" + t.id_column + "` = " + id + " (`" + t.count_column +
-         "` = " + count + "): " + why + "; fix the row and run --adopt " + t.counter + " again";
-}
-
 // The limits owning rows must keep, and the column types checked.
 db::row_limits limits_for(db::connection& conn, const std::string& counters_table,
                           const db::rollup_target& t) {
   const auto keys = db::verify_schema(conn, counters_table, true);
-  if (conn.query(db::table_exists_select(conn.quote(db::adoptions_table))).empty()) {
+  if (!db::table_exists(conn, db::adoptions_table)) {
     throw bad_input("table `" + std::string(db::adoptions_table) +
                     "` does not exist; run slotted-counterd --migrate first");
   }
@@ -153,81 +76,23 @@ struct batch_outcome {
   bool done_before = false;  // the adoption row was 'done' already (another run finished)
   bool last = false;         // this batch finished the adoption
   std::uint64_t rows = 0;
-  std::string total = "0";
+  __int128 total = 0;
 };
 
-// A batch of a counter that keeps top-N totals (counters[].top): its owning rows read
-// once (db/sql_adopt.hpp take_batch_rows_select), then slot 0 of each (3) and its total (5,
-// db/top.hpp) written from those values, and the batch's rows and total taken from
-// them too. A row that changed past the limits since the batch's check is refused.
-void take_rows_once(db::connection& conn, const std::string& counters_table,
-                    const db::rollup_target& t, const db::row_limits& limits,
-                    const db::id_range& range, batch_outcome& b) {
-  std::vector<db::counter_row> rows;
-  unsigned __int128 total = 0;
-  for (const auto& row : conn.query(db::take_batch_rows_select(t, range))) {
-    const unsigned __int128 id = row[0] ? parse_u128(*row[0]) : 0;
-    const unsigned __int128 count = row[1] ? parse_u128(*row[1]) : 0;
-    if (!row[0] || !row[1] || id > limits.max_id || count > limits.max_count)
-      throw bad_input("an owning row changed while it was checked");
-    rows.push_back(
-        {t.record_type, static_cast<std::uint64_t>(id), 0, static_cast<std::int64_t>(count)});
-    total += count;
-  }
-  // Slot 0, no bucket rows, no dirty marks (the roller's own column is what is taken).
-  const store::top_spec top({t.record_type}, store::no_buckets());
-  db::write_counted(conn, {.table = counters_table, .rows = rows, .top = &top});
-  b.rows = rows.size();
-  b.total = format_u128(total);
-}
-
-// One batch in one transaction (adopt.hpp, Mechanism). `with_totals`: the counter keeps
-// top-N totals (take_rows_once).
+// One batch in one transaction (adopt.hpp, Mechanism) through the one write of counts:
+// its adoption row as guard, its owning rows as slot 0 of their counters, no bucket
+// rows, no dirty marks (the roller's own column is what is taken); the totals of top-N
+// when the counter keeps them (`with_totals`).
 batch_outcome take_batch(db::connection& conn, const std::string& counters_table,
                          const db::rollup_target& t, const db::row_limits& limits,
                          std::size_t batch_rows, bool with_totals) {
-  // Any throw rolls the batch back (bad_input included): nothing of it is taken.
-  return db::in_transaction(conn, [&] {
-    const auto s = read_state(conn, t, true);
-    if (!s) {
-      // Fatal: a rerun would start from no cursor and take every committed batch again.
-      throw db::db_error(0,
-                         "the adoption row of " + describe(t) +
-                             " was deleted while it ran; do NOT run --adopt again (it would "
-                             "take the rows already taken a second time): restore the row",
-                         true);
-    }
-    batch_outcome b;
-    if (s->state == "done") {
-      conn.execute(db::rollback);
-      b.done_before = true;
-      return b;
-    }
-    db::id_range range{s->last_id, std::nullopt};
-    if (const auto up = conn.query(db::batch_upper_select(t, s->last_id, batch_rows));
-        !up.empty() && up[0][0])
-      range.upto = std::stoull(*up[0][0]);
-    const auto check = conn.query(db::batch_check_select(t, limits, range));
-    if (check.empty() || check[0].size() < 4) throw db::db_error(0, "no answer to a batch's check");
-    if (std::stoull(check[0][0].value_or("0")) > 0) {
-      const auto bad = conn.query(db::first_bad_row_select(t, limits, range));
-      throw bad_input(bad.empty() ? "an owning row changed while it was checked"
-                                  : bad_row_message(t, limits, bad[0]));
-    }
-    b.rows = std::stoull(check[0][1].value_or("0"));
-    b.total = check[0][2].value_or("0");
-    if (b.rows > 0 && with_totals) {
-      take_rows_once(conn, counters_table, t, limits, range, b);
-    } else if (b.rows > 0) {
-      conn.execute(db::take_batch_insert(counters_table, t, range));
-    }
-    b.last = !range.upto;
-    std::optional<std::uint64_t> last_id = range.upto;
-    if (!last_id && check[0][3]) last_id = std::stoull(*check[0][3]);
-    conn.execute(db::state_advance(t, last_id, b.rows, b.total, b.last));
-    conn.execute(db::commit);
-    return b;
-  });
+  const store::top_spec top({t.record_type}, store::no_buckets());
+  const auto r = db::apply(conn, {.guard = db::adoption_guard{t, limits, batch_rows}},
+                           {.table = counters_table, .top = with_totals ? &top : &store::no_top()});
+  return {.done_before = r.outcome == db::commit_outcome::already_applied,
+          .last = r.last,
+          .rows = r.rows,
+          .total = r.total};
 }
 
 std::string seconds_since(steady::time_point start) {
@@ -238,12 +103,12 @@ std::string seconds_since(steady::time_point start) {
 
 int adopt_no_history(db::connection& conn, const db::rollup_target& t, std::ostream& out,
                      std::ostream& err) {
-  auto s = read_state(conn, t, false);
+  auto s = db::read_adoption(conn, t, false);
   bool recorded = false;
   if (!s) {
     conn.execute(db::state_insert(t, "done", "no_history"));
     recorded = conn.affected_rows() == 1;
-    s = read_state(conn, t, false);
+    s = db::read_adoption(conn, t, false);
   }
   if (s && s->state == "done") {
     if (recorded) {
@@ -264,7 +129,7 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
                   const db::rollup_target& t, const db::row_limits& limits, std::size_t batch_rows,
                   std::ostream& out, std::ostream& err) {
   const auto started = steady::now();
-  const auto before = read_state(conn, t, false);
+  const auto before = db::read_adoption(conn, t, false);
   if (before && before->state == "done") {
     out << describe(t) << ": already adopted (" << before->mode << "), nothing changed\n";
     return 0;
@@ -276,7 +141,7 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
   const std::uint64_t estimate = v.empty() ? 0 : std::stoull(v[0][0].value_or("0"));
   if (!v.empty() && std::stoull(v[0][1].value_or("0")) > 0) {
     const auto bad = conn.query(db::first_bad_row_select(t, limits, rest));
-    if (!bad.empty()) throw bad_input(bad_row_message(t, limits, bad[0]));
+    if (!bad.empty()) throw bad_input(db::owning_row_refusal(t, limits, bad[0]));
   }
   // Only when there is none: a run cut short left its row, perhaps with the column spelled
   // in another case (the key compares it ignoring case), which an INSERT IGNORE would
@@ -286,7 +151,7 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
     err << "adopt " << t.counter << ": resuming after owning id " << *before->last_id << "\n";
 
   std::uint64_t rows = 0, scanned_batches = 0;
-  unsigned __int128 total = 0;
+  __int128 total = 0;  // of counts of at most INT64_MAX each: exact
   auto last_progress = steady::now();
   bool finished_here = false;
   for (;;) {
@@ -305,7 +170,7 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
     }
     if (b.done_before) break;
     rows += b.rows;
-    total += parse_u128(b.total);
+    total += b.total;
     ++scanned_batches;
     if (b.last) {
       finished_here = true;
@@ -322,9 +187,9 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
     out << describe(t) << ": already adopted, nothing changed\n";
     return 0;
   }
-  const auto after = read_state(conn, t, false);
+  const auto after = db::read_adoption(conn, t, false);
   out << "adopted " << describe(t) << ": " << rows << " owning rows with a count taken, total "
-      << format_u128(total) << ", in " << seconds_since(started);
+      << util::decimal(total) << ", in " << seconds_since(started);
   if (!finished_here) out << " (another --adopt run took the rest)";
   if (after) out << "; in all " << after->rows << " rows, total " << after->total;
   out << "\n";
@@ -372,9 +237,9 @@ int run(const config::daemon_config& cfg, const options& o,
 }
 
 adoption check_adopted(db::connection& conn, const db::rollup_target& t) {
-  std::optional<state_row> s;
+  std::optional<db::adoption_state> s;
   try {
-    s = read_state(conn, t, false);
+    s = db::read_adoption(conn, t, false);
   } catch (const db::db_error& e) {
     if (e.no_such_table()) return adoption::no_table;
     throw;
@@ -382,7 +247,7 @@ adoption check_adopted(db::connection& conn, const db::rollup_target& t) {
   if (s) return s->state == "done" ? adoption::adopted : adoption::not_adopted;
   if (!conn.query(db::nonzero_select(t)).empty()) return adoption::not_adopted;
   conn.execute(db::state_insert(t, "done", "zeros"));
-  s = read_state(conn, t, false);
+  s = db::read_adoption(conn, t, false);
   return s && s->state == "done" ? adoption::adopted : adoption::not_adopted;
 }
 

@@ -8,14 +8,15 @@
 // the counters table's record_id range, its count not NULL, not negative, within the
 // counters table's count column); any violation is exit 2 naming the row, nothing
 // applied. Then the target's row in `slotted_counterd_adoptions` (db/sql.hpp), and
-// batches of `batch_rows` owning rows in id order, each ONE transaction:
+// batches of `batch_rows` owning rows in id order, each ONE transaction, through the one
+// write of counts (db/write_path.hpp apply, its guard db/adoption.hpp adoption_guard):
 //   1. SELECT the adoption row FOR UPDATE: two runs at once take turns batch by batch,
 //      each batch starting from the cursor the other committed; 'done' ends a run;
-//   2. the batch's upper id; the batch's rows checked again (the table may have changed
-//      since the validation; a violation rolls the batch back, exit 2);
-//   3. INSERT ... SELECT into slot 0 of each counter, ON DUPLICATE KEY UPDATE adding to
-//      what the daemon may have written (db/sql_adopt.hpp take_batch_insert);
-//   4. the cursor, rows and total moved on in the adoption row ('done' with the last);
+//   2. the batch's upper id; the batch's owning rows read once and checked (the table may
+//      have changed since the validation; a violation rolls the batch back, exit 2);
+//   3. the cursor, rows and total moved on in the adoption row ('done' with the last);
+//   4. slot 0 of each counter whose owning count is above 0, adding to what the daemon
+//      may have written, and with counters[].top its totals, from the values read;
 //   5. COMMIT.
 // A SIGKILL or a lost connection at any moment leaves the cursor and the applied rows of
 // one transaction: a rerun goes on from the cursor and ends exact.
@@ -23,8 +24,8 @@
 // Lock order (db/repository.hpp, "Lock order"): the adoption row first (a table no
 // flush, reset or rollup transaction writes), then slot rows in (record_type,
 // record_id) order, the order db::apply and reset_counter take them in; owning rows
-// are read without a lock (READ COMMITTED: an INSERT ... SELECT's source is a consistent
-// read), so the roller's UPDATE of owning rows waits on nothing an adoption holds.
+// are read without a lock (a consistent read under READ COMMITTED), so the roller's
+// UPDATE of owning rows waits on nothing an adoption holds.
 
 #include <cstddef>
 #include <functional>

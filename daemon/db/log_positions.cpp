@@ -132,7 +132,7 @@ void migrate_positions_table(db::connection& conn) {
 }
 
 void verify_positions_table(db::connection& conn) {
-  if (conn.query(db::table_exists_select(conn.quote(positions_table))).empty()) {
+  if (!table_exists(conn, positions_table)) {
     throw db::db_error(0,
                        "table `" + std::string(positions_table) +
                            "` does not exist but log_sources needs it; run slotted-counterd "

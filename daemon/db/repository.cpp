@@ -39,11 +39,9 @@ void migrate_idempotency_keys(connection& conn) {
   for (const auto& sql : idempotency_keys_upgrade(has_created_ms, has_by_age)) conn.execute(sql);
 }
 
-namespace {
 bool table_exists(connection& conn, std::string_view name) {
   return !conn.query(table_exists_select(conn.quote(name))).empty();
 }
-}  // namespace
 
 namespace {
 // The largest value an integer column of this DATA_TYPE / COLUMN_TYPE can hold.

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,9 @@
 #include "model/top_spec.hpp"
 
 namespace slotted::db {
+
+// Whether table `name` exists in the connection's database. Throws db_error.
+bool table_exists(connection& conn, std::string_view name);
 
 // Creates the counters table, the ledger, the dirty marks, the adoptions table
 // (sql.hpp adoptions_table) and the Idempotency-Key table
@@ -168,27 +172,26 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      `<table>_day_totals`, each sorted by (record_type, record_id, bucket); only of
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
-// The writers: db::apply (db/write_path.hpp) for every flush batch and every log pass (1:
-// a batch's ledger row, or in its place a log source's position row, locked; 2 for a
-// keyed batch by claim_keys; 1b and 2 for unique entries by claim_uniques; 3, 4, 5, 6 by
-// write_counted); reset_counter (1; 3 by a locking read of the counter's slot rows; with
-// top, 4 by a locking read of their bucket rows; sql.hpp reset_statements; with top, 5
-// lowered by what it deleted, `<table>_totals` first even when its sum was 0; 6); an adoption's
-// batch (adopt/adopt.hpp: in place of 1 its adoption row, which no other writer locks, by SELECT
-// ... FOR UPDATE; then 3, slot 0 of each counter by INSERT ... SELECT ... ORDER BY id, or with top
-// the owning rows read once and 3 then 5 written from those values by write_counted, without
-// bucket rows or marks; the owning rows it reads are a consistent read, unlocked). An
-// INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a run's first row)
-// commits on its own holding nothing else. A batch writes a slot row for every counter it has
-// bucket rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row of
-// a slot is written by a transaction that does not hold the slot row: a reset that holds the slot
-// rows it read deletes the bucket rows of those slots exactly, and a slot another instance inserts
-// meanwhile keeps its buckets with its total. rollup_chunk locks owning rows (a locking read in id
-// order; the slot rows a consistent read after it), then dirty marks, in one transaction: no writer
-// above locks owning rows, and an adoption reads them unlocked. Statements that commit on their own
-// wait in no cycle, as each holds one kind of row at a time: prune_buckets (one bucket's rows, in
-// key order; with top, then their bucket totals, 4 then 5 in one transaction), prune_ledger,
-// db::prune_keys and db::prune_uniques (one record type's passed windows of
+// The writers: db::apply (db/write_path.hpp) for every flush batch, every log pass and
+// every adoption batch (1: a batch's ledger row, or in its place a log source's position
+// row, or an adoption's row (adopt/adopt.hpp), which no other writer locks, by SELECT ...
+// FOR UPDATE, its owning rows then read once, unlocked; 2 for a keyed batch by claim_keys;
+// 1b and 2 for unique entries by claim_uniques; 3, 4, 5, 6 by write_counted, an adoption
+// without bucket rows or marks); reset_counter (1; 3 by a locking read of the counter's
+// slot rows; with top, 4 by a locking read of their bucket rows; sql.hpp reset_statements;
+// with top, 5 lowered by what it deleted, `<table>_totals` first even when its sum was 0;
+// 6). An INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a
+// run's first row) commits on its own holding nothing else. A batch writes a slot row for every
+// counter it has bucket rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no
+// bucket row of a slot is written by a transaction that does not hold the slot row: a reset that
+// holds the slot rows it read deletes the bucket rows of those slots exactly, and a slot another
+// instance inserts meanwhile keeps its buckets with its total. rollup_chunk locks owning rows (a
+// locking read in id order; the slot rows a consistent read after it), then dirty marks, in one
+// transaction: no writer above locks owning rows, and an adoption reads them unlocked. Statements
+// that commit on their own wait in no cycle, as each holds one kind of row at a time: prune_buckets
+// (one bucket's rows, in key order; with top, then their bucket totals, 4 then 5 in one
+// transaction), prune_ledger, db::prune_keys and db::prune_uniques (one record type's passed
+// windows of
 // `<table>_uniques`, a range of its key; the types read unlocked).
 // Tested in tests/integration/lock_order_test.cpp.
 

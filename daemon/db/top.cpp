@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "db/errors.hpp"
+#include "db/repository.hpp"
 #include "db/sql_text.hpp"
 
 namespace slotted::db {
@@ -37,10 +38,6 @@ std::uint64_t id_of(const std::optional<std::string>& text) {
   std::uint64_t v = 0;
   if (text) std::from_chars(text->data(), text->data() + text->size(), v);
   return v;
-}
-
-bool table_exists(connection& conn, std::string_view name) {
-  return !conn.query(table_exists_select(conn.quote(name))).empty();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "db/errors.hpp"
+#include "db/repository.hpp"
 #include "db/sql_text.hpp"
 #include "db/uniques.hpp"
 
@@ -55,10 +56,6 @@ std::string pruned_row_insert(connection& conn, const std::string& uniques, std:
   return sql;
 }
 
-bool exists(connection& conn, std::string_view name) {
-  return !conn.query(table_exists_select(conn.quote(name))).empty();
-}
-
 }  // namespace
 
 void migrate_uniques(connection& conn, const std::string& table, const store::dedupe_spec& dedupe) {
@@ -66,7 +63,7 @@ void migrate_uniques(connection& conn, const std::string& table, const store::de
   const std::string uniques = uniques_table(table);
   // A uniques table that exists without its every_type row was made by an earlier
   // version (or by a run of this one cut short: then the row is only more careful).
-  const bool earlier = exists(conn, uniques);
+  const bool earlier = table_exists(conn, uniques);
   conn.execute(create_uniques_table(table));
   conn.execute(create_pruned_table());
   conn.execute(
@@ -81,8 +78,8 @@ void verify_uniques_table(connection& conn, const std::string& table,
     return db_error(0, what + " (counters[].dedupe) does not exist; run slotted-counterd --migrate",
                     true);
   };
-  if (!exists(conn, name)) throw missing("table `" + name + "`");
-  if (!exists(conn, pruned_table)) throw missing("table `" + std::string(pruned_table) + "`");
+  if (!table_exists(conn, name)) throw missing("table `" + name + "`");
+  if (!table_exists(conn, pruned_table)) throw missing("table `" + std::string(pruned_table) + "`");
   if (conn.query(pruned_rows_select(conn, name, {every_type}, "")).empty())
     throw missing("the row of `" + name + "` in `" + std::string(pruned_table) + "`");
 }

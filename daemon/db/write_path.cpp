@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "db/adoption.hpp"
 #include "db/errors.hpp"
 #include "db/keys.hpp"
 #include "db/top.hpp"
@@ -63,9 +64,11 @@ void write_counted(connection& conn, const counted_writes& w) {
 }
 
 namespace {
-// `a` and `b` (each sorted by `less`) as one sorted list, rows of one key added up.
+// `a` and `b` (each sorted by `less`, one row per key) as one sorted list, rows of one
+// key added up.
 template <typename Row, typename Less>
-std::vector<Row> merged(std::span<const Row> a, const std::vector<Row>& b, Less less) {
+std::vector<Row> merged(std::span<const Row> a, std::vector<Row>&& b, Less less) {
+  if (a.empty()) return std::move(b);
   std::vector<Row> out(a.begin(), a.end());
   out.insert(out.end(), b.begin(), b.end());
   std::stable_sort(out.begin(), out.end(), less);
@@ -86,31 +89,50 @@ bool bucket_row_less(const store::bucket_row& a, const store::bucket_row& b) {
          std::tie(b.gran, b.record_type, b.record_id, b.bucket);
 }
 
-// The guard (1): false, having rolled back, when the set is not to be applied.
-bool claim_guard(connection& conn, const write_set& ws, write_result& out) {
+// The instance whose marks the set writes (an adoption writes none).
+const std::string& instance_of(const write_set& ws) {
+  static const std::string none;
+  if (const auto* l = std::get_if<ledger_guard>(&ws.guard)) return l->id.instance_id;
+  if (const auto* p = std::get_if<position_guard>(&ws.guard)) return p->instance_id;
+  return none;
+}
+
+// The guard (1): false, having rolled back, when the set is not to be applied. An
+// adoption's claim leaves the rows it takes in `claimed`.
+bool claim_guard(connection& conn, const write_set& ws, write_result& out,
+                 std::vector<counter_row>& claimed) {
   if (const auto* l = std::get_if<ledger_guard>(&ws.guard)) {
     if (claim_ledger(conn, l->id, l->row_count)) return true;
     out.outcome = commit_outcome::already_applied;
     return false;
   }
-  const auto& p = std::get<position_guard>(ws.guard);
-  if (claim_position(conn, p.instance_id, p.path, p.from, p.to)) return true;
-  out.outcome = commit_outcome::moved;
-  return false;
+  if (const auto* p = std::get_if<position_guard>(&ws.guard)) {
+    if (claim_position(conn, p->instance_id, p->path, p->from, p->to)) return true;
+    out.outcome = commit_outcome::moved;
+    return false;
+  }
+  auto taken = claim_adoption(conn, std::get<adoption_guard>(ws.guard));
+  if (!taken) {
+    out.outcome = commit_outcome::already_applied;
+    return false;
+  }
+  claimed = std::move(taken->rows);
+  out.total = taken->total;
+  out.last = taken->last;
+  return true;
 }
 }  // namespace
 
 write_result apply(connection& conn, const write_set& ws, const write_rules& rules) {
   write_result out;
   return in_transaction(conn, [&] {
-    if (!claim_guard(conn, ws, out)) return out;
-    const std::string& instance_id = std::holds_alternative<ledger_guard>(ws.guard)
-                                         ? std::get<ledger_guard>(ws.guard).id.instance_id
-                                         : std::get<position_guard>(ws.guard).instance_id;
-    // 1b, 2: what the keys and the unique entries add, under the set's slot.
+    // 1, 1b, 2: what the adoption, the keys and the unique entries add, under the set's
+    // slot.
     std::vector<counter_row> added;
     std::vector<store::bucket_row> added_buckets;
+    if (!claim_guard(conn, ws, out, added)) return out;
     if (!ws.keyed.empty()) {
+      // Keys are a flush batch's only: its guard is a ledger row (write_set_of).
       auto keys = claim_keys(conn, std::get<ledger_guard>(ws.guard).id, ws.keyed, ws.slot,
                              *rules.buckets, rules.key_window, rules.local_now_ms);
       out.duplicates = keys.duplicates;
@@ -118,7 +140,7 @@ write_result apply(connection& conn, const write_set& ws, const write_rules& rul
       added = std::move(keys.rows);
       added_buckets = std::move(keys.buckets);
     } else if (!ws.uniques.empty()) {
-      auto uniques = claim_uniques(conn, rules.table, instance_id, ws.uniques, rules.dedupe,
+      auto uniques = claim_uniques(conn, rules.table, instance_of(ws), ws.uniques, rules.dedupe,
                                    ws.slot, *rules.buckets);
       out.counted = uniques.counted;
       out.duplicates = uniques.duplicates;
@@ -126,21 +148,16 @@ write_result apply(connection& conn, const write_set& ws, const write_rules& rul
       added = std::move(uniques.rows);
       added_buckets = std::move(uniques.buckets);
     }
-    std::vector<counter_row> all_rows;
-    std::vector<store::bucket_row> all_buckets;
     std::span<const counter_row> rows = ws.rows;
     std::span<const store::bucket_row> buckets = ws.buckets;
-    if (!added.empty() && ws.rows.empty()) {
-      rows = added;  // sorted, one per counter, as claimed
+    if (!added.empty()) {
+      added = merged(ws.rows, std::move(added), store::counter_order);
+      added_buckets = merged(ws.buckets, std::move(added_buckets), bucket_row_less);
+      rows = added;
       buckets = added_buckets;
-    } else if (!added.empty()) {
-      all_rows = merged(ws.rows, added, store::counter_order);
-      all_buckets = merged(ws.buckets, added_buckets, bucket_row_less);
-      rows = all_rows;
-      buckets = all_buckets;
     }
     // 3 to 6.
-    const std::string instance = conn.quote(instance_id);
+    const std::string instance = conn.quote(instance_of(ws));
     write_counted(conn, {.table = rules.table,
                          .rows = rows,
                          .buckets = buckets,

@@ -3,7 +3,7 @@
 // (1) and the counted writes (3 slot rows, 4 bucket rows, 5 totals, 6 dirty marks),
 // which every writer of counts runs after its own guard and claims, inside its
 // transaction; and the one write of counts, apply(), that every writer but the reset
-// and an adoption commits through.
+// commits through.
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +17,7 @@
 #include <string_view>
 #include <variant>
 
+#include "db/adoption.hpp"
 #include "db/connection.hpp"
 #include "db/log_positions.hpp"
 #include "db/repository.hpp"
@@ -77,7 +78,8 @@ struct counted_writes {
 void write_counted(connection& conn, const counted_writes& w);
 
 // The guard a transaction takes first (the lock order's 1), its own row: a flush
-// batch's ledger row, or a log source's position row.
+// batch's ledger row, a log source's position row, or an adoption's row
+// (db/adoption.hpp adoption_guard, whose claim reads the rows the set writes).
 struct ledger_guard {
   batch_identity id;
   std::size_t row_count = 0;  // as the ledger records it
@@ -93,7 +95,7 @@ struct position_guard {
 
 // What one transaction writes, after its guard: views, valid for one apply() call.
 struct write_set {
-  std::variant<ledger_guard, position_guard> guard;
+  std::variant<ledger_guard, position_guard, adoption_guard> guard;
   std::span<const counter_row> rows = {};           // sorted by counter, one per counter
   std::span<const store::bucket_row> buckets = {};  // only of counters in `rows`
   // Each applied when its key is new (2, db/keys.hpp); a ledger guard's only.
@@ -133,15 +135,18 @@ struct write_result {
   std::size_t conflicts = 0;   // keyed: ... with another body
   std::size_t counted = 0;     // unique: entries this set counted
   std::size_t too_late = 0;    // unique: entries not decided, their windows' decisions pruned
+  __int128 total = 0;          // adoption: the owning counts taken
+  bool last = false;           // adoption: the batch finished it
 };
 
 // The one write of counts: `ws` in one transaction, in the lock order. Its guard (1):
 // a ledger row already there (an earlier attempt committed, its reply lost) applies
 // nothing (already_applied), a position row that no longer holds `from` neither
-// (moved). Then its keys (2, claim_keys: the rows of the requests whose key is new) or
-// its unique entries (1b and 2, claim_uniques), whose rows are added to the set's own,
-// and write_counted (3 to 6) with the marks `rules` gives. On error the transaction is
-// rolled back (when the connection still allows it) and db_error is thrown.
+// (moved), nor an adoption that is done (already_applied); an adoption's claim gives
+// the set's rows (slot 0, no buckets). Then its keys (2, claim_keys: the rows of the requests whose
+// key is new) or its unique entries (1b and 2, claim_uniques), whose rows are added to the set's
+// own, and write_counted (3 to 6) with the marks `rules` gives. On error the transaction is rolled
+// back (when the connection still allows it) and db_error is thrown.
 write_result apply(connection& conn, const write_set& ws, const write_rules& rules);
 
 // Flush batch `b` as batch `id`: its ledger row (row_count its rows, or its unique

@@ -532,7 +532,7 @@ TEST(Adopt, AdoptionWhileADaemonFlushesTheSameCounterIsExact) {
 }
 
 // counters[].top on the adopted counter: each batch reads its owning rows once and
-// writes slot 0 and the totals from those values (not two INSERT ... SELECT reading the
+// writes slot 0 and the totals from those values (not two statements reading the
 // owning table twice): after the adoption, in batches, the totals equal the slot sums
 // row for row, and the adoption row's total equals them too.
 TEST(Adopt, WithTopTheTotalsAreWrittenFromTheOneReadOfTheOwningRows) {

@@ -1,6 +1,7 @@
-// db::apply (db/write_path.hpp), the one write of counts, through its two guards: a
-// ledger row already there and a position row that no longer holds `from` apply
-// nothing and leave no transaction open; the marks go to the counters written.
+// db::apply (db/write_path.hpp), the one write of counts, through its guards: a ledger
+// row already there, a position row that no longer holds `from` and an adoption that is
+// done apply nothing and leave no transaction open; the marks go to the counters
+// written; an adoption batch takes what it read and checked, or nothing.
 #include "db/write_path.hpp"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "db/repository.hpp"
+#include "db/sql_adopt.hpp"
 #include "db/uniques.hpp"
 #include "support/mariadb_server.hpp"
 
@@ -116,6 +118,81 @@ TEST_F(WritePath, AUniqueEntryCountedBeforeIsNeitherCountedNorMarked) {
   EXPECT_EQ(sum(2), 1);
   EXPECT_EQ(sum(1), 1);
   EXPECT_EQ(marks(), 1);  // counter 1's; none for counter 2
+}
+
+// An adoption's batches: each takes the next owning rows after the cursor into slot 0
+// (counts of 0 passed over, no marks), moves the cursor with its rows and total, and the
+// last one ends the adoption; after it a batch applies nothing.
+const db::rollup_target adopted{5, "owners", "id", "n", "owned"};
+
+class WritePathAdoption : public WritePath {
+ protected:
+  void SetUp() override {
+    WritePath::SetUp();
+    auto conn = connect();
+    conn.execute("CREATE TABLE owners (id BIGINT PRIMARY KEY, n BIGINT)");
+    conn.execute("INSERT INTO owners VALUES (1, 7), (2, 0), (3, 5), (4, 9)");
+    conn.execute(db::state_insert(adopted, "running", "history"));
+  }
+  std::string state() const {
+    const auto rows = shared_mariadb().connect(database_).query(
+        "SELECT state, COALESCE(last_id, 'none'), rows_taken, total_taken FROM "
+        "slotted_counterd_adoptions");
+    std::string s;
+    for (const auto& v : rows.at(0)) s += v.value_or("NULL") + " ";
+    return s;
+  }
+  const db::write_rules adoption_rules_{.table = write_path_table};
+};
+
+TEST_F(WritePathAdoption, BatchesTakeTheirRowsIntoSlotZeroAndTheLastEndsIt) {
+  auto conn = connect();
+  const db::write_set batch{.guard = db::adoption_guard{adopted, {}, 3}};
+  const auto first = db::apply(conn, batch, adoption_rules_);
+  EXPECT_EQ(first.outcome, db::commit_outcome::applied);
+  EXPECT_EQ(first.rows, 2u);
+  EXPECT_EQ(static_cast<std::int64_t>(first.total), 12);
+  EXPECT_FALSE(first.last);
+  EXPECT_EQ(state(), "running 3 2 12 ");
+  const auto second = db::apply(conn, batch, adoption_rules_);
+  EXPECT_EQ(second.rows, 1u);
+  EXPECT_TRUE(second.last);
+  EXPECT_EQ(state(), "done 4 3 21 ");
+  EXPECT_EQ(db::apply(conn, batch, adoption_rules_).outcome, db::commit_outcome::already_applied);
+  EXPECT_FALSE(conn.in_transaction());
+  EXPECT_EQ(sum(1), 7);
+  EXPECT_EQ(sum(3), 5);
+  EXPECT_EQ(sum(4), 9);
+  EXPECT_EQ(shared_mariadb().query_int(database_,
+                                       "SELECT COUNT(*) FROM slotted_counters WHERE slot <> 0 "
+                                       "OR record_id = 2"),
+            0);
+  EXPECT_EQ(marks(), 0);
+}
+
+// A row that changed past what the counters table holds since the validation pass (here:
+// never validated) is refused by name, and nothing of its batch is taken: no slot row,
+// the cursor where it was.
+TEST_F(WritePathAdoption, ARowPastItsLimitsIsRefusedByNameAndNothingIsTaken) {
+  auto conn = connect();
+  conn.execute("UPDATE owners SET n = -1 WHERE id = 3");
+  const db::write_set batch{.guard = db::adoption_guard{adopted, {}, 3}};
+  try {
+    db::apply(conn, batch, adoption_rules_);
+    ADD_FAILURE() << "a negative owning count was taken";
+  } catch (const db::adoption_refused& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "owning row `owners`.`id` = 3 (`n` = -1): its count is negative; fix the row and "
+              "run --adopt owned again");
+  }
+  EXPECT_FALSE(conn.in_transaction());
+  EXPECT_EQ(state(), "running none 0 0 ");
+  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counters"), 0);
+  // An id past the counters table's record_id column, in the last batch.
+  conn.execute("UPDATE owners SET n = 5 WHERE id = 3");
+  const db::write_set past{.guard = db::adoption_guard{adopted, {.max_id = 3}, 10}};
+  EXPECT_THROW(db::apply(conn, past, adoption_rules_), db::adoption_refused);
+  EXPECT_EQ(state(), "running none 0 0 ");
 }
 
 }  // namespace

@@ -1,0 +1,106 @@
+#include "db/adoption.hpp"
+
+#include "db/errors.hpp"
+#include "db/sql.hpp"
+#include "util/decimal.hpp"
+
+namespace slotted::db {
+
+std::optional<adoption_state> read_adoption(connection& conn, const rollup_target& t, bool lock) {
+  const auto rows = conn.query(state_select(t, lock));
+  if (rows.empty()) return std::nullopt;
+  if (rows.size() > 1) {
+    // Rows that differ only in the count column's case: an earlier build keyed them as
+    // spelled, and the column was adopted twice. Which one holds is not known.
+    throw db_error(0,
+                   "table `" + std::string(adoptions_table) + "` has " +
+                       std::to_string(rows.size()) + " rows for record_type " +
+                       std::to_string(t.record_type) + ", `" + t.table + "`.`" + t.count_column +
+                       "` that differ only in the column's case (adopted more than once); keep "
+                       "the right one, delete the others, and check the counter's history",
+                   true);
+  }
+  const auto& r = rows[0];
+  adoption_state s;
+  s.state = r[0].value_or("");
+  s.mode = r[1].value_or("");
+  if (r[2]) s.last_id = std::stoull(*r[2]);
+  s.rows = r[3].value_or("0");
+  s.total = r[4].value_or("0");
+  return s;
+}
+
+namespace {
+// A decimal integer's digits above `max` (a sign is not a digit: callers test it first).
+bool above(const std::string& v, std::uint64_t max) {
+  const std::string m = std::to_string(max);
+  return v.size() > m.size() || (v.size() == m.size() && v > m);
+}
+
+}  // namespace
+
+std::string owning_row_refusal(const rollup_target& t, const row_limits& limits,
+                               const result_row& row) {
+  const std::string id = row.size() > 0 && row[0] ? *row[0] : "NULL";
+  const std::string count = row.size() > 1 && row[1] ? *row[1] : "NULL";
+  std::string why;
+  if (id == "NULL") {
+    why = "its id is NULL";
+  } else if (id.starts_with('-') || above(id, limits.max_id)) {
+    why = "its id is outside the counter's range (0 to " + std::to_string(limits.max_id) +
+          ", the counters table's record_id column)";
+  } else if (count == "NULL") {
+    why = "its count is NULL";
+  } else if (count.starts_with('-')) {
+    why = "its count is negative";
+  } else {
+    why = "its count is larger than the counters table's count column holds (at most " +
+          std::to_string(limits.max_count) + ")";
+  }
+  return "owning row `" + t.table + "`.`" + t.id_column + "` = " + id + " (`" + t.count_column +
+         "` = " + count + "): " + why + "; fix the row and run --adopt " + t.counter + " again";
+}
+
+std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_guard& g) {
+  const auto& t = g.target;
+  const auto s = read_adoption(conn, t, true);
+  if (!s) {
+    // Fatal: a rerun would start from no cursor and take every committed batch again.
+    throw db_error(0,
+                   "the adoption row of counter '" + t.counter + "' (record_type " +
+                       std::to_string(t.record_type) + ", `" + t.table + "`.`" + t.count_column +
+                       "`) was deleted while it ran; do NOT run --adopt again (it would take the "
+                       "rows already taken a second time): restore the row",
+                   true);
+  }
+  if (s->state == "done") {
+    conn.execute(rollback);
+    return std::nullopt;
+  }
+  id_range range{s->last_id, std::nullopt};
+  if (const auto up = conn.query(batch_upper_select(t, s->last_id, g.batch_rows));
+      !up.empty() && up[0][0])
+    range.upto = std::stoull(*up[0][0]);
+  // One read of the batch's rows (the table may have changed since the validation): what
+  // is checked is what is taken.
+  adoption_claim claim;
+  std::optional<std::uint64_t> last_id = range.upto;
+  for (const auto& row : conn.query(batch_rows_select(t, range))) {
+    const auto bad = [&](const std::optional<std::string>& v, std::uint64_t max) {
+      return !v || v->empty() || v->starts_with('-') || above(*v, max);
+    };
+    if (row.size() < 2 || bad(row[0], g.limits.max_id) || bad(row[1], g.limits.max_count))
+      throw adoption_refused(owning_row_refusal(t, g.limits, row));
+    const std::uint64_t id = std::stoull(*row[0]), count = std::stoull(*row[1]);
+    if (!range.upto) last_id = id;  // in id order: the last batch ends at its largest id
+    if (count == 0) continue;
+    claim.rows.push_back({t.record_type, id, 0, static_cast<std::int64_t>(count)});
+    claim.total += count;
+  }
+  claim.last = !range.upto;
+  conn.execute(
+      state_advance(t, last_id, claim.rows.size(), util::decimal(claim.total), claim.last));
+  return claim;
+}
+
+}  // namespace slotted::db
