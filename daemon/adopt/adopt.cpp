@@ -82,7 +82,7 @@ struct batch_outcome {
 // One batch in one transaction (adopt.hpp, Mechanism) through the one write of counts:
 // its adoption row as guard, its owning rows as slot 0 of their counters, no bucket
 // rows, no dirty marks (the roller's own column is what is taken); the totals of top-N
-// when the counter keeps them (`with_totals`).
+// when the counter keeps them (`with_totals`; db/adoption.hpp claim_adoption).
 batch_outcome take_batch(db::connection& conn, const std::string& counters_table,
                          const db::rollup_target& t, const db::row_limits& limits,
                          std::size_t batch_rows, bool with_totals) {
@@ -91,7 +91,7 @@ batch_outcome take_batch(db::connection& conn, const std::string& counters_table
                            {.table = counters_table, .top = with_totals ? &top : &store::no_top()});
   return {.done_before = r.outcome == db::commit_outcome::already_applied,
           .last = r.last,
-          .rows = r.rows,
+          .rows = r.taken,
           .total = r.total};
 }
 
@@ -221,7 +221,11 @@ int run(const config::daemon_config& cfg, const options& o,
     batch_rows = static_cast<std::size_t>(std::atoll(v));
   try {
     auto conn = connect();
-    const auto limits = limits_for(conn, cfg.mysql.table, t);
+    auto limits = limits_for(conn, cfg.mysql.table, t);
+    // A counter with top-N has its rows read and written as int64 counts (db/adoption.hpp):
+    // a larger owning count is refused by the validation pass, before anything is taken.
+    if (config::top_spec_of(cfg).keeps(t.record_type))
+      limits.max_count = std::min<std::uint64_t>(limits.max_count, INT64_MAX);
     if (o.no_history) return adopt_no_history(conn, t, out, err);
     return adopt_history(conn, cfg, t, limits, batch_rows, out, err);
   } catch (const bad_input& e) {

@@ -12,11 +12,13 @@
 // write of counts (db/write_path.hpp apply, its guard db/adoption.hpp adoption_guard):
 //   1. SELECT the adoption row FOR UPDATE: two runs at once take turns batch by batch,
 //      each batch starting from the cursor the other committed; 'done' ends a run;
-//   2. the batch's upper id; the batch's owning rows read once and checked (the table may
-//      have changed since the validation; a violation rolls the batch back, exit 2);
-//   3. the cursor, rows and total moved on in the adoption row ('done' with the last);
-//   4. slot 0 of each counter whose owning count is above 0, adding to what the daemon
-//      may have written, and with counters[].top its totals, from the values read;
+//   2. the batch's upper id; the batch's rows checked again (the table may have changed
+//      since the validation; a violation rolls the batch back, exit 2);
+//   3. INSERT ... SELECT into slot 0 of each counter, ON DUPLICATE KEY UPDATE adding to
+//      what the daemon may have written (db/sql_adopt.hpp take_batch_insert); with
+//      counters[].top, the rows read once instead, and slot 0 and the totals written
+//      from those values after 4 (db/adoption.hpp);
+//   4. the cursor, rows and total moved on in the adoption row ('done' with the last);
 //   5. COMMIT.
 // A SIGKILL or a lost connection at any moment leaves the cursor and the applied rows of
 // one transaction: a rerun goes on from the cursor and ends exact.

@@ -8,6 +8,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "db/connection.hpp"
@@ -45,20 +46,29 @@ struct adoption_guard {
   std::size_t batch_rows = 10000;
 };
 
-// What a batch takes: the owning rows with a count above 0, as slot 0 of their counters
-// in id order, and their total (each at most INT64_MAX: exact).
+// What a batch takes: the owning rows with a count above 0, and their total (exact).
 struct adoption_claim {
-  std::vector<counter_row> rows;
+  std::vector<counter_row> rows;  // with top-N: as slot 0 of their counters, in id order
+  std::uint64_t taken = 0;        // owning rows with a count taken
   __int128 total = 0;
   bool last = false;  // the batch finished the adoption ('done')
 };
 
 // The lock order's 1 for an adoption batch, in the caller's transaction: locks the
 // adoption row (two runs at once take turns batch by batch); when it is 'done', rolls
-// back and returns none. Else reads the batch's owning rows once, without a lock, and
-// moves the row's cursor, rows and total on ('done' with the last batch). A row that is
+// back and returns none. Else checks the batch's owning rows again (the table may have
+// changed since the validation pass) and takes them, then moves the row's cursor, rows
+// and total on ('done' with the last batch). A counter `with_top` (counters[].top) has
+// its rows read once, checked, and returned for apply to write as slot 0 with their
+// totals (a count past INT64_MAX is refused: a slot row's count is an int64). Any other
+// is taken by the server: a checking scan, then INSERT ... SELECT into slot 0 of
+// `counters_table` in id order (sql_adopt.hpp take_batch_insert), its lock order's 3
+// and the batch's last write: 1.5 times as fast as reading the rows and sending them
+// back (bench/RESULTS.md, "--adopt through db::apply"), and exact for counts up to what
+// the column holds. Owning rows are read unlocked (a consistent read). A row that is
 // NULL, negative or past `limits` throws adoption_refused naming it; a deleted adoption
 // row, db_error (fatal: a rerun would take the batches already taken again).
-std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_guard& g);
+std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_guard& g,
+                                             std::string_view counters_table, bool with_top);
 
 }  // namespace slotted::db

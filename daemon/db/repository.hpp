@@ -175,9 +175,10 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 // The writers: db::apply (db/write_path.hpp) for every flush batch, every log pass and
 // every adoption batch (1: a batch's ledger row, or in its place a log source's position
 // row, or an adoption's row (adopt/adopt.hpp), which no other writer locks, by SELECT ...
-// FOR UPDATE, its owning rows then read once, unlocked; 2 for a keyed batch by claim_keys;
-// 1b and 2 for unique entries by claim_uniques; 3, 4, 5, 6 by write_counted, an adoption
-// without bucket rows or marks); reset_counter (1; 3 by a locking read of the counter's
+// FOR UPDATE, its owning rows then read unlocked; 2 for a keyed batch by claim_keys; 1b
+// and 2 for unique entries by claim_uniques; 3, 4, 5, 6 by write_counted, an adoption
+// without bucket rows or marks, and without top-N its 3 by INSERT ... SELECT ... ORDER BY
+// id in db::claim_adoption); reset_counter (1; 3 by a locking read of the counter's
 // slot rows; with top, 4 by a locking read of their bucket rows; sql.hpp reset_statements;
 // with top, 5 lowered by what it deleted, `<table>_totals` first even when its sum was 0;
 // 6). An INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a

@@ -96,6 +96,24 @@ std::string batch_upper_select(const rollup_target& t, std::optional<std::uint64
          std::to_string(batch_rows == 0 ? 0 : batch_rows - 1);
 }
 
+std::string batch_check_select(const rollup_target& t, const row_limits& limits,
+                               const id_range& range) {
+  const auto count = count_of(t);
+  return "SELECT COALESCE(SUM(" + bad_row_condition(t, limits) + "), 0), COUNT(CASE WHEN " + count +
+         " > 0 THEN 1 END), COALESCE(SUM(CASE WHEN " + count + " > 0 THEN " + count +
+         " END), 0), MAX(" + id_of(t) + ")" + from_owner(t) + where_range(t, range);
+}
+
+std::string take_batch_insert(std::string_view counters_table, const rollup_target& t,
+                              const id_range& range) {
+  const std::string counters = quote_identifier(counters_table);
+  return "INSERT INTO " + counters + " (`record_type`, `record_id`, `slot`, `count`) SELECT " +
+         std::to_string(t.record_type) + ", " + id_of(t) + ", 0, " + count_of(t) + from_owner(t) +
+         where_range(t, range) + " AND " + count_of(t) + " > 0 ORDER BY " + id_of(t) +
+         " ON DUPLICATE KEY UPDATE " + counters + ".`count` = " + counters +
+         ".`count` + VALUES(`count`)";
+}
+
 std::string batch_rows_select(const rollup_target& t, const id_range& range) {
   return "SELECT " + id_of(t) + ", " + count_of(t) + from_owner(t) + where_range(t, range) +
          " ORDER BY " + id_of(t);

@@ -16,7 +16,7 @@ namespace slotted::db {
 
 // What an owning row must satisfy to be taken: id in [0, max_id] (the counters table's
 // record_id column), count not NULL and in [0, max_count] (the counters table's count
-// column).
+// column, and at most INT64_MAX: a slot row's count is an int64).
 struct row_limits {
   std::uint64_t max_id = UINT64_MAX;
   std::uint64_t max_count = INT64_MAX;
@@ -60,8 +60,26 @@ std::string first_bad_row_select(const rollup_target& t, const row_limits& limit
 std::string batch_upper_select(const rollup_target& t, std::optional<std::uint64_t> after,
                                std::size_t batch_rows);
 
+// A batch's figures, one scan of its range: (bad rows, rows with a count > 0, their total
+// (exact, DECIMAL), largest id).
+std::string batch_check_select(const rollup_target& t, const row_limits& limits,
+                               const id_range& range);
+
+// Takes the counts of the owning rows in `range` into slot 0 of their counters, in id
+// order (the writers' lock order, db/repository.hpp), adding to a slot row the daemon
+// may have written already:
+// INSERT INTO `counters` (`record_type`, `record_id`, `slot`, `count`)
+// SELECT T, o.`id`, 0, o.`count` FROM `owner` AS o WHERE <range> AND o.`count` > 0
+// ORDER BY o.`id` ON DUPLICATE KEY UPDATE `counters`.`count` = `counters`.`count` +
+// VALUES(`count`)
+std::string take_batch_insert(std::string_view counters_table, const rollup_target& t,
+                              const id_range& range);
+
 // The owning rows of a batch's `range`, (id, count) in id order, every one (a batch is at
-// most batch_rows rows): read once, checked, and taken (db/adoption.hpp).
+// most batch_rows rows): for a counter that keeps top-N totals (counters[].top) they are
+// read once, checked, and slot 0 and the totals table (db/top.hpp) written from those
+// values, so the two cannot disagree (two INSERT ... SELECT would each read the owning
+// table anew under READ COMMITTED).
 std::string batch_rows_select(const rollup_target& t, const id_range& range);
 
 // One row when the owning column holds a value other than 0 (the roller's check of a

@@ -99,7 +99,7 @@ const std::string& instance_of(const write_set& ws) {
 
 // The guard (1): false, having rolled back, when the set is not to be applied. An
 // adoption's claim leaves the rows it takes in `claimed`.
-bool claim_guard(connection& conn, const write_set& ws, write_result& out,
+bool claim_guard(connection& conn, const write_set& ws, const write_rules& rules, write_result& out,
                  std::vector<counter_row>& claimed) {
   if (const auto* l = std::get_if<ledger_guard>(&ws.guard)) {
     if (claim_ledger(conn, l->id, l->row_count)) return true;
@@ -111,12 +111,14 @@ bool claim_guard(connection& conn, const write_set& ws, write_result& out,
     out.outcome = commit_outcome::moved;
     return false;
   }
-  auto taken = claim_adoption(conn, std::get<adoption_guard>(ws.guard));
+  const auto& a = std::get<adoption_guard>(ws.guard);
+  auto taken = claim_adoption(conn, a, rules.table, rules.top->keeps(a.target.record_type));
   if (!taken) {
     out.outcome = commit_outcome::already_applied;
     return false;
   }
   claimed = std::move(taken->rows);
+  out.taken = taken->taken;
   out.total = taken->total;
   out.last = taken->last;
   return true;
@@ -130,7 +132,7 @@ write_result apply(connection& conn, const write_set& ws, const write_rules& rul
     // slot.
     std::vector<counter_row> added;
     std::vector<store::bucket_row> added_buckets;
-    if (!claim_guard(conn, ws, out, added)) return out;
+    if (!claim_guard(conn, ws, rules, out, added)) return out;
     if (!ws.keyed.empty()) {
       // Keys are a flush batch's only: its guard is a ledger row (write_set_of).
       auto keys = claim_keys(conn, std::get<ledger_guard>(ws.guard).id, ws.keyed, ws.slot,

@@ -135,7 +135,8 @@ struct write_result {
   std::size_t conflicts = 0;   // keyed: ... with another body
   std::size_t counted = 0;     // unique: entries this set counted
   std::size_t too_late = 0;    // unique: entries not decided, their windows' decisions pruned
-  __int128 total = 0;          // adoption: the owning counts taken
+  std::uint64_t taken = 0;     // adoption: owning rows with a count taken
+  __int128 total = 0;          // adoption: their counts
   bool last = false;           // adoption: the batch finished it
 };
 
@@ -143,7 +144,8 @@ struct write_result {
 // a ledger row already there (an earlier attempt committed, its reply lost) applies
 // nothing (already_applied), a position row that no longer holds `from` neither
 // (moved), nor an adoption that is done (already_applied); an adoption's claim gives
-// the set's rows (slot 0, no buckets). Then its keys (2, claim_keys: the rows of the requests whose
+// the set's rows (slot 0, no buckets) or, for a counter without top-N, takes them
+// itself (db/adoption.hpp). Then its keys (2, claim_keys: the rows of the requests whose
 // key is new) or its unique entries (1b and 2, claim_uniques), whose rows are added to the set's
 // own, and write_counted (3 to 6) with the marks `rules` gives. On error the transaction is rolled
 // back (when the connection still allows it) and db_error is thrown.

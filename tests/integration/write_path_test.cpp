@@ -11,6 +11,7 @@
 
 #include "db/repository.hpp"
 #include "db/sql_adopt.hpp"
+#include "db/top.hpp"
 #include "db/uniques.hpp"
 #include "support/mariadb_server.hpp"
 
@@ -120,16 +121,19 @@ TEST_F(WritePath, AUniqueEntryCountedBeforeIsNeitherCountedNorMarked) {
   EXPECT_EQ(marks(), 1);  // counter 1's; none for counter 2
 }
 
-// An adoption's batches: each takes the next owning rows after the cursor into slot 0
-// (counts of 0 passed over, no marks), moves the cursor with its rows and total, and the
-// last one ends the adoption; after it a batch applies nothing.
+// An adoption's batches, both ways (db/adoption.hpp): taken by the server (a counter
+// without top-N) and read once (with top-N, its totals written from the same values).
+// Each takes the next owning rows after the cursor into slot 0 (counts of 0 passed over,
+// no marks), moves the cursor with its rows and total, and the last one ends the
+// adoption; after it a batch applies nothing.
 const db::rollup_target adopted{5, "owners", "id", "n", "owned"};
 
-class WritePathAdoption : public WritePath {
+class WritePathAdoption : public WritePath, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
     WritePath::SetUp();
     auto conn = connect();
+    if (GetParam()) db::migrate_totals(conn, write_path_table, top_);
     conn.execute("CREATE TABLE owners (id BIGINT PRIMARY KEY, n BIGINT)");
     conn.execute("INSERT INTO owners VALUES (1, 7), (2, 0), (3, 5), (4, 9)");
     conn.execute(db::state_insert(adopted, "running", "history"));
@@ -142,23 +146,38 @@ class WritePathAdoption : public WritePath {
     for (const auto& v : rows.at(0)) s += v.value_or("NULL") + " ";
     return s;
   }
-  const db::write_rules adoption_rules_{.table = write_path_table};
+  std::int64_t total(std::uint64_t id) const {
+    return shared_mariadb().query_int(
+        database_,
+        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters_totals WHERE "
+        "record_type = 5 AND record_id = " +
+            std::to_string(id));
+  }
+  db::write_rules rules() const {
+    return {.table = write_path_table, .top = GetParam() ? &top_ : &store::no_top()};
+  }
+  const store::top_spec top_{{5}, store::no_buckets()};
 };
 
-TEST_F(WritePathAdoption, BatchesTakeTheirRowsIntoSlotZeroAndTheLastEndsIt) {
+INSTANTIATE_TEST_SUITE_P(BothWays, WritePathAdoption, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "ReadOnceWithTop" : "ByTheServer";
+                         });
+
+TEST_P(WritePathAdoption, BatchesTakeTheirRowsIntoSlotZeroAndTheLastEndsIt) {
   auto conn = connect();
   const db::write_set batch{.guard = db::adoption_guard{adopted, {}, 3}};
-  const auto first = db::apply(conn, batch, adoption_rules_);
+  const auto first = db::apply(conn, batch, rules());
   EXPECT_EQ(first.outcome, db::commit_outcome::applied);
-  EXPECT_EQ(first.rows, 2u);
+  EXPECT_EQ(first.taken, 2u);
   EXPECT_EQ(static_cast<std::int64_t>(first.total), 12);
   EXPECT_FALSE(first.last);
   EXPECT_EQ(state(), "running 3 2 12 ");
-  const auto second = db::apply(conn, batch, adoption_rules_);
-  EXPECT_EQ(second.rows, 1u);
+  const auto second = db::apply(conn, batch, rules());
+  EXPECT_EQ(second.taken, 1u);
   EXPECT_TRUE(second.last);
   EXPECT_EQ(state(), "done 4 3 21 ");
-  EXPECT_EQ(db::apply(conn, batch, adoption_rules_).outcome, db::commit_outcome::already_applied);
+  EXPECT_EQ(db::apply(conn, batch, rules()).outcome, db::commit_outcome::already_applied);
   EXPECT_FALSE(conn.in_transaction());
   EXPECT_EQ(sum(1), 7);
   EXPECT_EQ(sum(3), 5);
@@ -168,17 +187,22 @@ TEST_F(WritePathAdoption, BatchesTakeTheirRowsIntoSlotZeroAndTheLastEndsIt) {
                                        "OR record_id = 2"),
             0);
   EXPECT_EQ(marks(), 0);
+  if (GetParam()) {
+    EXPECT_EQ(total(1), 7);
+    EXPECT_EQ(total(3), 5);
+    EXPECT_EQ(total(4), 9);
+  }
 }
 
 // A row that changed past what the counters table holds since the validation pass (here:
 // never validated) is refused by name, and nothing of its batch is taken: no slot row,
 // the cursor where it was.
-TEST_F(WritePathAdoption, ARowPastItsLimitsIsRefusedByNameAndNothingIsTaken) {
+TEST_P(WritePathAdoption, ARowPastItsLimitsIsRefusedByNameAndNothingIsTaken) {
   auto conn = connect();
   conn.execute("UPDATE owners SET n = -1 WHERE id = 3");
   const db::write_set batch{.guard = db::adoption_guard{adopted, {}, 3}};
   try {
-    db::apply(conn, batch, adoption_rules_);
+    db::apply(conn, batch, rules());
     ADD_FAILURE() << "a negative owning count was taken";
   } catch (const db::adoption_refused& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -191,8 +215,35 @@ TEST_F(WritePathAdoption, ARowPastItsLimitsIsRefusedByNameAndNothingIsTaken) {
   // An id past the counters table's record_id column, in the last batch.
   conn.execute("UPDATE owners SET n = 5 WHERE id = 3");
   const db::write_set past{.guard = db::adoption_guard{adopted, {.max_id = 3}, 10}};
-  EXPECT_THROW(db::apply(conn, past, adoption_rules_), db::adoption_refused);
+  EXPECT_THROW(db::apply(conn, past, rules()), db::adoption_refused);
   EXPECT_EQ(state(), "running none 0 0 ");
+}
+
+// A count past INT64_MAX is refused by name, never taken as a negative count: read once,
+// whatever the counters table's count column holds (a BIGINT UNSIGNED one allows it);
+// by the server, past the column. ZEROFILL values are read by their value, not by their
+// padded text.
+TEST_P(WritePathAdoption, ACountPastInt64IsRefusedAndZeroFilledValuesAreReadByValue) {
+  auto conn = connect();
+  conn.execute("ALTER TABLE owners MODIFY n BIGINT(25) UNSIGNED ZEROFILL");
+  conn.execute("UPDATE owners SET n = 10000000000000000000 WHERE id = 3");
+  const db::row_limits limits{.max_count = GetParam() ? UINT64_MAX : INT64_MAX};
+  const db::write_set batch{.guard = db::adoption_guard{adopted, limits, 3}};
+  try {
+    db::apply(conn, batch, rules());
+    ADD_FAILURE() << "a count past INT64_MAX was taken";
+  } catch (const db::adoption_refused& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "owning row `owners`.`id` = 3 (`n` = 0000010000000000000000000): its count is "
+              "larger than a slot row takes (at most 9223372036854775807, the counters table's "
+              "count column); fix the row and run --adopt owned again");
+  }
+  EXPECT_EQ(state(), "running none 0 0 ");
+  conn.execute("UPDATE owners SET n = 5 WHERE id = 3");
+  const auto r = db::apply(conn, batch, rules());
+  EXPECT_EQ(r.taken, 2u);
+  EXPECT_EQ(static_cast<std::int64_t>(r.total), 12);
+  EXPECT_EQ(sum(3), 5);
 }
 
 }  // namespace

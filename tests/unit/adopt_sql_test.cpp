@@ -1,5 +1,5 @@
 // The SQL of an adoption (daemon/db/sql_adopt.hpp): the statements --adopt sends,
-// exactly, so that a change to what a batch locks or reads is a visible change here.
+// exactly, so that a change to what a batch locks or takes is a visible change here.
 
 #include "db/sql_adopt.hpp"
 
@@ -9,6 +9,21 @@ namespace slotted::db {
 namespace {
 
 const rollup_target target{123, "repositories", "id", "download_count", "repo_downloads"};
+
+TEST(AdoptSql, ABatchTakesItsRangeIntoSlotZeroInIdOrderAddingToWhatIsThere) {
+  EXPECT_EQ(take_batch_insert("slotted_counters", target, {41, 90}),
+            "INSERT INTO `slotted_counters` (`record_type`, `record_id`, `slot`, `count`) "
+            "SELECT 123, o.`id`, 0, o.`download_count` FROM `repositories` AS o "
+            "WHERE o.`id` > 41 AND o.`id` <= 90 AND o.`download_count` > 0 ORDER BY o.`id` "
+            "ON DUPLICATE KEY UPDATE `slotted_counters`.`count` = `slotted_counters`.`count` + "
+            "VALUES(`count`)");
+  // The first batch has no lower bound, the last no upper one.
+  EXPECT_NE(take_batch_insert("c", target, {std::nullopt, 9}).find("WHERE o.`id` <= 9 AND"),
+            std::string::npos);
+  EXPECT_NE(take_batch_insert("c", target, {9, std::nullopt}).find("WHERE o.`id` > 9 AND"),
+            std::string::npos);
+  EXPECT_NE(take_batch_insert("c", target, {}).find("WHERE 1 AND"), std::string::npos);
+}
 
 TEST(AdoptSql, ABatchReadsEveryRowOfItsRangeOnceInIdOrder) {
   EXPECT_EQ(batch_rows_select(target, {41, 90}),
@@ -56,6 +71,11 @@ TEST(AdoptSql, BadRowsAreFoundByTheServerInOneScan) {
   EXPECT_EQ(first_bad_row_select(target, limits, {}),
             "SELECT o.`id`, o.`download_count` FROM `repositories` AS o WHERE 1 AND " + bad +
                 " ORDER BY o.`id` LIMIT 1");
+  EXPECT_EQ(batch_check_select(target, limits, {1, 2}),
+            "SELECT COALESCE(SUM(" + bad +
+                "), 0), COUNT(CASE WHEN o.`download_count` > 0 THEN 1 END), COALESCE(SUM(CASE "
+                "WHEN o.`download_count` > 0 THEN o.`download_count` END), 0), MAX(o.`id`) FROM "
+                "`repositories` AS o WHERE o.`id` > 1 AND o.`id` <= 2");
 }
 
 TEST(AdoptSql, TheBatchBoundIsTheNthIdAfterTheCursor) {
