@@ -244,11 +244,6 @@ std::uint64_t dirty_gen_of(const batch_identity& id) {
   return gen & 0x7fffffffffffffffull;
 }
 
-namespace {
-
-// A slot row's count as the server prints it, exactly: an adopted table's `count` may be
-// of any integer type (unsigned BIGINT too), so it is read into 128 bits; text that is
-// no integer is a db_error (the caller's contract), never a std:: exception.
 __int128 slot_count(const std::optional<std::string>& text) {
   const std::string_view s = text ? std::string_view(*text) : std::string_view("0");
   const bool negative = !s.empty() && s.front() == '-';
@@ -265,73 +260,6 @@ __int128 slot_count(const std::optional<std::string>& text) {
   if (i == first || i != s.size())
     throw db_error(0, "a slot row's count is not an integer: " + std::string(s));
   return negative ? -v : v;
-}
-
-}  // namespace
-
-namespace {
-// A reset of a counter that keeps top-N totals (db/top.hpp), after its locking read of
-// the slot rows: the bucket rows of those slots, locked (4: no other writer writes a
-// bucket row of a slot it does not hold), the deletes of sql.hpp reset_statements, the
-// totals lowered by what was deleted (5, db::reset_totals_statements), the dirty mark (6).
-void reset_rows_and_totals(connection& conn, const std::string& table, const batch_identity& id,
-                           const store::counter_key& key, std::span<const std::int64_t> slots,
-                           __int128 persisted, bool rolled_up,
-                           std::span<const store::granularity> bucket_grans) {
-  const std::string instance = conn.quote(id.instance_id);
-  std::vector<store::bucket_row> lost_buckets;
-  if (!slots.empty()) {
-    for (const auto g : bucket_grans) {
-      for (const auto& row : conn.query(reset_bucket_sums_select_locked(table, g, key, slots))) {
-        if (!row[0]) continue;
-        lost_buckets.push_back({key.record_type, key.record_id, g, std::stoll(*row[0]), 0,
-                                -static_cast<std::int64_t>(slot_count(row[1]))});  // BIGINT
-      }
-    }
-  }
-  for (const auto& sql : reset_statements(table, key.record_type, key.record_id, slots, instance,
-                                          std::nullopt, bucket_grans))
-    conn.execute(sql);
-  for (const auto& sql : reset_totals_statements(table, key, persisted, lost_buckets, bucket_grans,
-                                                 conn.max_statement_bytes()))
-    conn.execute(sql);
-  if (rolled_up) {
-    const counter_row mark{key.record_type, key.record_id, 0, 0};
-    conn.execute(dirty_upsert(instance, std::span(&mark, 1), dirty_gen_of(id)));
-  }
-}
-}  // namespace
-
-commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
-                             const store::counter_key& key, bool rolled_up,
-                             std::span<const store::granularity> bucket_grans,
-                             reset_progress& progress, const store::top_spec& top) {
-  return in_transaction(conn, [&] {
-    const std::string instance = conn.quote(id.instance_id);
-    // First, as for a batch: a retry after a lost COMMIT reply waits here on the first
-    // attempt's row lock, then finds it committed or takes the id over.
-    if (!claim_ledger(conn, id, 0)) return commit_outcome::already_applied;
-    reset_progress read;
-    std::vector<std::int64_t> slots;
-    for (const auto& row :
-         conn.query(reset_rows_select_locked(table, key.record_type, key.record_id))) {
-      slots.push_back(static_cast<std::int64_t>(slot_count(row[0])));
-      read.persisted += slot_count(row[1]);
-    }
-    read.rows = slots.size();
-    if (top.keeps(key.record_type)) {
-      reset_rows_and_totals(conn, table, id, key, slots, read.persisted, rolled_up, bucket_grans);
-    } else {
-      for (const auto& sql : reset_statements(
-               table, key.record_type, key.record_id, slots, instance,
-               rolled_up ? std::optional(dirty_gen_of(id)) : std::nullopt, bucket_grans))
-        conn.execute(sql);
-    }
-    read.commit_sent = true;
-    progress = read;
-    conn.execute(commit);
-    return commit_outcome::applied;
-  });
 }
 
 ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_from,

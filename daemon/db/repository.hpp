@@ -172,27 +172,26 @@ rollup_chunk_result rollup_chunk(connection& conn, const std::string& counters_t
 //      `<table>_day_totals`, each sorted by (record_type, record_id, bucket); only of
 //      counters whose slot rows the transaction holds (3).
 //   6. Dirty marks, sorted.
-// The writers: db::apply (db/write_path.hpp) for every flush batch, every log pass and
-// every adoption batch (1: a batch's ledger row, or in its place a log source's position
+// The writers: db::apply (db/write_path.hpp) for every flush batch, log pass, adoption
+// batch and reset (1: a batch's ledger row, or in its place a log source's position
 // row, or an adoption's row (adopt/adopt.hpp), which no other writer locks, by SELECT ...
 // FOR UPDATE, its owning rows then read unlocked; 2 for a keyed batch by claim_keys; 1b
 // and 2 for unique entries by claim_uniques; 3, 4, 5, 6 by write_counted, an adoption
 // without bucket rows or marks, and without top-N its 3 by INSERT ... SELECT ... ORDER BY
-// id in db::claim_adoption); reset_counter (1; 3 by a locking read of the counter's
-// slot rows; with top, 4 by a locking read of their bucket rows; sql.hpp reset_statements;
-// with top, 5 lowered by what it deleted, `<table>_totals` first even when its sum was 0;
-// 6). An INSERT IGNORE of an adoption row (the roller's record of an all-zero column, a
-// run's first row) commits on its own holding nothing else. A batch writes a slot row for every
-// counter it has bucket rows of (a row of delta 0 if need be, see store::flush_batch), so by (4) no
-// bucket row of a slot is written by a transaction that does not hold the slot row: a reset that
-// holds the slot rows it read deletes the bucket rows of those slots exactly, and a slot another
-// instance inserts meanwhile keeps its buckets with its total. rollup_chunk locks owning rows (a
-// locking read in id order; the slot rows a consistent read after it), then dirty marks, in one
-// transaction: no writer above locks owning rows, and an adoption reads them unlocked. Statements
-// that commit on their own wait in no cycle, as each holds one kind of row at a time: prune_buckets
-// (one bucket's rows, in key order; with top, then their bucket totals, 4 then 5 in one
-// transaction), prune_ledger, db::prune_keys and db::prune_uniques (one record type's passed
-// windows of
+// id in db::claim_adoption; a reset's 3 by a locking read of the counter's slot rows,
+// with top 4 by a locking read of their bucket rows, sql.hpp reset_statements, with top
+// 5 lowered by what it deleted, `<table>_totals` first even when its sum was 0, and 6). An INSERT
+// IGNORE of an adoption row (the roller's record of an all-zero column, a run's first row) commits
+// on its own holding nothing else. A batch writes a slot row for every counter it has bucket rows
+// of (a row of delta 0 if need be, see store::flush_batch), so by (4) no bucket row of a slot is
+// written by a transaction that does not hold the slot row: a reset that holds the slot rows it
+// read deletes the bucket rows of those slots exactly, and a slot another instance inserts
+// meanwhile keeps its buckets with its total. rollup_chunk locks owning rows (a locking read in id
+// order; the slot rows a consistent read after it), then dirty marks, in one transaction: no writer
+// above locks owning rows, and an adoption reads them unlocked. Statements that commit on their own
+// wait in no cycle, as each holds one kind of row at a time: prune_buckets (one bucket's rows, in
+// key order; with top, then their bucket totals, 4 then 5 in one transaction), prune_ledger,
+// db::prune_keys and db::prune_uniques (one record type's passed windows of
 // `<table>_uniques`, a range of its key; the types read unlocked).
 // Tested in tests/integration/lock_order_test.cpp.
 
@@ -210,26 +209,10 @@ struct batch_identity {
 // fresh mark never repeats an old one.
 std::uint64_t dirty_gen_of(const batch_identity& id);
 
-// How far a reset_counter() call got: its locking read's figures, and whether COMMIT
-// was sent (then a lost connection leaves the outcome unknown until the ledger tells).
-struct reset_progress {
-  bool commit_sent = false;
-  __int128 persisted = 0;  // SUM(count) of the slot rows deleted
-  std::size_t rows = 0;    // slot rows deleted
-};
-
-// Resets one counter (README: HTTP API, Reset) in one transaction: the reset's ledger
-// row under `id` (from the batches' sequence), a locking read of its slot rows, the
-// statements of sql.hpp reset_statements (with a dirty mark when `rolled_up`), COMMIT.
-// When the ledger already holds `id` (an earlier attempt committed, its reply lost),
-// nothing is done and already_applied is returned: `progress` then still holds that
-// attempt's figures. On error the transaction is rolled back when the connection allows
-// it and db_error is thrown. When `top` keeps the counter, its totals follow (db/top.hpp).
-commit_outcome reset_counter(connection& conn, const std::string& table, const batch_identity& id,
-                             const store::counter_key& key, bool rolled_up,
-                             std::span<const store::granularity> bucket_grans,
-                             reset_progress& progress,
-                             const store::top_spec& top = store::no_top());
+// A slot row's count as the server prints it, exactly: an adopted table's `count` may be
+// of any integer type (unsigned BIGINT too), so it is read into 128 bits; text that is
+// no integer is a db_error (the caller's contract), never a std:: exception.
+__int128 slot_count(const std::optional<std::string>& text);
 
 // The ledger's retention, one run of it: deletes this process's own rows (`keep_from`'s
 // instance and run) older than `own_max_age_seconds` before `keep_from`'s seq (see

@@ -97,7 +97,7 @@ std::vector<std::string> totals_upserts(std::string_view table, std::span<const 
                                         std::span<const store::bucket_row> buckets,
                                         const store::top_spec& top, std::size_t max_bytes);
 
-// A reset (repository.cpp reset_counter) of a counter that keeps totals, in its
+// A reset (db/write_path.hpp apply) of a counter that keeps totals, in its
 // transaction: the bucket rows of the slots `slots` of `key` (bucket start in unix
 // seconds, count), locked; then reset_totals_statements, in the lock order's 5:
 // `<table>_totals` lowered by `persisted` and deleted when left at 0 (its row locked even

@@ -125,14 +125,68 @@ bool claim_guard(connection& conn, const write_set& ws, const write_rules& rules
 }
 }  // namespace
 
-write_result apply(connection& conn, const write_set& ws, const write_rules& rules) {
-  write_result out;
-  return in_transaction(conn, [&] {
+namespace {
+// A reset's 3 to 6, after its guard: the counter's slot rows read locked (3); with top,
+// the bucket rows of those slots read locked (4: no other writer writes a bucket row of
+// a slot it does not hold); the deletes of sql.hpp reset_statements (slot rows, their
+// bucket rows, and without top the mark); with top, the totals lowered by what was
+// deleted (5, db::reset_totals_statements) and the mark (6).
+void reset_counted(connection& conn, const store::counter_key& key, const write_set& ws,
+                   const write_rules& rules, write_result& out) {
+  std::vector<std::int64_t> slots;
+  for (const auto& row :
+       conn.query(reset_rows_select_locked(rules.table, key.record_type, key.record_id))) {
+    slots.push_back(static_cast<std::int64_t>(slot_count(row[0])));
+    out.cleared += slot_count(row[1]);
+  }
+  out.cleared_rows = slots.size();
+  // Its bucket rows go with it (README: Counts per bucket): the buckets it keeps now.
+  std::vector<store::granularity> grans;
+  if (const auto* c = rules.buckets->find(key.record_type)) {
+    for (const auto g : store::all_granularities)
+      if (c->keeps(g)) grans.push_back(g);
+  }
+  const counter_row mark{key.record_type, key.record_id, 0, 0};
+  const bool marked = rules.marks && !rules.marks(std::span(&mark, 1)).empty();
+  const std::string instance = conn.quote(instance_of(ws));
+  const bool with_top = rules.top->keeps(key.record_type);
+  std::vector<store::bucket_row> lost_buckets;
+  if (with_top && !slots.empty()) {
+    for (const auto g : grans) {
+      for (const auto& row :
+           conn.query(reset_bucket_sums_select_locked(rules.table, g, key, slots))) {
+        if (!row[0]) continue;
+        lost_buckets.push_back({key.record_type, key.record_id, g, std::stoll(*row[0]), 0,
+                                -static_cast<std::int64_t>(slot_count(row[1]))});  // BIGINT
+      }
+    }
+  }
+  const bool mark_with_deletes = marked && !with_top;
+  for (const auto& sql :
+       reset_statements(rules.table, key.record_type, key.record_id, slots, instance,
+                        mark_with_deletes ? std::optional(ws.mark_gen) : std::nullopt, grans))
+    conn.execute(sql);
+  if (!with_top) return;
+  for (const auto& sql : reset_totals_statements(rules.table, key, out.cleared, lost_buckets, grans,
+                                                 conn.max_statement_bytes()))
+    conn.execute(sql);
+  if (marked) conn.execute(dirty_upsert(instance, std::span(&mark, 1), ws.mark_gen));
+}
+}  // namespace
+
+void apply(connection& conn, const write_set& ws, const write_rules& rules, write_result& out) {
+  in_transaction(conn, [&] {
     // 1, 1b, 2: what the adoption, the keys and the unique entries add, under the set's
     // slot.
     std::vector<counter_row> added;
     std::vector<store::bucket_row> added_buckets;
-    if (!claim_guard(conn, ws, rules, out, added)) return out;
+    if (!claim_guard(conn, ws, rules, out, added)) return;
+    if (ws.reset) {
+      reset_counted(conn, *ws.reset, ws, rules, out);
+      out.commit_sent = true;
+      conn.execute(commit);
+      return;
+    }
     if (!ws.keyed.empty()) {
       // Keys are a flush batch's only: its guard is a ledger row (write_set_of).
       auto keys = claim_keys(conn, std::get<ledger_guard>(ws.guard).id, ws.keyed, ws.slot,
@@ -168,10 +222,16 @@ write_result apply(connection& conn, const write_set& ws, const write_rules& rul
                          .quoted_instance = instance,
                          .mark_gen = ws.mark_gen,
                          .max_rows = rules.max_rows});
-    conn.execute(commit);
     out.rows = rows.size();
-    return out;
+    out.commit_sent = true;
+    conn.execute(commit);
   });
+}
+
+write_result apply(connection& conn, const write_set& ws, const write_rules& rules) {
+  write_result out;
+  apply(conn, ws, rules, out);
+  return out;
 }
 
 write_set write_set_of(const batch_identity& id, const store::flush_batch& b) {

@@ -2,8 +2,7 @@
 // The writers' lock order (db/repository.hpp, "Lock order") as code: the ledger guard
 // (1) and the counted writes (3 slot rows, 4 bucket rows, 5 totals, 6 dirty marks),
 // which every writer of counts runs after its own guard and claims, inside its
-// transaction; and the one write of counts, apply(), that every writer but the reset
-// commits through.
+// transaction; and the one write of counts, apply(), that every writer commits through.
 
 #include <algorithm>
 #include <chrono>
@@ -102,6 +101,11 @@ struct write_set {
   std::span<const idempotency::keyed_request> keyed = {};
   // Each +1 when no batch counted it before (1b and 2, db/uniques.hpp); sorted.
   std::span<const store::unique_entry> uniques = {};
+  // A reset (a ledger guard's only, with no rows): this counter's slot rows read locked
+  // and deleted with their bucket rows (of the granularities rules.buckets keeps for it),
+  // its totals of top-N lowered by what they held, its dirty mark when rules.marks keeps
+  // it (README: HTTP API, Reset).
+  std::optional<store::counter_key> reset = std::nullopt;
   std::uint16_t slot = 0;  // of the rows the keys and the unique entries add
   std::uint64_t mark_gen = 0;
 };
@@ -135,9 +139,14 @@ struct write_result {
   std::size_t conflicts = 0;   // keyed: ... with another body
   std::size_t counted = 0;     // unique: entries this set counted
   std::size_t too_late = 0;    // unique: entries not decided, their windows' decisions pruned
-  std::uint64_t taken = 0;     // adoption: owning rows with a count taken
-  __int128 total = 0;          // adoption: their counts
-  bool last = false;           // adoption: the batch finished it
+  // COMMIT was sent: a lost connection now leaves the outcome to the ledger (a retry
+  // under the same guard answers it). Set in the result a throwing call filled.
+  bool commit_sent = false;
+  __int128 cleared = 0;          // reset: SUM(count) of the slot rows deleted
+  std::size_t cleared_rows = 0;  // reset: slot rows deleted
+  std::uint64_t taken = 0;       // adoption: owning rows with a count taken
+  __int128 total = 0;            // adoption: their counts
+  bool last = false;             // adoption: the batch finished it
 };
 
 // The one write of counts: `ws` in one transaction, in the lock order. Its guard (1):
@@ -145,10 +154,14 @@ struct write_result {
 // nothing (already_applied), a position row that no longer holds `from` neither
 // (moved), nor an adoption that is done (already_applied); an adoption's claim gives
 // the set's rows (slot 0, no buckets) or, for a counter without top-N, takes them
-// itself (db/adoption.hpp). Then its keys (2, claim_keys: the rows of the requests whose
-// key is new) or its unique entries (1b and 2, claim_uniques), whose rows are added to the set's
-// own, and write_counted (3 to 6) with the marks `rules` gives. On error the transaction is rolled
-// back (when the connection still allows it) and db_error is thrown.
+// itself (db/adoption.hpp). A reset then deletes its counter's rows (3 to 6, in that
+// order: slot rows read locked, their bucket rows, totals, mark). Any other set: its
+// keys (2, claim_keys: the rows of the requests whose key is new) or its unique entries
+// (1b and 2, claim_uniques), whose rows are added to the set's own, and write_counted
+// (3 to 6) with the marks `rules` gives. On error the transaction is rolled back (when
+// the connection still allows it) and db_error is thrown; `out` is filled as the call
+// goes, so that a caller whose call threw reads commit_sent there.
+void apply(connection& conn, const write_set& ws, const write_rules& rules, write_result& out);
 write_result apply(connection& conn, const write_set& ws, const write_rules& rules);
 
 // Flush batch `b` as batch `id`: its ledger row (row_count its rows, or its unique

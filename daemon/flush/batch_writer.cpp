@@ -33,19 +33,6 @@ void batch_writer::stop() {
   writers_.stop();
 }
 
-std::span<const db::counter_row> batch_writer::rolled_up_rows(std::span<const db::counter_row> rows,
-                                                              std::vector<db::counter_row>& out) {
-  out.clear();
-  if (settings_.rollups.empty()) return {};
-  for (const auto& r : rows) {
-    const bool rolled_up =
-        std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
-                    [&](const db::rollup_target& t) { return t.record_type == r.record_type; });
-    if (rolled_up) out.push_back(r);
-  }
-  return out;
-}
-
 batch_writer::commit_attempt batch_writer::commit_with_retries(
     db::connection& conn, const flush_batch& b, std::vector<db::counter_row>& dirty) {
   const db::batch_identity id{settings_.instance_id, b.run_id, b.seq};
@@ -271,7 +258,7 @@ batch_writer::commit_attempt batch_writer::commit_once(db::connection& conn,
                         .dedupe = &settings_.dedupe,
                         .key_window = settings_.idempotency_window,
                         .marks = [this, &dirty](std::span<const db::counter_row> rows) {
-                          return rolled_up_rows(rows, dirty);
+                          return rolled_up_rows(settings_.rollups, rows, dirty);
                         }};
   const auto r = db::apply(conn, db::write_set_of(id, batch), rules);
   if (r.outcome == db::commit_outcome::applied && !batch.keyed.empty()) {

@@ -102,9 +102,6 @@ class batch_writer {
   // query). Only while no batch is in flight. Throws db_error.
   void expand_recovered(db::connection& conn, std::uint64_t run);
   void release_source();
-  // The rows of `rows` whose counters are rolled up (a view of `out`, refilled).
-  std::span<const db::counter_row> rolled_up_rows(std::span<const db::counter_row> rows,
-                                                  std::vector<db::counter_row>& out);
   // One attempt at batch `id` (db::apply), and what a keyed or a unique
   // batch dropped counted. Throws db_error.
   commit_attempt commit_once(db::connection& conn, const db::batch_identity& id,

@@ -2,11 +2,15 @@
 // What the flusher's units share (internal to flush/): its clock, the limits of its
 // retries and prunes, and two facts about a queued batch.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
+#include "db/repository.hpp"
 #include "model/batch.hpp"
 #include "store/pending_charge.hpp"
 
@@ -14,6 +18,20 @@ namespace slotted::flush {
 
 using clock = std::chrono::steady_clock;
 using store::flush_batch;
+
+// The rows of `rows` whose counters are rolled up into an owning table (`rollups`): their
+// dirty marks (db::write_rules::marks). A view of `out`, refilled.
+inline std::span<const db::counter_row> rolled_up_rows(
+    const std::vector<db::rollup_target>& rollups, std::span<const db::counter_row> rows,
+    std::vector<db::counter_row>& out) {
+  out.clear();
+  for (const auto& r : rows) {
+    if (std::any_of(rollups.begin(), rollups.end(),
+                    [&](const db::rollup_target& t) { return t.record_type == r.record_type; }))
+      out.push_back(r);
+  }
+  return out;
+}
 
 // A batch the database refused for its data can be split to find what is at fault: a
 // plain batch by its rows, a keyed batch by its requests (each applied whole or not).

@@ -43,7 +43,7 @@ reset_result reset_job::run(const store::counter_key& key, const result<std::siz
   // Odd throughout: a concurrent read_total() retries rather than see the slot rows
   // gone and the pending delta not yet dropped.
   queue_.set_committing(true);
-  db::reset_progress known;  // the figures of the attempt that committed (or may have)
+  db::write_result known;  // the figures of the attempt that committed (or may have)
   if (auto why = commit(key, id, lease, known)) {
     queue_.set_committing(false);
     return refused(std::move(*why));
@@ -51,9 +51,9 @@ reset_result reset_job::run(const store::counter_key& key, const result<std::siz
   const std::int64_t dropped = drop_pending(key);
   queue_.set_committing(false);
   metrics_.resets_ok.Increment();
-  log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.rows,
+  log::debug("counter (", key.record_type, ", ", key.record_id, ") reset: ", known.cleared_rows,
              " slot rows deleted, ", dropped, " pending dropped");
-  return cleared_counter{known.persisted, dropped};
+  return cleared_counter{known.cleared, dropped};
 }
 
 reset_result reset_job::refused(failure why) {
@@ -76,28 +76,29 @@ std::optional<failure> reset_job::refusal(const result<std::size_t>& flushed, bo
 std::optional<failure> reset_job::commit(const store::counter_key& key,
                                          const db::batch_identity& id,
                                          std::optional<db::pool::lease>& lease,
-                                         db::reset_progress& known) {
-  const bool rolled_up =
-      std::any_of(settings_.rollups.begin(), settings_.rollups.end(),
-                  [&](const db::rollup_target& t) { return t.record_type == key.record_type; });
-  // Its bucket rows go with it (README: Counts per bucket): the buckets it keeps now.
-  std::vector<store::granularity> bucket_grans;
-  if (const auto* c = settings_.buckets.find(key.record_type)) {
-    for (const auto g : store::all_granularities)
-      if (c->keeps(g)) bucket_grans.push_back(g);
-  }
+                                         db::write_result& known) {
+  // First its ledger row, as for a batch: a retry after a lost COMMIT reply waits on the
+  // first attempt's row lock, then finds it committed or takes the id over.
+  const db::write_set ws{
+      .guard = db::ledger_guard{id, 0}, .reset = key, .mark_gen = db::dirty_gen_of(id)};
+  std::vector<db::counter_row> marked;
+  const db::write_rules rules{.table = settings_.table,
+                              .buckets = &settings_.buckets,
+                              .top = &settings_.top,
+                              .marks = [&](std::span<const db::counter_row> rows) {
+                                return rolled_up_rows(settings_.rollups, rows, marked);
+                              }};
   bool in_doubt = false;
   auto pause = std::chrono::milliseconds(100);
   for (int attempt = 0;; ++attempt) {
-    db::reset_progress p;
+    db::write_result p;
     try {
       // Kept across retries; taken again only after a lost connection.
       if (!lease) lease.emplace(pool_.acquire());
-      const auto outcome = db::reset_counter(**lease, settings_.table, id, key, rolled_up,
-                                             bucket_grans, p, settings_.top);
+      db::apply(**lease, ws, rules, p);
       progress_();
       // already_applied: an earlier attempt whose COMMIT reply was lost had committed.
-      if (outcome == db::commit_outcome::applied) known = p;
+      if (p.outcome == db::commit_outcome::applied) known = p;
       return std::nullopt;
     } catch (const db::db_error& e) {
       progress_();

@@ -17,6 +17,7 @@
 
 #include "db/pool.hpp"
 #include "db/repository.hpp"
+#include "db/write_path.hpp"
 #include "flush/internal.hpp"
 #include "flush/queue.hpp"
 #include "flush/settings.hpp"
@@ -65,7 +66,7 @@ class reset_job {
   // conflicts and re-sending a COMMIT in doubt until the ledger answers or the stop
   // deadline passes. Returns why it failed, else nullopt with `known` its figures.
   std::optional<failure> commit(const store::counter_key& key, const db::batch_identity& id,
-                                std::optional<db::pool::lease>& lease, db::reset_progress& known);
+                                std::optional<db::pool::lease>& lease, db::write_result& known);
   // The pause before a reset in doubt is re-sent (doubling `pause`, never past the stop
   // deadline).
   void wait_for_ledger(const store::counter_key& key, const db::db_error& e,

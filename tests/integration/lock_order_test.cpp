@@ -222,16 +222,15 @@ TEST_F(LockOrder, AResetAndAKeyedBatchOfOneCounterAndSlotDoNotDeadlock) {
   plain_batch(setup, "seed", 3, {{hour_a, 2}, {hour_b, 3}});
   auto reset = connect(), keyed = connect();
   const auto reset_thread = thread_id(reset), keyed_thread = thread_id(keyed);
-  db::reset_progress progress;
+  db::write_result progress;
   std::size_t keyed_rows = 0;
   std::optional<background> reset_job, keyed_job;
   auto holder = connect();
   hold_hour_row(holder, hour_a, 3);
 
   reset_job.emplace([&] {
-    const granularity grans[] = {granularity::hour, granularity::day};
-    EXPECT_EQ(db::reset_counter(reset, table, {"reset", 1, 1}, {type, id}, false, grans, progress),
-              db::commit_outcome::applied);
+    progress = reset_counter(reset, table, {"reset", 1, 1}, {type, id}, spec_);
+    EXPECT_EQ(progress.outcome, db::commit_outcome::applied);
   });
   ASSERT_TRUE(waits_on(reset_thread, "slotted_counters_hour")) << reset_thread << "\n"
                                                                << transactions();
@@ -241,7 +240,7 @@ TEST_F(LockOrder, AResetAndAKeyedBatchOfOneCounterAndSlotDoNotDeadlock) {
 
   EXPECT_EQ(reset_job->join(), "");
   EXPECT_EQ(keyed_job->join(), "");
-  EXPECT_EQ(static_cast<std::int64_t>(progress.persisted), 5);
+  EXPECT_EQ(static_cast<std::int64_t>(progress.cleared), 5);
   EXPECT_EQ(keyed_rows, 1u);
   EXPECT_EQ(sums(), (std::vector<std::int64_t>{4, 4, 4}));
 }
@@ -257,15 +256,14 @@ TEST_F(LockOrder, AResetDeletesOnlyTheBucketsOfTheSlotRowsItRead) {
   plain_batch(setup, "seed", 3, {{hour_a, 5}});
   auto reset = connect();
   const auto reset_thread = thread_id(reset);
-  db::reset_progress progress;
+  db::write_result progress;
   std::optional<background> reset_job;
   auto holder = connect();
   hold_hour_row(holder, hour_a, 3);
 
   reset_job.emplace([&] {
-    const granularity grans[] = {granularity::hour, granularity::day};
-    EXPECT_EQ(db::reset_counter(reset, table, {"reset", 1, 1}, {type, id}, false, grans, progress),
-              db::commit_outcome::applied);
+    progress = reset_counter(reset, table, {"reset", 1, 1}, {type, id}, spec_);
+    EXPECT_EQ(progress.outcome, db::commit_outcome::applied);
   });
   ASSERT_TRUE(waits_on(reset_thread, "slotted_counters_hour")) << reset_thread << "\n"
                                                                << transactions();
@@ -275,8 +273,8 @@ TEST_F(LockOrder, AResetDeletesOnlyTheBucketsOfTheSlotRowsItRead) {
   holder.execute("ROLLBACK");
 
   EXPECT_EQ(reset_job->join(), "");
-  EXPECT_EQ(static_cast<std::int64_t>(progress.persisted), 5);
-  EXPECT_EQ(progress.rows, 1u);
+  EXPECT_EQ(static_cast<std::int64_t>(progress.cleared), 5);
+  EXPECT_EQ(progress.cleared_rows, 1u);
   EXPECT_EQ(sums(), (std::vector<std::int64_t>{4, 4, 4}))
       << "the other instance's slot keeps its buckets with its total";
 }

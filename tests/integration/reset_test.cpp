@@ -15,6 +15,7 @@
 
 #include "db/repository.hpp"
 #include "db/top.hpp"
+#include "support/commit_rows.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -480,13 +481,12 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
   // Its totals table, as --migrate makes it for an existing table (summed in DECIMAL).
   const store::top_spec top({1}, store::no_buckets());
   db::migrate_totals(conn, "wide_counters", top);
-  db::reset_progress p;
-  db::commit_outcome outcome{};
-  ASSERT_NO_THROW(outcome = db::reset_counter(conn, "wide_counters", {"rv", 1, 1},
-                                              store::counter_key{1, 5}, false, {}, p, top));
-  EXPECT_EQ(outcome, db::commit_outcome::applied);
-  EXPECT_TRUE(p.persisted == (static_cast<__int128>(1) << 64)) << "persisted is not 2^64";
-  EXPECT_EQ(p.rows, 2u);
+  db::write_result p;
+  ASSERT_NO_THROW(p = reset_counter(conn, "wide_counters", {"rv", 1, 1}, store::counter_key{1, 5},
+                                    store::no_buckets(), top));
+  EXPECT_EQ(p.outcome, db::commit_outcome::applied);
+  EXPECT_TRUE(p.cleared == (static_cast<__int128>(1) << 64)) << "cleared is not 2^64";
+  EXPECT_EQ(p.cleared_rows, 2u);
   EXPECT_EQ(shared_mariadb().query_int(database_,
                                        "SELECT COUNT(*) FROM wide_counters WHERE record_id = 5"),
             0);

@@ -13,6 +13,7 @@
 #include "db/sql_adopt.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
+#include "support/commit_rows.hpp"
 #include "support/mariadb_server.hpp"
 
 namespace slotted::test {
@@ -119,6 +120,36 @@ TEST_F(WritePath, AUniqueEntryCountedBeforeIsNeitherCountedNorMarked) {
   EXPECT_EQ(sum(2), 1);
   EXPECT_EQ(sum(1), 1);
   EXPECT_EQ(marks(), 1);  // counter 1's; none for counter 2
+}
+
+// A reset through apply: its slot rows deleted under its ledger row, what they held
+// reported, its mark written when the rules keep the counter; the same reset again finds
+// its ledger row and applies nothing (a lost COMMIT reply is resolved so).
+TEST_F(WritePath, AResetAppliesOnceUnderItsLedgerRowAndSaysWhatItCleared) {
+  auto conn = connect();
+  ASSERT_EQ(test::commit_rows(conn, write_path_table, {"a", 1, 1}, {{5, 1, 3, 7}, {5, 2, 3, 1}}),
+            db::commit_outcome::applied);
+  ASSERT_EQ(test::commit_rows(conn, write_path_table, {"a", 1, 2}, {{5, 1, 4, 2}}),
+            db::commit_outcome::applied);
+  const db::write_set reset{.guard = db::ledger_guard{{"a", 1, 3}, 0},
+                            .reset = store::counter_key{5, 1},
+                            .mark_gen = 9};
+  db::write_result out;
+  db::apply(conn, reset, rules_, out);
+  EXPECT_EQ(out.outcome, db::commit_outcome::applied);
+  EXPECT_TRUE(out.commit_sent);
+  EXPECT_EQ(static_cast<std::int64_t>(out.cleared), 9);
+  EXPECT_EQ(out.cleared_rows, 2u);
+  EXPECT_EQ(sum(1), 0);
+  EXPECT_EQ(sum(2), 1);
+  EXPECT_EQ(shared_mariadb().query_int(database_,
+                                       "SELECT COUNT(*) FROM slotted_counterd_dirty WHERE "
+                                       "record_id = 1 AND gen = 9"),
+            1);
+  const auto again = db::apply(conn, reset, rules_);
+  EXPECT_EQ(again.outcome, db::commit_outcome::already_applied);
+  EXPECT_EQ(again.cleared_rows, 0u);
+  EXPECT_FALSE(conn.in_transaction());
 }
 
 // An adoption's batches, both ways (db/adoption.hpp): taken by the server (a counter
