@@ -25,7 +25,7 @@
 //
 // Lock order (db/repository.hpp, "Lock order"): the adoption row first (a table no
 // flush, reset or rollup transaction writes), then slot rows in (record_type,
-// record_id) order, the order db::apply and reset_counter take them in; owning rows
+// record_id) order, the order db::apply takes them in for every writer; owning rows
 // are read without a lock (a consistent read under READ COMMITTED), so the roller's
 // UPDATE of owning rows waits on nothing an adoption holds.
 

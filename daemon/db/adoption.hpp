@@ -62,12 +62,13 @@ struct adoption_claim {
 // its rows read once, checked, and returned for apply to write as slot 0 with their
 // totals (a count past INT64_MAX is refused: a slot row's count is an int64). Any other
 // is taken by the server: a checking scan, then INSERT ... SELECT into slot 0 of
-// `counters_table` in id order (sql_adopt.hpp take_batch_insert), its lock order's 3
-// and the batch's last write: 1.5 times as fast as reading the rows and sending them
-// back (bench/RESULTS.md, "--adopt through db::apply"), and exact for counts up to what
-// the column holds. Owning rows are read unlocked (a consistent read). A row that is
-// NULL, negative or past `limits` throws adoption_refused naming it; a deleted adoption
-// row, db_error (fatal: a rerun would take the batches already taken again).
+// `counters_table` in id order (sql_adopt.hpp take_batch_insert), its lock order's 3,
+// before the adoption row's update: about 1.4 times as fast as reading the rows and
+// sending them back (bench/RESULTS.md, "Issue 41: --adopt through db::apply"), and exact
+// for counts up to what the column holds; a row changed between the check and the copy
+// is taken as it then is, or fails the batch with the server's error. Owning rows are read unlocked
+// (a consistent read). A row that is NULL, negative or past `limits` throws adoption_refused naming
+// it; a deleted adoption row, db_error (fatal: a rerun would take the batches already taken again).
 std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_guard& g,
                                              std::string_view counters_table, bool with_top);
 

@@ -175,6 +175,7 @@ void reset_counted(connection& conn, const store::counter_key& key, const write_
 }  // namespace
 
 void apply(connection& conn, const write_set& ws, const write_rules& rules, write_result& out) {
+  out = {};
   in_transaction(conn, [&] {
     // 1, 1b, 2: what the adoption, the keys and the unique entries add, under the set's
     // slot.

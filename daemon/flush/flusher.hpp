@@ -118,7 +118,7 @@ class flusher final : public store::batch_queue {
   // Resets one counter (README: HTTP API, Reset), ordered with the batches: right after
   // a flush cycle that starts after this call (so every increment acknowledged before
   // it is in the database, nothing queued and nothing in flight), on the flusher
-  // thread, one transaction (db::reset_counter) deletes its slot rows with a ledger row
+  // thread, one transaction (db::apply, a reset set) deletes its slot rows with a ledger row
   // of its own; then the store's pending delta for it is dropped, through the batch
   // source (which logs it, synced) when there is one. `done` is called once, on the
   // flusher thread (or the thread calling stop()), with what was cleared, or why

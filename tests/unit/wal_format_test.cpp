@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "durable/record.hpp"
+#include "support/wal_stubs.hpp"
 
 namespace slotted::durable {
 namespace {
@@ -28,21 +29,11 @@ std::string hex(std::string_view bytes) {
   return out;
 }
 
-ingest::increment timed(std::uint32_t type, std::uint64_t id, std::int32_t delta, std::int64_t at,
-                        bool given) {
-  ingest::increment inc{type, id, delta};
-  inc.at = at;
-  inc.at_given = given;
-  return inc;
-}
+constexpr auto* timed = &test::timed_increment;
 
 idempotency::keyed_request keyed(std::string key, std::vector<ingest::increment> increments) {
-  idempotency::keyed_request r;
-  r.key = std::move(key);
-  r.hash = {0x0123456789abcdefull, 0xfedcba9876543210ull};
-  r.received_ms = 1700000000123;
-  r.increments = std::move(increments);
-  return r;
+  return test::keyed_request(std::move(key), std::move(increments),
+                             {0x0123456789abcdefull, 0xfedcba9876543210ull});
 }
 
 store::flush_batch batch(std::uint64_t run, std::uint64_t seq) {

@@ -1,9 +1,9 @@
 // Golden WAL logs (tests/data/wal-golden/<commit>/): segments written by the build named
 // by their directory, with the replay of each record by that build as text (expected.txt,
 // tests/support/replay_dump.hpp, after every record). Every build must replay every one
-// of them to the same text: a log written before an upgrade is read after it. The writer
-// below is run by hand, once per format change (tests/data/wal-golden/README.md); the
-// files are never edited.
+// of them to the same text: a log written before an upgrade is read after it. The test
+// that pins this build's own format writes them when asked, once per format change
+// (tests/data/wal-golden/README.md); the files are never edited.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -16,6 +16,7 @@
 
 #include "durable/record.hpp"
 #include "support/replay_dump.hpp"
+#include "support/wal_stubs.hpp"
 
 namespace slotted::durable {
 namespace golden_wal {
@@ -32,19 +33,12 @@ store::bucket_spec replay_buckets() {
 
 ingest::increment at(std::uint32_t type, std::uint64_t id, std::int32_t delta, std::int64_t t,
                      bool given) {
-  ingest::increment i{type, id, delta};
-  i.at = t;
-  i.at_given = given;
-  return i;
+  return test::timed_increment(type, id, delta, t, given);
 }
 
 idempotency::keyed_request request(std::string key, std::vector<ingest::increment> increments) {
-  idempotency::keyed_request r;
-  r.key = std::move(key);
-  r.hash = idempotency::hash_of(increments);
-  r.received_ms = 1700000000123;
-  r.increments = std::move(increments);
-  return r;
+  const auto hash = idempotency::hash_of(increments);
+  return test::keyed_request(std::move(key), std::move(increments), hash);
 }
 
 store::unique_entry entry(std::uint64_t id, std::string client, std::int64_t t) {
@@ -77,24 +71,33 @@ store::flush_batch of_uniques(std::uint64_t seq) {
 }
 
 // One segment holding every record kind this build writes, in an order where each
-// record changes what the replay holds.
+// record acts on what the replay holds: every batches kind and the committed record
+// find increments, keyed requests and unique entries pending (which a batches record
+// moves into its batches and a committed record keeps), the reset a counter with
+// buckets, and a time the client sent as 0 is there.
 std::string every_kind() {
   std::string s(segment_magic);
   using incs = std::vector<ingest::increment>;
-  append_increments(s, incs{{1, 10, 5}, {2, 18446744073709551615ull, -7}});  // 1
-  append_keyed(s, request("k-1", {{1, 10, 2}, {3, 4, -1}}));                 // 5
+  const auto pending_of_each = [&](std::uint64_t id) {
+    append_increments(s, incs{{1, id, 5}, {2, 18446744073709551615ull, -7}});  // 1
+    append_keyed(s, request("k-" + std::to_string(id), {{1, 10, 2}, {3, 4, -1}}));  // 5
+    append_increments(s, incs{{1, 12, 1}},
+                      std::vector{entry(9, "client-" + std::to_string(id), 90000)});  // 11
+  };
+  pending_of_each(10);
   append_increments(s, incs{at(1, 10, 5, 3600, true), at(2, 3, 1, 0, false),
-                            at(1, 11, -1, 90000, true)});  // 7
-  append_keyed(s, request(std::string(128, 'x'),
-                          {at(1, 10, 2, 3600, true), at(3, 4, -1, 7200, false)}));  // 8
-  const std::vector<store::unique_entry> clients{entry(9, "client-a", 90000)};
-  append_increments(s, incs{{1, 12, 1}}, clients);                           // 11
-  append_reset(s, {2, 18446744073709551615ull});                             // 6
-  append_batches(s, std::vector{plain(1), with_buckets_and_keys(2)});        // 9
-  append_batches(s, std::vector{plain(3)});                                  // 2
-  append_increments(s, incs{}, std::vector{entry(3, "c", 100000)});          // 11
-  append_batches(s, std::vector{plain(4), of_uniques(5)});                   // 12
-  append_committed(s);                                                       // 4
+                            at(1, 11, -1, 90000, true), at(1, 13, 2, 0, true)});  // 7
+  append_keyed(s, request(std::string(128, 'x'), {at(1, 10, 2, 3600, true),
+                                                  at(3, 4, -1, 7200, false),
+                                                  at(1, 10, 1, 0, true)}));  // 8
+  append_reset(s, {1, 11});                                              // 6
+  append_batches(s, std::vector{plain(1), with_buckets_and_keys(2)});    // 9
+  pending_of_each(20);
+  append_batches(s, std::vector{plain(3)});                              // 2
+  pending_of_each(30);
+  append_batches(s, std::vector{plain(4), of_uniques(5)});               // 12
+  pending_of_each(40);
+  append_committed(s);                                                   // 4
   append_snapshot(s, std::vector{plain(6)},
                   std::vector<store::pending_delta>{{{1, 10}, 5}, {{2, 3}, -6}});  // 3
   append_snapshot(s, std::vector{with_buckets_and_keys(7)},
@@ -108,6 +111,13 @@ std::string every_kind() {
   return s;
 }
 
+std::string file_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
 // What the segments of `dir` (in name order, as recovery reads them) replay to after
 // each record, and the kinds they hold.
 std::string replayed(const fs::path& dir, std::set<int>& kinds) {
@@ -119,10 +129,7 @@ std::string replayed(const fs::path& dir, std::set<int>& kinds) {
   std::string out;
   int n = 0;
   for (const auto& path : segments) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    const std::string data = bytes.str();
+    const std::string data = file_text(path);
     const auto scan = wal::scan_segment(data, [&](std::string_view payload) {
       const bool ok = state.apply(payload);
       if (!payload.empty()) kinds.insert(static_cast<unsigned char>(payload[0]));
@@ -137,18 +144,27 @@ std::string replayed(const fs::path& dir, std::set<int>& kinds) {
   return out;
 }
 
-// Run by hand with SLOTTED_WAL_GOLDEN_OUT=<dir> and --gtest_also_run_disabled_tests
-// (tests/data/wal-golden/README.md).
-TEST(WalGolden, DISABLED_WriteTheGoldenLogs) {
-  const char* to = std::getenv("SLOTTED_WAL_GOLDEN_OUT");
-  if (to == nullptr) GTEST_SKIP() << "SLOTTED_WAL_GOLDEN_OUT is not set";
-  const fs::path dir = fs::path(to) / "every-kind";
-  fs::create_directories(dir);
-  std::ofstream(dir / "wal-0000000000000001.log", std::ios::binary) << every_kind();
-  std::set<int> kinds;
-  const auto text = replayed(dir, kinds);
-  std::ofstream(dir / "expected.txt", std::ios::binary) << text;
-  EXPECT_EQ(kinds.size(), 13u);
+// The format this build writes, and where its golden logs are.
+constexpr const char* this_format = "kinds-1-13";
+
+// This build writes its format's golden log byte for byte. With SLOTTED_WAL_GOLDEN_OUT
+// set, it writes the log and its text there instead (tests/data/wal-golden/README.md):
+// the one way golden logs are made.
+TEST(WalGolden, ThisBuildWritesItsFormatsGoldenLog) {
+  const auto log = every_kind();
+  if (const char* to = std::getenv("SLOTTED_WAL_GOLDEN_OUT")) {
+    const fs::path dir = fs::path(to) / "every-kind";
+    fs::create_directories(dir);
+    std::ofstream(dir / "wal-0000000000000001.log", std::ios::binary) << log;
+    std::set<int> kinds;
+    std::ofstream(dir / "expected.txt", std::ios::binary) << replayed(dir, kinds);
+    EXPECT_EQ(kinds.size(), 13u);
+    return;
+  }
+  const fs::path golden = fs::path(SLOTTED_SOURCE_DIR) / "tests/data/wal-golden" / this_format /
+                          "every-kind" / "wal-0000000000000001.log";
+  EXPECT_TRUE(file_text(golden) == log)
+      << golden << " is not what this build writes: a format change adds a directory";
 }
 
 TEST(WalGolden, TheLogsOfTheBuildsBeforeReplayToTheirText) {
@@ -159,11 +175,8 @@ TEST(WalGolden, TheLogsOfTheBuildsBeforeReplayToTheirText) {
     if (!build.is_directory()) continue;
     for (const auto& log : fs::directory_iterator(build.path())) {
       SCOPED_TRACE(log.path().string());
-      std::ifstream in(log.path() / "expected.txt", std::ios::binary);
-      ASSERT_TRUE(in) << "no expected.txt";
-      std::stringstream expected;
-      expected << in.rdbuf();
-      EXPECT_EQ(replayed(log.path(), kinds), expected.str());
+      ASSERT_TRUE(fs::exists(log.path() / "expected.txt"));
+      EXPECT_EQ(replayed(log.path(), kinds), file_text(log.path() / "expected.txt"));
       ++logs;
     }
   }
