@@ -83,8 +83,8 @@ void read_on(net::thread_pool& workers, Read read, http::backend::done_fn done) 
     try {
       r = read();
     } catch (const db::db_error& e) {
-      // max_statement_time (1969): the database is there, this read was too slow.
-      r = e.code() == db::statement_timeout_code
+      // max_statement_time: the database is there, this read was too slow.
+      r = e.statement_timed_out()
               ? unavailable(errc::read_timed_out,
                             std::string("the read took too long and was stopped at its "
                                         "time limit (") +

@@ -54,6 +54,13 @@ class db_error : public std::runtime_error {
   bool too_large() const { return code_ == 2020; }
   // ER_NO_SUCH_TABLE: the statement named a table the database does not have.
   bool no_such_table() const { return code_ == 1146; }
+  // ER_DUP_ENTRY: an insert met a row of its key (a guard's row already there).
+  bool duplicate_key() const { return code_ == 1062; }
+  // A read stopped at its time limit (max_statement_time): the database is there, the
+  // read was too slow.
+  bool statement_timed_out() const { return code_ == statement_timeout_code; }
+  // An AUTO_INCREMENT id column at the end of its range (is_autoincrement_exhaustion).
+  bool autoincrement_exhausted() const { return is_autoincrement_exhaustion(code_, what()); }
   // The connection is unusable after this error and must be discarded.
   bool connection_lost() const { return kind() == error_kind::connection; }
 

@@ -1,7 +1,5 @@
 #include "db/log_positions.hpp"
 
-#include <mysqld_error.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -192,7 +190,7 @@ bool claim_position(db::connection& conn, std::string_view instance_id, std::str
     conn.execute(position_insert(instance, quoted_path, to));
   } catch (const db::db_error& e) {
     // Another writer inserted it first (no row to lock before).
-    if (e.code() != ER_DUP_ENTRY) throw;
+    if (!e.duplicate_key()) throw;
     conn.execute(db::rollback);
     return false;
   }

@@ -40,7 +40,7 @@ std::vector<std::uint32_t> unfilled_record_types(connection& conn, const std::st
       filled.push_back(static_cast<std::uint32_t>(std::stoul(row[0].value_or("0"))));
     }
   } catch (const db_error& e) {
-    if (e.code() != 1146) throw;  // no such table (a version before it): none recorded
+    if (!e.no_such_table()) throw;  // a version before it: none recorded
   }
   std::vector<std::uint32_t> out;
   for (const auto t : top.record_types()) {

@@ -1,7 +1,5 @@
 #include "db/write_path.hpp"
 
-#include <mysqld_error.h>
-
 #include <tuple>
 #include <vector>
 
@@ -17,7 +15,7 @@ bool claim_ledger(connection& conn, const batch_identity& id, std::size_t row_co
   try {
     conn.execute(ledger_insert(conn.quote(id.instance_id), id.run_id, id.seq, row_count));
   } catch (const db_error& e) {
-    if (e.code() != ER_DUP_ENTRY) throw;
+    if (!e.duplicate_key()) throw;
     conn.execute(rollback);
     return false;
   }

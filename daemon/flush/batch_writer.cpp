@@ -47,8 +47,7 @@ batch_writer::commit_attempt batch_writer::commit_with_retries(
       progress_();  // an answer, even an error, is a sign of life
       // Not a bad row: no row can be written. Nothing is dropped; the batch stays
       // queued until the column is widened (checked again at each retry).
-      if (db::is_autoincrement_exhaustion(e.code(), e.what()))
-        throw housekeeping_.autoincrement_exhausted(conn, e);
+      if (e.autoincrement_exhausted()) throw housekeeping_.autoincrement_exhausted(conn, e);
       if (e.data_error()) return {db::commit_outcome{}, e.what()};
       // A statement too large for max_allowed_packet (the connection refused to send
       // it, the transaction is rolled back): the batch is split like one refused for its

@@ -53,5 +53,18 @@ TEST(ErrorClassification, AStatementTooLargeIsNeitherDataNorRetriedWhole) {
   EXPECT_FALSE(db_error(1264, "range").too_large());
 }
 
+// What callers outside the error tables ask of an error, by name, not by number: a
+// guard's row already there, a table missing, a read stopped at its time limit.
+TEST(ErrorClassification, CallersAskByNameNotByNumber) {
+  EXPECT_TRUE(db_error(1062, "duplicate").duplicate_key());
+  EXPECT_FALSE(db_error(1213, "deadlock").duplicate_key());
+  EXPECT_TRUE(db_error(1146, "no table").no_such_table());
+  EXPECT_TRUE(db_error(statement_timeout_code, "slow").statement_timed_out());
+  EXPECT_FALSE(db_error(2013, "lost").statement_timed_out());
+  EXPECT_TRUE(db_error(1467, "Failed to read auto-increment value").autoincrement_exhausted());
+  EXPECT_FALSE(db_error(1062, "Duplicate entry '1-2-3' for key 'record_type'")
+                   .autoincrement_exhausted());
+}
+
 }  // namespace
 }  // namespace slotted::db
