@@ -19,6 +19,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/joined_thread.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::test {
@@ -512,7 +513,7 @@ TEST(Adopt, AdoptionWhileADaemonFlushesTheSameCounterIsExact) {
   o.min_delta = 1;
   for (std::uint64_t id = 1; id <= 4000; id += 3) o.keys.push_back({123, id});
   load_outcome load;
-  std::thread loader([&] { load = run_load(daemon.port(), o); });
+  joined_thread loader([&] { load = run_load(daemon.port(), o); });
   const auto r = adopt(daemon_yaml(server, database, counters_yaml),
                        {"--adopt", "repo_downloads"}, 40);
   loader.join();

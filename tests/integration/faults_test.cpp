@@ -15,6 +15,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/joined_thread.hpp"
 
 namespace slotted::test {
 namespace {
@@ -100,7 +101,7 @@ TEST_P(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   o.keys = random_keys(500, UINT64_MAX, 9);
   o.stop = &stop;
   load_outcome load;
-  std::thread clients([&] { load = run_load(daemon.port(), o); });
+  joined_thread clients(stop, [&] { load = run_load(daemon.port(), o); });
 
   http_client probe(daemon.port());
   for (int round = 0; round < 4; ++round) {
@@ -341,8 +342,8 @@ TEST(TwoInstances, SameHotKeysTotalsExact) {
   o.min_delta = 1;
   o.max_delta = 3;
   load_outcome load_a, load_b;
-  std::thread ta([&] { load_a = run_load(a.port(), o); });
-  std::thread tb([&] { load_b = run_load(b.port(), o); });
+  joined_thread ta([&] { load_a = run_load(a.port(), o); });
+  joined_thread tb([&] { load_b = run_load(b.port(), o); });
   ta.join();
   tb.join();
   http_client ca(a.port()), cb(b.port());

@@ -15,6 +15,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/joined_thread.hpp"
 
 namespace slotted::test {
 namespace {
@@ -176,7 +177,7 @@ TEST(Rollup, RunEndsUnderSteadyLoad) {
   body += "]";
   std::atomic<bool> stop{false};
   std::atomic<int> posted{0};
-  std::thread loader([&] {
+  joined_thread loader(stop, [&] {
     http_client c(daemon.port());
     // Bounded: stops when told, or by itself after 60 s.
     const auto deadline = std::chrono::steady_clock::now() + 60s;

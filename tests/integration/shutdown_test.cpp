@@ -8,6 +8,7 @@
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
+#include "support/joined_thread.hpp"
 
 namespace slotted::test {
 namespace {
@@ -28,7 +29,7 @@ TEST(Shutdown, SigtermUnderLoadLosesNothing) {
   o.keys = random_keys(200, UINT64_MAX, 3);
   o.stop = &stop;
   load_outcome load;
-  std::thread clients([&] { load = run_load(daemon.port(), o); });
+  joined_thread clients(stop, [&] { load = run_load(daemon.port(), o); });
 
   // Wait until the load is well under way (a condition on the daemon's own metric).
   http_client probe(daemon.port());

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <set>
@@ -183,7 +184,10 @@ void mariadb_server::start() {
                                 "--tmpdir=" + dir_ + "/tmp"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   pid_ = spawn_process(args, dir_ + "/mariadbd.out");
-  // Wait until it accepts connections (a condition, polled), or give up.
+  // Wait until it accepts connections (a condition, polled), or give up. A restart after
+  // SIGKILL runs InnoDB's crash recovery, which on a loaded 2-core machine under the
+  // sanitizers has taken most of a minute: 120 s, and the failure says why.
+  std::string last_error;
   const bool accepting = eventually(
       [&] {
         int status = 0;
@@ -194,12 +198,19 @@ void mariadb_server::start() {
         try {
           connect();
           return true;
-        } catch (const db::db_error&) {
+        } catch (const db::db_error& e) {
+          last_error = e.what();
           return false;
         }
       },
-      std::chrono::seconds(60), std::chrono::milliseconds(50));
-  if (!accepting) throw std::runtime_error("mariadbd did not accept connections within 60s");
+      std::chrono::seconds(120), std::chrono::milliseconds(50));
+  if (!accepting) {
+    std::ifstream log(dir_ + "/error.log");
+    const std::string text{std::istreambuf_iterator<char>(log), std::istreambuf_iterator<char>()};
+    throw std::runtime_error("mariadbd did not accept connections within 120s (last error: " +
+                             last_error + "); the end of " + dir_ + "/error.log:\n" +
+                             text.substr(text.size() > 3000 ? text.size() - 3000 : 0));
+  }
 }
 
 void mariadb_server::stop(bool hard) {
