@@ -89,9 +89,10 @@ void database(std::size_t n) {
       store::flush_batch b;
       b.run_id = 7;
       b.seq = seq++;
-      b.uniques.assign(
-          entries.begin() + static_cast<std::ptrdiff_t>(first),
-          entries.begin() + static_cast<std::ptrdiff_t>(std::min(entries.size(), first + 1000)));
+      b.content = store::unique_content{
+          .entries = {entries.begin() + static_cast<std::ptrdiff_t>(first),
+                      entries.begin() +
+                          static_cast<std::ptrdiff_t>(std::min(entries.size(), first + 1000))}};
       counted +=
           db::apply(conn, db::write_set_of({"bench", b.run_id, b.seq}, b), {.table = "slotted_counters"})
               .counted;

@@ -381,8 +381,10 @@ void application::replay_wal(const durable::recover_options& options) {
     // Keyed requests come back pending, or in their logged batches; the index knows
     // every one of them again (a retry to this instance is answered as a replay).
     std::vector<idempotency::keyed_request> in_batches;
-    for (const auto& b : recovered.batches)
-      in_batches.insert(in_batches.end(), b.keyed.begin(), b.keyed.end());
+    for (const auto& b : recovered.batches) {
+      const auto requests = store::keyed_requests(b);
+      in_batches.insert(in_batches.end(), requests.begin(), requests.end());
+    }
     keyed_.restore(std::move(recovered.keyed), in_batches);
   }
   // Unique entries come back pending (held once each), or in their logged unique batches,

@@ -234,19 +234,23 @@ write_result apply(connection& conn, const write_set& ws, const write_rules& rul
 }
 
 write_set write_set_of(const batch_identity& id, const store::flush_batch& b) {
-  write_set ws{.guard = ledger_guard{id, b.uniques.empty() ? b.rows.size() : b.uniques.size()},
-               .mark_gen = dirty_gen_of(id)};
-  if (!b.uniques.empty()) {
-    ws.uniques = b.uniques;
-    ws.slot = b.unique_slot;
-  } else if (!b.keyed.empty()) {
-    // The requests' rows under the slot the batch drew (`rows` sums every request's).
-    ws.keyed = b.keyed;
-    ws.slot = b.rows.empty() ? 0 : b.rows.front().slot;
-  } else {
-    ws.rows = b.rows;
-    ws.buckets = b.bucket_rows;
-  }
+  write_set ws{.guard = ledger_guard{id, b.rows.size()}, .mark_gen = dirty_gen_of(id)};
+  std::visit(store::overloaded{[&](const store::plain_content&) {
+                                 ws.rows = b.rows;
+                                 ws.buckets = b.bucket_rows;
+                               },
+                               [&](const store::keyed_content& k) {
+                                 // The requests' rows under the slot the batch drew
+                                 // (`rows` sums every request's).
+                                 ws.keyed = k.requests;
+                                 ws.slot = b.rows.empty() ? 0 : b.rows.front().slot;
+                               },
+                               [&](const store::unique_content& u) {
+                                 std::get<ledger_guard>(ws.guard).row_count = u.entries.size();
+                                 ws.uniques = u.entries;
+                                 ws.slot = u.slot;
+                               }},
+             b.content);
   return ws;
 }
 

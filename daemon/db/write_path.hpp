@@ -164,9 +164,9 @@ struct write_result {
 void apply(connection& conn, const write_set& ws, const write_rules& rules, write_result& out);
 write_result apply(connection& conn, const write_set& ws, const write_rules& rules);
 
-// Flush batch `b` as batch `id`: its ledger row (row_count its rows, or its unique
-// entries), its rows and bucket rows as formed, or its keys, or its unique entries
-// under b.unique_slot; the marks' generation dirty_gen_of(id).
+// Flush batch `b` as batch `id`, by its content: its ledger row (row_count its rows, or
+// its unique entries), its rows and bucket rows as formed (plain), or its keys (keyed),
+// or its unique entries under their slot (unique); the marks' generation dirty_gen_of(id).
 write_set write_set_of(const batch_identity& id, const store::flush_batch& b);
 
 }  // namespace slotted::db

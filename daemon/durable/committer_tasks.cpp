@@ -61,17 +61,21 @@ bool committer::take(const former& form, const publisher& publish) {
       std::vector<idempotency::keyed_request> keyed_back;
       std::vector<store::unique_entry> uniques_back;
       for (auto& b : batches) {
-        if (!b.uniques.empty()) {
-          std::move(b.uniques.begin(), b.uniques.end(), std::back_inserter(uniques_back));
-          continue;
-        }
-        if (!b.keyed.empty()) {
-          std::move(b.keyed.begin(), b.keyed.end(), std::back_inserter(keyed_back));
-          continue;
-        }
-        for (const auto& r : b.rows) back.push_back({{r.record_type, r.record_id}, r.delta});
-        for (const auto& r : b.bucket_rows)
-          back.push_back({{r.record_type, r.record_id}, r.delta, r.gran, r.bucket});
+        std::visit(
+            store::overloaded{
+                [&](store::plain_content&) {
+                  for (const auto& r : b.rows)
+                    back.push_back({{r.record_type, r.record_id}, r.delta});
+                  for (const auto& r : b.bucket_rows)
+                    back.push_back({{r.record_type, r.record_id}, r.delta, r.gran, r.bucket});
+                },
+                [&](store::keyed_content& k) {
+                  std::move(k.requests.begin(), k.requests.end(), std::back_inserter(keyed_back));
+                },
+                [&](store::unique_content& u) {
+                  std::move(u.entries.begin(), u.entries.end(), std::back_inserter(uniques_back));
+                }},
+            b.content);
       }
       store_.add_deltas(back);
       if (!keyed_back.empty()) keyed_->put_back(std::move(keyed_back));

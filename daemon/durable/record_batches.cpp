@@ -66,7 +66,9 @@ bool needs_timed(std::span<const store::flush_batch> batches,
   const auto timed = [](const idempotency::keyed_request& r) { return any_at(r.increments); };
   return std::any_of(pending.begin(), pending.end(), timed) ||
          std::any_of(batches.begin(), batches.end(), [&](const store::flush_batch& b) {
-           return !b.bucket_rows.empty() || std::any_of(b.keyed.begin(), b.keyed.end(), timed);
+           const auto* k = store::keyed_of(b);
+           return !b.bucket_rows.empty() ||
+                  (k != nullptr && std::any_of(k->requests.begin(), k->requests.end(), timed));
          });
 }
 

@@ -94,11 +94,11 @@ bool read_keyed(reader& in, idempotency::keyed_request& r, form f) {
 void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
                        std::span<const idempotency::keyed_request> pending, form f) {
   std::uint32_t m = static_cast<std::uint32_t>(pending.size());
-  for (const auto& b : batches) m += static_cast<std::uint32_t>(b.keyed.size());
+  for (const auto& b : batches) m += static_cast<std::uint32_t>(store::keyed_requests(b).size());
   if (m == 0 && f == form::plain) return;
   put<std::uint32_t>(out, m);
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    for (const auto& r : batches[i].keyed) {
+    for (const auto& r : store::keyed_requests(batches[i])) {
       put<std::uint32_t>(out, static_cast<std::uint32_t>(i));
       put_keyed(out, r, f);
     }
@@ -122,7 +122,13 @@ bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
     if (index == not_in_batch) {
       pending.push_back(std::move(r));
     } else if (index < batches.size()) {
-      batches[index].keyed.push_back(std::move(r));
+      // The first request names a plain batch keyed (a batch holds one kind only).
+      auto& b = batches[index];
+      if (std::holds_alternative<store::plain_content>(b.content))
+        b.content = store::keyed_content{};
+      auto* k = store::keyed_of(b);
+      if (k == nullptr) return false;
+      k->requests.push_back(std::move(r));
     } else {
       return false;
     }

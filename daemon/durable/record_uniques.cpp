@@ -40,14 +40,22 @@ bool read_unique(reader& in, store::unique_entry& e) {
 
 // A batch that may carry unique entries: a unique batch holds nothing else.
 bool holds_nothing_else(const store::flush_batch& b) {
-  return b.rows.empty() && b.bucket_rows.empty() && b.keyed.empty() && b.uniques.empty();
+  return b.rows.empty() && b.bucket_rows.empty() &&
+         std::holds_alternative<store::plain_content>(b.content);
+}
+
+// The entries of a unique batch that has any (an empty one is logged as what it writes:
+// nothing).
+const store::unique_content* logged_unique(const store::flush_batch& b) {
+  const auto* u = store::unique_of(b);
+  return u != nullptr && !u->entries.empty() ? u : nullptr;
 }
 
 }  // namespace
 
 bool any_uniques(std::span<const store::flush_batch> batches) {
   return std::any_of(batches.begin(), batches.end(),
-                     [](const store::flush_batch& b) { return !b.uniques.empty(); });
+                     [](const store::flush_batch& b) { return logged_unique(b) != nullptr; });
 }
 
 void put_unique_entries(std::string& out, std::span<const store::unique_entry> entries) {
@@ -68,13 +76,14 @@ bool read_unique_entries(reader& in, std::vector<store::unique_entry>& out) {
 
 void put_uniques(std::string& out, std::span<const store::flush_batch> batches) {
   std::uint32_t m = 0;
-  for (const auto& b : batches) m += b.uniques.empty() ? 0 : 1;
+  for (const auto& b : batches) m += logged_unique(b) != nullptr ? 1 : 0;
   put<std::uint32_t>(out, m);
   for (std::size_t i = 0; i < batches.size(); ++i) {
-    if (batches[i].uniques.empty()) continue;
+    const auto* u = logged_unique(batches[i]);
+    if (u == nullptr) continue;
     put<std::uint32_t>(out, static_cast<std::uint32_t>(i));
-    put<std::uint16_t>(out, batches[i].unique_slot);
-    put_unique_entries(out, batches[i].uniques);
+    put<std::uint16_t>(out, u->slot);
+    put_unique_entries(out, u->entries);
   }
 }
 
@@ -87,9 +96,10 @@ bool read_uniques(reader& in, std::vector<store::flush_batch>& batches) {
     if (!in.get(index) || !in.get(slot) || index >= batches.size()) return false;
     auto& b = batches[index];
     // Each batch once, and only one that holds nothing else; never an empty one.
-    if (!holds_nothing_else(b) || !read_unique_entries(in, b.uniques) || b.uniques.empty())
-      return false;
-    b.unique_slot = slot;
+    if (!holds_nothing_else(b)) return false;
+    store::unique_content u{.entries = {}, .slot = slot};
+    if (!read_unique_entries(in, u.entries) || u.entries.empty()) return false;
+    b.content = std::move(u);
   }
   return true;
 }

@@ -98,10 +98,10 @@ std::pair<flush_batch, flush_batch> split_batch(const flush_batch& b) {
     (to_left ? left : right).bucket_rows.push_back(r);
   }
   // A unique batch (no rows) by its entries.
-  if (!b.uniques.empty()) {
-    const auto half = b.uniques.begin() + static_cast<std::ptrdiff_t>(b.uniques.size() / 2);
-    left.uniques.assign(b.uniques.begin(), half);
-    right.uniques.assign(half, b.uniques.end());
+  if (const auto* u = store::unique_of(b)) {
+    const auto half = u->entries.begin() + static_cast<std::ptrdiff_t>(u->entries.size() / 2);
+    store::unique_of(left)->entries.assign(u->entries.begin(), half);
+    store::unique_of(right)->entries.assign(half, u->entries.end());
   }
   left.seq = ((node * 2) << split_low_bits) | formed;
   right.seq = ((node * 2 + 1) << split_low_bits) | formed;
@@ -119,7 +119,7 @@ std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
   const auto walk = [&](auto& self, const flush_batch& part) -> void {
     const std::uint64_t node = split_node(part.seq);
     // Nothing left to write (a unique batch holds entries instead of rows).
-    if ((part.rows.empty() && part.uniques.empty()) ||
+    if ((part.rows.empty() && store::unique_of(part) == nullptr) ||
         std::find(nodes.begin(), nodes.end(), node) != nodes.end())
       return;
     // Nodes are at least 1, so halving m stops at node or below it.

@@ -6,10 +6,10 @@ namespace slotted::flush {
 
 batch_span span_of(const store::flush_batch& b, bool in_flight) {
   batch_span s;
-  s.keyed = !b.keyed.empty();
+  s.keyed = store::keyed_of(b) != nullptr;
   s.in_flight = in_flight;
   s.empty = b.rows.empty();
-  if (!b.uniques.empty()) {
+  if (store::unique_of(b) != nullptr) {
     // A unique batch's rows are known only as it commits (db/uniques.hpp): it spans every
     // key, and waits for (and holds back) every batch around it.
     s.keyed = true;

@@ -77,19 +77,22 @@ std::size_t batch_writer::pop_committed(queue_position it, const commit_attempt&
     // The halves take its place in the queue (the left one first), so they keep its
     // order against the batches before and after it.
     auto [left, right] = split_batch(batch);
-    if (!batch.keyed.empty()) idempotency::split_requests(batch, left, right, settings_.buckets);
+    if (store::keyed_of(batch) != nullptr)
+      idempotency::split_requests(batch, left, right, settings_.buckets);
     queue_.replace_with_halves(it, std::move(left), std::move(right));
     return 0;
   }
   std::size_t written = 0;
-  if (a.refused && !batch.keyed.empty()) {
+  const auto* keyed = store::keyed_of(batch);
+  const auto* unique = store::unique_of(batch);
+  if (a.refused && keyed != nullptr && !keyed->requests.empty()) {
     // One keyed request the table cannot hold: dropped like a row (its key stays
     // uncommitted, so a retry is refused the same way).
     metrics_.rows_refused.Increment(static_cast<double>(batch.rows.size()));
     log::error("the database refuses the increments of the request with Idempotency-Key ",
-               batch.keyed.front().key, ": ", *a.refused, "; they are dropped");
-  } else if (a.refused && !batch.uniques.empty()) {
-    const auto& e = batch.uniques.front();
+               keyed->requests.front().key, ": ", *a.refused, "; they are dropped");
+  } else if (a.refused && unique != nullptr && !unique->entries.empty()) {
+    const auto& e = unique->entries.front();
     metrics_.rows_refused.Increment();
     log::error("the database refuses the unique entry of counter (", e.record_type, ", ",
                e.record_id, ") in window ", e.window, ": ", *a.refused, "; it is dropped");
@@ -260,14 +263,14 @@ batch_writer::commit_attempt batch_writer::commit_once(db::connection& conn,
                           return rolled_up_rows(settings_.rollups, rows, dirty);
                         }};
   const auto r = db::apply(conn, db::write_set_of(id, batch), rules);
-  if (r.outcome == db::commit_outcome::applied && !batch.keyed.empty()) {
+  if (r.outcome == db::commit_outcome::applied && store::keyed_of(batch) != nullptr) {
     if (keyed_ != nullptr) keyed_->dropped_at_flush(r.duplicates, r.conflicts);
     if (r.duplicates + r.conflicts > 0) {
       log::debug("keyed batch ", id.seq, ": ", r.duplicates, " requests already committed, ",
                  r.conflicts, " committed with another body; not applied");
     }
   }
-  if (r.outcome == db::commit_outcome::applied && !batch.uniques.empty()) {
+  if (r.outcome == db::commit_outcome::applied && store::unique_of(batch) != nullptr) {
     metrics_.unique_items_duplicate.Increment(static_cast<double>(r.duplicates));
     if (r.too_late > 0) {
       log::warn("flush: ", r.too_late,

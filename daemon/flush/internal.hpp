@@ -36,8 +36,11 @@ inline std::span<const db::counter_row> rolled_up_rows(
 // A batch the database refused for its data can be split to find what is at fault: a
 // plain batch by its rows, a keyed batch by its requests (each applied whole or not).
 inline bool splittable(const flush_batch& b) {
-  if (!b.uniques.empty()) return b.uniques.size() > 1;  // a unique batch by its entries
-  return b.keyed.empty() ? b.rows.size() > 1 : b.keyed.size() > 1;
+  return std::visit(
+      store::overloaded{[&](const store::plain_content&) { return b.rows.size() > 1; },
+                        [](const store::keyed_content& k) { return k.requests.size() > 1; },
+                        [](const store::unique_content& u) { return u.entries.size() > 1; }},
+      b.content);
 }
 
 // The entries a queued batch holds against flush.max_pending_keys (see
@@ -45,14 +48,27 @@ inline bool splittable(const flush_batch& b) {
 // batch, its keys (a request without increments holds its key all the same); for a
 // unique batch, its entries.
 inline std::size_t rows_held(const flush_batch& b) {
-  return b.rows.size() + b.bucket_rows.size() + b.keyed.size() + b.uniques.size();
+  return b.rows.size() + b.bucket_rows.size() +
+         std::visit(
+             store::overloaded{[](const store::plain_content&) -> std::size_t { return 0; },
+                               [](const store::keyed_content& k) { return k.requests.size(); },
+                               [](const store::unique_content& u) { return u.entries.size(); }},
+             b.content);
 }
 // And its charge against both pending bounds (store/pending_charge.hpp): those entries,
 // and the bytes its rows and bucket rows, keyed requests and unique entries are charged.
 inline store::pending_charge held_charge(const flush_batch& b) {
   store::pending_charge c{rows_held(b), (b.rows.size() + b.bucket_rows.size()) * store::key_bytes};
-  for (const auto& r : b.keyed) c.bytes += store::charge_of(r).bytes;
-  for (const auto& e : b.uniques) c.bytes += store::charge_of(e).bytes;
+  std::visit(store::overloaded{[](const store::plain_content&) {},
+                               [&](const store::keyed_content& k) {
+                                 for (const auto& r : k.requests)
+                                   c.bytes += store::charge_of(r).bytes;
+                               },
+                               [&](const store::unique_content& u) {
+                                 for (const auto& e : u.entries)
+                                   c.bytes += store::charge_of(e).bytes;
+                               }},
+             b.content);
   return c;
 }
 

@@ -137,8 +137,9 @@ void queue::replace_recovered(std::uint64_t run, const std::vector<std::uint64_t
   for (auto it = queued_.begin(); it != queued_.end();) {
     store::flush_batch& b = *it;
     // A keyed batch stays whole: its keys tell which of its requests committed.
-    const bool ours = b.recovered && b.run_id == run && b.keyed.empty();
-    if (!b.keyed.empty() && b.run_id == run) b.recovered = false;
+    const bool keyed = store::keyed_of(b) != nullptr;
+    const bool ours = b.recovered && b.run_id == run && !keyed;
+    if (keyed && b.run_id == run) b.recovered = false;
     if (ours) b.recovered = false;
     auto parts = ours && !committed.empty() ? uncommitted_parts(b, committed)
                                             : std::vector<store::flush_batch>{};

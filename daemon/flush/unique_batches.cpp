@@ -24,11 +24,12 @@ std::vector<flush_batch> flusher::form_unique_batches(std::size_t max_entries) {
     b.run_id = run_id_;
     b.seq = next_seq_++;
     b.oldest_arrival = now;
-    b.unique_slot = static_cast<std::uint16_t>(rng_() % settings_.slots);
     const auto last = entries.begin() +
                       static_cast<std::ptrdiff_t>(std::min(entries.size(), first + max_entries));
-    b.uniques.assign(std::make_move_iterator(entries.begin() + static_cast<std::ptrdiff_t>(first)),
-                     std::make_move_iterator(last));
+    b.content = store::unique_content{
+        .entries = {std::make_move_iterator(entries.begin() + static_cast<std::ptrdiff_t>(first)),
+                    std::make_move_iterator(last)},
+        .slot = static_cast<std::uint16_t>(rng_() % settings_.slots)};
     batches.push_back(std::move(b));
   }
   return batches;

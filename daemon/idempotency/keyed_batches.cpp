@@ -47,8 +47,10 @@ std::vector<store::flush_batch> form_keyed_batches(
     // Bounded by items, by keys and by the bytes of its claim: a batch of requests
     // without increments (or with few) must not grow past what one statement carries.
     if (batches.empty() || items + r.increments.size() > max_items ||
-        batches.back().keyed.size() >= max_items || bytes + claim_bytes(r) > max_statement_bytes) {
+        store::keyed_of(batches.back())->requests.size() >= max_items ||
+        bytes + claim_bytes(r) > max_statement_bytes) {
       store::flush_batch b;
+      b.content = store::keyed_content{};
       b.run_id = run_id;
       b.seq = first_seq + batches.size();
       b.oldest_arrival = oldest;
@@ -58,12 +60,13 @@ std::vector<store::flush_batch> form_keyed_batches(
     }
     items += r.increments.size();
     bytes += claim_bytes(r);
-    batches.back().keyed.push_back(std::move(r));
+    store::keyed_of(batches.back())->requests.push_back(std::move(r));
   }
   for (auto& b : batches) {
     const auto slot = static_cast<std::uint16_t>(rng() % slots);
-    b.rows = db::rows_of(b.keyed, slot);
-    b.bucket_rows = db::bucket_rows_of(b.keyed, slot, buckets, b.rows);
+    const auto& requests = store::keyed_of(b)->requests;
+    b.rows = db::rows_of(requests, slot);
+    b.bucket_rows = db::bucket_rows_of(requests, slot, buckets, b.rows);
   }
   if (!takeovers.empty()) {
     std::size_t later_dropped = 0;
@@ -78,14 +81,17 @@ std::vector<store::flush_batch> form_keyed_batches(
 
 void split_requests(const store::flush_batch& whole, store::flush_batch& left,
                     store::flush_batch& right, const store::bucket_spec& buckets) {
-  const auto middle = whole.keyed.begin() + static_cast<std::ptrdiff_t>(whole.keyed.size() / 2);
+  const auto& requests = std::get<store::keyed_content>(whole.content).requests;
+  const auto middle = requests.begin() + static_cast<std::ptrdiff_t>(requests.size() / 2);
   const std::uint16_t slot = whole.rows.empty() ? 0 : whole.rows.front().slot;
-  left.keyed.assign(whole.keyed.begin(), middle);
-  right.keyed.assign(middle, whole.keyed.end());
-  left.rows = db::rows_of(left.keyed, slot);
-  right.rows = db::rows_of(right.keyed, slot);
-  left.bucket_rows = db::bucket_rows_of(left.keyed, slot, buckets, left.rows);
-  right.bucket_rows = db::bucket_rows_of(right.keyed, slot, buckets, right.rows);
+  const auto half = [&](store::flush_batch& part, auto from, auto to) {
+    part.content = store::keyed_content{{from, to}};
+    const auto& mine = store::keyed_of(part)->requests;
+    part.rows = db::rows_of(mine, slot);
+    part.bucket_rows = db::bucket_rows_of(mine, slot, buckets, part.rows);
+  };
+  half(left, requests.begin(), middle);
+  half(right, middle, requests.end());
 }
 
 }  // namespace slotted::idempotency

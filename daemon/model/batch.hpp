@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
+#include <variant>
 #include <vector>
 
 #include "model/counter_key.hpp"
@@ -46,6 +48,26 @@ struct bucket_row {
   std::int64_t delta = 0;
 };
 
+// What a batch writes besides its rows, a closed set: every place that treats the kinds
+// differently visits it (std::visit with one overload per kind), so a fourth kind is a
+// compile error there, not a silent fall-through to "plain".
+//
+// plain: the rows and bucket rows are the batch.
+struct plain_content {};
+// keyed (see idempotency/keyed_batches.hpp): these requests, whose increments `rows`
+// and `bucket_rows` sum; each is applied only if its key is not committed yet.
+struct keyed_content {
+  std::vector<idempotency::keyed_request> requests;
+};
+// unique (db/uniques.hpp): these entries, sorted, each counted only if no batch
+// committed it before; the batch's `rows` and `bucket_rows` stay empty (what it adds is
+// known only as it commits), its rows go under `slot`.
+struct unique_content {
+  std::vector<unique_entry> entries;
+  std::uint16_t slot = 0;
+};
+using batch_content = std::variant<plain_content, keyed_content, unique_content>;
+
 // A unit of exactly-once writing: fixed rows (sorted by key, slots drawn) and a fixed
 // id (instance, run_id, seq), committed in one transaction with its ledger row.
 struct flush_batch {
@@ -62,15 +84,37 @@ struct flush_batch {
   // Replayed from the WAL: parts of it may have committed already (see
   // flusher::expand_recovered).
   bool recovered = false;
-  // A keyed batch (see idempotency/keyed_batches.hpp): these requests, whose increments
-  // `rows` sums; each is applied only if its key is not committed yet.
-  std::vector<idempotency::keyed_request> keyed;
-  // A unique batch (db/uniques.hpp): these entries, sorted, each counted only if no
-  // batch committed it before; `rows` and `bucket_rows` stay empty (what it adds is
-  // known only as it commits), its rows go under `unique_slot`.
-  std::vector<unique_entry> uniques{};
-  std::uint16_t unique_slot = 0;
+  batch_content content{};
 };
+
+// The content of one kind, or null: for the places that only ask "is it keyed?".
+inline const keyed_content* keyed_of(const flush_batch& b) {
+  return std::get_if<keyed_content>(&b.content);
+}
+inline keyed_content* keyed_of(flush_batch& b) {
+  return std::get_if<keyed_content>(&b.content);
+}
+inline const unique_content* unique_of(const flush_batch& b) {
+  return std::get_if<unique_content>(&b.content);
+}
+inline unique_content* unique_of(flush_batch& b) {
+  return std::get_if<unique_content>(&b.content);
+}
+
+// A keyed batch's requests; none for the other kinds.
+inline std::span<const idempotency::keyed_request> keyed_requests(const flush_batch& b) {
+  const auto* k = keyed_of(b);
+  return k != nullptr ? std::span<const idempotency::keyed_request>(k->requests)
+                      : std::span<const idempotency::keyed_request>{};
+}
+
+// For std::visit: one lambda per alternative.
+template <class... F>
+struct overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+overloaded(F...) -> overloaded<F...>;
 
 // The flusher's queue of formed batches, as the durable path sees it (for a snapshot).
 class batch_queue {

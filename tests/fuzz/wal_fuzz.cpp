@@ -52,8 +52,9 @@ bool same_batches(const std::vector<store::flush_batch>& a,
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i].run_id != b[i].run_id || a[i].seq != b[i].seq || a[i].rows.size() != b[i].rows.size())
       return false;
-    if (a[i].uniques != b[i].uniques ||
-        (!a[i].uniques.empty() && a[i].unique_slot != b[i].unique_slot))
+    const auto *ua = store::unique_of(a[i]), *ub = store::unique_of(b[i]);
+    if ((ua == nullptr) != (ub == nullptr) ||
+        (ua != nullptr && (ua->entries != ub->entries || ua->slot != ub->slot)))
       return false;
     for (std::size_t j = 0; j < a[i].rows.size(); ++j) {
       const auto &x = a[i].rows[j], &y = b[i].rows[j];
@@ -105,9 +106,12 @@ std::vector<store::flush_batch> make_batches(FuzzedDataProvider& in) {
     b.run_id = in.ConsumeIntegral<std::uint64_t>();
     b.seq = in.ConsumeIntegral<std::uint64_t>();
     // A unique batch holds entries and nothing else.
-    b.uniques = make_entries(in, in.ConsumeBool() ? 3 : 0);
-    b.unique_slot = in.ConsumeIntegral<std::uint16_t>();
-    if (!b.uniques.empty()) continue;
+    auto entries = make_entries(in, in.ConsumeBool() ? 3 : 0);
+    const auto slot = in.ConsumeIntegral<std::uint16_t>();
+    if (!entries.empty()) {
+      b.content = store::unique_content{.entries = std::move(entries), .slot = slot};
+      continue;
+    }
     b.rows.resize(in.ConsumeIntegralInRange<std::size_t>(0, 4));
     for (auto& r : b.rows) {
       r.record_type = in.ConsumeIntegral<std::uint32_t>();

@@ -16,6 +16,7 @@
 #include "db/repository.hpp"
 #include "db/uniques.hpp"
 #include "db/write_path.hpp"
+#include "support/batch_content.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
@@ -153,7 +154,7 @@ db::write_result commit(db::connection& conn, const store::dedupe_spec& dedupe,
   store::flush_batch b;
   b.run_id = 7;
   b.seq = seq;
-  b.uniques = std::move(entries);
+  unique_in(b).entries = std::move(entries);
   return db::apply(conn, db::write_set_of({"i", 7, seq}, b),
                                 {.table = "slotted_counters", .dedupe = &dedupe});
 }

@@ -16,6 +16,7 @@
 #include "db/repository.hpp"
 #include "db/keys.hpp"
 #include "db/write_path.hpp"
+#include "support/batch_content.hpp"
 #include "support/commit_rows.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -159,9 +160,9 @@ class LockOrder : public ::testing::Test {
     store::flush_batch b;
     b.run_id = 1;
     b.seq = 1;
-    b.keyed = {r};
-    b.rows = db::rows_of(b.keyed, static_cast<std::uint16_t>(slot));
-    b.bucket_rows = db::bucket_rows_of(b.keyed, static_cast<std::uint16_t>(slot), spec_, b.rows);
+    b.content = store::keyed_content{{r}};
+    b.rows = db::rows_of(requests_of(b), static_cast<std::uint16_t>(slot));
+    b.bucket_rows = db::bucket_rows_of(requests_of(b), static_cast<std::uint16_t>(slot), spec_, b.rows);
     return db::apply(conn, db::write_set_of({"keyed", 1, 1}, b), {.table = table, .buckets = &spec_})
         .rows;
   }

@@ -13,6 +13,7 @@
 
 #include "durable/record.hpp"
 #include "model/keyed_request.hpp"
+#include "support/batch_content.hpp"
 
 namespace slotted::test {
 
@@ -52,7 +53,7 @@ inline std::string dump(const durable::replay_state& state) {
   }
   for (const auto& b : state.batches()) {
     s += "batch run=" + std::to_string(b.run_id) + " seq=" + std::to_string(b.seq) +
-         " unique_slot=" + std::to_string(b.unique_slot) + "\n";
+         " unique_slot=" + std::to_string(unique_slot_of(b)) + "\n";
     for (const auto& r : b.rows)
       s += "  row " + std::to_string(r.record_type) + "/" + std::to_string(r.record_id) +
            " slot=" + std::to_string(r.slot) + " " + std::to_string(r.delta) + "\n";
@@ -61,8 +62,8 @@ inline std::string dump(const durable::replay_state& state) {
            " gran=" + std::to_string(static_cast<int>(r.gran)) + " bucket=" +
            std::to_string(r.bucket) + " slot=" + std::to_string(r.slot) + " " +
            std::to_string(r.delta) + "\n";
-    for (const auto& k : b.keyed) s += "  " + dump_keyed(k);
-    for (const auto& e : b.uniques) s += "  " + dump_unique(e);
+    for (const auto& k : requests_of(b)) s += "  " + dump_keyed(k);
+    for (const auto& e : uniques_of(b)) s += "  " + dump_unique(e);
   }
   for (const auto& k : state.keyed()) s += dump_keyed(k);
   for (const auto& e : state.uniques()) s += dump_unique(e);

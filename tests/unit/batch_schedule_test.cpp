@@ -1,6 +1,7 @@
 // Which queued batch a free flush connection may start (flush/batch_schedule.hpp).
 
 #include "flush/batch_schedule.hpp"
+#include "support/batch_content.hpp"
 
 #include <gtest/gtest.h>
 
@@ -85,7 +86,7 @@ TEST(BatchSchedule, TheSpanOfABatchIsItsFirstAndLastRow) {
   EXPECT_FALSE(s.keyed);
   EXPECT_TRUE(s.in_flight);
   b.rows.clear();
-  b.keyed.resize(1);
+  test::requests_in(b).resize(1);
   EXPECT_TRUE(span_of(b, false).empty);
   EXPECT_TRUE(span_of(b, false).keyed);
 }

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "flush/flusher.hpp"
+#include "support/batch_content.hpp"
 
 namespace slotted::flush {
 namespace {
@@ -118,19 +119,19 @@ TEST(UncommittedParts, AReplayedUniqueBatchIsKeptUntilItCommitted) {
   flush_batch b;
   b.run_id = 7;
   b.seq = 5;
-  for (std::uint64_t i = 0; i < 4; ++i) b.uniques.push_back({1, i, 0, "c", 0});
+  for (std::uint64_t i = 0; i < 4; ++i) test::unique_in(b).entries.push_back({1, i, 0, "c", 0});
   const auto seq_of = [](std::uint64_t node) { return (node << 44) | 5; };
   // Another batch of its run committed, not this one: the batch itself.
   auto parts = uncommitted_parts(b, {(std::uint64_t{1} << 44) | 4});
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].seq, 5u);
-  EXPECT_EQ(parts[0].uniques.size(), 4u);
+  EXPECT_EQ(test::uniques_of(parts[0]).size(), 4u);
   // Its left half committed: the right half's entries.
   parts = uncommitted_parts(b, {seq_of(2)});
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].seq, seq_of(3));
-  ASSERT_EQ(parts[0].uniques.size(), 2u);
-  EXPECT_EQ(parts[0].uniques[0].record_id, 2u);
+  ASSERT_EQ(test::uniques_of(parts[0]).size(), 2u);
+  EXPECT_EQ(test::uniques_of(parts[0])[0].record_id, 2u);
   EXPECT_TRUE(uncommitted_parts(b, {seq_of(1)}).empty());
 }
 

@@ -31,6 +31,7 @@
 #include "durable/record.hpp"
 #include "durable/recovery.hpp"
 #include "metrics/metrics.hpp"
+#include "support/batch_content.hpp"
 #include "support/eventually.hpp"
 #include "support/temp_dir.hpp"
 #include "support/wal_stubs.hpp"
@@ -241,8 +242,9 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
           store::flush_batch b;
           b.run_id = 7;
           b.seq = 1;
-          uniques.take_all(b.uniques);
-          std::sort(b.uniques.begin(), b.uniques.end());
+          auto& entries = test::unique_in(b).entries;
+          uniques.take_all(entries);
+          std::sort(entries.begin(), entries.end());
           return std::vector<store::flush_batch>{std::move(b)};
         },
         [&](std::vector<store::flush_batch>&& b) { published = std::move(b); }));
@@ -254,7 +256,7 @@ TEST_F(Committer, AClientsUniqueEntriesAreLoggedBeforeTheAnswerAndReplayOnce) {
   const auto expect_replayed = [&](const recovered& r) {
     EXPECT_EQ(r.uniques, std::vector{entry(3, "c")});
     ASSERT_EQ(r.batches.size(), 1u);
-    EXPECT_EQ(r.batches[0].uniques, (std::vector{entry(1, "a"), entry(2, "b")}));
+    EXPECT_EQ(test::uniques_of(r.batches[0]), (std::vector{entry(1, "a"), entry(2, "b")}));
   };
   {
     // A crash: replayed, then started again (its snapshot holds what was replayed).

@@ -10,6 +10,7 @@
 #include "idempotency/keyed_batches.hpp"
 #include "idempotency/keyed_store.hpp"
 #include "durable/record.hpp"
+#include "support/batch_content.hpp"
 
 namespace slotted::idempotency {
 namespace {
@@ -328,7 +329,7 @@ TEST(KeyedBatches, CutByKeysAndByTheBytesOfTheirClaim) {
   std::size_t dropped = 0;
   auto batches = form_keyed_batches(empty, 100, 10, 77, 1, rng, {}, dropped);
   ASSERT_EQ(batches.size(), 10u);
-  for (const auto& b : batches) EXPECT_EQ(b.keyed.size(), 100u);
+  for (const auto& b : batches) EXPECT_EQ(test::requests_of(b).size(), 100u);
 
   std::vector<keyed_request> long_keys;
   for (int i = 0; i < 1000; ++i) {
@@ -341,14 +342,14 @@ TEST(KeyedBatches, CutByKeysAndByTheBytesOfTheirClaim) {
   EXPECT_GT(batches.size(), 1u);
   std::size_t keys = 0;
   for (const auto& b : batches) {
-    keys += b.keyed.size();
+    keys += test::requests_of(b).size();
     std::size_t bytes = claim_fixed_bytes;
-    for (const auto& r : b.keyed) bytes += claim_bytes(r);
+    for (const auto& r : test::requests_of(b)) bytes += claim_bytes(r);
     EXPECT_LE(bytes, budget);
     // The bound holds for the statement itself.
     std::vector<std::string> quoted;
-    for (const auto& r : b.keyed) quoted.push_back("'" + r.key + "'");
-    EXPECT_LE(db::idempotency_keys_claim(b.keyed, quoted, "'" + std::string(64, 'i') + "'",
+    for (const auto& r : test::requests_of(b)) quoted.push_back("'" + r.key + "'");
+    EXPECT_LE(db::idempotency_keys_claim(test::requests_of(b), quoted, "'" + std::string(64, 'i') + "'",
                                          UINT64_MAX >> 1, UINT64_MAX >> 1, std::chrono::hours(24),
                                          INT64_MAX >> 1)
                   .size(),
@@ -368,15 +369,15 @@ TEST(KeyedBatches, SortedByKeyCutByItemsAndAKeyTwiceKeptOnce) {
   ASSERT_EQ(batches.size(), 3u);
   EXPECT_EQ(batches[0].seq, 5u);
   EXPECT_EQ(batches[2].seq, 7u);
-  ASSERT_EQ(batches[0].keyed.size(), 1u);
-  EXPECT_EQ(batches[0].keyed[0].key, "a");
-  EXPECT_EQ(batches[0].keyed[0].increments[0].delta, 2);  // the first "a" stays
+  ASSERT_EQ(test::requests_of(batches[0]).size(), 1u);
+  EXPECT_EQ(test::requests_of(batches[0])[0].key, "a");
+  EXPECT_EQ(test::requests_of(batches[0])[0].increments[0].delta, 2);  // the first "a" stays
   ASSERT_EQ(batches[0].rows.size(), 1u);
   EXPECT_EQ(batches[0].rows[0].delta, 2);
-  ASSERT_EQ(batches[1].keyed.size(), 1u);
-  EXPECT_EQ(batches[1].keyed[0].key, "b");
+  ASSERT_EQ(test::requests_of(batches[1]).size(), 1u);
+  EXPECT_EQ(test::requests_of(batches[1])[0].key, "b");
   EXPECT_TRUE(batches[1].rows.empty());  // b sums to zero
-  EXPECT_EQ(batches[2].keyed[0].key, "c");
+  EXPECT_EQ(test::requests_of(batches[2])[0].key, "c");
   EXPECT_EQ(batches[2].rows.size(), 2u);
   // "c" has two items and starts a batch of its own.
   std::vector<keyed_request> one{req("c", {{1, 1, 1}, {1, 2, 1}})};
@@ -406,12 +407,12 @@ TEST(KeyedBatches, AKeyTwiceMoreThanAWindowApartGoesIntoALaterBatchNotDropped) {
                                           std::size_t{1} << 20, window);
   EXPECT_EQ(dropped, 1u);
   ASSERT_EQ(batches.size(), 2u);
-  ASSERT_EQ(batches[0].keyed.size(), 2u);  // j and the first k
-  EXPECT_EQ(batches[0].keyed[1].key, "k");
-  EXPECT_EQ(batches[0].keyed[1].received_ms, first.received_ms);
-  ASSERT_EQ(batches[1].keyed.size(), 1u);
-  EXPECT_EQ(batches[1].keyed[0].key, "k");
-  EXPECT_EQ(batches[1].keyed[0].received_ms, second.received_ms);
+  ASSERT_EQ(test::requests_of(batches[0]).size(), 2u);  // j and the first k
+  EXPECT_EQ(test::requests_of(batches[0])[1].key, "k");
+  EXPECT_EQ(test::requests_of(batches[0])[1].received_ms, first.received_ms);
+  ASSERT_EQ(test::requests_of(batches[1]).size(), 1u);
+  EXPECT_EQ(test::requests_of(batches[1])[0].key, "k");
+  EXPECT_EQ(test::requests_of(batches[1])[0].received_ms, second.received_ms);
   EXPECT_EQ(batches[1].seq, 6u);
   ASSERT_EQ(batches[1].rows.size(), 1u);
   EXPECT_EQ(batches[1].rows[0].delta, 2);
@@ -426,8 +427,8 @@ TEST(KeyedBatches, ASplitDividesRequestsNotRows) {
                .front();
   store::flush_batch left = b, right = b;
   split_requests(b, left, right);
-  ASSERT_EQ(left.keyed.size(), 1u);
-  ASSERT_EQ(right.keyed.size(), 2u);
+  ASSERT_EQ(test::requests_of(left).size(), 1u);
+  ASSERT_EQ(test::requests_of(right).size(), 2u);
   EXPECT_EQ(left.rows.size(), 1u);
   EXPECT_EQ(right.rows.size(), 3u);
   EXPECT_EQ(right.rows.front().slot, b.rows.front().slot);
@@ -452,10 +453,10 @@ TEST(KeyedWal, KeyedRecordsAndBatchesReplay) {
   replay_state state;
   ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
   ASSERT_EQ(state.batches().size(), 2u);
-  EXPECT_TRUE(state.batches()[0].keyed.empty());
-  ASSERT_EQ(state.batches()[1].keyed.size(), 1u);
-  EXPECT_EQ(state.batches()[1].keyed[0].key, "k1");
-  EXPECT_EQ(state.batches()[1].keyed[0].hash, hash_of(std::vector<ingest::increment>{{1, 1, 5}}));
+  EXPECT_TRUE(test::requests_of(state.batches()[0]).empty());
+  ASSERT_EQ(test::requests_of(state.batches()[1]).size(), 1u);
+  EXPECT_EQ(test::requests_of(state.batches()[1])[0].key, "k1");
+  EXPECT_EQ(test::requests_of(state.batches()[1])[0].hash, hash_of(std::vector<ingest::increment>{{1, 1, 5}}));
   ASSERT_EQ(state.keyed().size(), 1u);  // k2 is not in a batch yet
   EXPECT_EQ(state.keyed()[0].key, "k2");
   EXPECT_EQ(state.keyed()[0].increments.size(), 2u);
@@ -467,7 +468,7 @@ TEST(KeyedWal, KeyedRecordsAndBatchesReplay) {
   replay_state after;
   ASSERT_EQ(scan_segment(snap, after).outcome, scan_result::status::ok);
   ASSERT_EQ(after.batches().size(), 2u);
-  EXPECT_EQ(after.batches()[1].keyed.size(), 1u);
+  EXPECT_EQ(test::requests_of(after.batches()[1]).size(), 1u);
   ASSERT_EQ(after.keyed().size(), 1u);
   EXPECT_EQ(after.keyed()[0].key, "k2");
   // A committed record ends the batches; the pending keyed request stays.

@@ -11,6 +11,7 @@
 
 #include "idempotency/keyed_batches.hpp"
 #include "durable/record.hpp"
+#include "support/batch_content.hpp"
 
 namespace slotted::idempotency {
 namespace {
@@ -47,8 +48,8 @@ TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
     replay_state state;
     ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
     ASSERT_EQ(state.batches().size(), 1u);
-    ASSERT_EQ(state.batches()[0].keyed.size(), 1u);
-    EXPECT_EQ(state.batches()[0].keyed[0].key, std::string(128, 'a'));
+    ASSERT_EQ(test::requests_of(state.batches()[0]).size(), 1u);
+    EXPECT_EQ(test::requests_of(state.batches()[0])[0].key, std::string(128, 'a'));
     ASSERT_EQ(state.keyed().size(), 1u);
     const auto& pending = state.keyed()[0];
     EXPECT_EQ(pending.key, std::string(128, 'b'));
@@ -66,7 +67,7 @@ TEST(KeyedWalRecord, AKeyOf128CharactersReplaysWithAndWithoutAt) {
     ASSERT_EQ(after.keyed().size(), 1u);
     EXPECT_EQ(after.keyed()[0].key, std::string(128, 'b'));
     ASSERT_EQ(after.batches().size(), 1u);
-    EXPECT_EQ(after.batches()[0].keyed.size(), 1u);
+    EXPECT_EQ(test::requests_of(after.batches()[0]).size(), 1u);
   }
 }
 

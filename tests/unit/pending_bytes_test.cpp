@@ -17,6 +17,7 @@
 #include "metrics/metrics.hpp"
 #include "store/pending_store.hpp"
 #include "store/pending_uniques.hpp"
+#include "support/batch_content.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::store {
@@ -134,11 +135,11 @@ TEST(PendingBytes, QueuedBatchesAreChargedTheirRowsKeyedRequestsAndUniqueEntries
   plain.rows = {{1, 1, 0, 1}, {1, 2, 0, 1}};
   flush_batch keyed_batch;
   keyed_batch.seq = 2;
-  keyed_batch.keyed.push_back(keyed(1, 2));
+  test::requests_in(keyed_batch).push_back(keyed(1, 2));
   keyed_batch.rows = {{7, 100, 0, 1}, {7, 101, 0, 1}};
   flush_batch unique_batch;
   unique_batch.seq = 3;
-  unique_batch.uniques = {entry(1), entry(2)};
+  test::unique_in(unique_batch).entries = {entry(1), entry(2)};
   std::vector<flush_batch> all;
   all.push_back(plain);
   all.push_back(keyed_batch);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "durable/record.hpp"
+#include "support/batch_content.hpp"
 
 namespace slotted::durable {
 namespace {
@@ -30,8 +31,7 @@ store::flush_batch unique_batch(std::uint64_t seq, std::vector<store::unique_ent
   store::flush_batch b;
   b.run_id = 7;
   b.seq = seq;
-  b.unique_slot = 65535;
-  b.uniques = std::move(entries);
+  b.content = store::unique_content{.entries = std::move(entries), .slot = 65535};
   return b;
 }
 
@@ -97,12 +97,12 @@ TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTripAndPlainOnesKeepTheirKin
   EXPECT_EQ(kind_of(log), static_cast<std::uint8_t>(record_kind::unique_batches));
   auto state = replayed(log);
   ASSERT_EQ(state.batches().size(), 3u);
-  EXPECT_TRUE(state.batches()[0].uniques.empty());
+  EXPECT_TRUE(test::uniques_of(state.batches()[0]).empty());
   EXPECT_EQ(state.batches()[0].rows.size(), 1u);
-  EXPECT_EQ(state.batches()[1].uniques, some_entries());
-  EXPECT_EQ(state.batches()[1].unique_slot, 65535);
+  EXPECT_EQ(test::uniques_of(state.batches()[1]), some_entries());
+  EXPECT_EQ(test::unique_slot_of(state.batches()[1]), 65535);
   EXPECT_EQ(state.batches()[1].seq, 2u);
-  EXPECT_EQ(state.batches()[2].uniques, std::vector{entry(9, "d")});
+  EXPECT_EQ(test::uniques_of(state.batches()[2]), std::vector{entry(9, "d")});
   // Re-encoded, the same bytes.
   std::string again;
   append_batches(again, state.batches());
@@ -115,7 +115,7 @@ TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTripAndPlainOnesKeepTheirKin
   EXPECT_EQ(kind_of(snap), static_cast<std::uint8_t>(record_kind::unique_snapshot));
   state = replayed(snap);
   EXPECT_EQ(state.batches().size(), 3u);
-  EXPECT_EQ(state.batches()[1].uniques, some_entries());
+  EXPECT_EQ(test::uniques_of(state.batches()[1]), some_entries());
   EXPECT_EQ(state.uniques(), std::vector{entry(4, "e")});
   EXPECT_EQ(totals(state.deltas()).at({1, 10}), 4);
   std::string snap_again;
@@ -148,7 +148,7 @@ TEST(UniqueWalRecord, ReplayKeepsPendingEntriesUntilABatchesRecordTakesThem) {
   auto state = replayed(taken);
   EXPECT_EQ(state.uniques(), std::vector{entry(3, "c")});
   ASSERT_EQ(state.batches().size(), 1u);
-  EXPECT_EQ(state.batches()[0].uniques.size(), 2u);
+  EXPECT_EQ(test::uniques_of(state.batches()[0]).size(), 2u);
   std::string plain_take = log;
   append_batches(plain_take, std::vector{plain_batch(1)});
   EXPECT_TRUE(replayed(plain_take).uniques().empty());
@@ -164,7 +164,7 @@ TEST(UniqueWalRecord, ReplayKeepsPendingEntriesUntilABatchesRecordTakesThem) {
   state = replayed(taken);
   EXPECT_TRUE(state.uniques().empty());
   ASSERT_EQ(state.batches().size(), 1u);
-  EXPECT_EQ(state.batches()[0].uniques, std::vector{entry(3, "c")});
+  EXPECT_EQ(test::uniques_of(state.batches()[0]), std::vector{entry(3, "c")});
   append_snapshot(taken, {}, {}, {}, std::vector{entry(5, "f")});
   state = replayed(taken);
   EXPECT_TRUE(state.batches().empty());

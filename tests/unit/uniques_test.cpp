@@ -13,6 +13,7 @@
 #include "http/router.hpp"
 #include "ingest/clients.hpp"
 #include "store/pending_uniques.hpp"
+#include "support/batch_content.hpp"
 #include "support/config_problems.hpp"
 #include "support/fake_backend.hpp"
 
@@ -364,13 +365,13 @@ TEST(UniqueBatches, SplitByEntriesHeldAsEntriesAndScheduledAlone) {
   store::flush_batch b;
   b.run_id = 3;
   b.seq = 5;
-  b.uniques = {{5, 1, 0, "a", 0}, {5, 1, 0, "b", 0}, {5, 2, 0, "a", 0}};
+  test::unique_in(b).entries = {{5, 1, 0, "a", 0}, {5, 1, 0, "b", 0}, {5, 2, 0, "a", 0}};
   EXPECT_TRUE(flush::splittable(b));
   EXPECT_EQ(flush::rows_held(b), 3u);
   const auto [left, right] = flush::split_batch(b);
-  EXPECT_EQ(left.uniques.size() + right.uniques.size(), 3u);
-  EXPECT_EQ(left.uniques.front().client, "a");
-  EXPECT_EQ(right.uniques.back().record_id, 2u);
+  EXPECT_EQ(test::uniques_of(left).size() + test::uniques_of(right).size(), 3u);
+  EXPECT_EQ(test::uniques_of(left).front().client, "a");
+  EXPECT_EQ(test::uniques_of(right).back().record_id, 2u);
   EXPECT_NE(left.seq, right.seq);
   // A unique batch waits for every batch before it, and holds back every one after it.
   store::flush_batch plain;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "durable/record.hpp"
+#include "support/batch_content.hpp"
 #include "support/wal_stubs.hpp"
 
 namespace slotted::durable {
@@ -48,7 +49,7 @@ store::flush_batch batch_with_buckets_and_keys() {
   store::flush_batch b = batch(5, 6);
   b.bucket_rows = {{1, 10, store::granularity::hour, 3600, 3, 7},
                    {1, 10, store::granularity::day, 86400, 3, 7}};
-  b.keyed.push_back(keyed("b-key", {{1, 10, 7}}));
+  test::requests_in(b).push_back(keyed("b-key", {{1, 10, 7}}));
   return b;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "durable/record.hpp"
+#include "support/batch_content.hpp"
 #include "support/replay_dump.hpp"
 #include "support/wal_stubs.hpp"
 
@@ -57,7 +58,7 @@ store::flush_batch with_buckets_and_keys(std::uint64_t seq) {
   store::flush_batch b = plain(seq);
   b.bucket_rows = {{1, 10, store::granularity::hour, 3600, 3, 7},
                    {1, 10, store::granularity::day, 0, 3, 7}};
-  b.keyed.push_back(request("in-a-batch", {at(1, 10, 7, 3600, true)}));
+  test::requests_in(b).push_back(request("in-a-batch", {at(1, 10, 7, 3600, true)}));
   return b;
 }
 
@@ -65,8 +66,8 @@ store::flush_batch of_uniques(std::uint64_t seq) {
   store::flush_batch b;
   b.run_id = 41;
   b.seq = seq;
-  b.uniques = {entry(1, "a", 90000), entry(1, "b", 90001), entry(2, "a", 200000)};
-  b.unique_slot = 7;
+  b.content = store::unique_content{
+      .entries = {entry(1, "a", 90000), entry(1, "b", 90001), entry(2, "a", 200000)}, .slot = 7};
   return b;
 }
 
