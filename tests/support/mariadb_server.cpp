@@ -30,19 +30,36 @@ namespace slotted::test {
 
 pid_t spawn_process(const std::vector<std::string>& args, const std::string& log_path,
                     bool own_group) {
+  // Everything the child needs is made before the fork. A test process has other threads
+  // (an in-process daemon, load clients), and the child of a multithreaded process may
+  // call only async-signal-safe functions until it execs: a malloc there can wait forever
+  // on a lock another thread held at the fork. It did: a mariadbd restarted under load
+  // never started (DatabaseKilled.RepeatedSigkillUnderLoadKeepsTotalsExact, "did not
+  // accept connections", nothing in its error.log).
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const bool has_path = args.at(0).find('/') != std::string::npos;
+  const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) throw std::runtime_error("cannot open " + log_path);
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid < 0) {
+    ::close(log);
+    throw std::runtime_error("fork failed");
+  }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (own_group) setpgid(0, 0);
-    if (FILE* f = std::freopen(log_path.c_str(), "a", stdout)) (void)f;
-    dup2(STDOUT_FILENO, STDERR_FILENO);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
+    dup2(log, STDOUT_FILENO);  // dup2 leaves close-on-exec off on the copies
+    dup2(log, STDERR_FILENO);
+    if (has_path) {
+      execv(argv[0], argv.data());
+    } else {
+      execvp(argv[0], argv.data());  // a bare name: install-time tools, no load running
+    }
     _exit(127);
   }
+  ::close(log);
   return pid;
 }
 
