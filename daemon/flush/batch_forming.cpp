@@ -119,7 +119,8 @@ std::vector<flush_batch> uncommitted_parts(const flush_batch& b,
   const auto walk = [&](auto& self, const flush_batch& part) -> void {
     const std::uint64_t node = split_node(part.seq);
     // Nothing left to write (a unique batch holds entries instead of rows).
-    if ((part.rows.empty() && store::unique_of(part) == nullptr) ||
+    const auto* u = store::unique_of(part);
+    if ((part.rows.empty() && (u == nullptr || u->entries.empty())) ||
         std::find(nodes.begin(), nodes.end(), node) != nodes.end())
       return;
     // Nodes are at least 1, so halving m stops at node or below it.
