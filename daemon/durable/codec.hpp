@@ -34,6 +34,13 @@ class reader {
     return true;
   }
   bool has(std::size_t bytes) const { return data_.size() - pos_ >= bytes; }
+  // The next `bytes` bytes as a reader of their own (a tagged record's field).
+  bool take(std::size_t bytes, reader& out) {
+    if (!has(bytes)) return false;
+    out = reader(data_.substr(pos_, bytes));
+    pos_ += bytes;
+    return true;
+  }
   std::size_t remaining() const { return data_.size() - pos_; }
   bool done() const { return pos_ == data_.size(); }
 
@@ -100,18 +107,18 @@ struct unique_increments_record {
   std::vector<store::unique_entry> uniques;
 };
 
-// The two encodings of a keyed request, and of everything that holds keyed requests:
-// `plain` as the keyed, batches and snapshot kinds (no bucket counts, no `at`; read with
-// the borrowed bits of old logs), `timed` as the timed_keyed, bucketed_batches and
-// bucketed_snapshot kinds (every `at` and every bucket count, in fields of their own).
+// The two encodings of a keyed request, and of everything that holds keyed requests, in
+// kinds 1-13 (read only): `plain` as the keyed, batches and snapshot kinds (no bucket
+// counts, no `at`; read with the borrowed bits of old logs), `timed` as the timed_keyed,
+// bucketed_batches and bucketed_snapshot kinds (every `at` and every bucket count, in
+// fields of their own). The tagged kind's fields are in the timed form.
 enum class form { plain, timed };
 
 // record_keyed.cpp
 bool any_at(std::span<const ingest::increment> increments);
-void put_keyed(std::string& out, const idempotency::keyed_request& r, form f);
+// In the timed form.
+void put_keyed(std::string& out, const idempotency::keyed_request& r);
 bool read_keyed(reader& in, idempotency::keyed_request& r, form f);
-void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
-                       std::span<const idempotency::keyed_request> pending, form f);
 // `last`: the record ends with the trailer (else more follows: the unique kinds).
 bool read_keyed_trailer(reader& in, std::vector<store::flush_batch>& batches,
                         std::vector<idempotency::keyed_request>& pending, form f, bool last = true);
@@ -120,10 +127,11 @@ std::optional<idempotency::keyed_request> decode_timed_keyed(reader& in);
 
 // record_batches.cpp
 bool valid_granularity(std::uint8_t g);
-// Whether `batches` and `pending` need the timed form: a bucket row, or an `at`.
-bool needs_timed(std::span<const store::flush_batch> batches,
-                 std::span<const idempotency::keyed_request> pending);
-void put_batches(std::string& out, std::span<const store::flush_batch> batches, form f);
+// A batch's rows (`rows` of them), and its bucket rows with their count before them.
+void put_rows(std::string& out, const store::flush_batch& b);
+void put_bucket_rows(std::string& out, const store::flush_batch& b);
+bool read_rows(reader& in, std::uint32_t rows, store::flush_batch& b);
+bool read_bucket_rows(reader& in, store::flush_batch& b);
 bool read_batches(reader& in, std::vector<store::flush_batch>& out, form f);
 std::optional<std::vector<store::flush_batch>> decode_batches(reader& in);
 std::optional<std::vector<store::flush_batch>> decode_bucketed_batches(reader& in);
@@ -134,37 +142,33 @@ std::optional<std::vector<timed_delta>> decode_increments(reader& in);
 std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in);
 // The timed_increments payload, more possibly following it.
 bool read_timed_increments(reader& in, std::vector<timed_delta>& out);
-void put_timed_increments(std::string& out, std::span<const ingest::increment> increments);
 
 // record_snapshot.cpp
 std::optional<snapshot_record> decode_snapshot(reader& in);
 std::optional<snapshot_record> decode_bucketed_snapshot(reader& in);
 // The bucketed_snapshot payload, more possibly following it (`last` false).
 bool read_bucketed_snapshot(reader& in, snapshot_record& s, bool last);
-// A snapshot's payload up to its keyed trailer, included, in form `f`.
-void put_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                  std::span<const store::pending_delta> deltas,
-                  std::span<const idempotency::keyed_request> keyed, form f);
 
 // record_uniques.cpp
-bool any_uniques(std::span<const store::flush_batch> batches);
-void put_unique_entries(std::string& out, std::span<const store::unique_entry> entries);
+void put_unique(std::string& out, const store::unique_entry& e);
 bool read_unique_entries(reader& in, std::vector<store::unique_entry>& out);
-// The uniques field (record.hpp) of `batches`.
-void put_uniques(std::string& out, std::span<const store::flush_batch> batches);
+// The uniques field of kinds 12 and 13 (record.hpp) into `batches`.
 bool read_uniques(reader& in, std::vector<store::flush_batch>& batches);
 std::optional<unique_increments_record> decode_unique_increments(reader& in);
 std::optional<std::vector<store::flush_batch>> decode_unique_batches(reader& in);
 std::optional<snapshot_record> decode_unique_snapshot(reader& in);
-void append_unique_increments(std::string& out, std::span<const ingest::increment> increments,
-                              std::span<const store::unique_entry> uniques);
-void append_unique_batches(std::string& out, std::span<const store::flush_batch> batches);
-void append_unique_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                            std::span<const store::pending_delta> deltas,
-                            std::span<const idempotency::keyed_request> keyed,
-                            std::span<const store::unique_entry> uniques);
 
 // record_reset.cpp
 std::optional<store::counter_key> decode_reset(reader& in);
+
+// record_tagged.cpp: the tagged kind (14), the one every append_* writes.
+enum class role : std::uint8_t { append = 1, cut = 2, snapshot = 3, committed = 4, reset = 5 };
+struct tagged_record {
+  role what = role::committed;
+  std::vector<timed_delta> increments;  // append: a request's items
+  snapshot_record state;                // append: keyed[0] or uniques; cut: batches; snapshot
+  store::counter_key key;               // reset
+};
+std::optional<tagged_record> decode_tagged(reader& in);
 
 }  // namespace slotted::durable::codec

@@ -3,85 +3,70 @@
 // thread-safe.
 //
 // Each is one payload in the WAL's record frame (wal/frame.hpp: segments, lengths,
-// checksums). The payload starts with a kind byte:
+// checksums). The payload starts with a kind byte. This version writes one kind, 14
+// (tagged), for every record (record_tagged.cpp):
 //
-//   kind name               payload after the kind byte                 written when
-//   1    increments         u32 n, n x inc                              no `at`
-//   7    timed_increments   u32 n, n x (inc, i64 at)                    any `at`
-//   5    keyed              key(plain), req, u32 n, n x inc             no `at`
-//   8    timed_keyed        key(timed), req, u32 n, n x (inc, i64 at')  any `at`
-//   2    batches            batches(plain), trailer(plain)              no bucket row, no `at`
-//   9    bucketed_batches   batches(timed), trailer(timed)              else
-//   3    snapshot           batches(plain), u64 n, n x total,           no bucket row or
-//                           trailer(plain)                              count, no `at`
-//   10   bucketed_snapshot  batches(timed), u64 n, n x (total, u8       else
-//                           granularity, i64 bucket start), trailer(timed)
-//   4    committed          nothing
-//   6    reset              u32 record_type, u64 record_id (README: HTTP API, Reset)
-//   11   unique_increments  u32 n, n x (inc, i64 at), u32 u,           a request with any
-//                           u x unique                                  `client` item
-//   12   unique_batches     the bucketed_batches payload, uniques       any unique batch
-//   13   unique_snapshot    the bucketed_snapshot payload, uniques,     any unique entry
-//                           u32 p, p x unique (pending)
+//   payload = u8 kind = 14 | u8 version = 1 | u8 role | u32 fields | fields x field
+//   field   = u8 tag | u64 length | length bytes, all of them the field's body
+//
+//   role          means                                    fields (in tag order)
+//   1 append      one request                              one of 1, 2, 3; 4? not with 3
+//   2 cut         what was logged before is in these       5*
+//                 batches now
+//   3 snapshot    replaces everything logged before it     3*, 4?, 5*, 6?, 7?
+//   4 committed   every batch logged before it committed   none
+//   5 reset       the counter's increments logged before   8
+//                 it and not in a batch were dropped
+//
+//   tag 1 increments        u32 n, n x inc                  (no item has a time)
+//       2 timed increments  u32 n, n x (inc, i64 at)        at -1: no time (0 is a time)
+//       3 keyed request     key(timed), req, u32 n, n x (inc, i64 at')
+//       4 unique entries    u32 n >= 1, n x unique
+//       5 batch             u64 run_id, u64 seq, u8 content (0 plain, 1 keyed, 2 unique),
+//                           u16 slot (a unique batch's, else 0), u32 r, r x row, u32 k,
+//                           k x bucket row, then keyed: u32 m, m x keyed request body;
+//                           unique: u32 n >= 1, n x unique (and no rows)
+//       6 pending totals    u64 n, n x total
+//       7 pending buckets   u64 n, n x (total, u8 granularity 1|2, i64 bucket start)
+//       8 counter           u32 record_type, u64 record_id
 // where
 //   inc          u32 record_type, u64 record_id, i32 delta
 //   total        u32 record_type, u64 record_id, i64 delta
-//   at           -1 for an increment without a time (its counter had no buckets), else
-//                its `at` (0 included: 1970-01-01 is a time)
 //   at'          a keyed item's time: 0 none, > 0 the receive time, < 0 a time the
 //                client sent (-at' - 1), which the body hash covers
-//   key(plain)   u8 length (1 to 127, or 0 for the longest key, 128), the key
 //   key(timed)   u8 length (1 to 128), the key
 //   req          u64 x 2 body hash, i64 received (unix ms)
-//   batches(f)   u32 n, n x (u64 run_id, u64 seq, u32 rows, rows x row, and in the timed
-//                form u32 k, k x bucket row)
 //   row          u32 record_type, u64 record_id, u16 slot, i64 delta
 //   bucket row   u32 record_type, u64 record_id, u8 granularity, i64 bucket start, u16
 //                slot, i64 delta
-//   granularity  0 a counter's total (snapshot only), 1 hour, 2 day (store::granularity)
 //   unique       u32 record_type, u64 record_id, i64 window start, i64 at, u8 client
 //                length (1 to 128), the client (model/uniques.hpp)
-//   uniques      the unique batches the record holds (db/uniques.hpp): u32 m, m x (u32
-//                batch index, u16 unique slot, u32 k >= 1, k x unique), each batch index
-//                once, of a batch without rows, bucket rows or keyed requests
-//   trailer(f)   the keyed requests the record holds: u32 m, m x (u32 batch index, or
-//                0xffffffff for a request not yet in a batch, then the keyed (plain) or
-//                timed_keyed (timed) payload); the plain form leaves out a trailer of
-//                none (m = 0), as logs before keyed requests had none.
-// A record is written in the plain kind whenever that can hold it, so a log that uses no
-// buckets is byte for byte what earlier versions wrote, and they read it. The timed kinds
-// are refused by earlier versions as corrupt (an unknown kind is a malformed record), as
-// this version refuses a kind that a later one adds: a format change is a new kind (or a
-// new segment magic), never a bit borrowed from a field.
-// Earlier versions wrote the bucket extension by borrowing bits; this version still reads
-// them (every log an earlier version wrote replays), never writes them:
-//   increments: when any increment has an `at`, n x i64 at follow the n items (0 read as
-//               no time, so an `at` of 0 lost its buckets).
-//   keyed:      0x80 in the key length byte: each item is followed by its i64 at'.
-//               (Earlier versions logged a 128-character key as 0x80 alone: it reads as
-//               128 with `at`, and where its items had none the record is malformed.)
-//   batches:    0x80000000 in a batch's row count: its rows are followed by u32 k, k x
-//               bucket row; the keyed requests of its trailer as keyed (above).
-//   snapshot:   the top bit of its u64 n: each total is followed by u8 granularity and
-//               i64 bucket start; its batches and trailer as in batches (above).
-// Replay counts a logged `at` in the buckets its counter keeps under the config it
-// replays with (a counter whose buckets were removed just drops them, and an increment
-// logged without a time, its counter then having none, counts in no bucket); logged batches
-// and snapshots carry their bucket counts as they were formed.
-// A record holding no unique entry is written in kinds 1 to 10, byte for byte as
-// before unique entries were logged; the unique kinds only where one is involved (an
-// earlier version refuses them as corrupt, as any unknown kind).
-// A batches record means: every increment logged before it (since the previous batches
-// or snapshot record) now lives in these batches. A snapshot replaces everything logged
-// before it. A committed record means every batch logged before it has committed, so
-// replay must not send them again (their ledger rows may be pruned by then). Keyed
-// requests and unique entries follow the same rules as increments: a batches record of
-// any kind means every unique entry logged before it is in its unique batches (a take
-// takes them all), a snapshot of any kind replaces the pending ones (none but in a
-// unique_snapshot). A reset record means: the counter's
-// increments logged before it and not yet in a batch were dropped (its reset cleared
-// them); keyed requests are kept whole (a reset leaves them pending, see README), and
-// unique entries too (a reset clears the counter, not its decisions; known-limits.md).
+// An unknown version, role or tag, a field its role does not take or repeated where one
+// is allowed, fields out of tag order, a body not exactly its length, another number of
+// fields than the count (a record cut at a field's end too), or trailing bytes:
+// malformed, as an unknown kind is (a later version's record is refused whole, never
+// half read). A format change is a new version or a new tag, never a bit borrowed from a
+// field.
+//
+// Kinds 1 to 13, which earlier versions wrote, are read and never written (their
+// decoders are record_increments.cpp, record_keyed.cpp, record_batches.cpp,
+// record_snapshot.cpp, record_reset.cpp, record_uniques.cpp; their layouts, and the
+// borrowed bits of the versions before them, are in docs/wal-format.md; one log of each
+// is in tests/data/wal-golden).
+//
+// What the roles mean for replay, whichever kind carried them: a cut means every
+// increment logged before it (since the previous cut or snapshot) now lives in its
+// batches, and every keyed request and unique entry logged before it too (a take takes
+// them all). A snapshot replaces everything logged before it. A committed record means
+// every batch logged before it has committed, so replay must not send them again (their
+// ledger rows may be pruned by then). A reset means the counter's increments logged
+// before it and not yet in a batch were dropped (its reset cleared them); keyed requests
+// are kept whole (a reset leaves them pending, see README), and unique entries too (a
+// reset clears the counter, not its decisions; known-limits.md). Replay counts a logged
+// `at` in the buckets its counter keeps under the config it replays with (a counter
+// whose buckets were removed just drops them, and an increment logged without a time,
+// its counter then having none, counts in no bucket); logged batches and snapshots carry
+// their bucket counts as they were formed.
 
 #include <cstdint>
 #include <optional>
@@ -103,16 +88,15 @@ using wal::record_header_bytes;
 using wal::scan_result;
 using wal::segment_magic;
 
-// One encoder (append_*, choosing the plain or the timed kind) and one decoder per record
-// kind, each in the file of its kind (record_increments.cpp, record_keyed.cpp,
-// record_batches.cpp, record_snapshot.cpp, record_reset.cpp, and record_uniques.cpp for
-// the three unique kinds); replay in replay.cpp. The
-// frame, checksums and scanning are wal/'s (wal/frame.hpp).
+// The encoders (append_*, each a record of the tagged kind) and its decoder are in
+// record_tagged.cpp; the decoders of kinds 1-13 in the file of their kind; replay in
+// replay.cpp. The frame, checksums and scanning are wal/'s (wal/frame.hpp).
 
 namespace codec {
 struct timed_delta;
 struct snapshot_record;
 struct unique_increments_record;
+struct tagged_record;
 }  // namespace codec
 
 enum class record_kind : std::uint8_t {
@@ -128,7 +112,8 @@ enum class record_kind : std::uint8_t {
   bucketed_snapshot = 10,
   unique_increments = 11,
   unique_batches = 12,
-  unique_snapshot = 13
+  unique_snapshot = 13,
+  tagged = 14
 };
 
 // `uniques`: a request's items with a `client`, as unique entries (then the
@@ -179,6 +164,7 @@ class replay_state {
   void apply_reset(const store::counter_key& key);
   bool apply_snapshot(std::optional<codec::snapshot_record>&& s);
   bool apply_unique_increments(std::optional<codec::unique_increments_record>&& r);
+  bool apply_tagged(std::optional<codec::tagged_record>&& r);
   std::vector<std::pair<store::counter_key, std::int64_t>> delta_log_;
   // Bucket counts not yet in any batch, alongside delta_log_.
   std::vector<store::pending_delta> bucket_log_;

@@ -12,8 +12,6 @@ bool valid_granularity(std::uint8_t g) {
          g == static_cast<std::uint8_t>(store::granularity::day);
 }
 
-namespace {
-
 void put_rows(std::string& out, const store::flush_batch& b) {
   for (const auto& r : b.rows) {
     put<std::uint32_t>(out, r.record_type);
@@ -57,31 +55,6 @@ bool read_bucket_rows(reader& in, store::flush_batch& b) {
     r.gran = static_cast<store::granularity>(g);
   }
   return true;
-}
-
-}  // namespace
-
-bool needs_timed(std::span<const store::flush_batch> batches,
-                 std::span<const idempotency::keyed_request> pending) {
-  const auto timed = [](const idempotency::keyed_request& r) { return any_at(r.increments); };
-  return std::any_of(pending.begin(), pending.end(), timed) ||
-         std::any_of(batches.begin(), batches.end(), [&](const store::flush_batch& b) {
-           const auto* k = store::keyed_of(b);
-           return !b.bucket_rows.empty() ||
-                  (k != nullptr && std::any_of(k->requests.begin(), k->requests.end(), timed));
-         });
-}
-
-// The plain form is written only for batches without bucket rows (needs_timed).
-void put_batches(std::string& out, std::span<const store::flush_batch> batches, form f) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(batches.size()));
-  for (const auto& b : batches) {
-    put<std::uint64_t>(out, b.run_id);
-    put<std::uint64_t>(out, b.seq);
-    put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()));
-    put_rows(out, b);
-    if (f == form::timed) put_bucket_rows(out, b);
-  }
 }
 
 bool read_batches(reader& in, std::vector<store::flush_batch>& out, form f) {
@@ -129,21 +102,5 @@ bool decode_committed(reader& in) {
 }
 
 }  // namespace codec
-
-void append_batches(std::string& out, std::span<const store::flush_batch> batches) {
-  // Unique batches: their own kind (record_uniques.cpp).
-  if (codec::any_uniques(batches)) return codec::append_unique_batches(out, batches);
-  const auto f = codec::needs_timed(batches, {}) ? codec::form::timed : codec::form::plain;
-  const std::size_t start = codec::begin_record(
-      out, f == codec::form::timed ? record_kind::bucketed_batches : record_kind::batches);
-  codec::put_batches(out, batches, f);
-  codec::put_keyed_trailer(out, batches, {}, f);
-  codec::finish_record(out, start);
-}
-
-void append_committed(std::string& out) {
-  const std::size_t start = codec::begin_record(out, record_kind::committed);
-  codec::finish_record(out, start);
-}
 
 }  // namespace slotted::durable

@@ -52,38 +52,6 @@ std::optional<std::vector<timed_delta>> decode_timed_increments(reader& in) {
   return out;
 }
 
-namespace {
-void put_increments(std::string& out, std::span<const ingest::increment> increments, bool timed) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(increments.size()));
-  for (const auto& inc : increments) {
-    put<std::uint32_t>(out, inc.record_type);
-    put<std::uint64_t>(out, inc.record_id);
-    put<std::int32_t>(out, inc.delta);
-    if (timed) put<std::int64_t>(out, inc.has_time() ? inc.at : no_time);
-  }
-}
-}  // namespace
-
-void put_timed_increments(std::string& out, std::span<const ingest::increment> increments) {
-  put_increments(out, increments, true);
-}
-
 }  // namespace codec
-
-void append_increments(std::string& out, std::span<const ingest::increment> increments,
-                       std::span<const store::unique_entry> uniques) {
-  // Items with a `client`: one record for the whole request (record_uniques.cpp).
-  if (!uniques.empty()) return codec::append_unique_increments(out, increments, uniques);
-  // With a time: a record kind of its own, whose encoding tells "no time" from `at: 0`.
-  const bool timed = std::any_of(increments.begin(), increments.end(),
-                                 [](const ingest::increment& inc) { return inc.has_time(); });
-  // Room for the whole record at once (kind, count, then 16 or 24 bytes an increment):
-  // one allocation for a request's record, on the path every request with a WAL takes.
-  out.reserve(out.size() + wal::record_header_bytes + 8 + increments.size() * (timed ? 24 : 16));
-  const std::size_t start =
-      codec::begin_record(out, timed ? record_kind::timed_increments : record_kind::increments);
-  codec::put_increments(out, increments, timed);
-  codec::finish_record(out, start);
-}
 
 }  // namespace slotted::durable

@@ -27,16 +27,9 @@ void set_logged_at(ingest::increment& inc, std::int64_t logged) {
   inc.at = logged < 0 ? -(logged + 1) : logged;
 }
 
-// The key: its length byte, then its characters. The plain form writes the longest key
-// (128) as 0, which no key has: in old logs the byte's top bit was the `at` mark (and 128
-// alone read as that mark with an empty key).
-void put_key(std::string& out, const std::string& key, form f) {
-  const bool longest = f == form::plain && key.size() == idempotency::max_key_length;
-  put<std::uint8_t>(out, static_cast<std::uint8_t>(longest ? 0 : key.size()));
-  out += key;
-}
-
-// Reads the key; `with_at` is the mark an old plain record set in the length byte.
+// Reads the key: its length byte, then its characters. The plain form (kind 5) wrote the
+// longest key (128) as 0, which no key has: in old logs the byte's top bit was the `at`
+// mark (and 128 alone read as that mark with an empty key). `with_at` is that mark.
 bool read_key(reader& in, std::string& key, form f, bool& with_at) {
   std::uint8_t len = 0;
   if (!in.get(len)) return false;
@@ -54,9 +47,9 @@ bool read_key(reader& in, std::string& key, form f, bool& with_at) {
 
 }  // namespace
 
-// The plain form is written only for a request without any `at` (needs_timed).
-void put_keyed(std::string& out, const idempotency::keyed_request& r, form f) {
-  put_key(out, r.key, f);
+void put_keyed(std::string& out, const idempotency::keyed_request& r) {
+  put<std::uint8_t>(out, static_cast<std::uint8_t>(r.key.size()));
+  out += r.key;
   put<std::uint64_t>(out, r.hash[0]);
   put<std::uint64_t>(out, r.hash[1]);
   put<std::int64_t>(out, r.received_ms);
@@ -65,7 +58,7 @@ void put_keyed(std::string& out, const idempotency::keyed_request& r, form f) {
     put<std::uint32_t>(out, inc.record_type);
     put<std::uint64_t>(out, inc.record_id);
     put<std::int32_t>(out, inc.delta);
-    if (f == form::timed) put<std::int64_t>(out, logged_at(inc));
+    put<std::int64_t>(out, logged_at(inc));
   }
 }
 
@@ -86,27 +79,6 @@ bool read_keyed(reader& in, idempotency::keyed_request& r, form f) {
     }
   }
   return true;
-}
-
-// The keyed requests of a batches or snapshot record: those of `batches`, then `pending`.
-// The plain form leaves out a trailer of none (as earlier versions wrote it), the timed
-// form always has one.
-void put_keyed_trailer(std::string& out, std::span<const store::flush_batch> batches,
-                       std::span<const idempotency::keyed_request> pending, form f) {
-  std::uint32_t m = static_cast<std::uint32_t>(pending.size());
-  for (const auto& b : batches) m += static_cast<std::uint32_t>(store::keyed_requests(b).size());
-  if (m == 0 && f == form::plain) return;
-  put<std::uint32_t>(out, m);
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    for (const auto& r : store::keyed_requests(batches[i])) {
-      put<std::uint32_t>(out, static_cast<std::uint32_t>(i));
-      put_keyed(out, r, f);
-    }
-  }
-  for (const auto& r : pending) {
-    put<std::uint32_t>(out, not_in_batch);
-    put_keyed(out, r, f);
-  }
 }
 
 // Reads a keyed trailer (nothing when the record ends here) into `batches` and `pending`.
@@ -150,13 +122,5 @@ std::optional<idempotency::keyed_request> decode_timed_keyed(reader& in) {
 }
 
 }  // namespace codec
-
-void append_keyed(std::string& out, const idempotency::keyed_request& request) {
-  const auto f = codec::any_at(request.increments) ? codec::form::timed : codec::form::plain;
-  const std::size_t start = codec::begin_record(
-      out, f == codec::form::timed ? record_kind::timed_keyed : record_kind::keyed);
-  codec::put_keyed(out, request, f);
-  codec::finish_record(out, start);
-}
 
 }  // namespace slotted::durable

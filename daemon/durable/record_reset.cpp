@@ -13,11 +13,4 @@ std::optional<store::counter_key> decode_reset(reader& in) {
 
 }  // namespace codec
 
-void append_reset(std::string& out, const store::counter_key& key) {
-  const std::size_t start = codec::begin_record(out, record_kind::reset);
-  codec::put<std::uint32_t>(out, key.record_type);
-  codec::put<std::uint64_t>(out, key.record_id);
-  codec::finish_record(out, start);
-}
-
 }  // namespace slotted::durable

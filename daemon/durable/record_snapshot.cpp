@@ -61,41 +61,6 @@ std::optional<snapshot_record> decode_bucketed_snapshot(reader& in) {
   return s;
 }
 
-void put_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                  std::span<const store::pending_delta> deltas,
-                  std::span<const idempotency::keyed_request> keyed, form f) {
-  put_batches(out, batches, f);
-  put<std::uint64_t>(out, deltas.size());
-  for (const auto& d : deltas) {
-    put<std::uint32_t>(out, d.key.record_type);
-    put<std::uint64_t>(out, d.key.record_id);
-    put<std::int64_t>(out, d.delta);
-    if (f == form::timed) {
-      put<std::uint8_t>(out, static_cast<std::uint8_t>(d.gran));
-      put<std::int64_t>(out, d.bucket);
-    }
-  }
-  put_keyed_trailer(out, batches, keyed, f);
-}
-
 }  // namespace codec
-
-void append_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                     std::span<const store::pending_delta> deltas,
-                     std::span<const idempotency::keyed_request> keyed,
-                     std::span<const store::unique_entry> uniques) {
-  // Any unique entry, pending or in a batch: its own kind (record_uniques.cpp).
-  if (!uniques.empty() || codec::any_uniques(batches))
-    return codec::append_unique_snapshot(out, batches, deltas, keyed, uniques);
-  const bool bucketed = std::any_of(deltas.begin(), deltas.end(), [](const auto& d) {
-    return d.gran != store::granularity::none;
-  });
-  const auto f =
-      bucketed || codec::needs_timed(batches, keyed) ? codec::form::timed : codec::form::plain;
-  const std::size_t start = codec::begin_record(
-      out, f == codec::form::timed ? record_kind::bucketed_snapshot : record_kind::snapshot);
-  codec::put_snapshot(out, batches, deltas, keyed, f);
-  codec::finish_record(out, start);
-}
 
 }  // namespace slotted::durable

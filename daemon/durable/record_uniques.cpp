@@ -14,15 +14,6 @@ namespace {
 // The fixed part of a logged unique entry: type, id, window, at, client length.
 constexpr std::size_t unique_fixed_bytes = 4 + 8 + 8 + 8 + 1;
 
-void put_unique(std::string& out, const store::unique_entry& e) {
-  put<std::uint32_t>(out, e.record_type);
-  put<std::uint64_t>(out, e.record_id);
-  put<std::int64_t>(out, e.window);
-  put<std::int64_t>(out, e.at);
-  put<std::uint8_t>(out, static_cast<std::uint8_t>(e.client.size()));
-  out += e.client;
-}
-
 bool read_unique(reader& in, store::unique_entry& e) {
   std::uint8_t length = 0;
   if (!in.get(e.record_type) || !in.get(e.record_id) || !in.get(e.window) || !in.get(e.at) ||
@@ -44,23 +35,15 @@ bool holds_nothing_else(const store::flush_batch& b) {
          std::holds_alternative<store::plain_content>(b.content);
 }
 
-// The entries of a unique batch that has any (an empty one is logged as what it writes:
-// nothing).
-const store::unique_content* logged_unique(const store::flush_batch& b) {
-  const auto* u = store::unique_of(b);
-  return u != nullptr && !u->entries.empty() ? u : nullptr;
-}
-
 }  // namespace
 
-bool any_uniques(std::span<const store::flush_batch> batches) {
-  return std::any_of(batches.begin(), batches.end(),
-                     [](const store::flush_batch& b) { return logged_unique(b) != nullptr; });
-}
-
-void put_unique_entries(std::string& out, std::span<const store::unique_entry> entries) {
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(entries.size()));
-  for (const auto& e : entries) put_unique(out, e);
+void put_unique(std::string& out, const store::unique_entry& e) {
+  put<std::uint32_t>(out, e.record_type);
+  put<std::uint64_t>(out, e.record_id);
+  put<std::int64_t>(out, e.window);
+  put<std::int64_t>(out, e.at);
+  put<std::uint8_t>(out, static_cast<std::uint8_t>(e.client.size()));
+  out += e.client;
 }
 
 bool read_unique_entries(reader& in, std::vector<store::unique_entry>& out) {
@@ -72,19 +55,6 @@ bool read_unique_entries(reader& in, std::vector<store::unique_entry>& out) {
     out.push_back(std::move(e));
   }
   return true;
-}
-
-void put_uniques(std::string& out, std::span<const store::flush_batch> batches) {
-  std::uint32_t m = 0;
-  for (const auto& b : batches) m += logged_unique(b) != nullptr ? 1 : 0;
-  put<std::uint32_t>(out, m);
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    const auto* u = logged_unique(batches[i]);
-    if (u == nullptr) continue;
-    put<std::uint32_t>(out, static_cast<std::uint32_t>(i));
-    put<std::uint16_t>(out, u->slot);
-    put_unique_entries(out, u->entries);
-  }
 }
 
 bool read_uniques(reader& in, std::vector<store::flush_batch>& batches) {
@@ -128,33 +98,6 @@ std::optional<snapshot_record> decode_unique_snapshot(reader& in) {
       !read_unique_entries(in, s.uniques) || !in.done())
     return std::nullopt;
   return s;
-}
-
-void append_unique_increments(std::string& out, std::span<const ingest::increment> increments,
-                              std::span<const store::unique_entry> uniques) {
-  const std::size_t start = begin_record(out, record_kind::unique_increments);
-  put_timed_increments(out, increments);
-  put_unique_entries(out, uniques);
-  finish_record(out, start);
-}
-
-void append_unique_batches(std::string& out, std::span<const store::flush_batch> batches) {
-  const std::size_t start = begin_record(out, record_kind::unique_batches);
-  put_batches(out, batches, form::timed);
-  put_keyed_trailer(out, batches, {}, form::timed);
-  put_uniques(out, batches);
-  finish_record(out, start);
-}
-
-void append_unique_snapshot(std::string& out, std::span<const store::flush_batch> batches,
-                            std::span<const store::pending_delta> deltas,
-                            std::span<const idempotency::keyed_request> keyed,
-                            std::span<const store::unique_entry> uniques) {
-  const std::size_t start = begin_record(out, record_kind::unique_snapshot);
-  put_snapshot(out, batches, deltas, keyed, form::timed);
-  put_uniques(out, batches);
-  put_unique_entries(out, uniques);
-  finish_record(out, start);
 }
 
 }  // namespace codec

@@ -46,6 +46,8 @@ bool replay_state::apply(std::string_view payload) {
       return apply_batches(codec::decode_unique_batches(in));
     case record_kind::unique_snapshot:
       return apply_snapshot(codec::decode_unique_snapshot(in));
+    case record_kind::tagged:
+      return apply_tagged(codec::decode_tagged(in));
   }
   // A kind this version does not know (one a later version wrote): as a malformed record.
   return false;
@@ -67,6 +69,27 @@ bool replay_state::apply_unique_increments(std::optional<codec::unique_increment
   apply_increments(r->increments);
   std::move(r->uniques.begin(), r->uniques.end(), std::back_inserter(uniques_));
   return true;
+}
+
+bool replay_state::apply_tagged(std::optional<codec::tagged_record>&& r) {
+  if (!r) return false;
+  switch (r->what) {
+    case codec::role::append:
+      if (!r->state.keyed.empty()) return apply_keyed(std::move(r->state.keyed.front()));
+      return apply_unique_increments(
+          codec::unique_increments_record{std::move(r->increments), std::move(r->state.uniques)});
+    case codec::role::cut:
+      return apply_batches(std::move(r->state.batches));
+    case codec::role::snapshot:
+      return apply_snapshot(std::move(r->state));
+    case codec::role::committed:
+      batches_.clear();
+      return true;
+    case codec::role::reset:
+      apply_reset(r->key);
+      return true;
+  }
+  return false;
 }
 
 bool replay_state::apply_keyed(std::optional<idempotency::keyed_request>&& r) {

@@ -265,10 +265,11 @@ TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
   // A batch committed, but the WAL could not log that it did (a full disk): replay will
   // send it again, and only its ledger row makes that a no-op. The hourly prune of old
   // ledger rows must not delete that row while the WAL still holds the batch.
-  // One request of 200 counters. Per file: the batches record's segment (4449 bytes)
-  // and the restarted daemon's snapshot of that batch (4457) fit; a committed record
-  // (17 more) after either does not. The daemon's own log stays far below it.
-  constexpr std::size_t file_limit = 4460;
+  // One request of 200 counters. Per file: the cut record's segment (4467 bytes: magic,
+  // frame, the record's head and one batch field of 200 rows) and the restarted daemon's
+  // snapshot of that batch (the same 4467) fit; a committed record (23 more) after
+  // either does not. The daemon's own log stays far below it.
+  constexpr std::size_t file_limit = 4475;
   std::string body = "[";
   for (int i = 0; i < 200; ++i)
     body += std::string(i ? "," : "") + R"({"record_type": 1, "record_id": )" +

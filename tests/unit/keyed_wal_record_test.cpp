@@ -80,11 +80,12 @@ TEST(KeyedWalRecord, AKeyOf127CharactersReplaysAsBefore) {
     r.key.pop_back();
     std::string log{segment_magic};
     append_keyed(log, r);
-    // The kind, then the length byte: 127, no mark in it (an `at` is a kind of its own).
-    EXPECT_EQ(static_cast<unsigned char>(log[segment_magic.size() + record_header_bytes]),
-              static_cast<unsigned char>(with_at ? record_kind::timed_keyed : record_kind::keyed));
-    EXPECT_EQ(static_cast<unsigned char>(log[segment_magic.size() + record_header_bytes + 1]),
-              127u);
+    // The tagged kind; after its version, role, field count, field tag and field length,
+    // the key's length byte: 127, no mark in it.
+    const std::size_t payload = segment_magic.size() + record_header_bytes;
+    EXPECT_EQ(static_cast<unsigned char>(log[payload]),
+              static_cast<unsigned char>(record_kind::tagged));
+    EXPECT_EQ(static_cast<unsigned char>(log[payload + 1 + 1 + 1 + 4 + 1 + 8]), 127u);
     replay_state state;
     ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
     ASSERT_EQ(state.keyed().size(), 1u);

@@ -73,11 +73,7 @@ TEST(UniqueWalRecord, ARequestsEntriesAndItsOtherItemsRoundTripInOneRecord) {
   const std::vector<ingest::increment> others{{1, 10, 2}, timed};
   std::string log;
   append_increments(log, others, some_entries());
-  EXPECT_EQ(kind_of(log), static_cast<std::uint8_t>(record_kind::unique_increments));
-  // Without an entry the request is logged as before.
-  std::string plain;
-  append_increments(plain, others);
-  EXPECT_EQ(kind_of(plain), static_cast<std::uint8_t>(record_kind::timed_increments));
+  EXPECT_EQ(kind_of(log), static_cast<std::uint8_t>(record_kind::tagged));
   // Only entries (a request of `client` items alone) is one record too.
   append_increments(log, {}, std::vector{entry(2, "carol")});
 
@@ -89,12 +85,11 @@ TEST(UniqueWalRecord, ARequestsEntriesAndItsOtherItemsRoundTripInOneRecord) {
   EXPECT_EQ(state.uniques(), expected);
 }
 
-TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTripAndPlainOnesKeepTheirKinds) {
+TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTrip) {
   const std::vector<store::flush_batch> batches{plain_batch(1), unique_batch(2, some_entries()),
                                                 unique_batch(3, {entry(9, "d")})};
   std::string log;
   append_batches(log, batches);
-  EXPECT_EQ(kind_of(log), static_cast<std::uint8_t>(record_kind::unique_batches));
   auto state = replayed(log);
   ASSERT_EQ(state.batches().size(), 3u);
   EXPECT_TRUE(test::uniques_of(state.batches()[0]).empty());
@@ -112,7 +107,6 @@ TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTripAndPlainOnesKeepTheirKin
   std::string snap;
   append_snapshot(snap, batches, std::vector<store::pending_delta>{{{1, 10}, 4}}, {},
                   std::vector{entry(4, "e")});
-  EXPECT_EQ(kind_of(snap), static_cast<std::uint8_t>(record_kind::unique_snapshot));
   state = replayed(snap);
   EXPECT_EQ(state.batches().size(), 3u);
   EXPECT_EQ(test::uniques_of(state.batches()[1]), some_entries());
@@ -121,15 +115,10 @@ TEST(UniqueWalRecord, UniqueBatchesAndSnapshotsRoundTripAndPlainOnesKeepTheirKin
   std::string snap_again;
   append_snapshot(snap_again, state.batches(), state.deltas(), state.keyed(), state.uniques());
   EXPECT_EQ(snap_again, snap);
-  // Pending entries alone make a unique_snapshot too; none at all, the earlier kinds.
-  std::string only_pending, none;
+  // Pending entries alone.
+  std::string only_pending;
   append_snapshot(only_pending, {}, {}, {}, std::vector{entry(4, "e")});
-  EXPECT_EQ(kind_of(only_pending), static_cast<std::uint8_t>(record_kind::unique_snapshot));
-  append_snapshot(none, std::vector{plain_batch(1)}, {});
-  EXPECT_EQ(kind_of(none), static_cast<std::uint8_t>(record_kind::snapshot));
-  std::string plain_batches;
-  append_batches(plain_batches, std::vector{plain_batch(1)});
-  EXPECT_EQ(kind_of(plain_batches), static_cast<std::uint8_t>(record_kind::batches));
+  EXPECT_EQ(replayed(only_pending).uniques(), std::vector{entry(4, "e")});
 }
 
 TEST(UniqueWalRecord, ReplayKeepsPendingEntriesUntilABatchesRecordTakesThem) {
@@ -246,34 +235,32 @@ TEST(UniqueWalRecord, ATornOrMalformedRecordIsRefusedWhole) {
   EXPECT_FALSE(state.apply(none));
   EXPECT_EQ(state.uniques().size(), 2u);
 
-  // A uniques field naming a batch that has rows, or none of the record's.
-  std::string batches;
-  append_batches(batches, std::vector{unique_batch(1, {entry(1, "a")}), plain_batch(2)});
-  std::string payload = payload_of(batches);
-  // The batch index is the first field of the uniques field: after the two batches
-  // (8 + 8 + 4 + 4 and 8 + 8 + 4 + 22 + 4 bytes), their count and the keyed trailer.
-  const std::size_t index_at = 1 + 4 + 24 + 46 + 4 + 4;
-  // Pinned by its neighbours, not its own zero: the field's count m = 1 before it, then
-  // the index 0, the unique slot 65535 and the entry count k = 1.
-  const auto u32_at = [&](std::size_t at) {
-    std::uint32_t v = 0;
-    std::memcpy(&v, payload.data() + at, sizeof v);
-    return v;
+  // Kind 12 (read, no longer written): a uniques field naming a batch that has rows, or
+  // none of the record's. Two batches in the bucketed_batches payload, unique batch 0 (no
+  // rows) and plain batch 1 (one row), no keyed request, then the uniques field.
+  const auto kind12 = [](std::uint32_t index) {
+    std::string p(1, static_cast<char>(record_kind::unique_batches));
+    const auto put = [&](auto v) { p.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    put(std::uint32_t{2});
+    put(std::uint64_t{41}), put(std::uint64_t{1}), put(std::uint32_t{0}), put(std::uint32_t{0});
+    put(std::uint64_t{41}), put(std::uint64_t{2}), put(std::uint32_t{1});
+    put(std::uint32_t{1}), put(std::uint64_t{10}), put(std::uint16_t{3}), put(std::int64_t{4});
+    put(std::uint32_t{0});  // its bucket rows
+    put(std::uint32_t{0});  // the keyed trailer: none
+    put(std::uint32_t{1}), put(index), put(std::uint16_t{65535}), put(std::uint32_t{1});
+    put(std::uint32_t{5}), put(std::uint64_t{1}), put(std::int64_t{0}), put(std::int64_t{10});
+    put(std::uint8_t{1});
+    return p + "a";
   };
-  std::uint16_t slot = 0;
-  std::memcpy(&slot, payload.data() + index_at + 4, sizeof slot);
-  ASSERT_EQ(u32_at(index_at - 4), 1u);
-  ASSERT_EQ(u32_at(index_at), 0u);
-  ASSERT_EQ(slot, 65535);
-  ASSERT_EQ(u32_at(index_at + 6), 1u);
-  for (const char bad : {1, 2}) {
-    std::string p = payload;
-    p[index_at] = bad;
+  for (const std::uint32_t bad : {1u, 2u}) {
     replay_state s;
-    EXPECT_FALSE(s.apply(p)) << int(bad);
+    EXPECT_FALSE(s.apply(kind12(bad))) << bad;
   }
   replay_state s;
-  EXPECT_TRUE(s.apply(payload));
+  EXPECT_TRUE(s.apply(kind12(0)));
+  ASSERT_EQ(s.batches().size(), 2u);
+  EXPECT_EQ(test::uniques_of(s.batches()[0]).size(), 1u);
+  EXPECT_EQ(test::unique_slot_of(s.batches()[0]), 65535);
 }
 
 }  // namespace

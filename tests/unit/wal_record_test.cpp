@@ -97,7 +97,8 @@ TEST(WalRecord, AResetDropsItsCountersUnbatchedIncrementsLoggedBeforeIt) {
   std::string reset;
   append_reset(reset, {1, 7});
   std::string payload = reset.substr(record_header_bytes);
-  EXPECT_EQ(payload.size(), 1u + 4 + 8);
+  // Kind, version, role, field count, then the counter's field: tag, length, body.
+  EXPECT_EQ(payload.size(), 1u + 1 + 1 + 4 + 1 + 8 + 4 + 8);
   replay_state other;
   EXPECT_TRUE(other.apply(payload));
   EXPECT_FALSE(other.apply(payload + "x"));
