@@ -48,10 +48,12 @@ using record_sink = std::function<bool(std::string_view payload)>;
 
 // Walks the records of one segment, handing each payload to `apply` and stopping at the
 // first damaged one. Damage is a torn tail (an interrupted append) only when no valid
-// record follows it anywhere in the data: appends are sequential, so nothing written
-// after a torn append can be intact. Anything else (a flipped bit in a length or a
-// payload with valid records after it, or a record whose checksums hold but that `apply`
-// refuses) is corruption. Whether a torn tail is acceptable (last segment only) is the
+// record follows it: appends are sequential, so nothing written after a torn append can
+// be intact. "Follows" means past the end that the damaged record's header gives it when
+// that header's checksum holds (bytes inside a payload that happen to form a record are
+// that payload), and anywhere after its first byte when it does not. Anything else (a flipped bit
+// in a length or a payload with valid records after it, or a record whose checksums hold but that
+// `apply` refuses) is corruption. Whether a torn tail is acceptable (last segment only) is the
 // caller's decision.
 scan_result scan_segment(std::string_view data, const record_sink& apply);
 

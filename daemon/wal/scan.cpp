@@ -70,8 +70,11 @@ std::size_t count_valid_after(std::string_view data, std::size_t from) {
 scan_result scan_records(std::string_view data, std::size_t pos, const record_sink& apply) {
   scan_result r;
   while (pos < data.size()) {
-    const auto damaged = [&](std::string what) {
-      r.intact_records_after = count_valid_after(data, pos);
+    // `searched_from`: where whole records after the damage may start. A record whose
+    // header checks out ends where its length says; a valid record inside its payload
+    // (a unique entry's client can hold any bytes) is that payload, not a later append.
+    const auto damaged = [&](std::string what, std::size_t searched_from) {
+      r.intact_records_after = count_valid_after(data, searched_from);
       r.outcome = r.intact_records_after == 0 ? scan_result::status::torn_tail
                                               : scan_result::status::corrupt;
       // A zero-filled tail is space the file system allocated for an append that
@@ -83,23 +86,25 @@ scan_result scan_records(std::string_view data, std::size_t pos, const record_si
       r.problem = std::move(what);
       return r;
     };
-    if (data.size() - pos < record_header_bytes) return damaged("partial record header");
+    if (data.size() - pos < record_header_bytes) return damaged("partial record header", pos);
     std::uint64_t length = 0;
     std::uint32_t crc = 0;
-    if (!decode_header(data.data() + pos, length, crc)) return damaged("header checksum mismatch");
+    if (!decode_header(data.data() + pos, length, crc))
+      return damaged("header checksum mismatch", pos);
     if (length > data.size() - pos - record_header_bytes)
-      return damaged("record runs past the end of the file");
+      return damaged("record runs past the end of the file", data.size());
+    const std::size_t end = pos + record_header_bytes + length;
     const std::string_view payload = data.substr(pos + record_header_bytes, length);
-    if (crc_of(payload) != crc) return damaged("checksum mismatch");
+    if (crc_of(payload) != crc) return damaged("checksum mismatch", end - 1);
     if (!apply(payload)) {
       // Whole and checksummed, yet unreadable: never a torn append.
       r.outcome = scan_result::status::corrupt;
       r.valid_bytes = pos;
       r.problem = "malformed record";
-      r.intact_records_after = count_valid_after(data, pos + record_header_bytes + length - 1);
+      r.intact_records_after = count_valid_after(data, end - 1);
       return r;
     }
-    pos += record_header_bytes + length;
+    pos = end;
   }
   r.valid_bytes = pos;
   return r;

@@ -139,6 +139,42 @@ TEST(WalRecord, TornTailVersusCorruptionInTheMiddle) {
   EXPECT_EQ(scan.intact_records_after, 1u);
 }
 
+TEST(WalRecord, ATornRecordWhosePayloadHoldsAWholeRecordIsATornTail) {
+  // A unique entry's client is the sender's bytes: it can hold a whole, checksummed
+  // record. An append of it cut after that inner record is still a torn append (found by
+  // wal_fuzz), not corruption that stops the next start.
+  const std::string magic(segment_magic);
+  std::string one, inner, outer;
+  append_increments(one, std::vector<ingest::increment>{{1, 1, 1}});
+  append_increments(inner, std::vector<ingest::increment>{{1, 2, 1000}});
+  ASSERT_LE(inner.size(), store::max_client_bytes);
+  store::unique_entry entry{.record_type = 1, .record_id = 3, .window = 3600, .client = inner,
+                            .at = 3601};
+  append_increments(outer, {}, std::vector{entry});
+  const std::size_t inner_at = outer.find(inner);
+  ASSERT_NE(inner_at, std::string::npos);
+  for (std::size_t cut = inner_at + inner.size(); cut < outer.size(); ++cut) {
+    replay_state state;
+    const auto scan = scan_segment(magic + one + outer.substr(0, cut), state);
+    EXPECT_EQ(scan.outcome, scan_result::status::torn_tail) << cut;
+    EXPECT_EQ(scan.valid_bytes, magic.size() + one.size()) << cut;
+    EXPECT_EQ(scan.intact_records_after, 0u) << cut;
+    EXPECT_EQ(as_map(state.deltas()), (decltype(as_map({})){{{1, 1}, 1}})) << cut;
+  }
+  // Whole but for a damaged payload byte past the inner record: nothing follows its end.
+  std::string damaged = magic + one + outer;
+  damaged.back() ^= 0x01;
+  replay_state state;
+  auto scan = scan_segment(damaged, state);
+  EXPECT_EQ(scan.outcome, scan_result::status::torn_tail);
+  EXPECT_EQ(scan.problem, "checksum mismatch");
+  // A whole record after it is: corruption, with that record counted.
+  replay_state again;
+  scan = scan_segment(damaged + one, again);
+  EXPECT_EQ(scan.outcome, scan_result::status::corrupt);
+  EXPECT_EQ(scan.intact_records_after, 1u);
+}
+
 TEST(WalRecord, AFlippedLengthBitMidSegmentIsCorruptionNotATornTail) {
   const std::string magic(segment_magic);
   std::string one, two, three;
