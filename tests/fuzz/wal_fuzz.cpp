@@ -75,8 +75,19 @@ void raw_segment(std::string_view data) {
   if (r.outcome != durable::scan_result::status::ok && r.problem.empty())
     fail("damage without a problem");
   (void)state.deltas();
+  // The prefix as a segment. A damaged magic in front of whole format-2 records is
+  // corruption whose valid prefix is those records: they scan clean behind the magic.
+  std::string prefix(data.substr(0, r.valid_bytes));
+  const std::string_view magic = durable::segment_magic;
+  if (!data.starts_with(magic) && r.outcome == durable::scan_result::status::corrupt &&
+      r.valid_bytes > magic.size()) {
+    std::string mended = std::string(magic) + std::string(data.substr(magic.size()));
+    durable::replay_state mended_state;
+    if (durable::scan_segment(mended, mended_state).valid_bytes == r.valid_bytes)
+      prefix.replace(0, magic.size(), magic);
+  }
   durable::replay_state prefix_state;
-  const auto p = durable::scan_segment(data.substr(0, r.valid_bytes), prefix_state);
+  const auto p = durable::scan_segment(prefix, prefix_state);
   if (p.outcome != durable::scan_result::status::ok || p.valid_bytes != r.valid_bytes)
     fail("the valid prefix does not scan clean on its own");
   if (summed(prefix_state.deltas()) != summed(state.deltas()) ||
