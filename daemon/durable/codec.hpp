@@ -148,6 +148,9 @@ std::optional<snapshot_record> decode_snapshot(reader& in);
 std::optional<snapshot_record> decode_bucketed_snapshot(reader& in);
 // The bucketed_snapshot payload, more possibly following it (`last` false).
 bool read_bucketed_snapshot(reader& in, snapshot_record& s, bool last);
+// n deltas of a snapshot with buckets: granularity 0 a counter's total (into s.deltas),
+// else a bucket count (into s.buckets).
+bool read_deltas_with_buckets(reader& in, std::uint64_t n, snapshot_record& s);
 
 // record_uniques.cpp
 void put_unique(std::string& out, const store::unique_entry& e);

@@ -27,8 +27,8 @@ bool runs_here(net::io_context* home) {
 
 struct committer::request {
   std::vector<ingest::increment> increments;
-  // Its items with a `client` (then logged in one unique_increments record with the
-  // others), held in uniques_ once applied.
+  // Its items with a `client` (logged in the same record as the others), held in
+  // uniques_ once applied.
   std::vector<store::unique_entry> uniques;
   std::string record;  // the increments as one WAL record, encoded by the submitter
   net::io_context* home = nullptr;

@@ -116,8 +116,8 @@ enum class record_kind : std::uint8_t {
   tagged = 14
 };
 
-// `uniques`: a request's items with a `client`, as unique entries (then the
-// unique_increments kind; `increments` are its other items).
+// `uniques`: a request's items with a `client`, as unique entries (a field of their own
+// in the same record; `increments` are its other items).
 void append_increments(std::string& out, std::span<const ingest::increment> increments,
                        std::span<const store::unique_entry> uniques = {});
 void append_batches(std::string& out, std::span<const store::flush_batch> batches);

@@ -7,9 +7,6 @@ namespace slotted::durable {
 
 namespace codec {
 
-namespace {
-
-// The deltas of a snapshot with buckets: granularity 0 a counter's total, else a bucket.
 bool read_deltas_with_buckets(reader& in, std::uint64_t n, snapshot_record& s) {
   if (n > in.remaining() / 29) return false;
   for (std::uint64_t i = 0; i < n; ++i) {
@@ -31,8 +28,6 @@ bool read_deltas_with_buckets(reader& in, std::uint64_t n, snapshot_record& s) {
   }
   return true;
 }
-
-}  // namespace
 
 // A snapshot record: plain, or (old logs) with the marks of bucket counts and `at`s.
 std::optional<snapshot_record> decode_snapshot(reader& in) {

@@ -15,6 +15,8 @@ namespace codec {
 namespace {
 
 constexpr std::uint8_t tagged_version = 1;
+// A field's u64 length is taken as a size_t (reader::take).
+static_assert(sizeof(std::size_t) == sizeof(std::uint64_t));
 
 enum class tag : std::uint8_t {
   increments = 1,        // u32 n, n x inc                      (no item has a time)
@@ -98,7 +100,8 @@ bool read_batch(reader& in, std::vector<store::flush_batch>& out) {
       break;
     case content::keyed: {
       std::uint32_t m = 0;
-      if (slot != 0 || !in.get(m)) return false;
+      // A keyed batch of no request is written as the plain batch it is.
+      if (slot != 0 || !in.get(m) || m == 0) return false;
       store::keyed_content k;
       for (std::uint32_t i = 0; i < m; ++i) {
         idempotency::keyed_request r;
@@ -121,24 +124,6 @@ bool read_batch(reader& in, std::vector<store::flush_batch>& out) {
       return false;
   }
   out.push_back(std::move(b));
-  return true;
-}
-
-bool read_pending_buckets(reader& in, std::vector<store::pending_delta>& out) {
-  std::uint64_t n = 0;
-  if (!in.get(n) || n > in.remaining() / 29) return false;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    store::pending_delta d;
-    std::uint8_t g = 0;
-    in.get(d.key.record_type);
-    in.get(d.key.record_id);
-    in.get(d.delta);
-    in.get(g);
-    in.get(d.bucket);
-    if (!valid_granularity(g)) return false;
-    d.gran = static_cast<store::granularity>(g);
-    out.push_back(d);
-  }
   return true;
 }
 
@@ -169,9 +154,13 @@ bool read_field(tag t, reader& in, tagged_record& r) {
       ok = in.get(n) && read_deltas<std::int64_t>(in, n, r.state.deltas);
       break;
     }
-    case tag::pending_buckets:
-      ok = read_pending_buckets(in, r.state.buckets);
+    case tag::pending_buckets: {
+      // Kind 10's encoding, whose granularity 0 (a total) this field does not take.
+      std::uint64_t n = 0;
+      const auto totals = r.state.deltas.size();
+      ok = in.get(n) && read_deltas_with_buckets(in, n, r.state) && r.state.deltas.size() == totals;
       break;
+    }
     case tag::counter_key:
       ok = in.get(r.key.record_type) && in.get(r.key.record_id);
       break;
@@ -198,7 +187,7 @@ std::optional<tagged_record> decode_tagged(reader& in) {
     std::uint8_t t = 0;
     std::uint64_t length = 0;
     reader body{{}};
-    // Fields in tag order (one canonical encoding), each as often as its role allows.
+    // Fields in tag order, each as often as its role allows.
     if (!in.get(t) || t == 0 || t >= tag_count || t < last || !in.get(length) ||
         !in.take(length, body) || limits[t] == 0 || (limits[t] == 1 && seen[t] > 0) ||
         !read_field(static_cast<tag>(t), body, r))
@@ -284,12 +273,12 @@ void put_batch_fields(std::string& out, std::span<const store::flush_batch> batc
     const std::size_t at = begin_field(out, tag::batch);
     put<std::uint64_t>(out, b.run_id);
     put<std::uint64_t>(out, b.seq);
-    // A unique content of no entry writes nothing: logged as the plain batch it is.
+    // A keyed or unique content of nothing is logged as the plain batch it is.
     const auto* u = store::unique_of(b);
     if (u != nullptr && u->entries.empty()) u = nullptr;
-    const auto kind = store::keyed_of(b) != nullptr ? content::keyed
-                      : u != nullptr                ? content::unique
-                                                    : content::plain;
+    const auto kind = !store::keyed_requests(b).empty() ? content::keyed
+                      : u != nullptr                    ? content::unique
+                                                        : content::plain;
     put<std::uint8_t>(out, static_cast<std::uint8_t>(kind));
     put<std::uint16_t>(out, u != nullptr ? u->slot : 0);
     put<std::uint32_t>(out, static_cast<std::uint32_t>(b.rows.size()));
@@ -354,8 +343,8 @@ void put_key_field(std::string& out, const store::counter_key& key) {
 void append_increments(std::string& out, std::span<const ingest::increment> increments,
                        std::span<const store::unique_entry> uniques) {
   // Room for the whole record at once: one allocation on the path every request with a
-  // WAL takes (header, kind, version, role, field count, field header, item count, 24
-  // bytes an item).
+  // WAL takes (header, kind, version, role, field count, field header, item count, at
+  // most 24 bytes an item; unique entries, rare, may grow it once more).
   out.reserve(out.size() + wal::record_header_bytes + 20 + increments.size() * 24);
   const std::size_t start = codec::begin_tagged(out, codec::role::append);
   codec::put_increments_field(out, increments);

@@ -1,6 +1,5 @@
-// The unique_increments, unique_batches and unique_snapshot records, and the unique entry
-// they log (see record.hpp). Written only where a unique entry is involved, so that a log
-// of none is what earlier versions wrote.
+// The unique_increments, unique_batches and unique_snapshot records (kinds 11-13, read
+// only), and the unique entry every kind that holds one logs (see record.hpp).
 #include <algorithm>
 
 #include "durable/codec.hpp"

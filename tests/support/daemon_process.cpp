@@ -15,6 +15,8 @@
 #include <regex>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
+#include <vector>
 
 #include "app/application.hpp"
 #include "db/repository.hpp"
@@ -117,26 +119,48 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
   dir_ = make_temp_dir("daemon");
   std::ofstream(dir_ + "/config.yaml") << yaml;
   const std::string log_path = dir_ + "/daemon.log";
-  // Formed before the fork: the child only execs.
+  // Everything the child needs is formed before the fork: the test process may have other
+  // threads allocating (load clients, a log writer), and the child of a multithreaded
+  // process may call only async-signal-safe functions until it execs (see spawn_process).
   const std::string config = dir_ + "/config.yaml";
   std::vector<const char*> argv{SLOTTED_DAEMON_BINARY, "--config", config.c_str()};
   for (const auto& a : extra_args) argv.push_back(a.c_str());
   argv.push_back(nullptr);
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) throw std::runtime_error("cannot open " + log_path);
+  // The environment: this process's, without what the test decides. A test run inside a
+  // unit with StateDirectory= must not put every test daemon's WAL in that one directory
+  // (wal.dir's default); a test that wants one names it.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (!v.starts_with("STATE_DIRECTORY=") && !v.starts_with("JOURNAL_STREAM=") &&
+        !v.starts_with("LISTEN_"))
+      env.emplace_back(v);
+  }
+  if (const char* state = getenv("SLOTTED_TEST_STATE_DIRECTORY"))
+    env.push_back(std::string("STATE_DIRECTORY=") + state);
+  struct stat st {};
+  if (journal_stream && fstat(log_fd, &st) == 0)
+    env.push_back("JOURNAL_STREAM=" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino));
+  // LISTEN_PID is the child's own pid: written by the child into this buffer.
+  char listen_pid[32] = "LISTEN_PID=";
+  constexpr std::size_t listen_pid_prefix = 11;
+  if (!passed.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < passed.size(); ++i) names += (i == 0 ? "" : ":") + passed[i].name;
+    env.push_back("LISTEN_FDS=" + std::to_string(passed.size()));
+    env.push_back("LISTEN_FDNAMES=" + names);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  if (!passed.empty()) envp.push_back(listen_pid);
+  envp.push_back(nullptr);
+  std::vector<int> high(passed.size(), -1);
   pid_ = fork();
   if (pid_ == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // A test run inside a unit with StateDirectory= must not put every test daemon's WAL
-    // in that one directory (wal.dir's default); a test that wants one names it.
-    if (const char* state = getenv("SLOTTED_TEST_STATE_DIRECTORY"))
-      setenv("STATE_DIRECTORY", state, 1);
-    else
-      unsetenv("STATE_DIRECTORY");
-    if (FILE* f = std::freopen(log_path.c_str(), "w", stderr)) (void)f;
-    struct stat st {};
-    if (journal_stream && fstat(STDERR_FILENO, &st) == 0) {
-      const std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
-      setenv("JOURNAL_STREAM", stream.c_str(), 1);
-    }
+    dup2(log_fd, STDERR_FILENO);
     if (file_size_limit > 0) {
       const rlimit lim{file_size_limit, file_size_limit};
       setrlimit(RLIMIT_FSIZE, &lim);
@@ -144,20 +168,23 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
     if (!passed.empty()) {
       // Out of the way first (the caller's descriptors may be 3, 4, ...), then in place;
       // dup2 leaves close-on-exec off.
-      std::vector<int> high;
-      for (const auto& p : passed) high.push_back(fcntl(p.fd, F_DUPFD_CLOEXEC, 100));
-      std::string names;
+      for (std::size_t i = 0; i < passed.size(); ++i)
+        high[i] = fcntl(passed[i].fd, F_DUPFD_CLOEXEC, 100);
       for (std::size_t i = 0; i < passed.size(); ++i) {
         if (high[i] < 0 || dup2(high[i], 3 + static_cast<int>(i)) < 0) _exit(126);
-        names += (i == 0 ? "" : ":") + passed[i].name;
       }
-      setenv("LISTEN_FDS", std::to_string(passed.size()).c_str(), 1);
-      setenv("LISTEN_PID", std::to_string(getpid()).c_str(), 1);
-      setenv("LISTEN_FDNAMES", names.c_str(), 1);
+      char digits[20];
+      int n = 0;
+      for (pid_t p = getpid(); p > 0; p /= 10) digits[n++] = static_cast<char>('0' + p % 10);
+      std::size_t at = listen_pid_prefix;
+      while (n > 0) listen_pid[at++] = digits[--n];
+      listen_pid[at] = '\0';
     }
-    execv(SLOTTED_DAEMON_BINARY, const_cast<char* const*>(argv.data()));
+    execve(SLOTTED_DAEMON_BINARY, const_cast<char* const*>(argv.data()), envp.data());
     _exit(127);
   }
+  ::close(log_fd);
+  if (pid_ < 0) throw std::runtime_error("fork failed");
   // The port of the first TCP listener; none when it listens on Unix sockets only.
   const std::regex listening("listening on [0-9.]+:([0-9]+)");
   const bool started = eventually(

@@ -55,7 +55,7 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& log
     if (has_path) {
       execv(argv[0], argv.data());
     } else {
-      execvp(argv[0], argv.data());  // a bare name: install-time tools, no load running
+      execvp(argv[0], argv.data());  // a bare name (glibc searches PATH on the stack)
     }
     _exit(127);
   }

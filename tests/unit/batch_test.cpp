@@ -133,6 +133,11 @@ TEST(UncommittedParts, AReplayedUniqueBatchIsKeptUntilItCommitted) {
   ASSERT_EQ(test::uniques_of(parts[0]).size(), 2u);
   EXPECT_EQ(test::uniques_of(parts[0])[0].record_id, 2u);
   EXPECT_TRUE(uncommitted_parts(b, {seq_of(1)}).empty());
+  // One entry, and the ledger names the right half of a split of it (a lookup as any
+  // batch's): the left half holds nothing and is no part to send again.
+  flush_batch one = b;
+  test::unique_in(one).entries.resize(1);
+  EXPECT_TRUE(uncommitted_parts(one, {seq_of(3)}).empty());
 }
 
 }  // namespace

@@ -140,20 +140,22 @@ TEST(WalTagged, LargeRequestsAndSnapshotsRoundTripInOneFieldEach) {
   EXPECT_EQ(buckets, static_cast<std::int64_t>(2 * n));
 }
 
-// A unique batch of no entry writes nothing: it is logged as the plain batch it is (a
-// unique batch field of no entry is malformed).
-TEST(WalTagged, AUniqueBatchOfNoEntryIsLoggedAsThePlainBatchItIs) {
-  store::flush_batch b;
-  b.run_id = 7;
-  b.seq = 3;
-  b.content = store::unique_content{.entries = {}, .slot = 9};
+// A keyed or unique batch of nothing writes nothing: it is logged as the plain batch it
+// is (a keyed batch field of no request, or a unique one of no entry, is malformed).
+TEST(WalTagged, AKeyedOrUniqueBatchOfNothingIsLoggedAsThePlainBatchItIs) {
+  std::vector<store::flush_batch> batches(2);
+  batches[0].seq = 3;
+  batches[0].content = store::unique_content{.entries = {}, .slot = 9};
+  batches[1].seq = 4;
+  batches[1].content = store::keyed_content{};
   std::string log{segment_magic};
-  append_batches(log, std::vector{b});
+  append_batches(log, batches);
   replay_state state;
   ASSERT_EQ(scan_segment(log, state).outcome, scan_result::status::ok);
-  ASSERT_EQ(state.batches().size(), 1u);
-  EXPECT_TRUE(std::holds_alternative<store::plain_content>(state.batches()[0].content));
-  EXPECT_EQ(state.batches()[0].seq, 3u);
+  ASSERT_EQ(state.batches().size(), 2u);
+  for (const auto& b : state.batches())
+    EXPECT_TRUE(std::holds_alternative<store::plain_content>(b.content)) << b.seq;
+  EXPECT_EQ(state.batches()[1].seq, 4u);
 }
 
 TEST(WalTagged, ALaterVersionOrAnUnknownRoleOrTagIsRefusedWhole) {
@@ -216,6 +218,18 @@ TEST(WalTagged, EachRoleTakesItsFieldsOnlyInTagOrderAndAsOftenAsItAllows) {
       "a unique entries field of none");
 }
 
+// A pending bucket count names an hour or a day; a total (granularity 0) has its own field.
+TEST(WalTagged, APendingBucketCountIsOfAnHourOrADay) {
+  const auto bucket = [](std::uint8_t g) {
+    return le<std::uint64_t>(1) + le<std::uint32_t>(1) + le<std::uint64_t>(10) +
+           le<std::int64_t>(2) + le(g) + le<std::int64_t>(3600);
+  };
+  expect_taken(payload(snapshot, {field(7, bucket(1))}), "an hour");
+  expect_taken(payload(snapshot, {field(7, bucket(2))}), "a day");
+  expect_refused(payload(snapshot, {field(7, bucket(0))}), "a total among bucket counts");
+  expect_refused(payload(snapshot, {field(7, bucket(3))}), "granularity 3");
+}
+
 TEST(WalTagged, ABatchHoldsOneKindOfContentAsThatKindAllows) {
   expect_refused(payload(cut, {field(5, batch_body(0, 3))}), "a plain batch with a slot");
   expect_refused(payload(cut, {field(5, batch_body(3))}), "content 3");
@@ -223,6 +237,8 @@ TEST(WalTagged, ABatchHoldsOneKindOfContentAsThatKindAllows) {
                  "a unique batch with rows");
   expect_refused(payload(cut, {field(5, batch_body(2, 9, 0, le<std::uint32_t>(0)))}),
                  "a unique batch of no entry");
+  expect_refused(payload(cut, {field(5, batch_body(1, 0, 1, le<std::uint32_t>(0)))}),
+                 "a keyed batch of no request");
   expect_refused(payload(cut, {field(5, batch_body(1, 0, 1, le<std::uint32_t>(2) + keyed_body()))}),
                  "a keyed batch short of a request");
 }
