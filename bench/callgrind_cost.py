@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The daemon's own instructions per flushed row and per request, binaries side by side.
 
-    python3 bench/callgrind_cost.py [--keys N] [--seconds S] BINARY...
+    python3 bench/callgrind_cost.py [--keys N] [--seconds S] [--wal never|always] BINARY...
 
 Wall-clock figures on a shared 2-core VM move by 10% from run to run; instruction counts
 do not. Each binary runs under callgrind (instrumentation off until asked) against one
@@ -10,6 +10,8 @@ counted are one POST /v1/flush of them (instructions per flushed row, run 8's wo
 S seconds each of bench/sockload.c's single-event POSTs over TCP and over the Unix socket
 (instructions per request, run 10's work). User space only: callgrind does not see the
 kernel; compare syscalls with `strace -c` if the counts agree and the clock does not.
+With --wal, each daemon writes a WAL (a fresh wal.dir, that fsync mode): a request's
+instructions then include its log record (runs 3n and 3w's work).
 """
 import argparse, json, os, re, subprocess, sys, tempfile, time, urllib.request
 
@@ -29,6 +31,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=100000)
     ap.add_argument("--seconds", type=int, default=15)
+    ap.add_argument("--wal", choices=("never", "always"), help="write a WAL with this fsync")
     ap.add_argument("binaries", nargs="+")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="slotted-cg-")
@@ -43,6 +46,8 @@ def main():
                         f"http: {{threads: 2}}\nmysql: {{socket: {db.socket}, user: root, database: {dbn}, "
                         "table: slotted_counters}\naccept_undeclared_types: true\n"
                         "flush: {interval: 1h, max_rows_per_statement: 1000}\nshutdown_timeout: 60s\n")
+                if args.wal:
+                    f.write(f"wal: {{dir: {work}/wal{i}, fsync: {args.wal}}}\n")
             subprocess.run([binary, "--config", cfg, "--migrate"], check=True, capture_output=True)
             out = f"{work}/cg.{i}"
             p = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
