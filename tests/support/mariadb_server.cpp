@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,7 +30,7 @@
 namespace slotted::test {
 
 pid_t spawn_process(const std::vector<std::string>& args, const std::string& log_path,
-                    bool own_group) {
+                    bool own_group, const run_as* user) {
   // Everything the child needs is made before the fork. A test process has other threads
   // (an in-process daemon, load clients), and the child of a multithreaded process may
   // call only async-signal-safe functions until it execs: a malloc there can wait forever
@@ -48,6 +49,10 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& log
     throw std::runtime_error("fork failed");
   }
   if (pid == 0) {
+    // A change of credentials clears the death signal: the user first, then the signal.
+    if (user != nullptr &&
+        (setgroups(0, nullptr) != 0 || setgid(user->gid) != 0 || setuid(user->uid) != 0))
+      _exit(126);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (own_group) setpgid(0, 0);
     dup2(log, STDOUT_FILENO);  // dup2 leaves close-on-exec off on the copies

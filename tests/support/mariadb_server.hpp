@@ -49,11 +49,18 @@ mariadb_server& shared_mariadb();
 
 std::uint16_t free_loopback_port();
 
+// A user to run a spawned process as (PostgreSQL's server refuses to run as root).
+struct run_as {
+  uid_t uid;
+  gid_t gid;
+};
+
 // Forks and execs `args` with stdout and stderr appended to `log_path`; the child dies
 // with the test process (PR_SET_PDEATHSIG) and, with `own_group`, leads its own process
-// group (so that what it spawns can be stopped with it). Throws on fork failure.
+// group (so that what it spawns can be stopped with it); with `user`, it drops its
+// supplementary groups and takes that uid and gid before it execs. Throws on fork failure.
 pid_t spawn_process(const std::vector<std::string>& args, const std::string& log_path,
-                    bool own_group = false);
+                    bool own_group = false, const run_as* user = nullptr);
 // Waits for `pid` to exit; returns its wait status.
 int wait_process(pid_t pid);
 
