@@ -1,14 +1,14 @@
 #include "support/mariadb_server.hpp"
 
+#include <fcntl.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -43,6 +43,7 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& log
   const bool has_path = args.at(0).find('/') != std::string::npos;
   const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + log_path);
+  const pid_t parent = ::getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     ::close(log);
@@ -50,10 +51,13 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& log
   }
   if (pid == 0) {
     // A change of credentials clears the death signal: the user first, then the signal.
-    if (user != nullptr &&
-        (setgroups(0, nullptr) != 0 || setgid(user->gid) != 0 || setuid(user->uid) != 0))
+    // Another user may not enter the test's working directory (a clone under /root):
+    // the child starts in /, as a daemon would.
+    if (user != nullptr && (setgroups(0, nullptr) != 0 || setgid(user->gid) != 0 ||
+                            setuid(user->uid) != 0 || chdir("/") != 0))
       _exit(126);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);  // the test process died before the signal was set
     if (own_group) setpgid(0, 0);
     dup2(log, STDOUT_FILENO);  // dup2 leaves close-on-exec off on the copies
     dup2(log, STDERR_FILENO);
@@ -64,6 +68,7 @@ pid_t spawn_process(const std::vector<std::string>& args, const std::string& log
     }
     _exit(127);
   }
+  if (own_group) setpgid(pid, pid);  // as the child does: whichever runs first
   ::close(log);
   return pid;
 }

@@ -15,8 +15,10 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "support/eventually.hpp"
 #include "support/mariadb_server.hpp"
@@ -71,7 +73,8 @@ std::string postgres_template(const std::string& bindir, const std::optional<run
   const std::string key = ::stat(binary.c_str(), &st) == 0
                               ? std::to_string(st.st_size) + "-" + std::to_string(st.st_mtime)
                               : "unknown";
-  const std::string base = "/tmp/slotted-postgres-template-" + std::to_string(::getuid());
+  // v1: the initdb arguments below; a change of them is a new version.
+  const std::string base = "/tmp/slotted-postgres-template-v1-" + std::to_string(::getuid());
   const std::string ready = base + "-" + key;
   if (fs::exists(ready + "/data")) return ready + "/data";
   const int lock = ::open((base + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -95,19 +98,72 @@ std::string postgres_template(const std::string& bindir, const std::optional<run
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw std::runtime_error("initdb failed; the end of " + work + "/initdb.log:\n" +
                              tail_of(work + "/initdb.log"));
+  // The template is the test user's again, so that the server's user cannot change what
+  // later servers copy.
+  give_to(work, run_as{::getuid(), ::getgid()});
   fs::rename(work, ready);
   return ready + "/data";
 }
 
+// The processes whose parent is `parent` (from /proc/PID/stat: "pid (comm) state ppid").
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // gone since the listing
+    const auto paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// Whether `pid` still runs (a zombie has ended: its memory and its sockets are gone).
+bool alive(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z' &&
+         line[paren + 2] != 'X';
+}
+
 }  // namespace
 
-postgres_server::connection::connection(const std::string& conninfo)
-    : conn_(PQconnectdb(conninfo.c_str())) {
-  if (conn_ == nullptr) throw std::runtime_error("PQconnectdb: out of memory");
+postgres_server::connection::connection(const std::string& host, std::uint16_t port,
+                                        const std::string& database) {
+  // Every setting given, none read from the environment (PGSSLMODE, PGOPTIONS, a
+  // service file), and the database name taken as a name.
+  const std::string port_text = std::to_string(port);
+  const char* keys[] = {"host",
+                        "port",
+                        "user",
+                        "dbname",
+                        "sslmode",
+                        "gssencmode",
+                        "channel_binding",
+                        "options",
+                        "connect_timeout",
+                        nullptr};
+  const char* values[] = {host.c_str(), port_text.c_str(),
+                          "postgres",   database.c_str(),
+                          "disable",    "disable",
+                          "disable",    "",
+                          "2",          nullptr};
+  conn_ = PQconnectdbParams(keys, values, 0);
+  if (conn_ == nullptr) throw std::runtime_error("PQconnectdbParams: out of memory");
   if (PQstatus(conn_) != CONNECTION_OK) {
     const std::string message = PQerrorMessage(conn_);
     PQfinish(conn_);
-    throw std::runtime_error("cannot connect to PostgreSQL (" + conninfo + "): " + message);
+    conn_ = nullptr;
+    throw std::runtime_error("cannot connect to PostgreSQL at " + host + ":" + port_text + ": " +
+                             message);
   }
 }
 
@@ -149,11 +205,18 @@ postgres_server::postgres_server(std::vector<std::string> extra_args)
         "SLOTTED_PG_BINDIR)");
   const auto user = server_user();
   dir_ = make_temp_dir("postgres");
-  port_ = free_loopback_port();
-  fs::copy(postgres_template(bindir_, user), dir_ + "/data", fs::copy_options::recursive);
-  fs::permissions(dir_ + "/data", fs::perms::owner_all);  // the server insists on 0700
-  give_to(dir_, user);
-  start();
+  try {
+    port_ = free_loopback_port();
+    fs::copy(postgres_template(bindir_, user), dir_ + "/data",
+             fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    fs::permissions(dir_ + "/data", fs::perms::owner_all);  // the server insists on 0700
+    give_to(dir_, user);
+    start();
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+    throw;
+  }
 }
 
 postgres_server::~postgres_server() {
@@ -176,19 +239,17 @@ void postgres_server::start() {
                                 "logging_collector=off"};
   args.insert(args.end(), extra_args_.begin(), extra_args_.end());
   const std::string log = dir_ + "/postgres.out";
-  // After a hard stop the killed backends may still hold the old shared memory for a
-  // moment, and the postmaster then refuses to start: it is started again until it
-  // accepts or the time is up. Crash recovery on a loaded 2-core machine under the
-  // sanitizers can take long: 120 s, and the failure says why.
+  pid_ = spawn_process(args, log, true, user ? &*user : nullptr);
+  // Wait until it accepts connections, or fail with why. Crash recovery on a loaded
+  // 2-core machine under the sanitizers can take long: 120 s.
   std::string last_error;
   const bool accepting = eventually(
       [&] {
-        if (pid_ <= 0) pid_ = spawn_process(args, log, true, user ? &*user : nullptr);
         int status = 0;
         if (waitpid(pid_, &status, WNOHANG) == pid_) {
           pid_ = -1;
-          last_error = "postgres exited at start";
-          return false;
+          throw std::runtime_error("postgres exited at start (status " + std::to_string(status) +
+                                   "); the end of " + log + ":\n" + tail_of(log));
         }
         try {
           connect();
@@ -209,18 +270,34 @@ void postgres_server::start() {
 void postgres_server::stop(bool hard) {
   if (pid_ <= 0) return;
   if (hard) {
-    ::kill(-pid_, SIGKILL);  // the postmaster and every backend, at once
-  } else {
-    ::kill(pid_, SIGINT);  // fast shutdown: SIGTERM would wait for idle clients to leave
+    // Each backend leads a process group of its own (PostgreSQL's InitPostmasterChild
+    // calls setsid), so the postmaster's group is the postmaster alone: a backend
+    // outlives it until it notices, and may answer a query in between. The postmaster is
+    // stopped first, so that it forks no more, then its children and it are killed, and
+    // the children awaited (they are the test process's no longer: gone or zombies).
+    ::kill(pid_, SIGSTOP);
+    const auto children = children_of(pid_);
+    for (const pid_t c : children) ::kill(c, SIGKILL);
+    ::kill(pid_, SIGKILL);
+    // Not a throw (a destructor may be here): one still alive after 30 s makes the next
+    // start fail, and say why.
+    for (const pid_t c : children) eventually([&] { return !alive(c); }, std::chrono::seconds(30));
+    wait_process(pid_);
+    pid_ = -1;
+    return;
   }
-  wait_process(pid_);
-  pid_ = -1;
+  ::kill(pid_, SIGINT);  // fast shutdown: SIGTERM would wait for idle clients to leave
+  int status = 0;
+  if (eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
+                 std::chrono::seconds(60))) {
+    pid_ = -1;
+    return;
+  }
+  stop(true);  // a shutdown that hangs is ended, not waited for
 }
 
 postgres_server::connection postgres_server::connect(const std::string& database, bool tcp) const {
-  return connection("host=" + (tcp ? std::string{"127.0.0.1"} : dir_) +
-                    " port=" + std::to_string(port_) + " user=postgres dbname=" + database +
-                    " connect_timeout=2");
+  return connection(tcp ? std::string{"127.0.0.1"} : dir_, port_, database);
 }
 
 std::string postgres_server::create_database() {

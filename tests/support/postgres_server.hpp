@@ -27,7 +27,8 @@ class postgres_server {
   // A libpq connection (PGconn) that closes itself; throws on failure, with libpq's message.
   class connection {
    public:
-    explicit connection(const std::string& conninfo);
+    // As role postgres; `host` is a socket directory or an address.
+    connection(const std::string& host, std::uint16_t port, const std::string& database);
     ~connection();
     connection(connection&&) noexcept;
     connection& operator=(connection&&) = delete;
@@ -58,9 +59,10 @@ class postgres_server {
   connection connect(const std::string& database = "postgres", bool tcp = false) const;
   std::int64_t query_int(const std::string& database, const std::string& sql) const;
 
-  // Stops (SIGINT, a fast shutdown), or with `hard` SIGKILLs the server's whole process
-  // group (a postmaster killed alone leaves backends holding its shared memory, and the
-  // next start refuses to run); waits for the postmaster to exit.
+  // Stops (SIGINT, a fast shutdown), or with `hard` SIGKILLs the postmaster and every
+  // backend at once (a postmaster killed alone leaves backends that may still answer, and
+  // hold its shared memory so that the next start refuses to run); waits until they are
+  // gone.
   void stop(bool hard = false);
   // Starts again on the same data dir, socket and port; waits until it accepts.
   void start();
