@@ -171,11 +171,10 @@ bool verify_database(const config::daemon_config& cfg) {
   if (const auto missing =
           db::missing_bucket_tables(*conn, cfg.mysql.table, config::bucket_spec_of(cfg));
       !missing.empty()) {
-    throw db::db_error(0,
+    throw db::db_error(db::error_class::fatal,
                        "table `" + missing.front() +
                            "` does not exist but counters[].buckets needs it; run "
-                           "slotted-counterd --migrate",
-                       true);
+                           "slotted-counterd --migrate");
   }
   db::verify_totals_tables(*conn, cfg.mysql.table, config::top_spec_of(cfg));
   db::verify_uniques_table(*conn, cfg.mysql.table, config::dedupe_spec_of(cfg));

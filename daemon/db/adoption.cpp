@@ -15,13 +15,12 @@ std::optional<adoption_state> read_adoption(connection& conn, const rollup_targe
   if (rows.size() > 1) {
     // Rows that differ only in the count column's case: an earlier build keyed them as
     // spelled, and the column was adopted twice. Which one holds is not known.
-    throw db_error(0,
+    throw db_error(error_class::fatal,
                    "table `" + std::string(adoptions_table) + "` has " +
                        std::to_string(rows.size()) + " rows for record_type " +
                        std::to_string(t.record_type) + ", `" + t.table + "`.`" + t.count_column +
                        "` that differ only in the column's case (adopted more than once); keep "
-                       "the right one, delete the others, and check the counter's history",
-                   true);
+                       "the right one, delete the others, and check the counter's history");
   }
   const auto& r = rows[0];
   adoption_state s;
@@ -106,12 +105,11 @@ std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_gu
   const auto s = read_adoption(conn, t, true);
   if (!s) {
     // Fatal: a rerun would start from no cursor and take every committed batch again.
-    throw db_error(0,
+    throw db_error(error_class::fatal,
                    "the adoption row of counter '" + t.counter + "' (record_type " +
                        std::to_string(t.record_type) + ", `" + t.table + "`.`" + t.count_column +
                        "`) was deleted while it ran; do NOT run --adopt again (it would take the "
-                       "rows already taken a second time): restore the row",
-                   true);
+                       "rows already taken a second time): restore the row");
   }
   if (s->state == "done") {
     conn.execute(rollback);
@@ -129,7 +127,8 @@ std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_gu
     // The batch checked again (the table may have changed since the validation), then
     // taken by the server.
     const auto check = conn.query(batch_check_select(t, g.limits, range));
-    if (check.empty() || check[0].size() < 4) throw db_error(0, "no answer to a batch's check");
+    if (check.empty() || check[0].size() < 4)
+      throw db_error(error_class::other, "no answer to a batch's check");
     if (std::stoull(check[0][0].value_or("0")) > 0) {
       const auto bad = conn.query(first_bad_row_select(t, g.limits, range));
       throw adoption_refused(bad.empty() ? "an owning row changed while it was checked"

@@ -1,57 +1,11 @@
 #include "db/connection.hpp"
 
-#include <errmsg.h>
-#include <mysql.h>
-#include <mysqld_error.h>
-
 #include <utility>
 
-#include "db/errors.hpp"
-#include "db/sql.hpp"
+#include "db/driver_mariadb.hpp"
+#include "db/driver_postgresql.hpp"
 
 namespace slotted::db {
-
-namespace {
-unsigned seconds_at_least_one(std::chrono::milliseconds d) {
-  const auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
-  return s < 1 ? 1u : static_cast<unsigned>(s);
-}
-
-// mysql.tls onto Connector/C 3.3. MYSQL_OPT_SSL_ENFORCE asks for TLS, but 3.3 still
-// goes on in plaintext when the server offers none (only a hostname check refuses
-// that), so modes above `preferred` are checked after connecting (tls_shortfall). A
-// CA makes the client verify the server's chain; MYSQL_OPT_SSL_VERIFY_SERVER_CERT
-// adds the check of its name (or IP address) against the host connected to.
-void apply_tls_options(MYSQL* h, const tls_options& t) {
-  if (t.mode == tls_mode::disabled) return;
-  const my_bool on = 1;
-  mysql_optionsv(h, MYSQL_OPT_SSL_ENFORCE, &on);
-  if (!t.cert_file.empty()) mysql_optionsv(h, MYSQL_OPT_SSL_CERT, t.cert_file.c_str());
-  if (!t.key_file.empty()) mysql_optionsv(h, MYSQL_OPT_SSL_KEY, t.key_file.c_str());
-  if (t.mode == tls_mode::verify_ca || t.mode == tls_mode::verify_identity)
-    mysql_optionsv(h, MYSQL_OPT_SSL_CA, t.ca_file.c_str());
-  if (t.mode == tls_mode::verify_identity) mysql_optionsv(h, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &on);
-}
-
-// Why an established connection does not meet mysql.tls.mode, or empty.
-std::string tls_shortfall(MYSQL* h, const tls_options& t) {
-  const bool required = t.mode != tls_mode::disabled && t.mode != tls_mode::preferred;
-  if (!required || mysql_get_ssl_cipher(h) != nullptr) return {};
-  return std::string("connect: the server did not negotiate TLS and mysql.tls.mode is ") +
-         tls_mode_name(t.mode) + ": refusing a plaintext connection";
-}
-
-// The server's own words are misleading in two cases; say what the operator should check.
-std::string connect_hint(unsigned code, const connect_options& o) {
-  if (code == CR_SSL_CONNECTION_ERROR)
-    return std::string(" (TLS failed, mysql.tls.mode ") + tls_mode_name(o.tls.mode) +
-           ": check mysql.tls.ca_file and the server's certificate)";
-  if (code == ER_ACCESS_DENIED_ERROR && o.tls.mode == tls_mode::disabled && o.socket.empty())
-    return " (mysql.tls.mode is disabled: a server that requires secure transport refuses "
-           "plaintext connections with this error)";
-  return {};
-}
-}  // namespace
 
 const char* tls_mode_name(tls_mode mode) {
   switch (mode) {
@@ -74,143 +28,47 @@ std::string endpoint::name() const {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-bool initialize_client_library() {
-  return mysql_library_init(0, nullptr, nullptr) == 0;
-}
+connection::connection(const connect_options& o)
+    : driver_(o.kind == engine::postgresql ? connect_postgresql(o) : connect_mariadb(o)) {}
 
-connection::connection(const connect_options& o) {
-  handle_ = mysql_init(nullptr);
-  if (handle_ == nullptr) throw db_error(CR_OUT_OF_MEMORY, "mysql_init failed");
-  const unsigned connect_secs = seconds_at_least_one(o.connect_timeout);
-  const unsigned io_secs = seconds_at_least_one(o.io_timeout);
-  mysql_optionsv(handle_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_secs);
-  mysql_optionsv(handle_, MYSQL_OPT_READ_TIMEOUT, &io_secs);
-  mysql_optionsv(handle_, MYSQL_OPT_WRITE_TIMEOUT, &io_secs);
-  const my_bool no_reconnect = 0;  // a silent reconnect would hide a lost transaction
-  mysql_optionsv(handle_, MYSQL_OPT_RECONNECT, &no_reconnect);
-  mysql_optionsv(handle_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-  const bool use_socket = !o.socket.empty();
-  if (!use_socket) {
-    const unsigned protocol = MYSQL_PROTOCOL_TCP;
-    mysql_optionsv(handle_, MYSQL_OPT_PROTOCOL, &protocol);
-    apply_tls_options(handle_, o.tls);
-  }
-  const bool connected =
-      mysql_real_connect(handle_, use_socket ? nullptr : o.host.c_str(), o.user.c_str(),
-                         o.password.c_str(), o.database.c_str(), use_socket ? 0 : o.port,
-                         use_socket ? o.socket.c_str() : nullptr, 0) != nullptr;
-  // Never a silent downgrade to plaintext (see tls_shortfall).
-  const std::string shortfall = connected && !use_socket ? tls_shortfall(handle_, o.tls) : "";
-  if (!connected || !shortfall.empty()) {
-    const unsigned code = connected ? CR_SSL_CONNECTION_ERROR : mysql_errno(handle_);
-    const std::string message =
-        connected ? shortfall
-                  : std::string("connect: ") + mysql_error(handle_) + connect_hint(code, o);
-    mysql_close(handle_);
-    handle_ = nullptr;
-    throw db_error(code, message);
-  }
-  try {
-    for (const char* sql : session_setup) execute(sql);
-    // Read at every connect: an operator may lower it, and new sessions see the change.
-    const auto rows = query("SELECT @@max_allowed_packet");
-    if (!rows.empty() && !rows[0].empty() && rows[0][0]) {
-      const std::size_t packet = std::stoull(*rows[0][0]);
-      // The header and command byte, with room to spare.
-      max_statement_ = packet > 2048 ? packet - 1024 : packet / 2;
-    }
-  } catch (...) {
-    // The destructor does not run for a constructor that throws.
-    mysql_close(handle_);
-    handle_ = nullptr;
-    throw;
-  }
-}
+connection::connection(std::unique_ptr<driver> d) : driver_(std::move(d)) {}
 
-connection::~connection() {
-  if (handle_ != nullptr) mysql_close(handle_);
-}
-
-connection::connection(connection&& other) noexcept
-    : handle_(std::exchange(other.handle_, nullptr)), max_statement_(other.max_statement_) {}
-
-connection& connection::operator=(connection&& other) noexcept {
-  if (this != &other) {
-    if (handle_ != nullptr) mysql_close(handle_);
-    handle_ = std::exchange(other.handle_, nullptr);
-    max_statement_ = other.max_statement_;
-  }
-  return *this;
-}
-
-void connection::fail(std::string_view what) {
-  throw db_error(mysql_errno(handle_), std::string(what) + ": " + mysql_error(handle_));
-}
+connection::~connection() = default;
+connection::connection(connection&& other) noexcept = default;
+connection& connection::operator=(connection&& other) noexcept = default;
 
 void connection::check_size(std::string_view sql) const {
-  if (sql.size() <= max_statement_) return;
-  throw db_error(CR_NET_PACKET_TOO_LARGE, "query: a statement of " + std::to_string(sql.size()) +
-                                              " bytes exceeds the server's max_allowed_packet (" +
-                                              std::to_string(max_statement_) +
-                                              " bytes usable); not sent");
+  const std::size_t limit = driver_->max_statement_bytes();
+  if (sql.size() <= limit) return;
+  throw db_error(error_class::too_large, "query: a statement of " + std::to_string(sql.size()) +
+                                             " bytes exceeds the server's max_allowed_packet (" +
+                                             std::to_string(limit) + " bytes usable); not sent");
 }
 
 void connection::execute(std::string_view sql) {
   check_size(sql);
-  if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) fail("query");
-  // Statements run here return no rows; drain any result to keep the protocol in step.
-  if (MYSQL_RES* res = mysql_store_result(handle_))
-    mysql_free_result(res);
-  else if (mysql_field_count(handle_) != 0)
-    fail("store result");
+  driver_->execute(sql);
 }
 
 std::vector<result_row> connection::query(std::string_view sql) {
   check_size(sql);
-  if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) fail("query");
-  MYSQL_RES* res = mysql_store_result(handle_);
-  if (res == nullptr) {
-    if (mysql_field_count(handle_) != 0) fail("store result");
-    return {};
-  }
-  std::vector<result_row> rows;
-  const unsigned fields = mysql_num_fields(res);
-  while (MYSQL_ROW row = mysql_fetch_row(res)) {
-    const unsigned long* lengths = mysql_fetch_lengths(res);
-    result_row out(fields);
-    for (unsigned i = 0; i < fields; ++i) {
-      if (row[i] != nullptr) out[i] = std::string(row[i], lengths[i]);
-    }
-    rows.push_back(std::move(out));
-  }
-  mysql_free_result(res);
-  return rows;
+  return driver_->query(sql);
 }
 
 std::uint64_t connection::affected_rows() const {
-  return mysql_affected_rows(handle_);
+  return driver_->affected_rows();
 }
 
 std::string connection::tls_cipher() const {
-  const char* cipher = mysql_get_ssl_cipher(handle_);
-  return cipher == nullptr ? std::string() : std::string(cipher);
+  return driver_->tls_cipher();
 }
 
 std::string connection::quote(std::string_view text) {
-  std::string out(text.size() * 2 + 3, '\0');
-  out[0] = '\'';
-  const unsigned long n =
-      mysql_real_escape_string(handle_, out.data() + 1, text.data(), text.size());
-  out.resize(n + 1);
-  out.push_back('\'');
-  return out;
+  return driver_->quote(text);
 }
 
 bool connection::in_transaction() const {
-  unsigned int status = 0;
-  if (handle_ == nullptr || mariadb_get_infov(handle_, MARIADB_CONNECTION_SERVER_STATUS, &status))
-    return true;
-  return (status & SERVER_STATUS_IN_TRANS) != 0;
+  return driver_ == nullptr || driver_->in_transaction();
 }
 
 void rollback_after(connection& conn, const db_error& e) noexcept {
@@ -235,91 +93,5 @@ void rolled_back_on_throw(connection& conn, const std::function<void()>& work) {
     throw;
   }
 }
-
-// The client library's error codes, classified (db/errors.hpp): beside the connection,
-// where they arise, and the one place besides db/'s statements that reads them.
-
-error_kind kind_of(unsigned code) {
-  switch (code) {
-    case ER_LOCK_DEADLOCK:  // 1213
-      return error_kind::deadlock;
-    case ER_LOCK_WAIT_TIMEOUT:  // 1205
-      return error_kind::lock_wait_timeout;
-    case CR_CONNECTION_ERROR:      // 2002
-    case CR_CONN_HOST_ERROR:       // 2003
-    case CR_SERVER_GONE_ERROR:     // 2006
-    case CR_SERVER_LOST:           // 2013
-    case CR_SERVER_LOST_EXTENDED:  // 2055
-    case CR_COMMANDS_OUT_OF_SYNC:  // 2014: the protocol state is unknown
-    case ER_CON_COUNT_ERROR:       // 1040 too many connections
-    case ER_SERVER_SHUTDOWN:       // 1053
-    case ER_CONNECTION_KILLED:     // 1927
-    case ER_QUERY_INTERRUPTED:     // 1317
-    case 1152:                     // ER_ABORTING_CONNECTION
-    case 4031:                     // client disconnected for inactivity
-    // The server refused a packet above its max_allowed_packet and closed the connection.
-    case ER_NET_PACKET_TOO_LARGE:  // 1153
-    // Galera: the node is not part of the primary component or not Synced ("WSREP has
-    // not yet prepared node for application use"); another node may take the write.
-    case ER_UNKNOWN_COM_ERROR:  // 1047
-    // Galera: the node lost the cluster during COMMIT; the outcome is unknown until
-    // the ledger is read again.
-    case ER_ERROR_DURING_COMMIT:  // 1180
-    // A read-only server (a replica after a switchover): this host cannot take writes.
-    case ER_OPTION_PREVENTS_STATEMENT:  // 1290
-    case ER_READ_ONLY_MODE:             // 1836
-      return error_kind::connection;
-    case CR_SSL_CONNECTION_ERROR:  // 2026: handshake or certificate check failed
-      return error_kind::tls;
-    default:
-      return error_kind::other;
-  }
-}
-
-bool is_fatal(unsigned code) {
-  switch (code) {
-    case ER_ACCESS_DENIED_ERROR:        // 1045
-    case ER_DBACCESS_DENIED_ERROR:      // 1044
-    case ER_TABLEACCESS_DENIED_ERROR:   // 1142
-    case ER_COLUMNACCESS_DENIED_ERROR:  // 1143
-    case ER_BAD_DB_ERROR:               // 1049
-    case ER_NO_SUCH_TABLE:              // 1146
-    case ER_BAD_FIELD_ERROR:            // 1054
-    case ER_PARSE_ERROR:                // 1064
-    case ER_WRONG_VALUE_COUNT_ON_ROW:   // 1136
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_data_error(unsigned code) {
-  switch (code) {
-    case ER_WARN_DATA_OUT_OF_RANGE:           // 1264
-    case ER_DATA_OUT_OF_RANGE:                // 1690 (BIGINT overflow)
-    case ER_TRUNCATED_WRONG_VALUE_FOR_FIELD:  // 1366
-    case ER_TRUNCATED_WRONG_VALUE:            // 1292
-    case ER_DATA_TOO_LONG:                    // 1406
-    case ER_BAD_NULL_ERROR:                   // 1048
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_autoincrement_exhaustion(unsigned code, std::string_view message) {
-  switch (code) {
-    case 167:                     // HA_ERR_AUTOINC_ERANGE: out of range value for column
-    case ER_AUTOINC_READ_FAILED:  // 1467
-      return true;
-    case ER_DUP_ENTRY:  // 1062
-      return message.find("for key 'PRIMARY'") != std::string_view::npos;
-    default:
-      return false;
-  }
-}
-
-db_error::db_error(unsigned code, const std::string& message, bool fatal_override)
-    : std::runtime_error(message), code_(code), fatal_(fatal_override || is_fatal(code)) {}
 
 }  // namespace slotted::db

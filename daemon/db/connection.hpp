@@ -1,29 +1,29 @@
 #pragma once
-// One MariaDB/MySQL connection (MariaDB Connector/C). Blocking: never call it from an
-// HTTP I/O thread.
+// One database connection: a value (pools move it) over the engine's driver
+// (db/driver.hpp). Blocking: never call it from an HTTP I/O thread.
 //
-// Failures throw db_error carrying the server/client error number. After an error
+// Failures throw db_error, classified by the driver (db/errors.hpp). After an error
 // whose connection_lost() is true the connection must be dropped.
 // Thread-safety: one thread at a time.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
+#include "db/driver.hpp"
 #include "db/errors.hpp"
-
-typedef struct st_mysql MYSQL;
 
 namespace slotted::db {
 
-// mysql.tls.mode, mapped onto MariaDB Connector/C's options (see connection.cpp). Modes
-// above `preferred` never fall back to plaintext: a connection that did not negotiate
-// TLS is closed and reported (CR_SSL_CONNECTION_ERROR).
+// mysql.tls.mode, mapped onto the client library's options by the driver
+// (db/driver_mariadb.cpp). Modes above `preferred` never fall back to plaintext: a
+// connection that did not negotiate TLS is closed and reported (error_class::tls).
 enum class tls_mode { disabled, preferred, required, verify_ca, verify_identity };
 
 struct tls_options {
@@ -43,13 +43,19 @@ struct endpoint {
   std::string name() const;
 };
 
+// Which server a connection talks to, and so which driver it uses.
+enum class engine { mariadb, postgresql };
+
 struct connect_options {
+  engine kind = engine::mariadb;
   std::string host = "127.0.0.1";
   std::uint16_t port = 3306;
   std::string socket;
   std::string user;
   std::string password;
   std::string database;
+  // PostgreSQL: the schema the tables are in (the session's search_path).
+  std::string schema = "public";
   std::chrono::milliseconds connect_timeout{5000};
   // Bounds a read or write on an established connection, so a silent peer cannot
   // hang the flusher forever.
@@ -64,15 +70,13 @@ struct connect_options {
 // Once per process, before any thread uses a connection. Returns false on failure.
 bool initialize_client_library();
 
-using result_row = std::vector<std::optional<std::string>>;
-
 class connection {
  public:
-  // Connects, sets READ COMMITTED (fewer gap locks between concurrent upserts), a strict
-  // sql_mode (STRICT_ALL_TABLES: out-of-range values are errors, whatever the server's
-  // global mode) and autocommit on, and reads the server's @@max_allowed_packet (see
-  // max_statement_bytes). Throws db_error; a failure after the connect closes the handle.
+  // Connects with the driver of options.kind and sets the session up
+  // (db/driver_mariadb.hpp, db/driver_postgresql.hpp). Throws db_error.
   explicit connection(const connect_options& options);
+  // Over a driver already connected (tests give one of their own).
+  explicit connection(std::unique_ptr<driver> d);
   ~connection();
   connection(connection&& other) noexcept;
   connection& operator=(connection&& other) noexcept;
@@ -80,14 +84,14 @@ class connection {
   connection& operator=(const connection&) = delete;
 
   // A statement longer than max_statement_bytes() is not sent: it throws db_error
-  // CR_NET_PACKET_TOO_LARGE (see db_error::too_large), the connection stays usable.
+  // error_class::too_large (see db_error::too_large), the connection stays usable.
   void execute(std::string_view sql);
   std::vector<result_row> query(std::string_view sql);
   std::uint64_t affected_rows() const;
   // The TLS cipher in use, or empty on a plaintext connection.
   std::string tls_cipher() const;
-  // Whether the server reported a transaction open after the last statement (its
-  // SERVER_STATUS_IN_TRANS flag); true when it cannot be told.
+  // Whether the server reported a transaction open after the last statement; true when
+  // it cannot be told.
   bool in_transaction() const;
 
   // A quoted SQL string literal for `text` ('...'), escaped for this connection.
@@ -96,13 +100,11 @@ class connection {
   // The longest statement this connection sends: the server's max_allowed_packet as
   // read at connect, less room for the packet's header. A server refuses a longer one
   // and closes the connection, which would leave a batch in doubt and resent whole.
-  std::size_t max_statement_bytes() const { return max_statement_; }
+  std::size_t max_statement_bytes() const { return driver_->max_statement_bytes(); }
 
  private:
-  [[noreturn]] void fail(std::string_view what);
   void check_size(std::string_view sql) const;
-  MYSQL* handle_ = nullptr;
-  std::size_t max_statement_ = 1 << 20;
+  std::unique_ptr<driver> driver_;
 };
 
 // After `e` ended a transaction on `conn` early: a ROLLBACK, unless the connection is

@@ -131,18 +131,16 @@ void migrate_positions_table(db::connection& conn) {
 
 void verify_positions_table(db::connection& conn) {
   if (!table_exists(conn, positions_table)) {
-    throw db::db_error(0,
+    throw db::db_error(db::error_class::fatal,
                        "table `" + std::string(positions_table) +
                            "` does not exist but log_sources needs it; run slotted-counterd "
-                           "--migrate",
-                       true);
+                           "--migrate");
   }
   if (!positions_table_upgrade(column_names(conn)).empty()) {
-    throw db::db_error(0,
+    throw db::db_error(db::error_class::fatal,
                        "table `" + std::string(positions_table) +
                            "` was made by an earlier version (it lacks in_long_line or "
-                           "file_mtime_ns); run slotted-counterd --migrate",
-                       true);
+                           "file_mtime_ns); run slotted-counterd --migrate");
   }
 }
 

@@ -1,7 +1,5 @@
 #include "db/pool.hpp"
 
-#include <mysqld_error.h>
-
 #include <map>
 
 #include "db/errors.hpp"
@@ -26,12 +24,12 @@ void require_ready_node(connection& conn) {
     return;
   }
   if (v["read_only"] == "ON")
-    throw db_error(ER_READ_ONLY_MODE, "the server is read-only; treated as unreachable");
+    throw db_error(error_class::connection, "the server is read-only; treated as unreachable");
   const auto state = v.find("wsrep_local_state");
   if (state == v.end()) return;  // not a Galera node
   const std::string& reject = v["wsrep_reject_queries"];
   if (v["wsrep_ready"] != "ON" || state->second != "4" || (!reject.empty() && reject != "NONE")) {
-    throw db_error(ER_UNKNOWN_COM_ERROR,
+    throw db_error(error_class::connection,
                    "the Galera node is not ready (wsrep_ready=" + v["wsrep_ready"] +
                        ", wsrep_local_state=" + state->second + " " +
                        v["wsrep_local_state_comment"] + ", wsrep_reject_queries=" + reject +
@@ -83,7 +81,7 @@ failover_connector::connected failover_connector::connect() {
       reasons += (reasons.empty() ? "" : "; ") + names_[i] + ": " + e.what();
     }
   }
-  throw db_error(first->code(), "no database host is usable: " + reasons, first->fatal());
+  throw db_error(first->cls(), "no database host is usable: " + reasons, first->native_code());
 }
 
 pool::lease::~lease() {

@@ -70,17 +70,15 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   const std::string quoted = conn.quote(table);
   const auto columns = conn.query(columns_select(quoted));
   if (columns.empty()) {
-    throw db_error(0,
-                   "table `" + table +
-                       "` does not exist in the configured database; run "
-                       "slotted-counterd --migrate",
-                   true);
+    throw db_error(error_class::fatal, "table `" + table +
+                                           "` does not exist in the configured database; run "
+                                           "slotted-counterd --migrate");
   }
   for (const char* needed : {"record_type", "record_id", "slot", "count"}) {
     const bool found = std::any_of(columns.begin(), columns.end(),
                                    [&](const result_row& r) { return r[0] && *r[0] == needed; });
     if (!found) {
-      throw db_error(0, "table `" + table + "` has no column `" + needed + "`", true);
+      throw db_error(error_class::fatal, "table `" + table + "` has no column `" + needed + "`");
     }
   }
   const auto index_rows = conn.query(unique_index_columns_select(quoted));
@@ -90,18 +88,16 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   const bool has_key = std::any_of(unique_indexes.begin(), unique_indexes.end(),
                                    [&](const auto& entry) { return entry.second == wanted; });
   if (!has_key) {
-    throw db_error(0,
+    throw db_error(error_class::fatal,
                    "table `" + table +
                        "` needs a PRIMARY or UNIQUE key on exactly "
-                       "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE",
-                   true);
+                       "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE");
   }
   for (const auto needed : {ledger_table, dirty_table}) {
     if (needed == dirty_table && !with_rollups) continue;
     if (!table_exists(conn, needed)) {
-      throw db_error(
-          0, "table `" + std::string(needed) + "` does not exist; run slotted-counterd --migrate",
-          true);
+      throw db_error(error_class::fatal, "table `" + std::string(needed) +
+                                             "` does not exist; run slotted-counterd --migrate");
     }
   }
   key_limits limits;
@@ -150,12 +146,13 @@ std::optional<autoincrement_state> read_autoincrement(connection& conn, const st
 void verify_rollup_target(connection& conn, const rollup_target& t) {
   const std::string where = "rollup target of record_type " + std::to_string(t.record_type) + ": ";
   if (!table_exists(conn, t.table)) {
-    throw db_error(0, where + "table `" + t.table + "` does not exist", true);
+    throw db_error(error_class::fatal, where + "table `" + t.table + "` does not exist");
   }
   for (const auto& column : {t.id_column, t.count_column}) {
     const auto found = conn.query(column_exists_select(conn.quote(t.table), conn.quote(column)));
     if (found.empty()) {
-      throw db_error(0, where + "table `" + t.table + "` has no column `" + column + "`", true);
+      throw db_error(error_class::fatal,
+                     where + "table `" + t.table + "` has no column `" + column + "`");
     }
   }
 }
@@ -258,7 +255,7 @@ __int128 slot_count(const std::optional<std::string>& text) {
     while (i < s.size() && s[i] == '0') ++i;
   }
   if (i == first || i != s.size())
-    throw db_error(0, "a slot row's count is not an integer: " + std::string(s));
+    throw db_error(error_class::other, "a slot row's count is not an integer: " + std::string(s));
   return negative ? -v : v;
 }
 

@@ -93,7 +93,7 @@ inline std::string num(__int128 v) {
 }
 
 // `select`, cut by the server after read_time_limit_s seconds (MariaDB's
-// max_statement_time, error statement_timeout_code, db/top.hpp): a read of an HTTP
+// max_statement_time, error_class::statement_timeout, db/top.hpp): a read of an HTTP
 // request (a many-counter read, a top-N) never holds a connection of the flushes' pool
 // for long.
 inline constexpr int read_time_limit_s = 5;

@@ -28,7 +28,8 @@ __int128 decimal_of(const std::optional<std::string>& text) {
   __int128 v = 0;
   for (const char c : s) {
     if (c == '.') break;
-    if (c < '0' || c > '9') throw db_error(0, "a total is not an integer: " + *text);
+    if (c < '0' || c > '9')
+      throw db_error(error_class::other, "a total is not an integer: " + *text);
     v = v * 10 + (c - '0');
   }
   return negative ? -v : v;
@@ -118,13 +119,12 @@ std::vector<std::string> missing_totals_tables(connection& conn, const std::stri
 void verify_totals_tables(connection& conn, const std::string& table, const store::top_spec& top) {
   const auto missing = missing_totals_tables(conn, table, top);
   if (missing.empty()) return verify_totals_filled(conn, table, top);
-  throw db_error(0,
+  throw db_error(error_class::fatal,
                  "table `" + missing.front() +
                      "` does not exist: every flush writes the totals of top-N "
                      "(GET /v1/top) of the counters with counters[].top there; run "
                      "slotted-counterd --migrate (it creates the totals tables and fills them "
-                     "from the counts)",
-                 true);
+                     "from the counts)");
 }
 
 std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const std::string& table,
@@ -233,7 +233,7 @@ class read_budget {
   }
   std::size_t sum_rows_left() const { return max_sum_rows_ - std::min(max_sum_rows_, sum_rows_); }
   // `select` cut at the time left; past the deadline a db_error of
-  // statement_timeout_code (answered as read_timed_out), before the statement runs.
+  // error_class::statement_timeout (answered as read_timed_out), before the statement runs.
   std::string timed(std::string_view select) const {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                           deadline_ - std::chrono::steady_clock::now())
@@ -242,7 +242,7 @@ class read_budget {
       std::string why = "this top-N ran past its ";
       why += std::to_string(max_top_time.count());
       why += " s bound; ask for a shorter range, a coarser granularity or a smaller limit";
-      throw db_error(statement_timeout_code, why);
+      throw db_error(error_class::statement_timeout, why);
     }
     return time_limited(select, left);
   }

@@ -136,7 +136,7 @@ constexpr std::size_t max_top_sum_rows = 2'000'000;
 
 // The wall-clock bound on one bucketed top-N's rounds (each statement is also cut at
 // sql_text::read_time_limit_s): past it the read stops with a db_error of
-// statement_timeout_code, answered as read_timed_out.
+// error_class::statement_timeout, answered as read_timed_out.
 constexpr std::chrono::seconds max_top_time{10};
 
 // Runs `read` in one consistent read-only snapshot (REPEATABLE READ, READ ONLY);

@@ -99,13 +99,12 @@ void verify_totals_filled(connection& conn, const std::string& table, const stor
     const auto unfilled = unfilled_record_types(conn, t, top);
     if (unfilled.empty()) continue;
     throw db_error(
-        0,
+        error_class::fatal,
         cat("counters[].top is on for record_type ", num(unfilled.front()), " but table `", t,
             "` was not filled with its counts (top was turned on for a counter that "
             "already had counts, or the totals were made by a version before "
             "it): top-N would miss what it counted before; run slotted-counterd "
-            "--migrate (it fills the totals of those record types from their rows)"),
-        true);
+            "--migrate (it fills the totals of those record types from their rows)"));
   }
 }
 

@@ -75,8 +75,8 @@ void verify_uniques_table(connection& conn, const std::string& table,
   if (dedupe.empty()) return;
   const std::string name = uniques_table(table);
   const auto missing = [](const std::string& what) {
-    return db_error(0, what + " (counters[].dedupe) does not exist; run slotted-counterd --migrate",
-                    true);
+    return db_error(error_class::fatal,
+                    what + " (counters[].dedupe) does not exist; run slotted-counterd --migrate");
   };
   if (!table_exists(conn, name)) throw missing("table `" + name + "`");
   if (!table_exists(conn, pruned_table)) throw missing("table `" + std::string(pruned_table) + "`");
@@ -115,10 +115,9 @@ std::vector<store::unique_entry> decidable_entries(connection& conn, const std::
       conn.query(pruned_rows_select(conn, uniques, {every_type}, "LOCK IN SHARE MODE"));
   // Without it no lock orders the commit after a prune: nothing is decided.
   if (every_row.empty() || every_row[0].size() < 2 || !every_row[0][1]) {
-    throw db_error(0,
-                   "the row of `" + uniques + "` in `" + std::string(pruned_table) +
-                       "` does not exist; run slotted-counterd --migrate",
-                   true);
+    throw db_error(error_class::fatal, "the row of `" + uniques + "` in `" +
+                                           std::string(pruned_table) +
+                                           "` does not exist; run slotted-counterd --migrate");
   }
   const std::int64_t every = std::stoll(*every_row[0][1]);
   std::map<std::uint32_t, std::int64_t> ended_before;

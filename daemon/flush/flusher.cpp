@@ -233,7 +233,8 @@ flush_result flusher::cycle() {
     // or a bug. The cycle fails and is retried with backoff; the process goes on, and
     // what is queued stays queued. The connection may be mid-statement: closed.
     if (lease) lease->discard();
-    note_failure(db::db_error(0, std::string("flush cycle failed: ") + e.what()));
+    note_failure(
+        db::db_error(db::error_class::other, std::string("flush cycle failed: ") + e.what()));
     result = failure(errc::unavailable, e.what());
   }
   lease.reset();
@@ -316,8 +317,9 @@ void flusher::note_failure(const db::db_error& e) {
                  "increments are kept in memory up to flush.max_pending_keys and "
                  "flush.max_pending_bytes)");
     } else {
-      log::warn("flush failed, retrying with backoff: ", e.what(), " (error ", e.code(), ", ",
-                db::kind_name(e.kind()), ")");
+      log::warn("flush failed, retrying with backoff: ", e.what(), " (error ",
+                e.native_code().empty() ? "-" : e.native_code(), ", ", db::kind_name(e.kind()),
+                ")");
     }
   }
 }

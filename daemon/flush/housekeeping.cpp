@@ -66,14 +66,14 @@ db::db_error housekeeping::autoincrement_exhausted(db::connection& conn,
   } catch (const db::db_error&) {
     // The message still names the table and the remedy.
   }
-  return db::db_error(cause.code(),
+  return db::db_error(db::error_class::fatal,
                       "table `" + settings_.table + "`: its AUTO_INCREMENT column `" + column +
                           "` (" + type + ") is exhausted (" + cause.what() +
                           "); no counter row can be written until it is widened: ALTER TABLE `" +
                           settings_.table + "` MODIFY `" + column +
                           "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT. Nothing is dropped: the "
                           "batches stay queued and flushing resumes by itself once it is wider",
-                      true);
+                      cause.native_code());
 }
 
 void housekeeping::verify_bucket_tables(db::connection& conn) {
@@ -85,12 +85,11 @@ void housekeeping::verify_bucket_tables(db::connection& conn) {
   if (missing.empty()) return db::verify_totals_tables(conn, settings_.table, settings_.top);
   std::string names;
   for (const auto& t : missing) names += (names.empty() ? "`" : ", `") + t + "`";
-  throw db::db_error(0,
+  throw db::db_error(db::error_class::fatal,
                      "table " + names +
                          " does not exist but counters[].buckets needs it; run "
                          "slotted-counterd --migrate (nothing is flushed until then, nothing "
-                         "is dropped)",
-                     true);
+                         "is dropped)");
 }
 
 void housekeeping::verify_schema(db::connection& conn) {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "db/errors.hpp"
-#include "db/repository.hpp"
 #include "db/keys.hpp"
+#include "db/repository.hpp"
 #include "db/write_path.hpp"
 #include "support/batch_content.hpp"
 #include "support/commit_rows.hpp"
@@ -43,7 +43,7 @@ class background {
           try {
             job();
           } catch (const db::db_error& e) {
-            error_ = "db_error " + std::to_string(e.code()) + ": " + e.what();
+            error_ = "db_error " + e.native_code() + ": " + e.what();
           }
         }) {}
   ~background() { join(); }
@@ -162,8 +162,10 @@ class LockOrder : public ::testing::Test {
     b.seq = 1;
     b.content = store::keyed_content{{r}};
     b.rows = db::rows_of(requests_of(b), static_cast<std::uint16_t>(slot));
-    b.bucket_rows = db::bucket_rows_of(requests_of(b), static_cast<std::uint16_t>(slot), spec_, b.rows);
-    return db::apply(conn, db::write_set_of({"keyed", 1, 1}, b), {.table = table, .buckets = &spec_})
+    b.bucket_rows =
+        db::bucket_rows_of(requests_of(b), static_cast<std::uint16_t>(slot), spec_, b.rows);
+    return db::apply(conn, db::write_set_of({"keyed", 1, 1}, b),
+                     {.table = table, .buckets = &spec_})
         .rows;
   }
 

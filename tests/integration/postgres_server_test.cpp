@@ -14,18 +14,6 @@
 namespace slotted::test {
 namespace {
 
-// scripts/test sets SLOTTED_REQUIRE_POSTGRESQL=1: there, missing binaries are a failure,
-// never a silent skip.
-#define SKIP_WITHOUT_POSTGRESQL()                                                    \
-  do {                                                                               \
-    if (postgres_bindir().empty()) {                                                 \
-      const char* required = std::getenv("SLOTTED_REQUIRE_POSTGRESQL");              \
-      if (required != nullptr && std::string{required} == "1")                       \
-        FAIL() << "no PostgreSQL server binaries, and SLOTTED_REQUIRE_POSTGRESQL=1"; \
-      GTEST_SKIP() << "no PostgreSQL server binaries";                               \
-    }                                                                                \
-  } while (false)
-
 TEST(PostgresServer, RunsAsAnotherUserThanRootAndAnswersOverItsSocketAndTcp) {
   SKIP_WITHOUT_POSTGRESQL();
   postgres_server pg;

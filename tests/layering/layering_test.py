@@ -11,7 +11,7 @@ Reads every `#include "..."` line of daemon/ (no compiler, no build; quick) and 
   own so that the message names the whole cycle);
 - on a third-party header (`#include <...>`) outside the folder that wraps it:
   MySQL/MariaDB client headers (<mysql.h>, <mysql/...>, <errmsg.h>, <mysqld_error.h>)
-  only in db/, Boost.Beast (<boost/beast...>) only in http/, prometheus-cpp
+  and libpq's (<libpq-fe.h>) only in db/, Boost.Beast (<boost/beast...>) only in http/, prometheus-cpp
   (<prometheus/...>) only in metrics/: the rest of the daemon sees our own types;
 - on an include of db/ from http/ (the router reads through its backend interface);
 - on SQL text (a string literal holding SELECT, INSERT INTO, UPDATE ... SET, DELETE
@@ -38,6 +38,7 @@ SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
 # (what, the pattern of its headers, the one folder that may include them)
 THIRD_PARTY = (
     ("MySQL client", re.compile(r"^(mysql\.h$|mysql/|errmsg\.h$|mysqld_error\.h$)"), "db"),
+    ("PostgreSQL client", re.compile(r"^(libpq-fe\.h$|libpq/|pg_config)"), "db"),
     ("Boost.Beast", re.compile(r"^boost/beast"), "http"),
     ("prometheus-cpp", re.compile(r"^prometheus/"), "metrics"),
 )

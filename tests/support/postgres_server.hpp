@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -79,5 +80,17 @@ class postgres_server {
 
 // One server per test executable, started on first use.
 postgres_server& shared_postgres();
+
+// scripts/test sets SLOTTED_REQUIRE_POSTGRESQL=1: there, missing binaries are a failure,
+// never a silent skip.
+#define SKIP_WITHOUT_POSTGRESQL()                                                    \
+  do {                                                                               \
+    if (::slotted::test::postgres_bindir().empty()) {                                \
+      const char* required = std::getenv("SLOTTED_REQUIRE_POSTGRESQL");              \
+      if (required != nullptr && std::string{required} == "1")                       \
+        FAIL() << "no PostgreSQL server binaries, and SLOTTED_REQUIRE_POSTGRESQL=1"; \
+      GTEST_SKIP() << "no PostgreSQL server binaries";                               \
+    }                                                                                \
+  } while (false)
 
 }  // namespace slotted::test

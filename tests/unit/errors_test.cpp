@@ -2,68 +2,105 @@
 
 #include <gtest/gtest.h>
 
+#include "db/driver_mariadb.hpp"
+#include "db/driver_postgresql.hpp"
+
 namespace slotted::db {
 namespace {
 
+// MariaDB's error numbers as its driver classifies them (db/driver_mariadb.cpp).
+db_error m(unsigned code, const std::string& message = "x") {
+  return mariadb_error(code, message);
+}
+
 TEST(ErrorClassification, KindsMatchTheMetricLabels) {
-  EXPECT_EQ(kind_of(1213), error_kind::deadlock);
-  EXPECT_EQ(kind_of(1205), error_kind::lock_wait_timeout);
+  EXPECT_EQ(m(1213).kind(), error_kind::deadlock);
+  EXPECT_EQ(m(1205).kind(), error_kind::lock_wait_timeout);
   for (unsigned code : {2002u, 2003u, 2006u, 2013u, 1040u})
-    EXPECT_EQ(kind_of(code), error_kind::connection) << code;
-  EXPECT_EQ(kind_of(1062), error_kind::other);
+    EXPECT_EQ(m(code).kind(), error_kind::connection) << code;
+  EXPECT_EQ(m(1062).kind(), error_kind::other);
   // Galera: a node not ready (1047) or losing the cluster at COMMIT (1180), and a
   // read-only server, are hosts to fail over from; a certification failure is a deadlock.
   for (unsigned code : {1047u, 1180u, 1290u, 1836u})
-    EXPECT_EQ(kind_of(code), error_kind::connection) << code;
-  EXPECT_EQ(kind_of(2026), error_kind::tls);
-  EXPECT_FALSE(db_error(2026, "tls").fatal()) << "a TLS failure is retried";
+    EXPECT_EQ(m(code).kind(), error_kind::connection) << code;
+  EXPECT_EQ(m(2026).kind(), error_kind::tls);
+  EXPECT_FALSE(m(2026).fatal()) << "a TLS failure is retried";
   EXPECT_STREQ(kind_name(error_kind::tls), "tls");
   EXPECT_STREQ(kind_name(error_kind::lock_wait_timeout), "lock_wait_timeout");
 }
 
 TEST(ErrorClassification, OperatorProblemsAreFatalAndTransientOnesAreNot) {
-  for (unsigned code : {1045u, 1044u, 1049u, 1146u, 1054u})
-    EXPECT_TRUE(db_error(code, "x").fatal()) << code;
+  for (unsigned code : {1045u, 1044u, 1049u, 1146u, 1054u}) EXPECT_TRUE(m(code).fatal()) << code;
   for (unsigned code : {1213u, 1205u, 2006u, 2013u, 1040u, 2002u})
-    EXPECT_FALSE(db_error(code, "x").fatal()) << code;
-  EXPECT_TRUE(db_error(0, "schema", true).fatal());
-  EXPECT_TRUE(db_error(2013, "lost").connection_lost());
-  EXPECT_FALSE(db_error(1213, "deadlock").connection_lost());
+    EXPECT_FALSE(m(code).fatal()) << code;
+  EXPECT_TRUE(db_error(error_class::fatal, "schema").fatal());
+  EXPECT_FALSE(db_error(error_class::other, "ours").fatal());
+  EXPECT_TRUE(m(2013).connection_lost());
+  EXPECT_FALSE(m(1213).connection_lost());
 }
 
 TEST(ErrorClassification, AutoIncrementExhaustionIsRecognised) {
-  EXPECT_TRUE(is_autoincrement_exhaustion(167, "Out of range value for column 'id' at row 3"));
-  EXPECT_TRUE(is_autoincrement_exhaustion(1467, "Failed to read auto-increment value"));
-  EXPECT_TRUE(
-      is_autoincrement_exhaustion(1062, "query: Duplicate entry '2147483647' for key 'PRIMARY'"));
-  EXPECT_FALSE(is_autoincrement_exhaustion(1062, "Duplicate entry '1-2-3' for key 'record_type'"));
-  EXPECT_FALSE(is_autoincrement_exhaustion(1264, "Out of range value for column 'count'"));
-  EXPECT_FALSE(db_error(167, "x").data_error()) << "never split and dropped as a bad row";
+  EXPECT_TRUE(m(167, "Out of range value for column 'id' at row 3").autoincrement_exhausted());
+  EXPECT_TRUE(m(1467, "Failed to read auto-increment value").autoincrement_exhausted());
+  const auto primary = m(1062, "query: Duplicate entry '2147483647' for key 'PRIMARY'");
+  EXPECT_TRUE(primary.autoincrement_exhausted());
+  EXPECT_TRUE(primary.duplicate_key()) << "a guard's row on its primary key is still a duplicate";
+  EXPECT_FALSE(m(1062, "Duplicate entry '1-2-3' for key 'record_type'").autoincrement_exhausted());
+  EXPECT_FALSE(m(1264, "Out of range value for column 'count'").autoincrement_exhausted());
+  EXPECT_FALSE(m(167).data_error()) << "never split and dropped as a bad row";
+  EXPECT_TRUE(m(1264).data_error());
+  EXPECT_TRUE(m(1690).data_error());
 }
 
 // Issue 21, item 1: a statement over max_allowed_packet. The daemon's own refusal (2020,
 // nothing sent) splits the batch; the server's (1153) closes the connection, which is
 // then lost, never a data error nor retried on it.
 TEST(ErrorClassification, AStatementTooLargeIsNeitherDataNorRetriedWhole) {
-  EXPECT_TRUE(db_error(2020, "too large").too_large());
-  EXPECT_FALSE(db_error(2020, "too large").connection_lost());
-  EXPECT_FALSE(db_error(2020, "too large").fatal());
-  EXPECT_FALSE(db_error(1153, "packet").too_large());
-  EXPECT_TRUE(db_error(1153, "packet").connection_lost());
-  EXPECT_FALSE(db_error(1264, "range").too_large());
+  EXPECT_TRUE(m(2020).too_large());
+  EXPECT_FALSE(m(2020).connection_lost());
+  EXPECT_FALSE(m(2020).fatal());
+  EXPECT_FALSE(m(1153).too_large());
+  EXPECT_TRUE(m(1153).connection_lost());
+  EXPECT_FALSE(m(1264).too_large());
 }
 
-// What callers outside the error tables ask of an error, by name, not by number: a
-// guard's row already there, a table missing, a read stopped at its time limit.
-TEST(ErrorClassification, CallersAskByNameNotByNumber) {
-  EXPECT_TRUE(db_error(1062, "duplicate").duplicate_key());
-  EXPECT_FALSE(db_error(1213, "deadlock").duplicate_key());
-  EXPECT_TRUE(db_error(1146, "no table").no_such_table());
-  EXPECT_TRUE(db_error(statement_timeout_code, "slow").statement_timed_out());
-  EXPECT_FALSE(db_error(2013, "lost").statement_timed_out());
-  EXPECT_TRUE(db_error(1467, "Failed to read auto-increment value").autoincrement_exhausted());
-  EXPECT_FALSE(db_error(1062, "Duplicate entry '1-2-3' for key 'record_type'")
-                   .autoincrement_exhausted());
+// What callers outside the driver ask of an error, by class, never by an engine's
+// number: a guard's row already there, a table missing, a read stopped at its time limit.
+TEST(ErrorClassification, CallersAskByClassNotByNumber) {
+  EXPECT_TRUE(m(1062, "duplicate").duplicate_key());
+  EXPECT_FALSE(m(1213).duplicate_key());
+  EXPECT_TRUE(m(1146).no_such_table());
+  EXPECT_TRUE(m(1969).statement_timed_out());
+  EXPECT_TRUE(db_error(error_class::statement_timeout, "slow").statement_timed_out());
+  EXPECT_FALSE(m(2013).statement_timed_out());
+  EXPECT_EQ(m(1213).native_code(), "1213") << "the engine's own code, for logs";
+  EXPECT_EQ(db_error(error_class::other, "ours").native_code(), "");
+  EXPECT_STREQ(class_name(m(1062, "Duplicate entry 'x' for key 'PRIMARY'").cls()),
+               "duplicate_primary_key");
+}
+
+// The same questions answered for PostgreSQL's SQLSTATEs (db/driver_postgresql.cpp):
+// the same classes, so everything above the driver behaves the same on both engines.
+TEST(ErrorClassification, PostgresqlSqlstatesFallInTheSameClasses) {
+  auto p = [](const char* state) { return postgresql_error(state, "x"); };
+  EXPECT_EQ(p("40P01").kind(), error_kind::deadlock);
+  EXPECT_EQ(p("40001").kind(), error_kind::deadlock) << "a serialization failure is retried";
+  EXPECT_EQ(p("55P03").kind(), error_kind::lock_wait_timeout);
+  for (const char* lost : {"08006", "08003", "57P01", "57P02", "57P03", "53300", "25006"})
+    EXPECT_TRUE(p(lost).connection_lost()) << lost;
+  EXPECT_TRUE(p("23505").duplicate_key());
+  EXPECT_FALSE(p("23505").autoincrement_exhausted());
+  EXPECT_TRUE(p("2200H").autoincrement_exhausted());
+  EXPECT_FALSE(p("2200H").data_error());
+  for (const char* data : {"22003", "22P02", "23502"}) EXPECT_TRUE(p(data).data_error()) << data;
+  EXPECT_TRUE(p("42P01").no_such_table());
+  EXPECT_TRUE(p("57014").statement_timed_out());
+  for (const char* fatal : {"28P01", "42501", "42601", "42703", "3D000", "21000"})
+    EXPECT_TRUE(p(fatal).fatal()) << fatal;
+  for (const char* retried : {"40P01", "08006", "23505", "22003", "XX000"})
+    EXPECT_FALSE(p(retried).fatal()) << retried;
+  EXPECT_EQ(p("XX000").kind(), error_kind::other);
+  EXPECT_EQ(p("40P01").native_code(), "40P01");
 }
 
 }  // namespace

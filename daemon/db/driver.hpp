@@ -1,0 +1,38 @@
+#pragma once
+// What one database connection does, whatever the engine: the seam between db/'s
+// engine-neutral code (connection, the write path, the repositories) and an engine's
+// client library. One implementation per engine (db/driver_mariadb.cpp is the only file
+// that includes <mysql.h>). Failures throw db_error, classified by the driver
+// (db/errors.hpp). Thread-safety: one thread at a time.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace slotted::db {
+
+using result_row = std::vector<std::optional<std::string>>;
+
+class driver {
+ public:
+  virtual ~driver() = default;
+
+  // A statement that returns no rows (any rows it does return are drained).
+  virtual void execute(std::string_view sql) = 0;
+  virtual std::vector<result_row> query(std::string_view sql) = 0;
+  // Rows the last statement changed, as the engine counts them.
+  virtual std::uint64_t affected_rows() const = 0;
+  // The TLS cipher in use, or empty on a plaintext connection.
+  virtual std::string tls_cipher() const = 0;
+  // Whether a transaction is open after the last statement; true when it cannot be told.
+  virtual bool in_transaction() const = 0;
+  // A quoted SQL string literal for `text`, escaped for this connection.
+  virtual std::string quote(std::string_view text) = 0;
+  // The longest statement the server takes, as read at connect.
+  virtual std::size_t max_statement_bytes() const = 0;
+};
+
+}  // namespace slotted::db

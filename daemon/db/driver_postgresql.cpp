@@ -1,0 +1,301 @@
+#include "db/driver_postgresql.hpp"
+
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+namespace slotted::db {
+
+namespace {
+using clock = std::chrono::steady_clock;
+
+const char* sslmode_of(tls_mode mode) {
+  switch (mode) {
+    case tls_mode::disabled:
+      return "disable";
+    case tls_mode::preferred:
+      return "prefer";
+    case tls_mode::required:
+      return "require";
+    case tls_mode::verify_ca:
+      return "verify-ca";
+    case tls_mode::verify_identity:
+      return "verify-full";
+  }
+  return "prefer";
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// SQLSTATEs by class (db/errors.hpp; PostgreSQL's Appendix A).
+error_class class_of(std::string_view s) {
+  if (s == "40P01" || s == "40001") return error_class::deadlock;  // or a serialization failure
+  if (s == "55P03") return error_class::lock_wait_timeout;         // lock_not_available
+  // Connection exceptions; the server shutting down or starting; too many connections;
+  // a standby or a read-only transaction (a replica after a switchover: fail over); a
+  // COMMIT whose outcome is unknown.
+  if (starts_with(s, "08") || s == "57P01" || s == "57P02" || s == "57P03" || s == "53300" ||
+      s == "25006" || s == "40003")
+    return error_class::connection;
+  if (s == "23505") return error_class::duplicate_key;
+  if (s == "2200H") return error_class::sequence_exhausted;
+  // Data exceptions (out of range, overflow, bad text) and a NULL where none may be.
+  if (starts_with(s, "22") || s == "23502") return error_class::data;
+  if (s == "42P01") return error_class::no_such_table;
+  if (s == "57014") return error_class::statement_timeout;  // statement_timeout, cancel
+  // Access denied, bad login, syntax, unknown column, unknown database or schema, and a
+  // key twice in one ON CONFLICT statement (a bug of ours, never fixed by a retry).
+  if (starts_with(s, "28") || starts_with(s, "42") || s == "3D000" || s == "3F000" || s == "21000")
+    return error_class::fatal;
+  return error_class::other;
+}
+
+// A failed connect carries no SQLSTATE, only libpq's message: what an operator must fix
+// is fatal, a TLS failure is tls, the rest is a connection to retry.
+db_error connect_failure(const std::string& message, const connect_options& o) {
+  const std::string text = "connect: " + message;
+  const bool tls_required =
+      o.socket.empty() && o.tls.mode != tls_mode::disabled && o.tls.mode != tls_mode::preferred;
+  if (tls_required && (message.find("SSL") != std::string::npos ||
+                       message.find("certificate") != std::string::npos))
+    return db_error(error_class::tls,
+                    text + " (TLS failed, postgresql.tls.mode " + tls_mode_name(o.tls.mode) +
+                        ": check postgresql.tls.ca_file and the server's certificate)",
+                    "08006");
+  for (const char* words : {"authentication failed", "pg_hba.conf", "does not exist",
+                            "permission denied", "no password supplied"})
+    if (message.find(words) != std::string::npos)
+      return db_error(error_class::fatal, text, "28000");
+  return db_error(error_class::connection, text, "08001");
+}
+
+// Waits until `fd` is ready for `events` or `deadline` passes; false on the deadline.
+bool wait_for(int fd, short events, clock::time_point deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, static_cast<int>(left));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true;  // libpq's next call reports the socket's error
+  }
+}
+
+void ignore_notice(void*, const char*) {}
+
+struct result_deleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using result_ptr = std::unique_ptr<PGresult, result_deleter>;
+
+class postgresql_driver final : public driver {
+ public:
+  explicit postgresql_driver(const connect_options& o);
+  ~postgresql_driver() override { PQfinish(conn_); }
+  postgresql_driver(const postgresql_driver&) = delete;
+  postgresql_driver& operator=(const postgresql_driver&) = delete;
+
+  void execute(std::string_view sql) override { run(sql); }
+  std::vector<result_row> query(std::string_view sql) override;
+  std::uint64_t affected_rows() const override { return affected_; }
+  std::string tls_cipher() const override;
+  bool in_transaction() const override;
+  std::string quote(std::string_view text) override;
+  // PostgreSQL takes a statement of up to 1 GB (its allocation limit); room for the
+  // message header.
+  std::size_t max_statement_bytes() const override { return (std::size_t{1} << 30) - 1024; }
+
+ private:
+  result_ptr run(std::string_view sql);
+  [[noreturn]] void lost(const std::string& what);
+  PGconn* conn_ = nullptr;
+  std::chrono::milliseconds io_timeout_;
+  std::uint64_t affected_ = 0;
+  bool broken_ = false;
+};
+
+postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.io_timeout) {
+  const std::string port = std::to_string(o.port);
+  const bool use_socket = !o.socket.empty();
+  std::vector<const char*> keys, values;
+  auto set = [&](const char* key, const std::string& value) {
+    if (value.empty()) return;
+    keys.push_back(key);
+    values.push_back(value.c_str());
+  };
+  set("host", use_socket ? o.socket : o.host);
+  set("port", port);
+  set("user", o.user);
+  set("password", o.password);
+  set("dbname", o.database);
+  const std::string sslmode = use_socket ? "disable" : sslmode_of(o.tls.mode);
+  set("sslmode", sslmode);
+  if (!use_socket) {
+    set("sslrootcert", o.tls.ca_file);
+    set("sslcert", o.tls.cert_file);
+    set("sslkey", o.tls.key_file);
+  }
+  const std::string encoding = "UTF8", name = "slotted-counterd";
+  set("client_encoding", encoding);
+  set("application_name", name);
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+
+  conn_ = PQconnectStartParams(keys.data(), values.data(), 0);
+  if (conn_ == nullptr) throw db_error(error_class::other, "connect: libpq is out of memory");
+  // Our own deadline: libpq's connect_timeout counts whole seconds, at least 2.
+  const auto deadline = clock::now() + o.connect_timeout;
+  PostgresPollingStatusType state =
+      PQstatus(conn_) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+  while (state != PGRES_POLLING_OK) {
+    if (state == PGRES_POLLING_FAILED) {
+      const db_error e = connect_failure(PQerrorMessage(conn_), o);
+      PQfinish(conn_);
+      throw e;
+    }
+    if (!wait_for(PQsocket(conn_), state == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline)) {
+      PQfinish(conn_);
+      throw db_error(
+          error_class::connection,
+          "connect: no answer within " + std::to_string(o.connect_timeout.count()) + " ms",
+          "08001");
+    }
+    state = PQconnectPoll(conn_);
+  }
+  // libpq would print the server's notices ("relation already exists, skipping") on
+  // stderr.
+  PQsetNoticeProcessor(conn_, ignore_notice, nullptr);
+  try {
+    char* schema = PQescapeIdentifier(conn_, o.schema.data(), o.schema.size());
+    if (schema == nullptr) throw db_error(error_class::fatal, "connect: a bad schema name");
+    const std::string path = std::string("SET search_path TO ") + schema;
+    PQfreemem(schema);
+    // UTC, as MariaDB's sessions (db/sql.hpp session_setup); READ COMMITTED, the default,
+    // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do.
+    run("SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
+        "READ COMMITTED; SET lock_timeout = '50s'; " +
+        path);
+  } catch (...) {
+    PQfinish(conn_);
+    throw;
+  }
+}
+
+void postgresql_driver::lost(const std::string& what) {
+  broken_ = true;
+  std::string message = PQerrorMessage(conn_);
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  throw db_error(error_class::connection, what + ": " + message, "08006");
+}
+
+result_ptr postgresql_driver::run(std::string_view sql) {
+  if (broken_) throw db_error(error_class::connection, "query: the connection was lost", "08006");
+  const std::string text(sql);
+  if (PQsendQuery(conn_, text.c_str()) == 0) lost("query");
+  const auto deadline = clock::now() + io_timeout_;
+  const int fd = PQsocket(conn_);
+  // The non-blocking send: what is left goes out as the server reads.
+  for (int r; (r = PQflush(conn_)) != 0;) {
+    if (r < 0) lost("query");
+    if (!wait_for(fd, POLLOUT | POLLIN, deadline)) lost("query: timed out sending");
+    if (PQconsumeInput(conn_) == 0) lost("query");
+  }
+  result_ptr last, error;
+  for (;;) {
+    while (PQisBusy(conn_) != 0) {
+      if (!wait_for(fd, POLLIN, deadline)) {
+        broken_ = true;
+        throw db_error(error_class::connection,
+                       "query: no answer within " + std::to_string(io_timeout_.count()) + " ms",
+                       "08006");
+      }
+      if (PQconsumeInput(conn_) == 0) lost("query");
+    }
+    result_ptr r(PQgetResult(conn_));
+    if (r == nullptr) break;
+    const auto status = PQresultStatus(r.get());
+    if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE ||
+        status == PGRES_NONFATAL_ERROR) {
+      if (error == nullptr) error = std::move(r);
+    } else {
+      last = std::move(r);
+    }
+  }
+  if (error != nullptr) {
+    const char* state = PQresultErrorField(error.get(), PG_DIAG_SQLSTATE);
+    std::string message = PQresultErrorMessage(error.get());
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    // No SQLSTATE, or a connection libpq now reports bad: the server went away.
+    if (state == nullptr || PQstatus(conn_) == CONNECTION_BAD) {
+      broken_ = true;
+      throw db_error(error_class::connection, "query: " + message, state ? state : "08006");
+    }
+    throw postgresql_error(state, "query: " + message);
+  }
+  affected_ = 0;
+  if (last != nullptr) {
+    const char* tuples = PQcmdTuples(last.get());
+    if (tuples != nullptr && *tuples != '\0') affected_ = std::stoull(tuples);
+    // A COMMIT of a transaction that had failed answers ROLLBACK without an error: say it.
+    if (std::string_view(PQcmdStatus(last.get())) == "ROLLBACK" &&
+        (starts_with(sql, "COMMIT") || starts_with(sql, "commit")))
+      throw db_error(error_class::other,
+                     "query: COMMIT rolled back: the transaction had failed before it", "25P02");
+  }
+  return last;
+}
+
+std::vector<result_row> postgresql_driver::query(std::string_view sql) {
+  const result_ptr r = run(sql);
+  std::vector<result_row> rows;
+  if (r == nullptr || PQresultStatus(r.get()) != PGRES_TUPLES_OK) return rows;
+  const int n = PQntuples(r.get()), fields = PQnfields(r.get());
+  rows.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    result_row out(static_cast<std::size_t>(fields));
+    for (int f = 0; f < fields; ++f) {
+      if (PQgetisnull(r.get(), i, f) == 0)
+        out[static_cast<std::size_t>(f)] = std::string(
+            PQgetvalue(r.get(), i, f), static_cast<std::size_t>(PQgetlength(r.get(), i, f)));
+    }
+    rows.push_back(std::move(out));
+  }
+  return rows;
+}
+
+std::string postgresql_driver::tls_cipher() const {
+  if (PQsslInUse(conn_) == 0) return {};
+  const char* cipher = PQsslAttribute(conn_, "cipher");
+  return cipher == nullptr ? std::string() : std::string(cipher);
+}
+
+bool postgresql_driver::in_transaction() const {
+  return broken_ || PQtransactionStatus(conn_) != PQTRANS_IDLE;
+}
+
+std::string postgresql_driver::quote(std::string_view text) {
+  char* quoted = PQescapeLiteral(conn_, text.data(), text.size());
+  if (quoted == nullptr)
+    throw db_error(error_class::data, std::string("quote: ") + PQerrorMessage(conn_));
+  std::string out(quoted);
+  PQfreemem(quoted);
+  return out;
+}
+}  // namespace
+
+db_error postgresql_error(std::string_view sqlstate, const std::string& message) {
+  return db_error(class_of(sqlstate), message, std::string(sqlstate));
+}
+
+std::unique_ptr<driver> connect_postgresql(const connect_options& options) {
+  return std::make_unique<postgresql_driver>(options);
+}
+
+}  // namespace slotted::db

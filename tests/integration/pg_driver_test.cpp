@@ -1,0 +1,259 @@
+// The PostgreSQL driver (db/driver_postgresql.hpp) against the PostgreSQL 15 the suite
+// starts: statements and rows over the socket and TCP, the session it sets up, each
+// error class provoked for real, and every wait bounded (a server that goes away, one
+// that never answers a statement, one that never answers a connect).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "db/connection.hpp"
+#include "support/postgres_server.hpp"
+
+namespace slotted::db {
+namespace {
+
+using namespace std::chrono_literals;
+
+connect_options pg_options(const test::postgres_server& pg, const std::string& database,
+                           bool tcp = false) {
+  connect_options o;
+  o.kind = engine::postgresql;
+  o.user = "postgres";
+  o.database = database;
+  o.port = pg.port();
+  if (tcp) {
+    o.host = "127.0.0.1";
+    o.tls.mode = tls_mode::disabled;
+  } else {
+    o.socket = pg.socket_dir();
+  }
+  o.connect_timeout = 5s;
+  o.io_timeout = 20s;
+  return o;
+}
+
+// The error `work` throws, or nullopt when it throws none.
+std::optional<db_error> error_of(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const db_error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+class PgDriver : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_POSTGRESQL();
+    pg_ = &test::shared_postgres();
+    database_ = pg_->create_database();
+  }
+  connection connect(bool tcp = false) { return connection(pg_options(*pg_, database_, tcp)); }
+
+  test::postgres_server* pg_ = nullptr;
+  std::string database_;
+};
+
+TEST_F(PgDriver, RunsStatementsAndReadsRowsOverItsSocketAndTcp) {
+  auto c = connect();
+  c.execute("CREATE TABLE t (id bigint PRIMARY KEY, n bigint NOT NULL, s text)");
+  const std::string odd = "it's a \\ back'slash, \"quoted\"";
+  c.execute("INSERT INTO t VALUES (1, 5, NULL), (2, 7, " + c.quote(odd) + ")");
+  EXPECT_EQ(c.affected_rows(), 2u);
+  const auto rows = c.query("SELECT id, n, s FROM t ORDER BY id");
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows[0].size(), 3u);
+  EXPECT_EQ(rows[0][1], "5");
+  EXPECT_FALSE(rows[0][2].has_value()) << "NULL is not the empty string";
+  EXPECT_EQ(rows[1][2], odd) << "quote() round-trips quotes and backslashes";
+  c.execute("INSERT INTO t VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = t.n + EXCLUDED.n");
+  EXPECT_EQ(c.affected_rows(), 1u);
+  EXPECT_EQ(c.query("SELECT n FROM t WHERE id = 1")[0][0], "6");
+  EXPECT_TRUE(c.query("SELECT n FROM t WHERE id = 3").empty());
+  // The session: UTC, the schema on the search_path, lock waits bounded.
+  EXPECT_EQ(c.query("SHOW TIME ZONE")[0][0], "UTC");
+  EXPECT_EQ(c.query("SHOW lock_timeout")[0][0], "50s");
+  EXPECT_EQ(c.query("SELECT current_schema()")[0][0], "public");
+
+  auto tcp = connect(true);
+  EXPECT_EQ(tcp.query("SELECT sum(n) FROM t")[0][0], "13");
+  EXPECT_TRUE(tcp.tls_cipher().empty()) << "tls.mode disabled";
+
+  EXPECT_FALSE(c.in_transaction());
+  c.execute("START TRANSACTION");
+  EXPECT_TRUE(c.in_transaction());
+  c.execute("COMMIT");
+  EXPECT_FALSE(c.in_transaction());
+}
+
+TEST_F(PgDriver, TablesAreFoundInTheConfiguredSchema) {
+  connect().execute("CREATE SCHEMA counters; CREATE TABLE counters.t (n bigint)");
+  auto o = pg_options(*pg_, database_);
+  o.schema = "counters";
+  connection c(o);
+  c.execute("INSERT INTO t VALUES (3)");
+  EXPECT_EQ(connect().query("SELECT n FROM counters.t")[0][0], "3");
+  o.schema = "no \"such\" schema";
+  connection odd(o);  // quoted as an identifier: nothing is injected, nothing is found
+  const auto e = error_of([&] { odd.query("SELECT n FROM t"); });
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->no_such_table()) << e->what();
+}
+
+TEST_F(PgDriver, ErrorsComeClassifiedBySqlstateAndLeaveTheConnectionUsable) {
+  auto c = connect();
+  c.execute("CREATE TABLE t (id bigint PRIMARY KEY, n bigint NOT NULL)");
+  c.execute("INSERT INTO t VALUES (1, 9223372036854775000)");
+  const auto dup = error_of([&] { c.execute("INSERT INTO t VALUES (1, 0)"); });
+  ASSERT_TRUE(dup);
+  EXPECT_TRUE(dup->duplicate_key()) << dup->what();
+  EXPECT_FALSE(dup->autoincrement_exhausted());
+  EXPECT_EQ(dup->native_code(), "23505");
+
+  const auto overflow = error_of([&] { c.execute("UPDATE t SET n = n + 1000"); });
+  ASSERT_TRUE(overflow);
+  EXPECT_TRUE(overflow->data_error()) << overflow->what();
+  const auto null = error_of([&] { c.execute("INSERT INTO t VALUES (2, NULL)"); });
+  ASSERT_TRUE(null);
+  EXPECT_TRUE(null->data_error()) << null->what();
+
+  const auto missing = error_of([&] { c.query("SELECT 1 FROM no_such_table"); });
+  ASSERT_TRUE(missing);
+  EXPECT_TRUE(missing->no_such_table());
+  EXPECT_TRUE(missing->fatal());
+  const auto syntax = error_of([&] { c.execute("SELEC 1"); });
+  ASSERT_TRUE(syntax);
+  EXPECT_TRUE(syntax->fatal());
+  const auto twice = error_of([&] {
+    c.execute("INSERT INTO t VALUES (5, 1), (5, 2) ON CONFLICT (id) DO UPDATE SET n = 0");
+  });
+  ASSERT_TRUE(twice);
+  EXPECT_TRUE(twice->fatal()) << "a key twice in one upsert is a bug, never retried";
+
+  c.execute("CREATE SEQUENCE s MAXVALUE 2");
+  c.query("SELECT nextval('s')");
+  c.query("SELECT nextval('s')");
+  const auto exhausted = error_of([&] { c.query("SELECT nextval('s')"); });
+  ASSERT_TRUE(exhausted);
+  EXPECT_TRUE(exhausted->autoincrement_exhausted()) << exhausted->what();
+
+  c.execute("SET statement_timeout = '50ms'");
+  const auto slow = error_of([&] { c.query("SELECT pg_sleep(5)"); });
+  ASSERT_TRUE(slow);
+  EXPECT_TRUE(slow->statement_timed_out()) << slow->what();
+  EXPECT_FALSE(slow->connection_lost());
+  c.execute("RESET statement_timeout");
+
+  // A transaction that failed: its COMMIT answers ROLLBACK, which must not pass for a
+  // commit.
+  c.execute("START TRANSACTION");
+  c.execute("INSERT INTO t VALUES (3, 3)");
+  EXPECT_TRUE(error_of([&] { c.execute("INSERT INTO t VALUES (1, 0)"); }));
+  const auto commit = error_of([&] { c.execute("COMMIT"); });
+  ASSERT_TRUE(commit) << "a COMMIT that rolled back was taken for a commit";
+  EXPECT_FALSE(commit->connection_lost());
+  EXPECT_FALSE(c.in_transaction());
+  EXPECT_EQ(c.query("SELECT count(*) FROM t")[0][0], "1") << "nothing of it was kept";
+}
+
+TEST_F(PgDriver, ADeadlockAndALockWaitAreRetryableKinds) {
+  auto a = connect(), b = connect();
+  a.execute("CREATE TABLE t (id bigint PRIMARY KEY, n bigint NOT NULL)");
+  a.execute("INSERT INTO t VALUES (1, 0), (2, 0)");
+  a.execute("START TRANSACTION");
+  a.execute("UPDATE t SET n = 1 WHERE id = 1");
+  b.execute("START TRANSACTION");
+  b.execute("SET LOCAL lock_timeout = '100ms'");
+  const auto wait = error_of([&] { b.execute("UPDATE t SET n = 2 WHERE id = 1"); });
+  ASSERT_TRUE(wait);
+  EXPECT_EQ(wait->kind(), error_kind::lock_wait_timeout) << wait->what();
+  b.execute("ROLLBACK");
+
+  b.execute("START TRANSACTION");
+  b.execute("UPDATE t SET n = 2 WHERE id = 2");
+  // The victim's transaction holds its locks until its ROLLBACK: each side ends its own.
+  std::optional<db_error> in_a;
+  std::thread waiter([&] {
+    in_a = error_of([&] { a.execute("UPDATE t SET n = 1 WHERE id = 2"); });
+    if (in_a) a.execute("ROLLBACK");
+  });
+  // One of the two is chosen as the victim once deadlock_timeout (1 s) passes.
+  const auto in_b = error_of([&] { b.execute("UPDATE t SET n = 2 WHERE id = 1"); });
+  b.execute(in_b ? "ROLLBACK" : "COMMIT");
+  waiter.join();
+  if (!in_a) a.execute("COMMIT");
+  ASSERT_NE(in_a.has_value(), in_b.has_value()) << "exactly one victim";
+  const db_error& victim = in_a ? *in_a : *in_b;
+  EXPECT_EQ(victim.kind(), error_kind::deadlock) << victim.what();
+  EXPECT_EQ(victim.native_code(), "40P01");
+}
+
+TEST_F(PgDriver, AServerThatGoesAwayOrFallsSilentEndsAsALostConnection) {
+  auto c = connect();
+  const auto pid = c.query("SELECT pg_backend_pid()")[0][0].value();
+  connect().query("SELECT pg_terminate_backend(" + pid + ")");
+  const auto gone = error_of([&] { c.query("SELECT 1"); });
+  ASSERT_TRUE(gone);
+  EXPECT_TRUE(gone->connection_lost()) << gone->what();
+  const auto again = error_of([&] { c.query("SELECT 1"); });
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->connection_lost()) << "a lost connection stays lost";
+
+  // A statement that never answers: ended by io_timeout, not by the server.
+  auto o = pg_options(*pg_, database_);
+  o.io_timeout = 300ms;
+  connection slow(o);
+  const auto started = std::chrono::steady_clock::now();
+  const auto silent = error_of([&] { slow.query("SELECT pg_sleep(20)"); });
+  ASSERT_TRUE(silent);
+  EXPECT_TRUE(silent->connection_lost()) << silent->what();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 15s) << "waited for the server";
+}
+
+TEST_F(PgDriver, AConnectIsBoundedAndSaysWhetherToRetry) {
+  // A peer that takes the TCP connection and never speaks: our deadline ends it.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto o = pg_options(*pg_, database_, true);
+  o.port = ntohs(addr.sin_port);
+  o.connect_timeout = 300ms;
+  const auto started = std::chrono::steady_clock::now();
+  const auto mute = error_of([&] { connection c(o); });
+  ::close(fd);
+  ASSERT_TRUE(mute);
+  EXPECT_TRUE(mute->connection_lost()) << mute->what();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 15s);
+
+  // Nothing listening: retried. An unknown role or database: the operator's to fix.
+  const auto refused = error_of([&] { connection c(o); });
+  ASSERT_TRUE(refused);
+  EXPECT_TRUE(refused->connection_lost()) << refused->what();
+  auto role = pg_options(*pg_, database_);
+  role.user = "nobody_here";
+  const auto denied = error_of([&] { connection c(role); });
+  ASSERT_TRUE(denied);
+  EXPECT_TRUE(denied->fatal()) << denied->what();
+  auto db = pg_options(*pg_, "no_such_database");
+  const auto unknown = error_of([&] { connection c(db); });
+  ASSERT_TRUE(unknown);
+  EXPECT_TRUE(unknown->fatal()) << unknown->what();
+}
+
+}  // namespace
+}  // namespace slotted::db
