@@ -1,5 +1,6 @@
 #include "db/connection.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "db/driver_mariadb.hpp"
@@ -65,6 +66,13 @@ std::string connection::tls_cipher() const {
 
 std::string connection::quote(std::string_view text) {
   return driver_->quote(text);
+}
+
+std::vector<result_row> connection::query_limited(std::string_view select,
+                                                  std::chrono::milliseconds limit) {
+  check_size(select);
+  using std::chrono::milliseconds;
+  return driver_->query_limited(select, std::clamp(limit, milliseconds(1), read_time_limit));
 }
 
 bool connection::in_transaction() const {

@@ -67,6 +67,11 @@ struct connect_options {
   std::vector<endpoint> hosts;
 };
 
+// The longest a read of an HTTP request (a many-counter read, a top-N statement) runs
+// before the server stops it (error_class::statement_timeout): it never holds a
+// connection of the flushes' pool for long.
+inline constexpr std::chrono::milliseconds read_time_limit{5000};
+
 // Once per process, before any thread uses a connection. Returns false on failure.
 bool initialize_client_library();
 
@@ -96,6 +101,13 @@ class connection {
 
   // A quoted SQL string literal for `text` ('...'), escaped for this connection.
   std::string quote(std::string_view text);
+  // What the engine's driver does its own way (db/driver.hpp). query_limited cuts
+  // `select` at `limit`, at least 1 ms and at most read_time_limit.
+  std::vector<result_row> query_limited(std::string_view select,
+                                        std::chrono::milliseconds limit = read_time_limit);
+  void ping() { driver_->ping(); }
+  void require_writable() { driver_->require_writable(); }
+  void begin_read_snapshot() { driver_->begin_read_snapshot(); }
 
   // The longest statement this connection sends: the server's max_allowed_packet as
   // read at connect, less room for the packet's header. A server refuses a longer one

@@ -5,6 +5,7 @@
 // that includes <mysql.h>). Failures throw db_error, classified by the driver
 // (db/errors.hpp). Thread-safety: one thread at a time.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -33,6 +34,19 @@ class driver {
   virtual std::string quote(std::string_view text) = 0;
   // The longest statement the server takes, as read at connect.
   virtual std::size_t max_statement_bytes() const = 0;
+
+  // `select`, stopped by the server after `limit` (error_class::statement_timeout); the
+  // session's own limit is unchanged afterwards.
+  virtual std::vector<result_row> query_limited(std::string_view select,
+                                                std::chrono::milliseconds limit) = 0;
+  // A round trip that proves the connection alive and touches no table.
+  virtual void ping() = 0;
+  // Throws a db_error of error_class::connection when this server cannot take writes
+  // now (read-only, a standby, a Galera node not Synced), so that the failover connector
+  // moves on; on a Galera node, also makes reads wait for what the cluster committed.
+  virtual void require_writable() = 0;
+  // Starts a read-only transaction whose reads all see one snapshot (ended by COMMIT).
+  virtual void begin_read_snapshot() = 0;
 };
 
 }  // namespace slotted::db

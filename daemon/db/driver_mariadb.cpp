@@ -4,7 +4,10 @@
 #include <mysql.h>
 #include <mysqld_error.h>
 
+#include <map>
+
 #include "db/sql.hpp"
+#include "db/sql_text.hpp"
 
 namespace slotted::db {
 
@@ -130,6 +133,16 @@ class mariadb_driver final : public driver {
   bool in_transaction() const override;
   std::string quote(std::string_view text) override;
   std::size_t max_statement_bytes() const override { return max_statement_; }
+  std::vector<result_row> query_limited(std::string_view select,
+                                        std::chrono::milliseconds limit) override {
+    return query(sql_text::time_limited(select, limit.count()));
+  }
+  void ping() override { execute(ping_statement); }
+  void require_writable() override;
+  void begin_read_snapshot() override {
+    execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");
+  }
 
  private:
   [[noreturn]] void fail(std::string_view what);
@@ -231,6 +244,41 @@ std::string mariadb_driver::quote(std::string_view text) {
   out.resize(n + 1);
   out.push_back('\'');
   return out;
+}
+
+// Read-only (a replica after a switchover), or a Galera node that is not Synced and
+// ready or rejects queries (wsrep_reject_queries): a host to move on from. Sets causal
+// reads (wsrep_sync_wait=1) on Galera nodes, so a read after a failover sees what the
+// cluster committed.
+void mariadb_driver::require_writable() {
+  std::map<std::string, std::string> v;
+  try {
+    // Variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
+    // a server built with Galera, and wsrep_local_state only while a provider is
+    // loaded (a plain MariaDB reports wsrep_ready OFF, so that alone says nothing).
+    for (const char* sql : node_state_selects) {
+      for (const auto& row : query(sql))
+        if (row.size() >= 2 && row[0] && row[1]) v[*row[0]] = *row[1];
+    }
+  } catch (const db_error& e) {
+    // A proxy in front of the servers (Vitess) may not answer these; its own routing
+    // then decides where writes go.
+    if (e.connection_lost()) throw;
+    return;
+  }
+  if (v["read_only"] == "ON")
+    throw db_error(error_class::connection, "the server is read-only; treated as unreachable");
+  const auto state = v.find("wsrep_local_state");
+  if (state == v.end()) return;  // not a Galera node
+  const std::string& reject = v["wsrep_reject_queries"];
+  if (v["wsrep_ready"] != "ON" || state->second != "4" || (!reject.empty() && reject != "NONE")) {
+    throw db_error(error_class::connection,
+                   "the Galera node is not ready (wsrep_ready=" + v["wsrep_ready"] +
+                       ", wsrep_local_state=" + state->second + " " +
+                       v["wsrep_local_state_comment"] + ", wsrep_reject_queries=" + reject +
+                       "); treated as unreachable");
+  }
+  execute(galera_sync_reads);
 }
 
 bool mariadb_driver::in_transaction() const {

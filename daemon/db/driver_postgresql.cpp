@@ -111,6 +111,19 @@ class postgresql_driver final : public driver {
   // PostgreSQL takes a statement of up to 1 GB (its allocation limit); room for the
   // message header.
   std::size_t max_statement_bytes() const override { return (std::size_t{1} << 30) - 1024; }
+  // One string, so one implicit transaction (or within the caller's): when `select`
+  // fails, the SET is rolled back with it; when it succeeds, RESET undoes it.
+  std::vector<result_row> query_limited(std::string_view select,
+                                        std::chrono::milliseconds limit) override {
+    std::string sql = "SET statement_timeout = " + std::to_string(limit.count()) + "; ";
+    sql.append(select).append("; RESET statement_timeout");
+    return query(sql);
+  }
+  void ping() override { run("SELECT 1"); }
+  void require_writable() override;
+  void begin_read_snapshot() override {
+    run("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+  }
 
  private:
   result_ptr run(std::string_view sql);
@@ -207,7 +220,7 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     if (!wait_for(fd, POLLOUT | POLLIN, deadline)) lost("query: timed out sending");
     if (PQconsumeInput(conn_) == 0) lost("query");
   }
-  result_ptr last, error;
+  result_ptr last, rows, error;  // the last result, the last with rows, the first error
   for (;;) {
     while (PQisBusy(conn_) != 0) {
       if (!wait_for(fd, POLLIN, deadline)) {
@@ -224,6 +237,9 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE ||
         status == PGRES_NONFATAL_ERROR) {
       if (error == nullptr) error = std::move(r);
+    } else if (status == PGRES_TUPLES_OK) {
+      rows = std::move(r);
+      last.reset();
     } else {
       last = std::move(r);
     }
@@ -249,7 +265,7 @@ result_ptr postgresql_driver::run(std::string_view sql) {
       throw db_error(error_class::other,
                      "query: COMMIT rolled back: the transaction had failed before it", "25P02");
   }
-  return last;
+  return rows != nullptr ? std::move(rows) : std::move(last);
 }
 
 std::vector<result_row> postgresql_driver::query(std::string_view sql) {
@@ -274,6 +290,24 @@ std::string postgresql_driver::tls_cipher() const {
   if (PQsslInUse(conn_) == 0) return {};
   const char* cipher = PQsslAttribute(conn_, "cipher");
   return cipher == nullptr ? std::string() : std::string(cipher);
+}
+
+// A standby (pg_is_in_recovery) or a server whose sessions start read-only
+// (default_transaction_read_only, as after a switchover that fenced the old primary).
+void postgresql_driver::require_writable() {
+  const result_ptr r =
+      run("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), "
+          "current_setting('transaction_read_only')");
+  if (r == nullptr || PQntuples(r.get()) != 1 || PQnfields(r.get()) != 3) return;
+  const std::string_view recovery = PQgetvalue(r.get(), 0, 0);
+  const std::string_view read_only = PQgetvalue(r.get(), 0, 1);
+  const std::string_view now = PQgetvalue(r.get(), 0, 2);
+  if (recovery == "t")
+    throw db_error(error_class::connection, "the server is a standby; treated as unreachable",
+                   "25006");
+  if (read_only == "on" || now == "on")
+    throw db_error(error_class::connection, "the server is read-only; treated as unreachable",
+                   "25006");
 }
 
 bool postgresql_driver::in_transaction() const {

@@ -1,42 +1,8 @@
 #include "db/pool.hpp"
 
-#include <map>
-
 #include "db/errors.hpp"
-#include "db/sql.hpp"
 
 namespace slotted::db {
-
-void require_ready_node(connection& conn) {
-  std::map<std::string, std::string> v;
-  try {
-    // Variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
-    // a server built with Galera, and wsrep_local_state only while a provider is
-    // loaded (a plain MariaDB reports wsrep_ready OFF, so that alone says nothing).
-    for (const char* sql : node_state_selects) {
-      for (const auto& row : conn.query(sql))
-        if (row.size() >= 2 && row[0] && row[1]) v[*row[0]] = *row[1];
-    }
-  } catch (const db_error& e) {
-    // A proxy in front of the servers (Vitess) may not answer these; its own routing
-    // then decides where writes go.
-    if (e.connection_lost()) throw;
-    return;
-  }
-  if (v["read_only"] == "ON")
-    throw db_error(error_class::connection, "the server is read-only; treated as unreachable");
-  const auto state = v.find("wsrep_local_state");
-  if (state == v.end()) return;  // not a Galera node
-  const std::string& reject = v["wsrep_reject_queries"];
-  if (v["wsrep_ready"] != "ON" || state->second != "4" || (!reject.empty() && reject != "NONE")) {
-    throw db_error(error_class::connection,
-                   "the Galera node is not ready (wsrep_ready=" + v["wsrep_ready"] +
-                       ", wsrep_local_state=" + state->second + " " +
-                       v["wsrep_local_state_comment"] + ", wsrep_reject_queries=" + reject +
-                       "); treated as unreachable");
-  }
-  conn.execute(galera_sync_reads);
-}
 
 failover_connector::failover_connector(connect_options options) : options_(std::move(options)) {
   if (!options_.socket.empty()) {
@@ -55,7 +21,7 @@ connection failover_connector::connect_to(std::size_t index) {
     o.port = options_.hosts[index].port;
   }
   connection conn(o);
-  require_ready_node(conn);
+  conn.require_writable();
   return conn;
 }
 

@@ -68,12 +68,6 @@ class failover_connector {
   std::function<void(std::size_t)> on_change_;
 };
 
-// Throws a connection-kind db_error when the server cannot take writes now: read-only
-// (1836), or a Galera node that is not Synced and ready or rejects queries
-// (wsrep_reject_queries, 1047). Sets causal reads (wsrep_sync_wait=1) on Galera nodes,
-// so a read after a failover sees what the cluster committed.
-void require_ready_node(connection& conn);
-
 class pool {
  public:
   class lease {

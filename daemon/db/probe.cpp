@@ -1,7 +1,6 @@
 #include "db/probe.hpp"
 
 #include "db/errors.hpp"
-#include "db/sql.hpp"
 #include "util/log.hpp"
 
 namespace slotted::db {
@@ -43,7 +42,7 @@ bool probe::attempt() {
     const auto started = std::chrono::steady_clock::now();
     try {
       if (!conn_) conn_.emplace(connector_.connect().conn);
-      conn_->execute(ping);
+      conn_->ping();
       report_(true);
       return true;
     } catch (const db_error& e) {

@@ -4,11 +4,12 @@
 // notices a dead database while the flusher is idle between long flush intervals.
 //
 // Each attempt connects if needed (through its own failover_connector: mysql.hosts are
-// tried as the pool tries them, so "reachable" means some host is usable) and runs `DO 1`;
-// `report(true|false)` is called on the probe's thread after every attempt. A kept
-// connection that fails at once (closed by the server or a proxy) is retried once on a
-// fresh connection before reporting false. A statement or a connect is bounded by
-// `period` (at least 1 s), so a silent peer cannot stall the probe.
+// tried as the pool tries them, so "reachable" means some host is usable) and pings it
+// (`DO 1` on MariaDB, `SELECT 1` on PostgreSQL); `report(true|false)` is called on the
+// probe's thread after every attempt. A kept connection that fails at once (closed by
+// the server or a proxy) is retried once on a fresh connection before reporting false.
+// A statement or a connect is bounded by `period` (at least 1 s), so a silent peer
+// cannot stall the probe.
 // Thread-safety: start() and stop() from one owner.
 
 #include <chrono>

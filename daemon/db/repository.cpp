@@ -325,8 +325,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_counts(
     std::span<const std::uint64_t> record_ids) {
   std::vector<std::pair<std::uint64_t, __int128>> out;
   if (record_ids.empty()) return out;
-  const auto select = sql_text::time_limited(select_counts(table, record_type, record_ids));
-  for (const auto& row : conn.query(select)) {
+  for (const auto& row : conn.query_limited(select_counts(table, record_type, record_ids))) {
     if (!row[0]) continue;
     out.emplace_back(std::stoull(*row[0]), slot_count(row[1]));
   }

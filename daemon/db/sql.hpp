@@ -41,7 +41,7 @@ inline constexpr const char* start_transaction = "START TRANSACTION";
 inline constexpr const char* commit = "COMMIT";
 inline constexpr const char* rollback = "ROLLBACK";
 // A round trip that proves the connection alive and touches no table.
-inline constexpr const char* ping = "DO 1";
+inline constexpr const char* ping_statement = "DO 1";
 // Sent on every new connection, in this order:
 inline constexpr const char* session_setup[] = {
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
@@ -58,7 +58,7 @@ inline constexpr const char* session_setup[] = {
     // after the first was past a window of 24 h and counted twice.
     "SET SESSION time_zone = '+00:00'",
 };
-// Whether a node may take writes (db/pool.cpp require_ready_node), as (name, value)
+// Whether a node may take writes (db/driver_mariadb.cpp require_writable), as (name, value)
 // rows: variables and status any MySQL or MariaDB answers; the wsrep ones exist only on
 // a server built with Galera.
 inline constexpr const char* node_state_selects[] = {

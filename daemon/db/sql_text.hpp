@@ -92,20 +92,10 @@ inline std::string num(__int128 v) {
   return util::decimal(v);
 }
 
-// `select`, cut by the server after read_time_limit_s seconds (MariaDB's
-// max_statement_time, error_class::statement_timeout, db/top.hpp): a read of an HTTP
-// request (a many-counter read, a top-N) never holds a connection of the flushes' pool
-// for long.
-inline constexpr int read_time_limit_s = 5;
-inline std::string time_limited(std::string_view select) {
-  std::string sql = "SET STATEMENT max_statement_time = ";
-  sql.append(std::to_string(read_time_limit_s)).append(" FOR ").append(select);
-  return sql;
-}
-// The same cut after `ms` milliseconds (at least 1), when less than read_time_limit_s is
-// left of a bound on several statements.
+// MariaDB's text of connection::query_limited: `select`, cut by the server after `ms`
+// milliseconds (at least 1, at most 5 s; max_statement_time, error 1969).
 inline std::string time_limited(std::string_view select, std::int64_t ms) {
-  ms = std::clamp<std::int64_t>(ms, 1, std::int64_t{read_time_limit_s} * 1000);
+  ms = std::clamp<std::int64_t>(ms, 1, 5000);
   std::string sql = "SET STATEMENT max_statement_time = ";
   sql.append(std::to_string(ms / 1000)).append(".");
   const std::string frac = std::to_string(1000 + ms % 1000);  // three digits

@@ -15,7 +15,6 @@
 namespace slotted::db {
 
 using sql_text::num;
-using sql_text::time_limited;
 
 namespace {
 
@@ -137,11 +136,11 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
   std::vector<std::pair<std::uint64_t, __int128>> out;
   const auto read = [&](std::string_view sign) {
     if (out.size() >= limit) return;
-    for (const auto& row : conn.query(time_limited(
+    for (const auto& row : conn.query_limited(
              "SELECT `record_id`, `count` FROM " + quote_identifier(totals_table(table)) +
              " FORCE INDEX (`by_count`) WHERE `record_type` = " + num(record_type) +
              " AND `count` " + std::string(sign) + " 0 ORDER BY `count` DESC, `record_id` LIMIT " +
-             num(std::uint64_t{limit - out.size()})))) {
+             num(std::uint64_t{limit - out.size()}))) {
       out.emplace_back(id_of(row[0]), decimal_of(row[1]));
     }
   };
@@ -232,19 +231,18 @@ class read_budget {
                        "records, the largest ones changing from bucket to bucket)");
   }
   std::size_t sum_rows_left() const { return max_sum_rows_ - std::min(max_sum_rows_, sum_rows_); }
-  // `select` cut at the time left; past the deadline a db_error of
+  // The time left, each statement's limit; past the deadline a db_error of
   // error_class::statement_timeout (answered as read_timed_out), before the statement runs.
-  std::string timed(std::string_view select) const {
+  std::chrono::milliseconds left() const {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          deadline_ - std::chrono::steady_clock::now())
-                          .count();
-    if (left <= 0) {
+        deadline_ - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
       std::string why = "this top-N ran past its ";
       why += std::to_string(max_top_time.count());
       why += " s bound; ask for a shorter range, a coarser granularity or a smaller limit";
       throw db_error(error_class::statement_timeout, why);
     }
-    return time_limited(select, left);
+    return left;
   }
   static top_too_costly too_costly(std::size_t bound, std::string_view what) {
     std::string why = "this top-N would read more than " + std::to_string(bound);
@@ -279,11 +277,12 @@ void sum_over_range(connection& conn, const std::string& bt, store::granularity 
     }
     at += n;
     std::size_t rows = 0;
-    for (const auto& row : conn.query(
-             budget.timed("SELECT `record_id`, SUM(`count`), COUNT(*) FROM " + bt +
-                          " WHERE `record_type` = " + num(record_type) + " AND `record_id` IN (" +
-                          ids + ") AND `bucket` BETWEEN " + bucket_literal(g, from) + " AND " +
-                          bucket_literal(g, to) + " GROUP BY `record_id`"))) {
+    for (const auto& row : conn.query_limited(
+             "SELECT `record_id`, SUM(`count`), COUNT(*) FROM " + bt +
+                 " WHERE `record_type` = " + num(record_type) + " AND `record_id` IN (" + ids +
+                 ") AND `bucket` BETWEEN " + bucket_literal(g, from) + " AND " +
+                 bucket_literal(g, to) + " GROUP BY `record_id`",
+             budget.left())) {
       sums[id_of(row[0])] = decimal_of(row[1]);
       rows += static_cast<std::size_t>(id_of(row[2]));
     }
@@ -296,8 +295,7 @@ void sum_over_range(connection& conn, const std::string& bt, store::granularity 
 void in_read_snapshot(connection& conn, const std::function<void()>& read) {
   // top_too_costly, bad_alloc, a malformed row: no snapshot is left open.
   rolled_back_on_throw(conn, [&] {
-    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
-    conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");
+    conn.begin_read_snapshot();
     read();
     conn.execute("COMMIT");
   });
@@ -327,7 +325,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
       if (asked.empty()) break;
       std::vector<std::size_t> got(cursors.size(), 0);
       std::vector<std::uint64_t> fresh;
-      for (const auto& row : conn.query(budget.timed(sql))) {
+      for (const auto& row : conn.query_limited(sql, budget.left())) {
         const auto i = static_cast<std::size_t>(id_of(row[0]));
         auto& c = cursors[i];
         c.started = true;

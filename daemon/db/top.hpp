@@ -135,7 +135,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
 constexpr std::size_t max_top_sum_rows = 2'000'000;
 
 // The wall-clock bound on one bucketed top-N's rounds (each statement is also cut at
-// sql_text::read_time_limit_s): past it the read stops with a db_error of
+// db::read_time_limit): past it the read stops with a db_error of
 // error_class::statement_timeout, answered as read_timed_out.
 constexpr std::chrono::seconds max_top_time{10};
 

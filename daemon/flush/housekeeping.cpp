@@ -25,7 +25,7 @@ bool housekeeping::verify_when_due(db::connection& conn, bool after_fatal) {
 void housekeeping::after_writes(db::connection& conn, std::size_t rows, std::uint64_t run_id,
                                 std::uint64_t next_seq) {
   if (rows == 0) {
-    conn.execute(db::ping);  // proves the connection is alive
+    conn.ping();  // proves the connection is alive
   } else {
     check_autoincrement(conn);
   }

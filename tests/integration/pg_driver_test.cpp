@@ -165,6 +165,47 @@ TEST_F(PgDriver, ErrorsComeClassifiedBySqlstateAndLeaveTheConnectionUsable) {
   EXPECT_EQ(c.query("SELECT count(*) FROM t")[0][0], "1") << "nothing of it was kept";
 }
 
+TEST_F(PgDriver, ALimitedReadIsStoppedAndLeavesTheSessionAsItWas) {
+  auto c = connect();
+  c.execute("CREATE TABLE t (n bigint)");
+  c.execute("INSERT INTO t VALUES (4)");
+  EXPECT_EQ(c.query_limited("SELECT n FROM t", 1s).at(0)[0], "4");
+  EXPECT_EQ(c.query("SHOW statement_timeout")[0][0], "0") << "the limit outlived its read";
+  const auto slow = error_of([&] { c.query_limited("SELECT pg_sleep(10)", 50ms); });
+  ASSERT_TRUE(slow);
+  EXPECT_TRUE(slow->statement_timed_out()) << slow->what();
+  EXPECT_EQ(c.query("SHOW statement_timeout")[0][0], "0") << "the limit outlived its failure";
+  // Within a transaction (a top-N's snapshot): the same.
+  c.begin_read_snapshot();
+  EXPECT_EQ(c.query_limited("SELECT n FROM t", 1s).at(0)[0], "4");
+  EXPECT_EQ(c.query("SHOW statement_timeout")[0][0], "0");
+  EXPECT_EQ(c.query("SHOW transaction_isolation")[0][0], "repeatable read");
+  EXPECT_TRUE(error_of([&] { c.execute("INSERT INTO t VALUES (5)"); })) << "read only";
+  c.execute("ROLLBACK");
+  c.ping();
+}
+
+TEST_F(PgDriver, AReadSnapshotSeesOneMoment) {
+  auto c = connect(), other = connect();
+  c.execute("CREATE TABLE t (n bigint)");
+  c.execute("INSERT INTO t VALUES (1)");
+  c.begin_read_snapshot();
+  EXPECT_EQ(c.query("SELECT sum(n) FROM t")[0][0], "1");
+  other.execute("INSERT INTO t VALUES (2)");
+  EXPECT_EQ(c.query("SELECT sum(n) FROM t")[0][0], "1") << "a later commit seen in the snapshot";
+  c.execute("COMMIT");
+  EXPECT_EQ(c.query("SELECT sum(n) FROM t")[0][0], "3");
+}
+
+TEST_F(PgDriver, AReadOnlyServerIsNoPlaceToWrite) {
+  connect().require_writable();
+  connect().execute("ALTER DATABASE " + database_ + " SET default_transaction_read_only = on");
+  auto c = connect();
+  const auto e = error_of([&] { c.require_writable(); });
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->connection_lost()) << "the failover connector moves on from it: " << e->what();
+}
+
 TEST_F(PgDriver, ADeadlockAndALockWaitAreRetryableKinds) {
   auto a = connect(), b = connect();
   a.execute("CREATE TABLE t (id bigint PRIMARY KEY, n bigint NOT NULL)");
