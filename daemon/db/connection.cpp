@@ -42,8 +42,10 @@ void connection::check_size(std::string_view sql) const {
   const std::size_t limit = driver_->max_statement_bytes();
   if (sql.size() <= limit) return;
   throw db_error(error_class::too_large, "query: a statement of " + std::to_string(sql.size()) +
-                                             " bytes exceeds the server's max_allowed_packet (" +
-                                             std::to_string(limit) + " bytes usable); not sent");
+                                             " bytes exceeds the longest the server takes (" +
+                                             std::to_string(limit) +
+                                             " bytes usable; max_allowed_packet on MariaDB); "
+                                             "not sent");
 }
 
 void connection::execute(std::string_view sql) {

@@ -3,6 +3,7 @@
 #include <libpq-fe.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <memory>
@@ -45,8 +46,12 @@ error_class class_of(std::string_view s) {
     return error_class::connection;
   if (s == "23505") return error_class::duplicate_key;
   if (s == "2200H") return error_class::sequence_exhausted;
-  // Data exceptions (out of range, overflow, bad text) and a NULL where none may be.
-  if (starts_with(s, "22") || s == "23502") return error_class::data;
+  // A row's own values the table cannot hold: out of range or overflow, too long, not a
+  // number, not valid in the encoding, a NULL where none may be. Only these: the batch
+  // is split and the row refused, so a class-22 error of our own statement's making
+  // (a division by zero, a bad date) is retried, never taken for a bad row.
+  if (s == "22003" || s == "22001" || s == "22P02" || s == "22021" || s == "23502")
+    return error_class::data;
   if (s == "42P01") return error_class::no_such_table;
   if (s == "57014") return error_class::statement_timeout;  // statement_timeout, cancel
   // Access denied, bad login, syntax, unknown column, unknown database or schema, and a
@@ -60,6 +65,12 @@ error_class class_of(std::string_view s) {
 // is fatal, a TLS failure is tls, the rest is a connection to retry.
 db_error connect_failure(const std::string& message, const connect_options& o) {
   const std::string text = "connect: " + message;
+  // Checked first: a refusal of a TLS connection (no pg_hba.conf entry for it, a client
+  // certificate refused) is the operator's to fix, not a handshake to retry.
+  for (const char* words : {"authentication failed", "pg_hba.conf", "does not exist",
+                            "permission denied", "no password supplied"})
+    if (message.find(words) != std::string::npos)
+      return db_error(error_class::fatal, text, "28000");
   const bool tls_required =
       o.socket.empty() && o.tls.mode != tls_mode::disabled && o.tls.mode != tls_mode::preferred;
   if (tls_required && (message.find("SSL") != std::string::npos ||
@@ -68,10 +79,6 @@ db_error connect_failure(const std::string& message, const connect_options& o) {
                     text + " (TLS failed, postgresql.tls.mode " + tls_mode_name(o.tls.mode) +
                         ": check postgresql.tls.ca_file and the server's certificate)",
                     "08006");
-  for (const char* words : {"authentication failed", "pg_hba.conf", "does not exist",
-                            "permission denied", "no password supplied"})
-    if (message.find(words) != std::string::npos)
-      return db_error(error_class::fatal, text, "28000");
   return db_error(error_class::connection, text, "08001");
 }
 
@@ -108,9 +115,10 @@ class postgresql_driver final : public driver {
   std::string tls_cipher() const override;
   bool in_transaction() const override;
   std::string quote(std::string_view text) override;
-  // PostgreSQL takes a statement of up to 1 GB (its allocation limit); room for the
-  // message header.
-  std::size_t max_statement_bytes() const override { return (std::size_t{1} << 30) - 1024; }
+  // PostgreSQL would take up to 1 GB (its allocation limit), but a batch that large
+  // costs the server and us several copies of it in memory: batches are cut at 16 MiB,
+  // MariaDB's default max_allowed_packet, less room for the message header.
+  std::size_t max_statement_bytes() const override { return (std::size_t{16} << 20) - 1024; }
   // One string, so one implicit transaction (or within the caller's): when `select`
   // fails, the SET is rolled back with it; when it succeeds, RESET undoes it.
   std::vector<result_row> query_limited(std::string_view select,
@@ -132,6 +140,7 @@ class postgresql_driver final : public driver {
   std::chrono::milliseconds io_timeout_;
   std::uint64_t affected_ = 0;
   bool broken_ = false;
+  bool tls_ = false;
 };
 
 postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.io_timeout) {
@@ -185,15 +194,26 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
   // libpq would print the server's notices ("relation already exists, skipping") on
   // stderr.
   PQsetNoticeProcessor(conn_, ignore_notice, nullptr);
+  // Sends never block (PQsendQuery would otherwise write a whole statement with no
+  // bound while the server does not read): run() waits for the socket itself.
+  if (PQsetnonblocking(conn_, 1) != 0) {
+    const db_error e = connect_failure(PQerrorMessage(conn_), o);
+    PQfinish(conn_);
+    throw e;
+  }
+  tls_ = PQsslInUse(conn_) != 0;
   try {
     char* schema = PQescapeIdentifier(conn_, o.schema.data(), o.schema.size());
     if (schema == nullptr) throw db_error(error_class::fatal, "connect: a bad schema name");
     const std::string path = std::string("SET search_path TO ") + schema;
     PQfreemem(schema);
     // UTC, as MariaDB's sessions (db/sql.hpp session_setup); READ COMMITTED, the default,
-    // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do.
+    // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do; a
+    // backend whose client went away (a statement we stopped waiting for) notices within
+    // a second and ends, releasing its locks for the retry.
     run("SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
-        "READ COMMITTED; SET lock_timeout = '50s'; " +
+        "READ COMMITTED; SET lock_timeout = '50s'; SET client_connection_check_interval = "
+        "'1s'; " +
         path);
   } catch (...) {
     PQfinish(conn_);
@@ -210,6 +230,10 @@ void postgresql_driver::lost(const std::string& what) {
 
 result_ptr postgresql_driver::run(std::string_view sql) {
   if (broken_) throw db_error(error_class::connection, "query: the connection was lost", "08006");
+  affected_ = 0;
+  // libpq sends a C string: a NUL would cut the statement short, silently.
+  if (sql.find('\0') != std::string_view::npos)
+    throw db_error(error_class::data, "query: a statement with a NUL byte; not sent");
   const std::string text(sql);
   if (PQsendQuery(conn_, text.c_str()) == 0) lost("query");
   const auto deadline = clock::now() + io_timeout_;
@@ -217,13 +241,23 @@ result_ptr postgresql_driver::run(std::string_view sql) {
   // The non-blocking send: what is left goes out as the server reads.
   for (int r; (r = PQflush(conn_)) != 0;) {
     if (r < 0) lost("query");
-    if (!wait_for(fd, POLLOUT | POLLIN, deadline)) lost("query: timed out sending");
+    if (!wait_for(fd, POLLOUT | POLLIN, deadline)) {
+      broken_ = true;
+      throw db_error(error_class::connection,
+                     "query: the server did not take the statement within " +
+                         std::to_string(io_timeout_.count()) + " ms",
+                     "08006");
+    }
     if (PQconsumeInput(conn_) == 0) lost("query");
   }
   result_ptr last, rows, error;  // the last result, the last with rows, the first error
   for (;;) {
     while (PQisBusy(conn_) != 0) {
-      if (!wait_for(fd, POLLIN, deadline)) {
+      // Over TLS, OpenSSL may hold the rest of a record that the socket no longer
+      // shows: poll in slices and let PQconsumeInput read what is pending.
+      const auto until =
+          tls_ ? std::min(deadline, clock::now() + std::chrono::milliseconds(50)) : deadline;
+      if (!wait_for(fd, POLLIN, until) && clock::now() >= deadline) {
         broken_ = true;
         throw db_error(error_class::connection,
                        "query: no answer within " + std::to_string(io_timeout_.count()) + " ms",
@@ -234,6 +268,11 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     result_ptr r(PQgetResult(conn_));
     if (r == nullptr) break;
     const auto status = PQresultStatus(r.get());
+    if (status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH) {
+      // Never sent by the daemon; the protocol is now in a state we do not drive.
+      broken_ = true;
+      throw db_error(error_class::connection, "query: the server started a COPY", "08P01");
+    }
     if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE ||
         status == PGRES_NONFATAL_ERROR) {
       if (error == nullptr) error = std::move(r);
@@ -248,14 +287,17 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     const char* state = PQresultErrorField(error.get(), PG_DIAG_SQLSTATE);
     std::string message = PQresultErrorMessage(error.get());
     while (!message.empty() && message.back() == '\n') message.pop_back();
-    // No SQLSTATE, or a connection libpq now reports bad: the server went away.
-    if (state == nullptr || PQstatus(conn_) == CONNECTION_BAD) {
+    // No SQLSTATE, a FATAL error (the backend ends: an idle timeout, its database
+    // dropped) or a connection libpq now reports bad: the server went away.
+    const char* severity = PQresultErrorField(error.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
+    const bool ends = severity != nullptr && (std::string_view(severity) == "FATAL" ||
+                                              std::string_view(severity) == "PANIC");
+    if (state == nullptr || ends || PQstatus(conn_) == CONNECTION_BAD) {
       broken_ = true;
       throw db_error(error_class::connection, "query: " + message, state ? state : "08006");
     }
     throw postgresql_error(state, "query: " + message);
   }
-  affected_ = 0;
   if (last != nullptr) {
     const char* tuples = PQcmdTuples(last.get());
     if (tuples != nullptr && *tuples != '\0') affected_ = std::stoull(tuples);
@@ -315,6 +357,8 @@ bool postgresql_driver::in_transaction() const {
 }
 
 std::string postgresql_driver::quote(std::string_view text) {
+  if (text.find('\0') != std::string_view::npos)
+    throw db_error(error_class::data, "quote: a value with a NUL byte");
   char* quoted = PQescapeLiteral(conn_, text.data(), text.size());
   if (quoted == nullptr)
     throw db_error(error_class::data, std::string("quote: ") + PQerrorMessage(conn_));

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -251,13 +252,46 @@ TEST_F(PgDriver, AServerThatGoesAwayOrFallsSilentEndsAsALostConnection) {
 
   // A statement that never answers: ended by io_timeout, not by the server.
   auto o = pg_options(*pg_, database_);
-  o.io_timeout = 300ms;
+  o.io_timeout = 2s;
   connection slow(o);
   const auto started = std::chrono::steady_clock::now();
-  const auto silent = error_of([&] { slow.query("SELECT pg_sleep(20)"); });
+  const auto silent = error_of([&] { slow.query("SELECT pg_sleep(60)"); });
   ASSERT_TRUE(silent);
   EXPECT_TRUE(silent->connection_lost()) << silent->what();
-  EXPECT_LT(std::chrono::steady_clock::now() - started, 15s) << "waited for the server";
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 30s) << "waited for the server";
+}
+
+TEST_F(PgDriver, AStatementTheServerDoesNotReadEndsAtTheIoTimeout) {
+  // A backend stopped (as a host that froze): the statement fills the socket's buffers and
+  // the send must not wait for it without a bound.
+  auto o = pg_options(*pg_, database_);
+  o.io_timeout = 2s;
+  connection c(o);
+  const pid_t backend = std::stoi(c.query("SELECT pg_backend_pid()")[0][0].value());
+  ASSERT_EQ(::kill(backend, SIGSTOP), 0);
+  const std::string big = "SELECT length('" + std::string(8 << 20, 'a') + "')";
+  const auto started = std::chrono::steady_clock::now();
+  const auto stuck = error_of([&] { c.query(big); });
+  ::kill(backend, SIGCONT);
+  ASSERT_TRUE(stuck);
+  EXPECT_TRUE(stuck->connection_lost()) << stuck->what();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 30s) << "the send waited unbounded";
+}
+
+TEST_F(PgDriver, ANulByteIsRefusedNeverCutShort) {
+  auto c = connect();
+  const auto quoted = error_of([&] { c.quote(std::string("a\0b", 3)); });
+  ASSERT_TRUE(quoted);
+  EXPECT_TRUE(quoted->data_error());
+  const auto sent = error_of([&] { c.query(std::string("SELECT 1\0; SELECT 2", 19)); });
+  ASSERT_TRUE(sent);
+  EXPECT_FALSE(sent->connection_lost());
+  EXPECT_EQ(c.query("SELECT 3")[0][0], "3") << "the connection is still usable";
+  // Class 22 of the statement's own making is not a bad row.
+  const auto zero = error_of([&] { c.query("SELECT 1 / 0"); });
+  ASSERT_TRUE(zero);
+  EXPECT_FALSE(zero->data_error()) << zero->what();
+  EXPECT_FALSE(zero->fatal());
 }
 
 TEST_F(PgDriver, AConnectIsBoundedAndSaysWhetherToRetry) {

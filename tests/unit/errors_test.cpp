@@ -52,6 +52,57 @@ TEST(ErrorClassification, AutoIncrementExhaustionIsRecognised) {
   EXPECT_TRUE(m(1690).data_error());
 }
 
+// Every MariaDB number the driver names, and its class: a table, so that a code moved to
+// another class (and so retried, refused or failed over differently) shows here.
+TEST(ErrorClassification, EveryMariadbCodeHasItsClass) {
+  const std::pair<unsigned, error_class> table[] = {
+      {1213, error_class::deadlock},
+      {1205, error_class::lock_wait_timeout},
+      {2002, error_class::connection},
+      {2003, error_class::connection},
+      {2006, error_class::connection},
+      {2013, error_class::connection},
+      {2055, error_class::connection},
+      {2014, error_class::connection},
+      {1040, error_class::connection},
+      {1053, error_class::connection},
+      {1927, error_class::connection},
+      {1317, error_class::connection},
+      {1152, error_class::connection},
+      {4031, error_class::connection},
+      {1153, error_class::connection},
+      {1047, error_class::connection},
+      {1180, error_class::connection},
+      {1290, error_class::connection},
+      {1836, error_class::connection},
+      {2026, error_class::tls},
+      {1045, error_class::fatal},
+      {1044, error_class::fatal},
+      {1142, error_class::fatal},
+      {1143, error_class::fatal},
+      {1049, error_class::fatal},
+      {1054, error_class::fatal},
+      {1064, error_class::fatal},
+      {1136, error_class::fatal},
+      {1146, error_class::no_such_table},
+      {1264, error_class::data},
+      {1690, error_class::data},
+      {1366, error_class::data},
+      {1292, error_class::data},
+      {1406, error_class::data},
+      {1048, error_class::data},
+      {167, error_class::sequence_exhausted},
+      {1467, error_class::sequence_exhausted},
+      {1062, error_class::duplicate_key},
+      {2020, error_class::too_large},
+      {1969, error_class::statement_timeout},
+      {2008, error_class::other},
+      {9999, error_class::other},
+  };
+  for (const auto& [code, cls] : table)
+    EXPECT_STREQ(class_name(m(code).cls()), class_name(cls)) << code;
+}
+
 // Issue 21, item 1: a statement over max_allowed_packet. The daemon's own refusal (2020,
 // nothing sent) splits the batch; the server's (1153) closes the connection, which is
 // then lost, never a data error nor retried on it.
@@ -92,7 +143,11 @@ TEST(ErrorClassification, PostgresqlSqlstatesFallInTheSameClasses) {
   EXPECT_FALSE(p("23505").autoincrement_exhausted());
   EXPECT_TRUE(p("2200H").autoincrement_exhausted());
   EXPECT_FALSE(p("2200H").data_error());
-  for (const char* data : {"22003", "22P02", "23502"}) EXPECT_TRUE(p(data).data_error()) << data;
+  for (const char* data : {"22003", "22001", "22P02", "22021", "23502"})
+    EXPECT_TRUE(p(data).data_error()) << data;
+  // Class 22 of our own statement's making is retried, never a row refused for it.
+  for (const char* ours : {"22012", "22023", "22008", "22007"})
+    EXPECT_FALSE(p(ours).data_error()) << ours;
   EXPECT_TRUE(p("42P01").no_such_table());
   EXPECT_TRUE(p("57014").statement_timed_out());
   for (const char* fatal : {"28P01", "42501", "42601", "42703", "3D000", "21000"})
