@@ -67,11 +67,6 @@ struct connect_options {
   std::vector<endpoint> hosts;
 };
 
-// The longest a read of an HTTP request (a many-counter read, a top-N statement) runs
-// before the server stops it (error_class::statement_timeout): it never holds a
-// connection of the flushes' pool for long.
-inline constexpr std::chrono::milliseconds read_time_limit{5000};
-
 // Once per process, before any thread uses a connection. Returns false on failure.
 bool initialize_client_library();
 
@@ -108,6 +103,7 @@ class connection {
   void ping() { driver_->ping(); }
   void require_writable() { driver_->require_writable(); }
   void begin_read_snapshot() { driver_->begin_read_snapshot(); }
+  bool error_aborts_transaction() const { return driver_->error_aborts_transaction(); }
 
   // The longest statement this connection sends: the server's max_allowed_packet as
   // read at connect, less room for the packet's header. A server refuses a longer one

@@ -17,6 +17,11 @@ namespace slotted::db {
 
 using result_row = std::vector<std::optional<std::string>>;
 
+// The longest a read of an HTTP request (a many-counter read, a top-N statement) runs
+// before the server stops it (error_class::statement_timeout): it never holds a
+// connection of the flushes' pool for long.
+inline constexpr std::chrono::milliseconds read_time_limit{5000};
+
 class driver {
  public:
   virtual ~driver() = default;
@@ -47,6 +52,10 @@ class driver {
   virtual void require_writable() = 0;
   // Starts a read-only transaction whose reads all see one snapshot (ended by COMMIT).
   virtual void begin_read_snapshot() = 0;
+  // Whether a failed statement aborts its whole transaction (PostgreSQL), rather than
+  // being rolled back alone (InnoDB): a transaction that goes on past an expected
+  // error must then take a savepoint before the statement.
+  virtual bool error_aborts_transaction() const = 0;
 };
 
 }  // namespace slotted::db

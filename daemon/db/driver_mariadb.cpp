@@ -139,6 +139,7 @@ class mariadb_driver final : public driver {
   }
   void ping() override { execute(ping_statement); }
   void require_writable() override;
+  bool error_aborts_transaction() const override { return false; }
   void begin_read_snapshot() override {
     execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");

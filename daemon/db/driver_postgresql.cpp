@@ -67,10 +67,11 @@ db_error connect_failure(const std::string& message, const connect_options& o) {
   const std::string text = "connect: " + message;
   // Checked first: a refusal of a TLS connection (no pg_hba.conf entry for it, a client
   // certificate refused) is the operator's to fix, not a handshake to retry.
-  for (const char* words : {"authentication failed", "pg_hba.conf", "does not exist",
-                            "permission denied", "no password supplied"})
-    if (message.find(words) != std::string::npos)
-      return db_error(error_class::fatal, text, "28000");
+  const auto has = [&](const char* words) { return message.find(words) != std::string::npos; };
+  if (has("authentication failed") || has("pg_hba.conf") || has("no password supplied") ||
+      has("permission denied for database") ||
+      ((has("role \"") || has("database \"")) && has("does not exist")))
+    return db_error(error_class::fatal, text, "28000");
   const bool tls_required =
       o.socket.empty() && o.tls.mode != tls_mode::disabled && o.tls.mode != tls_mode::preferred;
   if (tls_required && (message.find("SSL") != std::string::npos ||
@@ -129,6 +130,7 @@ class postgresql_driver final : public driver {
   }
   void ping() override { run("SELECT 1"); }
   void require_writable() override;
+  bool error_aborts_transaction() const override { return true; }
   void begin_read_snapshot() override {
     run("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
   }
@@ -160,13 +162,25 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
   const std::string sslmode = use_socket ? "disable" : sslmode_of(o.tls.mode);
   set("sslmode", sslmode);
   if (!use_socket) {
-    set("sslrootcert", o.tls.ca_file);
+    // Only the verifying modes name the CA: given a root certificate, libpq verifies the
+    // chain even in `require`, which promises encryption only.
+    if (o.tls.mode == tls_mode::verify_ca || o.tls.mode == tls_mode::verify_identity)
+      set("sslrootcert", o.tls.ca_file);
     set("sslcert", o.tls.cert_file);
     set("sslkey", o.tls.key_file);
   }
   const std::string encoding = "UTF8", name = "slotted-counterd";
   set("client_encoding", encoding);
   set("application_name", name);
+  // A peer gone without a word (a partition, a host that froze) is noticed by TCP within
+  // about a minute, on both sides: the server ends the backend and frees its locks.
+  const std::string keepalive = "1", idle = "30", interval = "10", count = "3";
+  if (!use_socket) {
+    set("keepalives", keepalive);
+    set("keepalives_idle", idle);
+    set("keepalives_interval", interval);
+    set("keepalives_count", count);
+  }
   keys.push_back(nullptr);
   values.push_back(nullptr);
 
@@ -182,7 +196,12 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
       PQfinish(conn_);
       throw e;
     }
-    if (!wait_for(PQsocket(conn_), state == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline)) {
+    // During a TLS handshake OpenSSL may hold bytes the socket no longer shows: slices.
+    const auto until = sslmode == "disable"
+                           ? deadline
+                           : std::min(deadline, clock::now() + std::chrono::milliseconds(50));
+    if (!wait_for(PQsocket(conn_), state == PGRES_POLLING_READING ? POLLIN : POLLOUT, until) &&
+        clock::now() >= deadline) {
       PQfinish(conn_);
       throw db_error(
           error_class::connection,
@@ -197,9 +216,9 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
   // Sends never block (PQsendQuery would otherwise write a whole statement with no
   // bound while the server does not read): run() waits for the socket itself.
   if (PQsetnonblocking(conn_, 1) != 0) {
-    const db_error e = connect_failure(PQerrorMessage(conn_), o);
     PQfinish(conn_);
-    throw e;
+    throw db_error(error_class::connection, "connect: cannot make the connection non-blocking",
+                   "08001");
   }
   tls_ = PQsslInUse(conn_) != 0;
   try {
@@ -208,13 +227,20 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
     const std::string path = std::string("SET search_path TO ") + schema;
     PQfreemem(schema);
     // UTC, as MariaDB's sessions (db/sql.hpp session_setup); READ COMMITTED, the default,
-    // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do; a
-    // backend whose client went away (a statement we stopped waiting for) notices within
-    // a second and ends, releasing its locks for the retry.
+    // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do.
     run("SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
-        "READ COMMITTED; SET lock_timeout = '50s'; SET client_connection_check_interval = "
-        "'1s'; " +
+        "READ COMMITTED; SET lock_timeout = '50s'; " +
         path);
+    // A backend whose client closed the connection (a statement we stopped waiting for)
+    // notices within a second and ends, freeing its locks for the retry. PostgreSQL 14
+    // and later, where the platform supports it: nothing is lost without it.
+    if (PQserverVersion(conn_) >= 140000) {
+      try {
+        run("SET client_connection_check_interval = '1s'");
+      } catch (const db_error& e) {
+        if (e.connection_lost()) throw;
+      }
+    }
   } catch (...) {
     PQfinish(conn_);
     throw;
@@ -250,7 +276,11 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     }
     if (PQconsumeInput(conn_) == 0) lost("query");
   }
-  result_ptr last, rows, error;  // the last result, the last with rows, the first error
+  // The last result with rows (a SELECT, or RETURNING), the first error, and the last
+  // statement's command tag (for COMMIT) and row count.
+  result_ptr rows, error;
+  std::string tag;
+  std::uint64_t affected = 0;
   for (;;) {
     while (PQisBusy(conn_) != 0) {
       // Over TLS, OpenSSL may hold the rest of a record that the socket no longer
@@ -276,11 +306,11 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE ||
         status == PGRES_NONFATAL_ERROR) {
       if (error == nullptr) error = std::move(r);
-    } else if (status == PGRES_TUPLES_OK) {
-      rows = std::move(r);
-      last.reset();
     } else {
-      last = std::move(r);
+      tag = PQcmdStatus(r.get());
+      const char* tuples = PQcmdTuples(r.get());
+      affected = tuples != nullptr && *tuples != '\0' ? std::stoull(tuples) : 0;
+      if (status == PGRES_TUPLES_OK) rows = std::move(r);
     }
   }
   if (error != nullptr) {
@@ -298,16 +328,12 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     }
     throw postgresql_error(state, "query: " + message);
   }
-  if (last != nullptr) {
-    const char* tuples = PQcmdTuples(last.get());
-    if (tuples != nullptr && *tuples != '\0') affected_ = std::stoull(tuples);
-    // A COMMIT of a transaction that had failed answers ROLLBACK without an error: say it.
-    if (std::string_view(PQcmdStatus(last.get())) == "ROLLBACK" &&
-        (starts_with(sql, "COMMIT") || starts_with(sql, "commit")))
-      throw db_error(error_class::other,
-                     "query: COMMIT rolled back: the transaction had failed before it", "25P02");
-  }
-  return rows != nullptr ? std::move(rows) : std::move(last);
+  affected_ = affected;
+  // A COMMIT of a transaction that had failed answers ROLLBACK without an error: say it.
+  if (tag == "ROLLBACK" && (starts_with(sql, "COMMIT") || starts_with(sql, "commit")))
+    throw db_error(error_class::other,
+                   "query: COMMIT rolled back: the transaction had failed before it", "25P02");
+  return rows;
 }
 
 std::vector<result_row> postgresql_driver::query(std::string_view sql) {
@@ -338,16 +364,14 @@ std::string postgresql_driver::tls_cipher() const {
 // (default_transaction_read_only, as after a switchover that fenced the old primary).
 void postgresql_driver::require_writable() {
   const result_ptr r =
-      run("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only'), "
-          "current_setting('transaction_read_only')");
-  if (r == nullptr || PQntuples(r.get()) != 1 || PQnfields(r.get()) != 3) return;
+      run("SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')");
+  if (r == nullptr || PQntuples(r.get()) != 1 || PQnfields(r.get()) != 2) return;
   const std::string_view recovery = PQgetvalue(r.get(), 0, 0);
   const std::string_view read_only = PQgetvalue(r.get(), 0, 1);
-  const std::string_view now = PQgetvalue(r.get(), 0, 2);
   if (recovery == "t")
     throw db_error(error_class::connection, "the server is a standby; treated as unreachable",
                    "25006");
-  if (read_only == "on" || now == "on")
+  if (read_only == "on")
     throw db_error(error_class::connection, "the server is read-only; treated as unreachable",
                    "25006");
 }

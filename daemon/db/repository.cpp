@@ -168,21 +168,26 @@ std::optional<dirty_cursor> rollup_start(connection& conn, std::uint32_t record_
 namespace {
 // Sets the owning rows of `ids`; when the statement is refused for its data, bisects the
 // ids until each one at fault stands alone, and adds those to `refused`. It runs inside
-// rollup_chunk's transaction, each try under a savepoint: a statement refused for its
-// data is rolled back alone, so what the others set stays (InnoDB would roll back the
-// statement alone anyway; PostgreSQL aborts the whole transaction without one).
+// rollup_chunk's transaction: a statement refused for its data is rolled back alone, so
+// what the others set stays. InnoDB rolls back the statement alone; where a failed
+// statement aborts the whole transaction (PostgreSQL), each try takes a savepoint
+// (never on MariaDB: two round trips a chunk for nothing, and a savepoint in a Galera
+// writeset has had replay bugs).
 void rollup_update_bisecting(connection& conn, const std::string& counters_table,
                              const rollup_target& t, std::span<const std::uint64_t> ids,
                              std::vector<rollup_refusal>& refused) {
-  conn.execute("SAVEPOINT rollup_try");
+  const bool savepoint = conn.error_aborts_transaction();
+  if (savepoint) conn.execute("SAVEPOINT rollup_try");
   try {
     conn.execute(
         rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
-    conn.execute("RELEASE SAVEPOINT rollup_try");
+    if (savepoint) conn.execute("RELEASE SAVEPOINT rollup_try");
   } catch (const db_error& e) {
     if (!e.data_error()) throw;
-    conn.execute("ROLLBACK TO SAVEPOINT rollup_try");
-    conn.execute("RELEASE SAVEPOINT rollup_try");
+    if (savepoint) {
+      conn.execute("ROLLBACK TO SAVEPOINT rollup_try");
+      conn.execute("RELEASE SAVEPOINT rollup_try");
+    }
     if (ids.size() == 1) {
       const auto rows = conn.query(select_count(counters_table, t.record_type, ids.front()));
       const std::string sum = rows.empty() || !rows[0][0] ? "0" : *rows[0][0];

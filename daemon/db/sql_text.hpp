@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "db/driver.hpp"
 #include "util/decimal.hpp"
 
 namespace slotted::db::sql_text {
@@ -93,9 +94,9 @@ inline std::string num(__int128 v) {
 }
 
 // MariaDB's text of connection::query_limited: `select`, cut by the server after `ms`
-// milliseconds (at least 1, at most 5 s; max_statement_time, error 1969).
+// milliseconds (at least 1, at most read_time_limit; max_statement_time, error 1969).
 inline std::string time_limited(std::string_view select, std::int64_t ms) {
-  ms = std::clamp<std::int64_t>(ms, 1, 5000);
+  ms = std::clamp<std::int64_t>(ms, 1, read_time_limit.count());
   std::string sql = "SET STATEMENT max_statement_time = ";
   sql.append(std::to_string(ms / 1000)).append(".");
   const std::string frac = std::to_string(1000 + ms % 1000);  // three digits

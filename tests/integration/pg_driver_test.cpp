@@ -17,6 +17,7 @@
 
 #include "db/connection.hpp"
 #include "support/postgres_server.hpp"
+#include "support/tls_files.hpp"
 
 namespace slotted::db {
 namespace {
@@ -269,13 +270,44 @@ TEST_F(PgDriver, AStatementTheServerDoesNotReadEndsAtTheIoTimeout) {
   connection c(o);
   const pid_t backend = std::stoi(c.query("SELECT pg_backend_pid()")[0][0].value());
   ASSERT_EQ(::kill(backend, SIGSTOP), 0);
+  // Continued however the test leaves, so a stopped backend never stalls the server.
+  struct continued {
+    pid_t pid;
+    ~continued() { ::kill(pid, SIGCONT); }
+  } guard{backend};
   const std::string big = "SELECT length('" + std::string(8 << 20, 'a') + "')";
   const auto started = std::chrono::steady_clock::now();
   const auto stuck = error_of([&] { c.query(big); });
-  ::kill(backend, SIGCONT);
   ASSERT_TRUE(stuck);
   EXPECT_TRUE(stuck->connection_lost()) << stuck->what();
   EXPECT_LT(std::chrono::steady_clock::now() - started, 30s) << "the send waited unbounded";
+}
+
+TEST_F(PgDriver, ABackendThatEndsOrACopyLeavesTheConnectionLost) {
+  // A FATAL error (here the server's idle-in-transaction timeout) ends the backend: the
+  // connection is lost, not a statement to retry on it.
+  auto c = connect();
+  const auto pid = c.query("SELECT pg_backend_pid()")[0][0].value();
+  c.execute("SET idle_in_transaction_session_timeout = '100ms'");
+  c.execute("START TRANSACTION");
+  auto watcher = connect();
+  const auto gone_by = std::chrono::steady_clock::now() + 30s;
+  while (watcher.query("SELECT 1 FROM pg_stat_activity WHERE pid = " + pid).size() == 1 &&
+         std::chrono::steady_clock::now() < gone_by)
+    std::this_thread::sleep_for(20ms);  // polls a condition: the backend is gone
+  const auto ended = error_of([&] { c.query("SELECT 1"); });
+  ASSERT_TRUE(ended);
+  EXPECT_TRUE(ended->connection_lost()) << ended->what();
+  // A COPY is never driven by the daemon: the connection is given up, not left mid-COPY.
+  auto copy = connect();
+  const auto e = error_of([&] { copy.query("COPY (SELECT 1) TO STDOUT"); });
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->connection_lost()) << e->what();
+  // Rows a statement returned with RETURNING are its affected rows.
+  auto r = connect();
+  r.execute("CREATE TABLE t (n bigint)");
+  EXPECT_EQ(r.query("INSERT INTO t VALUES (1), (2) RETURNING n").size(), 2u);
+  EXPECT_EQ(r.affected_rows(), 2u);
 }
 
 TEST_F(PgDriver, ANulByteIsRefusedNeverCutShort) {
@@ -328,6 +360,70 @@ TEST_F(PgDriver, AConnectIsBoundedAndSaysWhetherToRetry) {
   const auto unknown = error_of([&] { connection c(db); });
   ASSERT_TRUE(unknown);
   EXPECT_TRUE(unknown->fatal()) << unknown->what();
+}
+
+// tls.mode onto libpq's sslmode, against a PostgreSQL serving a certificate for IP
+// 127.0.0.1 from a throwaway CA: as the MariaDB twin (tls_test.cpp), each mode checks
+// what it promises, and a failure is a tls error (retried), never a silent plaintext.
+struct pg_tls_setup {
+  test::tls_files files;
+  test::postgres_server server{{},
+                               test::server_certificate{files.server_cert(), files.server_key()}};
+};
+
+connect_options tls_options(std::uint16_t port, tls_mode mode, const std::string& ca,
+                            const std::string& host = "127.0.0.1") {
+  connect_options o;
+  o.kind = engine::postgresql;
+  o.user = "postgres";
+  o.database = "postgres";
+  o.host = host;
+  o.port = port;
+  o.tls.mode = mode;
+  o.tls.ca_file = ca;
+  o.connect_timeout = 10s;
+  return o;
+}
+
+TEST(PgDriverTls, EachModeChecksWhatItPromises) {
+  SKIP_WITHOUT_POSTGRESQL();
+  static pg_tls_setup t;
+  const auto port = t.server.port();
+  {
+    connection c(tls_options(port, tls_mode::verify_identity, t.files.ca()));
+    EXPECT_FALSE(c.tls_cipher().empty());
+    EXPECT_EQ(c.query("SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()")[0][0],
+              "true");
+  }
+  const auto name = error_of([&] {
+    connection c(tls_options(port, tls_mode::verify_identity, t.files.ca(), "localhost"));
+  });
+  ASSERT_TRUE(name) << "the name 'localhost' is not in the certificate";
+  EXPECT_EQ(name->cls(), error_class::tls) << name->what();
+  EXPECT_NE(std::string(name->what()).find("postgresql.tls.mode verify_identity"),
+            std::string::npos);
+  // verify_ca: the chain only, so another name for the same server passes; another CA not.
+  EXPECT_FALSE(connection(tls_options(port, tls_mode::verify_ca, t.files.ca(), "localhost"))
+                   .tls_cipher()
+                   .empty());
+  const auto other =
+      error_of([&] { connection c(tls_options(port, tls_mode::verify_ca, t.files.other_ca())); });
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->cls(), error_class::tls) << other->what();
+  // required: encrypted, not verified.
+  EXPECT_FALSE(
+      connection(tls_options(port, tls_mode::required, t.files.other_ca())).tls_cipher().empty());
+  // disabled: plaintext, which this server allows.
+  EXPECT_TRUE(connection(tls_options(port, tls_mode::disabled, "")).tls_cipher().empty());
+
+  // A server without TLS: no silent downgrade above `preferred`.
+  auto& plain = test::shared_postgres();
+  for (auto mode : {tls_mode::required, tls_mode::verify_ca}) {
+    const auto e = error_of([&] { connection c(tls_options(plain.port(), mode, t.files.ca())); });
+    ASSERT_TRUE(e) << tls_mode_name(mode);
+    EXPECT_EQ(e->cls(), error_class::tls) << e->what();
+  }
+  EXPECT_TRUE(connection(tls_options(plain.port(), tls_mode::preferred, "")).tls_cipher().empty());
 }
 
 }  // namespace

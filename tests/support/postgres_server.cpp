@@ -197,7 +197,8 @@ std::int64_t postgres_server::connection::query_int(const std::string& sql) {
   return value;
 }
 
-postgres_server::postgres_server(std::vector<std::string> extra_args)
+postgres_server::postgres_server(std::vector<std::string> extra_args,
+                                 std::optional<server_certificate> tls)
     : extra_args_(std::move(extra_args)), bindir_(postgres_bindir()) {
   if (bindir_.empty())
     throw std::runtime_error(
@@ -210,6 +211,15 @@ postgres_server::postgres_server(std::vector<std::string> extra_args)
     fs::copy(postgres_template(bindir_, user), dir_ + "/data",
              fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     fs::permissions(dir_ + "/data", fs::perms::owner_all);  // the server insists on 0700
+    if (tls) {
+      // Copies the server's user can read; the key 0600, as the server insists.
+      fs::copy_file(tls->cert_file, dir_ + "/server.pem");
+      fs::copy_file(tls->key_file, dir_ + "/server.key");
+      fs::permissions(dir_ + "/server.key", fs::perms::owner_read | fs::perms::owner_write);
+      extra_args_.insert(extra_args_.end(),
+                         {"-c", "ssl=on", "-c", "ssl_cert_file=" + dir_ + "/server.pem", "-c",
+                          "ssl_key_file=" + dir_ + "/server.key"});
+    }
     give_to(dir_, user);
     start();
   } catch (...) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ namespace slotted::test {
 // Where the server's binaries are: $SLOTTED_PG_BINDIR, else Debian's
 // /usr/lib/postgresql/15/bin; empty when there is no `postgres` binary there.
 std::string postgres_bindir();
+
+// A certificate and its key for the server to serve TLS with (support/tls_files.hpp).
+struct server_certificate {
+  std::string cert_file;
+  std::string key_file;
+};
 
 class postgres_server {
  public:
@@ -43,8 +50,10 @@ class postgres_server {
   };
 
   // Installs and starts; throws std::runtime_error on failure. `extra_args` go to
-  // `postgres` after the defaults (e.g. `-c`, `name=value`).
-  explicit postgres_server(std::vector<std::string> extra_args = {});
+  // `postgres` after the defaults (e.g. `-c`, `name=value`). With `tls`, the server
+  // serves TLS with a copy of that certificate and key (plaintext stays allowed).
+  explicit postgres_server(std::vector<std::string> extra_args = {},
+                           std::optional<server_certificate> tls = std::nullopt);
   ~postgres_server();
   postgres_server(const postgres_server&) = delete;
   postgres_server& operator=(const postgres_server&) = delete;
