@@ -30,10 +30,6 @@ const char* sslmode_of(tls_mode mode) {
   return "prefer";
 }
 
-bool starts_with(std::string_view s, std::string_view prefix) {
-  return s.substr(0, prefix.size()) == prefix;
-}
-
 // SQLSTATEs by class (db/errors.hpp; PostgreSQL's Appendix A).
 error_class class_of(std::string_view s) {
   if (s == "40P01" || s == "40001") return error_class::deadlock;  // or a serialization failure
@@ -41,7 +37,7 @@ error_class class_of(std::string_view s) {
   // Connection exceptions; the server shutting down or starting; too many connections;
   // a standby or a read-only transaction (a replica after a switchover: fail over); a
   // COMMIT whose outcome is unknown.
-  if (starts_with(s, "08") || s == "57P01" || s == "57P02" || s == "57P03" || s == "53300" ||
+  if (s.starts_with("08") || s == "57P01" || s == "57P02" || s == "57P03" || s == "53300" ||
       s == "25006" || s == "40003")
     return error_class::connection;
   if (s == "23505") return error_class::duplicate_key;
@@ -56,7 +52,7 @@ error_class class_of(std::string_view s) {
   if (s == "57014") return error_class::statement_timeout;  // statement_timeout, cancel
   // Access denied, bad login, syntax, unknown column, unknown database or schema, and a
   // key twice in one ON CONFLICT statement (a bug of ours, never fixed by a retry).
-  if (starts_with(s, "28") || starts_with(s, "42") || s == "3D000" || s == "3F000" || s == "21000")
+  if (s.starts_with("28") || s.starts_with("42") || s == "3D000" || s == "3F000" || s == "21000")
     return error_class::fatal;
   return error_class::other;
 }
@@ -330,7 +326,7 @@ result_ptr postgresql_driver::run(std::string_view sql) {
   }
   affected_ = affected;
   // A COMMIT of a transaction that had failed answers ROLLBACK without an error: say it.
-  if (tag == "ROLLBACK" && (starts_with(sql, "COMMIT") || starts_with(sql, "commit")))
+  if (tag == "ROLLBACK" && (sql.starts_with("COMMIT") || sql.starts_with("commit")))
     throw db_error(error_class::other,
                    "query: COMMIT rolled back: the transaction had failed before it", "25P02");
   return rows;
