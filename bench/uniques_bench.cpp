@@ -89,13 +89,13 @@ void database(std::size_t n) {
       store::flush_batch b;
       b.run_id = 7;
       b.seq = seq++;
-      b.content = store::unique_content{
-          .entries = {entries.begin() + static_cast<std::ptrdiff_t>(first),
-                      entries.begin() +
-                          static_cast<std::ptrdiff_t>(std::min(entries.size(), first + 1000))}};
-      counted +=
-          db::apply(conn, db::write_set_of({"bench", b.run_id, b.seq}, b), {.table = "slotted_counters"})
-              .counted;
+      b.content =
+          store::unique_content{.entries = {entries.begin() + static_cast<std::ptrdiff_t>(first),
+                                            entries.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                                  entries.size(), first + 1000))}};
+      counted += db::apply(conn, db::write_set_of({"bench", b.run_id, b.seq}, b),
+                           {.table = "slotted_counters"})
+                     .counted;
     }
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -117,9 +117,10 @@ void database(std::size_t n) {
       "bytes a row\n",
       count, data, index, (data + index) / count);
   std::vector<std::string> quoted{conn.quote(entries[0].client), conn.quote(entries[1].client)};
-  for (const auto& r : conn.query("EXPLAIN " + db::uniques_select_ours("slotted_counters",
-                                                                       std::span(entries).first(2),
-                                                                       quoted, "'bench'", 7, 1)))
+  for (const auto& r :
+       conn.query("EXPLAIN " + db::uniques_select_ours(db::mariadb_dialect(), "slotted_counters",
+                                                       std::span(entries).first(2), quoted,
+                                                       "'bench'", 7, 1)))
     std::printf("explain select_ours: type %s key %s rows %s\n", r[3].value_or("-").c_str(),
                 r[5].value_or("-").c_str(), r[8].value_or("-").c_str());
 }

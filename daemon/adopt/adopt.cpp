@@ -39,7 +39,7 @@ db::row_limits limits_for(db::connection& conn, const std::string& counters_tabl
   db::verify_rollup_target(conn, t);
   db::row_limits limits;
   limits.max_id = keys.max_record_id;
-  for (const auto& r : conn.query(db::columns_select(conn.quote(counters_table)))) {
+  for (const auto& r : conn.query(conn.sql().columns_select(conn.quote(counters_table)))) {
     if (r[0].value_or("") == "count" && db::is_integer_type(r[1].value_or("")))
       limits.max_count = db::integer_column_max(r[1].value_or(""), r[2].value_or(""));
   }
@@ -52,7 +52,7 @@ db::row_limits limits_for(db::connection& conn, const std::string& counters_tabl
   // would be taken into one counter (and the rollup would set both to its sum), and
   // without an index every batch would scan the table.
   std::map<std::string, std::vector<std::string>> unique_indexes;
-  for (const auto& r : conn.query(db::unique_index_columns_select(conn.quote(t.table))))
+  for (const auto& r : conn.query(conn.sql().unique_index_columns_select(conn.quote(t.table))))
     unique_indexes[r[0].value_or("")].push_back(r[1].value_or(""));
   const std::vector<std::string> id_only{lower(t.id_column)};
   if (std::none_of(unique_indexes.begin(), unique_indexes.end(),
@@ -60,7 +60,7 @@ db::row_limits limits_for(db::connection& conn, const std::string& counters_tabl
     throw bad_input("`" + t.table + "` has no PRIMARY or UNIQUE key on exactly `" + t.id_column +
                     "`: each owning row must be the only one of its id");
   }
-  for (const auto& r : conn.query(db::columns_select(conn.quote(t.table)))) {
+  for (const auto& r : conn.query(conn.sql().columns_select(conn.quote(t.table)))) {
     const std::string name = r[0].value_or(""), type = r[2].value_or("");
     if ((name == lower(t.id_column) || name == lower(t.count_column)) &&
         !db::is_integer_type(r[1].value_or(""))) {
@@ -106,7 +106,7 @@ int adopt_no_history(db::connection& conn, const db::rollup_target& t, std::ostr
   auto s = db::read_adoption(conn, t, false);
   bool recorded = false;
   if (!s) {
-    conn.execute(db::state_insert(t, "done", "no_history"));
+    conn.execute(db::state_insert(conn.sql(), t, "done", "no_history"));
     recorded = conn.affected_rows() == 1;
     s = db::read_adoption(conn, t, false);
   }
@@ -146,7 +146,7 @@ int adopt_history(db::connection& conn, const config::daemon_config& cfg,
   // Only when there is none: a run cut short left its row, perhaps with the column spelled
   // in another case (the key compares it ignoring case), which an INSERT IGNORE would
   // not see as the same row.
-  if (!before) conn.execute(db::state_insert(t, "running", "history"));
+  if (!before) conn.execute(db::state_insert(conn.sql(), t, "running", "history"));
   if (before && before->last_id)
     err << "adopt " << t.counter << ": resuming after owning id " << *before->last_id << "\n";
 
@@ -250,7 +250,7 @@ adoption check_adopted(db::connection& conn, const db::rollup_target& t) {
   }
   if (s) return s->state == "done" ? adoption::adopted : adoption::not_adopted;
   if (!conn.query(db::nonzero_select(t)).empty()) return adoption::not_adopted;
-  conn.execute(db::state_insert(t, "done", "zeros"));
+  conn.execute(db::state_insert(conn.sql(), t, "done", "zeros"));
   s = db::read_adoption(conn, t, false);
   return s && s->state == "done" ? adoption::adopted : adoption::not_adopted;
 }

@@ -137,10 +137,11 @@ std::optional<adoption_claim> claim_adoption(connection& conn, const adoption_gu
     claim.taken = std::stoull(check[0][1].value_or("0"));
     claim.total = digits_of(check[0][2].value_or("0"));
     if (!range.upto && check[0][3]) last_id = std::stoull(*check[0][3]);
-    if (claim.taken > 0) conn.execute(take_batch_insert(counters_table, t, range));
+    if (claim.taken > 0) conn.execute(take_batch_insert(conn.sql(), counters_table, t, range));
   }
   claim.last = !range.upto;
-  conn.execute(state_advance(t, last_id, claim.taken, util::decimal(claim.total), claim.last));
+  conn.execute(
+      state_advance(conn.sql(), t, last_id, claim.taken, util::decimal(claim.total), claim.last));
   return claim;
 }
 

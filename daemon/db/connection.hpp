@@ -104,6 +104,8 @@ class connection {
   void require_writable() { driver_->require_writable(); }
   void begin_read_snapshot() { driver_->begin_read_snapshot(); }
   bool error_aborts_transaction() const { return driver_->error_aborts_transaction(); }
+  // The engine's statement text, for the SQL builders (db/dialect.hpp).
+  const dialect& sql() const { return driver_->sql(); }
 
   // The longest statement this connection sends: the server's max_allowed_packet as
   // read at connect, less room for the packet's header. A server refuses a longer one

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "db/dialect.hpp"
+
 namespace slotted::db {
 
 using result_row = std::vector<std::optional<std::string>>;
@@ -56,6 +58,8 @@ class driver {
   // being rolled back alone (InnoDB): a transaction that goes on past an expected
   // error must then take a savepoint before the statement.
   virtual bool error_aborts_transaction() const = 0;
+  // The engine's statement text (db/dialect.hpp).
+  virtual const dialect& sql() const = 0;
 };
 
 }  // namespace slotted::db

@@ -140,6 +140,7 @@ class mariadb_driver final : public driver {
   void ping() override { execute(ping_statement); }
   void require_writable() override;
   bool error_aborts_transaction() const override { return false; }
+  const dialect& sql() const override { return mariadb_dialect(); }
   void begin_read_snapshot() override {
     execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY");

@@ -94,6 +94,10 @@ bool wait_for(int fd, short events, clock::time_point deadline) {
 
 void ignore_notice(void*, const char*) {}
 
+struct connection_deleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+
 struct result_deleter {
   void operator()(PGresult* r) const { PQclear(r); }
 };
@@ -102,7 +106,6 @@ using result_ptr = std::unique_ptr<PGresult, result_deleter>;
 class postgresql_driver final : public driver {
  public:
   explicit postgresql_driver(const connect_options& o);
-  ~postgresql_driver() override { PQfinish(conn_); }
   postgresql_driver(const postgresql_driver&) = delete;
   postgresql_driver& operator=(const postgresql_driver&) = delete;
 
@@ -127,14 +130,18 @@ class postgresql_driver final : public driver {
   void ping() override { run("SELECT 1"); }
   void require_writable() override;
   bool error_aborts_transaction() const override { return true; }
+  const dialect& sql() const override { return postgresql_dialect(); }
   void begin_read_snapshot() override {
     run("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
   }
 
  private:
   result_ptr run(std::string_view sql);
+  // The connection is gone (or in a state we do not drive): later calls fail at once.
+  [[noreturn]] void gone(std::string message, const char* sqlstate = "08006");
+  // gone(), with libpq's message.
   [[noreturn]] void lost(const std::string& what);
-  PGconn* conn_ = nullptr;
+  std::unique_ptr<PGconn, connection_deleter> conn_;
   std::chrono::milliseconds io_timeout_;
   std::uint64_t affected_ = 0;
   bool broken_ = false;
@@ -180,97 +187,86 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
   keys.push_back(nullptr);
   values.push_back(nullptr);
 
-  conn_ = PQconnectStartParams(keys.data(), values.data(), 0);
+  conn_.reset(PQconnectStartParams(keys.data(), values.data(), 0));
   if (conn_ == nullptr) throw db_error(error_class::other, "connect: libpq is out of memory");
   // Our own deadline: libpq's connect_timeout counts whole seconds, at least 2.
   const auto deadline = clock::now() + o.connect_timeout;
   PostgresPollingStatusType state =
-      PQstatus(conn_) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+      PQstatus(conn_.get()) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
   while (state != PGRES_POLLING_OK) {
-    if (state == PGRES_POLLING_FAILED) {
-      const db_error e = connect_failure(PQerrorMessage(conn_), o);
-      PQfinish(conn_);
-      throw e;
-    }
+    if (state == PGRES_POLLING_FAILED) throw connect_failure(PQerrorMessage(conn_.get()), o);
     // During a TLS handshake OpenSSL may hold bytes the socket no longer shows: slices.
     const auto until = sslmode == "disable"
                            ? deadline
                            : std::min(deadline, clock::now() + std::chrono::milliseconds(50));
-    if (!wait_for(PQsocket(conn_), state == PGRES_POLLING_READING ? POLLIN : POLLOUT, until) &&
+    if (!wait_for(PQsocket(conn_.get()), state == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                  until) &&
         clock::now() >= deadline) {
-      PQfinish(conn_);
       throw db_error(
           error_class::connection,
           "connect: no answer within " + std::to_string(o.connect_timeout.count()) + " ms",
           "08001");
     }
-    state = PQconnectPoll(conn_);
+    state = PQconnectPoll(conn_.get());
   }
   // libpq would print the server's notices ("relation already exists, skipping") on
   // stderr.
-  PQsetNoticeProcessor(conn_, ignore_notice, nullptr);
+  PQsetNoticeProcessor(conn_.get(), ignore_notice, nullptr);
   // Sends never block (PQsendQuery would otherwise write a whole statement with no
   // bound while the server does not read): run() waits for the socket itself.
-  if (PQsetnonblocking(conn_, 1) != 0) {
-    PQfinish(conn_);
+  if (PQsetnonblocking(conn_.get(), 1) != 0)
     throw db_error(error_class::connection, "connect: cannot make the connection non-blocking",
                    "08001");
-  }
-  tls_ = PQsslInUse(conn_) != 0;
-  try {
-    char* schema = PQescapeIdentifier(conn_, o.schema.data(), o.schema.size());
-    if (schema == nullptr) throw db_error(error_class::fatal, "connect: a bad schema name");
-    const std::string path = std::string("SET search_path TO ") + schema;
-    PQfreemem(schema);
-    // UTC, as MariaDB's sessions (db/sql.hpp session_setup); READ COMMITTED, the default,
-    // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do.
-    run("SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
-        "READ COMMITTED; SET lock_timeout = '50s'; " +
-        path);
-    // A backend whose client closed the connection (a statement we stopped waiting for)
-    // notices within a second and ends, freeing its locks for the retry. PostgreSQL 14
-    // and later, where the platform supports it: nothing is lost without it.
-    if (PQserverVersion(conn_) >= 140000) {
-      try {
-        run("SET client_connection_check_interval = '1s'");
-      } catch (const db_error& e) {
-        if (e.connection_lost()) throw;
-      }
+  tls_ = PQsslInUse(conn_.get()) != 0;
+  char* schema = PQescapeIdentifier(conn_.get(), o.schema.data(), o.schema.size());
+  if (schema == nullptr) throw db_error(error_class::fatal, "connect: a bad schema name");
+  const std::string path = std::string("SET search_path TO ") + schema;
+  PQfreemem(schema);
+  // UTC, as MariaDB's sessions (db/sql.hpp session_setup); READ COMMITTED, the default,
+  // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do.
+  run("SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
+      "READ COMMITTED; SET lock_timeout = '50s'; " +
+      path);
+  // A backend whose client closed the connection (a statement we stopped waiting for)
+  // notices within a second and ends, freeing its locks for the retry. PostgreSQL 14
+  // and later, where the platform supports it: nothing is lost without it.
+  if (PQserverVersion(conn_.get()) >= 140000) {
+    try {
+      run("SET client_connection_check_interval = '1s'");
+    } catch (const db_error& e) {
+      if (e.connection_lost()) throw;
     }
-  } catch (...) {
-    PQfinish(conn_);
-    throw;
   }
+}
+
+void postgresql_driver::gone(std::string message, const char* sqlstate) {
+  broken_ = true;
+  throw db_error(error_class::connection, std::move(message), sqlstate);
 }
 
 void postgresql_driver::lost(const std::string& what) {
-  broken_ = true;
-  std::string message = PQerrorMessage(conn_);
+  std::string message = PQerrorMessage(conn_.get());
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  throw db_error(error_class::connection, what + ": " + message, "08006");
+  gone(what + ": " + message);
 }
 
 result_ptr postgresql_driver::run(std::string_view sql) {
-  if (broken_) throw db_error(error_class::connection, "query: the connection was lost", "08006");
+  if (broken_) gone("query: the connection was lost");
   affected_ = 0;
   // libpq sends a C string: a NUL would cut the statement short, silently.
   if (sql.find('\0') != std::string_view::npos)
     throw db_error(error_class::data, "query: a statement with a NUL byte; not sent");
-  const std::string text(sql);
-  if (PQsendQuery(conn_, text.c_str()) == 0) lost("query");
+  const std::string text = postgresql_text(sql);
+  if (PQsendQuery(conn_.get(), text.c_str()) == 0) lost("query");
   const auto deadline = clock::now() + io_timeout_;
-  const int fd = PQsocket(conn_);
+  const int fd = PQsocket(conn_.get());
   // The non-blocking send: what is left goes out as the server reads.
-  for (int r; (r = PQflush(conn_)) != 0;) {
+  for (int r; (r = PQflush(conn_.get())) != 0;) {
     if (r < 0) lost("query");
-    if (!wait_for(fd, POLLOUT | POLLIN, deadline)) {
-      broken_ = true;
-      throw db_error(error_class::connection,
-                     "query: the server did not take the statement within " +
-                         std::to_string(io_timeout_.count()) + " ms",
-                     "08006");
-    }
-    if (PQconsumeInput(conn_) == 0) lost("query");
+    if (!wait_for(fd, POLLOUT | POLLIN, deadline))
+      gone("query: the server did not take the statement within " +
+           std::to_string(io_timeout_.count()) + " ms");
+    if (PQconsumeInput(conn_.get()) == 0) lost("query");
   }
   // The last result with rows (a SELECT, or RETURNING), the first error, and the last
   // statement's command tag (for COMMIT) and row count.
@@ -278,26 +274,21 @@ result_ptr postgresql_driver::run(std::string_view sql) {
   std::string tag;
   std::uint64_t affected = 0;
   for (;;) {
-    while (PQisBusy(conn_) != 0) {
+    while (PQisBusy(conn_.get()) != 0) {
       // Over TLS, OpenSSL may hold the rest of a record that the socket no longer
       // shows: poll in slices and let PQconsumeInput read what is pending.
       const auto until =
           tls_ ? std::min(deadline, clock::now() + std::chrono::milliseconds(50)) : deadline;
-      if (!wait_for(fd, POLLIN, until) && clock::now() >= deadline) {
-        broken_ = true;
-        throw db_error(error_class::connection,
-                       "query: no answer within " + std::to_string(io_timeout_.count()) + " ms",
-                       "08006");
-      }
-      if (PQconsumeInput(conn_) == 0) lost("query");
+      if (!wait_for(fd, POLLIN, until) && clock::now() >= deadline)
+        gone("query: no answer within " + std::to_string(io_timeout_.count()) + " ms");
+      if (PQconsumeInput(conn_.get()) == 0) lost("query");
     }
-    result_ptr r(PQgetResult(conn_));
+    result_ptr r(PQgetResult(conn_.get()));
     if (r == nullptr) break;
     const auto status = PQresultStatus(r.get());
     if (status == PGRES_COPY_IN || status == PGRES_COPY_OUT || status == PGRES_COPY_BOTH) {
       // Never sent by the daemon; the protocol is now in a state we do not drive.
-      broken_ = true;
-      throw db_error(error_class::connection, "query: the server started a COPY", "08P01");
+      gone("query: the server started a COPY", "08P01");
     }
     if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE ||
         status == PGRES_NONFATAL_ERROR) {
@@ -318,10 +309,8 @@ result_ptr postgresql_driver::run(std::string_view sql) {
     const char* severity = PQresultErrorField(error.get(), PG_DIAG_SEVERITY_NONLOCALIZED);
     const bool ends = severity != nullptr && (std::string_view(severity) == "FATAL" ||
                                               std::string_view(severity) == "PANIC");
-    if (state == nullptr || ends || PQstatus(conn_) == CONNECTION_BAD) {
-      broken_ = true;
-      throw db_error(error_class::connection, "query: " + message, state ? state : "08006");
-    }
+    if (state == nullptr || ends || PQstatus(conn_.get()) == CONNECTION_BAD)
+      gone("query: " + message, state ? state : "08006");
     throw postgresql_error(state, "query: " + message);
   }
   affected_ = affected;
@@ -351,8 +340,8 @@ std::vector<result_row> postgresql_driver::query(std::string_view sql) {
 }
 
 std::string postgresql_driver::tls_cipher() const {
-  if (PQsslInUse(conn_) == 0) return {};
-  const char* cipher = PQsslAttribute(conn_, "cipher");
+  if (PQsslInUse(conn_.get()) == 0) return {};
+  const char* cipher = PQsslAttribute(conn_.get(), "cipher");
   return cipher == nullptr ? std::string() : std::string(cipher);
 }
 
@@ -373,15 +362,15 @@ void postgresql_driver::require_writable() {
 }
 
 bool postgresql_driver::in_transaction() const {
-  return broken_ || PQtransactionStatus(conn_) != PQTRANS_IDLE;
+  return broken_ || PQtransactionStatus(conn_.get()) != PQTRANS_IDLE;
 }
 
 std::string postgresql_driver::quote(std::string_view text) {
   if (text.find('\0') != std::string_view::npos)
     throw db_error(error_class::data, "quote: a value with a NUL byte");
-  char* quoted = PQescapeLiteral(conn_, text.data(), text.size());
+  char* quoted = PQescapeLiteral(conn_.get(), text.data(), text.size());
   if (quoted == nullptr)
-    throw db_error(error_class::data, std::string("quote: ") + PQerrorMessage(conn_));
+    throw db_error(error_class::data, std::string("quote: ") + PQerrorMessage(conn_.get()));
   std::string out(quoted);
   PQfreemem(quoted);
   return out;

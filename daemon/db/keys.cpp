@@ -85,8 +85,9 @@ void claim_statements(connection& conn, std::span<const keyed_request> requests,
   in_statements(
       requests.size(), conn.max_statement_bytes(),
       [&](std::size_t first, std::size_t n) {
-        return idempotency_keys_claim(requests.subspan(first, n), keys.subspan(first, n), instance,
-                                      id.run_id, id.seq, window, local_now);
+        return idempotency_keys_claim(conn.sql(), requests.subspan(first, n),
+                                      keys.subspan(first, n), instance, id.run_id, id.seq, window,
+                                      local_now);
       },
       [&](const std::string& sql) { conn.execute(sql); });
 }
@@ -98,7 +99,7 @@ std::vector<result_row> read_claimed_rows(connection& conn, std::span<const std:
   in_statements(
       keys.size(), conn.max_statement_bytes(),
       [&](std::size_t first, std::size_t n) {
-        return idempotency_keys_select_locked(keys.subspan(first, n));
+        return idempotency_keys_select_locked(conn.sql(), keys.subspan(first, n));
       },
       [&](const std::string& sql) {
         auto part = conn.query(sql);
@@ -162,7 +163,7 @@ std::optional<committed_key> find_committed_key(connection& conn, const std::str
                                                 std::chrono::milliseconds window,
                                                 std::int64_t local_now_ms) {
   const std::int64_t age = (local_now_ms != 0 ? local_now_ms : now_ms()) - received_ms;
-  const auto rows = conn.query(idempotency_keys_find(conn.quote(key), age, window));
+  const auto rows = conn.query(idempotency_keys_find(conn.sql(), conn.quote(key), age, window));
   if (rows.empty() || !rows[0][0] || !rows[0][1]) return std::nullopt;
   return committed_key{*rows[0][0], static_cast<std::uint32_t>(std::stoul(*rows[0][1]))};
 }
@@ -180,11 +181,12 @@ std::uint64_t prune_keys(connection& conn, std::chrono::milliseconds window, std
   // (an instance cut off from the database that long) can miss it.
   for (int i = 0; i < max_chunks; ++i) {
     std::vector<std::string> keys;
-    for (const auto& row : conn.query(idempotency_keys_prune_select(2 * window, chunk))) {
+    for (const auto& row :
+         conn.query(idempotency_keys_prune_select(conn.sql(), 2 * window, chunk))) {
       if (row[0]) keys.push_back(conn.quote(*row[0]));
     }
     if (keys.empty()) break;
-    conn.execute(idempotency_keys_delete(keys, 2 * window));
+    conn.execute(idempotency_keys_delete(conn.sql(), keys, 2 * window));
     deleted += conn.affected_rows();
     if (keys.size() < chunk) break;
   }

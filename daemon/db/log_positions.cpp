@@ -27,20 +27,20 @@ std::string key_where(std::string_view instance, std::string_view path) {
 }
 }  // namespace
 
-std::string create_positions_table() {
-  return db::sql_text::create_table(
-      table(),
-      "  `instance_id` VARCHAR(64) NOT NULL,\n"
-      "  `path` VARBINARY(512) NOT NULL,\n"
-      "  `file_dev` BIGINT UNSIGNED NOT NULL,\n"
-      "  `file_ino` BIGINT UNSIGNED NOT NULL,\n"
-      "  `head_len` INT UNSIGNED NOT NULL,\n"
-      "  `head_hash` BIGINT UNSIGNED NOT NULL,\n"
-      "  `offset` BIGINT UNSIGNED NOT NULL,\n"
-      "  `in_long_line` TINYINT UNSIGNED NOT NULL DEFAULT 0,\n"
-      "  `file_mtime_ns` BIGINT NOT NULL DEFAULT 0,\n"
-      "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
-      "  PRIMARY KEY (`instance_id`, `path`)\n");
+std::string create_positions_table(const dialect& d) {
+  return d.create_table(
+      {std::string(positions_table),
+       {{"`instance_id`", column_type::text64},
+        {"`path`", column_type::bytes512},
+        {"`file_dev`", column_type::u64},
+        {"`file_ino`", column_type::u64},
+        {"`head_len`", column_type::u32},
+        {"`head_hash`", column_type::u64},
+        {"`offset`", column_type::u64},
+        {"`in_long_line`", column_type::u8, false, "0"},
+        {"`file_mtime_ns`", column_type::i64, false, "0"},
+        {"`committed_at`", column_type::moment_ms, false, "CURRENT_TIMESTAMP(3)"}},
+       "`instance_id`, `path`"});
 }
 
 std::string position_select(std::string_view instance, std::string_view path, bool for_update) {
@@ -106,7 +106,7 @@ constexpr std::pair<const char*, const char*> added_columns[] = {
 
 std::vector<std::string> column_names(db::connection& conn) {
   std::vector<std::string> names;
-  for (const auto& r : conn.query(db::columns_select(conn.quote(positions_table))))
+  for (const auto& r : conn.query(conn.sql().columns_select(conn.quote(positions_table))))
     names.push_back(r[0].value_or(""));
   return names;
 }
@@ -125,7 +125,7 @@ std::vector<std::string> positions_table_upgrade(const std::vector<std::string>&
 }
 
 void migrate_positions_table(db::connection& conn) {
-  conn.execute(create_positions_table());
+  conn.execute(create_positions_table(conn.sql()));
   for (const auto& sql : positions_table_upgrade(column_names(conn))) conn.execute(sql);
 }
 

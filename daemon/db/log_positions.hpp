@@ -53,7 +53,7 @@ struct other_position {
 std::uint64_t head_hash(std::string_view bytes);
 
 // Pure SQL builders. `quoted_*` are connection::quote literals.
-std::string create_positions_table();
+std::string create_positions_table(const dialect& d);
 std::string position_select(std::string_view quoted_instance, std::string_view quoted_path,
                             bool for_update);
 std::string position_insert(std::string_view quoted_instance, std::string_view quoted_path,

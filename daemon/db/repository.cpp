@@ -14,15 +14,16 @@
 namespace slotted::db {
 
 void migrate(connection& conn, const std::string& table) {
-  conn.execute(create_counters_table(table));
-  conn.execute(create_ledger_table());
+  conn.execute(create_counters_table(conn.sql(), table));
+  conn.execute(create_ledger_table(conn.sql()));
   // A ledger made before its prune of every instance's rows lacks their index.
-  if (conn.query(index_exists_select(conn.quote(ledger_table), conn.quote(ledger_time_index)))
+  if (conn.query(conn.sql().index_exists_select(conn.quote(ledger_table),
+                                                conn.quote(ledger_time_index)))
           .empty())
     conn.execute(ledger_add_time_index());
-  conn.execute(create_dirty_table());
-  conn.execute(create_adoptions_table());
-  conn.execute(create_idempotency_keys_table());
+  conn.execute(create_dirty_table(conn.sql()));
+  conn.execute(create_adoptions_table(conn.sql()));
+  conn.execute(create_idempotency_keys_table(conn.sql()));
   migrate_idempotency_keys(conn);
   migrate_positions_table(conn);
 }
@@ -30,17 +31,18 @@ void migrate(connection& conn, const std::string& table) {
 void migrate_idempotency_keys(connection& conn) {
   const std::string quoted = conn.quote(idempotency_keys_table);
   bool has_created = false, has_created_ms = false;
-  for (const auto& r : conn.query(columns_select(quoted))) {
+  for (const auto& r : conn.query(conn.sql().columns_select(quoted))) {
     has_created = has_created || r[0].value_or("") == "created";
     has_created_ms = has_created_ms || r[0].value_or("") == "created_ms";
   }
   if (!has_created) return;  // this version's layout (or converted by a run before)
-  const bool has_by_age = !conn.query(index_exists_select(quoted, conn.quote("by_age"))).empty();
+  const bool has_by_age =
+      !conn.query(conn.sql().index_exists_select(quoted, conn.quote("by_age"))).empty();
   for (const auto& sql : idempotency_keys_upgrade(has_created_ms, has_by_age)) conn.execute(sql);
 }
 
 bool table_exists(connection& conn, std::string_view name) {
-  return !conn.query(table_exists_select(conn.quote(name))).empty();
+  return !conn.query(conn.sql().table_exists_select(conn.quote(name))).empty();
 }
 
 namespace {
@@ -51,6 +53,7 @@ std::uint64_t integer_max(const std::string& data_type, const std::string& colum
                     : data_type == "smallint"  ? 16
                     : data_type == "mediumint" ? 24
                     : data_type == "int"       ? 32
+                    : data_type == "integer"   ? 32  // PostgreSQL's name
                                                : 64;
   return is_unsigned ? (bits == 64 ? UINT64_MAX : (std::uint64_t{1} << bits) - 1)
                      : (std::uint64_t{1} << (bits - 1)) - 1;
@@ -63,12 +66,12 @@ std::uint64_t integer_column_max(const std::string& data_type, const std::string
 
 bool is_integer_type(const std::string& data_type) {
   return data_type == "tinyint" || data_type == "smallint" || data_type == "mediumint" ||
-         data_type == "int" || data_type == "bigint";
+         data_type == "int" || data_type == "integer" || data_type == "bigint";
 }
 
 key_limits verify_schema(connection& conn, const std::string& table, bool with_rollups) {
   const std::string quoted = conn.quote(table);
-  const auto columns = conn.query(columns_select(quoted));
+  const auto columns = conn.query(conn.sql().columns_select(quoted));
   if (columns.empty()) {
     throw db_error(error_class::fatal, "table `" + table +
                                            "` does not exist in the configured database; run "
@@ -81,7 +84,7 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
       throw db_error(error_class::fatal, "table `" + table + "` has no column `" + needed + "`");
     }
   }
-  const auto index_rows = conn.query(unique_index_columns_select(quoted));
+  const auto index_rows = conn.query(conn.sql().unique_index_columns_select(quoted));
   std::map<std::string, std::vector<std::string>> unique_indexes;
   for (const auto& r : index_rows) unique_indexes[r[0].value_or("")].push_back(r[1].value_or(""));
   const std::vector<std::string> wanted{"record_type", "record_id", "slot"};
@@ -109,8 +112,8 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
     // still holds 0 would take a committed key over (applied twice), and the keys prune
     // would delete such rows.
     const auto has = [&](const char* column) {
-      return !conn.query(
-                      column_exists_select(conn.quote(idempotency_keys_table), conn.quote(column)))
+      return !conn.query(conn.sql().column_exists_select(conn.quote(idempotency_keys_table),
+                                                         conn.quote(column)))
                   .empty();
     };
     limits.idempotency_keys = has("created_ms") && !has("created");
@@ -130,9 +133,10 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
 
 std::optional<autoincrement_state> read_autoincrement(connection& conn, const std::string& table) {
   const std::string quoted = conn.quote(table);
-  const auto columns = conn.query(autoincrement_column_select(quoted));
+  const auto columns = conn.query(conn.sql().autoincrement_column_select(quoted));
   if (columns.empty()) return std::nullopt;
-  const auto next = conn.query(autoincrement_next_select(quoted));
+  const auto next = conn.query(
+      conn.sql().autoincrement_next_select(quoted, conn.quote(columns[0][0].value_or(""))));
   if (next.empty() || next[0].size() < 2 || !next[0][0]) return std::nullopt;
   autoincrement_state st;
   st.column = columns[0][0].value_or("");
@@ -149,7 +153,8 @@ void verify_rollup_target(connection& conn, const rollup_target& t) {
     throw db_error(error_class::fatal, where + "table `" + t.table + "` does not exist");
   }
   for (const auto& column : {t.id_column, t.count_column}) {
-    const auto found = conn.query(column_exists_select(conn.quote(t.table), conn.quote(column)));
+    const auto found =
+        conn.query(conn.sql().column_exists_select(conn.quote(t.table), conn.quote(column)));
     if (found.empty()) {
       throw db_error(error_class::fatal,
                      where + "table `" + t.table + "` has no column `" + column + "`");
@@ -179,8 +184,8 @@ void rollup_update_bisecting(connection& conn, const std::string& counters_table
   const bool savepoint = conn.error_aborts_transaction();
   if (savepoint) conn.execute("SAVEPOINT rollup_try");
   try {
-    conn.execute(
-        rollup_update(counters_table, t.record_type, t.table, t.id_column, t.count_column, ids));
+    conn.execute(conn.sql().rollup_update(counters_table, t.record_type, t.table, t.id_column,
+                                          t.count_column, ids));
     if (savepoint) conn.execute("RELEASE SAVEPOINT rollup_try");
   } catch (const db_error& e) {
     if (!e.data_error()) throw;
@@ -288,7 +293,7 @@ ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_fr
       }
       for (auto& [run, seqs] : runs) {
         std::sort(seqs.begin(), seqs.end());
-        conn.execute(ledger_delete(conn.quote(run.first), run.second, seqs, max_age));
+        conn.execute(ledger_delete(conn.sql(), conn.quote(run.first), run.second, seqs, max_age));
         r.deleted += conn.affected_rows();
       }
       if (read < chunk) return false;
@@ -297,13 +302,14 @@ ledger_prune_result prune_ledger(connection& conn, const batch_identity& keep_fr
   };
   const bool own_behind = side(
       [&] {
-        return ledger_prune_select(instance, keep_from.run_id, keep_from.seq, own_max_age_seconds,
-                                   chunk);
+        return ledger_prune_select(conn.sql(), instance, keep_from.run_id, keep_from.seq,
+                                   own_max_age_seconds, chunk);
       },
       own_max_age_seconds);
   const bool others_behind = side(
       [&] {
-        return ledger_stale_select(instance, keep_from.run_id, others_max_age_seconds, chunk);
+        return ledger_stale_select(conn.sql(), instance, keep_from.run_id, others_max_age_seconds,
+                                   chunk);
       },
       others_max_age_seconds);
   r.behind = own_behind || others_behind;
@@ -345,7 +351,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_counts(
 void migrate_buckets(connection& conn, const std::string& table,
                      const store::bucket_spec& buckets) {
   for (const auto g : store::all_granularities) {
-    if (buckets.uses(g)) conn.execute(create_bucket_table(table, g));
+    if (buckets.uses(g)) conn.execute(create_bucket_table(conn.sql(), table, g));
   }
 }
 
@@ -364,7 +370,7 @@ std::vector<std::pair<std::int64_t, __int128>> read_series(
     std::uint64_t record_id, std::int64_t from, std::int64_t to) {
   std::vector<std::pair<std::int64_t, __int128>> out;
   for (const auto& row :
-       conn.query(bucket_series_select(table, g, record_type, record_id, from, to))) {
+       conn.query(bucket_series_select(conn.sql(), table, g, record_type, record_id, from, to))) {
     if (!row[0] || !row[1]) continue;
     out.emplace_back(std::stoll(*row[0]), slot_count(row[1]));
   }
@@ -374,7 +380,8 @@ std::vector<std::pair<std::int64_t, __int128>> read_series(
 prune_chunk prune_buckets(connection& conn, const std::string& table, store::granularity g,
                           std::uint32_t record_type, std::int64_t before, std::size_t limit,
                           bool totals) {
-  const auto rows = conn.query(bucket_prune_select(table, g, record_type, before, limit));
+  const auto rows =
+      conn.query(bucket_prune_select(conn.sql(), table, g, record_type, before, limit));
   // In (bucket, record_id) order: one DELETE per bucket met, each committing on its own;
   // with `totals`, the DELETE of their bucket totals (db/top.hpp) with it, in one
   // transaction (the lock order's 4 then 5), so none is left without its rows.
@@ -411,7 +418,7 @@ prune_chunk prune_buckets(connection& conn, const std::string& table, store::gra
 }
 
 std::optional<std::int64_t> database_clock(connection& conn) {
-  const auto rows = conn.query("SELECT UNIX_TIMESTAMP()");
+  const auto rows = conn.query(conn.sql().now_seconds_select());
   if (rows.empty() || rows[0].empty() || !rows[0][0]) return std::nullopt;
   return std::stoll(*rows[0][0]);
 }

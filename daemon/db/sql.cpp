@@ -20,75 +20,29 @@ std::string quote_identifier(std::string_view name) {
   return out;
 }
 
-namespace {
-// "SELECT <columns> FROM information_schema.<view> WHERE TABLE_SCHEMA = DATABASE() AND
-// TABLE_NAME = <quoted_table><rest>"
-std::string schema_select(std::string_view columns, std::string_view view,
-                          std::string_view quoted_table, std::string_view rest = {}) {
-  return std::string("SELECT ")
-      .append(columns)
-      .append(" FROM information_schema.")
-      .append(view)
-      .append(" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ")
-      .append(quoted_table)
-      .append(rest);
-}
-}  // namespace
-
-std::string table_exists_select(std::string_view quoted_table) {
-  return schema_select("1", "TABLES", quoted_table);
-}
-
-std::string columns_select(std::string_view quoted_table) {
-  return schema_select("LOWER(COLUMN_NAME), LOWER(DATA_TYPE), LOWER(COLUMN_TYPE)", "COLUMNS",
-                       quoted_table);
-}
-
-std::string unique_index_columns_select(std::string_view quoted_table) {
-  return schema_select("INDEX_NAME, LOWER(COLUMN_NAME)", "STATISTICS", quoted_table,
-                       " AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX");
-}
-
-std::string column_exists_select(std::string_view quoted_table, std::string_view quoted_column) {
-  return schema_select("1", "COLUMNS", quoted_table,
-                       std::string(" AND COLUMN_NAME = ").append(quoted_column));
-}
-
-std::string index_exists_select(std::string_view quoted_table, std::string_view quoted_index) {
-  return schema_select("1", "STATISTICS", quoted_table,
-                       std::string(" AND INDEX_NAME = ").append(quoted_index).append(" LIMIT 1"));
-}
-
-std::string autoincrement_column_select(std::string_view quoted_table) {
-  return schema_select("COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE)", "COLUMNS", quoted_table,
-                       " AND EXTRA LIKE '%auto_increment%'");
-}
-
-std::string autoincrement_next_select(std::string_view quoted_table) {
-  return schema_select("AUTO_INCREMENT, @@SESSION.auto_increment_increment", "TABLES",
-                       quoted_table);
-}
-
-std::string upsert_statement(std::string_view table, std::span<const counter_row> rows) {
+std::string upsert_statement(const dialect& d, std::string_view table,
+                             std::span<const counter_row> rows) {
   std::string sql;
   sql.reserve(128 + rows.size() * 40);
   sql += "INSERT INTO ";
-  sql += quote_identifier(table);
+  const std::string t = quote_identifier(table);
+  sql += t;
   sql += " (`record_type`, `record_id`, `slot`, `count`) VALUES ";
   append_tuples(sql, rows, [&](const counter_row& r) {
     append_values(sql, r.record_type, r.record_id, r.slot, r.delta);
   });
-  sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+  sql += d.on_conflict(counter_key_columns);
+  sql += d.adding(t, "`count`");
   return sql;
 }
 
-std::string create_counters_table(std::string_view table) {
-  return create_table(quote_identifier(table),
-                      "  `record_type` INT UNSIGNED NOT NULL,\n"
-                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-                      "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
-                      "  `count` BIGINT NOT NULL,\n"
-                      "  PRIMARY KEY (`record_type`, `record_id`, `slot`)\n");
+std::string create_counters_table(const dialect& d, std::string_view table) {
+  return d.create_table({std::string(table),
+                         {{"`record_type`", column_type::u32},
+                          {"`record_id`", column_type::u64},
+                          {"`slot`", column_type::u16},
+                          {"`count`", column_type::i64}},
+                         counter_key_columns});
 }
 
 std::string select_count(std::string_view table, std::uint32_t record_type,
@@ -111,8 +65,8 @@ std::string reset_rows_select_locked(std::string_view table, std::uint32_t recor
   return sql;
 }
 
-std::vector<std::string> reset_statements(std::string_view table, std::uint32_t record_type,
-                                          std::uint64_t record_id,
+std::vector<std::string> reset_statements(const dialect& d, std::string_view table,
+                                          std::uint32_t record_type, std::uint64_t record_id,
                                           std::span<const std::int64_t> slots,
                                           std::string_view quoted_instance,
                                           std::optional<std::uint64_t> dirty_gen,
@@ -138,7 +92,7 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
   }
   if (dirty_gen) {
     const counter_row row{record_type, record_id, 0, 0};
-    out.push_back(dirty_upsert(quoted_instance, std::span(&row, 1), *dirty_gen));
+    out.push_back(dirty_upsert(d, quoted_instance, std::span(&row, 1), *dirty_gen));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/dialect.hpp"
 #include "model/batch.hpp"
 
 namespace slotted::db {
@@ -69,24 +70,6 @@ inline constexpr const char* node_state_selects[] = {
 // On a Galera node: reads wait until the node has applied what the cluster committed.
 inline constexpr const char* galera_sync_reads = "SET SESSION wsrep_sync_wait = 1";
 
-// Schema checks in information_schema, for a table of the current database. Every
-// argument named quoted_* is a quoted string literal (connection::quote), not an
-// identifier.
-// One row if the table exists.
-std::string table_exists_select(std::string_view quoted_table);
-// (name, data type, column type), lower case, one row per column.
-std::string columns_select(std::string_view quoted_table);
-// (index name, column), lower case, the columns of each unique index in order.
-std::string unique_index_columns_select(std::string_view quoted_table);
-// One row if the table has this column.
-std::string column_exists_select(std::string_view quoted_table, std::string_view quoted_column);
-// One row if the table has an index of this name.
-std::string index_exists_select(std::string_view quoted_table, std::string_view quoted_index);
-// (name, data type, column type) of the AUTO_INCREMENT column; no row if none.
-std::string autoincrement_column_select(std::string_view quoted_table);
-// (next AUTO_INCREMENT value, this session's auto_increment_increment).
-std::string autoincrement_next_select(std::string_view quoted_table);
-
 // This instance's and run's ledger batch_seq values from `min_seq` on.
 std::string ledger_seqs_select(std::string_view quoted_instance, std::uint64_t run_id,
                                std::uint64_t min_seq);
@@ -94,10 +77,11 @@ std::string ledger_seqs_select(std::string_view quoted_instance, std::uint64_t r
 // One multi-row upsert for `rows` (in the order given):
 // INSERT INTO `t` (`record_type`, `record_id`, `slot`, `count`) VALUES (...),...
 // ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)
-std::string upsert_statement(std::string_view table, std::span<const counter_row> rows);
+std::string upsert_statement(const dialect& d, std::string_view table,
+                             std::span<const counter_row> rows);
 
-std::string create_counters_table(std::string_view table);
-std::string create_ledger_table();
+std::string create_counters_table(const dialect& d, std::string_view table);
+std::string create_ledger_table(const dialect& d);
 // The ledger's index for its prune of every instance's old rows (ledger_stale_select),
 // added by --migrate to a ledger created before it.
 std::string ledger_add_time_index();
@@ -117,77 +101,78 @@ std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id
 // wrote a row knows when it no longer needs it: the rows of an earlier run of this
 // instance (whose WAL a restart replays) or of another process that shares its
 // instance_id are every other run's (ledger_stale_select).
-std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t run_id,
-                                std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
-                                std::size_t limit);
+std::string ledger_prune_select(const dialect& d, std::string_view quoted_instance,
+                                std::uint64_t run_id, std::uint64_t keep_from_seq,
+                                std::uint64_t max_age_seconds, std::size_t limit);
 
 // The rows of every run but this process's own (`quoted_instance`, `run_id`) older than
 // `max_age_seconds`: (instance_id, run_id, batch_seq) of up to `limit` of the oldest,
 // through `by_time`.
-std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t run_id,
-                                std::uint64_t max_age_seconds, std::size_t limit);
+std::string ledger_stale_select(const dialect& d, std::string_view quoted_instance,
+                                std::uint64_t run_id, std::uint64_t max_age_seconds,
+                                std::size_t limit);
 // Deletes exactly these rows of one instance's run (through the primary key, forced: it
 // locks no other row) while they are still older than `max_age_seconds`. `seqs` must
 // not be empty.
-std::string ledger_delete(std::string_view quoted_instance, std::uint64_t run_id,
+std::string ledger_delete(const dialect& d, std::string_view quoted_instance, std::uint64_t run_id,
                           std::span<const std::uint64_t> seqs, std::uint64_t max_age_seconds);
 
-std::string create_dirty_table();
+std::string create_dirty_table(const dialect& d);
 
 // The adoptions table (adoptions_table above). `last_id`: the largest owning id taken
 // (NULL: none yet); `rows_taken` / `total_taken`: owning rows and their counts taken;
 // `mode`: 'history' (--adopt), 'no_history' (--adopt --no-history) or 'zeros' (the
 // roller found the column holding only zeros: nothing to adopt).
-std::string create_adoptions_table();
+std::string create_adoptions_table(const dialect& d);
 
 // Key times (`created_ms`) are unix milliseconds by the database's clock, a BIGINT:
 // every instance places an arrival on that one clock (the database's now less the
 // request's age, measured on the clock of the instance it reached), so the window's
 // edge does not move with the skew between instances' clocks, and no time in the range
 // of a 64-bit clock is refused (a TIMESTAMP ends in 2038; FROM_UNIXTIME past it is NULL).
-std::string create_idempotency_keys_table();
+std::string create_idempotency_keys_table(const dialect& d);
 // Converts a keys table of the layout before (`created` TIMESTAMP(3)) in place, keeping
 // each key's time: the statements to run in order, given whether `created_ms` is there
 // already (an upgrade cut short) and whether the old `by_age` index is.
 std::vector<std::string> idempotency_keys_upgrade(bool has_created_ms, bool has_by_age);
-// The database's clock in unix milliseconds, as an SQL expression: UTC_TIMESTAMP is a
-// DATETIME (to year 9999), independent of the session's time_zone.
-std::string database_now_ms();
 // Claims the key of each of `requests` (`quoted_keys[i]` is requests[i].key quoted) for
 // batch (instance, run_id, seq): a new key gets a row naming the batch; a key whose row
 // records a first arrival more than `window` before this request's arrival is taken
 // over; any other row stays as it is (INSERT IGNORE, but waiting on an uncommitted one).
 // A request's arrival: the database's now less its age, `local_now_ms` less its
 // received_ms (both this instance's clock; a negative age counts as 0).
-std::string idempotency_keys_claim(std::span<const idempotency::keyed_request> requests,
+std::string idempotency_keys_claim(const dialect& d,
+                                   std::span<const idempotency::keyed_request> requests,
                                    std::span<const std::string> quoted_keys,
                                    std::string_view quoted_instance, std::uint64_t run_id,
                                    std::uint64_t batch_seq, std::chrono::milliseconds window,
                                    std::int64_t local_now_ms);
 // The rows of `quoted_keys`, read with a shared lock (the latest committed values):
 // idem_key, body_hash, instance_id, run_id, batch_seq.
-std::string idempotency_keys_select_locked(std::span<const std::string> quoted_keys);
+std::string idempotency_keys_select_locked(const dialect& d,
+                                           std::span<const std::string> quoted_keys);
 // The body_hash and accepted of key `quoted_key` when its row records a first arrival
 // no more than `window` before an arrival `age_ms` ago: the rows a claim by that request
 // would leave as they are (see idempotency_keys_claim). A plain read: the latest
 // committed row under READ COMMITTED, no lock taken or awaited.
-std::string idempotency_keys_find(std::string_view quoted_key, std::int64_t age_ms,
-                                  std::chrono::milliseconds window);
+std::string idempotency_keys_find(const dialect& d, std::string_view quoted_key,
+                                  std::int64_t age_ms, std::chrono::milliseconds window);
 // The keys table's prune (db::prune_keys): the keys of up to `limit` of the
 // oldest rows first received more than `age` ago, through `by_age`, locking nothing ...
-std::string idempotency_keys_prune_select(std::chrono::milliseconds age, std::size_t limit);
+std::string idempotency_keys_prune_select(const dialect& d, std::chrono::milliseconds age,
+                                          std::size_t limit);
 // ... then exactly those, through the primary key, while still that old (not taken
 // over meanwhile): a DELETE ... ORDER BY created_ms LIMIT n may lock more than it
 // deletes (the row past its range's end, or, on another plan, current keys).
-std::string idempotency_keys_delete(std::span<const std::string> quoted_keys,
+std::string idempotency_keys_delete(const dialect& d, std::span<const std::string> quoted_keys,
                                     std::chrono::milliseconds age);
 
 // Marks each row's counter dirty for this instance with generation `gen` (unique per
 // batch), replacing the generation of a mark that is already there. A roller deletes a
 // mark only with the generation it read, so a mark deleted and marked again by a later
 // batch is never taken for the old one.
-std::string dirty_upsert(std::string_view quoted_instance, std::span<const counter_row> rows,
-                         std::uint64_t gen);
+std::string dirty_upsert(const dialect& d, std::string_view quoted_instance,
+                         std::span<const counter_row> rows, std::uint64_t gen);
 
 // Where a rollup run stands: marks of one record type are read in (record_id,
 // instance_id) order, each at most once per run, and only up to the largest record_id
@@ -216,12 +201,6 @@ struct dirty_mark {
 // read) stays for the next rollup.
 std::string dirty_delete(std::uint32_t record_type, std::span<const dirty_mark> marks);
 
-// Sets owner.count_column = SUM(count) over the slots, for the given ids, in one
-// set-based statement; 0 for an id without slot rows (a counter reset since).
-std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
-                          std::string_view owner_table, std::string_view id_column,
-                          std::string_view count_column, std::span<const std::uint64_t> ids);
-
 // The ids among `ids` that have an owning row, locked (FOR UPDATE) in id order.
 std::string owner_ids_select(std::string_view owner_table, std::string_view id_column,
                              std::span<const std::uint64_t> ids);
@@ -247,8 +226,8 @@ std::string reset_rows_select_locked(std::string_view table, std::uint32_t recor
 // held and every counter's buckets still add up to its total; and, when the counter is
 // rolled up (`dirty_gen` set), mark it dirty so that the next rollup sets its target to
 // 0 with no slot row left. Every table a reset clears is listed here.
-std::vector<std::string> reset_statements(std::string_view table, std::uint32_t record_type,
-                                          std::uint64_t record_id,
+std::vector<std::string> reset_statements(const dialect& d, std::string_view table,
+                                          std::uint32_t record_type, std::uint64_t record_id,
                                           std::span<const std::int64_t> slots,
                                           std::string_view quoted_instance,
                                           std::optional<std::uint64_t> dirty_gen,
@@ -262,19 +241,19 @@ std::vector<std::string> reset_statements(std::string_view table, std::uint32_t 
 std::string bucket_table(std::string_view table, store::granularity g);
 // The bucket's start as an SQL literal: '2026-11-23 06:00:00' (hour), '2026-11-23' (day).
 std::string bucket_literal(store::granularity g, std::int64_t start);
-std::string create_bucket_table(std::string_view table, store::granularity g);
+std::string create_bucket_table(const dialect& d, std::string_view table, store::granularity g);
 // One multi-row upsert into the granularity's table (rows of that granularity only).
-std::string bucket_upsert_statement(std::string_view table, store::granularity g,
+std::string bucket_upsert_statement(const dialect& d, std::string_view table, store::granularity g,
                                     std::span<const store::bucket_row> rows);
 // (bucket start in unix seconds, SUM(count)) of one counter's buckets in [from, to]
 // (unix seconds), in bucket order.
-std::string bucket_series_select(std::string_view table, store::granularity g,
+std::string bucket_series_select(const dialect& d, std::string_view table, store::granularity g,
                                  std::uint32_t record_type, std::uint64_t record_id,
                                  std::int64_t from, std::int64_t to);
 // Retention (db::prune_buckets): the (bucket start, record_id) of up to `limit` rows of
 // one record type whose bucket starts before `before` (unix seconds), oldest first,
 // read through the (record_type, bucket) index without locking anything.
-std::string bucket_prune_select(std::string_view table, store::granularity g,
+std::string bucket_prune_select(const dialect& d, std::string_view table, store::granularity g,
                                 std::uint32_t record_type, std::int64_t before, std::size_t limit);
 // Deletes every slot of `record_ids` in one bucket of one record type, through the
 // primary key: it reads and locks those rows only. (`DELETE ... WHERE bucket < X ORDER

@@ -1,6 +1,7 @@
 #include "db/sql_adopt.hpp"
 
 #include "db/sql.hpp"
+#include "db/sql_text.hpp"
 
 namespace slotted::db {
 
@@ -34,10 +35,10 @@ std::string from_owner(const rollup_target& t) {
   return " FROM " + quote_identifier(t.table) + " AS o";
 }
 
-// " WHERE <range>" (always a WHERE: "1" for the whole table).
+// " WHERE <range>" (always a WHERE: TRUE for the whole table, as both engines read it).
 std::string where_range(const rollup_target& t, const id_range& r) {
   std::string sql = " WHERE ";
-  if (!r.after && !r.upto) return sql + "1";
+  if (!r.after && !r.upto) return sql + "TRUE";
   if (r.after) sql += id_of(t) + " > " + std::to_string(*r.after);
   if (r.after && r.upto) sql += " AND ";
   if (r.upto) sql += id_of(t) + " <= " + std::to_string(*r.upto);
@@ -50,23 +51,26 @@ std::string state_select(const rollup_target& t, bool for_update) {
          quote_identifier(adoptions_table) + key_condition(t) + (for_update ? " FOR UPDATE" : "");
 }
 
-std::string state_insert(const rollup_target& t, std::string_view state, std::string_view mode) {
+std::string state_insert(const dialect& d, const rollup_target& t, std::string_view state,
+                         std::string_view mode) {
   const bool done = state == "done";
-  return "INSERT IGNORE INTO " + quote_identifier(adoptions_table) +
+  const std::string now(d.utc_now());
+  return std::string(d.insert_ignore()) + quote_identifier(adoptions_table) +
          " (`record_type`, `owner_table`, `count_column`, `id_column`, `state`, `mode`, "
          "`started`, `finished`) VALUES (" +
          std::to_string(t.record_type) + ", " + literal(t.table) + ", " + literal(t.count_column) +
-         ", " + literal(t.id_column) + ", " + literal(state) + ", " + literal(mode) +
-         ", UTC_TIMESTAMP(), " + (done ? "UTC_TIMESTAMP()" : "NULL") + ")";
+         ", " + literal(t.id_column) + ", " + literal(state) + ", " + literal(mode) + ", " + now +
+         ", " + (done ? now : "NULL") + ")" + std::string(d.ignore_conflicts());
 }
 
-std::string state_advance(const rollup_target& t, std::optional<std::uint64_t> last_id,
-                          std::uint64_t rows, std::string_view total, bool done) {
+std::string state_advance(const dialect& d, const rollup_target& t,
+                          std::optional<std::uint64_t> last_id, std::uint64_t rows,
+                          std::string_view total, bool done) {
   std::string sql = "UPDATE " + quote_identifier(adoptions_table) + " SET ";
   if (last_id) sql += "`last_id` = " + std::to_string(*last_id) + ", ";
   sql += "`rows_taken` = `rows_taken` + " + std::to_string(rows) +
          ", `total_taken` = `total_taken` + " + std::string(total);
-  if (done) sql += ", `state` = 'done', `finished` = UTC_TIMESTAMP()";
+  if (done) sql += ", `state` = 'done', `finished` = " + std::string(d.utc_now());
   return sql + key_condition(t);
 }
 
@@ -104,14 +108,14 @@ std::string batch_check_select(const rollup_target& t, const row_limits& limits,
          " END), 0), MAX(" + id_of(t) + ")" + from_owner(t) + where_range(t, range);
 }
 
-std::string take_batch_insert(std::string_view counters_table, const rollup_target& t,
-                              const id_range& range) {
+std::string take_batch_insert(const dialect& d, std::string_view counters_table,
+                              const rollup_target& t, const id_range& range) {
   const std::string counters = quote_identifier(counters_table);
   return "INSERT INTO " + counters + " (`record_type`, `record_id`, `slot`, `count`) SELECT " +
          std::to_string(t.record_type) + ", " + id_of(t) + ", 0, " + count_of(t) + from_owner(t) +
          where_range(t, range) + " AND " + count_of(t) + " > 0 ORDER BY " + id_of(t) +
-         " ON DUPLICATE KEY UPDATE " + counters + ".`count` = " + counters +
-         ".`count` + VALUES(`count`)";
+         d.on_conflict(sql_text::counter_key_columns) + "`count` = " + counters + ".`count` + " +
+         d.incoming("`count`");
 }
 
 std::string batch_rows_select(const rollup_target& t, const id_range& range) {

@@ -35,12 +35,14 @@ std::string state_select(const rollup_target& t, bool for_update);
 
 // Creates the target's row in `state` ('running' or 'done') and `mode` ('history',
 // 'no_history', 'zeros') unless it exists (INSERT IGNORE: a row there wins).
-std::string state_insert(const rollup_target& t, std::string_view state, std::string_view mode);
+std::string state_insert(const dialect& d, const rollup_target& t, std::string_view state,
+                         std::string_view mode);
 
 // Records one batch: last_id (unchanged when none), rows and total added, and 'done'
 // with the finishing time when `done`.
-std::string state_advance(const rollup_target& t, std::optional<std::uint64_t> last_id,
-                          std::uint64_t rows, std::string_view total, bool done);
+std::string state_advance(const dialect& d, const rollup_target& t,
+                          std::optional<std::uint64_t> last_id, std::uint64_t rows,
+                          std::string_view total, bool done);
 
 // The condition an owning row violates `limits` by (true for a row that must not be
 // taken; NULL never: every part is IS NULL or compares non-NULL values).
@@ -72,8 +74,8 @@ std::string batch_check_select(const rollup_target& t, const row_limits& limits,
 // SELECT T, o.`id`, 0, o.`count` FROM `owner` AS o WHERE <range> AND o.`count` > 0
 // ORDER BY o.`id` ON DUPLICATE KEY UPDATE `counters`.`count` = `counters`.`count` +
 // VALUES(`count`)
-std::string take_batch_insert(std::string_view counters_table, const rollup_target& t,
-                              const id_range& range);
+std::string take_batch_insert(const dialect& d, std::string_view counters_table,
+                              const rollup_target& t, const id_range& range);
 
 // The owning rows of a batch's `range`, (id, count) in id order, every one (a batch is at
 // most batch_rows rows): for a counter that keeps top-N totals (counters[].top) they are

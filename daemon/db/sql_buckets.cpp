@@ -38,44 +38,41 @@ std::string bucket_literal(store::granularity g, std::int64_t start) {
   return buf;
 }
 
-std::string create_bucket_table(std::string_view table, store::granularity g) {
+std::string create_bucket_table(const dialect& d, std::string_view table, store::granularity g) {
   // The UTC start of the bucket (see sql.hpp).
-  const std::string bucket = g == store::granularity::day ? "DATE" : "DATETIME";
-  return create_table(quote_identifier(bucket_table(table, g)),
-                      "  `record_type` INT UNSIGNED NOT NULL,\n"
-                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-                      "  `bucket` " +
-                          bucket + " NOT NULL,\n" +
-                          "  `slot` SMALLINT UNSIGNED NOT NULL,\n"
-                          "  `count` BIGINT NOT NULL,\n"
-                          "  PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`),\n"
-                          // Retention deletes the oldest buckets of one record type through this.
-                          "  KEY `by_age` (`record_type`, `bucket`)\n");
+  const auto bucket = g == store::granularity::day ? column_type::date : column_type::date_time;
+  return d.create_table({bucket_table(table, g),
+                         {{"`record_type`", column_type::u32},
+                          {"`record_id`", column_type::u64},
+                          {"`bucket`", bucket},
+                          {"`slot`", column_type::u16},
+                          {"`count`", column_type::i64}},
+                         bucket_key_columns,
+                         // Retention deletes the oldest buckets of one record type through this.
+                         {{"by_age", "`record_type`, `bucket`"}}});
 }
 
-std::string bucket_upsert_statement(std::string_view table, store::granularity g,
+std::string bucket_upsert_statement(const dialect& d, std::string_view table, store::granularity g,
                                     std::span<const store::bucket_row> rows) {
   std::string sql;
   sql.reserve(128 + rows.size() * 64);
   sql += "INSERT INTO ";
-  sql += quote_identifier(bucket_table(table, g));
+  const std::string t = quote_identifier(bucket_table(table, g));
+  sql += t;
   sql += " (`record_type`, `record_id`, `bucket`, `slot`, `count`) VALUES ";
   append_tuples(sql, rows, [&](const store::bucket_row& r) {
     append_values(sql, r.record_type, r.record_id, bucket_literal(g, r.bucket), r.slot, r.delta);
   });
-  sql += " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
+  sql += d.on_conflict(bucket_key_columns);
+  sql += d.adding(t, "`count`");
   return sql;
 }
 
-std::string bucket_series_select(std::string_view table, store::granularity g,
+std::string bucket_series_select(const dialect& d, std::string_view table, store::granularity g,
                                  std::uint32_t record_type, std::uint64_t record_id,
                                  std::int64_t from, std::int64_t to) {
-  // TIMESTAMPDIFF from the epoch as text: unix seconds of a UTC value, whatever the
-  // session's time_zone.
-  std::string sql =
-      "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), "
-      "SUM(`count`) FROM " +
-      quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
+  std::string sql = "SELECT " + d.epoch_seconds("`bucket`") + ", SUM(`count`) FROM " +
+                    quote_identifier(bucket_table(table, g)) + " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `record_id` = ";
   append_int(sql, record_id);
@@ -84,13 +81,13 @@ std::string bucket_series_select(std::string_view table, store::granularity g,
   return sql;
 }
 
-std::string bucket_prune_select(std::string_view table, store::granularity g,
+std::string bucket_prune_select(const dialect& d, std::string_view table, store::granularity g,
                                 std::uint32_t record_type, std::int64_t before, std::size_t limit) {
   // A plain (consistent, lock-free) read of the index alone: it holds record_id and
   // slot after (record_type, bucket), in the order asked for.
-  std::string sql =
-      "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `record_id` FROM " +
-      quote_identifier(bucket_table(table, g)) + " FORCE INDEX (`by_age`) WHERE `record_type` = ";
+  std::string sql = "SELECT " + d.epoch_seconds("`bucket`") + ", `record_id` FROM " +
+                    quote_identifier(bucket_table(table, g)) + d.index_hint("`by_age`") +
+                    " WHERE `record_type` = ";
   append_int(sql, record_type);
   sql += " AND `bucket` < " + bucket_literal(g, before) + " ORDER BY `bucket`, `record_id` LIMIT ";
   append_int(sql, limit);

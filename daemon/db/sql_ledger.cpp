@@ -14,11 +14,10 @@ void append_run(std::string& sql, std::string_view quoted_instance, std::uint64_
   sql += " AND `run_id` = ";
   append_int(sql, run_id);
 }
-// " AND `committed_at` < NOW(3) - INTERVAL n SECOND"
-void append_older_than(std::string& sql, std::uint64_t max_age_seconds) {
-  sql += " AND `committed_at` < NOW(3) - INTERVAL ";
-  append_int(sql, max_age_seconds);
-  sql += " SECOND";
+// " AND `committed_at` < NOW(3) - INTERVAL n SECOND" (MariaDB)
+void append_older_than(std::string& sql, const dialect& d, std::uint64_t max_age_seconds) {
+  sql += " AND ";
+  sql += d.older_than("`committed_at`", max_age_seconds);
 }
 }  // namespace
 
@@ -31,18 +30,19 @@ std::string ledger_seqs_select(std::string_view quoted_instance, std::uint64_t r
   return sql;
 }
 
-std::string create_ledger_table() {
-  return create_table(
-      quote_identifier(ledger_table),
-      "  `instance_id` VARCHAR(64) NOT NULL,\n"
-      "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
-      "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-      "  `row_count` INT UNSIGNED NOT NULL,\n"
-      "  `committed_at` TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),\n"
-      "  PRIMARY KEY (`instance_id`, `run_id`, `batch_seq`),\n"
-      "  KEY `by_age` (`instance_id`, `committed_at`),\n"
-      // Every instance's old rows (an instance that never comes back leaves its own).
-      "  KEY `by_time` (`committed_at`)\n");
+std::string create_ledger_table(const dialect& d) {
+  return d.create_table(
+      {std::string(ledger_table),
+       {{"`instance_id`", column_type::text64},
+        {"`run_id`", column_type::u64},
+        {"`batch_seq`", column_type::u64},
+        {"`row_count`", column_type::u32},
+        {"`committed_at`", column_type::moment_ms, false, "CURRENT_TIMESTAMP(3)"}},
+       "`instance_id`, `run_id`, `batch_seq`",
+       {{"by_age", "`instance_id`, `committed_at`"},
+        // Every instance's old rows (an instance that never comes back
+        // leaves its own).
+        {ledger_time_index, "`committed_at`"}}});
 }
 
 std::string ledger_add_time_index() {
@@ -59,26 +59,26 @@ std::string ledger_insert(std::string_view quoted_instance, std::uint64_t run_id
   return sql;
 }
 
-std::string ledger_prune_select(std::string_view quoted_instance, std::uint64_t run_id,
-                                std::uint64_t keep_from_seq, std::uint64_t max_age_seconds,
-                                std::size_t limit) {
+std::string ledger_prune_select(const dialect& d, std::string_view quoted_instance,
+                                std::uint64_t run_id, std::uint64_t keep_from_seq,
+                                std::uint64_t max_age_seconds, std::size_t limit) {
   std::string sql =
       "SELECT `instance_id`, `run_id`, `batch_seq` FROM " + quote_identifier(ledger_table);
   append_run(sql, quoted_instance, run_id);
   sql += " AND `batch_seq` < ";
   append_int(sql, keep_from_seq);
-  append_older_than(sql, max_age_seconds);
+  append_older_than(sql, d, max_age_seconds);
   sql += " ORDER BY `committed_at` LIMIT ";
   append_int(sql, limit);
   return sql;
 }
 
-std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t run_id,
-                                std::uint64_t max_age_seconds, std::size_t limit) {
+std::string ledger_stale_select(const dialect& d, std::string_view quoted_instance,
+                                std::uint64_t run_id, std::uint64_t max_age_seconds,
+                                std::size_t limit) {
   std::string sql = "SELECT `instance_id`, `run_id`, `batch_seq` FROM " +
-                    quote_identifier(ledger_table) + " WHERE `committed_at` < NOW(3) - INTERVAL ";
-  append_int(sql, max_age_seconds);
-  sql += " SECOND AND NOT (`instance_id` = ";
+                    quote_identifier(ledger_table) + " WHERE " +
+                    d.older_than("`committed_at`", max_age_seconds) + " AND NOT (`instance_id` = ";
   sql += quoted_instance;
   sql += " AND `run_id` = ";
   append_int(sql, run_id);
@@ -87,16 +87,13 @@ std::string ledger_stale_select(std::string_view quoted_instance, std::uint64_t 
   return sql;
 }
 
-std::string ledger_delete(std::string_view quoted_instance, std::uint64_t run_id,
+std::string ledger_delete(const dialect& d, std::string_view quoted_instance, std::uint64_t run_id,
                           std::span<const std::uint64_t> seqs, std::uint64_t max_age_seconds) {
-  // The multi-table form, for its index hint: without it the optimizer may scan the
-  // table for a long IN list and wait on (and lock) rows it does not delete.
-  const std::string t = quote_identifier(ledger_table);
-  std::string sql = "DELETE " + t + " FROM " + t + " FORCE INDEX (PRIMARY)";
+  std::string sql = d.delete_by_primary_key(quote_identifier(ledger_table));
   append_run(sql, quoted_instance, run_id);
   sql += " AND `batch_seq` IN ";
   append_int_list(sql, seqs);
-  append_older_than(sql, max_age_seconds);
+  append_older_than(sql, d, max_age_seconds);
   return sql;
 }
 

@@ -79,6 +79,11 @@ inline void append_counter_key(std::string& sql, std::uint32_t record_type,
   sql += " AND `record_id` = ";
   append_int(sql, record_id);
 }
+// The unique keys upserts collide on (dialect::on_conflict).
+inline constexpr std::string_view counter_key_columns = "`record_type`, `record_id`, `slot`";
+inline constexpr std::string_view bucket_key_columns =
+    "`record_type`, `record_id`, `bucket`, `slot`";
+
 // A number as statement text; 128 bits printed exactly (a total, a DECIMAL(30,0)).
 inline std::string num(std::int64_t v) {
   return std::to_string(v);
@@ -101,15 +106,6 @@ inline std::string time_limited(std::string_view select, std::int64_t ms) {
   sql.append(std::to_string(ms / 1000)).append(".");
   const std::string frac = std::to_string(1000 + ms % 1000);  // three digits
   sql.append(frac.substr(1)).append(" FOR ").append(select);
-  return sql;
-}
-
-// "CREATE TABLE IF NOT EXISTS <name> (\n<columns>) ENGINE=InnoDB": every table the
-// daemon creates, with the one set of table options. `name` is quoted already;
-// `columns` are the column and key lines, each ending in "\n".
-inline std::string create_table(std::string_view name, std::string_view columns) {
-  std::string sql = "CREATE TABLE IF NOT EXISTS ";
-  sql.append(name).append(" (\n").append(columns).append(") ENGINE=InnoDB");
   return sql;
 }
 

@@ -33,61 +33,63 @@ std::string bucket_totals_table(std::string_view table, store::granularity g) {
   return bucket_table(table, g) + "_totals";
 }
 
-std::string create_totals_table(std::string_view table) {
+std::string create_totals_table(const dialect& d, std::string_view table) {
   // DECIMAL: the sum of a counter's slots may pass BIGINT (read_count reads 128 bits).
-  return sql_text::create_table(
-      quote_identifier(totals_table(table)),
-      "  `record_type` INT UNSIGNED NOT NULL,\n"
-      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-      "  `count` DECIMAL(30,0) NOT NULL,\n"
-      "  PRIMARY KEY (`record_type`, `record_id`),\n"
-      // A top-N is a range read of this index, in its order (MariaDB 10.8 and later
-      // keep DESC; an older server sorts the record type's rows instead).
-      "  KEY `by_count` (`record_type`, `count` DESC, `record_id`)\n");
+  return d.create_table({totals_table(table),
+                         {{"`record_type`", column_type::u32},
+                          {"`record_id`", column_type::u64},
+                          {"`count`", column_type::total}},
+                         "`record_type`, `record_id`",
+                         // A top-N is a range read of this index, in its order (MariaDB 10.8
+                         // and later keep DESC; an older server sorts the record type's rows
+                         // instead).
+                         {{"by_count", "`record_type`, `count` DESC, `record_id`"}}});
 }
 
-std::string create_bucket_totals_table(std::string_view table, store::granularity g) {
-  const std::string bucket = g == store::granularity::day ? "DATE" : "DATETIME";
-  return sql_text::create_table(
-      quote_identifier(bucket_totals_table(table, g)),
-      "  `record_type` INT UNSIGNED NOT NULL,\n"
-      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-      "  `bucket` " +
-          bucket + " NOT NULL,\n" +
-          "  `count` DECIMAL(30,0) NOT NULL,\n"
-          "  PRIMARY KEY (`record_type`, `record_id`, `bucket`),\n"
-          "  KEY `by_count` (`record_type`, `bucket`, `count` DESC, `record_id`)\n");
+std::string create_bucket_totals_table(const dialect& d, std::string_view table,
+                                       store::granularity g) {
+  const auto bucket = g == store::granularity::day ? column_type::date : column_type::date_time;
+  return d.create_table({bucket_totals_table(table, g),
+                         {{"`record_type`", column_type::u32},
+                          {"`record_id`", column_type::u64},
+                          {"`bucket`", bucket},
+                          {"`count`", column_type::total}},
+                         "`record_type`, `record_id`, `bucket`",
+                         {{"by_count", "`record_type`, `bucket`, `count` DESC, `record_id`"}}});
 }
 
 namespace {
 
-// Multi-row upserts of VALUES tuples under `head`, each statement at most `max_bytes`
+// Multi-row upserts of VALUES tuples under `head` (into `table`, quoted, on its primary
+// key `key`, adding to `count`), each statement at most `max_bytes`
 // long (as the slot statements are formed, see flush::batch_forming), at least one tuple
 // a statement; in the order added.
 class upsert_cutter {
  public:
-  upsert_cutter(std::vector<std::string>& out, std::string head, std::size_t max_bytes)
-      : out_(out), head_(std::move(head)), max_bytes_(max_bytes) {}
+  upsert_cutter(std::vector<std::string>& out, const dialect& d, const std::string& table,
+                std::string_view key, std::string_view columns, std::size_t max_bytes)
+      : out_(out),
+        head_("INSERT INTO " + table + " (" + std::string(columns) + ") VALUES "),
+        update_(d.on_conflict(key) + d.adding(table, "`count`")),
+        max_bytes_(max_bytes) {}
   void add(const std::string& tuple) {
-    if (!sql_.empty() && sql_.size() + 1 + tuple.size() + update.size() > max_bytes_) finish();
+    if (!sql_.empty() && sql_.size() + 1 + tuple.size() + update_.size() > max_bytes_) finish();
     sql_ += sql_.empty() ? head_ : ",";
     sql_ += tuple;
   }
   void finish() {
-    if (!sql_.empty()) out_.push_back(std::exchange(sql_, {}) + std::string(update));
+    if (!sql_.empty()) out_.push_back(std::exchange(sql_, {}) + update_);
   }
-  static constexpr std::string_view update =
-      " ON DUPLICATE KEY UPDATE `count` = `count` + VALUES(`count`)";
 
  private:
   std::vector<std::string>& out_;
-  std::string head_, sql_;
+  std::string head_, update_, sql_;
   std::size_t max_bytes_;
 };
 
 // The bucket totals of `buckets` of granularity `g` (of counters `top` keeps), summed per
 // counter and bucket, in key order.
-void bucket_totals_upserts(std::vector<std::string>& out, std::string_view table,
+void bucket_totals_upserts(std::vector<std::string>& out, const dialect& d, std::string_view table,
                            store::granularity g, std::span<const store::bucket_row> buckets,
                            const store::top_spec& top, std::size_t max_bytes) {
   std::map<std::tuple<std::uint32_t, std::uint64_t, std::int64_t>, __int128> sums;
@@ -95,10 +97,9 @@ void bucket_totals_upserts(std::vector<std::string>& out, std::string_view table
     if (b.gran == g && top.keeps(b.record_type))
       sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
   }
-  upsert_cutter cut(out,
-                    "INSERT INTO " + quote_identifier(bucket_totals_table(table, g)) +
-                        " (`record_type`, `record_id`, `bucket`, `count`) VALUES ",
-                    max_bytes);
+  upsert_cutter cut(out, d, quote_identifier(bucket_totals_table(table, g)),
+                    "`record_type`, `record_id`, `bucket`",
+                    "`record_type`, `record_id`, `bucket`, `count`", max_bytes);
   for (const auto& [key, delta] : sums) {
     if (delta == 0) continue;
     // Appended piece by piece: `"(" + num(...)` trips gcc 12's false -Wrestrict at -O3.
@@ -155,7 +156,8 @@ void bucket_totals_lowered(std::vector<std::string>& out, std::string_view table
 
 }  // namespace
 
-std::vector<std::string> totals_upserts(std::string_view table, std::span<const counter_row> rows,
+std::vector<std::string> totals_upserts(const dialect& d, std::string_view table,
+                                        std::span<const counter_row> rows,
                                         std::span<const store::bucket_row> buckets,
                                         const store::top_spec& top, std::size_t max_bytes) {
   std::vector<std::string> out;
@@ -165,10 +167,8 @@ std::vector<std::string> totals_upserts(std::string_view table, std::span<const 
   for (const auto& r : rows) {
     if (top.keeps(r.record_type)) totals[{r.record_type, r.record_id}] += r.delta;
   }
-  upsert_cutter cut(out,
-                    "INSERT INTO " + quote_identifier(totals_table(table)) +
-                        " (`record_type`, `record_id`, `count`) VALUES ",
-                    max_bytes);
+  upsert_cutter cut(out, d, quote_identifier(totals_table(table)), "`record_type`, `record_id`",
+                    "`record_type`, `record_id`, `count`", max_bytes);
   for (const auto& [key, delta] : totals) {
     if (delta == 0) continue;  // a row of delta 0 carries buckets only
     std::string tuple(1, '(');
@@ -178,14 +178,14 @@ std::vector<std::string> totals_upserts(std::string_view table, std::span<const 
   }
   cut.finish();
   for (const auto g : store::all_granularities)
-    bucket_totals_upserts(out, table, g, buckets, top, max_bytes);
+    bucket_totals_upserts(out, d, table, g, buckets, top, max_bytes);
   return out;
 }
 
-std::string reset_bucket_sums_select_locked(std::string_view table, store::granularity g,
-                                            const store::counter_key& key,
+std::string reset_bucket_sums_select_locked(const dialect& d, std::string_view table,
+                                            store::granularity g, const store::counter_key& key,
                                             std::span<const std::int64_t> slots) {
-  std::string sql = "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `count` FROM " +
+  std::string sql = "SELECT " + d.epoch_seconds("`bucket`") + ", `count` FROM " +
                     quote_identifier(bucket_table(table, g)) +
                     " WHERE `record_type` = " + num(key.record_type) +
                     " AND `record_id` = " + num(key.record_id) + " AND `slot` IN (";

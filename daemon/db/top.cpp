@@ -79,7 +79,7 @@ void migrate_totals(connection& conn, const std::string& table, const store::top
     kept += num(top.record_types()[i]);
   }
   kept += ")";
-  conn.execute(create_totals_filled_table());
+  conn.execute(create_totals_filled_table(conn.sql()));
   // A table made now is filled for every type; one that exists, for the types not
   // recorded as filled into it (top turned on for a counter with counts).
   const auto fill_or_refill = [&](const std::string& totals, const std::string& ddl,
@@ -94,11 +94,11 @@ void migrate_totals(connection& conn, const std::string& table, const store::top
     });
     record_filled(conn, totals, top.record_types());
   };
-  fill_or_refill(totals_table(table), create_totals_table(table), table,
+  fill_or_refill(totals_table(table), create_totals_table(conn.sql(), table), table,
                  "`record_type`, `record_id`");
   for (const auto g : store::all_granularities) {
     if (!top.uses(g)) continue;
-    fill_or_refill(bucket_totals_table(table, g), create_bucket_totals_table(table, g),
+    fill_or_refill(bucket_totals_table(table, g), create_bucket_totals_table(conn.sql(), table, g),
                    bucket_table(table, g), "`record_type`, `record_id`, `bucket`");
   }
 }
@@ -138,7 +138,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top(connection& conn, const
     if (out.size() >= limit) return;
     for (const auto& row : conn.query_limited(
              "SELECT `record_id`, `count` FROM " + quote_identifier(totals_table(table)) +
-             " FORCE INDEX (`by_count`) WHERE `record_type` = " + num(record_type) +
+             conn.sql().index_hint("`by_count`") + " WHERE `record_type` = " + num(record_type) +
              " AND `count` " + std::string(sign) + " 0 ORDER BY `count` DESC, `record_id` LIMIT " +
              num(std::uint64_t{limit - out.size()}))) {
       out.emplace_back(id_of(row[0]), decimal_of(row[1]));
@@ -170,16 +170,16 @@ struct bucket_cursor {
 
 // One round's statement: the next `page` rows of each cursor not done, in count order,
 // one UNION ALL; into `asked` the cursors it reads.
-std::string round_select(const std::string& bt, store::granularity g, std::uint32_t record_type,
-                         const std::vector<bucket_cursor>& cursors, std::size_t page,
-                         std::vector<std::size_t>& asked) {
+std::string round_select(const dialect& d, const std::string& bt, store::granularity g,
+                         std::uint32_t record_type, const std::vector<bucket_cursor>& cursors,
+                         std::size_t page, std::vector<std::size_t>& asked) {
   std::string sql;
   for (std::size_t i = 0; i < cursors.size(); ++i) {
     const auto& c = cursors[i];
     if (c.done) continue;
     if (!sql.empty()) sql += " UNION ALL ";
     sql += "(SELECT " + num(std::uint64_t{i}) + ", `record_id`, `count` FROM " + bt +
-           " FORCE INDEX (`by_count`) WHERE `record_type` = " + num(record_type) +
+           d.index_hint("`by_count`") + " WHERE `record_type` = " + num(record_type) +
            " AND `bucket` = " + bucket_literal(g, c.bucket);
     if (c.started) {
       sql += " AND (`count` < " + num(c.last) + " OR (`count` = " + num(c.last) +
@@ -321,7 +321,7 @@ std::vector<std::pair<std::uint64_t, __int128>> read_top_buckets(
     read_budget budget(max_rows, max_sum_rows);
     while (true) {
       std::vector<std::size_t> asked;
-      const std::string sql = round_select(bt, g, record_type, cursors, page, asked);
+      const std::string sql = round_select(conn.sql(), bt, g, record_type, cursors, page, asked);
       if (asked.empty()) break;
       std::vector<std::size_t> got(cursors.size(), 0);
       std::vector<std::uint64_t> fresh;

@@ -39,8 +39,9 @@ std::string bucket_totals_table(std::string_view table, store::granularity g);
 std::string totals_scratch_table(std::string_view target);
 
 // CREATE TABLE IF NOT EXISTS of each, pure.
-std::string create_totals_table(std::string_view table);
-std::string create_bucket_totals_table(std::string_view table, store::granularity g);
+std::string create_totals_table(const dialect& d, std::string_view table);
+std::string create_bucket_totals_table(const dialect& d, std::string_view table,
+                                       store::granularity g);
 
 // Creates the totals tables `top` needs (--migrate; none when `top` is empty); a totals
 // table created now is filled with the counters `top` keeps from the counters (or
@@ -54,7 +55,7 @@ void migrate_totals(connection& conn, const std::string& table, const store::top
 // counts (at its creation, or later when `top` was turned on for a counter that had
 // counts). Made by --migrate with the first totals table; read at every schema check.
 inline constexpr std::string_view totals_filled_table = "slotted_counterd_totals_filled";
-std::string create_totals_filled_table();
+std::string create_totals_filled_table(const dialect& d);
 
 // The record types of `top` not recorded as filled into `totals` (all of them when the
 // table of records does not exist yet). Throws db_error.
@@ -93,7 +94,8 @@ void verify_totals_tables(connection& conn, const std::string& table, const stor
 // sorted), each statement at most `max_bytes` long (the connection's
 // max_statement_bytes()). Pure; empty when there is nothing to add, and always when
 // `top` is empty.
-std::vector<std::string> totals_upserts(std::string_view table, std::span<const counter_row> rows,
+std::vector<std::string> totals_upserts(const dialect& d, std::string_view table,
+                                        std::span<const counter_row> rows,
                                         std::span<const store::bucket_row> buckets,
                                         const store::top_spec& top, std::size_t max_bytes);
 
@@ -104,8 +106,8 @@ std::vector<std::string> totals_upserts(std::string_view table, std::span<const 
 // when `persisted` is 0), then for each of `grans` (hour, day) the bucket totals lowered
 // by `lost_buckets` (deltas of the deleted bucket rows, negative) and those left at 0
 // deleted. Pure but for the locking read.
-std::string reset_bucket_sums_select_locked(std::string_view table, store::granularity g,
-                                            const store::counter_key& key,
+std::string reset_bucket_sums_select_locked(const dialect& d, std::string_view table,
+                                            store::granularity g, const store::counter_key& key,
                                             std::span<const std::int64_t> slots);
 std::vector<std::string> reset_totals_statements(std::string_view table,
                                                  const store::counter_key& key, __int128 persisted,

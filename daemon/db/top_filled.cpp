@@ -22,12 +22,12 @@ std::string cat(const Parts&... parts) {
 }
 }  // namespace
 
-std::string create_totals_filled_table() {
-  return sql_text::create_table(quote_identifier(totals_filled_table),
-                                "  `totals_table` VARCHAR(64) CHARACTER SET ascii NOT NULL,\n"
-                                "  `record_type` INT UNSIGNED NOT NULL,\n"
-                                "  `filled_at` TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,\n"
-                                "  PRIMARY KEY (`totals_table`, `record_type`)\n");
+std::string create_totals_filled_table(const dialect& d) {
+  return d.create_table({std::string(totals_filled_table),
+                         {{"`totals_table`", column_type::ascii64},
+                          {"`record_type`", column_type::u32},
+                          {"`filled_at`", column_type::moment, false, "CURRENT_TIMESTAMP"}},
+                         "`totals_table`, `record_type`"});
 }
 
 std::vector<std::uint32_t> unfilled_record_types(connection& conn, const std::string& totals,
@@ -52,7 +52,7 @@ std::vector<std::uint32_t> unfilled_record_types(connection& conn, const std::st
 void record_filled(connection& conn, const std::string& totals,
                    std::span<const std::uint32_t> record_types) {
   if (record_types.empty()) return;
-  std::string sql = cat("INSERT IGNORE INTO ", quote_identifier(totals_filled_table),
+  std::string sql = cat(conn.sql().insert_ignore(), quote_identifier(totals_filled_table),
                         " (`totals_table`, `record_type`) VALUES ");
   for (std::size_t i = 0; i < record_types.size(); ++i) {
     if (i > 0) sql += ',';
@@ -62,6 +62,7 @@ void record_filled(connection& conn, const std::string& totals,
     sql += num(record_types[i]);
     sql += ')';
   }
+  sql += conn.sql().ignore_conflicts();
   conn.execute(sql);
 }
 
@@ -83,7 +84,7 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
     conn.execute(cat("DELETE FROM ", quote_identifier(totals), in));
     conn.execute(cat("INSERT INTO ", quote_identifier(totals), " (", columns, ", `count`) SELECT ",
                      columns, ", SUM(`count`) FROM ", quote_identifier(source), in, " GROUP BY ",
-                     columns, " LOCK IN SHARE MODE"));
+                     columns, " ", conn.sql().share_lock()));
     record_filled(conn, totals, record_types);
     conn.execute("COMMIT");
   });

@@ -20,16 +20,16 @@ std::string uniques_table(std::string_view table) {
   return name;
 }
 
-std::string create_uniques_table(std::string_view table) {
-  return create_table(quote_identifier(uniques_table(table)),
-                      "  `record_type` INT UNSIGNED NOT NULL,\n"
-                      "  `window_start` BIGINT NOT NULL,\n"
-                      "  `record_id` BIGINT UNSIGNED NOT NULL,\n"
-                      "  `client` VARBINARY(128) NOT NULL,\n"
-                      "  `instance_id` VARCHAR(64) NOT NULL,\n"
-                      "  `run_id` BIGINT UNSIGNED NOT NULL,\n"
-                      "  `batch_seq` BIGINT UNSIGNED NOT NULL,\n"
-                      "  PRIMARY KEY (`record_type`, `window_start`, `record_id`, `client`)\n");
+std::string create_uniques_table(const dialect& d, std::string_view table) {
+  return d.create_table({uniques_table(table),
+                         {{"`record_type`", column_type::u32},
+                          {"`window_start`", column_type::i64},
+                          {"`record_id`", column_type::u64},
+                          {"`client`", column_type::bytes128},
+                          {"`instance_id`", column_type::text64},
+                          {"`run_id`", column_type::u64},
+                          {"`batch_seq`", column_type::u64}},
+                         "`record_type`, `window_start`, `record_id`, `client`"});
 }
 
 namespace {
@@ -38,11 +38,12 @@ void append_key(std::string& sql, const store::unique_entry& e, const std::strin
 }
 }  // namespace
 
-std::string uniques_insert(std::string_view table, std::span<const store::unique_entry> entries,
+std::string uniques_insert(const dialect& d, std::string_view table,
+                           std::span<const store::unique_entry> entries,
                            std::span<const std::string> quoted_clients,
                            std::string_view quoted_instance, std::uint64_t run_id,
                            std::uint64_t seq) {
-  std::string sql = "INSERT IGNORE INTO ";
+  std::string sql(d.insert_ignore());
   sql += quote_identifier(uniques_table(table));
   sql +=
       " (`record_type`, `window_start`, `record_id`, `client`, `instance_id`, `run_id`, "
@@ -55,15 +56,17 @@ std::string uniques_insert(std::string_view table, std::span<const store::unique
     append_values(sql, quoted_instance, run_id, seq);
     sql.push_back(')');
   }
+  sql += d.ignore_conflicts();
   return sql;
 }
 
-std::string uniques_select_ours(std::string_view table,
+std::string uniques_select_ours(const dialect& d, std::string_view table,
                                 std::span<const store::unique_entry> entries,
                                 std::span<const std::string> quoted_clients,
                                 std::string_view quoted_instance, std::uint64_t run_id,
                                 std::uint64_t seq) {
-  std::string sql = "SELECT `record_type`, `window_start`, `record_id`, HEX(`client`) FROM ";
+  std::string sql =
+      "SELECT `record_type`, `window_start`, `record_id`, " + d.hex("`client`") + " FROM ";
   sql += quote_identifier(uniques_table(table));
   sql += " WHERE (`record_type`, `window_start`, `record_id`, `client`) IN (";
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -81,17 +84,13 @@ std::string uniques_select_ours(std::string_view table,
   return sql;
 }
 
-std::string uniques_prune(std::string_view table, std::uint32_t record_type, std::int64_t before,
-                          std::size_t limit) {
-  std::string sql = "DELETE FROM ";
-  sql += quote_identifier(uniques_table(table));
-  sql += " WHERE `record_type` = ";
-  append_int(sql, record_type);
-  sql += " AND `window_start` < ";
-  append_int(sql, before);
-  sql += " ORDER BY `window_start` LIMIT ";
-  append_int(sql, limit);
-  return sql;
+std::string uniques_prune(const dialect& d, std::string_view table, std::uint32_t record_type,
+                          std::int64_t before, std::size_t limit) {
+  std::string where = "`record_type` = ";
+  append_int(where, record_type);
+  where += " AND `window_start` < ";
+  append_int(where, before);
+  return d.delete_first(quote_identifier(uniques_table(table)), where, "`window_start`", limit);
 }
 
 std::string uniques_types_select(std::string_view table) {
@@ -163,14 +162,14 @@ std::vector<store::unique_entry> insert_and_find_ours(
   std::set<std::tuple<std::uint32_t, std::int64_t, std::uint64_t, std::string>> ours;
   for (std::size_t first = 0; first < entries.size(); first += per) {
     const std::size_t n = std::min(per, entries.size() - first);
-    conn.execute(uniques_insert(table, entries.subspan(first, n), quoted.subspan(first, n),
-                                instance, id.run_id, id.seq));
+    conn.execute(uniques_insert(conn.sql(), table, entries.subspan(first, n),
+                                quoted.subspan(first, n), instance, id.run_id, id.seq));
   }
   for (std::size_t first = 0; first < entries.size(); first += per) {
     const std::size_t n = std::min(per, entries.size() - first);
     for (const auto& r :
-         conn.query(uniques_select_ours(table, entries.subspan(first, n), quoted.subspan(first, n),
-                                        instance, id.run_id, id.seq))) {
+         conn.query(uniques_select_ours(conn.sql(), table, entries.subspan(first, n),
+                                        quoted.subspan(first, n), instance, id.run_id, id.seq))) {
       if (r.size() < 4 || !r[0] || !r[1] || !r[2] || !r[3]) continue;
       ours.emplace(static_cast<std::uint32_t>(std::stoul(*r[0])), std::stoll(*r[1]),
                    std::stoull(*r[2]), *r[3]);

@@ -63,26 +63,27 @@ std::string uniques_table(std::string_view table);
 // ended_before), and the row of a table's every record type.
 inline constexpr std::string_view pruned_table = "slotted_counterd_uniques_pruned";
 inline constexpr std::uint32_t every_type = 4294967295u;  // no record type is (max 2^31-1)
-std::string create_pruned_table();
+std::string create_pruned_table(const dialect& d);
 
 // SQL builders, pure. Quoted values (`quoted_*`) come quoted for the connection.
-std::string create_uniques_table(std::string_view table);
+std::string create_uniques_table(const dialect& d, std::string_view table);
 // One row per entry of `quoted_clients` (parallel to `entries`), tagged with the batch.
-std::string uniques_insert(std::string_view table, std::span<const store::unique_entry> entries,
+std::string uniques_insert(const dialect& d, std::string_view table,
+                           std::span<const store::unique_entry> entries,
                            std::span<const std::string> quoted_clients,
                            std::string_view quoted_instance, std::uint64_t run_id,
                            std::uint64_t seq);
 // The keys (record_type, window_start, record_id, HEX(client)) of the rows of `entries`
 // that carry the batch's identity.
-std::string uniques_select_ours(std::string_view table,
+std::string uniques_select_ours(const dialect& d, std::string_view table,
                                 std::span<const store::unique_entry> entries,
                                 std::span<const std::string> quoted_clients,
                                 std::string_view quoted_instance, std::uint64_t run_id,
                                 std::uint64_t seq);
 // Deletes up to `limit` rows of `record_type` whose window starts before `before`: a
 // range of the primary key.
-std::string uniques_prune(std::string_view table, std::uint32_t record_type, std::int64_t before,
-                          std::size_t limit);
+std::string uniques_prune(const dialect& d, std::string_view table, std::uint32_t record_type,
+                          std::int64_t before, std::size_t limit);
 // The record types that have rows.
 std::string uniques_types_select(std::string_view table);
 

@@ -12,27 +12,26 @@ namespace slotted::db {
 
 using namespace sql_text;
 
-std::string create_pruned_table() {
-  return create_table(quote_identifier(pruned_table),
-                      "  `uniques_table` VARCHAR(64) CHARACTER SET ascii NOT NULL,\n"
-                      "  `record_type` INT UNSIGNED NOT NULL,\n"
-                      "  `ended_before` BIGINT NOT NULL,\n"
-                      "  PRIMARY KEY (`uniques_table`, `record_type`)\n");
+std::string create_pruned_table(const dialect& d) {
+  return d.create_table({std::string(pruned_table),
+                         {{"`uniques_table`", column_type::ascii64},
+                          {"`record_type`", column_type::u32},
+                          {"`ended_before`", column_type::i64}},
+                         "`uniques_table`, `record_type`"});
 }
 
 namespace {
 
 // The rows of `types` of the pruned table for `uniques`, then `lock`.
 std::string pruned_rows_select(connection& conn, const std::string& uniques,
-                               const std::vector<std::uint32_t>& types, const char* lock) {
+                               const std::vector<std::uint32_t>& types, std::string_view lock) {
   std::string sql = "SELECT `record_type`, `ended_before` FROM ";
   sql += quote_identifier(pruned_table);
   sql += " WHERE `uniques_table` = ";
   sql += conn.quote(uniques);
   sql += " AND `record_type` IN ";
   append_int_list(sql, types);
-  sql += ' ';
-  sql += lock;
+  if (!lock.empty()) sql.append(" ").append(lock);
   return sql;
 }
 
@@ -40,8 +39,10 @@ std::string pruned_rows_select(connection& conn, const std::string& uniques,
 // false), else raised to `ended_before` if that is later.
 std::string pruned_row_insert(connection& conn, const std::string& uniques, std::uint32_t type,
                               std::int64_t ended_before, bool raise) {
-  std::string sql = raise ? "INSERT INTO " : "INSERT IGNORE INTO ";
-  sql += quote_identifier(pruned_table);
+  const dialect& d = conn.sql();
+  const std::string t = quote_identifier(pruned_table);
+  std::string sql = raise ? "INSERT INTO " : std::string(d.insert_ignore());
+  sql += t;
   sql += " (`uniques_table`, `record_type`, `ended_before`) VALUES (";
   sql += conn.quote(uniques);
   sql += ',';
@@ -49,10 +50,12 @@ std::string pruned_row_insert(connection& conn, const std::string& uniques, std:
   sql += ',';
   append_int(sql, ended_before);
   sql += ')';
-  if (raise)
-    sql +=
-        " ON DUPLICATE KEY UPDATE `ended_before` = GREATEST(`ended_before`, "
-        "VALUES(`ended_before`))";
+  if (raise) {
+    sql += d.on_conflict("`uniques_table`, `record_type`") + "`ended_before` = GREATEST(" +
+           d.existing(t, "`ended_before`") + ", " + d.incoming("`ended_before`") + ")";
+  } else {
+    sql += d.ignore_conflicts();
+  }
   return sql;
 }
 
@@ -64,8 +67,8 @@ void migrate_uniques(connection& conn, const std::string& table, const store::de
   // A uniques table that exists without its every_type row was made by an earlier
   // version (or by a run of this one cut short: then the row is only more careful).
   const bool earlier = table_exists(conn, uniques);
-  conn.execute(create_uniques_table(table));
-  conn.execute(create_pruned_table());
+  conn.execute(create_uniques_table(conn.sql(), table));
+  conn.execute(create_pruned_table(conn.sql()));
   conn.execute(
       pruned_row_insert(conn, uniques, every_type, earlier ? later_clock(conn) : 0, false));
 }
@@ -112,7 +115,7 @@ std::vector<store::unique_entry> decidable_entries(connection& conn, const std::
   // the row of a type: no cycle. Under READ COMMITTED the types' rows are then read as
   // committed: none changes before this transaction ends, the prune waiting for that.
   const auto every_row =
-      conn.query(pruned_rows_select(conn, uniques, {every_type}, "LOCK IN SHARE MODE"));
+      conn.query(pruned_rows_select(conn, uniques, {every_type}, conn.sql().share_lock()));
   // Without it no lock orders the commit after a prune: nothing is decided.
   if (every_row.empty() || every_row[0].size() < 2 || !every_row[0][1]) {
     throw db_error(error_class::fatal, "the row of `" + uniques + "` in `" +
@@ -140,7 +143,7 @@ void raise_pruned(connection& conn, const std::string& uniques, std::uint32_t ty
     // Waits for the commits deciding entries now (each holds it in share mode for its
     // transaction), at most 10 s: a prune that cannot have it then is tried again at
     // the next run (a lock wait timeout, tolerated by the housekeeping).
-    conn.query(pruned_rows_select(conn, uniques, {every_type}, "FOR UPDATE WAIT 10"));
+    conn.query(conn.sql().locked_within(pruned_rows_select(conn, uniques, {every_type}, ""), 10));
     conn.execute(pruned_row_insert(conn, uniques, type, ended_before, true));
     conn.execute(commit);
   });
@@ -170,7 +173,7 @@ unique_prune prune_uniques(connection& conn, const std::string& table,
         out.behind = true;
         break;
       }
-      conn.execute(uniques_prune(table, type, before, limit));
+      conn.execute(uniques_prune(conn.sql(), table, type, before, limit));
       const auto n = conn.affected_rows();
       out.deleted += n;
       if (n < limit) break;

@@ -36,7 +36,7 @@ void execute_in_statements(connection& conn, std::size_t count, std::size_t max_
 void write_counted(connection& conn, const counted_writes& w) {
   // 3. Slot rows.
   execute_in_statements(conn, w.rows.size(), w.max_rows, [&](std::size_t first, std::size_t n) {
-    return upsert_statement(w.table, w.rows.subspan(first, n));
+    return upsert_statement(conn.sql(), w.table, w.rows.subspan(first, n));
   });
   // 4. Bucket rows: hour, then day.
   for (const auto g : store::all_granularities) {
@@ -46,18 +46,18 @@ void write_counted(connection& conn, const counted_writes& w) {
     }
     const std::span<const store::bucket_row> rows(of_g);
     execute_in_statements(conn, rows.size(), w.max_rows, [&](std::size_t first, std::size_t n) {
-      return bucket_upsert_statement(w.table, g, rows.subspan(first, n));
+      return bucket_upsert_statement(conn.sql(), w.table, g, rows.subspan(first, n));
     });
   }
   // 5. Totals of top-N, of the counters that keep them.
   if (w.top != nullptr) {
     for (const auto& sql :
-         totals_upserts(w.table, w.rows, w.buckets, *w.top, conn.max_statement_bytes()))
+         totals_upserts(conn.sql(), w.table, w.rows, w.buckets, *w.top, conn.max_statement_bytes()))
       conn.execute(sql);
   }
   // 6. Dirty marks.
   execute_in_statements(conn, w.marks.size(), w.max_rows, [&](std::size_t first, std::size_t n) {
-    return dirty_upsert(w.quoted_instance, w.marks.subspan(first, n), w.mark_gen);
+    return dirty_upsert(conn.sql(), w.quoted_instance, w.marks.subspan(first, n), w.mark_gen);
   });
 }
 
@@ -152,7 +152,7 @@ void reset_counted(connection& conn, const store::counter_key& key, const write_
   if (with_top && !slots.empty()) {
     for (const auto g : grans) {
       for (const auto& row :
-           conn.query(reset_bucket_sums_select_locked(rules.table, g, key, slots))) {
+           conn.query(reset_bucket_sums_select_locked(conn.sql(), rules.table, g, key, slots))) {
         if (!row[0]) continue;
         lost_buckets.push_back({key.record_type, key.record_id, g, std::stoll(*row[0]), 0,
                                 -static_cast<std::int64_t>(slot_count(row[1]))});  // BIGINT
@@ -161,14 +161,14 @@ void reset_counted(connection& conn, const store::counter_key& key, const write_
   }
   const bool mark_with_deletes = marked && !with_top;
   for (const auto& sql :
-       reset_statements(rules.table, key.record_type, key.record_id, slots, instance,
+       reset_statements(conn.sql(), rules.table, key.record_type, key.record_id, slots, instance,
                         mark_with_deletes ? std::optional(ws.mark_gen) : std::nullopt, grans))
     conn.execute(sql);
   if (!with_top) return;
   for (const auto& sql : reset_totals_statements(rules.table, key, out.cleared, lost_buckets, grans,
                                                  conn.max_statement_bytes()))
     conn.execute(sql);
-  if (marked) conn.execute(dirty_upsert(instance, std::span(&mark, 1), ws.mark_gen));
+  if (marked) conn.execute(dirty_upsert(conn.sql(), instance, std::span(&mark, 1), ws.mark_gen));
 }
 }  // namespace
 

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "db/keys.hpp"
 #include "db/repository.hpp"
 #include "db/sql.hpp"
-#include "db/keys.hpp"
 #include "db/write_path.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "model/keyed_request.hpp"
@@ -59,7 +59,8 @@ std::size_t commit_alone(db::connection& conn, const std::string& instance, std:
   requests.push_back(std::move(r));
   const auto batches = idempotency::form_keyed_batches(std::move(requests), 1000, 1, 1, seq, rng,
                                                        std::chrono::steady_clock::now(), dropped);
-  return db::apply(conn, db::write_set_of({instance, 1, seq}, batches.at(0)),
+  return db::apply(
+             conn, db::write_set_of({instance, 1, seq}, batches.at(0)),
              {.table = "slotted_counters", .key_window = window, .local_now_ms = local_now_ms})
       .rows;
 }
@@ -179,16 +180,16 @@ TEST(IdempotencyKeysTable, ARetryThroughAnInstanceWithAnotherClockIsNotAppliedAg
   EXPECT_EQ(total(server, database, 3), 1);
   // B, 10 min behind, accepted it; the retry reaches A.
   EXPECT_EQ(commit_alone(conn, "skew-b", 2, keyed("skew-behind", 4, behind), 10min, behind), 1u);
-  EXPECT_EQ(commit_alone(conn, "skew-a", 2, keyed("skew-behind", 4, now + minute), 10min,
-                         now + minute),
-            0u)
+  EXPECT_EQ(
+      commit_alone(conn, "skew-a", 2, keyed("skew-behind", 4, now + minute), 10min, now + minute),
+      0u)
       << "applied again after the instance whose clock is behind accepted it";
   EXPECT_EQ(total(server, database, 4), 1);
   // The age still counts: a first request that waited 12 minutes on B before its flush
   // is 12 minutes old, so a retry arriving now through A is past the window of 10.
-  EXPECT_EQ(commit_alone(conn, "skew-b", 3, keyed("skew-aged", 5, ahead - 12 * minute), 10min,
-                         ahead),
-            1u);
+  EXPECT_EQ(
+      commit_alone(conn, "skew-b", 3, keyed("skew-aged", 5, ahead - 12 * minute), 10min, ahead),
+      1u);
   EXPECT_EQ(commit_alone(conn, "skew-a", 3, keyed("skew-aged", 5, now), 10min, now), 1u);
   EXPECT_EQ(total(server, database, 5), 2);
   // And a read for a retry judges it the same way: found inside the window, whatever the
@@ -240,8 +241,11 @@ TEST(IdempotencyKeysTable, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingIts
     conn.execute(
         "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
         "instance_id, run_id, batch_seq, created) VALUES "
-        "('old-recent', '" + hash + "', 1, 'v-before', 1, 1, NOW(3) - INTERVAL 5 MINUTE), "
-        "('old-expired', '" + idempotency::hex(keyed("x", 22, 0).hash) +
+        "('old-recent', '" +
+        hash +
+        "', 1, 'v-before', 1, 1, NOW(3) - INTERVAL 5 MINUTE), "
+        "('old-expired', '" +
+        idempotency::hex(keyed("x", 22, 0).hash) +
         "', 1, 'v-before', 1, 2, NOW(3) - INTERVAL 2 HOUR)");
     conn.execute("SET SESSION time_zone = '+00:00'");
     const auto limits = db::verify_schema(conn, "slotted_counters", false);
@@ -268,18 +272,18 @@ TEST(IdempotencyKeysTable, MigrateConvertsAKeysTableOfTheVersionBeforeKeepingIts
                                "'slotted_counterd_idempotency_keys' AND COLUMN_NAME = 'created'"),
               0);
     // Each key kept its time (to the second, the database's clock).
-    EXPECT_EQ(server.query_int(database,
-                               "SELECT ROUND((" + db::database_now_ms() +
-                                   " - created_ms) / 1000) FROM "
-                                   "slotted_counterd_idempotency_keys WHERE idem_key = "
-                                   "'old-recent'"),
-              300);
-    EXPECT_EQ(server.query_int(database,
-                               "SELECT ROUND((" + db::database_now_ms() +
-                                   " - created_ms) / 1000) FROM "
-                                   "slotted_counterd_idempotency_keys WHERE idem_key = "
-                                   "'old-expired'"),
-              7200);
+    EXPECT_EQ(
+        server.query_int(database, "SELECT ROUND((" + std::string(db::mariadb_dialect().now_ms()) +
+                                       " - created_ms) / 1000) FROM "
+                                       "slotted_counterd_idempotency_keys WHERE idem_key = "
+                                       "'old-recent'"),
+        300);
+    EXPECT_EQ(
+        server.query_int(database, "SELECT ROUND((" + std::string(db::mariadb_dialect().now_ms()) +
+                                       " - created_ms) / 1000) FROM "
+                                       "slotted_counterd_idempotency_keys WHERE idem_key = "
+                                       "'old-expired'"),
+        7200);
     // And the keys still work: the recent one is a duplicate, the expired one is taken
     // over, found and pruned as before.
     const auto now = idempotency::now_ms();
@@ -370,12 +374,12 @@ TEST(IdempotencyKeysTable, AKeysPruneChunkWaitsOnNoCurrentKey) {
       "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
       "instance_id, run_id, batch_seq, created_ms) SELECT CONCAT('old-', seq), "
       "'0123456789abcdef0123456789abcdef', 1, 'prune', 1, seq, " +
-      db::database_now_ms() + " - 3 * 3600000 + seq FROM seq_1_to_30000");
+      std::string(db::mariadb_dialect().now_ms()) + " - 3 * 3600000 + seq FROM seq_1_to_30000");
   conn.execute(
       "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
       "instance_id, run_id, batch_seq, created_ms) SELECT CONCAT('new-', seq), "
       "'0123456789abcdef0123456789abcdef', 1, 'prune', 2, seq, " +
-      db::database_now_ms() + " - 30 * 60000 + seq FROM seq_1_to_10000");
+      std::string(db::mariadb_dialect().now_ms()) + " - 30 * 60000 + seq FROM seq_1_to_10000");
   conn.execute("ANALYZE TABLE slotted_counterd_idempotency_keys");
   // A keyed commit holding a current key (taking it over), not yet committed.
   auto other = server.connect(database);

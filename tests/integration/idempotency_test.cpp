@@ -304,7 +304,7 @@ TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
         "instance_id, run_id, batch_seq, created_ms) VALUES ('" +
         key + "', '" +
         idempotency::hex(idempotency::hash_of(std::vector<ingest::increment>{{7, id, 4}})) +
-        "', 1, 'the-other', 1, 1, " + db::database_now_ms() + ")");
+        "', 1, 'the-other', 1, 1, " + std::string(db::mariadb_dialect().now_ms()) + ")");
     std::atomic<unsigned> flushed{0};
     std::thread flusher([&] {
       http_client f(a.port(), 150s);

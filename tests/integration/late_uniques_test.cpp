@@ -65,14 +65,17 @@ class LateUniques : public ::testing::Test {
                        "instance_id: " + instance +
                            "\ncounters: [{name: dl, record_type: 5, dedupe: hour}]\n"
                            "flush: {interval: 50ms}\n"
-                           "log_sources:\n  - path: " + log_of(instance) +
+                           "log_sources:\n  - path: " +
+                           log_of(instance) +
                            "\n    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
   }
   std::string log_of(const std::string& instance) const { return dir_ + "/" + instance + ".log"; }
   std::int64_t count(std::uint64_t id) const {
     return shared_mariadb().query_int(
-        db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 5 AND "
-             "record_id = " + std::to_string(id));
+        db_,
+        "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 5 AND "
+        "record_id = " +
+            std::to_string(id));
   }
   // Posts `body` through `c` (202 expected) and flushes.
   static void post_and_flush(http_client& c, const std::string& body) {
@@ -82,8 +85,7 @@ class LateUniques : public ::testing::Test {
   }
   // Appends the repeat line `repeat`, then a line of a new client for id 9 (the marker):
   // once the marker counts, the repeat before it was read and decided too.
-  void repeat_then_marker(const std::string& instance, const std::string& repeat,
-                          std::int64_t at) {
+  void repeat_then_marker(const std::string& instance, const std::string& repeat, std::int64_t at) {
     const std::string marker = "198.51.100." + std::to_string(++markers_);
     append(log_of(instance), repeat + line_at(marker, 9, at));
     ASSERT_TRUE(eventually([&] { return count(9) == markers_; }, 20s)) << count(9);
@@ -140,8 +142,10 @@ TEST_F(LateUniques, BeyondTheKeepAnItemIsRefusedAndALineIsNotCounted) {
       << r.body;
   append(log_of("late-a"), line_at("192.0.2.7", 2, too_late));
   repeat_then_marker("late-a", "", unix_now());
-  const std::string series = "slotted_counterd_log_lines_total{outcome=\"too_late_for_dedupe\","
-                             "source=\"" + log_of("late-a") + "\"}";
+  const std::string series =
+      "slotted_counterd_log_lines_total{outcome=\"too_late_for_dedupe\","
+      "source=\"" +
+      log_of("late-a") + "\"}";
   // Tallied as its pass commits, just after the marker became visible.
   EXPECT_TRUE(eventually([&] { return metric_value(c.get("/metrics").body, series) == 1; }, 20s));
   EXPECT_EQ(count(1), 0);
@@ -150,13 +154,13 @@ TEST_F(LateUniques, BeyondTheKeepAnItemIsRefusedAndALineIsNotCounted) {
 
 // Commits one unique batch of `entries` under `dedupe` as instance "i", sequence `seq`.
 db::write_result commit(db::connection& conn, const store::dedupe_spec& dedupe,
-                          std::vector<store::unique_entry> entries, std::uint64_t seq) {
+                        std::vector<store::unique_entry> entries, std::uint64_t seq) {
   store::flush_batch b;
   b.run_id = 7;
   b.seq = seq;
   unique_in(b).entries = std::move(entries);
   return db::apply(conn, db::write_set_of({"i", 7, seq}, b),
-                                {.table = "slotted_counters", .dedupe = &dedupe});
+                   {.table = "slotted_counters", .dedupe = &dedupe});
 }
 
 // An instance keeping an hour's decisions 10 minutes prunes a window whose entries
@@ -243,7 +247,7 @@ TEST(LateUniquesFaults, MigrateRecordsWhatAnEarlierVersionMayHavePrunedOnce) {
                              "uniques_table = 'fresh_uniques'"),
             0);
   // The earlier version's table, without its row.
-  conn.execute(db::create_uniques_table("slotted_counters"));
+  conn.execute(db::create_uniques_table(db::mariadb_dialect(), "slotted_counters"));
   EXPECT_THROW(db::verify_uniques_table(conn, "slotted_counters", dedupe), db::db_error);
   const std::int64_t before = unix_now();
   db::migrate_uniques(conn, "slotted_counters", dedupe);
@@ -255,9 +259,8 @@ TEST(LateUniquesFaults, MigrateRecordsWhatAnEarlierVersionMayHavePrunedOnce) {
   EXPECT_NO_THROW(db::verify_uniques_table(conn, "slotted_counters", dedupe));
   const std::int64_t now = unix_now();
   const std::int64_t hour = now - now % 3600;
-  const auto out =
-      commit(conn, dedupe, {{5, 1, hour - 3 * 3600, "a", hour - 3 * 3600}, {5, 1, hour, "a", now}},
-             1);
+  const auto out = commit(
+      conn, dedupe, {{5, 1, hour - 3 * 3600, "a", hour - 3 * 3600}, {5, 1, hour, "a", now}}, 1);
   EXPECT_EQ(out.too_late, 1u);
   EXPECT_EQ(out.counted, 1u);
 }

@@ -26,19 +26,8 @@ using namespace std::chrono_literals;
 
 connect_options pg_options(const test::postgres_server& pg, const std::string& database,
                            bool tcp = false) {
-  connect_options o;
-  o.kind = engine::postgresql;
-  o.user = "postgres";
-  o.database = database;
-  o.port = pg.port();
-  if (tcp) {
-    o.host = "127.0.0.1";
-    o.tls.mode = tls_mode::disabled;
-  } else {
-    o.socket = pg.socket_dir();
-  }
+  auto o = pg.options(database, tcp);
   o.connect_timeout = 5s;
-  o.io_timeout = 20s;
   return o;
 }
 
@@ -371,59 +360,54 @@ struct pg_tls_setup {
                                test::server_certificate{files.server_cert(), files.server_key()}};
 };
 
-connect_options tls_options(std::uint16_t port, tls_mode mode, const std::string& ca,
-                            const std::string& host = "127.0.0.1") {
-  connect_options o;
-  o.kind = engine::postgresql;
-  o.user = "postgres";
-  o.database = "postgres";
+connect_options tls_options(const test::postgres_server& server, tls_mode mode,
+                            const std::string& ca, const std::string& host = "127.0.0.1") {
+  auto o = server.options("postgres", true);
   o.host = host;
-  o.port = port;
   o.tls.mode = mode;
   o.tls.ca_file = ca;
-  o.connect_timeout = 10s;
   return o;
 }
 
 TEST(PgDriverTls, EachModeChecksWhatItPromises) {
   SKIP_WITHOUT_POSTGRESQL();
   static pg_tls_setup t;
-  const auto port = t.server.port();
   {
-    connection c(tls_options(port, tls_mode::verify_identity, t.files.ca()));
+    connection c(tls_options(t.server, tls_mode::verify_identity, t.files.ca()));
     EXPECT_FALSE(c.tls_cipher().empty());
     EXPECT_EQ(c.query("SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()")[0][0],
               "true");
   }
   const auto name = error_of([&] {
-    connection c(tls_options(port, tls_mode::verify_identity, t.files.ca(), "localhost"));
+    connection c(tls_options(t.server, tls_mode::verify_identity, t.files.ca(), "localhost"));
   });
   ASSERT_TRUE(name) << "the name 'localhost' is not in the certificate";
   EXPECT_EQ(name->cls(), error_class::tls) << name->what();
   EXPECT_NE(std::string(name->what()).find("postgresql.tls.mode verify_identity"),
             std::string::npos);
   // verify_ca: the chain only, so another name for the same server passes; another CA not.
-  EXPECT_FALSE(connection(tls_options(port, tls_mode::verify_ca, t.files.ca(), "localhost"))
+  EXPECT_FALSE(connection(tls_options(t.server, tls_mode::verify_ca, t.files.ca(), "localhost"))
                    .tls_cipher()
                    .empty());
-  const auto other =
-      error_of([&] { connection c(tls_options(port, tls_mode::verify_ca, t.files.other_ca())); });
+  const auto other = error_of(
+      [&] { connection c(tls_options(t.server, tls_mode::verify_ca, t.files.other_ca())); });
   ASSERT_TRUE(other);
   EXPECT_EQ(other->cls(), error_class::tls) << other->what();
   // required: encrypted, not verified.
-  EXPECT_FALSE(
-      connection(tls_options(port, tls_mode::required, t.files.other_ca())).tls_cipher().empty());
+  EXPECT_FALSE(connection(tls_options(t.server, tls_mode::required, t.files.other_ca()))
+                   .tls_cipher()
+                   .empty());
   // disabled: plaintext, which this server allows.
-  EXPECT_TRUE(connection(tls_options(port, tls_mode::disabled, "")).tls_cipher().empty());
+  EXPECT_TRUE(connection(tls_options(t.server, tls_mode::disabled, "")).tls_cipher().empty());
 
   // A server without TLS: no silent downgrade above `preferred`.
   auto& plain = test::shared_postgres();
   for (auto mode : {tls_mode::required, tls_mode::verify_ca}) {
-    const auto e = error_of([&] { connection c(tls_options(plain.port(), mode, t.files.ca())); });
+    const auto e = error_of([&] { connection c(tls_options(plain, mode, t.files.ca())); });
     ASSERT_TRUE(e) << tls_mode_name(mode);
     EXPECT_EQ(e->cls(), error_class::tls) << e->what();
   }
-  EXPECT_TRUE(connection(tls_options(plain.port(), tls_mode::preferred, "")).tls_cipher().empty());
+  EXPECT_TRUE(connection(tls_options(plain, tls_mode::preferred, "")).tls_cipher().empty());
 }
 
 }  // namespace

@@ -35,7 +35,8 @@ void create_owners(const mariadb_server& server, const std::string& database) {
   for (int i = 1; i <= owners; ++i)
     sql += std::string(i > 1 ? "," : "") + "(" + std::to_string(i) + ",'r',-1)";
   conn.execute(sql);
-  conn.execute(db::state_insert({123, "repositories", "id", "download_count", "repo_downloads"},
+  conn.execute(db::state_insert(db::mariadb_dialect(),
+                                {123, "repositories", "id", "download_count", "repo_downloads"},
                                 "done", "no_history"));
 }
 
@@ -267,18 +268,18 @@ TEST(Rollup, ASumTheOwningColumnCannotHoldIsRefusedAloneAndLaterTargetsGoOn) {
     conn.execute("CREATE TABLE packages (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT NOT NULL)");
     conn.execute("INSERT INTO packages VALUES (1, 0)");
   }
-  daemon_process daemon(daemon_yaml(
-      server, database,
-      "instance_id: rollup-refused\n"
-      "counters:\n"
-      "  - name: repo_downloads\n"
-      "    record_type: 123\n"
-      "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
-      "  - name: package_installs\n"
-      "    record_type: 124\n"
-      "    rollup: {table: packages, id_column: id, count_column: n}\n"
-      "flush: {interval: 1h}\n"
-      "rollup: {interval: 1h}\n"));
+  daemon_process daemon(
+      daemon_yaml(server, database,
+                  "instance_id: rollup-refused\n"
+                  "counters:\n"
+                  "  - name: repo_downloads\n"
+                  "    record_type: 123\n"
+                  "    rollup: {table: repositories, id_column: id, count_column: download_count}\n"
+                  "  - name: package_installs\n"
+                  "    record_type: 124\n"
+                  "    rollup: {table: packages, id_column: id, count_column: n}\n"
+                  "flush: {interval: 1h}\n"
+                  "rollup: {interval: 1h}\n"));
   ASSERT_EQ(daemon.settle(), 200u);
   http_client c(daemon.port());
   ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": 123, "record_id": 1, "delta": -1},
@@ -289,8 +290,8 @@ TEST(Rollup, ASumTheOwningColumnCannotHoldIsRefusedAloneAndLaterTargetsGoOn) {
             202u);
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   const auto count_of = [&](const std::string& table, const std::string& column, int id) {
-    return server.query_int(database, "SELECT " + column + " FROM " + table +
-                                          " WHERE id = " + std::to_string(id));
+    return server.query_int(
+        database, "SELECT " + column + " FROM " + table + " WHERE id = " + std::to_string(id));
   };
   const auto marks_of = [&](int type, int id) {
     return server.query_int(database,

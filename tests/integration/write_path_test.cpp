@@ -131,9 +131,8 @@ TEST_F(WritePath, AResetAppliesOnceUnderItsLedgerRowAndSaysWhatItCleared) {
             db::commit_outcome::applied);
   ASSERT_EQ(test::commit_rows(conn, write_path_table, {"a", 1, 2}, {{5, 1, 4, 2}}),
             db::commit_outcome::applied);
-  const db::write_set reset{.guard = db::ledger_guard{{"a", 1, 3}, 0},
-                            .reset = store::counter_key{5, 1},
-                            .mark_gen = 9};
+  const db::write_set reset{
+      .guard = db::ledger_guard{{"a", 1, 3}, 0}, .reset = store::counter_key{5, 1}, .mark_gen = 9};
   db::write_result out;
   db::apply(conn, reset, rules_, out);
   EXPECT_EQ(out.outcome, db::commit_outcome::applied);
@@ -167,7 +166,7 @@ class WritePathAdoption : public WritePath, public ::testing::WithParamInterface
     if (GetParam()) db::migrate_totals(conn, write_path_table, top_);
     conn.execute("CREATE TABLE owners (id BIGINT PRIMARY KEY, n BIGINT)");
     conn.execute("INSERT INTO owners VALUES (1, 7), (2, 0), (3, 5), (4, 9)");
-    conn.execute(db::state_insert(adopted, "running", "history"));
+    conn.execute(db::state_insert(db::mariadb_dialect(), adopted, "running", "history"));
   }
   std::string state() const {
     const auto rows = shared_mariadb().connect(database_).query(

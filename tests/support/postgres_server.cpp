@@ -316,6 +316,23 @@ std::string postgres_server::create_database() {
   return name;
 }
 
+db::connect_options postgres_server::options(const std::string& database, bool tcp) const {
+  db::connect_options o;
+  o.kind = db::engine::postgresql;
+  o.user = "postgres";
+  o.database = database;
+  o.port = port_;
+  if (tcp) {
+    o.host = "127.0.0.1";
+    o.tls.mode = db::tls_mode::disabled;
+  } else {
+    o.socket = dir_;
+  }
+  o.connect_timeout = std::chrono::seconds(10);
+  o.io_timeout = std::chrono::seconds(20);
+  return o;
+}
+
 std::int64_t postgres_server::query_int(const std::string& database, const std::string& sql) const {
   return connect(database).query_int(sql);
 }

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "db/connection.hpp"
+
 struct pg_conn;  // libpq's PGconn (libpq-fe.h), which only postgres_server.cpp includes
 
 namespace slotted::test {
@@ -68,6 +70,9 @@ class postgres_server {
   // Over the unix socket, or over TCP on 127.0.0.1 with `tcp`.
   connection connect(const std::string& database = "postgres", bool tcp = false) const;
   std::int64_t query_int(const std::string& database, const std::string& sql) const;
+  // What the daemon's driver connects with (db/connection.hpp): as role postgres, over
+  // the socket, or over TCP to 127.0.0.1 without TLS with `tcp`.
+  db::connect_options options(const std::string& database, bool tcp = false) const;
 
   // Stops (SIGINT, a fast shutdown), or with `hard` SIGKILLs the postmaster and every
   // backend at once (a postmaster killed alone leaves backends that may still answer, and

@@ -14,12 +14,12 @@
 
 #include "config/config.hpp"
 #include "db/sql.hpp"
+#include "durable/record.hpp"
 #include "flush/flusher.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "ingest/parser.hpp"
 #include "model/keyed_request.hpp"
 #include "store/pending_store.hpp"
-#include "durable/record.hpp"
 
 namespace slotted {
 namespace {
@@ -120,16 +120,16 @@ TEST(BucketMath, BucketsStartOnUtcHoursAndDays) {
 
 TEST(BucketSql, StatementsNameTheTablesAndBuckets) {
   const std::vector<store::bucket_row> rows{{1, 2, granularity::hour, 3600, 7, 5}};
-  EXPECT_EQ(db::bucket_upsert_statement("c", granularity::hour, rows),
+  EXPECT_EQ(db::bucket_upsert_statement(db::mariadb_dialect(), "c", granularity::hour, rows),
             "INSERT INTO `c_hour` (`record_type`, `record_id`, `bucket`, `slot`, `count`) "
             "VALUES (1,2,'1970-01-01 01:00:00',7,5) ON DUPLICATE KEY UPDATE `count` = `count` + "
             "VALUES(`count`)");
-  const auto create = db::create_bucket_table("c", granularity::day);
+  const auto create = db::create_bucket_table(db::mariadb_dialect(), "c", granularity::day);
   EXPECT_NE(create.find("`c_day`"), std::string::npos);
   EXPECT_NE(create.find("`bucket` DATE NOT NULL"), std::string::npos);
   EXPECT_NE(create.find("PRIMARY KEY (`record_type`, `record_id`, `bucket`, `slot`)"),
             std::string::npos);
-  EXPECT_EQ(db::bucket_prune_select("c", granularity::day, 9, 86400, 500),
+  EXPECT_EQ(db::bucket_prune_select(db::mariadb_dialect(), "c", granularity::day, 9, 86400, 500),
             "SELECT TIMESTAMPDIFF(SECOND, '1970-01-01 00:00:00', `bucket`), `record_id` FROM "
             "`c_day` FORCE INDEX (`by_age`) WHERE `record_type` = 9 AND `bucket` < '1970-01-02' "
             "ORDER BY `bucket`, `record_id` LIMIT 500");
@@ -350,7 +350,8 @@ TEST(BucketBatches, BucketRowsTravelWithTheirCounterThroughSplits) {
 
 TEST(BucketWal, IncrementsWithTimesReplayIntoTheirBuckets) {
   std::string log(durable::segment_magic);
-  durable::append_increments(log, std::vector{at(1, 1, 2, 3599), at(1, 1, 3, 3600), at(2, 1, 1, 5)});
+  durable::append_increments(log,
+                             std::vector{at(1, 1, 2, 3599), at(1, 1, 3, 3600), at(2, 1, 1, 5)});
   durable::append_increments(log, std::vector<ingest::increment>{{1, 1, 10}});  // an old record
   durable::replay_state state(hour_and_day(1));
   ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
@@ -410,15 +411,14 @@ TEST(BucketWal, AnAtOfZeroKeepsItsBucketsThroughAReplay) {
   ASSERT_EQ(durable::scan_segment(log, state).outcome, durable::scan_result::status::ok);
   const std::int64_t day = store::bucket_start(granularity::day, 1'800'000'000);
   EXPECT_EQ(sums_of(state.deltas()),
-            (bucket_sums{{{1, granularity::none, 0}, 2},
-                         {{1, granularity::hour, 0}, 2},
-                         {{1, granularity::day, 0}, 2},
-                         {{2, granularity::none, 0}, 5},
-                         {{2, granularity::hour, store::bucket_start(granularity::hour,
-                                                                     1'800'000'000)},
-                          5},
-                         {{2, granularity::day, day}, 5},
-                         {{3, granularity::none, 0}, 7}}));
+            (bucket_sums{
+                {{1, granularity::none, 0}, 2},
+                {{1, granularity::hour, 0}, 2},
+                {{1, granularity::day, 0}, 2},
+                {{2, granularity::none, 0}, 5},
+                {{2, granularity::hour, store::bucket_start(granularity::hour, 1'800'000'000)}, 5},
+                {{2, granularity::day, day}, 5},
+                {{3, granularity::none, 0}, 7}}));
   ASSERT_EQ(state.keyed().size(), 1u);
   EXPECT_TRUE(state.keyed()[0].increments[0].has_time());
   EXPECT_EQ(state.keyed()[0].increments[0].at, 0);

@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "db/sql.hpp"
+#include "durable/record.hpp"
 #include "idempotency/keyed_batches.hpp"
 #include "idempotency/keyed_store.hpp"
-#include "durable/record.hpp"
 #include "support/batch_content.hpp"
 
 namespace slotted::idempotency {
@@ -163,8 +163,10 @@ TEST(KeyedStore, RequestsWithoutIncrementsCountAgainstThePendingLimit) {
   for (int i = 0; i < 1000; ++i) {
     auto r = req("empty-" + std::to_string(i), {});
     const auto a = s.admit(r, 100, true).result;
-    if (a == admit_result::fresh) ++fresh;
-    else EXPECT_EQ(a, admit_result::over_limit) << i;
+    if (a == admit_result::fresh)
+      ++fresh;
+    else
+      EXPECT_EQ(a, admit_result::over_limit) << i;
   }
   EXPECT_EQ(fresh, 100u);
   EXPECT_EQ(bound.pending_entries(), 100u);
@@ -349,9 +351,9 @@ TEST(KeyedBatches, CutByKeysAndByTheBytesOfTheirClaim) {
     // The bound holds for the statement itself.
     std::vector<std::string> quoted;
     for (const auto& r : test::requests_of(b)) quoted.push_back("'" + r.key + "'");
-    EXPECT_LE(db::idempotency_keys_claim(test::requests_of(b), quoted, "'" + std::string(64, 'i') + "'",
-                                         UINT64_MAX >> 1, UINT64_MAX >> 1, std::chrono::hours(24),
-                                         INT64_MAX >> 1)
+    EXPECT_LE(db::idempotency_keys_claim(db::mariadb_dialect(), test::requests_of(b), quoted,
+                                         "'" + std::string(64, 'i') + "'", UINT64_MAX >> 1,
+                                         UINT64_MAX >> 1, std::chrono::hours(24), INT64_MAX >> 1)
                   .size(),
               budget);
   }
@@ -402,9 +404,9 @@ TEST(KeyedBatches, AKeyTwiceMoreThanAWindowApartGoesIntoALaterBatchNotDropped) {
   auto other = req("j", {{1, 2, 4}});
   other.received_ms = second.received_ms;
   std::size_t dropped = 0;
-  const auto batches = form_keyed_batches({first, second, retry, other}, 100, 10, 1, 5, rng, {},
-                                          dropped, store::no_buckets(),
-                                          std::size_t{1} << 20, window);
+  const auto batches =
+      form_keyed_batches({first, second, retry, other}, 100, 10, 1, 5, rng, {}, dropped,
+                         store::no_buckets(), std::size_t{1} << 20, window);
   EXPECT_EQ(dropped, 1u);
   ASSERT_EQ(batches.size(), 2u);
   ASSERT_EQ(test::requests_of(batches[0]).size(), 2u);  // j and the first k
@@ -456,7 +458,8 @@ TEST(KeyedWal, KeyedRecordsAndBatchesReplay) {
   EXPECT_TRUE(test::requests_of(state.batches()[0]).empty());
   ASSERT_EQ(test::requests_of(state.batches()[1]).size(), 1u);
   EXPECT_EQ(test::requests_of(state.batches()[1])[0].key, "k1");
-  EXPECT_EQ(test::requests_of(state.batches()[1])[0].hash, hash_of(std::vector<ingest::increment>{{1, 1, 5}}));
+  EXPECT_EQ(test::requests_of(state.batches()[1])[0].hash,
+            hash_of(std::vector<ingest::increment>{{1, 1, 5}}));
   ASSERT_EQ(state.keyed().size(), 1u);  // k2 is not in a batch yet
   EXPECT_EQ(state.keyed()[0].key, "k2");
   EXPECT_EQ(state.keyed()[0].increments.size(), 2u);

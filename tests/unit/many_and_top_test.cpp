@@ -27,9 +27,8 @@ TEST(IdList, ParsesDecimalIdsSeparatedByCommasEachOnceInOrder) {
 }
 
 TEST(IdList, RefusesEmptyNonNumericAndTooManyNamingIds) {
-  for (const std::string_view bad :
-       {"", ",", "1,", ",1", "1,,2", "x", "1,-2", "1, 2", "+1", "18446744073709551616", "1.0",
-        "0x10"}) {
+  for (const std::string_view bad : {"", ",", "1,", ",1", "1,,2", "x", "1,-2", "1, 2", "+1",
+                                     "18446744073709551616", "1.0", "0x10"}) {
     const auto got = parse_id_list(bad);
     ASSERT_FALSE(got) << bad;
     EXPECT_EQ(got.error(), errc::invalid_input);
@@ -96,18 +95,21 @@ class ManyAndTop : public ::testing::Test {
   static config::daemon_config cfg() {
     config::daemon_config c;
     // downloads and clicks keep top-N totals (counters[].top), views does not.
-    c.counters = {
-        {"downloads", 3, std::nullopt, {{store::granularity::day, std::chrono::hours(24 * 400)}},
-         true},
-        {"views", 4, std::nullopt, {}},
-        {"clicks", 6, std::nullopt, {}, true}};
+    c.counters = {{"downloads",
+                   3,
+                   std::nullopt,
+                   {{store::granularity::day, std::chrono::hours(24 * 400)}},
+                   true},
+                  {"views", 4, std::nullopt, {}},
+                  {"clicks", 6, std::nullopt, {}, true}};
     return c;
   }
   std::vector<response> get(std::string target, bh::verb verb = bh::verb::get) {
     request req{verb, target, 11};
     if (auto refused = router_.check_header(req)) return {std::move(*refused)};
     auto answers = std::make_shared<std::vector<response>>();
-    router_.handle(std::move(req), [answers](response&& res) { answers->push_back(std::move(res)); });
+    router_.handle(std::move(req),
+                   [answers](response&& res) { answers->push_back(std::move(res)); });
     last_ = answers;
     return *answers;
   }
@@ -197,8 +199,7 @@ TEST_F(ManyAndTop, BadTopParametersAre400NamingThem) {
             std::string::npos);
   EXPECT_NE(reason("/v1/top/3?granularity=day&from=x&to=1").find("from must be"),
             std::string::npos);
-  EXPECT_NE(reason("/v1/top/3?granularity=day&from=0&to=x").find("to must be"),
-            std::string::npos);
+  EXPECT_NE(reason("/v1/top/3?granularity=day&from=0&to=x").find("to must be"), std::string::npos);
   EXPECT_NE(reason("/v1/top/3?granularity=day&from=5&to=1").find("must not be after"),
             std::string::npos);
   EXPECT_NE(reason("/v1/top/3?granularity=hour&from=0&to=1").find("keeps no hour"),
@@ -268,12 +269,11 @@ namespace {
 
 TEST(TopSql, TotalsUpsertsSumPerCounterAndBucketInKeyOrder) {
   const std::vector<counter_row> rows = {{3, 9, 1, 2}, {3, 9, 2, 5}, {3, 1, 1, 4}, {3, 2, 1, 0}};
-  const std::vector<store::bucket_row> buckets = {
-      {3, 9, store::granularity::day, 86400, 1, 2},
-      {3, 9, store::granularity::day, 86400, 2, 5},
-      {3, 1, store::granularity::hour, 3600, 1, 4}};
+  const std::vector<store::bucket_row> buckets = {{3, 9, store::granularity::day, 86400, 1, 2},
+                                                  {3, 9, store::granularity::day, 86400, 2, 5},
+                                                  {3, 1, store::granularity::hour, 3600, 1, 4}};
   const store::top_spec top({3}, store::no_buckets());
-  const auto sql = totals_upserts("t", rows, buckets, top, 1 << 20);
+  const auto sql = totals_upserts(mariadb_dialect(), "t", rows, buckets, top, 1 << 20);
   ASSERT_EQ(sql.size(), 3u);
   EXPECT_EQ(sql[0],
             "INSERT INTO `t_totals` (`record_type`, `record_id`, `count`) VALUES (3,1,4),(3,9,7) "
@@ -284,7 +284,7 @@ TEST(TopSql, TotalsUpsertsSumPerCounterAndBucketInKeyOrder) {
             "VALUES(`count`)");
   EXPECT_NE(sql[2].find("`t_day_totals`"), std::string::npos);
   EXPECT_NE(sql[2].find("(3,9,'1970-01-02',7)"), std::string::npos);
-  EXPECT_TRUE(totals_upserts("t", {}, {}, top, 1 << 20).empty());
+  EXPECT_TRUE(totals_upserts(mariadb_dialect(), "t", {}, {}, top, 1 << 20).empty());
 }
 
 // counters[].top: only the rows of counters that keep totals are added; with none, no
@@ -293,8 +293,10 @@ TEST(TopSql, TotalsUpsertsLeaveOutCountersWithoutTop) {
   const std::vector<counter_row> rows = {{3, 9, 1, 2}, {4, 1, 1, 4}};
   const std::vector<store::bucket_row> buckets = {{3, 9, store::granularity::day, 86400, 1, 2},
                                                   {4, 1, store::granularity::day, 86400, 1, 4}};
-  EXPECT_TRUE(totals_upserts("t", rows, buckets, store::no_top(), 1 << 20).empty());
-  const auto sql = totals_upserts("t", rows, buckets, store::top_spec({3}, store::no_buckets()), 1 << 20);
+  EXPECT_TRUE(
+      totals_upserts(mariadb_dialect(), "t", rows, buckets, store::no_top(), 1 << 20).empty());
+  const auto sql = totals_upserts(mariadb_dialect(), "t", rows, buckets,
+                                  store::top_spec({3}, store::no_buckets()), 1 << 20);
   ASSERT_EQ(sql.size(), 2u);
   EXPECT_NE(sql[0].find("VALUES (3,9,2) ON"), std::string::npos) << sql[0];
   EXPECT_NE(sql[1].find("VALUES (3,9,'1970-01-02',2) ON"), std::string::npos) << sql[1];
@@ -307,8 +309,8 @@ TEST(TopSql, TotalsStatementsAreCutByTheByteBudget) {
   std::vector<counter_row> rows;
   for (std::uint64_t id = 1; id <= 1500; ++id) rows.push_back({3, id, 0, 1});
   const store::top_spec top({3}, store::no_buckets());
-  EXPECT_EQ(totals_upserts("t", rows, {}, top, 1 << 20).size(), 1u);
-  const auto cut = totals_upserts("t", rows, {}, top, 1000);
+  EXPECT_EQ(totals_upserts(mariadb_dialect(), "t", rows, {}, top, 1 << 20).size(), 1u);
+  const auto cut = totals_upserts(mariadb_dialect(), "t", rows, {}, top, 1000);
   ASSERT_GT(cut.size(), 10u);
   std::size_t tuples = 0;
   for (const auto& sql : cut) {
@@ -327,8 +329,7 @@ TEST(TopSql, AResetLocksTheTotalsBeforeTheBucketTotalsEvenAtSumZero) {
   const store::counter_key key{3, 9};
   const std::vector<store::bucket_row> lost = {{3, 9, store::granularity::day, 86400, 0, -2},
                                                {3, 9, store::granularity::hour, 3600, 0, 2}};
-  const std::vector<store::granularity> grans = {store::granularity::day,
-                                                 store::granularity::hour};
+  const std::vector<store::granularity> grans = {store::granularity::day, store::granularity::hour};
   const auto tables = [](const std::vector<std::string>& sql) {
     std::vector<std::string> out;
     for (const auto& s : sql) {
@@ -338,15 +339,16 @@ TEST(TopSql, AResetLocksTheTotalsBeforeTheBucketTotalsEvenAtSumZero) {
     return out;
   };
   const auto at_zero = reset_totals_statements("t", key, 0, lost, grans, 1 << 20);
-  EXPECT_EQ(tables(at_zero), (std::vector<std::string>{"`t_totals`", "`t_hour_totals`",
-                                                       "`t_hour_totals`", "`t_day_totals`",
-                                                       "`t_day_totals`"}));
+  EXPECT_EQ(tables(at_zero),
+            (std::vector<std::string>{"`t_totals`", "`t_hour_totals`", "`t_hour_totals`",
+                                      "`t_day_totals`", "`t_day_totals`"}));
   EXPECT_EQ(at_zero[0],
             "DELETE FROM `t_totals` WHERE `record_type` = 3 AND `record_id` = 9 AND `count` = 0");
   const auto some = reset_totals_statements("t", key, 5, lost, grans, 1 << 20);
   ASSERT_EQ(some.size(), 6u);
-  EXPECT_EQ(some[0], "UPDATE `t_totals` SET `count` = `count` - 5 WHERE `record_type` = 3 AND "
-                     "`record_id` = 9");
+  EXPECT_EQ(some[0],
+            "UPDATE `t_totals` SET `count` = `count` - 5 WHERE `record_type` = 3 AND "
+            "`record_id` = 9");
   EXPECT_EQ(tables(some)[1], "`t_totals`");
 }
 

@@ -51,9 +51,8 @@ TEST(DedupeConfig, TheKeepIsADurationOfACounterWithDedupe) {
   const auto spec = config::dedupe_spec_of(c);
   EXPECT_EQ(spec.keep_of(5), 48 * 3600);
   EXPECT_EQ(spec.keep_of(6), 3 * 3600);
-  EXPECT_TRUE(any_has(
-      problems_of("counters:\n  - {name: dl, record_type: 5, dedupe_keep: 3h}\n"),
-      "counters[0].dedupe_keep: only with counters[].dedupe"));
+  EXPECT_TRUE(any_has(problems_of("counters:\n  - {name: dl, record_type: 5, dedupe_keep: 3h}\n"),
+                      "counters[0].dedupe_keep: only with counters[].dedupe"));
   EXPECT_TRUE(any_has(problems_of("counters:\n  - {name: dl, record_type: 5, dedupe: day, "
                                   "dedupe_keep: 1m}\n"),
                       "counters[0].dedupe_keep: expected a duration in [300s, 2678400s]"));
@@ -275,7 +274,7 @@ TEST(PendingUniques, HoldsEachEntryOnceAndCountsItAgainstThePendingLimit) {
 }
 
 TEST(UniquesSql, PinnedText) {
-  EXPECT_EQ(db::create_uniques_table("t"),
+  EXPECT_EQ(db::create_uniques_table(db::mariadb_dialect(), "t"),
             "CREATE TABLE IF NOT EXISTS `t_uniques` (\n"
             "  `record_type` INT UNSIGNED NOT NULL,\n"
             "  `window_start` BIGINT NOT NULL,\n"
@@ -288,16 +287,16 @@ TEST(UniquesSql, PinnedText) {
             ") ENGINE=InnoDB");
   const std::vector<store::unique_entry> e{{5, 1, 86400, "a", 0}, {5, 2, 86400, "b", 0}};
   const std::vector<std::string> q{"'a'", "'b'"};
-  EXPECT_EQ(db::uniques_insert("t", e, q, "'i1'", 7, 9),
+  EXPECT_EQ(db::uniques_insert(db::mariadb_dialect(), "t", e, q, "'i1'", 7, 9),
             "INSERT IGNORE INTO `t_uniques` (`record_type`, `window_start`, `record_id`, "
             "`client`, `instance_id`, `run_id`, `batch_seq`) VALUES "
             "(5,86400,1,'a','i1',7,9),(5,86400,2,'b','i1',7,9)");
-  EXPECT_EQ(db::uniques_select_ours("t", e, q, "'i1'", 7, 9),
+  EXPECT_EQ(db::uniques_select_ours(db::mariadb_dialect(), "t", e, q, "'i1'", 7, 9),
             "SELECT `record_type`, `window_start`, `record_id`, HEX(`client`) FROM `t_uniques` "
             "WHERE (`record_type`, `window_start`, `record_id`, `client`) IN "
             "((5,86400,1,'a'),(5,86400,2,'b')) AND `instance_id` = 'i1' AND `run_id` = 7 AND "
             "`batch_seq` = 9");
-  EXPECT_EQ(db::uniques_prune("t", 5, 1000, 50),
+  EXPECT_EQ(db::uniques_prune(db::mariadb_dialect(), "t", 5, 1000, 50),
             "DELETE FROM `t_uniques` WHERE `record_type` = 5 AND `window_start` < 1000 "
             "ORDER BY `window_start` LIMIT 50");
   EXPECT_EQ(db::uniques_types_select("t"), "SELECT DISTINCT `record_type` FROM `t_uniques`");
