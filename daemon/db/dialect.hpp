@@ -151,6 +151,18 @@ class dialect {
                                     std::string_view owner_table, std::string_view id_column,
                                     std::string_view count_column,
                                     std::span<const std::uint64_t> ids) const = 0;
+
+ protected:
+  // What both engines' CREATE TABLE share: for each column of `t`, "  <name> <type>
+  // [NOT ]NULL[ DEFAULT <default>][ CHECK (<name> IN (<choices>))],\n" (the type named by
+  // `type_name`, the CHECK where `choices` gives values), then "  PRIMARY KEY (<key>)".
+  static std::string column_lines(const table_def& t, const char* (*type_name)(column_type),
+                                  std::string_view (*choices)(column_type));
+  // "SELECT <columns> FROM information_schema.<view><where_table><quoted_table><rest>":
+  // `where_table` selects the current database's or schema's table, up to its name.
+  static std::string schema_select(std::string_view where_table, std::string_view columns,
+                                   std::string_view view, std::string_view quoted_table,
+                                   std::string_view rest);
 };
 
 const dialect& mariadb_dialect();

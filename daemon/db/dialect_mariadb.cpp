@@ -5,12 +5,6 @@
 
 namespace slotted::db {
 
-std::string dialect::adding(std::string_view table, std::string_view column) const {
-  std::string out(column);
-  out.append(" = ").append(existing(table, column)).append(" + ").append(incoming(column));
-  return out;
-}
-
 namespace {
 
 using namespace sql_text;
@@ -59,20 +53,13 @@ const char* type_name(column_type t) {
   return "";
 }
 
-// "SELECT <columns> FROM information_schema.<view> WHERE TABLE_SCHEMA = DATABASE() AND
-// TABLE_NAME = <quoted_table><rest>"
-std::string schema_select(std::string_view columns, std::string_view view,
-                          std::string_view quoted_table, std::string_view rest = {}) {
-  return std::string("SELECT ")
-      .append(columns)
-      .append(" FROM information_schema.")
-      .append(view)
-      .append(" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ")
-      .append(quoted_table)
-      .append(rest);
-}
-
 class mariadb final : public dialect {
+  static std::string schema_select(std::string_view columns, std::string_view view,
+                                   std::string_view quoted_table, std::string_view rest = {}) {
+    return dialect::schema_select(" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ", columns,
+                                  view, quoted_table, rest);
+  }
+
  public:
   std::string table_exists_select(std::string_view quoted_table) const override {
     return schema_select("1", "TABLES", quoted_table);
@@ -107,14 +94,7 @@ class mariadb final : public dialect {
   // One statement, its keys inline: every table the daemon creates, with the one set of
   // table options.
   std::string create_table(const table_def& t) const override {
-    std::string columns;
-    for (const auto& c : t.columns) {
-      columns.append("  ").append(c.name).append(" ").append(type_name(c.type));
-      columns.append(c.nullable ? " NULL" : " NOT NULL");
-      if (!c.default_value.empty()) columns.append(" DEFAULT ").append(c.default_value);
-      columns.append(",\n");
-    }
-    columns.append("  PRIMARY KEY (").append(t.primary_key).append(")");
+    std::string columns = column_lines(t, type_name, nullptr);
     for (const auto& i : t.indexes) {
       columns.append(",\n  KEY ").append(quote_identifier(i.name)).append(" (");
       columns.append(i.columns).append(")");

@@ -60,20 +60,13 @@ std::string_view choices(column_type t) {
   }
 }
 
-// "SELECT <columns> FROM information_schema.<view> WHERE table_schema =
-// current_schema() AND table_name = <quoted_table><rest>"
-std::string pg_schema_select(std::string_view columns, std::string_view view,
-                             std::string_view quoted_table, std::string_view rest = {}) {
-  return std::string("SELECT ")
-      .append(columns)
-      .append(" FROM information_schema.")
-      .append(view)
-      .append(" WHERE table_schema = current_schema() AND table_name = ")
-      .append(quoted_table)
-      .append(rest);
-}
-
 class postgresql final : public dialect {
+  static std::string pg_schema_select(std::string_view columns, std::string_view view,
+                                      std::string_view quoted_table, std::string_view rest = {}) {
+    return schema_select(" WHERE table_schema = current_schema() AND table_name = ", columns, view,
+                         quoted_table, rest);
+  }
+
  public:
   std::string table_exists_select(std::string_view quoted_table) const override {
     return pg_schema_select("1", "tables", quoted_table);
@@ -125,15 +118,7 @@ class postgresql final : public dialect {
   std::string create_table(const table_def& t) const override {
     const std::string name = quote_identifier(t.name);
     std::string sql = "CREATE TABLE IF NOT EXISTS " + name + " (\n";
-    for (const auto& c : t.columns) {
-      sql.append("  ").append(c.name).append(" ").append(pg_type_name(c.type));
-      sql.append(c.nullable ? " NULL" : " NOT NULL");
-      if (!c.default_value.empty()) sql.append(" DEFAULT ").append(c.default_value);
-      if (!choices(c.type).empty())
-        sql.append(" CHECK (").append(c.name).append(" IN (").append(choices(c.type)).append("))");
-      sql.append(",\n");
-    }
-    sql.append("  PRIMARY KEY (").append(t.primary_key).append(")\n)");
+    sql.append(column_lines(t, pg_type_name, choices)).append("\n)");
     for (const auto& i : t.indexes) {
       sql.append("; CREATE INDEX IF NOT EXISTS ");
       sql.append(quote_identifier(t.name + "_" + std::string(i.name)));
