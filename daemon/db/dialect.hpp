@@ -33,7 +33,8 @@ enum class column_type {
   ascii64,        // a table's name
   ascii_bin64,    // an identifier compared byte for byte
   hash32,         // 32 hex digits
-  bytes128,       // a key or a client, compared byte for byte
+  ascii_key128,   // an Idempotency-Key (printable ASCII), compared byte for byte
+  bytes128,       // a client, compared byte for byte
   bytes512,       // a path
   date_time,      // a UTC date and time, seconds
   date,           // a UTC date
@@ -165,13 +166,18 @@ class dialect {
                                    std::string_view rest);
 };
 
+// PostgreSQL keeps the first 63 bytes of a name (NAMEDATALEN - 1); create_table refuses
+// a longer table or index name.
+inline constexpr std::size_t max_identifier_bytes = 63;
+
 const dialect& mariadb_dialect();
 const dialect& postgresql_dialect();
 
 // `sql` in the daemon's notation as PostgreSQL reads it: each backquoted identifier
 // double-quoted. String literals ('...', E'...', with '' inside) and double-quoted
 // identifiers are left as they are; the daemon's statements hold no comments and no
-// dollar quoting.
+// dollar quoting. A statement that ends inside a quote is refused (db_error, fatal): the
+// notation was broken, and what it would mean is not known.
 std::string postgresql_text(std::string_view sql);
 
 }  // namespace slotted::db

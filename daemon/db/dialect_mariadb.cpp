@@ -33,6 +33,7 @@ const char* type_name(column_type t) {
       return "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin";
     case column_type::hash32:
       return "CHAR(32) CHARACTER SET ascii";
+    case column_type::ascii_key128:
     case column_type::bytes128:
       return "VARBINARY(128)";
     case column_type::bytes512:

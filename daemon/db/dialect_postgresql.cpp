@@ -1,5 +1,6 @@
 // PostgreSQL's statement text (db/dialect.hpp).
 #include "db/dialect.hpp"
+#include "db/errors.hpp"
 #include "db/sql.hpp"
 #include "db/sql_text.hpp"
 
@@ -23,8 +24,10 @@ const char* pg_type_name(column_type t) {
       return "numeric(30,0)";
     case column_type::big_total:
       return "numeric(65,0)";
-    case column_type::text64:
-      return "varchar(64)";
+    case column_type::text64:  // compared byte for byte, whatever the database's locale
+      return "varchar(64) COLLATE \"C\"";
+    case column_type::ascii_key128:
+      return "varchar(128) COLLATE \"C\"";
     case column_type::ascii64:
     case column_type::ascii_bin64:
       return "varchar(64) COLLATE \"C\"";
@@ -81,7 +84,10 @@ class postgresql final : public dialect {
         "x.indexrelid JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = "
         "t.relnamespace CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, ord) "
         "JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum WHERE x.indisunique "
-        "AND n.nspname = current_schema() AND t.relname = ";
+        // Only a key that makes its columns unique for every row, now and for ON CONFLICT:
+        // valid, not deferred, not partial, no expression, its INCLUDE columns left out.
+        "AND x.indisvalid AND x.indimmediate AND x.indpred IS NULL AND x.indexprs IS NULL AND "
+        "k.ord <= x.indnkeyatts AND n.nspname = current_schema() AND t.relname = ";
     sql.append(quoted_table).append(" ORDER BY i.relname, k.ord");
     return sql;
   }
@@ -104,18 +110,32 @@ class postgresql final : public dialect {
                             quoted_table,
                             " AND (is_identity = 'YES' OR column_default LIKE 'nextval(%')");
   }
-  // The sequence's next value: its start before the first, else the last plus the step.
+  // The sequence's next value: its start before the first, else the last plus the step,
+  // in numeric (the last of a bigint sequence plus one does not fit a bigint).
+  // pg_sequence_last_value fails without a privilege on the sequence, where pg_sequences
+  // would answer NULL, read as "never used".
   std::string autoincrement_next_select(std::string_view quoted_table,
                                         std::string_view quoted_column) const override {
     std::string sql =
-        "SELECT COALESCE(s.last_value + s.increment_by, s.start_value), s.increment_by FROM "
-        "pg_sequences s WHERE format('%I.%I', s.schemaname, s.sequencename) = "
-        "pg_get_serial_sequence(format('%I.%I', current_schema(), ";
-    sql.append(quoted_table).append("), ").append(quoted_column).append(")");
+        "SELECT COALESCE(pg_sequence_last_value(q.seq) + CAST(s.seqincrement AS numeric), "
+        "s.seqstart), s.seqincrement FROM (SELECT CAST(pg_get_serial_sequence(format('%I.%I', "
+        "current_schema(), ";
+    sql.append(quoted_table).append("), ").append(quoted_column);
+    sql.append(") AS regclass) AS seq) AS q JOIN pg_sequence s ON s.seqrelid = q.seq");
     return sql;
   }
   // The table, then each index as a statement of its own, named after the table.
   std::string create_table(const table_def& t) const override {
+    // PostgreSQL cuts a longer name to 63 bytes without an error: an index cut to its
+    // table's name would be skipped by IF NOT EXISTS, a table not found by its name.
+    const auto fits = [&](const std::string& name) {
+      if (name.size() > max_identifier_bytes)
+        throw db_error(error_class::fatal, "the name `" + name + "` is longer than the " +
+                                               std::to_string(max_identifier_bytes) +
+                                               " bytes PostgreSQL keeps; choose a shorter table");
+    };
+    fits(t.name);
+    for (const auto& i : t.indexes) fits(t.name + "_" + std::string(i.name));
     const std::string name = quote_identifier(t.name);
     std::string sql = "CREATE TABLE IF NOT EXISTS " + name + " (\n";
     sql.append(column_lines(t, pg_type_name, choices)).append("\n)");
@@ -161,12 +181,14 @@ class postgresql final : public dialect {
     return out;
   }
   std::string_view utc_now() const override { return "(CURRENT_TIMESTAMP AT TIME ZONE 'UTC')"; }
-  // clock_timestamp(), not now(): the latter is the transaction's start.
+  // The statement's start, as MariaDB's UTC_TIMESTAMP(3): not now(), the transaction's,
+  // and not clock_timestamp(), which is volatile, so a comparison with it cannot bound
+  // an index scan (the keys' prune would read every key: 117 ms against 0.02 ms at 200k).
   std::string_view now_ms() const override {
-    return "CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT)";
+    return "CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT)";
   }
   std::string_view now_seconds_select() const override {
-    return "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp())) AS BIGINT)";
+    return "SELECT CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp())) AS BIGINT)";
   }
   // A date or a timestamp without time zone: its nominal seconds, no zone applied.
   std::string epoch_seconds(std::string_view column) const override {
@@ -226,6 +248,9 @@ std::string postgresql_text(std::string_view sql) {
     }
     if (c == '`') c = '"';
   }
+  if (open != 0)
+    throw db_error(error_class::fatal, std::string("query: a statement that ends inside a ") +
+                                           open + " quote; not sent");
   return out;
 }
 

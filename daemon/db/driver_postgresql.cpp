@@ -224,7 +224,10 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
   PQfreemem(schema);
   // UTC, as MariaDB's sessions (db/sql.hpp session_setup); READ COMMITTED, the default,
   // said; a lock wait that ends as lock_wait_timeout (retried), as InnoDB's 50 s do.
-  run("SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL "
+  // Literals as the dialect writes them: a backslash is a character, whatever the
+  // database's or role's setting.
+  run("SET standard_conforming_strings = on; SET TIME ZONE 'UTC'; SET SESSION CHARACTERISTICS AS "
+      "TRANSACTION ISOLATION LEVEL "
       "READ COMMITTED; SET lock_timeout = '50s'; " +
       path);
   // A backend whose client closed the connection (a statement we stopped waiting for)

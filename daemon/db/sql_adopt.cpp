@@ -83,8 +83,9 @@ std::string bad_row_condition(const rollup_target& t, const row_limits& limits) 
 
 std::string validation_select(const rollup_target& t, const row_limits& limits,
                               const id_range& range) {
-  return "SELECT COUNT(*), COALESCE(SUM(" + bad_row_condition(t, limits) + "), 0)" + from_owner(t) +
-         where_range(t, range);
+  // COUNT(CASE ...), not SUM of the condition: PostgreSQL has no SUM of a boolean.
+  return "SELECT COUNT(*), COUNT(CASE WHEN " + bad_row_condition(t, limits) + " THEN 1 END)" +
+         from_owner(t) + where_range(t, range);
 }
 
 std::string first_bad_row_select(const rollup_target& t, const row_limits& limits,
@@ -103,9 +104,10 @@ std::string batch_upper_select(const rollup_target& t, std::optional<std::uint64
 std::string batch_check_select(const rollup_target& t, const row_limits& limits,
                                const id_range& range) {
   const auto count = count_of(t);
-  return "SELECT COALESCE(SUM(" + bad_row_condition(t, limits) + "), 0), COUNT(CASE WHEN " + count +
-         " > 0 THEN 1 END), COALESCE(SUM(CASE WHEN " + count + " > 0 THEN " + count +
-         " END), 0), MAX(" + id_of(t) + ")" + from_owner(t) + where_range(t, range);
+  return "SELECT COUNT(CASE WHEN " + bad_row_condition(t, limits) +
+         " THEN 1 END), COUNT(CASE WHEN " + count + " > 0 THEN 1 END), COALESCE(SUM(CASE WHEN " +
+         count + " > 0 THEN " + count + " END), 0), MAX(" + id_of(t) + ")" + from_owner(t) +
+         where_range(t, range);
 }
 
 std::string take_batch_insert(const dialect& d, std::string_view counters_table,

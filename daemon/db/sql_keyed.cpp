@@ -11,7 +11,7 @@ using namespace sql_text;
 std::string create_idempotency_keys_table(const dialect& d) {
   // idem_key is binary: keys are compared byte for byte ("a" and "A" are two keys).
   return d.create_table({std::string(idempotency_keys_table),
-                         {{"`idem_key`", column_type::bytes128},
+                         {{"`idem_key`", column_type::ascii_key128},
                           {"`body_hash`", column_type::hash32},
                           {"`accepted`", column_type::u32},
                           {"`instance_id`", column_type::text64},

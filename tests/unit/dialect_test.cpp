@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "db/errors.hpp"
 #include "db/sql.hpp"
 #include "db/sql_adopt.hpp"
 #include "db/top.hpp"
@@ -29,6 +30,32 @@ TEST(Dialect, PostgreSqlReadsBackquotedIdentifiersDoubleQuoted) {
   // Within a backquoted or a double-quoted identifier, a quote is the name's.
   EXPECT_EQ(postgresql_text("SELECT \"a'`b\", `c'd`"), "SELECT \"a'`b\", \"c'd\"");
   EXPECT_EQ(postgresql_text(""), "");
+  // A statement that ends inside a quote: the notation is broken, nothing is sent.
+  for (const char* broken : {"SELECT 'a", "SELECT `a", "SELECT \"a", "SELECT 'a''"}) {
+    try {
+      postgresql_text(broken);
+      ADD_FAILURE() << broken;
+    } catch (const db_error& e) {
+      EXPECT_EQ(e.cls(), error_class::fatal) << broken;
+    }
+  }
+}
+
+// PostgreSQL keeps 63 bytes of a name: a longer table or index name is refused, never cut
+// (an index cut to its table's name would be skipped by IF NOT EXISTS).
+TEST(Dialect, PostgreSqlRefusesANameItWouldCut) {
+  const std::string long_table(57, 't');  // <table>_totals is 64 bytes
+  EXPECT_NO_THROW(create_counters_table(pg, long_table));
+  try {
+    create_totals_table(pg, long_table);
+    ADD_FAILURE() << "a 64-byte table name";
+  } catch (const db_error& e) {
+    EXPECT_EQ(e.cls(), error_class::fatal);
+    EXPECT_NE(std::string(e.what()).find("63 bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(create_bucket_table(pg, std::string(56, 'b'), store::granularity::hour), db_error)
+      << "<table>_hour_by_age past 63 bytes";
+  EXPECT_NO_THROW(create_totals_table(mariadb_dialect(), long_table)) << "MariaDB keeps 64";
 }
 
 TEST(Dialect, PostgreSqlUpsertsNameTheirKeyAndTheRowThere) {
@@ -63,15 +90,16 @@ TEST(Dialect, PostgreSqlTakesOverAnExpiredKeyWithCase) {
             std::string::npos)
       << claim;
   EXPECT_EQ(claim.find("VALUES("), std::string::npos) << claim;
-  EXPECT_NE(claim.find("clock_timestamp()"), std::string::npos) << claim;
+  EXPECT_NE(claim.find("statement_timestamp()"), std::string::npos) << claim;
   const std::vector<std::string> two{"'a'", "'b'"};
   EXPECT_EQ(idempotency_keys_select_locked(pg, two),
             "SELECT `idem_key`, `body_hash`, `instance_id`, `run_id`, `batch_seq` FROM "
             "`slotted_counterd_idempotency_keys` WHERE `idem_key` IN ('a','b') FOR SHARE");
-  EXPECT_EQ(idempotency_keys_delete(pg, two, std::chrono::milliseconds(5)),
-            "DELETE FROM `slotted_counterd_idempotency_keys` WHERE `idem_key` IN ('a','b') AND "
-            "`created_ms` < CAST(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000) AS BIGINT) "
-            "- 5");
+  EXPECT_EQ(
+      idempotency_keys_delete(pg, two, std::chrono::milliseconds(5)),
+      "DELETE FROM `slotted_counterd_idempotency_keys` WHERE `idem_key` IN ('a','b') AND "
+      "`created_ms` < CAST(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000) AS BIGINT) "
+      "- 5");
 }
 
 TEST(Dialect, PostgreSqlHasNoIndexHintsAndDeletesTheFirstRowsByAddress) {
@@ -116,7 +144,7 @@ TEST(Dialect, PostgreSqlLeavesARowThereAloneWithDoNothing) {
 TEST(Dialect, PostgreSqlCreatesBigintsAndNamesIndexesAfterTheirTable) {
   EXPECT_EQ(create_ledger_table(pg),
             "CREATE TABLE IF NOT EXISTS `slotted_counterd_ledger` (\n"
-            "  `instance_id` varchar(64) NOT NULL,\n"
+            "  `instance_id` varchar(64) COLLATE \"C\" NOT NULL,\n"
             "  `run_id` bigint NOT NULL,\n"
             "  `batch_seq` bigint NOT NULL,\n"
             "  `row_count` bigint NOT NULL,\n"
