@@ -24,13 +24,13 @@ const char* pg_type_name(column_type t) {
       return "numeric(30,0)";
     case column_type::big_total:
       return "numeric(65,0)";
-    case column_type::text64:  // compared byte for byte, whatever the database's locale
-      return "varchar(64) COLLATE \"C\"";
-    case column_type::ascii_key128:
-      return "varchar(128) COLLATE \"C\"";
+    // Text compared byte for byte, whatever the database's locale.
+    case column_type::text64:
     case column_type::ascii64:
     case column_type::ascii_bin64:
       return "varchar(64) COLLATE \"C\"";
+    case column_type::ascii_key128:
+      return "varchar(128) COLLATE \"C\"";
     case column_type::hash32:
       return "char(32)";
     case column_type::bytes128:
@@ -167,8 +167,8 @@ class postgresql final : public dialect {
     return out.append(" END");
   }
   std::string_view share_lock() const override { return "FOR SHARE"; }
-  // No per-statement wait: the session's lock_timeout (db/driver_postgresql.cpp), set for
-  // the rest of this transaction.
+  // No per-statement wait: the lock_timeout (db/driver_postgresql.cpp sets the session's)
+  // lowered for the rest of this transaction.
   std::string locked_within(std::string_view select, std::uint32_t seconds) const override {
     std::string out = "SET LOCAL lock_timeout = '" + num(seconds) + "s'; ";
     out.append(select).append(" FOR UPDATE");

@@ -12,7 +12,7 @@ std::string create_dirty_table(const dialect& d) {
                           {"`record_id`", column_type::u64},
                           {"`instance_id`", column_type::text64},
                           {"`gen`", column_type::u64}},
-                         "`record_type`, `record_id`, `instance_id`"});
+                         dirty_key_columns});
 }
 
 std::string create_adoptions_table(const dialect& d) {
@@ -42,7 +42,7 @@ std::string dirty_upsert(const dialect& d, std::string_view quoted_instance,
   append_tuples(sql, rows, [&](const counter_row& r) {
     append_values(sql, r.record_type, r.record_id, quoted_instance, gen);
   });
-  sql += d.on_conflict("`record_type`, `record_id`, `instance_id`");
+  sql += d.on_conflict(dirty_key_columns);
   sql += "`gen` = " + d.incoming("`gen`");
   return sql;
 }

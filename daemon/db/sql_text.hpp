@@ -83,6 +83,12 @@ inline void append_counter_key(std::string& sql, std::uint32_t record_type,
 inline constexpr std::string_view counter_key_columns = "`record_type`, `record_id`, `slot`";
 inline constexpr std::string_view bucket_key_columns =
     "`record_type`, `record_id`, `bucket`, `slot`";
+// The totals tables' keys (db/top.hpp), and the dirty marks' and the pruned rows'.
+inline constexpr std::string_view totals_key_columns = "`record_type`, `record_id`";
+inline constexpr std::string_view bucket_totals_key_columns =
+    "`record_type`, `record_id`, `bucket`";
+inline constexpr std::string_view dirty_key_columns = "`record_type`, `record_id`, `instance_id`";
+inline constexpr std::string_view pruned_key_columns = "`uniques_table`, `record_type`";
 
 // A number as statement text; 128 bits printed exactly (a total, a DECIMAL(30,0)).
 inline std::string num(std::int64_t v) {

@@ -39,7 +39,7 @@ std::string create_totals_table(const dialect& d, std::string_view table) {
                          {{"`record_type`", column_type::u32},
                           {"`record_id`", column_type::u64},
                           {"`count`", column_type::total}},
-                         "`record_type`, `record_id`",
+                         sql_text::totals_key_columns,
                          // A top-N is a range read of this index, in its order (MariaDB 10.8
                          // and later keep DESC; an older server sorts the record type's rows
                          // instead).
@@ -54,7 +54,7 @@ std::string create_bucket_totals_table(const dialect& d, std::string_view table,
                           {"`record_id`", column_type::u64},
                           {"`bucket`", bucket},
                           {"`count`", column_type::total}},
-                         "`record_type`, `record_id`, `bucket`",
+                         sql_text::bucket_totals_key_columns,
                          {{"by_count", "`record_type`, `bucket`, `count` DESC, `record_id`"}}});
 }
 
@@ -98,7 +98,7 @@ void bucket_totals_upserts(std::vector<std::string>& out, const dialect& d, std:
       sums[{b.record_type, b.record_id, b.bucket}] += b.delta;
   }
   upsert_cutter cut(out, d, quote_identifier(bucket_totals_table(table, g)),
-                    "`record_type`, `record_id`, `bucket`",
+                    sql_text::bucket_totals_key_columns,
                     "`record_type`, `record_id`, `bucket`, `count`", max_bytes);
   for (const auto& [key, delta] : sums) {
     if (delta == 0) continue;
@@ -167,7 +167,7 @@ std::vector<std::string> totals_upserts(const dialect& d, std::string_view table
   for (const auto& r : rows) {
     if (top.keeps(r.record_type)) totals[{r.record_type, r.record_id}] += r.delta;
   }
-  upsert_cutter cut(out, d, quote_identifier(totals_table(table)), "`record_type`, `record_id`",
+  upsert_cutter cut(out, d, quote_identifier(totals_table(table)), sql_text::totals_key_columns,
                     "`record_type`, `record_id`, `count`", max_bytes);
   for (const auto& [key, delta] : totals) {
     if (delta == 0) continue;  // a row of delta 0 carries buckets only

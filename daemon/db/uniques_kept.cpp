@@ -17,7 +17,7 @@ std::string create_pruned_table(const dialect& d) {
                          {{"`uniques_table`", column_type::ascii64},
                           {"`record_type`", column_type::u32},
                           {"`ended_before`", column_type::i64}},
-                         "`uniques_table`, `record_type`"});
+                         pruned_key_columns});
 }
 
 namespace {
@@ -51,7 +51,7 @@ std::string pruned_row_insert(connection& conn, const std::string& uniques, std:
   append_int(sql, ended_before);
   sql += ')';
   if (raise) {
-    sql += d.on_conflict("`uniques_table`, `record_type`") + "`ended_before` = GREATEST(" +
+    sql += d.on_conflict(pruned_key_columns) + "`ended_before` = GREATEST(" +
            d.existing(t, "`ended_before`") + ", " + d.incoming("`ended_before`") + ")";
   } else {
     sql += d.ignore_conflicts();
