@@ -170,6 +170,12 @@ int run_daemon(const flags& f, slotted::config::daemon_config&& cfg) {
 
 // The mode the flags name, on a loaded config.
 int run_mode(const flags& f, slotted::config::daemon_config&& cfg) {
+  if ((f.grants || !f.adopt.counter.empty()) &&
+      cfg.mysql.engine == slotted::config::database_engine::postgresql) {
+    std::cerr << (f.grants ? "--print-grants" : "--adopt")
+              << ": not supported with postgresql yet (docs/postgresql.md)\n";
+    return 2;
+  }
   // Offline: the config alone, no database.
   if (f.grants)
     return slotted::db::print_grants(cfg, f.grant_host.value_or("%"), std::cout, std::cerr);

@@ -25,6 +25,9 @@ using clock = std::chrono::steady_clock;
 
 db::connect_options connect_options_for(const config::mysql_config& m) {
   db::connect_options o;
+  o.kind = m.engine == config::database_engine::postgresql ? db::engine::postgresql
+                                                           : db::engine::mariadb;
+  o.schema = m.schema;
   o.host = m.host;
   o.port = m.port;
   o.socket = m.socket;

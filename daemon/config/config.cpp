@@ -72,7 +72,18 @@ std::vector<YAML::Mark> document_starts(const std::string& yaml_text, std::size_
 }
 
 void after_section(const std::string& section, const daemon_config& cfg, checker& c) {
-  if (section == "mysql") detail::check_hosts_and_socket(cfg, c);
+  if (section == cfg.mysql.section()) detail::check_hosts_and_socket(cfg, c);
+}
+
+// The database section, mysql: or postgresql:, chosen before the walk: its keys' defaults
+// (the port, a host without one) are the engine's.
+void choose_engine(const YAML::Node& root, daemon_config& cfg, checker& c) {
+  if (!root.IsMap() || !root["postgresql"]) return;
+  cfg.mysql.engine = database_engine::postgresql;
+  cfg.mysql.port = postgresql_default_port;
+  if (root["mysql"])
+    c.fail(root["postgresql"], "postgresql",
+           "a config names one database: a mysql section or a postgresql one, not both");
 }
 
 // The handlers of the keys under `prefix` ("", "mysql.", "mysql.tls."), from the key
@@ -147,6 +158,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   // Set before the walk: a wal.dir in the config, "" included, replaces it.
   cfg.wal.dir = default_wal_dir();
   checker c(origin);
+  choose_engine(root, cfg, c);
   c.mapping(root, "", handlers_under(c, cfg, ""));
   // log_sources names counters: parsed once they are known.
   if (const auto it = c.deferred().find("log_sources"); it != c.deferred().end()) {
@@ -167,6 +179,7 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   // The tables named after the counters table (`<table>_hour`, `<table>_totals`, ...)
   // must fit 64 characters (config/table_names.cpp).
   detail::check_table_name_length(cfg, c);
+  detail::check_postgresql_features(cfg, c);
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }
@@ -195,9 +208,12 @@ reload_plan plan_reload(const daemon_config& a, const daemon_config& b) {
   for (const auto& row : config_keys()) {
     if (row.differs == nullptr || !row.differs(a, b)) continue;
     auto& list = row.reload == reload_kind::live ? plan.live : plan.needs_restart;
-    const std::string name(plan_name(row));
+    std::string name(plan_name(row));
+    // The database's keys by the section the config uses (config_keys.cpp: postgresql_keys).
+    if (name.starts_with("mysql.")) name = b.mysql.key(name.substr(name.find('.') + 1));
     if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
   }
+  if (a.mysql.engine != b.mysql.engine) plan.needs_restart.emplace_back(b.mysql.section());
   return plan;
 }
 

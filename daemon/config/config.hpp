@@ -81,7 +81,16 @@ struct host_port {
   bool operator==(const host_port&) const = default;
 };
 
+// The server the database section names: `mysql:` a MariaDB (or MySQL) server,
+// `postgresql:` a PostgreSQL one (docs/postgresql.md). A config has one of the two; both
+// take the same keys, and postgresql.schema besides.
+enum class database_engine { mariadb, postgresql };
+
+inline constexpr std::uint16_t mariadb_default_port = 3306;
+inline constexpr std::uint16_t postgresql_default_port = 5432;
+
 struct mysql_config {
+  database_engine engine = database_engine::mariadb;
   std::string host = "127.0.0.1";
   std::uint16_t port = 3306;
   std::string socket;
@@ -96,6 +105,16 @@ struct mysql_config {
   // When not empty, replaces host/port: tried in order, with failover.
   std::vector<host_port> hosts;
   tls_config tls;
+  std::string schema = "public";  // postgresql.schema: where the tables are (search_path)
+
+  // The section's name, "mysql" or "postgresql", and one of its keys as the config
+  // names it: key("tls.ca_file") is "postgresql.tls.ca_file" in a postgresql: section.
+  std::string_view section() const {
+    return engine == database_engine::postgresql ? "postgresql" : "mysql";
+  }
+  std::string key(std::string_view name) const {
+    return std::string(section()) + "." + std::string(name);
+  }
 };
 
 // Beyond a few connections a flush gains nothing (bench/RESULTS.md, flushing over

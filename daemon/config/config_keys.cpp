@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -249,7 +250,10 @@ void refuse_password(checker& c, const key_row&, const YAML::Node& a, const std:
 
 void parse_hosts(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
                  daemon_config& cfg) {
-  detail::parse_mysql_hosts(c, a, ap, cfg.mysql.hosts);
+  detail::parse_mysql_hosts(c, a, ap, cfg.mysql.hosts,
+                            cfg.mysql.engine == database_engine::postgresql
+                                ? postgresql_default_port
+                                : mariadb_default_port);
 }
 
 void parse_counters_key(checker& c, const key_row&, const YAML::Node& v, const std::string& p,
@@ -493,6 +497,24 @@ std::vector<key_row> mysql_keys() {
   };
 }
 
+// The postgresql: section: mysql:'s keys, into the same fields (mysql_config), and
+// postgresql.schema. Its rows parse; the mysql rows compare (plan_reload names a change
+// by the running config's section), so a key is planned once whichever section is used.
+std::vector<key_row> postgresql_keys() {
+  static std::deque<std::string> names;  // what the rows' keys view; the table is built once
+  std::vector<key_row> rows;
+  for (auto r : mysql_keys()) {
+    r.plan_as = r.key;
+    r.key = names.emplace_back("postgresql" + std::string(r.key.substr(r.key.find('.'))));
+    r.differs = nullptr;
+    r.change = nullptr;
+    if (r.key == "postgresql.port") r.default_value = "5432";
+    rows.push_back(r);
+  }
+  rows.push_back(identifier<&C::mysql, &mysql_config::schema>("postgresql.schema", "public"));
+  return rows;
+}
+
 // Shards, flushing, rollup, the WAL, shutdown and idempotency.
 std::vector<key_row> runtime_keys() {
   return {
@@ -555,8 +577,8 @@ std::vector<key_row> log_source_keys() {
 const std::vector<key_row>& table() {
   static const std::vector<key_row> rows = [] {
     std::vector<key_row> all;
-    for (auto part :
-         {live_keys(), listen_http_keys(), mysql_keys(), runtime_keys(), log_source_keys()})
+    for (auto part : {live_keys(), listen_http_keys(), mysql_keys(), postgresql_keys(),
+                      runtime_keys(), log_source_keys()})
       all.insert(all.end(), std::make_move_iterator(part.begin()),
                  std::make_move_iterator(part.end()));
     return all;

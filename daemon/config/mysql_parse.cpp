@@ -1,5 +1,6 @@
 // mysql.hosts and mysql.tls: the parts of the mysql section beyond single values.
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -7,9 +8,10 @@
 
 namespace slotted::config::detail {
 
-result<host_port> parse_host_port(const std::string& text) {
+result<host_port> parse_host_port(const std::string& text, std::uint16_t default_port) {
   const auto bad = [](const char* why) -> failure { return {errc::invalid_input, why}; };
   host_port out;
+  out.port = default_port;
   std::string port;
   if (!text.empty() && text.front() == '[') {
     const auto close = text.find(']');
@@ -53,26 +55,24 @@ void check_tls(const daemon_config& cfg, checker& c) {
   const bool verify = t.mode == tls_mode::verify_ca || t.mode == tls_mode::verify_identity;
   const bool required = t.mode != tls_mode::disabled && t.mode != tls_mode::preferred;
   if (verify && t.ca_file.empty())
-    c.fail_plain("mysql.tls.ca_file", "required for mode verify_ca and verify_identity");
+    c.fail_plain(m.key("tls.ca_file"), "required for mode verify_ca and verify_identity");
   if (t.cert_file.empty() != t.key_file.empty())
-    c.fail_plain(t.cert_file.empty() ? "mysql.tls.cert_file" : "mysql.tls.key_file",
+    c.fail_plain(m.key(t.cert_file.empty() ? "tls.cert_file" : "tls.key_file"),
                  "set cert_file and key_file together");
   if (required && !m.socket.empty())
-    c.fail_plain("mysql.tls.mode",
-                 "TLS applies to TCP connections and mysql.socket is set: use host or hosts, or "
-                 "mode preferred");
-  const std::pair<const char*, const std::string*> files[] = {{"mysql.tls.ca_file", &t.ca_file},
-                                                              {"mysql.tls.cert_file", &t.cert_file},
-                                                              {"mysql.tls.key_file", &t.key_file}};
+    c.fail_plain(m.key("tls.mode"), "TLS applies to TCP connections and " + m.key("socket") +
+                                        " is set: use host or hosts, or mode preferred");
+  const std::pair<const char*, const std::string*> files[] = {
+      {"tls.ca_file", &t.ca_file}, {"tls.cert_file", &t.cert_file}, {"tls.key_file", &t.key_file}};
   for (const auto& [key, path] : files) {
     if (path->empty()) continue;
     if (const auto read = read_whole_file(*path); !read)
-      c.fail_plain(key, "cannot read '" + *path + "': " + read.failed().text());
+      c.fail_plain(m.key(key), "cannot read '" + *path + "': " + read.failed().text());
   }
 }
 
 void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
-                       std::vector<host_port>& hosts) {
+                       std::vector<host_port>& hosts, std::uint16_t default_port) {
   if (!c.list(a, ap, "expected a list of \"host:port\"")) return;
   if (a.size() > 16) c.fail(a, ap, "at most 16 hosts");
   std::set<std::string> seen;
@@ -80,7 +80,7 @@ void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
     const std::string ip = ap + "[" + std::to_string(i) + "]";
     std::string text;
     if (!c.scalar(a[i], ip, text)) continue;
-    const auto hp = parse_host_port(text);
+    const auto hp = parse_host_port(text, default_port);
     if (!hp) {
       c.fail(a[i], ip, "expected \"host:port\", got '" + text + "': " + hp.failed().text());
     } else if (!seen.insert(hp->host + ":" + std::to_string(hp->port)).second) {
@@ -89,23 +89,41 @@ void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
       hosts.push_back(*hp);
     }
   }
-  c.remember_line("mysql.hosts", a);
+  c.remember_line(ap, a);
 }
 
 void check_hosts_and_socket(const daemon_config& cfg, checker& c) {
   if (!cfg.mysql.hosts.empty() && !cfg.mysql.socket.empty())
-    c.fail_plain("mysql.hosts", "set hosts or socket, not both");
+    c.fail_plain(cfg.mysql.key("hosts"), "set hosts or socket, not both");
+}
+
+// What the daemon does not do on PostgreSQL yet (docs/postgresql.md): refused at load,
+// so that no daemon starts that would fail at its first flush or read.
+void check_postgresql_features(const daemon_config& cfg, checker& c) {
+  if (cfg.mysql.engine != database_engine::postgresql) return;
+  const auto refuse = [&c](const std::string& key, const char* what) {
+    c.fail_plain(key,
+                 std::string(what) + " not supported with postgresql yet (docs/postgresql.md)");
+  };
+  const auto any = [&cfg](auto used) {
+    return std::any_of(cfg.counters.begin(), cfg.counters.end(), used);
+  };
+  if (any([](const counter_decl& d) { return d.top; })) refuse("counters[].top", "top-N is");
+  if (any([](const counter_decl& d) { return d.dedupe != store::granularity::none; }))
+    refuse("counters[].dedupe", "dedupe is");
+  if (!cfg.log_sources.empty()) refuse("log_sources", "counting from access logs is");
 }
 
 // The flusher holds flush.connections connections while it writes; reads (GET
 // /v1/counters) and the rollup need one more, or they wait for the whole flush.
 void check_flush_connections(const daemon_config& cfg, checker& c) {
   if (cfg.flush.connections > 1 && cfg.mysql.pool_size < cfg.flush.connections + 1) {
-    c.fail_plain("flush.connections",
-                 std::to_string(cfg.flush.connections) + " connections need mysql.pool_size >= " +
-                     std::to_string(cfg.flush.connections + 1) +
-                     " (one more for reads and the rollup), but mysql.pool_size is " +
-                     std::to_string(cfg.mysql.pool_size));
+    c.fail_plain("flush.connections", std::to_string(cfg.flush.connections) + " connections need " +
+                                          cfg.mysql.key("pool_size") +
+                                          " >= " + std::to_string(cfg.flush.connections + 1) +
+                                          " (one more for reads and the rollup), but " +
+                                          cfg.mysql.key("pool_size") + " is " +
+                                          std::to_string(cfg.mysql.pool_size));
   }
 }
 

@@ -43,7 +43,7 @@ result<std::string> read_whole_file(const std::string& path) {
 void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_flag) {
   auto& m = cfg.mysql;
   if (!m.password_file.empty() && !m.password_env.empty()) {
-    c.fail_plain("mysql.password_file", "set password_file or password_env, not both");
+    c.fail_plain(m.key("password_file"), "set password_file or password_env, not both");
   } else if (!m.password_file.empty()) {
     auto read = read_whole_file(m.password_file);
     if (!read) {
@@ -51,7 +51,7 @@ void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_fla
       if (password_file_from_flag) {
         c.fail_flag("--mysql-password-file: " + msg);
       } else {
-        c.fail_plain("mysql.password_file", msg);
+        c.fail_plain(m.key("password_file"), msg);
       }
     } else {
       // One trailing newline is an artefact of editors, not part of the password.
@@ -63,7 +63,7 @@ void resolve_secrets(daemon_config& cfg, checker& c, bool password_file_from_fla
   } else if (!m.password_env.empty()) {
     const char* value = std::getenv(m.password_env.c_str());
     if (value == nullptr) {
-      c.fail_plain("mysql.password_env",
+      c.fail_plain(m.key("password_env"),
                    "environment variable '" + m.password_env + "' is not set");
     } else {
       m.password = value;

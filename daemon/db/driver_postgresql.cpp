@@ -305,7 +305,9 @@ result_ptr postgresql_driver::run(std::string_view sql) {
   }
   if (error != nullptr) {
     const char* state = PQresultErrorField(error.get(), PG_DIAG_SQLSTATE);
-    std::string message = PQresultErrorMessage(error.get());
+    // The message alone, as MariaDB's reads: no "ERROR:  " before it, no statement after.
+    const char* primary = PQresultErrorField(error.get(), PG_DIAG_MESSAGE_PRIMARY);
+    std::string message = primary != nullptr ? primary : PQresultErrorMessage(error.get());
     while (!message.empty() && message.back() == '\n') message.pop_back();
     // No SQLSTATE, a FATAL error (the backend ends: an idle timeout, its database
     // dropped) or a connection libpq now reports bad: the server went away.

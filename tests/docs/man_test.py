@@ -175,7 +175,7 @@ def check_example(ctx):
     # (issue 40: log_sources, counters[].top and counters[].dedupe were missing).
     with open(example) as f:
         text = f.read()
-    absent = sorted(k for k in documented if k != "mysql.password" and not re.search(
+    absent = sorted(k for k in documented if not k.endswith(".password") and not re.search(
         r"(?<![\w.])" + re.escape(k.split(".")[-1].replace("[]", "")) + ":", text))
     if absent:
         raise Failure(f"documented keys the example shows nowhere, not even in a comment: {absent}")
@@ -211,7 +211,7 @@ def check_doc_configs(ctx):
                     continue
                 if not isinstance(doc, dict) or not set(doc) <= top:
                     continue  # not a daemon config
-                mysql = doc.setdefault("mysql", {})
+                mysql = doc.setdefault("postgresql" if "postgresql" in doc else "mysql", {})
                 mysql.pop("socket", None)
                 mysql.pop("hosts", None)
                 mysql.update({"host": "127.0.0.1", "port": closed_port})
