@@ -13,8 +13,8 @@
 #include <fstream>
 #include <thread>
 
-#include "integration/load.hpp"
 #include "db/top.hpp"
+#include "integration/load.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
@@ -105,8 +105,7 @@ run_result adopt(const std::string& yaml, const std::vector<std::string>& args,
   return adopt_process(yaml, args, batch_rows).wait();
 }
 
-std::int64_t slot_sum(const mariadb_server& server, const std::string& database,
-                      std::uint64_t id) {
+std::int64_t slot_sum(const mariadb_server& server, const std::string& database, std::uint64_t id) {
   return server.query_int(database,
                           "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
                           "WHERE record_type = 123 AND record_id = " +
@@ -132,8 +131,8 @@ void expect_exact(const mariadb_server& server, const std::string& database,
     const std::int64_t have = slots.count(id) ? slots[id] : 0;
     if (have != want) {
       if (wrong++ == 0)
-        first = "id " + std::to_string(id) + ": " + std::to_string(have) + " != " +
-                std::to_string(want);
+        first = "id " + std::to_string(id) + ": " + std::to_string(have) +
+                " != " + std::to_string(want);
     }
     slots.erase(id);
   }
@@ -156,8 +155,7 @@ std::string slots_fingerprint(const mariadb_server& server, const std::string& d
   const auto rows = server.connect(database).query(
       "SELECT COUNT(*), COALESCE(SUM(count), 0), COALESCE(SUM(record_id * 31 + slot * count), "
       "0) FROM slotted_counters");
-  return rows[0][0].value_or("") + "/" + rows[0][1].value_or("") + "/" +
-         rows[0][2].value_or("");
+  return rows[0][0].value_or("") + "/" + rows[0][1].value_or("") + "/" + rows[0][2].value_or("");
 }
 
 TEST(Adopt, HistoryIsKeptThroughAdoptionAndRollup) {
@@ -171,9 +169,9 @@ TEST(Adopt, HistoryIsKeptThroughAdoptionAndRollup) {
   daemon_process daemon(yaml);
   daemon.settle();
   http_client c(daemon.port());
-  ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 5})")
-                .status,
-            202u);
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 5})").status,
+      202u);
   ASSERT_EQ(daemon.settle(), 200u);
   ASSERT_EQ(c.request("POST", "/v1/rollup").status, 200u);
   // Not adopted: the history stays in the column.
@@ -187,9 +185,9 @@ TEST(Adopt, HistoryIsKeptThroughAdoptionAndRollup) {
   EXPECT_EQ(slot_sum(server, database, 1), 1005);
   EXPECT_EQ(json_int(c.get("/v1/counters/123/1").body, "count"), 1005);
 
-  ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 3})")
-                .status,
-            202u);
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 3})").status,
+      202u);
   ASSERT_EQ(daemon.settle(), 200u);
   const auto rolled = c.request("POST", "/v1/rollup");
   ASSERT_EQ(rolled.status, 200u) << rolled.body;
@@ -198,17 +196,18 @@ TEST(Adopt, HistoryIsKeptThroughAdoptionAndRollup) {
   EXPECT_EQ(json_int(c.get("/v1/counters/123/1").body, "count"), 1008);
   EXPECT_EQ(json_int(c.get("/v1/counters/123/3").body, "count"), 7);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 3"), 7);
-  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_adopted{counter=\"repo_downloads\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      c.get("/metrics").body.find("slotted_counterd_rollup_adopted{counter=\"repo_downloads\"} 1"),
+      std::string::npos);
 }
 
 TEST(Adopt, UntilAdoptedRollupLeavesTheOwningColumnAloneAndSaysSoOnce) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   create_owners(server, database, "(1, 1000), (2, 0)");
-  daemon_process daemon(daemon_yaml(server, database,
-                                    std::string(counters_yaml) +
-                                        "flush: {interval: 1h}\nrollup: {interval: 1h}\n"));
+  daemon_process daemon(
+      daemon_yaml(server, database,
+                  std::string(counters_yaml) + "flush: {interval: 1h}\nrollup: {interval: 1h}\n"));
   daemon.settle();
   http_client c(daemon.port());
   ASSERT_EQ(c.post_json("/v1/increments", R"([{"record_type": 123, "record_id": 1, "delta": 5},
@@ -226,38 +225,41 @@ TEST(Adopt, UntilAdoptedRollupLeavesTheOwningColumnAloneAndSaysSoOnce) {
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 2"), 0);
   // Its marks are kept for the rollup after the adoption.
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty"), 2);
-  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_adopted{counter=\"repo_downloads\"} 0"),
-            std::string::npos);
+  EXPECT_NE(
+      c.get("/metrics").body.find("slotted_counterd_rollup_adopted{counter=\"repo_downloads\"} 0"),
+      std::string::npos);
   EXPECT_EQ(occurrences(daemon.log(), "is not rolled up: "), 1u) << daemon.log();
   // ... naming both ways out: --adopt, and --no-history for a column an earlier version
   // rolled up (where --adopt would count its values twice).
-  EXPECT_NE(daemon.log().find("run --adopt repo_downloads --no-history instead"), std::string::npos);
+  EXPECT_NE(daemon.log().find("run --adopt repo_downloads --no-history instead"),
+            std::string::npos);
 }
 
 TEST(Adopt, AnAllZeroOwningColumnIsRolledUpWithoutAdoption) {
   auto& server = shared_mariadb();
   const auto database = migrated_database(server);
   create_owners(server, database, "(1, 0), (2, 0)");
-  daemon_process daemon(daemon_yaml(server, database,
-                                    std::string(counters_yaml) +
-                                        "flush: {interval: 1h}\nrollup: {interval: 1h}\n"));
+  daemon_process daemon(
+      daemon_yaml(server, database,
+                  std::string(counters_yaml) + "flush: {interval: 1h}\nrollup: {interval: 1h}\n"));
   daemon.settle();
   http_client c(daemon.port());
-  ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 4})")
-                .status,
-            202u);
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 4})").status,
+      202u);
   ASSERT_EQ(daemon.settle(), 200u);
   const auto rolled = c.request("POST", "/v1/rollup");
   ASSERT_EQ(rolled.status, 200u) << rolled.body;
   EXPECT_EQ(json_int(rolled.body, "records"), 1);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 1"), 4);
   EXPECT_EQ(adoption_state(server, database), "done zeros none 0 0 ");
-  EXPECT_NE(c.get("/metrics").body.find("slotted_counterd_rollup_adopted{counter=\"repo_downloads\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      c.get("/metrics").body.find("slotted_counterd_rollup_adopted{counter=\"repo_downloads\"} 1"),
+      std::string::npos);
   // Recorded: later values the daemon wrote do not make it "not adopted" again.
-  ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 1})")
-                .status,
-            202u);
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 1})").status,
+      202u);
   ASSERT_EQ(daemon.settle(), 200u);
   ASSERT_EQ(c.request("POST", "/v1/rollup").status, 200u);
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 1"), 5);
@@ -397,10 +399,10 @@ TEST(Adopt, TwoRunsAtOnceTakeEachRowOnce) {
   EXPECT_EQ(ra.exit_code(), 0) << ra.output;
   EXPECT_EQ(rb.exit_code(), 0) << rb.output;
   expect_exact(server, database);
-  EXPECT_EQ(server.query_int(database,
-                             "SELECT CAST(total_taken AS SIGNED) FROM slotted_counterd_adoptions"),
-            server.query_int(database,
-                             "SELECT CAST(SUM(download_count) AS SIGNED) FROM repositories"));
+  EXPECT_EQ(
+      server.query_int(database,
+                       "SELECT CAST(total_taken AS SIGNED) FROM slotted_counterd_adoptions"),
+      server.query_int(database, "SELECT CAST(SUM(download_count) AS SIGNED) FROM repositories"));
 }
 
 // Each bad owning row: exit 2 naming it, nothing applied (no slot row, no adoption row).
@@ -411,8 +413,8 @@ void expect_refused(const std::string& rows, const std::string& named,
   if (seed_table) create_seed_table(server, database);  // record_id INT: at most 2^31 - 1
   migrate(server, database);
   create_owners(server, database, rows, id_type);
-  const auto r = adopt(daemon_yaml(server, database, counters_yaml),
-                       {"--adopt", "repo_downloads"}, 2);
+  const auto r =
+      adopt(daemon_yaml(server, database, counters_yaml), {"--adopt", "repo_downloads"}, 2);
   EXPECT_EQ(r.exit_code(), 2) << r.output;
   EXPECT_NE(r.output.find(named), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("nothing applied"), std::string::npos) << r.output;
@@ -442,8 +444,8 @@ TEST(Adopt, AnOwningTableWithoutAUniqueKeyOnItsIdIsRefused) {
       "download_count BIGINT, KEY (id))");
   server.connect(database).execute(
       "INSERT INTO repositories (id, download_count) VALUES (5, 10), (5, 20)");
-  const auto r = adopt(daemon_yaml(server, database, counters_yaml),
-                       {"--adopt", "repo_downloads"}, 2);
+  const auto r =
+      adopt(daemon_yaml(server, database, counters_yaml), {"--adopt", "repo_downloads"}, 2);
   EXPECT_EQ(r.exit_code(), 2) << r.output;
   EXPECT_NE(r.output.find("no PRIMARY or UNIQUE key on exactly `id`"), std::string::npos)
       << r.output;
@@ -464,7 +466,7 @@ TEST(Adopt, AnUndeclaredCounterOrOneWithoutRollupTargetIsExitTwoNamingIt) {
   EXPECT_NE(no_target.output.find("counter 'pages' has no rollup target"), std::string::npos)
       << no_target.output;
   EXPECT_EQ(adopt(yaml, {"--no-history"}).exit_code(), 2);  // without --adopt: usage
-  EXPECT_EQ(adopt(yaml, {"--adopt="}).exit_code(), 2);       // an empty name: not a start
+  EXPECT_EQ(adopt(yaml, {"--adopt="}).exit_code(), 2);      // an empty name: not a start
 }
 
 TEST(Adopt, ADatabaseThatGoesAwayEndsTheRunNonZeroAndARerunEndsExact) {
@@ -472,10 +474,10 @@ TEST(Adopt, ADatabaseThatGoesAwayEndsTheRunNonZeroAndARerunEndsExact) {
   const auto database = migrated_database(server);
   create_many_owners(server, database, 10000);
   fault_proxy proxy(server.port());
-  const std::string via_proxy = "listen: {address: 127.0.0.1, port: 0}\n"
-                                "mysql: {host: 127.0.0.1, port: " +
-                                std::to_string(proxy.port()) +
-                                ", user: root, database: " + database + "}\n" + counters_yaml;
+  const std::string via_proxy =
+      "listen: {address: 127.0.0.1, port: 0}\n"
+      "mysql: {host: 127.0.0.1, port: " +
+      std::to_string(proxy.port()) + ", user: root, database: " + database + "}\n" + counters_yaml;
   {
     adopt_process p(via_proxy, {"--adopt", "repo_downloads"}, 20);
     ASSERT_TRUE(eventually(
@@ -502,8 +504,8 @@ TEST(Adopt, AdoptionWhileADaemonFlushesTheSameCounterIsExact) {
   const auto database = migrated_database(server);
   create_many_owners(server, database, 4000);
   auto cfg = test_config(server, database);
-  cfg.counters = {{"repo_downloads", 123,
-                   config::rollup_target{"repositories", "id", "download_count"}}};
+  cfg.counters = {
+      {"repo_downloads", 123, config::rollup_target{"repositories", "id", "download_count"}}};
   cfg.flush.interval = 50ms;
   cfg.rollup.interval = 1h;
   in_process_daemon daemon(cfg);
@@ -514,8 +516,8 @@ TEST(Adopt, AdoptionWhileADaemonFlushesTheSameCounterIsExact) {
   for (std::uint64_t id = 1; id <= 4000; id += 3) o.keys.push_back({123, id});
   load_outcome load;
   joined_thread loader([&] { load = run_load(daemon.port(), o); });
-  const auto r = adopt(daemon_yaml(server, database, counters_yaml),
-                       {"--adopt", "repo_downloads"}, 40);
+  const auto r =
+      adopt(daemon_yaml(server, database, counters_yaml), {"--adopt", "repo_downloads"}, 40);
   loader.join();
   ASSERT_EQ(r.exit_code(), 0) << r.output;
   ASSERT_EQ(load.failed_requests, 0u);
@@ -561,13 +563,15 @@ TEST(Adopt, WithTopTheTotalsAreWrittenFromTheOneReadOfTheOwningRows) {
                 "ON t.record_type = 123 AND t.record_id = c.record_id WHERE t.count IS NULL OR "
                 "t.count <> c.s"),
             0);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters_totals"),
+  EXPECT_EQ(
+      server.query_int(database, "SELECT COUNT(*) FROM slotted_counters_totals"),
+      server.query_int(database, "SELECT COUNT(*) FROM repositories WHERE download_count > 0"));
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT CAST(SUM(count) AS SIGNED) FROM "
+                             "slotted_counters_totals"),
             server.query_int(database,
-                             "SELECT COUNT(*) FROM repositories WHERE download_count > 0"));
-  EXPECT_EQ(server.query_int(database, "SELECT CAST(SUM(count) AS SIGNED) FROM "
-                                       "slotted_counters_totals"),
-            server.query_int(database, "SELECT CAST(total_taken AS SIGNED) FROM "
-                                       "slotted_counterd_adoptions"));
+                             "SELECT CAST(total_taken AS SIGNED) FROM "
+                             "slotted_counterd_adoptions"));
 }
 
 }  // namespace

@@ -26,7 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-
 // The "count" values of a series answer, in order.
 std::vector<std::int64_t> counts_of(const std::string& body) {
   std::vector<std::int64_t> out;
@@ -310,17 +309,18 @@ TEST_F(Buckets, AResetClearsTheCountersBucketsWithItsTotal) {
 TEST_F(Buckets, ASeriesPointPastInt64IsPrintedExactly) {
   auto conn = migrated_connection();
   const std::int64_t hour = (unix_now() - 3600) / 3600 * 3600;
-  conn.execute("INSERT INTO slotted_counters_hour (record_type, record_id, bucket, slot, count) "
-               "VALUES (123, 5, " + db::bucket_literal(store::granularity::hour, hour) +
-               ", 0, 9000000000000000000), (123, 5, " +
-               db::bucket_literal(store::granularity::hour, hour) + ", 1, 9000000000000000000)");
+  conn.execute(
+      "INSERT INTO slotted_counters_hour (record_type, record_id, bucket, slot, count) "
+      "VALUES (123, 5, " +
+      db::bucket_literal(store::granularity::hour, hour) + ", 0, 9000000000000000000), (123, 5, " +
+      db::bucket_literal(store::granularity::hour, hour) + ", 1, 9000000000000000000)");
   daemon_process d(yaml());
   http_client c(d.port());
-  const auto series = c.get("/v1/counters/123/5/series?granularity=hour&from=" +
-                            std::to_string(hour) + "&to=" + std::to_string(hour));
+  const auto series =
+      c.get("/v1/counters/123/5/series?granularity=hour&from=" + std::to_string(hour) +
+            "&to=" + std::to_string(hour));
   ASSERT_EQ(series.status, 200u) << series.body;
-  EXPECT_NE(series.body.find("\"count\": 18000000000000000000}"), std::string::npos)
-      << series.body;
+  EXPECT_NE(series.body.find("\"count\": 18000000000000000000}"), std::string::npos) << series.body;
 }
 
 // An existing deployment that declares buckets before its --migrate: the daemon says

@@ -69,8 +69,8 @@ class CredentialsDb : public ::testing::Test {
   }
   std::int64_t tables() const {
     return shared_mariadb().query_int(
-        "", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '" + database_ +
-                "'");
+        "",
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '" + database_ + "'");
   }
   std::string admin_flags() const {
     return "--mysql-user " + admin_ + " --mysql-password-file " + dir_ + "/admin-pw";
@@ -88,8 +88,8 @@ TEST_F(CredentialsDb, MigrateAndCheckConfigAsAnAdminGivenOnlyOnTheCommandLine) {
             std::string::npos)
       << out;
   // The config's user with its password: it cannot create tables.
-  EXPECT_NE(run_binary(service_yaml(), "--migrate --mysql-password-file " + dir_ + "/reader-pw", out),
-            0)
+  EXPECT_NE(
+      run_binary(service_yaml(), "--migrate --mysql-password-file " + dir_ + "/reader-pw", out), 0)
       << out;
   EXPECT_NE(out.find("denied"), std::string::npos) << out;
   EXPECT_EQ(tables(), 0);
@@ -100,11 +100,11 @@ TEST_F(CredentialsDb, MigrateAndCheckConfigAsAnAdminGivenOnlyOnTheCommandLine) {
   EXPECT_EQ(run_binary(service_yaml(), "--check-config " + admin_flags(), out), 0) << out;
   EXPECT_NE(out.find("OK (database schema and rollup targets verified)"), std::string::npos) << out;
   // In any order, and in the --flag=VALUE form.
-  EXPECT_EQ(run_binary(service_yaml(),
-                       "--mysql-password-file=" + dir_ + "/admin-pw --check-config --mysql-user=" +
-                           admin_,
-                       out),
-            0)
+  EXPECT_EQ(
+      run_binary(
+          service_yaml(),
+          "--mysql-password-file=" + dir_ + "/admin-pw --check-config --mysql-user=" + admin_, out),
+      0)
       << out;
   EXPECT_NE(out.find("OK (database schema and rollup targets verified)"), std::string::npos) << out;
   // --print-grants needs no password: the config's credential path is not read.
@@ -121,8 +121,8 @@ TEST_F(CredentialsDb, UnreadableOrWrongPasswordFileIsAClearErrorWithoutThePasswo
   for (const char* mode : {"--migrate", "--check-config", "--wal-salvage", ""}) {
     SCOPED_TRACE(mode);
     EXPECT_EQ(run_binary(service_yaml(),
-                         std::string(mode) + " --mysql-user " + admin_ +
-                             " --mysql-password-file " + dir_ + "/missing",
+                         std::string(mode) + " --mysql-user " + admin_ + " --mysql-password-file " +
+                             dir_ + "/missing",
                          out),
               2)
         << out;
@@ -133,15 +133,16 @@ TEST_F(CredentialsDb, UnreadableOrWrongPasswordFileIsAClearErrorWithoutThePasswo
   }
   // A readable file with the wrong password: the server refuses, and neither password
   // is in what the daemon says.
-  run_binary(service_yaml(),
-             "--check-config --mysql-user " + admin_ + " --mysql-password-file " + dir_ + "/wrong-pw",
-             out);
+  run_binary(
+      service_yaml(),
+      "--check-config --mysql-user " + admin_ + " --mysql-password-file " + dir_ + "/wrong-pw",
+      out);
   EXPECT_EQ(out.find("never-shown"), std::string::npos) << out;
-  EXPECT_NE(run_binary(service_yaml(),
-                       "--migrate --mysql-user " + admin_ + " --mysql-password-file " + dir_ +
-                           "/wrong-pw",
-                       out),
-            0)
+  EXPECT_NE(
+      run_binary(
+          service_yaml(),
+          "--migrate --mysql-user " + admin_ + " --mysql-password-file " + dir_ + "/wrong-pw", out),
+      0)
       << out;
   EXPECT_NE(out.find("Access denied"), std::string::npos) << out;
   EXPECT_EQ(out.find("never-shown"), std::string::npos) << out;
@@ -173,8 +174,9 @@ TEST_F(CredentialsDb, AReloadKeepsTheCommandLineCredentials) {
   EXPECT_EQ(log.find("never-shown"), std::string::npos) << log;
   // And it still writes as the administrator.
   http_client c(d.port());
-  ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 5, "delta": 3})").status,
-            202u);
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 5, "delta": 3})").status,
+      202u);
   EXPECT_TRUE(eventually(
       [&] {
         return shared_mariadb().query_int(

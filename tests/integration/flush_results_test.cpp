@@ -82,8 +82,9 @@ TEST(FlushResults, WithoutTheDatabaseFlushAndResetAreDatabaseUnavailableThenDrai
   EXPECT_EQ(flush.error(), errc::database_unavailable);
   EXPECT_FALSE(flush.failed().detail.empty()) << "the database's message is kept";
 
-  const auto refused =
-      answer_of<flush::reset_result>([&](auto done) { f.request_reset({1, 7}, std::move(done)); });
+  const auto refused = answer_of<flush::reset_result>([&](auto done) {
+    f.request_reset({1, 7}, std::move(done));
+  });
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error(), errc::database_unavailable);
   EXPECT_EQ(refused.failed().detail.rfind("the flush before the reset failed: ", 0), 0u)
@@ -94,8 +95,9 @@ TEST(FlushResults, WithoutTheDatabaseFlushAndResetAreDatabaseUnavailableThenDrai
       answer_of<flush::flush_result>([&](auto done) { f.request_flush(std::move(done)); });
   EXPECT_EQ(late.error(), errc::draining);
   EXPECT_EQ(late.failed().detail, "shutting down");
-  const auto late_reset =
-      answer_of<flush::reset_result>([&](auto done) { f.request_reset({1, 7}, std::move(done)); });
+  const auto late_reset = answer_of<flush::reset_result>([&](auto done) {
+    f.request_reset({1, 7}, std::move(done));
+  });
   EXPECT_EQ(late_reset.error(), errc::draining);
 }
 

@@ -30,7 +30,6 @@ constexpr const char* user_password = "Gr4nts-user-pw";
 // GRANT is then left out, as a GRANT on a missing table is an error.
 constexpr const char* adoptions_table = "slotted_counterd_adoptions";
 
-
 class GrantsDb : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -66,9 +65,10 @@ class GrantsDb : public ::testing::Test {
         "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count, "
         "committed_at) VALUES ('gone-instance', 1, 1, 1, NOW() - INTERVAL 2 DAY)");
     adoptions_present_ = shared_mariadb().query_int(
-                             "", "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
-                                 "TABLE_SCHEMA = '" +
-                                     database_ + "' AND TABLE_NAME = '" + adoptions_table + "'") == 1;
+                             "",
+                             "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
+                             "TABLE_SCHEMA = '" +
+                                 database_ + "' AND TABLE_NAME = '" + adoptions_table + "'") == 1;
   }
   void TearDown() override {
     shared_mariadb().connect().execute("DROP USER IF EXISTS '" + sql_escaped(user_) + "'@'%'");
@@ -172,10 +172,11 @@ class GrantsDb : public ::testing::Test {
     const auto post = [&](int id, int delta, const std::string& key = "") {
       std::map<std::string, std::string> headers;
       if (!key.empty()) headers["Idempotency-Key"] = key;
-      return c.request("POST", "/v1/increments",
-                       "{\"record_type\": 1, \"record_id\": " + std::to_string(id) +
-                           ", \"delta\": " + std::to_string(delta) + "}",
-                       "application/json", headers)
+      return c
+          .request("POST", "/v1/increments",
+                   "{\"record_type\": 1, \"record_id\": " + std::to_string(id) +
+                       ", \"delta\": " + std::to_string(delta) + "}",
+                   "application/json", headers)
           .status;
     };
     if (post(1, 5) != 202 || post(2, 7) != 202) failed.push_back("ingest");
@@ -198,7 +199,8 @@ class GrantsDb : public ::testing::Test {
     check("rollup", [&] { return owning(1) == 5 && owning(2) == 7 && owning(3) == 4; });
     check("GET /v1/counters", [&] {
       const auto r = c.get("/v1/counters/1/1");
-      return r.status == 200 && json_int(r.body, "count") == 5 && json_int(r.body, "persisted") == 5;
+      return r.status == 200 && json_int(r.body, "count") == 5 &&
+             json_int(r.body, "persisted") == 5;
     });
     const auto now = unix_now();
     check("/series", [&] {
@@ -207,19 +209,21 @@ class GrantsDb : public ::testing::Test {
       return r.status == 200 && r.body.find("\"count\": 5") != std::string::npos;
     });
     const auto reset = c.request("DELETE", "/v1/counters/1/2");
-    if (reset.status != 200) failed.push_back("reset: " + std::to_string(reset.status) + reset.body);
+    if (reset.status != 200)
+      failed.push_back("reset: " + std::to_string(reset.status) + reset.body);
     check("reset cleared the slots and buckets, and the rollup set 0", [&] {
       return total("hits", 2) == 0 && total("hits_hour", 2) == 0 && total("hits_day", 2) == 0 &&
              owning(2) == 0;
     });
-    check("bucket retention", [&] { return total("hits_hour", 99) == 0 && total("hits_day", 99) == 0; });
+    check("bucket retention",
+          [&] { return total("hits_hour", 99) == 0 && total("hits_day", 99) == 0; });
     check("ledger retention", [&] {
-      return db_int("SELECT COUNT(*) FROM slotted_counterd_ledger WHERE instance_id = "
-                    "'gone-instance'") == 0;
+      return db_int(
+                 "SELECT COUNT(*) FROM slotted_counterd_ledger WHERE instance_id = "
+                 "'gone-instance'") == 0;
     });
-    check("Idempotency-Key retention", [&] {
-      return db_int("SELECT COUNT(*) FROM slotted_counterd_idempotency_keys") == 0;
-    });
+    check("Idempotency-Key retention",
+          [&] { return db_int("SELECT COUNT(*) FROM slotted_counterd_idempotency_keys") == 0; });
     d->signal(SIGTERM);
     if (d->wait(30s) != 0) failed.push_back("stop");
     const auto log = d->log();
@@ -248,13 +252,14 @@ TEST_F(GrantsDb, ThePrintedGrantsAreEnoughForEveryFeature) {
     EXPECT_EQ(g.find(user_password), std::string::npos) << g;
   }
   // On the application's table: its two columns, nothing else.
-  EXPECT_EQ(grants.back(),
-            "GRANT SELECT (`id`, `download_count`), UPDATE (`download_count`) ON `" + database_ +
-                "`.`repos` TO 'slotted''grant\\\\" + database_ + "'@'%';");
+  EXPECT_EQ(grants.back(), "GRANT SELECT (`id`, `download_count`), UPDATE (`download_count`) ON `" +
+                               database_ + "`.`repos` TO 'slotted''grant\\\\" + database_ +
+                               "'@'%';");
   if (!adoptions_present_) {
     std::erase_if(grants, [](const std::string& g) { return g.find(adoptions_table) != g.npos; });
     ASSERT_EQ(grants.size(), 11u);
-    std::cout << "note: " << adoptions_table << " not created by --migrate yet; its GRANT left out\n";
+    std::cout << "note: " << adoptions_table
+              << " not created by --migrate yet; its GRANT left out\n";
   }
   apply(grants);
   const auto failed = exercise();
@@ -281,13 +286,14 @@ TEST_F(GrantsDb, TheAdministratorsPrintedGrantIsEnoughForMigrate) {
     g.replace(g.find("'ADMIN'@'HOST'"), 14, "'" + admin + "'@'%'");
     root.execute(g);
     // The rollup's owning table, which --migrate expects in the application's database.
-    root.execute("CREATE TABLE `" + db + "`.repos (id BIGINT UNSIGNED PRIMARY KEY, "
+    root.execute("CREATE TABLE `" + db +
+                 "`.repos (id BIGINT UNSIGNED PRIMARY KEY, "
                  "download_count BIGINT NOT NULL DEFAULT 0)");
     auto y = yaml();
     y.replace(y.find("  database: " + database_), 12 + database_.size(), "  database: " + db);
     std::string out;
-    const int rc = run_binary(y, "--migrate --mysql-user " + admin + " --mysql-password-file " +
-                                     dir_ + "/pw", out);
+    const int rc = run_binary(
+        y, "--migrate --mysql-user " + admin + " --mysql-password-file " + dir_ + "/pw", out);
     root.execute("DROP USER '" + admin + "'@'%'");
     return std::make_pair(rc, out);
   };

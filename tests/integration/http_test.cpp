@@ -240,9 +240,15 @@ TEST(HttpCounting, TheSessionsOwnAnswersAreCountedInRequestsTotal) {
                 .find("HTTP/1.1 413"),
             std::string::npos);
   const auto metrics = http_client(daemon_->port()).get("/metrics").body;
-  EXPECT_EQ(metric_value(metrics, R"(slotted_counterd_http_requests_total{code="431",route="unparsed"})"), 1);
-  EXPECT_EQ(metric_value(metrics, R"(slotted_counterd_http_requests_total{code="400",route="unparsed"})"), 1);
-  EXPECT_EQ(metric_value(metrics, R"(slotted_counterd_http_requests_total{code="413",route="increments"})"), 1);
+  EXPECT_EQ(
+      metric_value(metrics, R"(slotted_counterd_http_requests_total{code="431",route="unparsed"})"),
+      1);
+  EXPECT_EQ(
+      metric_value(metrics, R"(slotted_counterd_http_requests_total{code="400",route="unparsed"})"),
+      1);
+  EXPECT_EQ(metric_value(metrics,
+                         R"(slotted_counterd_http_requests_total{code="413",route="increments"})"),
+            1);
 }
 
 TEST_F(Http, SlowHeaderIsCutOffAtTheIdleTimeout) {
@@ -374,9 +380,10 @@ TEST(HttpConnectionLimit, ConnectionsBeyondMaxConnectionsAreRefusedAndCounted) {
   EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_rejected_total"), 1);
   EXPECT_EQ(metric_value(metrics, "slotted_counterd_http_connections_open"), 3);
   // Every answer is in http_requests_total, the connection limit's 503 too (issue 40).
-  EXPECT_EQ(metric_value(metrics,
-                         R"(slotted_counterd_http_requests_total{code="503",route="connection_limit"})"),
-            1);
+  EXPECT_EQ(
+      metric_value(metrics,
+                   R"(slotted_counterd_http_requests_total{code="503",route="connection_limit"})"),
+      1);
   // Closing one gives its place back.
   held.pop_back();
   EXPECT_TRUE(eventually(
@@ -404,8 +411,9 @@ TEST(HttpMetricsListen, MetricsAreServedOnlyOnTheirOwnListener) {
   EXPECT_NE(m.body.find("slotted_counterd_build_info"), std::string::npos);
   EXPECT_EQ(scrape.get("/healthz").status, 200u);
   EXPECT_EQ(scrape.get("/readyz").status, 404u);
-  EXPECT_EQ(scrape.request("POST", "/v1/increments", R"({"record_type": 1, "record_id": 1})",
-                           "application/json")
+  EXPECT_EQ(scrape
+                .request("POST", "/v1/increments", R"({"record_type": 1, "record_id": 1})",
+                         "application/json")
                 .status,
             404u);
   EXPECT_EQ(scrape.get("/v1/counters/1/1").status, 404u);

@@ -79,17 +79,16 @@ load_outcome run_load(std::uint16_t port, const load_options& o) {
 
 }  // namespace slotted::test
 
+#include "support/db_server.hpp"
 #include "support/mariadb_server.hpp"
 
 namespace slotted::test {
 
-table_state read_table(const mariadb_server& server, const std::string& database,
-                       const std::string& table) {
+namespace {
+table_state read_table(db::connection conn, const std::string& table) {
   table_state st;
-  auto conn = server.connect(database);
-  for (const auto& r :
-       conn.query("SELECT record_type, record_id, CAST(SUM(count) AS SIGNED) FROM `" + table +
-                  "` GROUP BY record_type, record_id")) {
+  for (const auto& r : conn.query("SELECT record_type, record_id, SUM(count) FROM `" + table +
+                                  "` GROUP BY record_type, record_id")) {
     st.totals[{static_cast<std::uint32_t>(std::stoul(*r[0])), std::stoull(*r[1])}] =
         std::stoll(*r[2]);
   }
@@ -100,6 +99,17 @@ table_state read_table(const mariadb_server& server, const std::string& database
   st.rows = std::stoll(*agg[0][2]);
   st.totals = without_zeros(st.totals);
   return st;
+}
+}  // namespace
+
+table_state read_table(const mariadb_server& server, const std::string& database,
+                       const std::string& table) {
+  return read_table(server.connect(database), table);
+}
+
+table_state read_table(const db_server& server, const std::string& database,
+                       const std::string& table) {
+  return read_table(server.connect(database), table);
 }
 
 sums without_zeros(const sums& s) {

@@ -49,6 +49,7 @@ load_outcome run_load(std::uint16_t port, const load_options& o);
 
 namespace slotted::test {
 class mariadb_server;
+class db_server;
 
 struct table_state {
   sums totals;  // SUM(count) per counter
@@ -58,6 +59,8 @@ struct table_state {
 };
 
 table_state read_table(const mariadb_server& server, const std::string& database,
+                       const std::string& table = "slotted_counters");
+table_state read_table(const db_server& server, const std::string& database,
                        const std::string& table = "slotted_counters");
 
 // Keys whose sum is not zero (the database never holds rows for zero net deltas).

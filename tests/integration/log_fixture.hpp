@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -61,7 +61,9 @@ class log_fixture : public ::testing::Test {
     dir_ = make_temp_dir("logs");
     log_ = dir_ + "/access.log";
   }
-  void TearDown() override { if (!HasFailure()) std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
 
   // One source at log_ (with `source_extra` keys, each line indented as a source key),
   // counting /d/<id>/ for dl; `top_extra` keys follow at the top level.
@@ -118,9 +120,9 @@ class log_fixture : public ::testing::Test {
 
   // The daemon's log_events_total of `kind` for this source.
   double events(const daemon_process& d, const std::string& kind) const {
-    return metric_value(http_client(d.port()).get("/metrics").body,
-                        "slotted_counterd_log_events_total{kind=\"" + kind + "\",source=\"" +
-                            log_ + "\"}");
+    return metric_value(
+        http_client(d.port()).get("/metrics").body,
+        "slotted_counterd_log_events_total{kind=\"" + kind + "\",source=\"" + log_ + "\"}");
   }
 
   // The inode of `path`.

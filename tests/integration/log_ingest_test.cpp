@@ -1,6 +1,8 @@
 // Counting from access logs (log_sources) against the real MariaDB: every matching line
 // counted exactly once through appends, a line written in two parts, garbage, rename
 // rotation while running and while the daemon is SIGKILLed, and copytruncate.
+#include "logs/log_ingest.hpp"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,7 +18,6 @@
 #include "app/application.hpp"
 #include "db/top.hpp"
 #include "db/uniques.hpp"
-#include "logs/log_ingest.hpp"
 #include "log_fixture.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
@@ -54,7 +55,7 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
   // A log that is not there yet: no crash, counted once it appears.
   for (std::uint64_t id = 1; id <= 5; ++id) counted(id, log_);
   nginx_append(log_, log_line(1, "HEAD") + log_line(2, "GET", 404) + log_line(3, "GET", 206) +
-                   log_line(4, "GET", 200, "/other/") + "garbage\n" + log_line(99, "POST"));
+                         log_line(4, "GET", 200, "/other/") + "garbage\n" + log_line(99, "POST"));
   counted(2, log_);
   ASSERT_TRUE(exact());
 
@@ -373,13 +374,16 @@ TEST_F(LogIngest, AFifoAtThePathBlocksNothing) {
 // test's 20 s wait for source B's lines.
 TEST_F(LogIngest, ABacktrackingProneRuleOnLongPathsStallsNoSource) {
   const std::string other = dir_ + "/other.log";
-  const std::string config = daemon_yaml(
-      shared_mariadb(), db_,
-      "counters: [{name: dl, record_type: 7, top: true}]\n"
-      "flush: {interval: 50ms}\n"
-      "log_sources:\n"
-      "  - path: " + log_ + "\n    rules: [{counter: dl, path: '^/z/([0-9]+)/(.+)+\\.zip$'}]\n"
-      "  - path: " + other + "\n    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
+  const std::string config =
+      daemon_yaml(shared_mariadb(), db_,
+                  "counters: [{name: dl, record_type: 7, top: true}]\n"
+                  "flush: {interval: 50ms}\n"
+                  "log_sources:\n"
+                  "  - path: " +
+                      log_ +
+                      "\n    rules: [{counter: dl, path: '^/z/([0-9]+)/(.+)+\\.zip$'}]\n"
+                      "  - path: " +
+                      other + "\n    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n");
   daemon_process d(config);
   // GET /z/ID/aaa...a[.zip], 8 KiB.
   const auto request = [](std::uint64_t id, const char* end) {
@@ -418,32 +422,38 @@ TEST_F(LogIngest, RulesByUserAgentCountEachLineForTheFirstClassThatMatches) {
       "{name: other, record_type: 9}]\n"
       "flush: {interval: 50ms}\n"
       "log_sources:\n"
-      "  - path: " + log_ + "\n"
-      "    rules:\n"
-      "      - {counter: bots, path: '^/d/([0-9]+)/', user_agent: '(?i)bot|crawl|^curl/'}\n"
-      "      - {counter: installs, path: '^/d/([0-9]+)/', user_agent: '^(cargo|pip)/'}\n"
-      "      - {counter: other, path: '^/d/([0-9]+)/'}\n"
-      "  - path: " + json + "\n"
-      "    format: json\n"
-      "    json: {user_agent: ua}\n"
-      "    rules:\n"
-      "      - {counter: installs, path: '^/d/([0-9]+)/', user_agent: '^(cargo|pip)/'}\n"
-      "      - {counter: bots, path: '^/d/([0-9]+)/', not_user_agent: '^(cargo|pip)/'}\n");
+      "  - path: " +
+          log_ +
+          "\n"
+          "    rules:\n"
+          "      - {counter: bots, path: '^/d/([0-9]+)/', user_agent: '(?i)bot|crawl|^curl/'}\n"
+          "      - {counter: installs, path: '^/d/([0-9]+)/', user_agent: '^(cargo|pip)/'}\n"
+          "      - {counter: other, path: '^/d/([0-9]+)/'}\n"
+          "  - path: " +
+          json +
+          "\n"
+          "    format: json\n"
+          "    json: {user_agent: ua}\n"
+          "    rules:\n"
+          "      - {counter: installs, path: '^/d/([0-9]+)/', user_agent: '^(cargo|pip)/'}\n"
+          "      - {counter: bots, path: '^/d/([0-9]+)/', not_user_agent: '^(cargo|pip)/'}\n");
   daemon_process d(config);
   const auto with_agent = [](const std::string& ua) {
     std::string l = log_line(1);
     return l.replace(l.rfind("\"curl/8\""), 8, ua);
   };
-  nginx_append(log_, with_agent("\"cargo/1.75.0 (x86_64-unknown-linux-gnu)\"") +
-                   with_agent("\"pip/24.0 {\\\"installer\\\":{\\\"name\\\":\\\"pip\\\"}}\"") +
-                   with_agent("\"Googlebot/2.1 (+http://www.google.com/bot.html)\"") +
-                   with_agent("\"pip/24.0 (crawler)\"") + with_agent("\"curl/8.5.0\"") +
-                   with_agent("\"Mozilla/5.0 (X11; Linux x86_64)\"") +
-                   with_agent("\"" + std::string(12000, 'x') + "\"") +
-                   "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"GET /d/1/f.tgz HTTP/1.1\" 200 5\n");
-  const std::string j = R"({"time":"2026-11-26T10:00:00Z","method":"GET","path":"/d/1/f","status":200)";
+  nginx_append(
+      log_, with_agent("\"cargo/1.75.0 (x86_64-unknown-linux-gnu)\"") +
+                with_agent("\"pip/24.0 {\\\"installer\\\":{\\\"name\\\":\\\"pip\\\"}}\"") +
+                with_agent("\"Googlebot/2.1 (+http://www.google.com/bot.html)\"") +
+                with_agent("\"pip/24.0 (crawler)\"") + with_agent("\"curl/8.5.0\"") +
+                with_agent("\"Mozilla/5.0 (X11; Linux x86_64)\"") +
+                with_agent("\"" + std::string(12000, 'x') + "\"") +
+                "192.0.2.1 - - [26/Nov/2026:10:00:00 +0000] \"GET /d/1/f.tgz HTTP/1.1\" 200 5\n");
+  const std::string j =
+      R"({"time":"2026-11-26T10:00:00Z","method":"GET","path":"/d/1/f","status":200)";
   nginx_append(json, j + R"(,"ua":"cargo/1.80"})" + "\n" + j + R"(,"ua":"Wget/1.21"})" + "\n" + j +
-                   "}\n" + j + R"(,"ua":"pip/23"})" + "\n");
+                         "}\n" + j + R"(,"ua":"pip/23"})" + "\n");
   const auto sums = [&] {
     std::map<std::int64_t, std::int64_t> out;
     for (const std::int64_t t : {7, 8, 9})
@@ -505,8 +515,9 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
   // address; id 2: A once; a line of a window that ended more than the keep (48 h)
   // ago: none.
   nginx_append(log_, line_from("192.0.2.1", 1, now) + line_from("192.0.2.1", 1, now) +
-                   line_from("-", 1, now) + line_from("192.0.2.2", 1, now) +
-                   line_from("192.0.2.1", 2, now) + line_from("192.0.2.3", 1, now - 4 * 86400));
+                         line_from("-", 1, now) + line_from("192.0.2.2", 1, now) +
+                         line_from("192.0.2.1", 2, now) +
+                         line_from("192.0.2.3", 1, now - 4 * 86400));
   nginx_append(second, line_from("192.0.2.1", 1, now) + line_from("-", 1, now));
   expected_ = {{1, 4}, {2, 1}};
   ASSERT_TRUE(exact());

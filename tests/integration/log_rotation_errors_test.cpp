@@ -140,8 +140,7 @@ TEST_F(LogRotationErrors, ADamagedGzDoesNotStopTheCheckOfAnotherInstance) {
   } catch (const std::runtime_error& e) {
     refused = e.what();
   }
-  EXPECT_NE(refused.find("instance_id 'host-b') has no position"), std::string::npos)
-      << refused;
+  EXPECT_NE(refused.find("instance_id 'host-b') has no position"), std::string::npos) << refused;
   // The statement that gives the other instance's positions to this one.
   EXPECT_NE(refused.find("move the position: UPDATE slotted_counterd_log_positions SET "
                          "instance_id = 'host-b' WHERE instance_id = '"),
@@ -172,9 +171,9 @@ TEST_F(LogRotationErrors, AReadErrorOnARotatedGzIsAnErrorNotAnotherFile) {
   stop(d);
 }
 
-// A damaged .gz (cut short: its first bytes cannot be decompressed) that holds the committed file: the source stops there,
-// visibly (a read_error each pass, the position kept), instead of reporting the file
-// lost and going on. Once the operator moves it away (docs/operations.md), its unread
+// A damaged .gz (cut short: its first bytes cannot be decompressed) that holds the committed file:
+// the source stops there, visibly (a read_error each pass, the position kept), instead of reporting
+// the file lost and going on. Once the operator moves it away (docs/operations.md), its unread
 // lines are lost and the newer files are read.
 TEST_F(LogRotationErrors, ADamagedGzStopsTheSourceVisiblyUntilMovedAway) {
   ASSERT_NO_FATAL_FAILURE(rotate_while_stopped(false));
@@ -204,16 +203,17 @@ TEST_F(LogRotationErrors, AFailingSourceBacksOffAloneTheOtherKeepsItsPace) {
   const std::string control = dir_ + "/fault";
   std::ofstream(control) << "1 " << inode(failing) << " 0 1000000\n";
   const std::string rules = "    rules: [{counter: dl, path: '^/d/([0-9]+)/'}]\n";
-  auto d = with_io_fault(control, daemon_yaml(shared_mariadb(), db_,
-                                              "counters: [{name: dl, record_type: 7}]\n"
-                                              "flush: {interval: 50ms}\n"
-                                              "log_sources:\n"
-                                              "  - path: " + failing + "\n" + rules +
-                                              "  - path: " + log_ + "\n" + rules));
+  auto d = with_io_fault(
+      control, daemon_yaml(shared_mariadb(), db_,
+                           "counters: [{name: dl, record_type: 7}]\n"
+                           "flush: {interval: 50ms}\n"
+                           "log_sources:\n"
+                           "  - path: " +
+                               failing + "\n" + rules + "  - path: " + log_ + "\n" + rules));
   const auto failures = [&] {
-    return metric_value(http_client(d->port()).get("/metrics").body,
-                        "slotted_counterd_log_events_total{kind=\"read_error\",source=\"" +
-                            failing + "\"}");
+    return metric_value(
+        http_client(d->port()).get("/metrics").body,
+        "slotted_counterd_log_events_total{kind=\"read_error\",source=\"" + failing + "\"}");
   };
   // Eight failures, 6.35 s of backoff: the next attempt is 6.4 s away.
   ASSERT_TRUE(eventually([&] { return failures() >= 8; }, 60s)) << d->log();

@@ -261,9 +261,9 @@ TEST_F(LogRotation, AnOverLongLineIsSkippedWholeAcrossAFailureAndARestart) {
   d = std::make_unique<daemon_process>(yaml());
   counted(3, log_);
   EXPECT_TRUE(exact());
-  EXPECT_EQ(metric_value(http_client(d->port()).get("/metrics").body,
-                         "slotted_counterd_log_lines_total{outcome=\"too_long\",source=\"" +
-                             log_ + "\"}"),
+  EXPECT_EQ(metric_value(
+                http_client(d->port()).get("/metrics").body,
+                "slotted_counterd_log_lines_total{outcome=\"too_long\",source=\"" + log_ + "\"}"),
             1);
   stop(d);
 }

@@ -179,10 +179,9 @@ class RealLogrotate : public log_fixture {
           const auto f = expected_.find(id);
           if (c < (f == expected_.end() ? 0 : f->second) || c > n) return false;
         }
-        return got.count(0) == 0 || got.at(0) <= std::accumulate(written.begin(), written.end(),
-                                                                 std::int64_t{0}, [](auto a, auto& e) {
-                                                                   return a + e.second;
-                                                                 });
+        return got.count(0) == 0 ||
+               got.at(0) <= std::accumulate(written.begin(), written.end(), std::int64_t{0},
+                                            [](auto a, auto& e) { return a + e.second; });
       };
       EXPECT_TRUE(eventually(within, 30s))
           << "counted, per id, not between the lines in the files and the lines written:"

@@ -187,8 +187,9 @@ TEST(StatementSize, APlainBatchOverTheBudgetCommitsWholeInOneTransaction) {
             db::commit_outcome::applied);
   EXPECT_EQ(sum_of_type(server, database, 8), 60000);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counters"), 60000);
-  EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger "
-                                       "WHERE instance_id = 'big'"),
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT COUNT(*) FROM slotted_counterd_ledger "
+                             "WHERE instance_id = 'big'"),
             1);
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_dirty"), 60000);
 }

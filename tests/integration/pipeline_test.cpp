@@ -1,5 +1,5 @@
-// End to end: concurrent HTTP clients -> daemon -> real MariaDB; the database must hold
-// exactly what was acknowledged.
+// End to end: concurrent HTTP clients -> daemon -> a real MariaDB and PostgreSQL; the
+// database must hold exactly what was acknowledged.
 
 #include <gtest/gtest.h>
 
@@ -24,8 +24,15 @@ void expect_exact(const load_outcome& load, const table_state& st, unsigned slot
   EXPECT_LT(st.max_slot, static_cast<std::int64_t>(slots));
 }
 
-TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
-  auto& server = shared_mariadb();
+class Pipeline : public engine_test {
+ protected:
+  // The largest record id the daemon's own table holds: BIGINT UNSIGNED on MariaDB,
+  // bigint (signed) on PostgreSQL.
+  std::uint64_t max_id() const { return postgresql() ? INT64_MAX : UINT64_MAX; }
+};
+
+TEST_P(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.slots = 16;
@@ -33,7 +40,7 @@ TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
   in_process_daemon daemon(cfg);
 
   load_options o;
-  o.keys = random_keys(1000, UINT64_MAX, 7);
+  o.keys = random_keys(1000, max_id(), 7);
   const auto load = run_load(daemon.port(), o);
   EXPECT_EQ(load.accepted_increments, 8u * 20000u);
 
@@ -54,8 +61,8 @@ TEST(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
-TEST(Pipeline, SeedStyleTableWorksUnchanged) {
-  auto& server = shared_mariadb();
+TEST_P(Pipeline, SeedStyleTableWorksUnchanged) {
+  auto& server = this->server();
   const auto database = server.create_database();
   create_seed_table(server, database);
   migrate(server, database);  // adds the ledger, leaves the table as it is
@@ -72,8 +79,8 @@ TEST(Pipeline, SeedStyleTableWorksUnchanged) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
-TEST(Pipeline, IdsTheTableCannotHoldAreRefusedAtIngest) {
-  auto& server = shared_mariadb();
+TEST_P(Pipeline, IdsTheTableCannotHoldAreRefusedAtIngest) {
+  auto& server = this->server();
   const auto database = server.create_database();
   create_seed_table(server, database);
   migrate(server, database);
@@ -95,10 +102,11 @@ TEST(Pipeline, IdsTheTableCannotHoldAreRefusedAtIngest) {
 
 // With flush.connections 1 and 4: with 4, the batch at fault is split where it stands
 // while the other writers write the other batches.
-class PipelineRefused : public ::testing::TestWithParam<unsigned> {};
+class PipelineRefused : public ::testing::TestWithParam<std::tuple<db::engine, unsigned>> {};
 
 TEST_P(PipelineRefused, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) {
-  auto& server = shared_mariadb();
+  const auto [engine, connections] = GetParam();
+  auto& server = shared_server(engine);
   const auto database = server.create_database();
   create_seed_table(server, database);
   migrate(server, database);
@@ -106,12 +114,12 @@ TEST_P(PipelineRefused, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) 
   cfg.flush.interval = std::chrono::hours(1);
   cfg.flush.slots = 1;  // every flush adds to the same row
   cfg.flush.max_rows_per_statement = 8;
-  cfg.flush.connections = GetParam();
-  cfg.mysql.pool_size = GetParam() + 1;
+  cfg.flush.connections = connections;
+  cfg.mysql.pool_size = connections + 1;
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
-  // The seed-style INT count of counter 40 overflows on the second flush (strict mode:
-  // error 1264); the 39 others must still be written.
+  // The seed-style INT count of counter 40 overflows on the second flush (MariaDB's strict
+  // mode: error 1264; PostgreSQL: 22003); the 39 others must still be written.
   std::string body = "[";
   for (int i = 1; i <= 40; ++i)
     body += R"({"record_type": 1, "record_id": )" + std::to_string(i) + "},";
@@ -135,22 +143,38 @@ TEST_P(PipelineRefused, RowsTheTableCannotHoldAreDroppedWithoutBlockingTheRest) 
   EXPECT_EQ(json_int(client.request("POST", "/v1/flush").body, "flushed_rows"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(FlushConnections, PipelineRefused, ::testing::Values(1u, 4u));
+INSTANTIATE_TEST_SUITE_P(FlushConnections, PipelineRefused,
+                         ::testing::Combine(::testing::ValuesIn(test_engines()),
+                                            ::testing::Values(1u, 4u)),
+                         [](const auto& info) {
+                           return std::string(engine_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
-TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
-  auto& server = shared_mariadb();
+TEST_P(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = std::chrono::hours(1);  // only explicit flushes
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
 
+  const std::string id = std::to_string(max_id());
   ASSERT_EQ(client
                 .post_json("/v1/increments",
-                           R"({"record_type": 5, "record_id": "18446744073709551615", "delta": 7})")
+                           R"({"record_type": 5, "record_id": ")" + id + R"(", "delta": 7})")
                 .status,
             202u);
-  auto reply = client.get("/v1/counters/5/18446744073709551615");
+  if (postgresql()) {
+    // bigint holds 2^63 - 1 at most: a larger id is refused at ingest, not at the flush.
+    const auto refused = client.post_json(
+        "/v1/increments", R"({"record_type": 5, "record_id": "9223372036854775808"})");
+    EXPECT_EQ(refused.status, 400u);
+    EXPECT_NE(refused.body.find("record_id column (at most 9223372036854775807)"),
+              std::string::npos)
+        << refused.body;
+  }
+  auto reply = client.get("/v1/counters/5/" + id);
   ASSERT_EQ(reply.status, 200u);
   EXPECT_EQ(json_int(reply.body, "pending"), 7);
   EXPECT_EQ(json_int(reply.body, "persisted"), 0);
@@ -158,7 +182,7 @@ TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
   const auto flushed = client.request("POST", "/v1/flush");
   ASSERT_EQ(flushed.status, 200u);
   EXPECT_EQ(json_int(flushed.body, "flushed_rows"), 1);
-  reply = client.get("/v1/counters/5/18446744073709551615");
+  reply = client.get("/v1/counters/5/" + id);
   EXPECT_EQ(json_int(reply.body, "persisted"), 7);
   EXPECT_EQ(json_int(reply.body, "pending"), 0);
   EXPECT_EQ(json_int(reply.body, "count"), 7);
@@ -174,9 +198,9 @@ TEST(Pipeline, PendingIsVisibleBeforeFlushAndPersistedAfter) {
             0);
 }
 
-TEST(Pipeline, ReadingACounterNearTheInt64LimitIsExact) {
+TEST_P(Pipeline, ReadingACounterNearTheInt64LimitIsExact) {
   // persisted + pending passes 2^63 - 1: the answer must not wrap (nor trap).
-  auto& server = shared_mariadb();
+  auto& server = this->server();
   const auto database = migrated_database(server);
   server.connect(database).execute(
       "INSERT INTO slotted_counters VALUES (1, 500, 0, 9223372036854775802)");
@@ -194,6 +218,8 @@ TEST(Pipeline, ReadingACounterNearTheInt64LimitIsExact) {
   EXPECT_NE(reply.body.find("\"persisted\": 9223372036854775802,"), std::string::npos)
       << reply.body;
 }
+
+INSTANTIATE_ENGINES(Pipeline);
 
 }  // namespace
 }  // namespace slotted::test

@@ -497,9 +497,10 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
   EXPECT_EQ(shared_mariadb().query_int(
                 database_, "SELECT COUNT(*) FROM wide_counters_totals WHERE record_id = 5"),
             0);
-  EXPECT_EQ(shared_mariadb().query_int(
-                database_, "SELECT CAST(count AS SIGNED) FROM wide_counters_totals WHERE record_id = 6"),
-            7);
+  EXPECT_EQ(
+      shared_mariadb().query_int(
+          database_, "SELECT CAST(count AS SIGNED) FROM wide_counters_totals WHERE record_id = 6"),
+      7);
 }
 
 // A total past 2^63 - 1 (two slots of 9e18 in the BIGINT `count`): GET prints it
@@ -513,8 +514,7 @@ TEST_F(Reset, AReadOfATotalPastInt64IsExactAndEqualsWhatTheResetClears) {
   const auto read = c.get("/v1/counters/7/1");
   ASSERT_EQ(read.status, 200u) << read.body;
   EXPECT_NE(read.body.find("\"count\": 18000000000000000000,"), std::string::npos) << read.body;
-  EXPECT_NE(read.body.find("\"persisted\": 18000000000000000000,"), std::string::npos)
-      << read.body;
+  EXPECT_NE(read.body.find("\"persisted\": 18000000000000000000,"), std::string::npos) << read.body;
   const auto r = reset(c, "7/1");
   ASSERT_EQ(r.status, 200u) << r.body;
   EXPECT_NE(r.body.find("\"cleared\": 18000000000000000000}"), std::string::npos) << r.body;

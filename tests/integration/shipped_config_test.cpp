@@ -55,11 +55,11 @@ TEST(ShippedConfigDb, StartsOnAFreshDatabaseAfterMigrate) {
   yaml = edited(yaml, "\n  database: app", "\n  database: " + database);
 
   std::string out;
-  ASSERT_EQ(run_binary(yaml,
-                       "--migrate --mysql-user " + admin + " --mysql-password-file " + dir +
-                           "/admin-pw",
-                       out),
-            0)
+  ASSERT_EQ(
+      run_binary(yaml,
+                 "--migrate --mysql-user " + admin + " --mysql-password-file " + dir + "/admin-pw",
+                 out),
+      0)
       << out;
   ASSERT_EQ(run_binary(yaml, "--print-grants", out), 0) << out;
   std::ofstream(dir + "/grants.sql") << out;
@@ -76,13 +76,13 @@ TEST(ShippedConfigDb, StartsOnAFreshDatabaseAfterMigrate) {
     http_client c(d.port());
     EXPECT_TRUE(eventually([&] { return c.get("/readyz").status == 200; }, 20s)) << d.log();
     // The example counter counts.
-    ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 2})")
-                  .status,
-              202u);
+    ASSERT_EQ(
+        c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 1, "delta": 2})").status,
+        202u);
     EXPECT_TRUE(eventually(
         [&] {
-          return server.query_int(database, "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") ==
-                 2;
+          return server.query_int(database,
+                                  "SELECT COALESCE(SUM(count), 0) FROM slotted_counters") == 2;
         },
         20s))
         << d.log();

@@ -99,7 +99,9 @@ class SocketActivation : public ::testing::Test {
     ::close(c);
     return got.starts_with("HTTP/1.1 ") ? static_cast<unsigned>(std::stoul(got.substr(9, 3))) : 0;
   }
-  unsigned unix_post(std::uint64_t id, int delta) const { return read_status(unix_send(id, delta)); }
+  unsigned unix_post(std::uint64_t id, int delta) const {
+    return read_status(unix_send(id, delta));
+  }
 
   std::int64_t total() const {
     return shared_mariadb().query_int(
@@ -125,9 +127,9 @@ TEST_F(SocketActivation, ServesTheApiOnEveryPassedSocketInPlaceOfTheConfiguredOn
 
   EXPECT_EQ(unix_post(1, 5), 202u);
   http_client tcp(tcp_port_);
-  EXPECT_EQ(tcp.post_json("/v1/increments", R"({"record_type": 1, "record_id": 2, "delta": 7})")
-                .status,
-            202u);
+  EXPECT_EQ(
+      tcp.post_json("/v1/increments", R"({"record_type": 1, "record_id": 2, "delta": 7})").status,
+      202u);
   EXPECT_EQ(tcp.get("/metrics").status, 200u);
   EXPECT_EQ(tcp.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(total(), 12);

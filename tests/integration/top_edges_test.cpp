@@ -11,21 +11,19 @@
 #include <future>
 #include <regex>
 
+#include "app/application.hpp"
 #include "db/top.hpp"
 #include "flush/flusher.hpp"
-#include "app/application.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
-#include "support/unix_now.hpp"
 #include "support/top_items.hpp"
+#include "support/unix_now.hpp"
 
 namespace slotted::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-
 
 class TopEdges : public ::testing::Test {
  protected:
@@ -58,15 +56,15 @@ TEST_F(TopEdges, TheLongestAcceptedTableNameMigratesAndStartsAndOneMoreIsRefused
   daemon_process d(yaml(counters, "table: " + longest));
   ASSERT_EQ(d.settle(), 200u) << d.log();
   http_client c(d.port());
-  ASSERT_EQ(c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 4, "delta": 7})")
-                .status,
-            202u);
+  ASSERT_EQ(
+      c.post_json("/v1/increments", R"({"record_type": 123, "record_id": 4, "delta": 7})").status,
+      202u);
   ASSERT_TRUE(flush_until_ok(c)) << d.log();
   EXPECT_EQ(items_of(c.get("/v1/top/downloads").body), (ranking{{4, 7}}));
   const auto today = unix_now() / 86400 * 86400;
-  const auto hours = c.get("/v1/top/downloads?granularity=hour&from=" +
-                           std::to_string(unix_now() / 3600 * 3600 - 7200) + "&to=" +
-                           std::to_string(unix_now()));
+  const auto hours = c.get(
+      "/v1/top/downloads?granularity=hour&from=" + std::to_string(unix_now() / 3600 * 3600 - 7200) +
+      "&to=" + std::to_string(unix_now()));
   EXPECT_EQ(items_of(hours.body), (ranking{{4, 7}})) << hours.body;
   EXPECT_EQ(items_of(c.get("/v1/top/downloads?granularity=day&from=" +
                            std::to_string(today - 86400) + "&to=" + std::to_string(unix_now()))
@@ -101,10 +99,10 @@ TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
     const std::string body =
         "{\"record_type\": 123, \"record_id\": 1, \"delta\": 5, \"at\": " +
         std::to_string(yesterday + 60) + "}\n" +
-        "{\"record_type\": 123, \"record_id\": 2, \"delta\": 3, \"at\": " +
-        std::to_string(today) + "}\n" +
-        "{\"record_type\": 123, \"record_id\": 1, \"delta\": 1, \"at\": " +
-        std::to_string(today) + "}\n" + "{\"record_type\": 124, \"record_id\": 1, \"delta\": 2}\n";
+        "{\"record_type\": 123, \"record_id\": 2, \"delta\": 3, \"at\": " + std::to_string(today) +
+        "}\n" +
+        "{\"record_type\": 123, \"record_id\": 1, \"delta\": 1, \"at\": " + std::to_string(today) +
+        "}\n" + "{\"record_type\": 124, \"record_id\": 1, \"delta\": 2}\n";
     ASSERT_EQ(c.request("POST", "/v1/increments", body, "application/x-ndjson").status, 202u);
     ASSERT_TRUE(flush_until_ok(c)) << d.log();
   }
@@ -134,7 +132,8 @@ TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
   // lowers what is there and makes no row for it.
   shared_mariadb().connect(database_).execute(
       "DELETE FROM slotted_counters_day_totals WHERE record_type = 123 AND record_id = 1 AND "
-      "bucket = '1970-01-01' + INTERVAL " + std::to_string(yesterday / 86400) + " DAY");
+      "bucket = '1970-01-01' + INTERVAL " +
+      std::to_string(yesterday / 86400) + " DAY");
   ASSERT_EQ(c.request("DELETE", "/v1/counters/123/1").status, 200u);
   EXPECT_EQ(items_of(c.get("/v1/top/downloads").body), (ranking{{2, 3}}));
   EXPECT_EQ(day(today), (ranking{{2, 3}}));
@@ -185,16 +184,16 @@ TEST_F(TopEdges, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
   ASSERT_FALSE(top);
   EXPECT_EQ(top.error(), errc::retry_later);
 
-  ASSERT_EQ(store.add(std::vector<ingest::increment>{{1, 7, 5}}, 1000),
-            store::add_result::applied);
+  ASSERT_EQ(store.add(std::vector<ingest::increment>{{1, 7, 5}}, 1000), store::add_result::applied);
   std::promise<flush::flush_result> flushed;
   auto answer = flushed.get_future();
   f.request_flush([&](const flush::flush_result& r) { flushed.set_value(r); });
   ASSERT_EQ(answer.wait_for(30s), std::future_status::ready) << "the flush found no connection";
   const auto r = answer.get();
   ASSERT_TRUE(r) << r.failed().text();
-  EXPECT_EQ(server.query_int(database, "SELECT SUM(count) FROM slotted_counters WHERE "
-                                       "record_type = 1 AND record_id = 7"),
+  EXPECT_EQ(server.query_int(database,
+                             "SELECT SUM(count) FROM slotted_counters WHERE "
+                             "record_type = 1 AND record_id = 7"),
             5);
   // Given back, the next read is served.
   leases.clear();

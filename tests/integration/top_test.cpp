@@ -2,6 +2,8 @@
 // (pending and persisted), and top-N (totals and day ranges) equal to the truth computed
 // from the same events, through plain and keyed batches, a reset, and a second instance.
 
+#include "db/top.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,21 +12,18 @@
 #include <random>
 #include <regex>
 
-#include "db/top.hpp"
 #include "support/daemon_process.hpp"
 #include "support/eventually.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
-#include "support/unix_now.hpp"
 #include "support/top_items.hpp"
+#include "support/unix_now.hpp"
 
 namespace slotted::test {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-
 
 // The truth: largest first, ties by smaller id, `limit` of them, zeros left out.
 ranking top_of(const std::map<std::uint64_t, std::int64_t>& sums, std::size_t limit) {
@@ -48,13 +47,13 @@ class ManyAndTop : public ::testing::Test {
   void TearDown() override { fs::remove_all(root_); }
 
   // `counters`: the YAML list; by default downloads keeps day buckets and top-N totals.
-  std::string yaml(const std::string& instance,
-                   const std::string& counters =
-                       "  - {name: downloads, record_type: 123, buckets: {day: 400d}, top: true}\n")
-      const {
-    return daemon_yaml(shared_mariadb(), database_,
-                       "instance_id: " + instance + "\ncounters:\n" + counters +
-                           "flush: {interval: 1h}\n");
+  std::string yaml(
+      const std::string& instance,
+      const std::string& counters =
+          "  - {name: downloads, record_type: 123, buckets: {day: 400d}, top: true}\n") const {
+    return daemon_yaml(
+        shared_mariadb(), database_,
+        "instance_id: " + instance + "\ncounters:\n" + counters + "flush: {interval: 1h}\n");
   }
   std::int64_t totals_tables() const {
     return shared_mariadb().query_int(
@@ -75,9 +74,9 @@ TEST_F(ManyAndTop, AManyCounterReadEqualsSingleReadsPendingAndPersisted) {
   ASSERT_EQ(d.settle(), 200u);
   http_client c(d.port());
   const auto post = [&](std::uint64_t id, int delta) {
-    ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": " +
-                                           std::to_string(id) +
-                                           ", \"delta\": " + std::to_string(delta) + "}")
+    ASSERT_EQ(c.post_json("/v1/increments",
+                          "{\"record_type\": 123, \"record_id\": " + std::to_string(id) +
+                              ", \"delta\": " + std::to_string(delta) + "}")
                   .status,
               202u);
   };
@@ -108,7 +107,8 @@ TEST_F(ManyAndTop, AManyCounterReadEqualsSingleReadsPendingAndPersisted) {
             std::string::npos);
   ASSERT_TRUE(flush_until_ok(c));
   check();
-  EXPECT_NE(c.get("/v1/counters/downloads?ids=3").body.find("\"persisted\": -2"), std::string::npos);
+  EXPECT_NE(c.get("/v1/counters/downloads?ids=3").body.find("\"persisted\": -2"),
+            std::string::npos);
   const auto bad = c.get("/v1/counters/downloads?ids=1,x");
   EXPECT_EQ(bad.status, 400u);
   EXPECT_NE(bad.body.find("ids must be"), std::string::npos);
@@ -134,8 +134,8 @@ TEST_F(ManyAndTop, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
       const std::int64_t day = today - 86400 * static_cast<std::int64_t>(rng() % 4);
       const std::int64_t at = day + static_cast<std::int64_t>(rng() % 600);
       if (at > unix_now()) continue;
-      body += "{\"record_type\": 123, \"record_id\": " + std::to_string(id) + ", \"delta\": " +
-              std::to_string(delta) + ", \"at\": " + std::to_string(at) + "}\n";
+      body += "{\"record_type\": 123, \"record_id\": " + std::to_string(id) +
+              ", \"delta\": " + std::to_string(delta) + ", \"at\": " + std::to_string(at) + "}\n";
       total[id] += delta;
       by_day[day][id] += delta;
     }
@@ -165,9 +165,9 @@ TEST_F(ManyAndTop, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
       ASSERT_EQ(got.status, 200u) << got.body;
       EXPECT_EQ(items_of(got.body), top_of(total, limit)) << "limit " << limit;
       for (const int days : {1, 2, 4}) {
-        const std::string range = "&granularity=day&from=" +
-                                  std::to_string(today - 86400 * (days - 1)) +
-                                  "&to=" + std::to_string(today + 1);
+        const std::string range =
+            "&granularity=day&from=" + std::to_string(today - 86400 * (days - 1)) +
+            "&to=" + std::to_string(today + 1);
         got = ca.get("/v1/top/123?limit=" + std::to_string(limit) + range);
         ASSERT_EQ(got.status, 200u) << got.body;
         EXPECT_EQ(items_of(got.body), range_truth(days, limit))
@@ -185,7 +185,7 @@ TEST_F(ManyAndTop, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
   check();
   // It counts again from zero.
   ASSERT_EQ(cb.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": " +
-                                          std::to_string(leader) + ", \"delta\": 1}")
+                                               std::to_string(leader) + ", \"delta\": 1}")
                 .status,
             202u);
   ASSERT_TRUE(flush_until_ok(cb));
@@ -250,8 +250,9 @@ TEST_F(ManyAndTop, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
   ASSERT_TRUE(eventually(
       [&] {
         c.request("POST", "/v1/flush");
-        return d.log().find("table `slotted_counters_totals` does not exist: every flush "
-                            "writes the totals of top-N") != std::string::npos;
+        return d.log().find(
+                   "table `slotted_counters_totals` does not exist: every flush "
+                   "writes the totals of top-N") != std::string::npos;
       },
       30s))
       << d.log();
@@ -349,8 +350,10 @@ TEST_F(ManyAndTop, WithTopOffNoTotalsTableIsMadeAskedForOrWritten) {
   ASSERT_EQ(d.settle(), 200u) << d.log();
   http_client c(d.port());
   const auto at = std::to_string(unix_now() - 60);
-  ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": 1, \"delta\": 3, "
-                                         "\"at\": " + at + "}")
+  ASSERT_EQ(c.post_json("/v1/increments",
+                        "{\"record_type\": 123, \"record_id\": 1, \"delta\": 3, "
+                        "\"at\": " +
+                            at + "}")
                 .status,
             202u);
   ASSERT_EQ(c.request("POST", "/v1/increments",
@@ -389,19 +392,22 @@ TEST_F(ManyAndTop, OnlyTheCountersWithTopAreAddedToTheTotals) {
   std::string body;
   for (const int type : {123, 124})
     for (const int id : {1, 2})
-      body += "{\"record_type\": " + std::to_string(type) + ", \"record_id\": " +
-              std::to_string(id) + ", \"delta\": " + std::to_string(id * 10) + "}\n";
+      body += "{\"record_type\": " + std::to_string(type) +
+              ", \"record_id\": " + std::to_string(id) + ", \"delta\": " + std::to_string(id * 10) +
+              "}\n";
   ASSERT_EQ(c.request("POST", "/v1/increments", body, "application/x-ndjson").status, 202u);
   ASSERT_TRUE(flush_until_ok(c)) << d.log();
   EXPECT_EQ(shared_mariadb().query_int(
                 database_, "SELECT COUNT(*) FROM slotted_counters_totals WHERE record_type = 124"),
             0);
-  EXPECT_EQ(shared_mariadb().query_int(
-                database_, "SELECT COUNT(*) FROM slotted_counters_day_totals WHERE record_type = 124"),
-            0);
-  EXPECT_EQ(shared_mariadb().query_int(
-                database_, "SELECT SUM(count) FROM slotted_counters_totals WHERE record_type = 123"),
-            30);
+  EXPECT_EQ(
+      shared_mariadb().query_int(
+          database_, "SELECT COUNT(*) FROM slotted_counters_day_totals WHERE record_type = 124"),
+      0);
+  EXPECT_EQ(
+      shared_mariadb().query_int(
+          database_, "SELECT SUM(count) FROM slotted_counters_totals WHERE record_type = 123"),
+      30);
   EXPECT_EQ(items_of(c.get("/v1/top/downloads").body), (ranking{{2, 20}, {1, 10}}));
   EXPECT_EQ(c.get("/v1/top/views").status, 404u);
 }

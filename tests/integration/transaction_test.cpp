@@ -14,22 +14,26 @@ namespace slotted::test {
 namespace {
 
 struct scratch_table {
-  mariadb_server& server;
+  db_server& server;
   std::string database = migrated_database(server);
-  explicit scratch_table(mariadb_server& s) : server(s) {
-    server.connect(database).execute("CREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB");
+  explicit scratch_table(db_server& s) : server(s) {
+    server.connect(database).execute("CREATE TABLE t (id INT PRIMARY KEY)");
   }
   std::int64_t rows() const { return server.query_int(database, "SELECT COUNT(*) FROM t"); }
   // A pool of one connection to the table's database.
   db::pool pool() const { return {connect_options_for(test_config(server, database).mysql), 1}; }
 };
 
-std::int64_t connection_id(db::connection& c) {
-  return std::stoll(*c.query("SELECT CONNECTION_ID()")[0][0]);
-}
+class Transaction : public engine_test {
+ protected:
+  std::int64_t connection_id(db::connection& c) const {
+    return std::stoll(
+        *c.query(postgresql() ? "SELECT pg_backend_pid()" : "SELECT CONNECTION_ID()")[0][0]);
+  }
+};
 
-TEST(Transaction, AnyThrowInsideRollsBackOnTheSameConnection) {
-  auto& server = shared_mariadb();
+TEST_P(Transaction, AnyThrowInsideRollsBackOnTheSameConnection) {
+  auto& server = this->server();
   scratch_table t(server);
   auto conn = server.connect(t.database);
   EXPECT_THROW(db::in_transaction(conn,
@@ -52,8 +56,8 @@ TEST(Transaction, AnyThrowInsideRollsBackOnTheSameConnection) {
 
 // A path that leaves a transaction open by mistake: its lease is not lent again, so
 // what it wrote is rolled back rather than committed by the next user's transaction.
-TEST(Transaction, ALeaseReturnedWithATransactionOpenIsNotLentAgain) {
-  auto& server = shared_mariadb();
+TEST_P(Transaction, ALeaseReturnedWithATransactionOpenIsNotLentAgain) {
+  auto& server = this->server();
   scratch_table t(server);
   auto pool = t.pool();
   std::int64_t first_id = 0;
@@ -75,8 +79,8 @@ TEST(Transaction, ALeaseReturnedWithATransactionOpenIsNotLentAgain) {
 
 // Autocommit statements and finished transactions leave nothing open: the connection
 // is reused (a new connection per lease would cost every flush a connect).
-TEST(Transaction, ALeaseWithNoTransactionOpenIsReused) {
-  auto& server = shared_mariadb();
+TEST_P(Transaction, ALeaseWithNoTransactionOpenIsReused) {
+  auto& server = this->server();
   scratch_table t(server);
   auto pool = t.pool();
   std::int64_t first_id = 0;
@@ -95,6 +99,8 @@ TEST(Transaction, ALeaseWithNoTransactionOpenIsReused) {
   EXPECT_EQ(connection_id(*lease), first_id);
   EXPECT_EQ(t.rows(), 2);
 }
+
+INSTANTIATE_ENGINES(Transaction);
 
 }  // namespace
 }  // namespace slotted::test

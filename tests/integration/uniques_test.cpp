@@ -22,8 +22,8 @@
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
-#include "support/unix_now.hpp"
 #include "support/top_items.hpp"
+#include "support/unix_now.hpp"
 
 namespace slotted::test {
 namespace {

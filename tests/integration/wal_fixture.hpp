@@ -21,8 +21,13 @@ namespace fs = std::filesystem;
 
 class Wal : public ::testing::Test {
  protected:
+  // The engine of the database the daemon writes to: MariaDB's here, each engine in
+  // WalOnEngines.
+  virtual db::engine engine() const { return db::engine::mariadb; }
+  db_server& server() const { return shared_server(engine()); }
+
   void SetUp() override {
-    database_ = migrated_database(shared_mariadb());
+    database_ = migrated_database(server());
     root_ = make_temp_dir("wal-test");
     wal_dir_ = root_ + "/wal";
   }
@@ -34,7 +39,7 @@ class Wal : public ::testing::Test {
   }
   // `wal` is the wal key's value ("{dir: \"\"}": none).
   std::string yaml_with_wal(const std::string& wal, const std::string& flush_interval) const {
-    return daemon_yaml(shared_mariadb(), database_,
+    return daemon_yaml(server(), database_,
                        "instance_id: wal-test\n"
                        "accept_undeclared_types: true\n"
                        "flush: {interval: " +
@@ -42,11 +47,15 @@ class Wal : public ::testing::Test {
   }
 
   std::int64_t db_total(std::uint64_t id) const {
-    return shared_mariadb().query_int(
-        database_,
-        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
-        "WHERE record_type = 1 AND record_id = " +
-            std::to_string(id));
+    return server().query_int(database_,
+                              "SELECT COALESCE(SUM(count), 0) FROM slotted_counters "
+                              "WHERE record_type = 1 AND record_id = " +
+                                  std::to_string(id));
+  }
+  // The database's time two days ago.
+  std::string two_days_ago() const {
+    return engine() == db::engine::postgresql ? "statement_timestamp() - INTERVAL '2 DAY'"
+                                              : "NOW(3) - INTERVAL 2 DAY";
   }
 
   // Writes a segment holding `records` (after the segment header).
@@ -68,6 +77,12 @@ class Wal : public ::testing::Test {
   }
 
   std::string database_, root_, wal_dir_;
+};
+
+// The tests whose outcome is the database's: on each engine.
+class WalOnEngines : public Wal, public ::testing::WithParamInterface<db::engine> {
+ protected:
+  db::engine engine() const override { return GetParam(); }
 };
 
 }  // namespace slotted::test

@@ -48,10 +48,12 @@ TEST_F(Wal, ADaemonStartedOnAFullDiskRefusesIncrementsUntilThereIsRoom) {
   EXPECT_EQ(r.status, 503u) << r.body;
   EXPECT_TRUE(r.headers.count("retry-after"));
   fs::remove(mnt + "/fill");
-  ASSERT_TRUE(eventually([&] {
-    return c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 4})").status ==
-           202u;
-  }, 20s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return c.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 4})")
+                   .status == 202u;
+      },
+      20s));
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(db_total(7), 4);
   EXPECT_NE(daemon.log().find("the WAL's disk is full"), std::string::npos) << daemon.log();
@@ -64,13 +66,16 @@ TEST_F(Wal, ADaemonStartedOnAFullDiskRefusesIncrementsUntilThereIsRoom) {
   ASSERT_FALSE(fs::is_empty(wal_dir_));
   daemon_process again(yaml("never", "1h"));
   http_client c2(again.port());
-  EXPECT_EQ(c2.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 3})").status,
-            503u);
+  EXPECT_EQ(
+      c2.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 3})").status,
+      503u);
   fs::remove(mnt + "/fill");
-  ASSERT_TRUE(eventually([&] {
-    return c2.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 5})")
-               .status == 202u;
-  }, 20s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        return c2.post_json("/v1/increments", R"({"record_type": 1, "record_id": 7, "delta": 5})")
+                   .status == 202u;
+      },
+      20s));
   ASSERT_EQ(c2.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(db_total(7), 9);
   again.signal(SIGTERM);
@@ -142,8 +147,7 @@ TEST_F(Wal, AStartWithoutAWalSaysWhenTheStateDirectoryHoldsOneToReplay) {
     ASSERT_EQ(killed.wait(30s), -SIGKILL);
   }
   const std::string after_kill = run_without_wal();
-  EXPECT_NE(after_kill.find("the state directory " + wal_dir_ + " " + stranded),
-            std::string::npos)
+  EXPECT_NE(after_kill.find("the state directory " + wal_dir_ + " " + stranded), std::string::npos)
       << after_kill;
   EXPECT_NE(after_kill.find("--wal-salvage"), std::string::npos) << after_kill;
 }

@@ -15,6 +15,8 @@
 #include <random>
 #include <regex>
 
+#include "durable/record.hpp"
+#include "flush/flusher.hpp"
 #include "integration/load.hpp"
 #include "integration/wal_fixture.hpp"
 #include "support/daemon_process.hpp"
@@ -22,15 +24,13 @@
 #include "support/http_client.hpp"
 #include "support/notify_socket.hpp"
 #include "support/temp_dir.hpp"
-#include "durable/record.hpp"
-#include "flush/flusher.hpp"
 
 namespace slotted::test {
 namespace {
 
 using namespace std::chrono_literals;
 
-TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
+TEST_P(WalOnEngines, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   constexpr int keys = 40;
   std::vector<std::int64_t> acknowledged(keys), unanswered(keys);
   std::mt19937 rng(42);
@@ -109,7 +109,7 @@ TEST_F(Wal, SigkillAtRandomMomentsLosesNothingAcknowledgedAndDoublesNothing) {
   EXPECT_GT(total_ack, 1000);
 }
 
-TEST_F(Wal, CommittedBatchesAreNotReplayedLongAfter) {
+TEST_P(WalOnEngines, CommittedBatchesAreNotReplayedLongAfter) {
   // The ledger forgets old batches (pruning); the log must not hold on to committed
   // ones and send them again at the next start.
   {
@@ -129,8 +129,7 @@ TEST_F(Wal, CommittedBatchesAreNotReplayedLongAfter) {
     first.signal(SIGKILL);
     first.wait(10s);
   }
-  shared_mariadb().connect(database_).execute(
-      "DELETE FROM slotted_counterd_ledger");  // as pruning would
+  server().connect(database_).execute("DELETE FROM slotted_counterd_ledger");  // as pruning would
   daemon_process second(yaml("always", "1h"));
   http_client c(second.port());
   EXPECT_NE(second.log().find("1 pending counters and 0 logged batches"), std::string::npos)
@@ -261,7 +260,7 @@ TEST_F(Wal, ALockFileThatIsASymlinkIsRefusedAndItsTargetLeftAlone) {
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "precious\n");
 }
 
-TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
+TEST_P(WalOnEngines, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
   // A batch committed, but the WAL could not log that it did (a full disk): replay will
   // send it again, and only its ledger row makes that a no-op. The hourly prune of old
   // ledger rows must not delete that row while the WAL still holds the batch.
@@ -276,10 +275,9 @@ TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
             std::to_string(1000 + i) + "}";
   body += "]";
   const auto total = [&] {
-    return shared_mariadb().query_int(
-        database_,
-        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
-        "WHERE record_type = 1 AND record_id BETWEEN 1000 AND 1199");
+    return server().query_int(database_,
+                              "SELECT COALESCE(SUM(count), 0) FROM slotted_counters "
+                              "WHERE record_type = 1 AND record_id BETWEEN 1000 AND 1199");
   };
   std::optional<daemon_process> daemon(std::in_place, yaml("always", "1h"), file_limit);
   {
@@ -293,8 +291,8 @@ TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
   daemon.reset();
   // The daemon stayed down for longer than the ledger's retention of another run's rows
   // (a day: the restarted daemon is another run).
-  shared_mariadb().connect(database_).execute(
-      "UPDATE slotted_counterd_ledger SET committed_at = NOW(3) - INTERVAL 2 DAY");
+  server().connect(database_).execute("UPDATE slotted_counterd_ledger SET committed_at = " +
+                                      two_days_ago());
 
   // Restarted, the disk still full: the replayed batch is found in the ledger, its
   // committed record cannot be logged, and the first cycle prunes the ledger.
@@ -314,8 +312,7 @@ TEST_F(Wal, TheLedgerRowOfABatchTheWalStillHoldsIsNotPruned) {
   http_client c(daemon->port());
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(total(), 200) << daemon->log();
-  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_ledger"),
-            0);
+  EXPECT_EQ(server().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 0);
 }
 
 TEST_F(Wal, SecondCopyOnTheSameDirectoryExits1AndTouchesNothing) {
@@ -379,7 +376,7 @@ TEST_F(Wal, SecondCopyOnTheSameDirectoryExits1AndTouchesNothing) {
   EXPECT_EQ(db_total(70), acknowledged);
 }
 
-TEST_F(Wal, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedParts) {
+TEST_P(WalOnEngines, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedParts) {
   // Before a crash the database refused batch 1 for its values and the flusher split
   // it; its left half (split index 2) committed. The column has been widened since, so
   // the replayed batch would now commit whole: only its right half may.
@@ -391,7 +388,7 @@ TEST_F(Wal, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedPart
   std::string records;
   durable::append_batches(records, std::vector{batch});
   write_segment(records);
-  auto conn = shared_mariadb().connect(database_);
+  auto conn = server().connect(database_);
   conn.execute(
       "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
       "VALUES ('wal-test', " +
@@ -408,7 +405,7 @@ TEST_F(Wal, SplitBatchReplayedAfterTheErrorWentAwayAppliesOnlyItsUncommittedPart
   EXPECT_NE(daemon.log().find("was split before the restart"), std::string::npos) << daemon.log();
 }
 
-TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
+TEST_P(WalOnEngines, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
   // Both halves of batch 1 committed before the crash: nothing is left to write, and
   // the log must record that, or a replay after the ledger is pruned would send the
   // whole batch again.
@@ -420,7 +417,7 @@ TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
   std::string records;
   durable::append_batches(records, std::vector{batch});
   write_segment(records);
-  auto conn = shared_mariadb().connect(database_);
+  auto conn = server().connect(database_);
   for (const std::uint64_t node : {2, 3}) {
     conn.execute(
         "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
@@ -443,7 +440,7 @@ TEST_F(Wal, ReplayedSplitBatchWhosePartsAllCommittedIsNeverSentAgain) {
   EXPECT_EQ(db_total(112), 2);
 }
 
-TEST_F(Wal, AReplayedBatchThatHadCommittedIsNeverCountedTwiceByReads) {
+TEST_P(WalOnEngines, AReplayedBatchThatHadCommittedIsNeverCountedTwiceByReads) {
   // SIGKILLed right after batch 1 committed, before the WAL logged that it had: the
   // batch is in the table (and the ledger) and replays as queued. Reads must not add it
   // twice while no cycle gets as far as writing it (here: the bucket table of another
@@ -456,21 +453,20 @@ TEST_F(Wal, AReplayedBatchThatHadCommittedIsNeverCountedTwiceByReads) {
   std::string records;
   durable::append_batches(records, std::vector{batch});
   write_segment(records);
-  auto conn = shared_mariadb().connect(database_);
+  auto conn = server().connect(database_);
   conn.execute(
       "INSERT INTO slotted_counterd_ledger (instance_id, run_id, batch_seq, row_count) "
       "VALUES ('wal-test', " +
       std::to_string(run) + ", 1, 1)");
   conn.execute("INSERT INTO slotted_counters VALUES (1, 120, 0, 5)");
-  const std::string text =
-      daemon_yaml(shared_mariadb(), database_,
-                  "instance_id: wal-test\n"
-                  "accept_undeclared_types: true\n"
-                  "counters:\n"
-                  "  - {name: timed, record_type: 2, buckets: {hour: 48h}}\n"
-                  "flush: {interval: 1h, max_retry_backoff: 1h}\n"
-                  "wal: {dir: " +
-                      wal_dir_ + ", fsync: always}\n");
+  const std::string text = daemon_yaml(server(), database_,
+                                       "instance_id: wal-test\n"
+                                       "accept_undeclared_types: true\n"
+                                       "counters:\n"
+                                       "  - {name: timed, record_type: 2, buckets: {hour: 48h}}\n"
+                                       "flush: {interval: 1h, max_retry_backoff: 1h}\n"
+                                       "wal: {dir: " +
+                                           wal_dir_ + ", fsync: always}\n");
   // In process: the binary refuses to start on a reachable database without the table.
   in_process_daemon daemon(config::parse_config(text));
   http_client c(daemon.port());
@@ -590,6 +586,8 @@ TEST_F(Wal, FullDiskAnswers503AndRecovers) {
   daemon.signal(SIGTERM);
   EXPECT_EQ(daemon.wait(30s), 0);
 }
+
+INSTANTIATE_ENGINES(WalOnEngines);
 
 }  // namespace
 }  // namespace slotted::test

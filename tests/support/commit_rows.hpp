@@ -23,8 +23,7 @@ inline db::commit_outcome commit_rows(db::connection& conn, const std::string& t
   b.rows = std::move(rows);
   b.bucket_rows = std::move(buckets);
   const db::write_rules rules{
-      .table = table,
-      .marks = [&](std::span<const db::counter_row>) { return std::span(marks); }};
+      .table = table, .marks = [&](std::span<const db::counter_row>) { return std::span(marks); }};
   return db::apply(conn, db::write_set_of(id, b), rules).outcome;
 }
 
@@ -34,9 +33,9 @@ inline db::write_result reset_counter(db::connection& conn, const std::string& t
                                       const db::batch_identity& id, store::counter_key key,
                                       const store::bucket_spec& buckets = store::no_buckets(),
                                       const store::top_spec& top = store::no_top()) {
-  return db::apply(conn,
-                   {.guard = db::ledger_guard{id, 0}, .reset = key, .mark_gen = db::dirty_gen_of(id)},
-                   {.table = table, .buckets = &buckets, .top = &top});
+  return db::apply(
+      conn, {.guard = db::ledger_guard{id, 0}, .reset = key, .mark_gen = db::dirty_gen_of(id)},
+      {.table = table, .buckets = &buckets, .top = &top});
 }
 
 }  // namespace slotted::test

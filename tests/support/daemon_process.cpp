@@ -20,21 +20,19 @@
 
 #include "app/application.hpp"
 #include "db/repository.hpp"
-#include "support/http_client.hpp"
 #include "support/eventually.hpp"
+#include "support/http_client.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::test {
 
-config::daemon_config test_config(const mariadb_server& server, const std::string& database) {
+namespace {
+config::daemon_config test_config_without_server() {
   config::daemon_config cfg;
   cfg.instance_id = "test";
   cfg.listen_address = "127.0.0.1";
   cfg.listen_port = 0;
   cfg.http.threads = 2;
-  cfg.mysql.socket = server.socket();
-  cfg.mysql.user = "root";
-  cfg.mysql.database = database;
   cfg.mysql.connect_timeout = std::chrono::seconds(2);
   cfg.accept_undeclared_types = true;
   cfg.shards = 16;
@@ -44,7 +42,29 @@ config::daemon_config test_config(const mariadb_server& server, const std::strin
   return cfg;
 }
 
+const std::string daemon_yaml_head = "listen: {address: 127.0.0.1, port: 0}\nhttp: {threads: 2}\n";
+}  // namespace
+
+config::daemon_config test_config(const mariadb_server& server, const std::string& database) {
+  auto cfg = test_config_without_server();
+  cfg.mysql.socket = server.socket();
+  cfg.mysql.user = "root";
+  cfg.mysql.database = database;
+  return cfg;
+}
+
+config::daemon_config test_config(const db_server& server, const std::string& database) {
+  auto cfg = test_config_without_server();
+  server.configure(cfg.mysql, database);
+  return cfg;
+}
+
 void migrate(const mariadb_server& server, const std::string& database, const std::string& table) {
+  auto conn = server.connect(database);
+  db::migrate(conn, table);
+}
+
+void migrate(const db_server& server, const std::string& database, const std::string& table) {
   auto conn = server.connect(database);
   db::migrate(conn, table);
 }
@@ -57,7 +77,28 @@ void create_seed_table(const mariadb_server& server, const std::string& database
       (auto_increment > 0 ? " AUTO_INCREMENT=" + std::to_string(auto_increment) : std::string()));
 }
 
+void create_seed_table(const db_server& server, const std::string& database,
+                       std::uint64_t auto_increment) {
+  if (server.engine() == db::engine::mariadb) {
+    create_seed_table(shared_mariadb(), database, auto_increment);
+    return;
+  }
+  auto conn = server.connect(database);
+  conn.execute(
+      "CREATE TABLE slotted_counters (id serial PRIMARY KEY, record_type integer, record_id "
+      "integer, slot integer, count integer, UNIQUE (record_type, record_id, slot))");
+  if (auto_increment > 0)
+    conn.execute("ALTER SEQUENCE slotted_counters_id_seq RESTART WITH " +
+                 std::to_string(auto_increment));
+}
+
 std::string migrated_database(mariadb_server& server) {
+  const auto database = server.create_database();
+  migrate(server, database);
+  return database;
+}
+
+std::string migrated_database(db_server& server) {
   const auto database = server.create_database();
   migrate(server, database);
   return database;
@@ -65,11 +106,14 @@ std::string migrated_database(mariadb_server& server) {
 
 std::string daemon_yaml(const mariadb_server& server, const std::string& database,
                         const std::string& rest, const std::string& mysql_extra) {
-  return "listen: {address: 127.0.0.1, port: 0}\n"
-         "http: {threads: 2}\n"
-         "mysql: {socket: " +
-         server.socket() + ", user: root, database: " + database +
-         (mysql_extra.empty() ? "" : ", " + mysql_extra) + "}\n" + rest;
+  return daemon_yaml_head + "mysql: {socket: " + server.socket() +
+         ", user: root, database: " + database + (mysql_extra.empty() ? "" : ", " + mysql_extra) +
+         "}\n" + rest;
+}
+
+std::string daemon_yaml(const db_server& server, const std::string& database,
+                        const std::string& rest, const std::string& extra) {
+  return daemon_yaml_head + server.config_section(database, extra) + rest;
 }
 
 int run_binary(const std::string& yaml, const std::string& flags, std::string& output) {
@@ -98,8 +142,12 @@ in_process_daemon::in_process_daemon(config::daemon_config cfg)
   http_client(port()).request("POST", "/v1/flush", "", "", headers);
 }
 
-std::uint16_t in_process_daemon::port() const { return app_->port(); }
-std::uint16_t in_process_daemon::metrics_port() const { return app_->metrics_port(); }
+std::uint16_t in_process_daemon::port() const {
+  return app_->port();
+}
+std::uint16_t in_process_daemon::metrics_port() const {
+  return app_->metrics_port();
+}
 
 in_process_daemon::~in_process_daemon() {
   stop();
@@ -200,8 +248,8 @@ daemon_process::daemon_process(const std::string& yaml, std::size_t file_size_li
         int status = 0;
         if (waitpid(pid_, &status, WNOHANG) == pid_) {
           pid_ = -1;
-          throw std::runtime_error("daemon exited at start with status " +
-                                   std::to_string(status) + ": " + log());
+          throw std::runtime_error("daemon exited at start with status " + std::to_string(status) +
+                                   ": " + log());
         }
         return false;
       },
@@ -228,8 +276,8 @@ void daemon_process::signal(int signo) {
 
 int daemon_process::wait(std::chrono::milliseconds timeout) {
   int status = 0;
-  const bool exited = eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
-                                 timeout, std::chrono::milliseconds(10));
+  const bool exited = eventually([&] { return waitpid(pid_, &status, WNOHANG) == pid_; }, timeout,
+                                 std::chrono::milliseconds(10));
   if (!exited) return -1000;
   pid_ = -1;
   if (WIFEXITED(status)) return WEXITSTATUS(status);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "support/db_server.hpp"
 #include "support/mariadb_server.hpp"
 
 namespace slotted {
@@ -22,18 +23,24 @@ namespace slotted::test {
 // A config for tests: loopback port 0, the shared server's socket, the given database,
 // every type accepted, a short flush interval.
 config::daemon_config test_config(const mariadb_server& server, const std::string& database);
+config::daemon_config test_config(const db_server& server, const std::string& database);
 
 // A new database with the daemon's schema in it; returns its name.
 std::string migrated_database(mariadb_server& server);
+std::string migrated_database(db_server& server);
 
 // The YAML every test daemon starts from (loopback port 0, 2 HTTP threads, the shared
 // server's socket, `database`, then `mysql_extra` keys such as "pool_size: 5"), followed
 // by `rest`.
 std::string daemon_yaml(const mariadb_server& server, const std::string& database,
                         const std::string& rest, const std::string& mysql_extra = "");
+std::string daemon_yaml(const db_server& server, const std::string& database,
+                        const std::string& rest, const std::string& extra = "");
 
 // Creates the schema in `database` with the daemon's own migration.
 void migrate(const mariadb_server& server, const std::string& database,
+             const std::string& table = "slotted_counters");
+void migrate(const db_server& server, const std::string& database,
              const std::string& table = "slotted_counters");
 
 // Runs the built binary on `yaml` with `flags` (e.g. "--check-config") to its end;
@@ -44,6 +51,9 @@ int run_binary(const std::string& yaml, const std::string& flags, std::string& o
 // The seed's table as `slotted_counters`: AUTO_INCREMENT id + UNIQUE key, INT columns;
 // `auto_increment` > 0 sets the next id (e.g. near the INT maximum).
 void create_seed_table(const mariadb_server& server, const std::string& database,
+                       std::uint64_t auto_increment = 0);
+// PostgreSQL's twin: a serial id, integer columns.
+void create_seed_table(const db_server& server, const std::string& database,
                        std::uint64_t auto_increment = 0);
 
 class in_process_daemon {

@@ -95,8 +95,8 @@ class fake_backend : public http::backend {
   std::vector<idempotency::keyed_request> keyed_;
   std::vector<std::pair<std::string, idempotency::body_hash>> found_;  // find_keyed's keys
   store::counter_key read_key_, reset_key_;
-  std::vector<std::uint64_t> read_ids_;          // read_counters
-  std::optional<top_range> top_range_;           // read_top
+  std::vector<std::uint64_t> read_ids_;  // read_counters
+  std::optional<top_range> top_range_;   // read_top
   std::size_t top_limit_ = 0;
   struct series_args {
     store::granularity g = store::granularity::none;

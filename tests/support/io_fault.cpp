@@ -13,15 +13,16 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
-#include <cerrno>
-#include <cstdarg>
-#include <cstring>
 #include <fcntl.h>
-#include <cstdio>
-#include <cstdlib>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace {
 unsigned long long last_gen;

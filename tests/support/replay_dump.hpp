@@ -24,8 +24,8 @@ inline std::string dump_increment(const ingest::increment& i) {
 }
 
 inline std::string dump_keyed(const idempotency::keyed_request& r) {
-  std::string s = "keyed " + r.key + " " + idempotency::hex(r.hash) + " received_ms=" +
-                  std::to_string(r.received_ms) + "\n";
+  std::string s = "keyed " + r.key + " " + idempotency::hex(r.hash) +
+                  " received_ms=" + std::to_string(r.received_ms) + "\n";
   for (const auto& i : r.increments) s += "    " + dump_increment(i) + "\n";
   return s;
 }
@@ -47,8 +47,8 @@ inline std::string dump(const durable::replay_state& state) {
     s += "pending " + std::to_string(d.key.record_type) + "/" + std::to_string(d.key.record_id) +
          " " + std::to_string(d.delta);
     if (d.gran != store::granularity::none)
-      s += " gran=" + std::to_string(static_cast<int>(d.gran)) + " bucket=" +
-           std::to_string(d.bucket);
+      s += " gran=" + std::to_string(static_cast<int>(d.gran)) +
+           " bucket=" + std::to_string(d.bucket);
     s += "\n";
   }
   for (const auto& b : state.batches()) {
@@ -59,8 +59,8 @@ inline std::string dump(const durable::replay_state& state) {
            " slot=" + std::to_string(r.slot) + " " + std::to_string(r.delta) + "\n";
     for (const auto& r : b.bucket_rows)
       s += "  bucket_row " + std::to_string(r.record_type) + "/" + std::to_string(r.record_id) +
-           " gran=" + std::to_string(static_cast<int>(r.gran)) + " bucket=" +
-           std::to_string(r.bucket) + " slot=" + std::to_string(r.slot) + " " +
+           " gran=" + std::to_string(static_cast<int>(r.gran)) +
+           " bucket=" + std::to_string(r.bucket) + " slot=" + std::to_string(r.slot) + " " +
            std::to_string(r.delta) + "\n";
     for (const auto& k : requests_of(b)) s += "  " + dump_keyed(k);
     for (const auto& e : uniques_of(b)) s += "  " + dump_unique(e);
