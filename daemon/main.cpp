@@ -34,7 +34,8 @@ constexpr const char* usage =
     "                                                 print the GRANTs mysql.user needs, exit\n"
     "  slotted-counterd --version | --help\n"
     "Every mode takes --mysql-user USER and --mysql-password-file FILE in place of the\n"
-    "config's mysql.user and password (e.g. an administrator's, for --migrate).\n";
+    "config's mysql.user (or postgresql.user) and password (e.g. an administrator's,\n"
+    "for --migrate).\n";
 
 // Thousands of idle keep-alive connections are normal for this daemon.
 void raise_open_file_limit() {
@@ -170,10 +171,8 @@ int run_daemon(const flags& f, slotted::config::daemon_config&& cfg) {
 
 // The mode the flags name, on a loaded config.
 int run_mode(const flags& f, slotted::config::daemon_config&& cfg) {
-  if ((f.grants || !f.adopt.counter.empty()) &&
-      cfg.mysql.engine == slotted::config::database_engine::postgresql) {
-    std::cerr << (f.grants ? "--print-grants" : "--adopt")
-              << ": not supported with postgresql yet (docs/postgresql.md)\n";
+  if (f.grants && cfg.mysql.engine == slotted::config::database_engine::postgresql) {
+    std::cerr << "--print-grants: not supported with postgresql yet (docs/postgresql.md)\n";
     return 2;
   }
   // Offline: the config alone, no database.

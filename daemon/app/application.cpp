@@ -135,6 +135,10 @@ application::application(config::daemon_config cfg)
       running_(cfg_) {
   // Buckets are fixed for the process's life (a reload does not change them).
   store_.set_buckets(config::bucket_spec_of(cfg_));
+  // No PostgreSQL integer holds more than 2^63 - 1: refused at ingest from the start, not
+  // only once the first schema check has read the columns (a database down at start).
+  if (cfg_.mysql.engine == config::database_engine::postgresql)
+    limits_.set(ingest::max_record_type, INT64_MAX);
   for (unsigned i = 0; i < http_threads(cfg_); ++i)
     contexts_.push_back(std::make_unique<net::io_context>(1));
   flusher_.attach_keyed(&keyed_);

@@ -34,7 +34,7 @@ result<host_port> parse_host_port(const std::string& text, std::uint16_t default
   }
   if (out.host.empty()) return bad("empty host");
   for (char c : out.host) {
-    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '@')
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '/' || c == '@' || c == ',')
       return bad("not a host name or address");
   }
   if (!port.empty()) {
@@ -93,8 +93,16 @@ void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
 }
 
 void check_hosts_and_socket(const daemon_config& cfg, checker& c) {
-  if (!cfg.mysql.hosts.empty() && !cfg.mysql.socket.empty())
-    c.fail_plain(cfg.mysql.key("hosts"), "set hosts or socket, not both");
+  const auto& m = cfg.mysql;
+  if (!m.hosts.empty() && !m.socket.empty())
+    c.fail_plain(m.key("hosts"), "set hosts or socket, not both");
+  // libpq reads an empty host as its environment's, one starting with '/' as a socket's
+  // directory (no TLS, whatever tls.mode says) and a comma as a list of its own.
+  if (m.engine == database_engine::postgresql &&
+      (m.host.empty() || m.host.front() == '/' || m.host.find(',') != std::string::npos))
+    c.fail_plain(m.key("host"), "'" + m.host +
+                                    "' is not a host name or address (a socket's directory goes in "
+                                    "postgresql.socket, several hosts in postgresql.hosts)");
 }
 
 // What the daemon does not do on PostgreSQL yet (docs/postgresql.md): refused at load,

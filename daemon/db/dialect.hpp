@@ -119,6 +119,11 @@ class dialect {
   // A binary column as upper-case hex.
   virtual std::string hex(std::string_view column) const = 0;
 
+  // What an operator runs to widen an autoincrement column that is running out (a
+  // message's remedy, not run by the daemon).
+  virtual std::string widen_autoincrement(std::string_view table,
+                                          std::string_view column) const = 0;
+
   // The statement (several, on PostgreSQL, in one string) that creates `t` with its
   // indexes when it does not exist.
   virtual std::string create_table(const table_def& t) const = 0;

@@ -147,6 +147,10 @@ class mariadb final : public dialect {
   }
   // The multi-table form, for its index hint: without it the optimizer may scan the
   // table for a long IN list and wait on (and lock) rows it does not delete.
+  std::string widen_autoincrement(std::string_view table, std::string_view column) const override {
+    return "ALTER TABLE " + quote_identifier(table) + " MODIFY " + quote_identifier(column) +
+           " BIGINT UNSIGNED NOT NULL AUTO_INCREMENT";
+  }
   std::string delete_by_primary_key(std::string_view table) const override {
     std::string out = "DELETE ";
     out.append(table).append(" FROM ").append(table).append(" FORCE INDEX (PRIMARY)");

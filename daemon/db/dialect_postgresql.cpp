@@ -195,6 +195,12 @@ class postgresql final : public dialect {
     return "CAST(EXTRACT(EPOCH FROM " + std::string(column) + ") AS BIGINT)";
   }
   std::string index_hint(std::string_view) const override { return {}; }
+  std::string widen_autoincrement(std::string_view table, std::string_view column) const override {
+    const std::string t = "\"" + std::string(table) + "\"", c = "\"" + std::string(column) + "\"";
+    return "ALTER TABLE " + t + " ALTER COLUMN " + c + " TYPE bigint, then its sequence: ALTER " +
+           "SEQUENCE <SELECT pg_get_serial_sequence('" + t + "', '" + std::string(column) +
+           "')> AS bigint";
+  }
   std::string delete_by_primary_key(std::string_view table) const override {
     return "DELETE FROM " + std::string(table);
   }

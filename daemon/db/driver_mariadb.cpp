@@ -102,6 +102,7 @@ error_class class_of(unsigned code, const std::string& message) {
     case ER_TRUNCATED_WRONG_VALUE:            // 1292
     case ER_DATA_TOO_LONG:                    // 1406
     case ER_BAD_NULL_ERROR:                   // 1048
+    case ER_CONSTRAINT_FAILED:                // 4025: a CHECK of the table
       return error_class::data;
     case 167:                     // HA_ERR_AUTOINC_ERANGE: out of range value for column
     case ER_AUTOINC_READ_FAILED:  // 1467

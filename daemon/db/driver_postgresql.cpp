@@ -43,10 +43,11 @@ error_class class_of(std::string_view s) {
   if (s == "23505") return error_class::duplicate_key;
   if (s == "2200H") return error_class::sequence_exhausted;
   // A row's own values the table cannot hold: out of range or overflow, too long, not a
-  // number, not valid in the encoding, a NULL where none may be. Only these: the batch
+  // number, not valid in the encoding, a NULL where none may be, a CHECK of the table (an
+  // owning column's `download_count >= 0`). Only these: the batch
   // is split and the row refused, so a class-22 error of our own statement's making
   // (a division by zero, a bad date) is retried, never taken for a bad row.
-  if (s == "22003" || s == "22001" || s == "22P02" || s == "22021" || s == "23502")
+  if (s == "22003" || s == "22001" || s == "22P02" || s == "22021" || s == "23502" || s == "23514")
     return error_class::data;
   if (s == "42P01") return error_class::no_such_table;
   if (s == "57014") return error_class::statement_timeout;  // statement_timeout, cancel
@@ -230,6 +231,14 @@ postgresql_driver::postgresql_driver(const connect_options& o) : io_timeout_(o.i
       "TRANSACTION ISOLATION LEVEL "
       "READ COMMITTED; SET lock_timeout = '50s'; " +
       path);
+  // A schema that does not exist, or that the role may not use, leaves none current:
+  // every table would read as missing and --migrate would have nowhere to create them.
+  const result_ptr current = run("SELECT current_schema()");
+  if (current == nullptr || PQntuples(current.get()) != 1 || PQgetisnull(current.get(), 0, 0))
+    throw db_error(error_class::fatal,
+                   "connect: schema \"" + o.schema +
+                       "\" does not exist or the role may not use it (postgresql.schema)",
+                   "3F000");
   // A backend whose client closed the connection (a statement we stopped waiting for)
   // notices within a second and ends, freeing its locks for the retry. PostgreSQL 14
   // and later, where the platform supports it: nothing is lost without it.

@@ -91,10 +91,11 @@ key_limits verify_schema(connection& conn, const std::string& table, bool with_r
   const bool has_key = std::any_of(unique_indexes.begin(), unique_indexes.end(),
                                    [&](const auto& entry) { return entry.second == wanted; });
   if (!has_key) {
-    throw db_error(error_class::fatal,
-                   "table `" + table +
-                       "` needs a PRIMARY or UNIQUE key on exactly "
-                       "(record_type, record_id, slot) for ON DUPLICATE KEY UPDATE");
+    throw db_error(
+        error_class::fatal,
+        "table `" + table +
+            "` needs a PRIMARY or UNIQUE key on exactly "
+            "(record_type, record_id, slot) for its upsert (ON DUPLICATE KEY UPDATE, ON CONFLICT)");
   }
   for (const auto needed : {ledger_table, dirty_table}) {
     if (needed == dirty_table && !with_rollups) continue;

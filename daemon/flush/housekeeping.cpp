@@ -48,8 +48,8 @@ void housekeeping::check_autoincrement(db::connection& conn) {
   if (low && !autoincrement_warned_) {
     log::warn("table `", settings_.table, "`: its AUTO_INCREMENT column `", st->column, "` (",
               st->column_type, ") has ", remaining, " values left (every flushed row uses one, ",
-              "even an update); widen it before it runs out: ALTER TABLE `", settings_.table,
-              "` MODIFY `", st->column, "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT");
+              "even an update); widen it before it runs out: ",
+              conn.sql().widen_autoincrement(settings_.table, st->column));
   }
   autoincrement_warned_ = low;
 }
@@ -69,9 +69,9 @@ db::db_error housekeeping::autoincrement_exhausted(db::connection& conn,
   return db::db_error(db::error_class::fatal,
                       "table `" + settings_.table + "`: its AUTO_INCREMENT column `" + column +
                           "` (" + type + ") is exhausted (" + cause.what() +
-                          "); no counter row can be written until it is widened: ALTER TABLE `" +
-                          settings_.table + "` MODIFY `" + column +
-                          "` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT. Nothing is dropped: the "
+                          "); no counter row can be written until it is widened: " +
+                          conn.sql().widen_autoincrement(settings_.table, column) +
+                          ". Nothing is dropped: the "
                           "batches stay queued and flushing resumes by itself once it is wider",
                       cause.native_code());
 }

@@ -15,7 +15,8 @@ failure over_cap(unsigned cap) {
   std::string why = "too many many-counter and top-N reads at once on this instance (at most ";
   why += std::to_string(cap);
   why +=
-      ", mysql.pool_size less flush.connections, so that the flushes keep a connection); "
+      ", the database section's pool_size less flush.connections, so that the flushes keep "
+      "a connection); "
       "retry shortly";
   return failure(errc::retry_later, std::move(why));
 }

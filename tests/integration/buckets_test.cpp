@@ -39,8 +39,13 @@ std::vector<std::int64_t> counts_of(const std::string& body) {
 
 class Buckets : public ::testing::Test {
  protected:
+  // MariaDB here (the tests that write MariaDB's SQL themselves); each engine in
+  // BucketsOnEngines.
+  virtual db::engine engine() const { return db::engine::mariadb; }
+  db_server& server() const { return shared_server(engine()); }
+
   void SetUp() override {
-    database_ = shared_mariadb().create_database();
+    database_ = server().create_database();
     root_ = make_temp_dir("buckets-test");
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -48,7 +53,7 @@ class Buckets : public ::testing::Test {
   // Type 123 keeps hour and day buckets, type 7 none. A long flush interval: the test
   // flushes when it asks.
   std::string yaml(const std::string& buckets = "{hour: 48h, day: 400d}") const {
-    return daemon_yaml(shared_mariadb(), database_,
+    return daemon_yaml(server(), database_,
                        "instance_id: buckets-test\n"
                        "counters:\n"
                        "  - {name: repo_downloads, record_type: 123, buckets: " +
@@ -67,7 +72,7 @@ class Buckets : public ::testing::Test {
   // The schema, and a connection for a test that writes its rows itself.
   db::connection migrated_connection() const {
     run_migrate();
-    return shared_mariadb().connect(database_);
+    return server().connect(database_);
   }
   // One call of the pruner's chunked delete on counter 123's `g` buckets, kept for
   // `retention`, at unix time `now`.
@@ -80,27 +85,31 @@ class Buckets : public ::testing::Test {
                                     max_chunks, behind);
   }
 
-  std::int64_t query(const std::string& sql) const {
-    return shared_mariadb().query_int(database_, sql);
-  }
+  std::int64_t query(const std::string& sql) const { return server().query_int(database_, sql); }
   std::int64_t total(std::uint64_t id) const {
     return query(
-        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
+        "SELECT COALESCE(SUM(count), 0) FROM slotted_counters "
         "WHERE record_type = 123 AND record_id = " +
         std::to_string(id));
   }
   // SUM(count) of one bucket, named by its SQL value ('2026-01-01 00:00:00').
   std::int64_t bucket(const std::string& table, std::uint64_t id, const std::string& value) const {
-    return query("SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM " + table +
+    return query("SELECT COALESCE(SUM(count), 0) FROM " + table +
                  " WHERE record_type = 123 AND record_id = " + std::to_string(id) +
                  " AND bucket = '" + value + "'");
   }
   std::int64_t bucket_sum(const std::string& table, std::uint64_t id) const {
-    return query("SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM " + table +
+    return query("SELECT COALESCE(SUM(count), 0) FROM " + table +
                  " WHERE record_type = 123 AND record_id = " + std::to_string(id));
   }
 
   std::string database_, root_;
+};
+
+// The tests whose outcome is the database's and whose own SQL both engines read.
+class BucketsOnEngines : public Buckets, public ::testing::WithParamInterface<db::engine> {
+ protected:
+  db::engine engine() const override { return GetParam(); }
 };
 
 // An hour boundary and a day boundary in UTC, a few minutes back: the last second of
@@ -163,7 +172,7 @@ TEST_F(Buckets, HourAndDayBoundariesAreUtcAndTotalsEqualTheSumOfBuckets) {
   EXPECT_EQ(bucket_sum("slotted_counters_day", 6), 1);
 }
 
-TEST_F(Buckets, AtIsValidatedAndABadOneAppliesNothing) {
+TEST_P(BucketsOnEngines, AtIsValidatedAndABadOneAppliesNothing) {
   run_migrate();
   daemon_process d(yaml("{hour: 2h, day: 3d}"));
   ASSERT_EQ(d.settle(), 200u);
@@ -209,8 +218,7 @@ TEST_F(Buckets, AtIsValidatedAndABadOneAppliesNothing) {
   EXPECT_EQ(bucket_sum("slotted_counters_day", 2), 2);
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_hour WHERE record_type = 7"), 0);
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counters_day WHERE record_type = 7"), 0);
-  EXPECT_EQ(query("SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE record_type = 7"),
-            1);
+  EXPECT_EQ(query("SELECT SUM(count) FROM slotted_counters WHERE record_type = 7"), 1);
 }
 
 // Acknowledged increments only the WAL holds come back after SIGKILL in their buckets,
@@ -264,7 +272,7 @@ TEST_F(Buckets, SigkillAndWalReplayKeepBucketCountsExact) {
 // A reset (README: HTTP API, Reset) clears a counter's buckets with its total, flushed
 // and pending: afterwards the total and every bucket start again from zero and still
 // agree, and another counter's buckets are untouched.
-TEST_F(Buckets, AResetClearsTheCountersBucketsWithItsTotal) {
+TEST_P(BucketsOnEngines, AResetClearsTheCountersBucketsWithItsTotal) {
   run_migrate();
   daemon_process d(yaml());
   ASSERT_EQ(d.settle(), 200u);
@@ -306,7 +314,7 @@ TEST_F(Buckets, AResetClearsTheCountersBucketsWithItsTotal) {
 }
 
 // A bucket whose slots add up past 2^63 - 1 is printed exactly, not capped.
-TEST_F(Buckets, ASeriesPointPastInt64IsPrintedExactly) {
+TEST_P(BucketsOnEngines, ASeriesPointPastInt64IsPrintedExactly) {
   auto conn = migrated_connection();
   const std::int64_t hour = (unix_now() - 3600) / 3600 * 3600;
   conn.execute(
@@ -348,12 +356,12 @@ TEST_F(Buckets, MissingBucketTablesAreNamedAndMigrateCreatesThem) {
 // A bucket table that goes away while the daemon runs: the flush stops with an error
 // naming it and --migrate (no total is written without its buckets), nothing is
 // dropped, and once --migrate has run the next flush writes both, exactly.
-TEST_F(Buckets, ABucketTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
+TEST_P(BucketsOnEngines, ABucketTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
   run_migrate();
   daemon_process d(yaml());
   ASSERT_EQ(d.settle(), 200u);
   http_client c(d.port());
-  shared_mariadb().connect(database_).execute("DROP TABLE slotted_counters_day");
+  server().connect(database_).execute("DROP TABLE slotted_counters_day");
   ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": 4, \"delta\": 7}")
                 .status,
             202u);
@@ -383,9 +391,9 @@ TEST_F(Buckets, ABucketTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
 // between what was acknowledged before it was asked and what was sent by its answer;
 // a batch counted twice (in the table and still as pending) or not at all (between
 // the two) falls outside.
-TEST_F(Buckets, SeriesReadsAreExactUnderConcurrentFlushes) {
+TEST_P(BucketsOnEngines, SeriesReadsAreExactUnderConcurrentFlushes) {
   run_migrate();
-  daemon_process d(daemon_yaml(shared_mariadb(), database_,
+  daemon_process d(daemon_yaml(server(), database_,
                                "counters:\n"
                                "  - {name: repo_downloads, record_type: 123, buckets: {hour: 48h, "
                                "day: 400d}}\n"
@@ -456,9 +464,9 @@ TEST_F(Buckets, SeriesReadsAreExactUnderConcurrentFlushes) {
 
 // Retention with a short one: the hour buckets older than 1 s go, by the pruning job,
 // counted in the metric; the day buckets and another counter's hours stay.
-TEST_F(Buckets, RetentionPrunesOldBucketsPerCounterAndGranularity) {
+TEST_P(BucketsOnEngines, RetentionPrunesOldBucketsPerCounterAndGranularity) {
   const std::string config =
-      daemon_yaml(shared_mariadb(), database_,
+      daemon_yaml(server(), database_,
                   "counters:\n"
                   "  - {name: short_hours, record_type: 123, buckets: {hour: 1s, day: 2d}}\n"
                   "  - {name: long_hours, record_type: 124, buckets: {hour: 48h}}\n"
@@ -466,7 +474,7 @@ TEST_F(Buckets, RetentionPrunesOldBucketsPerCounterAndGranularity) {
   std::string out;
   ASSERT_EQ(run_binary(config, "--migrate", out), 0) << out;
   // A row of a type that declares no buckets (any more): nobody's to delete.
-  shared_mariadb().connect(database_).execute(
+  server().connect(database_).execute(
       "INSERT INTO slotted_counters_hour VALUES (999, 1, '2001-01-01 00:00:00', 0, 5)");
   daemon_process d(config);
   ASSERT_EQ(d.settle(), 200u);
@@ -591,7 +599,7 @@ TEST_F(Buckets, APruneAfterTheHostClockJumpedForwardKeepsBucketsInsideTheRetenti
 // new request with it is a 400, but the retry is looked up first: a replay (202,
 // Idempotent-Replayed), or a 422 for another body, never a 400 "nothing of this request
 // was applied" for a request that was applied. Here the instance's index knows the key.
-TEST_F(Buckets, AKeyedRetryIsAReplayAfterItsAtLeftTheRetention) {
+TEST_P(BucketsOnEngines, AKeyedRetryIsAReplayAfterItsAtLeftTheRetention) {
   run_migrate();
   daemon_process d(yaml("{hour: 5s}"));
   ASSERT_EQ(d.settle(), 200u);
@@ -628,7 +636,7 @@ TEST_F(Buckets, AKeyedRetryReachingAnotherInstanceAfterItsAtLeftTheRetentionIsAR
   ASSERT_EQ(a.settle(), 200u);
   // B reaches the database through a proxy that can cut the look-up's statement.
   fault_proxy proxy(shared_mariadb().port());
-  auto cfg = test_config(shared_mariadb(), database_);
+  auto cfg = test_config(server(), database_);
   cfg.instance_id = "buckets-test-b";
   cfg.mysql.socket.clear();
   cfg.mysql.host = "127.0.0.1";
@@ -682,6 +690,8 @@ TEST_F(Buckets, AKeyedRetryReachingAnotherInstanceAfterItsAtLeftTheRetentionIsAR
   EXPECT_EQ(total(32), 1);
   EXPECT_EQ(query("SELECT COUNT(*) FROM slotted_counterd_idempotency_keys"), 1);
 }
+
+INSTANTIATE_ENGINES(BucketsOnEngines);
 
 }  // namespace
 }  // namespace slotted::test

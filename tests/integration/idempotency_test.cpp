@@ -41,10 +41,10 @@ double metric(http_client& c, const std::string& series) {
   return metric_value(c.get("/metrics").body, series);
 }
 
-class Idempotency : public ::testing::Test {
+class Idempotency : public engine_test {
  protected:
   void SetUp() override {
-    database_ = migrated_database(shared_mariadb());
+    database_ = migrated_database(server());
     root_ = make_temp_dir("idem-test");
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -52,28 +52,26 @@ class Idempotency : public ::testing::Test {
   // Flushes only when asked (POST /v1/flush) unless `interval` says otherwise.
   std::string yaml(const std::string& instance, const std::string& extra = "",
                    const std::string& interval = "1h") const {
-    return daemon_yaml(shared_mariadb(), database_,
+    return daemon_yaml(server(), database_,
                        "instance_id: " + instance +
                            "\naccept_undeclared_types: true\nflush: {interval: " + interval +
                            "}\n" + extra);
   }
 
   std::int64_t db_total(std::uint64_t id) const {
-    return shared_mariadb().query_int(
-        database_,
-        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters "
-        "WHERE record_type = 7 AND record_id = " +
-            std::to_string(id));
+    return server().query_int(database_,
+                              "SELECT COALESCE(SUM(count), 0) FROM slotted_counters "
+                              "WHERE record_type = 7 AND record_id = " +
+                                  std::to_string(id));
   }
   std::int64_t keys_in_table() const {
-    return shared_mariadb().query_int(database_,
-                                      "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys");
+    return server().query_int(database_, "SELECT COUNT(*) FROM slotted_counterd_idempotency_keys");
   }
 
   std::string database_, root_;
 };
 
-TEST_F(Idempotency, RetriesToTheSameInstanceAreAnsweredAsTheFirstAndAppliedOnce) {
+TEST_P(Idempotency, RetriesToTheSameInstanceAreAnsweredAsTheFirstAndAppliedOnce) {
   daemon_process a(yaml("idem-a"));
   ASSERT_EQ(a.settle(), 200u);
   http_client c(a.port());
@@ -112,7 +110,7 @@ TEST_F(Idempotency, RetriesToTheSameInstanceAreAnsweredAsTheFirstAndAppliedOnce)
   EXPECT_EQ(db_total(1), 7);
 }
 
-TEST_F(Idempotency, RetriesToTheOtherInstanceBeforeAndAfterFlushesAreAppliedOnce) {
+TEST_P(Idempotency, RetriesToTheOtherInstanceBeforeAndAfterFlushesAreAppliedOnce) {
   daemon_process a(yaml("idem-a")), b(yaml("idem-b"));
   ASSERT_EQ(a.settle(), 200u);
   ASSERT_EQ(b.settle(), 200u);
@@ -148,7 +146,7 @@ TEST_F(Idempotency, RetriesToTheOtherInstanceBeforeAndAfterFlushesAreAppliedOnce
   EXPECT_EQ(metric(cb, "slotted_counterd_idempotency_duplicates_dropped_total"), 2);
 }
 
-TEST_F(Idempotency, AnotherBodyUnderAUsedKeyIs422OrDroppedAndChangesNothing) {
+TEST_P(Idempotency, AnotherBodyUnderAUsedKeyIs422OrDroppedAndChangesNothing) {
   daemon_process a(yaml("idem-a")), b(yaml("idem-b"));
   ASSERT_EQ(a.settle(), 200u);
   ASSERT_EQ(b.settle(), 200u);
@@ -174,7 +172,7 @@ TEST_F(Idempotency, AnotherBodyUnderAUsedKeyIs422OrDroppedAndChangesNothing) {
   EXPECT_TRUE(replayed(ndjson));
 }
 
-TEST_F(Idempotency, AMalformedKeyIs400AndAppliesNothing) {
+TEST_P(Idempotency, AMalformedKeyIs400AndAppliesNothing) {
   daemon_process a(yaml("idem-a"));
   http_client c(a.port());
   for (const std::string& key :
@@ -202,7 +200,7 @@ TEST_F(Idempotency, AMalformedKeyIs400AndAppliesNothing) {
   EXPECT_EQ(db_total(21), 1);
 }
 
-TEST_F(Idempotency, ARetryAfterSigkillWithTheWalIsAppliedOnce) {
+TEST_P(Idempotency, ARetryAfterSigkillWithTheWalIsAppliedOnce) {
   const std::string wal = "wal: {dir: " + root_ + "/wal, fsync: always}\n";
   {
     daemon_process a(yaml("idem-a", wal));
@@ -235,7 +233,7 @@ TEST_F(Idempotency, ARetryAfterSigkillWithTheWalIsAppliedOnce) {
   EXPECT_EQ(db_total(31), 3);
 }
 
-TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
+TEST_P(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
   // Both flush every 20 ms, so their keyed batches race for the same keys.
   daemon_process a(yaml("idem-a", "", "20ms")), b(yaml("idem-b", "", "20ms"));
   constexpr int keys = 300;
@@ -254,12 +252,11 @@ TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
   http_client ca(a.port()), cb(b.port());
   ASSERT_TRUE(flush_until_ok(ca));
   ASSERT_TRUE(flush_until_ok(cb));
-  EXPECT_EQ(shared_mariadb().query_int(
-                database_,
-                "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE "
-                "record_type = 7"),
+  EXPECT_EQ(server().query_int(database_,
+                               "SELECT COALESCE(SUM(count), 0) FROM slotted_counters WHERE "
+                               "record_type = 7"),
             keys);
-  EXPECT_EQ(shared_mariadb().query_int(
+  EXPECT_EQ(server().query_int(
                 database_,
                 "SELECT COUNT(*) FROM (SELECT record_id FROM slotted_counters WHERE record_type "
                 "= 7 GROUP BY record_id HAVING SUM(count) <> 1) t"),
@@ -276,7 +273,7 @@ TEST_F(Idempotency, ConcurrentRetriesThroughBothInstancesAreAppliedOnce) {
 // of the test that holds the key row uncommitted while the daemon's flush inserts the
 // same key. The flush must wait on the row lock, then skip the request when the other
 // commits, and apply it when the other rolls back.
-TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItEnds) {
+TEST_P(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItEnds) {
   daemon_process a(yaml("idem-a"));
   // Or the first cycle, run at start, may flush the request before the other holds it.
   ASSERT_EQ(a.settle(), 200u);
@@ -286,10 +283,15 @@ TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
   const auto waiting_for_lock = [&] {
     return eventually(
         [&] {
-          return shared_mariadb().query_int(
+          return server().query_int(
                      database_,
-                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
-                     "'INSERT INTO `slotted_counterd_idempotency_keys`%' AND TIME_MS > 300") > 0;
+                     postgresql()
+                         ? "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND query LIKE 'INSERT INTO \"slotted_counterd_idempotency_keys\"%' "
+                           "AND statement_timestamp() - query_start > INTERVAL '300 milliseconds'"
+                         : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
+                           "'INSERT INTO `slotted_counterd_idempotency_keys`%' AND TIME_MS > "
+                           "300") > 0;
         },
         60s);
   };
@@ -297,14 +299,14 @@ TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
     const std::string key = other_commits ? "k-held-committed" : "k-held-rolled-back";
     const std::uint64_t id = other_commits ? 60 : 61;
     ASSERT_EQ(post_keyed(c, key, event(id, 4)).status, 202u);
-    auto other = shared_mariadb().connect(database_);
+    auto other = server().connect(database_);
     other.execute("START TRANSACTION");
     other.execute(
         "INSERT INTO slotted_counterd_idempotency_keys (idem_key, body_hash, accepted, "
         "instance_id, run_id, batch_seq, created_ms) VALUES ('" +
         key + "', '" +
         idempotency::hex(idempotency::hash_of(std::vector<ingest::increment>{{7, id, 4}})) +
-        "', 1, 'the-other', 1, 1, " + std::string(db::mariadb_dialect().now_ms()) + ")");
+        "', 1, 'the-other', 1, 1, " + std::string(other.sql().now_ms()) + ")");
     std::atomic<unsigned> flushed{0};
     std::thread flusher([&] {
       http_client f(a.port(), 150s);
@@ -320,7 +322,7 @@ TEST_F(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
   EXPECT_EQ(metric(c, "slotted_counterd_idempotency_duplicates_dropped_total"), 1);
 }
 
-TEST_F(Idempotency, RetriesAcrossSigkillsAtRandomMomentsCountEveryKeyExactlyOnce) {
+TEST_P(Idempotency, RetriesAcrossSigkillsAtRandomMomentsCountEveryKeyExactlyOnce) {
   // Clients send keyed single increments; an attempt left unanswered by a SIGKILL is
   // retried with its key after the restart, through the restarted instance (WAL on) or
   // through a second one without a WAL that shares the database. In the end every key
@@ -382,15 +384,14 @@ TEST_F(Idempotency, RetriesAcrossSigkillsAtRandomMomentsCountEveryKeyExactlyOnce
   int keys = 0;
   for (int c = 0; c < clients; ++c) keys += sent_keys[c];
   EXPECT_GT(keys, 100);
-  EXPECT_EQ(shared_mariadb().query_int(
-                database_,
-                "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE "
-                "record_type = 7"),
+  EXPECT_EQ(server().query_int(database_,
+                               "SELECT COALESCE(SUM(count), 0) FROM slotted_counters WHERE "
+                               "record_type = 7"),
             keys);
   EXPECT_EQ(keys_in_table(), keys);
 }
 
-TEST_F(Idempotency, KeysAreForgottenAfterTheWindow) {
+TEST_P(Idempotency, KeysAreForgottenAfterTheWindow) {
   daemon_process a(yaml("idem-a", "idempotency: {window: 2s}\n", "200ms"));
   http_client c(a.port());
   ASSERT_EQ(post_keyed(c, "k-window", event(40)).status, 202u);
@@ -421,8 +422,12 @@ std::string ev(std::uint64_t type, std::uint64_t id, long long delta) {
 // A keyed batch the database refuses is split by its requests; the halves' rows may add
 // up to more than the whole's (a counter in both). The flusher's count of queued rows
 // must follow them, or it wraps below zero and the pending limit refuses everything.
-TEST(IdempotencyEdges, ASplitKeyedBatchKeepsThePendingCountExact) {
-  auto& server = shared_mariadb();
+INSTANTIATE_ENGINES(Idempotency);
+
+class IdempotencyEdges : public engine_test {};
+
+TEST_P(IdempotencyEdges, ASplitKeyedBatchKeepsThePendingCountExact) {
+  auto& server = this->server();
   const auto database = server.create_database();
   create_seed_table(server, database);  // INT count column
   migrate(server, database);
@@ -456,8 +461,8 @@ TEST(IdempotencyEdges, ASplitKeyedBatchKeepsThePendingCountExact) {
 
 // A retry accepted inside idempotency.window is not applied again, even when its flush
 // commits after the window has passed: the window is judged by arrival.
-TEST(IdempotencyEdges, ARetryAcceptedInsideTheWindowStaysARetryWhenFlushedAfterIt) {
-  auto& server = shared_mariadb();
+TEST_P(IdempotencyEdges, ARetryAcceptedInsideTheWindowStaysARetryWhenFlushedAfterIt) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = std::chrono::hours(1);
@@ -476,13 +481,13 @@ TEST(IdempotencyEdges, ARetryAcceptedInsideTheWindowStaysARetryWhenFlushedAfterI
   std::this_thread::sleep_until(retry_at + 3500ms);
   ASSERT_TRUE(flush_until_ok(cb));
   EXPECT_EQ(server.query_int(database,
-                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "SELECT SUM(count) FROM slotted_counters WHERE "
                              "record_type = 7 AND record_id = 2"),
             1);
 }
 
-TEST(IdempotencyEdges, WithoutTheKeysTableUnkeyedRequestsFlushAndKeyedOnesAre503) {
-  auto& server = shared_mariadb();
+TEST_P(IdempotencyEdges, WithoutTheKeysTableUnkeyedRequestsFlushAndKeyedOnesAre503) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   server.connect(database).execute("DROP TABLE slotted_counterd_idempotency_keys");
   auto cfg = test_config(server, database);
@@ -493,7 +498,7 @@ TEST(IdempotencyEdges, WithoutTheKeysTableUnkeyedRequestsFlushAndKeyedOnesAre503
   const auto flushed = c.request("POST", "/v1/flush");
   EXPECT_EQ(flushed.status, 200u) << flushed.body;
   EXPECT_EQ(server.query_int(database,
-                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "SELECT SUM(count) FROM slotted_counters WHERE "
                              "record_type = 7 AND record_id = 3"),
             1);
   // A keyed request cannot be committed exactly once without the table: refused whole.
@@ -507,10 +512,12 @@ TEST(IdempotencyEdges, WithoutTheKeysTableUnkeyedRequestsFlushAndKeyedOnesAre503
   EXPECT_EQ(later.status, 202u) << later.body;
   ASSERT_EQ(c.request("POST", "/v1/flush").status, 200u);
   EXPECT_EQ(server.query_int(database,
-                             "SELECT CAST(SUM(count) AS SIGNED) FROM slotted_counters WHERE "
+                             "SELECT SUM(count) FROM slotted_counters WHERE "
                              "record_type = 7 AND record_id = 4"),
             1);
 }
+
+INSTANTIATE_ENGINES(IdempotencyEdges);
 
 }  // namespace
 }  // namespace slotted::test

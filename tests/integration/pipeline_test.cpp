@@ -221,5 +221,26 @@ TEST_P(Pipeline, ReadingACounterNearTheInt64LimitIsExact) {
 
 INSTANTIATE_ENGINES(Pipeline);
 
+// bigint holds 2^63 - 1 at most: with a postgresql section, a larger id is refused from
+// the start, before any schema check has read the columns (here the server is never
+// reachable). Accepted, it would be dropped at its flush (22003).
+TEST(PipelinePostgresql, AnIdPastBigintIsRefusedEvenBeforeTheDatabaseIsReached) {
+  auto cfg = test_config(shared_mariadb(), "app");
+  cfg.mysql.engine = config::database_engine::postgresql;
+  cfg.mysql.socket = "/nonexistent/postgresql";
+  cfg.mysql.connect_timeout = std::chrono::milliseconds(200);
+  cfg.flush.interval = std::chrono::hours(1);
+  cfg.shutdown_timeout = std::chrono::milliseconds(500);  // what it took stays unwritten
+  in_process_daemon daemon(cfg);
+  http_client client(daemon.port());
+  const auto refused = client.post_json(
+      "/v1/increments", R"({"record_type": 1, "record_id": "9223372036854775808"})");
+  EXPECT_EQ(refused.status, 400u) << refused.body;
+  EXPECT_NE(refused.body.find("(at most 9223372036854775807)"), std::string::npos) << refused.body;
+  const auto taken = client.post_json("/v1/increments",
+                                      R"({"record_type": 1, "record_id": "9223372036854775807"})");
+  EXPECT_EQ(taken.status, 202u) << taken.body;
+}
+
 }  // namespace
 }  // namespace slotted::test

@@ -35,10 +35,13 @@ std::string event(std::uint32_t type, std::uint64_t id, int delta) {
 
 class Reset : public ::testing::Test {
  protected:
-  void SetUp() override { database_ = migrated_database(shared_mariadb()); }
+  // MariaDB here (the fault proxy speaks its protocol); each engine in ResetOnEngines.
+  virtual db::engine engine() const { return db::engine::mariadb; }
+  db_server& server() const { return shared_server(engine()); }
+  void SetUp() override { database_ = migrated_database(server()); }
 
   config::daemon_config cfg() const {
-    auto c = test_config(shared_mariadb(), database_);
+    auto c = test_config(server(), database_);
     c.flush.interval = 1h;  // only the flushes a test asks for (and those a reset runs)
     return c;
   }
@@ -51,16 +54,15 @@ class Reset : public ::testing::Test {
     return c;
   }
   std::int64_t db_total(std::uint32_t type, std::uint64_t id) const {
-    return shared_mariadb().query_int(
-        database_,
-        "SELECT CAST(COALESCE(SUM(count), 0) AS SIGNED) FROM slotted_counters WHERE "
-        "record_type = " +
-            std::to_string(type) + " AND record_id = " + std::to_string(id));
+    return server().query_int(database_,
+                              "SELECT COALESCE(SUM(count), 0) FROM slotted_counters WHERE "
+                              "record_type = " +
+                                  std::to_string(type) + " AND record_id = " + std::to_string(id));
   }
   std::int64_t db_rows(std::uint32_t type, std::uint64_t id) const {
-    return shared_mariadb().query_int(
-        database_, "SELECT COUNT(*) FROM slotted_counters WHERE record_type = " +
-                       std::to_string(type) + " AND record_id = " + std::to_string(id));
+    return server().query_int(database_,
+                              "SELECT COUNT(*) FROM slotted_counters WHERE record_type = " +
+                                  std::to_string(type) + " AND record_id = " + std::to_string(id));
   }
   static unsigned post(http_client& c, std::uint32_t type, std::uint64_t id, int delta) {
     return c.post_json("/v1/increments", event(type, id, delta)).status;
@@ -77,7 +79,13 @@ class Reset : public ::testing::Test {
   std::string database_;
 };
 
-TEST_F(Reset, IncrementsAcknowledgedBeforeAreClearedThoseAfterCount) {
+// The tests whose outcome is the database's: on each engine.
+class ResetOnEngines : public Reset, public ::testing::WithParamInterface<db::engine> {
+ protected:
+  db::engine engine() const override { return GetParam(); }
+};
+
+TEST_P(ResetOnEngines, IncrementsAcknowledgedBeforeAreClearedThoseAfterCount) {
   in_process_daemon d(cfg());
   http_client c(d.port());
   ASSERT_EQ(post(c, 1, 5, 3), 202u);
@@ -136,8 +144,8 @@ TEST_F(Reset, AuthAndBadCountersAreRefusedAndChangeNothing) {
   EXPECT_EQ(d.stop(), 0);
 }
 
-TEST_F(Reset, DuringAnOutageIs503WithRetryAfterAndChangesNothing) {
-  auto& server = shared_mariadb();
+TEST_P(ResetOnEngines, DuringAnOutageIs503WithRetryAfterAndChangesNothing) {
+  auto& server = this->server();
   in_process_daemon d(cfg());
   http_client c(d.port());
   ASSERT_EQ(post(c, 1, 9, 5), 202u);
@@ -212,10 +220,10 @@ TEST_F(Reset, ALostCommitReplyIsResolvedByTheLedger) {
   EXPECT_EQ(d.stop(), 0);
 }
 
-TEST_F(Reset, TheRollupAfterAResetSetsTheTargetToZero) {
-  auto& server = shared_mariadb();
+TEST_P(ResetOnEngines, TheRollupAfterAResetSetsTheTargetToZero) {
+  auto& server = this->server();
   server.connect(database_).execute(
-      "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count BIGINT NOT "
+      "CREATE TABLE repositories (id BIGINT PRIMARY KEY, download_count BIGINT NOT "
       "NULL)");
   server.connect(database_).execute("INSERT INTO repositories VALUES (1, 0), (2, 0)");
   auto c0 = cfg();
@@ -245,7 +253,7 @@ TEST_F(Reset, TheRollupAfterAResetSetsTheTargetToZero) {
 
 // Instances do not coordinate: a reset clears what the database holds and what its own
 // instance holds pending; another instance's pending lands after it.
-TEST_F(Reset, AnotherInstancesPendingLandsAfterTheReset) {
+TEST_P(ResetOnEngines, AnotherInstancesPendingLandsAfterTheReset) {
   auto ca = cfg(), cb = cfg();
   ca.instance_id = "reset-a";
   cb.instance_id = "reset-b";
@@ -412,7 +420,7 @@ TEST_F(Reset, SigkillRightAfterTheAnswerNeitherLosesItNorReplaysWhatItCleared) {
 // connection back before its synced record and stays odd meanwhile; resets that share a
 // cycle then follow each other on the flusher thread, so reads hold both connections
 // when the next one goes odd.
-TEST_F(Reset, ReadsDoNotStallConcurrentResetsNorFail) {
+TEST_P(ResetOnEngines, ReadsDoNotStallConcurrentResetsNorFail) {
   const std::string root = make_temp_dir("reset-reads");
   auto c0 = cfg();
   ASSERT_EQ(c0.mysql.pool_size, 2u);
@@ -505,8 +513,8 @@ TEST_F(Reset, ASlotCountOutsideInt64IsSummedExactlyNotACrash) {
 
 // A total past 2^63 - 1 (two slots of 9e18 in the BIGINT `count`): GET prints it
 // exactly, and equal to what a reset then clears (both sum in 128 bits).
-TEST_F(Reset, AReadOfATotalPastInt64IsExactAndEqualsWhatTheResetClears) {
-  shared_mariadb().connect(database_).execute(
+TEST_P(ResetOnEngines, AReadOfATotalPastInt64IsExactAndEqualsWhatTheResetClears) {
+  server().connect(database_).execute(
       "INSERT INTO slotted_counters (record_type, record_id, slot, count) VALUES "
       "(7, 1, 0, 9000000000000000000), (7, 1, 1, 9000000000000000000)");
   in_process_daemon d(cfg());
@@ -520,6 +528,8 @@ TEST_F(Reset, AReadOfATotalPastInt64IsExactAndEqualsWhatTheResetClears) {
   EXPECT_NE(r.body.find("\"cleared\": 18000000000000000000}"), std::string::npos) << r.body;
   EXPECT_EQ(d.stop(), 0);
 }
+
+INSTANTIATE_ENGINES(ResetOnEngines);
 
 }  // namespace
 }  // namespace slotted::test

@@ -26,16 +26,16 @@ constexpr int owners = 5000;
 
 // repositories(id, download_count) with `owners` rows at -1 ("never rolled up"), recorded
 // as adopted without history (the roller leaves a column alone until it is adopted).
-void create_owners(const mariadb_server& server, const std::string& database) {
+void create_owners(const db_server& server, const std::string& database) {
   auto conn = server.connect(database);
   conn.execute(
-      "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, name VARCHAR(32), download_count "
+      "CREATE TABLE repositories (id BIGINT PRIMARY KEY, name VARCHAR(32), download_count "
       "BIGINT NOT NULL)");
   std::string sql = "INSERT INTO repositories VALUES ";
   for (int i = 1; i <= owners; ++i)
     sql += std::string(i > 1 ? "," : "") + "(" + std::to_string(i) + ",'r',-1)";
   conn.execute(sql);
-  conn.execute(db::state_insert(db::mariadb_dialect(),
+  conn.execute(db::state_insert(conn.sql(),
                                 {123, "repositories", "id", "download_count", "repo_downloads"},
                                 "done", "no_history"));
 }
@@ -45,7 +45,7 @@ config::counter_decl downloads() {
 }
 
 // The owning table with its rows, and a test config declaring downloads() on it.
-config::daemon_config rollup_config(const mariadb_server& server, const std::string& database) {
+config::daemon_config rollup_config(const db_server& server, const std::string& database) {
   create_owners(server, database);
   auto cfg = test_config(server, database);
   cfg.counters = {downloads()};
@@ -53,11 +53,10 @@ config::daemon_config rollup_config(const mariadb_server& server, const std::str
 }
 
 // Every owning row equals SUM(count) of its slots, or -1 when it was never touched.
-void expect_converged(const mariadb_server& server, const std::string& database,
-                      const sums& touched) {
+void expect_converged(const db_server& server, const std::string& database, const sums& touched) {
   auto conn = server.connect(database);
   std::map<std::uint64_t, std::int64_t> sums_by_id;
-  for (const auto& r : conn.query("SELECT record_id, CAST(SUM(count) AS SIGNED) FROM "
+  for (const auto& r : conn.query("SELECT record_id, SUM(count) FROM "
                                   "slotted_counters WHERE record_type = 123 GROUP BY record_id")) {
     sums_by_id[std::stoull(*r[0])] = std::stoll(*r[1]);
   }
@@ -84,8 +83,10 @@ std::vector<key> owner_keys() {
   return keys;
 }
 
-TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
-  auto& server = shared_mariadb();
+class Rollup : public engine_test {};
+
+TEST_P(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = rollup_config(server, database);
   cfg.rollup.interval = 1h;  // explicit rollups only
@@ -112,8 +113,8 @@ TEST(Rollup, OwningRowsEqualSumOfSlotsAfterFlushAndRollup) {
   EXPECT_NE(m.find("slotted_counterd_rollups_total{result=\"ok\"} 2"), std::string::npos);
 }
 
-TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
-  auto& server = shared_mariadb();
+TEST_P(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = rollup_config(server, database);
   cfg.flush.interval = 100ms;
@@ -136,8 +137,8 @@ TEST(Rollup, PeriodicRollupConvergesWithinOneFlushAndOneRollupInterval) {
   EXPECT_EQ(server.query_int(database, "SELECT download_count FROM repositories WHERE id = 9"), -1);
 }
 
-TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
-  auto& server = shared_mariadb();
+TEST_P(Rollup, MissingOwningRowsAreSkippedAndCounted) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = rollup_config(server, database);
   cfg.rollup.interval = 1h;
@@ -160,8 +161,8 @@ TEST(Rollup, MissingOwningRowsAreSkippedAndCounted) {
 
 // Under steady load every flush marks the same counters again. A run must still end:
 // it takes the marks there were when it started, and leaves newer ones to the next run.
-TEST(Rollup, RunEndsUnderSteadyLoad) {
-  auto& server = shared_mariadb();
+TEST_P(Rollup, RunEndsUnderSteadyLoad) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   auto cfg = rollup_config(server, database);
   cfg.flush.interval = 20ms;  // marks come back all the time
@@ -210,7 +211,7 @@ TEST(Rollup, RunEndsUnderSteadyLoad) {
   EXPECT_LT(took, 10.0) << "the run chased new marks";
 }
 
-std::string rollup_yaml(const mariadb_server& server, const std::string& database,
+std::string rollup_yaml(const db_server& server, const std::string& database,
                         const std::string& table = "repositories",
                         const std::string& count_column = "download_count") {
   return daemon_yaml(server, database,
@@ -225,8 +226,8 @@ std::string rollup_yaml(const mariadb_server& server, const std::string& databas
                          "rollup: {interval: 1h}\n");
 }
 
-TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
-  auto& server = shared_mariadb();
+TEST_P(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   create_owners(server, database);
   sums acknowledged;
@@ -253,19 +254,21 @@ TEST(Rollup, ConvergesAfterSigkillBetweenFlushAndRollup) {
 }
 
 // A SUM the owning column cannot hold (here -1 in an INT UNSIGNED column, in strict
-// sql_mode) is refused for that counter alone: the other counters of its chunk and
-// every later target are rolled up, the refused one is logged with its SUM, counted,
-// and keeps its mark until its SUM fits again.
-TEST(Rollup, ASumTheOwningColumnCannotHoldIsRefusedAloneAndLaterTargetsGoOn) {
-  auto& server = shared_mariadb();
+// sql_mode; on PostgreSQL, against a CHECK) is refused for that counter alone: the other counters
+// of its chunk and every later target are rolled up, the refused one is logged with its SUM,
+// counted, and keeps its mark until its SUM fits again.
+TEST_P(Rollup, ASumTheOwningColumnCannotHoldIsRefusedAloneAndLaterTargetsGoOn) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   {
     auto conn = server.connect(database);
-    conn.execute(
-        "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count INT UNSIGNED "
-        "NOT NULL DEFAULT 0)");
+    conn.execute(postgresql()
+                     ? "CREATE TABLE repositories (id BIGINT PRIMARY KEY, download_count integer "
+                       "NOT NULL DEFAULT 0 CHECK (download_count >= 0))"
+                     : "CREATE TABLE repositories (id BIGINT UNSIGNED PRIMARY KEY, download_count "
+                       "INT UNSIGNED NOT NULL DEFAULT 0)");
     conn.execute("INSERT INTO repositories (id) VALUES (1), (2), (3)");
-    conn.execute("CREATE TABLE packages (id BIGINT UNSIGNED PRIMARY KEY, n BIGINT NOT NULL)");
+    conn.execute("CREATE TABLE packages (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)");
     conn.execute("INSERT INTO packages VALUES (1, 0)");
   }
   daemon_process daemon(
@@ -325,8 +328,8 @@ TEST(Rollup, ASumTheOwningColumnCannotHoldIsRefusedAloneAndLaterTargetsGoOn) {
   EXPECT_EQ(metric_value(c.get("/metrics").body, "slotted_counterd_rollup_rows_refused_total"), 1);
 }
 
-TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
-  auto& server = shared_mariadb();
+TEST_P(Rollup, MissingTableOrColumnIsAClearStartupError) {
+  auto& server = this->server();
   const auto database = migrated_database(server);
   create_owners(server, database);
   std::string out;
@@ -344,6 +347,8 @@ TEST(Rollup, MissingTableOrColumnIsAClearStartupError) {
   EXPECT_EQ(run_binary(rollup_yaml(server, database, "repos"), "", out), 1) << out;
   EXPECT_NE(out.find("table `repos` does not exist"), std::string::npos) << out;
 }
+
+INSTANTIATE_ENGINES(Rollup);
 
 }  // namespace
 }  // namespace slotted::test

@@ -307,6 +307,13 @@ TEST(Config, APostgresqlSectionTakesTheSameKeysAndExcludesMysql) {
   EXPECT_NE(only_problem("postgresql: {hosts: [db1], socket: /run/pg}\n")
                 .find("postgresql.hosts: set hosts or socket, not both"),
             std::string::npos);
+  for (const char* host : {"\"\"", "/run/postgresql", "\"db1,db2\""})
+    EXPECT_NE(
+        only_problem(std::string("postgresql: {host: ") + host + "}\n").find("postgresql.host: '"),
+        std::string::npos)
+        << host;
+  EXPECT_NE(only_problem("postgresql: {hosts: [\"db1,db2:5432\"]}\n").find("not a host name"),
+            std::string::npos);
   EXPECT_NE(only_problem("postgresql:\n  tls: {mode: verify_ca}\n")
                 .find("postgresql.tls.ca_file: required"),
             std::string::npos);

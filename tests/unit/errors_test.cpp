@@ -91,6 +91,7 @@ TEST(ErrorClassification, EveryMariadbCodeHasItsClass) {
       {1292, error_class::data},
       {1406, error_class::data},
       {1048, error_class::data},
+      {4025, error_class::data},
       {167, error_class::sequence_exhausted},
       {1467, error_class::sequence_exhausted},
       {1062, error_class::duplicate_key},
@@ -143,7 +144,7 @@ TEST(ErrorClassification, PostgresqlSqlstatesFallInTheSameClasses) {
   EXPECT_FALSE(p("23505").autoincrement_exhausted());
   EXPECT_TRUE(p("2200H").autoincrement_exhausted());
   EXPECT_FALSE(p("2200H").data_error());
-  for (const char* data : {"22003", "22001", "22P02", "22021", "23502"})
+  for (const char* data : {"22003", "22001", "22P02", "22021", "23502", "23514"})
     EXPECT_TRUE(p(data).data_error()) << data;
   // Class 22 of our own statement's making is retried, never a row refused for it.
   for (const char* ours : {"22012", "22023", "22008", "22007"})
