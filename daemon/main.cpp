@@ -171,10 +171,6 @@ int run_daemon(const flags& f, slotted::config::daemon_config&& cfg) {
 
 // The mode the flags name, on a loaded config.
 int run_mode(const flags& f, slotted::config::daemon_config&& cfg) {
-  if (f.grants && cfg.mysql.engine == slotted::config::database_engine::postgresql) {
-    std::cerr << "--print-grants: not supported with postgresql yet (docs/postgresql.md)\n";
-    return 2;
-  }
   // Offline: the config alone, no database.
   if (f.grants)
     return slotted::db::print_grants(cfg, f.grant_host.value_or("%"), std::cout, std::cerr);

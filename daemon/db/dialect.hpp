@@ -119,6 +119,11 @@ class dialect {
   // A binary column as upper-case hex.
   virtual std::string hex(std::string_view column) const = 0;
 
+  // Whether share_lock() may end a SELECT with GROUP BY (MariaDB) or not (PostgreSQL).
+  virtual bool locks_beside_group_by() const = 0;
+  // Whether CREATE and DROP take part in a transaction (PostgreSQL) or commit it
+  // (MariaDB).
+  virtual bool transactional_ddl() const = 0;
   // What an operator runs to widen an autoincrement column that is running out (a
   // message's remedy, not run by the daemon).
   virtual std::string widen_autoincrement(std::string_view table,

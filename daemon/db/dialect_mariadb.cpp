@@ -147,6 +147,8 @@ class mariadb final : public dialect {
   }
   // The multi-table form, for its index hint: without it the optimizer may scan the
   // table for a long IN list and wait on (and lock) rows it does not delete.
+  bool locks_beside_group_by() const override { return true; }
+  bool transactional_ddl() const override { return false; }
   std::string widen_autoincrement(std::string_view table, std::string_view column) const override {
     return "ALTER TABLE " + quote_identifier(table) + " MODIFY " + quote_identifier(column) +
            " BIGINT UNSIGNED NOT NULL AUTO_INCREMENT";

@@ -195,11 +195,21 @@ class postgresql final : public dialect {
     return "CAST(EXTRACT(EPOCH FROM " + std::string(column) + ") AS BIGINT)";
   }
   std::string index_hint(std::string_view) const override { return {}; }
+  bool locks_beside_group_by() const override { return false; }
+  bool transactional_ddl() const override { return true; }
   std::string widen_autoincrement(std::string_view table, std::string_view column) const override {
-    const std::string t = "\"" + std::string(table) + "\"", c = "\"" + std::string(column) + "\"";
-    return "ALTER TABLE " + t + " ALTER COLUMN " + c + " TYPE bigint, then its sequence: ALTER " +
-           "SEQUENCE <SELECT pg_get_serial_sequence('" + t + "', '" + std::string(column) +
-           "')> AS bigint";
+    // Appended piece by piece: `"\"" + std::string(...)` trips gcc 12's false -Wrestrict
+    // at -O3 (as in sql_adopt.cpp).
+    std::string out = "ALTER TABLE \"";
+    out += table;
+    out += "\" ALTER COLUMN \"";
+    out += column;
+    out += "\" TYPE bigint, then its sequence: ALTER SEQUENCE <SELECT pg_get_serial_sequence('\"";
+    out += table;
+    out += "\"', '";
+    out += column;
+    out += "')> AS bigint";
+    return out;
   }
   std::string delete_by_primary_key(std::string_view table) const override {
     return "DELETE FROM " + std::string(table);

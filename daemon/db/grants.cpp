@@ -33,13 +33,34 @@ namespace {
 // The adoption state of rollup targets (`--adopt NAME`), created by --migrate.
 constexpr std::string_view adoption_state_table = "slotted_counterd_adoptions";
 
-std::string column_list(const std::vector<std::string>& columns) {
+bool on_postgresql(const config::daemon_config& cfg) {
+  return cfg.mysql.engine == config::database_engine::postgresql;
+}
+
+// A name as the engine's GRANT takes it: backquoted, or double-quoted (PostgreSQL).
+std::string name_of(const config::daemon_config& cfg, std::string_view name) {
+  if (!on_postgresql(cfg)) return quote_identifier(name);
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+std::string column_list(const config::daemon_config& cfg, const std::vector<std::string>& columns) {
   std::string out = " (";
   for (std::size_t i = 0; i < columns.size(); ++i) {
     if (i > 0) out += ", ";
-    out += quote_identifier(columns[i]);
+    out += name_of(cfg, columns[i]);
   }
   return out + ")";
+}
+
+// The role a PostgreSQL GRANT names: an identifier, never empty, without a NUL.
+std::string role_of(const config::daemon_config& cfg) {
+  quote_account_part("postgresql.user", cfg.mysql.user);  // the same refusals
+  return name_of(cfg, cfg.mysql.user);
 }
 
 void add_unique(std::vector<std::string>& v, const std::string& s) {
@@ -49,12 +70,19 @@ void add_unique(std::vector<std::string>& v, const std::string& s) {
 }  // namespace
 
 std::vector<std::string> grant_statements(const config::daemon_config& cfg, std::string_view host) {
-  const std::string account = quote_account_part("mysql.user", cfg.mysql.user) + "@" +
-                              quote_account_part("grant host", host);
-  const std::string db = quote_identifier(cfg.mysql.database) + ".";
+  const bool postgresql = on_postgresql(cfg);
+  // PostgreSQL grants to a role, whatever its host (pg_hba.conf says where it may come
+  // from), on the tables of the config's schema, which it must be able to use.
+  const std::string account = postgresql ? role_of(cfg)
+                                         : quote_account_part("mysql.user", cfg.mysql.user) + "@" +
+                                               quote_account_part("grant host", host);
+  const std::string db = name_of(cfg, postgresql ? cfg.mysql.schema : cfg.mysql.database) + ".";
   std::vector<std::string> out;
+  if (postgresql)
+    out.push_back("GRANT USAGE ON SCHEMA " + name_of(cfg, cfg.mysql.schema) + " TO " + account);
   const auto grant = [&](const std::string& privileges, std::string_view table) {
-    out.push_back("GRANT " + privileges + " ON " + db + quote_identifier(table) + " TO " + account);
+    out.push_back("GRANT " + privileges + " ON " + (postgresql ? "TABLE " : "") + db +
+                  name_of(cfg, table) + " TO " + account);
   };
   constexpr const char* all_rows = "SELECT, INSERT, UPDATE, DELETE";
 
@@ -103,18 +131,26 @@ std::vector<std::string> grant_statements(const config::daemon_config& cfg, std:
     grant("SELECT, INSERT", adoption_state_table);  // check_adopted: read, INSERT IGNORE
   }
   for (const auto& o : owners) {
-    grant("SELECT" + column_list(o.read) + ", UPDATE" + column_list(o.written), o.table);
+    grant("SELECT" + column_list(cfg, o.read) + ", UPDATE" + column_list(cfg, o.written), o.table);
   }
   return out;
 }
 
 std::string admin_grant_statement(const config::daemon_config& cfg) {
+  // PostgreSQL: --migrate's role creates the tables and so owns them; it needs the schema.
+  if (on_postgresql(cfg))
+    return "GRANT USAGE, CREATE ON SCHEMA " + name_of(cfg, cfg.mysql.schema) + " TO ADMIN";
   return "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, ALTER, INDEX, DROP ON " +
          quote_identifier(cfg.mysql.database) + ".* TO 'ADMIN'@'HOST'";
 }
 
 int print_grants(const config::daemon_config& cfg, std::string_view host, std::ostream& out,
                  std::ostream& err) {
+  if (on_postgresql(cfg) && host != "%") {
+    err << "--grant-host: PostgreSQL grants to a role wherever it connects from; "
+           "pg_hba.conf says from where\n";
+    return 2;
+  }
   std::vector<std::string> statements;
   try {
     statements = grant_statements(cfg, host);
@@ -123,8 +159,18 @@ int print_grants(const config::daemon_config& cfg, std::string_view host, std::o
     return 2;
   }
   for (const auto& s : statements) out << s << ";\n";
-  out << "-- The administrator's account that runs --migrate (not mysql.user) needs:\n-- "
-      << admin_grant_statement(cfg) << ";\n";
+  if (on_postgresql(cfg)) {
+    out << "-- A seed-style table whose id is a serial needs its sequence too:\n-- GRANT USAGE ON "
+           "SEQUENCE "
+        << name_of(cfg, cfg.mysql.schema) << "." << name_of(cfg, cfg.mysql.table + "_id_seq")
+        << " TO " << role_of(cfg) << ";\n"
+        << "-- The role that runs --migrate (not postgresql.user) needs, and then owns the "
+           "tables:\n-- "
+        << admin_grant_statement(cfg) << ";\n";
+  } else {
+    out << "-- The administrator's account that runs --migrate (not mysql.user) needs:\n-- "
+        << admin_grant_statement(cfg) << ";\n";
+  }
   out.flush();
   return out ? 0 : 1;
 }

@@ -55,9 +55,22 @@ namespace {
 // Creates `target` (its CREATE TABLE `ddl`) already filled by `fill` (an INSERT ...
 // SELECT given the table to fill), so that it never exists empty or part filled: built
 // under a scratch name (totals_scratch_table), then renamed into place by one atomic
-// RENAME TABLE. A scratch table left by a crash is dropped and built again.
+// RENAME TABLE. A scratch table left by a crash is dropped and built again. Where DDL is
+// transactional (PostgreSQL), made and filled in one transaction under its own name (its
+// indexes keep theirs), created without IF NOT EXISTS: a second --migrate at once fails
+// rather than fill it twice.
 void create_filled(connection& conn, const std::string& target, std::string ddl,
                    const std::function<std::string(const std::string&)>& fill) {
+  if (conn.sql().transactional_ddl()) {
+    constexpr std::string_view if_not_exists = " IF NOT EXISTS";
+    ddl.erase(ddl.find(if_not_exists), if_not_exists.size());
+    in_transaction(conn, [&] {
+      conn.execute(ddl);
+      conn.execute(fill(quote_identifier(target)));
+      conn.execute("COMMIT");
+    });
+    return;
+  }
   const std::string scratch = totals_scratch_table(target);
   const auto at = ddl.find(quote_identifier(target));
   ddl.replace(at, quote_identifier(target).size(), quote_identifier(scratch));

@@ -80,11 +80,16 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
   in_transaction(conn, [&] {
     // What the totals hold of these types (what was counted since top was turned on)
     // goes; the sums of their rows, read under shared locks (a flush of them waits for
-    // the COMMIT), take its place.
+    // the COMMIT), take its place. PostgreSQL takes no lock clause beside GROUP BY: the
+    // rows are locked first, by a count of them.
+    const bool beside = conn.sql().locks_beside_group_by();
     conn.execute(cat("DELETE FROM ", quote_identifier(totals), in));
+    if (!beside)
+      conn.query(cat("SELECT COUNT(*) FROM (SELECT 1 FROM ", quote_identifier(source), in, " ",
+                     conn.sql().share_lock(), ") AS locked"));
     conn.execute(cat("INSERT INTO ", quote_identifier(totals), " (", columns, ", `count`) SELECT ",
                      columns, ", SUM(`count`) FROM ", quote_identifier(source), in, " GROUP BY ",
-                     columns, " ", conn.sql().share_lock()));
+                     columns, beside ? " " : "", beside ? conn.sql().share_lock() : ""));
     record_filled(conn, totals, record_types);
     conn.execute("COMMIT");
   });

@@ -177,7 +177,8 @@ TEST_F(TopEdges, PastTheCapHeavyReadsAreRefusedAndAFlushKeepsItsConnection) {
   const auto many = f.read_totals(1, ids);
   ASSERT_FALSE(many);
   EXPECT_EQ(many.error(), errc::retry_later);
-  EXPECT_NE(many.failed().detail.find("at most 1, mysql.pool_size less flush.connections"),
+  EXPECT_NE(many.failed().detail.find(
+                "at most 1, the database section's pool_size less flush.connections"),
             std::string::npos)
       << many.failed().detail;
   const auto top = f.read_top(1, 10);

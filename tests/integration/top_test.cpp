@@ -40,8 +40,13 @@ ranking top_of(const std::map<std::uint64_t, std::int64_t>& sums, std::size_t li
 
 class ManyAndTop : public ::testing::Test {
  protected:
+  // MariaDB here (the tests that write MariaDB's SQL themselves); each engine in
+  // ManyAndTopOnEngines.
+  virtual db::engine engine() const { return db::engine::mariadb; }
+  db_server& server() const { return shared_server(engine()); }
+
   void SetUp() override {
-    database_ = shared_mariadb().create_database();
+    database_ = server().create_database();
     root_ = slotted::test::make_temp_dir("top-test");
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -52,13 +57,16 @@ class ManyAndTop : public ::testing::Test {
       const std::string& counters =
           "  - {name: downloads, record_type: 123, buckets: {day: 400d}, top: true}\n") const {
     return daemon_yaml(
-        shared_mariadb(), database_,
+        server(), database_,
         "instance_id: " + instance + "\ncounters:\n" + counters + "flush: {interval: 1h}\n");
   }
   std::int64_t totals_tables() const {
-    return shared_mariadb().query_int(
-        database_, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '" +
-                       database_ + "' AND table_name LIKE '%totals%'");
+    return server().query_int(
+        database_, engine() == db::engine::postgresql
+                       ? "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                         "current_schema() AND table_name LIKE '%totals%'"
+                       : "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = '" +
+                             database_ + "' AND table_name LIKE '%totals%'");
   }
   void run_migrate() const {
     std::string out;
@@ -68,7 +76,12 @@ class ManyAndTop : public ::testing::Test {
   std::string database_, root_;
 };
 
-TEST_F(ManyAndTop, AManyCounterReadEqualsSingleReadsPendingAndPersisted) {
+class ManyAndTopOnEngines : public ManyAndTop, public ::testing::WithParamInterface<db::engine> {
+ protected:
+  db::engine engine() const override { return GetParam(); }
+};
+
+TEST_P(ManyAndTopOnEngines, AManyCounterReadEqualsSingleReadsPendingAndPersisted) {
   run_migrate();
   daemon_process d(yaml("top-a"));
   ASSERT_EQ(d.settle(), 200u);
@@ -114,7 +127,7 @@ TEST_F(ManyAndTop, AManyCounterReadEqualsSingleReadsPendingAndPersisted) {
   EXPECT_NE(bad.body.find("ids must be"), std::string::npos);
 }
 
-TEST_F(ManyAndTop, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
+TEST_P(ManyAndTopOnEngines, TopNEqualsTheTruthThroughTwoInstancesKeyedBatchesAndAReset) {
   run_migrate();
   daemon_process a(yaml("top-a"));
   daemon_process b(yaml("top-b"));
@@ -238,12 +251,12 @@ TEST_F(ManyAndTop, AnUpgradeWithoutMigrateIsRefusedAtStartNamingTheTotalsTable) 
 
 // The totals table dropped while the daemon runs: the flush stops with the same error
 // (no batch commits without its totals), nothing is dropped, and --migrate resumes it.
-TEST_F(ManyAndTop, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
+TEST_P(ManyAndTopOnEngines, ATotalsTableDroppedWhileRunningStopsTheFlushUntilMigrate) {
   run_migrate();
   daemon_process d(yaml("top-a"));
   ASSERT_EQ(d.settle(), 200u);
   http_client c(d.port());
-  shared_mariadb().connect(database_).execute("DROP TABLE slotted_counters_totals");
+  server().connect(database_).execute("DROP TABLE slotted_counters_totals");
   ASSERT_EQ(c.post_json("/v1/increments", "{\"record_type\": 123, \"record_id\": 4, \"delta\": 7}")
                 .status,
             202u);
@@ -341,7 +354,7 @@ TEST_F(ManyAndTop, ABucketedTopNBoundsTheRowsItSumsAndStopsNearThatBound) {
 // ask for one, and plain and keyed batches, a reset and the many-counter read all work
 // without it (a totals statement anywhere would fail on the missing table: the flush
 // would not commit); top-N is a 404 naming the switch.
-TEST_F(ManyAndTop, WithTopOffNoTotalsTableIsMadeAskedForOrWritten) {
+TEST_P(ManyAndTopOnEngines, WithTopOffNoTotalsTableIsMadeAskedForOrWritten) {
   const std::string off = "  - {name: downloads, record_type: 123, buckets: {day: 400d}}\n";
   std::string out;
   ASSERT_EQ(run_binary(yaml("top-a", off), "--migrate", out), 0) << out;
@@ -362,7 +375,7 @@ TEST_F(ManyAndTop, WithTopOffNoTotalsTableIsMadeAskedForOrWritten) {
                 .status,
             202u);
   ASSERT_TRUE(flush_until_ok(c)) << d.log();
-  EXPECT_EQ(shared_mariadb().query_int(database_, "SELECT SUM(count) FROM slotted_counters"), 8);
+  EXPECT_EQ(server().query_int(database_, "SELECT SUM(count) FROM slotted_counters"), 8);
   const auto reset = c.request("DELETE", "/v1/counters/123/1");
   ASSERT_EQ(reset.status, 200u) << reset.body;
   const auto many = c.get("/v1/counters/downloads?ids=1,2");
@@ -380,7 +393,7 @@ TEST_F(ManyAndTop, WithTopOffNoTotalsTableIsMadeAskedForOrWritten) {
 
 // Two counters on one table, one with top: true: only its rows reach the totals (and its
 // day buckets' totals); the other's flushes write none.
-TEST_F(ManyAndTop, OnlyTheCountersWithTopAreAddedToTheTotals) {
+TEST_P(ManyAndTopOnEngines, OnlyTheCountersWithTopAreAddedToTheTotals) {
   const std::string mixed =
       "  - {name: downloads, record_type: 123, buckets: {day: 400d}, top: true}\n"
       "  - {name: views, record_type: 124, buckets: {day: 400d}}\n";
@@ -397,20 +410,22 @@ TEST_F(ManyAndTop, OnlyTheCountersWithTopAreAddedToTheTotals) {
               "}\n";
   ASSERT_EQ(c.request("POST", "/v1/increments", body, "application/x-ndjson").status, 202u);
   ASSERT_TRUE(flush_until_ok(c)) << d.log();
-  EXPECT_EQ(shared_mariadb().query_int(
+  EXPECT_EQ(server().query_int(
                 database_, "SELECT COUNT(*) FROM slotted_counters_totals WHERE record_type = 124"),
             0);
   EXPECT_EQ(
-      shared_mariadb().query_int(
+      server().query_int(
           database_, "SELECT COUNT(*) FROM slotted_counters_day_totals WHERE record_type = 124"),
       0);
   EXPECT_EQ(
-      shared_mariadb().query_int(
-          database_, "SELECT SUM(count) FROM slotted_counters_totals WHERE record_type = 123"),
+      server().query_int(database_,
+                         "SELECT SUM(count) FROM slotted_counters_totals WHERE record_type = 123"),
       30);
   EXPECT_EQ(items_of(c.get("/v1/top/downloads").body), (ranking{{2, 20}, {1, 10}}));
   EXPECT_EQ(c.get("/v1/top/views").status, 404u);
 }
+
+INSTANTIATE_ENGINES(ManyAndTopOnEngines);
 
 }  // namespace
 }  // namespace slotted::test

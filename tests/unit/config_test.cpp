@@ -334,8 +334,11 @@ TEST(Config, APostgresqlSectionTakesTheSameKeysAndExcludesMysql) {
             std::string::npos);
   EXPECT_NO_THROW(parse_config(hourly + "mysql: {table: " + std::string(59, 'a') + "}\n"));
   // What is not built on PostgreSQL yet is refused, not left to fail at the first flush.
-  EXPECT_NE(only_problem("counters: [{name: a, record_type: 1, top: true}]\npostgresql: {}\n")
-                .find("counters[].top: top-N is not supported with postgresql yet"),
+  const std::string top_hourly =
+      "counters: [{name: a, record_type: 1, top: true, buckets: {hour: 1d}}]\n";
+  EXPECT_NO_THROW(parse_config(top_hourly + "postgresql: {table: " + std::string(42, 'a') + "}\n"));
+  EXPECT_NE(only_problem(top_hourly + "postgresql: {table: " + std::string(43, 'a') + "}\n")
+                .find("the longest being `<table>_hour_totals_by_count`"),
             std::string::npos);
   EXPECT_NE(only_problem("counters: [{name: a, record_type: 1, dedupe: hour}]\npostgresql: {}\n")
                 .find("counters[].dedupe: dedupe is not supported with postgresql yet"),

@@ -13,6 +13,43 @@ config::daemon_config config_of(const std::string& yaml) {
   return config::parse_config(yaml, "test.yaml");
 }
 
+// PostgreSQL: to the role, on TABLE schema.name, the schema's USAGE first; names
+// double-quoted; no host.
+TEST(Grants, PostgresqlGrantsToTheRoleInTheSchema) {
+  const auto cfg = config_of(R"(
+postgresql: {user: "count\"er", database: app, schema: counting, table: hits}
+counters:
+  - name: repo_downloads
+    record_type: 123
+    rollup: {table: repositories, id_column: id, count_column: download_count}
+    buckets: {hour: 48h}
+)");
+  const std::vector<std::string> want = {
+      R"(GRANT USAGE ON SCHEMA "counting" TO "count""er")",
+      R"(GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "counting"."hits" TO "count""er")",
+      R"(GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "counting"."hits_hour" TO "count""er")",
+      R"(GRANT SELECT, INSERT, DELETE ON TABLE "counting"."slotted_counterd_ledger" TO "count""er")",
+      R"(GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "counting"."slotted_counterd_idempotency_keys" TO "count""er")",
+      R"(GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE "counting"."slotted_counterd_dirty" TO "count""er")",
+      R"(GRANT SELECT, INSERT ON TABLE "counting"."slotted_counterd_adoptions" TO "count""er")",
+      R"(GRANT SELECT ("id", "download_count"), UPDATE ("download_count") ON TABLE "counting"."repositories" TO "count""er")",
+  };
+  EXPECT_EQ(grant_statements(cfg), want);
+  std::ostringstream out, err;
+  EXPECT_EQ(print_grants(cfg, "%", out, err), 0) << err.str();
+  EXPECT_NE(out.str().find(R"(-- GRANT USAGE, CREATE ON SCHEMA "counting" TO ADMIN;)"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(
+      out.str().find(R"(-- GRANT USAGE ON SEQUENCE "counting"."hits_id_seq" TO "count""er";)"),
+      std::string::npos)
+      << out.str();
+  std::ostringstream out2, err2;
+  EXPECT_EQ(print_grants(cfg, "10.0.0.1", out2, err2), 2);
+  EXPECT_NE(err2.str().find("pg_hba.conf"), std::string::npos);
+  EXPECT_TRUE(out2.str().empty());
+}
+
 TEST(Grants, BucketsAndTwoRollupTargets) {
   const auto cfg = config_of(R"(
 mysql: {user: counterd, database: app, table: hits}
