@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 #include "support/joined_thread.hpp"
+#include "support/postgres_server.hpp"
 
 namespace slotted::test {
 namespace {
@@ -33,27 +35,52 @@ void PrintTo(const ProxyCase& c, std::ostream* os) {
   *os << c.name;
 }
 
-class ConnectionCut : public ::testing::TestWithParam<ProxyCase> {};
+// The statement's prefix as the engine's driver sends it (PostgreSQL's: names
+// double-quoted).
+std::string as_sent(db::engine e, std::string text) {
+  if (e == db::engine::postgresql) std::replace(text.begin(), text.end(), '`', '"');
+  return text;
+}
 
-TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
-  auto& server = shared_mariadb();
-  const auto database = migrated_database(server);
-  fault_proxy proxy(server.port());
+// The daemon's config for `database`, connecting through `proxy` over TCP.
+config::daemon_config through(const db_server& server, const std::string& database,
+                              const fault_proxy& proxy) {
   auto cfg = test_config(server, database);
   cfg.mysql.socket.clear();
   cfg.mysql.host = "127.0.0.1";
   cfg.mysql.port = proxy.port();
+  return cfg;
+}
+
+std::uint16_t tcp_port(db::engine e) {
+  return e == db::engine::postgresql ? shared_postgres().port() : shared_mariadb().port();
+}
+
+fault_proxy::protocol protocol_of(db::engine e) {
+  return e == db::engine::postgresql ? fault_proxy::protocol::postgresql
+                                     : fault_proxy::protocol::mysql;
+}
+
+class ConnectionCut : public ::testing::TestWithParam<std::tuple<db::engine, ProxyCase>> {};
+
+TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
+  const auto [engine, point] = GetParam();
+  auto& server = shared_server(engine);
+  const auto database = migrated_database(server);
+  fault_proxy proxy(tcp_port(engine), protocol_of(engine));
+  auto cfg = through(server, database, proxy);
   cfg.flush.interval = 1h;  // only explicit flushes
   cfg.flush.max_rows_per_statement = 50;
   in_process_daemon daemon(cfg);
   http_client client(daemon.port());
   ASSERT_TRUE(flush_until_ok(client));  // connected, schema verified
 
-  const auto o = random_load(4, 2000, 300, 5);
+  auto o = random_load(4, 2000, 300, 5);
+  if (engine == db::engine::postgresql) o.keys = random_keys(300, INT64_MAX, 5);  // bigint ids
   const auto load = run_load(daemon.port(), o);
   ASSERT_EQ(load.failed_requests, 0u);
 
-  proxy.arm(GetParam().statement, GetParam().where, 2);
+  proxy.arm(as_sent(engine, point.statement), point.where, 2);
   const auto first = client.request("POST", "/v1/flush");
   EXPECT_EQ(first.status, 503u) << "the cut must make this flush fail: " << first.body;
   ASSERT_TRUE(flush_until_ok(client));
@@ -63,7 +90,7 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   EXPECT_EQ(read_table(server, database).totals, without_zeros(load.acknowledged));
   EXPECT_EQ(metric_value(client.get("/metrics").body,
                          "slotted_counterd_flush_batches_already_applied_total"),
-            GetParam().found_in_ledger);
+            point.found_in_ledger);
   // One ledger row per batch: 300 keys in batches of 50.
   EXPECT_EQ(server.query_int(database, "SELECT COUNT(*) FROM slotted_counterd_ledger"), 6);
   EXPECT_EQ(daemon.stop(), 0);
@@ -71,34 +98,40 @@ TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
 
 INSTANTIATE_TEST_SUITE_P(
     AtEveryPoint, ConnectionCut,
-    ::testing::Values(ProxyCase{"BeforeTheUpsert", "INSERT INTO `slotted_counters`",
-                                fault_proxy::cut::before_statement, 0},
-                      ProxyCase{"AfterTheUpsert", "INSERT INTO `slotted_counters`",
-                                fault_proxy::cut::after_statement, 0},
-                      ProxyCase{"BeforeCommit", "COMMIT", fault_proxy::cut::before_statement, 0},
-                      ProxyCase{"AfterCommitBeforeItsReply", "COMMIT",
-                                fault_proxy::cut::after_statement, 2}),
-    [](const auto& info) { return std::string(info.param.name); });
+    ::testing::Combine(
+        ::testing::ValuesIn(test_engines()),
+        ::testing::Values(ProxyCase{"BeforeTheUpsert", "INSERT INTO `slotted_counters`",
+                                    fault_proxy::cut::before_statement, 0},
+                          ProxyCase{"AfterTheUpsert", "INSERT INTO `slotted_counters`",
+                                    fault_proxy::cut::after_statement, 0},
+                          ProxyCase{"BeforeCommit", "COMMIT", fault_proxy::cut::before_statement,
+                                    0},
+                          ProxyCase{"AfterCommitBeforeItsReply", "COMMIT",
+                                    fault_proxy::cut::after_statement, 2})),
+    [](const auto& info) {
+      return std::string(engine_name(std::get<0>(info.param))) + "_" + std::get<1>(info.param).name;
+    });
 
 // With flush.connections 1 and 4: with 4, the kills cut several batches in flight at
 // once, each left in doubt until the reconnect resolves it in the ledger.
-class DatabaseKilled : public ::testing::TestWithParam<unsigned> {};
+class DatabaseKilled : public ::testing::TestWithParam<std::tuple<db::engine, unsigned>> {};
 
 TEST_P(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
-  auto& server = shared_mariadb();
+  const auto [engine, connections] = GetParam();
+  auto& server = shared_server(engine);
   const auto database = migrated_database(server);
   auto cfg = test_config(server, database);
   cfg.flush.interval = 100ms;
-  cfg.flush.connections = GetParam();
-  cfg.mysql.pool_size = GetParam() + 1;
-  if (GetParam() > 1) cfg.flush.max_rows_per_statement = 25;  // batches to share out
+  cfg.flush.connections = connections;
+  cfg.mysql.pool_size = connections + 1;
+  if (connections > 1) cfg.flush.max_rows_per_statement = 25;  // batches to share out
   in_process_daemon daemon(cfg);
 
   std::atomic<bool> stop{false};
   load_options o;
   o.clients = 4;
   o.increments_per_client = 100'000'000;
-  o.keys = random_keys(500, UINT64_MAX, 9);
+  o.keys = random_keys(500, engine == db::engine::postgresql ? INT64_MAX : UINT64_MAX, 9);
   o.stop = &stop;
   load_outcome load;
   joined_thread clients(stop, [&] { load = run_load(daemon.port(), o); });
@@ -130,7 +163,13 @@ TEST_P(DatabaseKilled, RepeatedSigkillUnderLoadKeepsTotalsExact) {
   EXPECT_EQ(daemon.stop(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(FlushConnections, DatabaseKilled, ::testing::Values(1u, 4u));
+INSTANTIATE_TEST_SUITE_P(FlushConnections, DatabaseKilled,
+                         ::testing::Combine(::testing::ValuesIn(test_engines()),
+                                            ::testing::Values(1u, 4u)),
+                         [](const auto& info) {
+                           return std::string(engine_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // Issue 21, item 10: while a batch is in doubt, a read (GET /v1/counters) holds its pool
 // connection and waits up to 4 s for the flusher to resolve it; the flusher needs a

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
+#include "support/postgres_server.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::test {
@@ -35,7 +38,7 @@ std::string event(std::uint32_t type, std::uint64_t id, int delta) {
 
 class Reset : public ::testing::Test {
  protected:
-  // MariaDB here (the fault proxy speaks its protocol); each engine in ResetOnEngines.
+  // MariaDB here; each engine in ResetOnEngines.
   virtual db::engine engine() const { return db::engine::mariadb; }
   db_server& server() const { return shared_server(engine()); }
   void SetUp() override { database_ = migrated_database(server()); }
@@ -44,6 +47,18 @@ class Reset : public ::testing::Test {
     auto c = test_config(server(), database_);
     c.flush.interval = 1h;  // only the flushes a test asks for (and those a reset runs)
     return c;
+  }
+  // A fault proxy in front of the engine's server, speaking its protocol.
+  std::unique_ptr<fault_proxy> proxy() const {
+    return engine() == db::engine::postgresql
+               ? std::make_unique<fault_proxy>(shared_postgres().port(),
+                                               fault_proxy::protocol::postgresql)
+               : std::make_unique<fault_proxy>(shared_mariadb().port());
+  }
+  // A statement's prefix as the engine's driver sends it (PostgreSQL's: double quotes).
+  std::string as_sent(std::string text) const {
+    if (engine() == db::engine::postgresql) std::replace(text.begin(), text.end(), '`', '"');
+    return text;
   }
   // cfg(), connecting through `proxy` (which can cut a connection at a statement).
   config::daemon_config through(const fault_proxy& proxy) const {
@@ -169,15 +184,16 @@ TEST_P(ResetOnEngines, DuringAnOutageIs503WithRetryAfterAndChangesNothing) {
 // still queued when the reset comes: the reset writes it first, or fails with 503 and
 // changes nothing; it never commits after the reset (which would bring back what the
 // reset cleared).
-TEST_F(Reset, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
-  auto& server = shared_mariadb();
-  fault_proxy proxy(server.port());
+TEST_P(ResetOnEngines, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
+  auto& server = this->server();
+  const auto proxied = proxy();
+  auto& proxy = *proxied;
   in_process_daemon d(through(proxy));
   http_client c(d.port());
   ASSERT_TRUE(flush_until_ok(c));
 
   ASSERT_EQ(post(c, 1, 11, 4), 202u);
-  proxy.arm("INSERT INTO `slotted_counters`", fault_proxy::cut::before_statement, 2);
+  proxy.arm(as_sent("INSERT INTO `slotted_counters`"), fault_proxy::cut::before_statement, 2);
   EXPECT_EQ(c.request("POST", "/v1/flush").status, 503u) << "the batch stays queued";
   // The reset's own cycle meets the second cut: the batch is still queued, so no reset.
   const auto failed = reset(c, "1/11");
@@ -202,8 +218,9 @@ TEST_F(Reset, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
 // The reset's COMMIT executes but its reply is cut: the outcome is unknown until the
 // ledger answers. The reset is re-sent under its id, finds its ledger row and answers
 // what the first attempt cleared.
-TEST_F(Reset, ALostCommitReplyIsResolvedByTheLedger) {
-  fault_proxy proxy(shared_mariadb().port());
+TEST_P(ResetOnEngines, ALostCommitReplyIsResolvedByTheLedger) {
+  const auto proxied = proxy();
+  auto& proxy = *proxied;
   in_process_daemon d(through(proxy));
   http_client c(d.port());
   ASSERT_EQ(post(c, 1, 12, 9), 202u);

@@ -51,7 +51,8 @@ struct fault_proxy::connection {
   }
 };
 
-fault_proxy::fault_proxy(std::uint16_t upstream_port) : upstream_port_(upstream_port) {
+fault_proxy::fault_proxy(std::uint16_t upstream_port, protocol p)
+    : upstream_port_(upstream_port), protocol_(p) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -127,22 +128,60 @@ void fault_proxy::accept_loop() {
   }
 }
 
-// Client -> server, one MySQL packet at a time: 3-byte length, 1-byte sequence, payload.
-void fault_proxy::pump_client(std::shared_ptr<connection> c) {
-  std::vector<char> packet;
-  while (true) {
+namespace {
+std::uint32_t big_endian(const char* p) {
+  return (std::uint32_t{static_cast<unsigned char>(p[0])} << 24) |
+         (std::uint32_t{static_cast<unsigned char>(p[1])} << 16) |
+         (std::uint32_t{static_cast<unsigned char>(p[2])} << 8) |
+         std::uint32_t{static_cast<unsigned char>(p[3])};
+}
+}  // namespace
+
+bool fault_proxy::next_message(int fd, bool& startup, std::vector<char>& message,
+                               std::string_view& sql) {
+  sql = {};
+  if (protocol_ == protocol::mysql) {
+    // 3-byte length, 1-byte sequence, payload; COM_QUERY (0x03) carries a statement.
     char header[4];
-    if (!read_exact(c->client, header, 4)) break;
+    if (!read_exact(fd, header, 4)) return false;
     const std::size_t len = static_cast<unsigned char>(header[0]) |
                             (static_cast<unsigned char>(header[1]) << 8) |
                             (static_cast<unsigned char>(header[2]) << 16);
-    packet.assign(header, header + 4);
-    packet.resize(4 + len);
-    if (!read_exact(c->client, packet.data() + 4, len)) break;
+    message.assign(header, header + 4);
+    message.resize(4 + len);
+    if (!read_exact(fd, message.data() + 4, len)) return false;
+    if (len > 1 && message[4] == 0x03) sql = std::string_view(message.data() + 5, len - 1);
+    return true;
+  }
+  // PostgreSQL: the startup phase's messages have no type byte (a length, then a code);
+  // an SSLRequest or GSSENCRequest is followed by another untyped message, once the server
+  // has answered it 'N' (no TLS, as the tests' servers). Then: type byte, length, body.
+  const std::size_t head = startup ? 4 : 5;
+  char header[5];
+  if (!read_exact(fd, header, head)) return false;
+  const std::uint32_t len = big_endian(header + head - 4);
+  if (len < 4 || len > (1u << 30)) return false;
+  message.assign(header, header + head);
+  message.resize(head + len - 4);
+  if (!read_exact(fd, message.data() + head, len - 4)) return false;
+  if (startup) {
+    const std::uint32_t code = len >= 8 ? big_endian(message.data() + 4) : 0;
+    startup = code == 80877103 || code == 80877104;  // SSLRequest, GSSENCRequest
+  } else if (header[0] == 'Q' && len > 5) {
+    sql = std::string_view(message.data() + 5, len - 5);  // without its NUL
+  }
+  return true;
+}
+
+// Client -> server, one message at a time.
+void fault_proxy::pump_client(std::shared_ptr<connection> c) {
+  std::vector<char> packet;
+  bool startup = true;
+  std::string_view sql;
+  while (next_message(c->client, startup, packet, sql)) {
     bool cut_here = false;
     cut where = cut::before_statement;
-    if (len > 1 && packet[4] == 0x03) {  // COM_QUERY
-      const std::string_view sql(packet.data() + 5, len - 1);
+    if (!sql.empty()) {
       std::lock_guard lock(mutex_);
       if (remaining_ > 0 && sql.starts_with(prefix_)) {
         --remaining_;

@@ -1,15 +1,19 @@
 #pragma once
-// A loopback TCP proxy between the daemon and MariaDB that understands just enough of
-// the MySQL protocol (packet framing, COM_QUERY) to cut a connection at a chosen
-// point: before a statement reaches the server, or after the server executed it but
-// before its reply reaches the client (for COMMIT: the outcome is unknown to the
-// client). Each rule fires a given number of times.
+// A loopback TCP proxy between the daemon and its database that understands just enough
+// of the protocol (MySQL: packet framing, COM_QUERY; PostgreSQL: the untyped startup
+// messages, then typed messages, 'Q' for a statement, as the driver sends them all) to
+// cut a connection at a chosen point: before a statement reaches the server, or after
+// the server executed it but before its reply reaches the client (for COMMIT: the
+// outcome is unknown to the client). Each rule fires a given number of times.
+// PostgreSQL's connections must not use TLS (the proxy reads the statements), which a
+// server without ssl, as the tests', refuses anyway.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -18,8 +22,9 @@ namespace slotted::test {
 class fault_proxy {
  public:
   enum class cut { before_statement, after_statement };
+  enum class protocol { mysql, postgresql };
 
-  fault_proxy(std::uint16_t upstream_port);
+  explicit fault_proxy(std::uint16_t upstream_port, protocol p = protocol::mysql);
   ~fault_proxy();
 
   std::uint16_t port() const { return port_; }
@@ -38,7 +43,11 @@ class fault_proxy {
   void pump_client(std::shared_ptr<connection> c);
   void pump_server(std::shared_ptr<connection> c);
 
+  // The statement of the client's next message, or false when the connection ends.
+  bool next_message(int fd, bool& startup, std::vector<char>& message, std::string_view& sql);
+
   std::uint16_t upstream_port_;
+  protocol protocol_;
   std::uint16_t port_ = 0;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
