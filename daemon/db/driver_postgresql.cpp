@@ -325,6 +325,11 @@ result_ptr postgresql_driver::run(std::string_view sql) {
                                               std::string_view(severity) == "PANIC");
     if (state == nullptr || ends || PQstatus(conn_.get()) == CONNECTION_BAD)
       gone("query: " + message, state ? state : "08006");
+    // 23514 is a CHECK's (a row's value: data) or a partition's (no partition for the
+    // row: held and retried, never a row dropped); only a CHECK names its constraint.
+    if (std::string_view(state) == "23514" &&
+        PQresultErrorField(error.get(), PG_DIAG_CONSTRAINT_NAME) == nullptr)
+      throw db_error(error_class::other, "query: " + message, state);
     throw postgresql_error(state, "query: " + message);
   }
   affected_ = affected;

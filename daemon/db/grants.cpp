@@ -57,10 +57,25 @@ std::string column_list(const config::daemon_config& cfg, const std::vector<std:
   return out + ")";
 }
 
-// The role a PostgreSQL GRANT names: an identifier, never empty, without a NUL.
+// The role a PostgreSQL GRANT names: an identifier, never empty, without a control
+// character (a line break would end the comment lines it is printed in), and none that
+// GRANT reads as a keyword even quoted (PUBLIC: everyone) or reserves (pg_*).
 std::string role_of(const config::daemon_config& cfg) {
-  quote_account_part("postgresql.user", cfg.mysql.user);  // the same refusals
-  return name_of(cfg, cfg.mysql.user);
+  const std::string& user = cfg.mysql.user;
+  quote_account_part("postgresql.user", user);  // the same refusals
+  std::string lower;
+  for (char c : user) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      throw std::invalid_argument("postgresql.user: contains a control character");
+    lower.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
+  }
+  for (const char* keyword : {"public", "none", "current_user", "session_user", "current_role"}) {
+    if (lower == keyword)
+      throw std::invalid_argument("postgresql.user: '" + user + "' is a keyword to GRANT");
+  }
+  if (lower.starts_with("pg_"))
+    throw std::invalid_argument("postgresql.user: '" + user + "': pg_ names are reserved");
+  return name_of(cfg, user);
 }
 
 void add_unique(std::vector<std::string>& v, const std::string& s) {

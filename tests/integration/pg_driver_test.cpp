@@ -122,6 +122,20 @@ TEST_F(PgDriver, ErrorsComeClassifiedBySqlstateAndLeaveTheConnectionUsable) {
   ASSERT_TRUE(null);
   EXPECT_TRUE(null->data_error()) << null->what();
 
+  // A CHECK refuses a row's value (data); a missing partition is the table's to fix, with
+  // the row held and retried (both 23514).
+  c.execute("CREATE TABLE checked (n bigint CHECK (n >= 0))");
+  const auto check = error_of([&] { c.execute("INSERT INTO checked VALUES (-1)"); });
+  ASSERT_TRUE(check);
+  EXPECT_TRUE(check->data_error()) << check->what();
+  c.execute("CREATE TABLE parted (n bigint) PARTITION BY RANGE (n)");
+  c.execute("CREATE TABLE parted_low PARTITION OF parted FOR VALUES FROM (0) TO (10)");
+  const auto unparted = error_of([&] { c.execute("INSERT INTO parted VALUES (20)"); });
+  ASSERT_TRUE(unparted);
+  EXPECT_EQ(unparted->native_code(), "23514") << unparted->what();
+  EXPECT_FALSE(unparted->data_error()) << unparted->what();
+  EXPECT_FALSE(unparted->fatal());
+
   const auto missing = error_of([&] { c.query("SELECT 1 FROM no_such_table"); });
   ASSERT_TRUE(missing);
   EXPECT_TRUE(missing->no_such_table());

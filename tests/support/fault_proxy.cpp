@@ -160,7 +160,9 @@ bool fault_proxy::next_message(int fd, bool& startup, std::vector<char>& message
   char header[5];
   if (!read_exact(fd, header, head)) return false;
   const std::uint32_t len = big_endian(header + head - 4);
-  if (len < 4 || len > (1u << 30)) return false;
+  // PostgreSQL's own bound on a startup message is 10000 bytes: a longer one is no
+  // message of the protocol read here (a TLS hello), and ends the connection.
+  if (len < 4 || len > (startup ? 10000u : (1u << 30))) return false;
   message.assign(header, header + head);
   message.resize(head + len - 4);
   if (!read_exact(fd, message.data() + head, len - 4)) return false;

@@ -44,6 +44,20 @@ counters:
       out.str().find(R"(-- GRANT USAGE ON SEQUENCE "counting"."hits_id_seq" TO "count""er";)"),
       std::string::npos)
       << out.str();
+  // A role GRANT would read as everyone, or one that would end a comment line early.
+  for (const char* role : {"public", "PUBLIC", "pg_monitor", "Current_User"}) {
+    auto odd = cfg;
+    odd.mysql.user = role;
+    std::ostringstream o, e;
+    EXPECT_EQ(print_grants(odd, "%", o, e), 2) << role;
+    EXPECT_TRUE(o.str().empty()) << role;
+    EXPECT_NE(e.str().find("postgresql.user"), std::string::npos) << e.str();
+  }
+  auto broken = cfg;
+  broken.mysql.user = "a\nGRANT ALL ON SCHEMA public TO x; --";
+  std::ostringstream o, e;
+  EXPECT_EQ(print_grants(broken, "%", o, e), 2);
+  EXPECT_NE(e.str().find("control character"), std::string::npos) << e.str();
   std::ostringstream out2, err2;
   EXPECT_EQ(print_grants(cfg, "10.0.0.1", out2, err2), 2);
   EXPECT_NE(err2.str().find("pg_hba.conf"), std::string::npos);
