@@ -80,7 +80,7 @@ void after_section(const std::string& section, const daemon_config& cfg, checker
 void choose_engine(const YAML::Node& root, daemon_config& cfg, checker& c) {
   if (!root.IsMap() || !root["postgresql"]) return;
   cfg.mysql.engine = database_engine::postgresql;
-  cfg.mysql.port = postgresql_default_port;
+  cfg.mysql.port = cfg.mysql.default_port();
   if (root["mysql"])
     c.fail(root["postgresql"], "postgresql",
            "a config names one database: a mysql section or a postgresql one, not both");

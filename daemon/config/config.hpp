@@ -109,6 +109,9 @@ struct mysql_config {
 
   // The section's name, "mysql" or "postgresql", and one of its keys as the config
   // names it: key("tls.ca_file") is "postgresql.tls.ca_file" in a postgresql: section.
+  std::uint16_t default_port() const {
+    return engine == database_engine::postgresql ? postgresql_default_port : mariadb_default_port;
+  }
   std::string_view section() const {
     return engine == database_engine::postgresql ? "postgresql" : "mysql";
   }

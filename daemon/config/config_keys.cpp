@@ -250,10 +250,7 @@ void refuse_password(checker& c, const key_row&, const YAML::Node& a, const std:
 
 void parse_hosts(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
                  daemon_config& cfg) {
-  detail::parse_mysql_hosts(c, a, ap, cfg.mysql.hosts,
-                            cfg.mysql.engine == database_engine::postgresql
-                                ? postgresql_default_port
-                                : mariadb_default_port);
+  detail::parse_mysql_hosts(c, a, ap, cfg.mysql.hosts, cfg.mysql.default_port());
 }
 
 void parse_counters_key(checker& c, const key_row&, const YAML::Node& v, const std::string& p,
@@ -275,13 +272,10 @@ void adopt_token(daemon_config& running, const daemon_config& next) {
   running.http.auth_token_file = next.http.auth_token_file;
   running.http.auth_token = next.http.auth_token;
 }
-bool password_file_differs(const daemon_config& a, const daemon_config& b) {
-  return a.mysql.password_file != b.mysql.password_file ||
-         (!b.mysql.password_file.empty() && a.mysql.password != b.mysql.password);
-}
-bool password_env_differs(const daemon_config& a, const daemon_config& b) {
-  return a.mysql.password_env != b.mysql.password_env ||
-         (!b.mysql.password_env.empty() && a.mysql.password != b.mysql.password);
+template <std::string mysql_config::*Source>
+bool password_differs(const daemon_config& a, const daemon_config& b) {
+  const std::string &was = a.mysql.*Source, &is = b.mysql.*Source;
+  return was != is || (!is.empty() && a.mysql.password != b.mysql.password);
 }
 key_row secret(key_row r, bool (*differs)(const daemon_config&, const daemon_config&)) {
   r.secret = true;
@@ -453,6 +447,13 @@ std::vector<key_row> listen_http_keys() {
   };
 }
 
+// A file of mysql.tls, planned as the whole of it.
+template <auto File>
+key_row tls_file(std::string_view key) {
+  return planned_as(text<&C::mysql, &mysql_config::tls, File>(key, "path", "none", true),
+                    "mysql.tls");
+}
+
 // The database connection.
 std::vector<key_row> mysql_keys() {
   return {
@@ -467,15 +468,9 @@ std::vector<key_row> mysql_keys() {
       planned_as(choice<&tls_modes, &C::mysql, &mysql_config::tls, &tls_config::mode>(
                      "mysql.tls.mode", "preferred", true),
                  "mysql.tls"),
-      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::ca_file>("mysql.tls.ca_file",
-                                                                           "path", "none", true),
-                 "mysql.tls"),
-      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::cert_file>("mysql.tls.cert_file",
-                                                                             "path", "none", true),
-                 "mysql.tls"),
-      planned_as(text<&C::mysql, &mysql_config::tls, &tls_config::key_file>("mysql.tls.key_file",
-                                                                            "path", "none", true),
-                 "mysql.tls"),
+      tls_file<&tls_config::ca_file>("mysql.tls.ca_file"),
+      tls_file<&tls_config::cert_file>("mysql.tls.cert_file"),
+      tls_file<&tls_config::key_file>("mysql.tls.key_file"),
       text<&C::mysql, &mysql_config::user>("mysql.user", "string", "counterd"),
       {.key = "mysql.password",
        .type = "(refused)",
@@ -485,10 +480,10 @@ std::vector<key_row> mysql_keys() {
        .parse = &refuse_password},
       secret(text<&C::mysql, &mysql_config::password_file>("mysql.password_file", "path", "none",
                                                            true),
-             &password_file_differs),
+             &password_differs<&mysql_config::password_file>),
       secret(text<&C::mysql, &mysql_config::password_env>("mysql.password_env", "string", "none",
                                                           true),
-             &password_env_differs),
+             &password_differs<&mysql_config::password_env>),
       identifier<&C::mysql, &mysql_config::database>("mysql.database", "app"),
       identifier<&C::mysql, &mysql_config::table>("mysql.table", "slotted_counters"),
       time_key<&C::mysql, &mysql_config::connect_timeout>("mysql.connect_timeout", 100ms, 5min,
@@ -497,9 +492,8 @@ std::vector<key_row> mysql_keys() {
   };
 }
 
-// The postgresql: section: mysql:'s keys, into the same fields (mysql_config), and
-// postgresql.schema. Its rows parse; the mysql rows compare (plan_reload names a change
-// by the running config's section), so a key is planned once whichever section is used.
+// The postgresql: section: mysql:'s keys into the same fields, and postgresql.schema. Its
+// rows parse; the mysql rows compare (plan_reload names a change by the new config's section).
 std::vector<key_row> postgresql_keys() {
   static std::deque<std::string> names;  // what the rows' keys view; the table is built once
   std::vector<key_row> rows;

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -17,7 +16,6 @@
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
 #include "support/joined_thread.hpp"
-#include "support/postgres_server.hpp"
 
 namespace slotted::test {
 namespace {
@@ -35,40 +33,15 @@ void PrintTo(const ProxyCase& c, std::ostream* os) {
   *os << c.name;
 }
 
-// The statement's prefix as the engine's driver sends it (PostgreSQL's: names
-// double-quoted).
-std::string as_sent(db::engine e, std::string text) {
-  if (e == db::engine::postgresql) std::replace(text.begin(), text.end(), '`', '"');
-  return text;
-}
-
-// The daemon's config for `database`, connecting through `proxy` over TCP.
-config::daemon_config through(const db_server& server, const std::string& database,
-                              const fault_proxy& proxy) {
-  auto cfg = test_config(server, database);
-  cfg.mysql.socket.clear();
-  cfg.mysql.host = "127.0.0.1";
-  cfg.mysql.port = proxy.port();
-  return cfg;
-}
-
-std::uint16_t tcp_port(db::engine e) {
-  return e == db::engine::postgresql ? shared_postgres().port() : shared_mariadb().port();
-}
-
-fault_proxy::protocol protocol_of(db::engine e) {
-  return e == db::engine::postgresql ? fault_proxy::protocol::postgresql
-                                     : fault_proxy::protocol::mysql;
-}
-
 class ConnectionCut : public ::testing::TestWithParam<std::tuple<db::engine, ProxyCase>> {};
 
 TEST_P(ConnectionCut, NoLossAndNoDoubleApply) {
   const auto [engine, point] = GetParam();
   auto& server = shared_server(engine);
   const auto database = migrated_database(server);
-  fault_proxy proxy(tcp_port(engine), protocol_of(engine));
-  auto cfg = through(server, database, proxy);
+  const auto proxied = proxy_to(engine);
+  auto& proxy = *proxied;
+  auto cfg = through(test_config(server, database), proxy.port());
   cfg.flush.interval = 1h;  // only explicit flushes
   cfg.flush.max_rows_per_statement = 50;
   in_process_daemon daemon(cfg);

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -22,7 +21,6 @@
 #include "support/eventually.hpp"
 #include "support/fault_proxy.hpp"
 #include "support/http_client.hpp"
-#include "support/postgres_server.hpp"
 #include "support/temp_dir.hpp"
 
 namespace slotted::test {
@@ -48,25 +46,9 @@ class Reset : public ::testing::Test {
     c.flush.interval = 1h;  // only the flushes a test asks for (and those a reset runs)
     return c;
   }
-  // A fault proxy in front of the engine's server, speaking its protocol.
-  std::unique_ptr<fault_proxy> proxy() const {
-    return engine() == db::engine::postgresql
-               ? std::make_unique<fault_proxy>(shared_postgres().port(),
-                                               fault_proxy::protocol::postgresql)
-               : std::make_unique<fault_proxy>(shared_mariadb().port());
-  }
-  // A statement's prefix as the engine's driver sends it (PostgreSQL's: double quotes).
-  std::string as_sent(std::string text) const {
-    if (engine() == db::engine::postgresql) std::replace(text.begin(), text.end(), '`', '"');
-    return text;
-  }
   // cfg(), connecting through `proxy` (which can cut a connection at a statement).
   config::daemon_config through(const fault_proxy& proxy) const {
-    auto c = cfg();
-    c.mysql.socket.clear();
-    c.mysql.host = "127.0.0.1";
-    c.mysql.port = proxy.port();
-    return c;
+    return test::through(cfg(), proxy.port());
   }
   std::int64_t db_total(std::uint32_t type, std::uint64_t id) const {
     return server().query_int(database_,
@@ -186,14 +168,15 @@ TEST_P(ResetOnEngines, DuringAnOutageIs503WithRetryAfterAndChangesNothing) {
 // reset cleared).
 TEST_P(ResetOnEngines, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
   auto& server = this->server();
-  const auto proxied = proxy();
+  const auto proxied = proxy_to(engine());
   auto& proxy = *proxied;
   in_process_daemon d(through(proxy));
   http_client c(d.port());
   ASSERT_TRUE(flush_until_ok(c));
 
   ASSERT_EQ(post(c, 1, 11, 4), 202u);
-  proxy.arm(as_sent("INSERT INTO `slotted_counters`"), fault_proxy::cut::before_statement, 2);
+  proxy.arm(as_sent(engine(), "INSERT INTO `slotted_counters`"), fault_proxy::cut::before_statement,
+            2);
   EXPECT_EQ(c.request("POST", "/v1/flush").status, 503u) << "the batch stays queued";
   // The reset's own cycle meets the second cut: the batch is still queued, so no reset.
   const auto failed = reset(c, "1/11");
@@ -219,7 +202,7 @@ TEST_P(ResetOnEngines, ABatchFormedBeforeItCommitsBeforeItOrTheResetFails) {
 // ledger answers. The reset is re-sent under its id, finds its ledger row and answers
 // what the first attempt cleared.
 TEST_P(ResetOnEngines, ALostCommitReplyIsResolvedByTheLedger) {
-  const auto proxied = proxy();
+  const auto proxied = proxy_to(engine());
   auto& proxy = *proxied;
   in_process_daemon d(through(proxy));
   http_client c(d.port());

@@ -1,9 +1,11 @@
 #include "support/db_server.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
 
+#include "support/fault_proxy.hpp"
 #include "support/mariadb_server.hpp"
 #include "support/postgres_server.hpp"
 
@@ -67,6 +69,25 @@ std::int64_t db_server::query_int(const std::string& database, const std::string
   const auto rows = conn.query(sql);
   if (rows.empty() || rows[0].empty() || !rows[0][0]) return 0;
   return std::stoll(*rows[0][0]);
+}
+
+std::unique_ptr<fault_proxy> proxy_to(db::engine e) {
+  if (e == db::engine::postgresql)
+    return std::make_unique<fault_proxy>(shared_postgres().port(),
+                                         fault_proxy::protocol::postgresql);
+  return std::make_unique<fault_proxy>(shared_mariadb().port());
+}
+
+std::string as_sent(db::engine e, std::string text) {
+  if (e == db::engine::postgresql) std::replace(text.begin(), text.end(), '`', '"');
+  return text;
+}
+
+config::daemon_config through(config::daemon_config cfg, std::uint16_t port) {
+  cfg.mysql.socket.clear();
+  cfg.mysql.host = "127.0.0.1";
+  cfg.mysql.port = port;
+  return cfg;
 }
 
 const char* engine_name(db::engine e) {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,17 @@ class db_server {
   // The first column of the first row as a number (0 for none or NULL).
   std::int64_t query_int(const std::string& database, const std::string& sql) const;
 };
+
+class fault_proxy;
+
+// A fault proxy (support/fault_proxy.hpp) in front of the engine's shared server over
+// TCP, speaking its protocol.
+std::unique_ptr<fault_proxy> proxy_to(db::engine e);
+// A statement's beginning as the engine's driver sends it (PostgreSQL's: names
+// double-quoted), for fault_proxy::arm.
+std::string as_sent(db::engine e, std::string text);
+// `cfg` connecting through the proxy listening on `port` instead, over TCP.
+config::daemon_config through(config::daemon_config cfg, std::uint16_t port);
 
 // "MariaDB" or "PostgreSQL".
 const char* engine_name(db::engine e);
