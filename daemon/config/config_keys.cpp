@@ -5,169 +5,19 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
-#include <deque>
 #include <iterator>
 #include <map>
 #include <optional>
-#include <type_traits>
 
 #include "config/checker.hpp"
+#include "config/key_rows.hpp"
 #include "model/increment.hpp"
 
 namespace slotted::config {
 namespace {
 
-using namespace std::chrono_literals;
-using detail::checker;
-using rk = reload_kind;
+using namespace rows;
 
-// clang-format 14 writes the fold over member pointers below as `.*....*`.
-// clang-format off
-// A key's value in a config: field<&daemon_config::http, &http_config::threads>(cfg).
-template <auto... Path>
-auto& field(daemon_config& c) {
-  return (c .* ... .* Path);
-}
-template <auto... Path>
-const auto& field(const daemon_config& c) {
-  return (c .* ... .* Path);
-}
-// clang-format on
-
-template <auto... Path>
-bool differs(const daemon_config& a, const daemon_config& b) {
-  return field<Path...>(a) != field<Path...>(b);
-}
-// Live keys: the reload takes the new value.
-template <auto... Path>
-void adopt(daemon_config& running, const daemon_config& next) {
-  field<Path...>(running) = field<Path...>(next);
-}
-
-// The generic parse and change of each kind of value, bounds from the row.
-template <auto... Path>
-void parse_integer(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
-                   daemon_config& cfg) {
-  auto& out = field<Path...>(cfg);
-  using T = std::remove_reference_t<decltype(out)>;
-  c.integer<T>(v, p, static_cast<T>(r.lo), static_cast<T>(r.hi), out);
-  if (r.keep_line) c.remember_line(p, v);
-}
-template <auto... Path>
-void change_integer(const key_row& r, daemon_config& cfg) {
-  auto& f = field<Path...>(cfg);
-  using T = std::remove_reference_t<decltype(f)>;
-  f = f == static_cast<T>(r.lo) ? static_cast<T>(r.hi) : static_cast<T>(r.lo);
-}
-template <auto... Path>
-void parse_duration_key(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
-                        daemon_config& cfg) {
-  c.time_span(v, p, duration(r.lo), duration(r.hi), field<Path...>(cfg));
-}
-template <auto... Path>
-void change_duration(const key_row& r, daemon_config& cfg) {
-  auto& f = field<Path...>(cfg);
-  f = f == duration(r.lo) ? duration(r.hi) : duration(r.lo);
-}
-// A string, identifier or boolean: read by the checker's `Read` (checker::string, ...).
-template <auto Read, auto... Path>
-void parse_with(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
-                daemon_config& cfg) {
-  (c.*Read)(v, p, field<Path...>(cfg));
-  if (r.keep_line) c.remember_line(p, v);
-}
-template <auto... Path>
-void change_string(const key_row&, daemon_config& cfg) {
-  field<Path...>(cfg) += "x";
-}
-template <auto... Path>
-void change_boolean(const key_row&, daemon_config& cfg) {
-  field<Path...>(cfg) = !field<Path...>(cfg);
-}
-template <typename Enum>
-using options = std::vector<std::pair<std::string, Enum>>;
-template <auto Options, auto... Path>
-void parse_choice(checker& c, const key_row& r, const YAML::Node& v, const std::string& p,
-                  daemon_config& cfg) {
-  c.choice(v, p, Options(), field<Path...>(cfg));
-  if (r.keep_line) c.remember_line(p, v);
-}
-template <auto Options, auto... Path>
-void change_choice(const key_row&, daemon_config& cfg) {
-  auto& f = field<Path...>(cfg);
-  f = Options().front().second == f ? Options().back().second : Options().front().second;
-}
-
-// A row of each kind; `key`, `type` and `def` as in docs/configuration.md.
-// The row builders keep a row to a few lines, as the table reads them.
-// clang-format off
-template <auto... Path>
-constexpr key_row integer(std::string_view key, long long lo, long long hi, std::string_view def,
-                          bool keep_line = false) {
-  return {.key = key, .type = "integer", .default_value = def, .parse = &parse_integer<Path...>,
-          .differs = &differs<Path...>, .change = &change_integer<Path...>, .lo = lo, .hi = hi,
-          .keep_line = keep_line};
-}
-template <auto... Path>
-constexpr key_row time_key(std::string_view key, duration lo, duration hi, std::string_view def) {
-  return {.key = key, .type = "duration", .default_value = def,
-          .parse = &parse_duration_key<Path...>, .differs = &differs<Path...>,
-          .change = &change_duration<Path...>, .lo = lo.count(), .hi = hi.count()};
-}
-template <auto... Path>
-constexpr key_row text(std::string_view key, std::string_view type, std::string_view def,
-                       bool keep_line = false) {
-  return {.key = key, .type = type, .default_value = def, .parse = &parse_with<&checker::string, Path...>,
-          .differs = &differs<Path...>, .change = &change_string<Path...>,
-          .keep_line = keep_line};
-}
-template <auto... Path>
-constexpr key_row identifier(std::string_view key, std::string_view def) {
-  return {.key = key, .type = "identifier", .default_value = def,
-          .parse = &parse_with<&checker::identifier, Path...>, .differs = &differs<Path...>,
-          .change = &change_string<Path...>};
-}
-template <auto Options, auto... Path>
-constexpr key_row choice(std::string_view key, std::string_view def, bool keep_line = false) {
-  return {.key = key, .type = "enum", .default_value = def, .parse = &parse_choice<Options, Path...>,
-          .differs = &differs<Path...>, .change = &change_choice<Options, Path...>,
-          .keep_line = keep_line};
-}
-// A key parsed by the structured key `whole` that holds it, planned as part of it.
-constexpr key_row part(std::string_view key, std::string_view type, std::string_view def,
-                       std::string_view whole) {
-  return {.key = key, .type = type, .default_value = def, .plan_as = whole};
-}
-template <auto... Path>
-constexpr key_row flag(std::string_view key, std::string_view def) {
-  return {.key = key, .type = "boolean", .default_value = def, .parse = &parse_with<&checker::boolean, Path...>,
-          .differs = &differs<Path...>, .change = &change_boolean<Path...>};
-}
-// clang-format on
-// A key a reload applies: `adopt` takes the new value.
-constexpr key_row live(key_row r, decltype(key_row::adopt) adopt) {
-  r.reload = rk::live;
-  r.adopt = adopt;
-  return r;
-}
-constexpr key_row typed(key_row r, std::string_view type) {
-  r.type = type;
-  return r;
-}
-// One of several keys a plan names as one (`whole`).
-constexpr key_row planned_as(key_row r, std::string_view whole) {
-  r.plan_as = whole;
-  return r;
-}
-
-const options<tls_mode>& tls_modes() {
-  static const options<tls_mode> o{{"disabled", tls_mode::disabled},
-                                   {"preferred", tls_mode::preferred},
-                                   {"required", tls_mode::required},
-                                   {"verify_ca", tls_mode::verify_ca},
-                                   {"verify_identity", tls_mode::verify_identity}};
-  return o;
-}
 const options<fsync_mode>& fsync_modes() {
   static const options<fsync_mode> o{{"always", fsync_mode::always},
                                      {"interval", fsync_mode::interval},
@@ -181,10 +31,6 @@ const options<log_level>& log_levels() {
                                     {"error", log_level::error}};
   return o;
 }
-
-}  // namespace
-
-namespace {
 
 // The keys whose values need more than a bound: parsed here, compared and changed by
 // their row's generic functions.
@@ -243,16 +89,6 @@ constexpr key_row checked(key_row r) {
   return r;
 }
 
-void refuse_password(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
-                     daemon_config&) {
-  c.fail(a, ap, "passwords do not belong in the config file: use password_file or password_env");
-}
-
-void parse_hosts(checker& c, const key_row&, const YAML::Node& a, const std::string& ap,
-                 daemon_config& cfg) {
-  detail::parse_mysql_hosts(c, a, ap, cfg.mysql.hosts, cfg.mysql.default_port());
-}
-
 void parse_counters_key(checker& c, const key_row&, const YAML::Node& v, const std::string& p,
                         daemon_config& cfg) {
   detail::parse_counters(c, v, p, cfg.counters);
@@ -272,17 +108,6 @@ void adopt_token(daemon_config& running, const daemon_config& next) {
   running.http.auth_token_file = next.http.auth_token_file;
   running.http.auth_token = next.http.auth_token;
 }
-template <std::string mysql_config::*Source>
-bool password_differs(const daemon_config& a, const daemon_config& b) {
-  const std::string &was = a.mysql.*Source, &is = b.mysql.*Source;
-  return was != is || (!is.empty() && a.mysql.password != b.mysql.password);
-}
-key_row secret(key_row r, bool (*differs)(const daemon_config&, const daemon_config&)) {
-  r.secret = true;
-  r.differs = differs;
-  return r;
-}
-
 // counters is live but for the buckets and top, which need a restart (config.hpp,
 // plan_reload).
 std::vector<counter_decl> without_buckets(std::vector<counter_decl> counters) {
@@ -368,23 +193,11 @@ bool dedupe_keep_differs(const daemon_config& a, const daemon_config& b) {
 void change_dedupe_keep(const key_row&, daemon_config& cfg) {
   first_counter(cfg).dedupe_keep += std::chrono::hours(1);
 }
-void change_hosts(const key_row&, daemon_config& cfg) {
-  cfg.mysql.hosts.push_back({"changed.example", 3307});
-}
 void change_log_sources(const key_row&, daemon_config& cfg) {
   log_source s;
   s.path = "/var/log/changed.log";
   cfg.log_sources.push_back(s);
 }
-
-constexpr auto structured(key_row r, decltype(key_row::differs) differs,
-                          decltype(key_row::change) change) {
-  r.differs = differs;
-  r.change = change;
-  return r;
-}
-
-using C = daemon_config;
 
 // The keys a reload applies (and the counters' parts, planned with them).
 std::vector<key_row> live_keys() {
@@ -445,68 +258,6 @@ std::vector<key_row> listen_http_keys() {
                                                              10'000'000, "100000"),
       time_key<&C::http, &http_config::idle_timeout>("http.idle_timeout", 100ms, 1h, "30s"),
   };
-}
-
-// A file of mysql.tls, planned as the whole of it.
-template <auto File>
-key_row tls_file(std::string_view key) {
-  return planned_as(text<&C::mysql, &mysql_config::tls, File>(key, "path", "none", true),
-                    "mysql.tls");
-}
-
-// The database connection.
-std::vector<key_row> mysql_keys() {
-  return {
-      text<&C::mysql, &mysql_config::host>("mysql.host", "string", "127.0.0.1"),
-      integer<&C::mysql, &mysql_config::port>("mysql.port", 1, 65535, "3306"),
-      text<&C::mysql, &mysql_config::socket>("mysql.socket", "path", "none"),
-      structured({.key = "mysql.hosts",
-                  .type = "list of host:port",
-                  .default_value = "[]",
-                  .parse = &parse_hosts},
-                 &differs<&C::mysql, &mysql_config::hosts>, &change_hosts),
-      planned_as(choice<&tls_modes, &C::mysql, &mysql_config::tls, &tls_config::mode>(
-                     "mysql.tls.mode", "preferred", true),
-                 "mysql.tls"),
-      tls_file<&tls_config::ca_file>("mysql.tls.ca_file"),
-      tls_file<&tls_config::cert_file>("mysql.tls.cert_file"),
-      tls_file<&tls_config::key_file>("mysql.tls.key_file"),
-      text<&C::mysql, &mysql_config::user>("mysql.user", "string", "counterd"),
-      {.key = "mysql.password",
-       .type = "(refused)",
-       .default_value = "",
-       .reload = rk::refused,
-       .secret = true,
-       .parse = &refuse_password},
-      secret(text<&C::mysql, &mysql_config::password_file>("mysql.password_file", "path", "none",
-                                                           true),
-             &password_differs<&mysql_config::password_file>),
-      secret(text<&C::mysql, &mysql_config::password_env>("mysql.password_env", "string", "none",
-                                                          true),
-             &password_differs<&mysql_config::password_env>),
-      identifier<&C::mysql, &mysql_config::database>("mysql.database", "app"),
-      identifier<&C::mysql, &mysql_config::table>("mysql.table", "slotted_counters"),
-      time_key<&C::mysql, &mysql_config::connect_timeout>("mysql.connect_timeout", 100ms, 5min,
-                                                          "5s"),
-      integer<&C::mysql, &mysql_config::pool_size>("mysql.pool_size", 1, 64, "2"),
-  };
-}
-
-// The postgresql: section: mysql:'s keys into the same fields, and postgresql.schema. Its
-// rows parse; the mysql rows compare (plan_reload names a change by the new config's section).
-std::vector<key_row> postgresql_keys() {
-  static std::deque<std::string> names;  // what the rows' keys view; the table is built once
-  std::vector<key_row> rows;
-  for (auto r : mysql_keys()) {
-    r.plan_as = r.key;
-    r.key = names.emplace_back("postgresql" + std::string(r.key.substr(r.key.find('.'))));
-    r.differs = nullptr;
-    r.change = nullptr;
-    if (r.key == "postgresql.port") r.default_value = "5432";
-    rows.push_back(r);
-  }
-  rows.push_back(identifier<&C::mysql, &mysql_config::schema>("postgresql.schema", "public"));
-  return rows;
 }
 
 // Shards, flushing, rollup, the WAL, shutdown and idempotency.
@@ -571,8 +322,8 @@ std::vector<key_row> log_source_keys() {
 const std::vector<key_row>& table() {
   static const std::vector<key_row> rows = [] {
     std::vector<key_row> all;
-    for (auto part : {live_keys(), listen_http_keys(), mysql_keys(), postgresql_keys(),
-                      runtime_keys(), log_source_keys()})
+    for (auto part :
+         {live_keys(), listen_http_keys(), database_keys(), runtime_keys(), log_source_keys()})
       all.insert(all.end(), std::make_move_iterator(part.begin()),
                  std::make_move_iterator(part.end()));
     return all;
