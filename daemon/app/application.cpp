@@ -146,6 +146,7 @@ application::application(config::daemon_config cfg)
   if (committer_) committer_->attach_keyed(&keyed_);
   if (committer_) committer_->attach_uniques(&uniques_);
   auto& connector = pool_.connector();
+  metrics_.set_database_engine(std::string(cfg_.mysql.section()));
   metrics_.set_mysql_hosts(connector.host_names());
   connector.on_host_change([this, names = connector.host_names()](std::size_t i) {
     metrics_.mysql_host_in_use(i);

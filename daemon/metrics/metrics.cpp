@@ -224,6 +224,13 @@ void registry::set_mysql_hosts(const std::vector<std::string>& names) {
   for (const auto& name : names) host_info_.push_back(&f.Add({{"host", name}}));
 }
 
+void registry::set_database_engine(const std::string& section) {
+  gauge(*registry_, "slotted_counterd_database_info",
+        "The database engine written to, value 1: the config's section, mysql or postgresql",
+        {{"engine", section}})
+      .Set(1);
+}
+
 void registry::rollup_adopted(const std::string& counter, bool adopted) {
   rollup_adopted_.Add({{"counter", counter}}).Set(adopted ? 1 : 0);
 }

@@ -81,6 +81,9 @@ class registry {
   // the config). Call set_mysql_hosts once, before other threads run; then
   // mysql_host_in_use(i) from any thread marks host i as the one connected to.
   void set_mysql_hosts(const std::vector<std::string>& names);
+  // slotted_counterd_database_info{engine}: 1, the config's section ("mysql" or
+  // "postgresql") naming the engine the daemon writes to. Once, before other threads run.
+  void set_database_engine(const std::string& section);
   void mysql_host_in_use(std::size_t index);
   // slotted_counterd_rollup_adopted{counter}: 1 when the counter's owning column is
   // adopted (rolled up), 0 while the roller leaves it alone (adopt/adopt.hpp).

@@ -58,6 +58,13 @@ TEST_P(Pipeline, ConcurrentClientsSumExactlyAfterFlush) {
   ASSERT_EQ(reply.status, 200u);
   EXPECT_EQ(json_int(reply.body, "count"), v);
   EXPECT_EQ(json_int(reply.body, "pending"), 0);
+  // /metrics names the engine, as the config's section does, and no other.
+  const auto metrics = client.get("/metrics").body;
+  const std::string section = postgresql() ? "postgresql" : "mysql";
+  const std::string other = postgresql() ? "mysql" : "postgresql";
+  EXPECT_EQ(metric_value(metrics, "slotted_counterd_database_info{engine=\"" + section + "\"}"),
+            1);
+  EXPECT_EQ(metrics.find("engine=\"" + other + "\""), std::string::npos);
   EXPECT_EQ(daemon.stop(), 0);
 }
 

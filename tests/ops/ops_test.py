@@ -48,6 +48,7 @@ PINNED_METRICS = [
     "slotted_counterd_wal_bytes",
     "slotted_counterd_wal_fsync_duration_seconds",
     "slotted_counterd_build_info",
+    "slotted_counterd_database_info",
     "slotted_counterd_idempotency_requests_total",
     "slotted_counterd_idempotency_replays_total",
     "slotted_counterd_idempotency_duplicates_dropped_total",
