@@ -113,11 +113,6 @@ void check_postgresql_features(const daemon_config& cfg, checker& c) {
     c.fail_plain(key,
                  std::string(what) + " not supported with postgresql yet (docs/postgresql.md)");
   };
-  const auto any = [&cfg](auto used) {
-    return std::any_of(cfg.counters.begin(), cfg.counters.end(), used);
-  };
-  if (any([](const counter_decl& d) { return d.dedupe != store::granularity::none; }))
-    refuse("counters[].dedupe", "dedupe is");
   if (!cfg.log_sources.empty()) refuse("log_sources", "counting from access logs is");
 }
 

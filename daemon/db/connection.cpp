@@ -70,6 +70,10 @@ std::string connection::quote(std::string_view text) {
   return driver_->quote(text);
 }
 
+std::string connection::quote_bytes(std::string_view bytes) {
+  return driver_->quote_bytes(bytes);
+}
+
 std::vector<result_row> connection::query_limited(std::string_view select,
                                                   std::chrono::milliseconds limit) {
   check_size(select);

@@ -96,6 +96,8 @@ class connection {
 
   // A quoted SQL string literal for `text` ('...'), escaped for this connection.
   std::string quote(std::string_view text);
+  // A literal of a binary column's value: any bytes (db/driver.hpp).
+  std::string quote_bytes(std::string_view bytes);
   // What the engine's driver does its own way (db/driver.hpp). query_limited cuts
   // `select` at `limit`, at least 1 ms and at most read_time_limit.
   std::vector<result_row> query_limited(std::string_view select,

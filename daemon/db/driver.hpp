@@ -39,6 +39,9 @@ class driver {
   virtual bool in_transaction() const = 0;
   // A quoted SQL string literal for `text`, escaped for this connection.
   virtual std::string quote(std::string_view text) = 0;
+  // A literal of a binary column's value (`bytes`, any bytes, NUL too), compared byte for
+  // byte.
+  virtual std::string quote_bytes(std::string_view bytes) = 0;
   // The longest statement the server takes, as read at connect.
   virtual std::size_t max_statement_bytes() const = 0;
 

@@ -116,6 +116,7 @@ class postgresql_driver final : public driver {
   std::string tls_cipher() const override;
   bool in_transaction() const override;
   std::string quote(std::string_view text) override;
+  std::string quote_bytes(std::string_view bytes) override;
   // PostgreSQL would take up to 1 GB (its allocation limit), but a batch that large
   // costs the server and us several copies of it in memory: batches are cut at 16 MiB,
   // MariaDB's default max_allowed_packet, less room for the message header.
@@ -382,6 +383,20 @@ void postgresql_driver::require_writable() {
 
 bool postgresql_driver::in_transaction() const {
   return broken_ || PQtransactionStatus(conn_.get()) != PQTRANS_IDLE;
+}
+
+// bytea's hex input ('\x...'): a text literal would pass a backslash to bytea's escape
+// format, and a byte sequence that is not UTF-8 would be refused as text.
+std::string postgresql_driver::quote_bytes(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out = "'\\x";
+  out.reserve(bytes.size() * 2 + 12);
+  for (const unsigned char ch : bytes) {
+    out.push_back(digits[ch >> 4]);
+    out.push_back(digits[ch & 15]);
+  }
+  out += "'::bytea";
+  return out;
 }
 
 std::string postgresql_driver::quote(std::string_view text) {

@@ -132,7 +132,8 @@ std::string hex_upper(std::string_view s) {
   return out;
 }
 
-// A tuple's bytes at most: the key (a client of 128 bytes, escaped: 258) and the batch's
+// A tuple's bytes at most: the key (a client of 128 bytes, escaped: 258, or 268 in
+// PostgreSQL's hex literal) and the batch's
 // identity (an instance id of 64 characters, escaped: 130), with the numbers.
 constexpr std::size_t max_tuple_bytes = 512;
 
@@ -154,7 +155,7 @@ std::vector<store::unique_entry> insert_and_find_ours(
   const std::string instance = conn.quote(id.instance_id);
   std::vector<std::string> clients;
   clients.reserve(entries.size());
-  for (const auto& e : entries) clients.push_back(conn.quote(e.client));
+  for (const auto& e : entries) clients.push_back(conn.quote_bytes(e.client));
   const std::size_t budget = conn.max_statement_bytes();
   const std::size_t per =
       std::max<std::size_t>(1, budget > 2048 ? (budget - 1024) / max_tuple_bytes : 1);
