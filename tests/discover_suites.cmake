@@ -1,0 +1,80 @@
+# Registers a GoogleTest executable with ctest one entry per test suite, not per test:
+# the suite's tests run in one process, one after the other, and share the servers the
+# process starts (tests/support: shared_mariadb(), shared_server()), so a suite of twenty
+# tests starts its MariaDB once instead of twenty times. Run after each build of the
+# executable (tests/CMakeLists.txt); writes OUTPUT, which ctest includes.
+#
+#   cmake -DBINARY=path -DOUTPUT=file.cmake -DWORKDIR=dir -DTIMEOUT=seconds
+#         [-DLABELS=label] [-DALONE="Suite.Test,Suite.Other"] -P discover_suites.cmake
+#
+# ALONE names tests that get an entry of their own (and are left out of their suite's;
+# each parameter's instance an entry):
+# scripts/test runs the tests held to a wall clock one at a time. COST is the number of
+# tests in the entry, so that on a first run, with no timings recorded yet, ctest starts
+# the longest suites first and the short ones fill in beside them.
+cmake_minimum_required(VERSION 3.20)
+
+execute_process(COMMAND "${BINARY}" --gtest_list_tests
+                OUTPUT_VARIABLE listing RESULT_VARIABLE rc ERROR_VARIABLE errors TIMEOUT 60)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${BINARY} --gtest_list_tests failed (${rc}): ${errors}")
+endif()
+
+string(REPLACE "," ";" alone "${ALONE}")
+# gtest prints "Suite." and then "  Test", each maybe followed by "  # GetParam() = ...".
+# The comments go first: a parameter's text may hold anything, ';' too.
+string(REGEX REPLACE "  #[^\n]*" "" listing "${listing}")
+string(REPLACE ";" "" listing "${listing}")
+string(REPLACE "\n" ";" lines "${listing}")
+
+set(suites "")
+set(suite "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^([^ ]+)\\.$")
+    set(suite "${CMAKE_MATCH_1}")
+    if(NOT suite MATCHES "^DISABLED_|/DISABLED_")
+      list(APPEND suites "${suite}")
+      set(tests_${suite} "")
+    endif()
+  elseif(line MATCHES "^  ([^ ]+)$" AND NOT suite STREQUAL "")
+    set(test "${CMAKE_MATCH_1}")
+    if(NOT test MATCHES "^DISABLED_")
+      list(APPEND tests_${suite} "${test}")
+    endif()
+  endif()
+endforeach()
+
+set(properties "WORKING_DIRECTORY [==[${WORKDIR}]==] TIMEOUT ${TIMEOUT}")
+if(LABELS)
+  string(APPEND properties " LABELS ${LABELS}")
+endif()
+set(script "# Written by tests/discover_suites.cmake from ${BINARY} --gtest_list_tests.\n")
+foreach(suite IN LISTS suites)
+  set(left_out "")
+  set(count 0)
+  foreach(test IN LISTS tests_${suite})
+    # A parameterised test is named Test/Param: ALONE names it without the parameter.
+    string(REGEX REPLACE "/.*" "" unparameterised "${test}")
+    if("${suite}.${unparameterised}" IN_LIST alone)
+      list(APPEND left_out "${suite}.${test}")
+      string(APPEND script
+             "add_test([==[${suite}.${test}]==] [==[${BINARY}]==] [==[--gtest_filter=${suite}.${test}]==])\n"
+             "set_tests_properties([==[${suite}.${test}]==] PROPERTIES ${properties} COST 1)\n")
+    else()
+      math(EXPR count "${count} + 1")
+    endif()
+  endforeach()
+  if(count EQUAL 0)
+    continue()
+  endif()
+  set(filter "${suite}.*")
+  if(left_out)
+    list(JOIN left_out ":" negative)
+    string(APPEND filter "-${negative}")
+  endif()
+  string(APPEND script
+         "add_test([==[${suite}]==] [==[${BINARY}]==] [==[--gtest_filter=${filter}]==])\n"
+         "set_tests_properties([==[${suite}]==] PROPERTIES ${properties} COST ${count})\n")
+endforeach()
+file(WRITE "${OUTPUT}.new" "${script}")
+file(RENAME "${OUTPUT}.new" "${OUTPUT}")
