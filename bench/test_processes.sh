@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 
 # "Suite.Test" per line, and "Suite" per line, of a binary (suites filtered by $2).
 list() {
-  "$1" --gtest_list_tests | sed 's/  #.*//' | awk -v re="$2" '
+  "$1" --gtest_list_tests 2>/dev/null | sed 's/  #.*//' | awk -v re="$2" '
     /^[^ ]/ { suite = substr($1, 1, length($1) - 1); keep = suite ~ re; if (keep) print suite > "/dev/stderr"; next }
     keep && /^  / { print suite "." $1 }'
 }

@@ -49,6 +49,20 @@ if(LABELS)
   string(APPEND properties " LABELS ${LABELS}")
 endif()
 set(script "# Written by tests/discover_suites.cmake from ${BINARY} --gtest_list_tests.\n")
+# ctest would take two entries of one name (from two executables) as one for
+# set_tests_properties, and -R could not tell them apart: a name seen twice is an
+# error when ctest reads the second file.
+macro(add_entry name filter cost)
+  string(APPEND script
+         "if(DEFINED [==[slotted_entry_${name}]==])\n"
+         "  message(FATAL_ERROR \"ctest entry ${name} of ${BINARY} is also one of "
+         "\${slotted_entry_${name}}: give one of the test suites another name\")\n"
+         "endif()\n"
+         "set([==[slotted_entry_${name}]==] [==[${BINARY}]==])\n"
+         "add_test([==[${name}]==] [==[${BINARY}]==] [==[--gtest_filter=${filter}]==])\n"
+         "set_tests_properties([==[${name}]==] PROPERTIES ${properties} COST ${cost})\n")
+endmacro()
+set(matched "")
 foreach(suite IN LISTS suites)
   set(left_out "")
   set(count 0)
@@ -57,9 +71,8 @@ foreach(suite IN LISTS suites)
     string(REGEX REPLACE "/.*" "" unparameterised "${test}")
     if("${suite}.${unparameterised}" IN_LIST alone)
       list(APPEND left_out "${suite}.${test}")
-      string(APPEND script
-             "add_test([==[${suite}.${test}]==] [==[${BINARY}]==] [==[--gtest_filter=${suite}.${test}]==])\n"
-             "set_tests_properties([==[${suite}.${test}]==] PROPERTIES ${properties} COST 1)\n")
+      list(APPEND matched "${suite}.${unparameterised}")
+      add_entry("${suite}.${test}" "${suite}.${test}" 1)
     else()
       math(EXPR count "${count} + 1")
     endif()
@@ -72,9 +85,14 @@ foreach(suite IN LISTS suites)
     list(JOIN left_out ":" negative)
     string(APPEND filter "-${negative}")
   endif()
-  string(APPEND script
-         "add_test([==[${suite}]==] [==[${BINARY}]==] [==[--gtest_filter=${filter}]==])\n"
-         "set_tests_properties([==[${suite}]==] PROPERTIES ${properties} COST ${count})\n")
+  add_entry("${suite}" "${filter}" "${count}")
+endforeach()
+# A name in ALONE that matched no test (renamed, or its suite instantiated under a
+# prefix) would leave that test to run two at a time: an error instead.
+foreach(name IN LISTS alone)
+  if(NOT name IN_LIST matched)
+    message(FATAL_ERROR "ALONE names ${name}, which ${BINARY} does not have")
+  endif()
 endforeach()
 file(WRITE "${OUTPUT}.new" "${script}")
 file(RENAME "${OUTPUT}.new" "${OUTPUT}")

@@ -287,11 +287,12 @@ TEST_P(Idempotency, AKeyAnotherTransactionHoldsUncommittedDecidesTheFlushWhenItE
                      database_,
                      postgresql()
                          ? "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                           "AND query LIKE 'INSERT INTO \"slotted_counterd_idempotency_keys\"%' "
+                           "AND datname = current_database() AND query LIKE 'INSERT INTO "
+                           "\"slotted_counterd_idempotency_keys\"%' "
                            "AND statement_timestamp() - query_start > INTERVAL '300 milliseconds'"
-                         : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
-                           "'INSERT INTO `slotted_counterd_idempotency_keys`%' AND TIME_MS > "
-                           "300") > 0;
+                         : "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = "
+                           "DATABASE() AND INFO LIKE 'INSERT INTO "
+                           "`slotted_counterd_idempotency_keys`%' AND TIME_MS > 300") > 0;
         },
         60s);
   };

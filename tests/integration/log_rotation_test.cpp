@@ -28,7 +28,7 @@ class LogRotation : public log_fixture {
     return shared_mariadb().query_int(
         db_,
         "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND "
-        "INFO LIKE '%slotted_counterd_log_positions%FOR UPDATE'");
+        "DB = DATABASE() AND INFO LIKE '%slotted_counterd_log_positions%FOR UPDATE'");
   }
 };
 

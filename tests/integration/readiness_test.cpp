@@ -35,6 +35,7 @@ TEST(Readiness, FollowsTheDatabaseWhileTheFlusherIsIdle) {
   in_process_daemon daemon(cfg);
   ASSERT_TRUE(await_readyz(daemon.port(), 200, 10s));
 
+  started_at_exit restart{server};
   server.stop(/*hard=*/true);
   const auto lost = await_readyz(daemon.port(), 503, 10s);
   ASSERT_TRUE(lost) << "/readyz still 200 10 s after the database was killed";

@@ -151,6 +151,7 @@ TEST(Reload, ABadRollupTargetAppliedWhileTheDatabaseIsDownStopsNeitherFlushNorOt
                                  "counters: [{name: pages, record_type: 7}]\n"));
   ASSERT_EQ(daemon.settle(), 200u);
 
+  started_at_exit restart{server};
   server.stop();
   daemon.write_config(
       yaml_for(server, database,

@@ -149,6 +149,7 @@ TEST_P(ResetOnEngines, DuringAnOutageIs503WithRetryAfterAndChangesNothing) {
   ASSERT_TRUE(flush_until_ok(c));
   ASSERT_EQ(post(c, 1, 9, 2), 202u);
 
+  started_at_exit restart{server};
   server.stop();
   const auto r = reset(c, "1/9");
   EXPECT_EQ(r.status, 503u) << r.body;
@@ -374,9 +375,9 @@ TEST_F(Reset, SigkillRightAfterTheAnswerNeitherLosesItNorReplaysWhatItCleared) {
         [&] {
           return shared_mariadb().query_int(
                      database_,
-                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE "
-                     "'SELECT `slot`, `count` FROM `slotted_counters`%FOR UPDATE' AND TIME_MS > "
-                     "200") > 0;
+                     "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+                     "AND INFO LIKE 'SELECT `slot`, `count` FROM `slotted_counters`%FOR UPDATE' "
+                     "AND TIME_MS > 200") > 0;
         },
         60s))
         << "the reset did not wait on the counter's rows";

@@ -31,6 +31,7 @@ class mariadb final : public db_server {
   }
   void stop(bool hard) override { server().stop(hard); }
   void start() override { server().start(); }
+  bool running() const override { return server().running(); }
 
  private:
   static mariadb_server& server() { return shared_mariadb(); }
@@ -57,6 +58,7 @@ class postgresql final : public db_server {
   }
   void stop(bool hard) override { server().stop(hard); }
   void start() override { server().start(); }
+  bool running() const override { return server().running(); }
 
  private:
   static postgres_server& server() { return shared_postgres(); }

@@ -6,7 +6,8 @@
 //   TEST_P(Pipeline, ...) { auto& server = this->server(); ... }
 //   INSTANTIATE_ENGINES(Pipeline);
 //
-// names the instances `.../MariaDB` and `.../PostgreSQL` (ctest -R 'Pipeline.*PostgreSQL').
+// names the instances `.../MariaDB` and `.../PostgreSQL` (one engine's alone:
+// integration_tests --gtest_filter='Pipeline.*/PostgreSQL').
 // Statements a test writes go through the daemon's own driver (db::connection), so
 // backquoted names read the same on both (the PostgreSQL driver sends them double-quoted).
 
@@ -39,9 +40,28 @@ class db_server {
   // Stops (hard: SIGKILL) and starts again on the same data, socket and port.
   virtual void stop(bool hard = false) = 0;
   virtual void start() = 0;
+  virtual bool running() const = 0;
 
   // The first column of the first row as a number (0 for none or NULL).
   std::int64_t query_int(const std::string& database, const std::string& sql) const;
+};
+
+// Starts `server` (a db_server, mariadb_server or postgres_server) again at the end of
+// the scope if it is stopped then: a test that stops the server its suite shares and
+// fails an ASSERT before starting it leaves it running for the suite's next test.
+template <class Server>
+struct started_at_exit {
+  Server& server;
+  explicit started_at_exit(Server& s) : server(s) {}
+  started_at_exit(const started_at_exit&) = delete;
+  started_at_exit& operator=(const started_at_exit&) = delete;
+  ~started_at_exit() {
+    if (server.running()) return;
+    try {
+      server.start();
+    } catch (...) {  // the next test says so, if it needs the server
+    }
+  }
 };
 
 class fault_proxy;

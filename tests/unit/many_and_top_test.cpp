@@ -90,7 +90,7 @@ TEST(Query, ABucketRangeIsTheBucketsStartingInsideIt) {
   }
 }
 
-class ManyAndTop : public ::testing::Test {
+class ManyAndTopReads : public ::testing::Test {
  protected:
   static config::daemon_config cfg() {
     config::daemon_config c;
@@ -128,7 +128,7 @@ class ManyAndTop : public ::testing::Test {
   std::shared_ptr<std::vector<response>> last_;
 };
 
-TEST_F(ManyAndTop, AManyCounterReadAsksForEachIdOnceAndPrintsThemInOrder) {
+TEST_F(ManyAndTopReads, AManyCounterReadAsksForEachIdOnceAndPrintsThemInOrder) {
   EXPECT_TRUE(get("/v1/counters/downloads?ids=9,2,9").empty());
   EXPECT_EQ(backend_.read_key_.record_type, 3u);
   EXPECT_EQ(backend_.read_ids_, (std::vector<std::uint64_t>{9, 2}));
@@ -153,7 +153,7 @@ TEST_F(ManyAndTop, AManyCounterReadAsksForEachIdOnceAndPrintsThemInOrder) {
   EXPECT_NE(metrics_.serialize().find("route=\"counters_many\""), std::string::npos);
 }
 
-TEST_F(ManyAndTop, BadManyCounterParametersAre400NamingThem) {
+TEST_F(ManyAndTopReads, BadManyCounterParametersAre400NamingThem) {
   EXPECT_NE(reason("/v1/counters/3").find("ids\\\" is required"), std::string::npos);
   EXPECT_NE(reason("/v1/counters/3?ids=").find("ids must be"), std::string::npos);
   EXPECT_NE(reason("/v1/counters/3?ids=1,a").find("ids must be"), std::string::npos);
@@ -164,7 +164,7 @@ TEST_F(ManyAndTop, BadManyCounterParametersAre400NamingThem) {
   EXPECT_TRUE(backend_.read_ids_.empty());
 }
 
-TEST_F(ManyAndTop, ATopReadAsksForTheLimitAndTheBucketsAndPrintsTheItems) {
+TEST_F(ManyAndTopReads, ATopReadAsksForTheLimitAndTheBucketsAndPrintsTheItems) {
   EXPECT_TRUE(get("/v1/top/downloads").empty());
   EXPECT_EQ(backend_.read_key_.record_type, 3u);
   EXPECT_EQ(backend_.top_limit_, 10u);  // the default
@@ -189,7 +189,7 @@ TEST_F(ManyAndTop, ATopReadAsksForTheLimitAndTheBucketsAndPrintsTheItems) {
   EXPECT_NE(metrics_.serialize().find("route=\"top\""), std::string::npos);
 }
 
-TEST_F(ManyAndTop, BadTopParametersAre400NamingThem) {
+TEST_F(ManyAndTopReads, BadTopParametersAre400NamingThem) {
   for (const char* bad : {"0", "1001", "-1", "x", ""})
     EXPECT_NE(reason(std::string("/v1/top/3?limit=") + bad).find("limit must be"),
               std::string::npos)
@@ -223,7 +223,7 @@ TEST_F(ManyAndTop, BadTopParametersAre400NamingThem) {
 // parse time, nothing asked of the backend (a 503 would have a client obeying
 // Retry-After retry it for ever). One bucket fewer is read. A data-dependent stop (the
 // merge passing its bound on tied counts) is a 422, not a 503.
-TEST_F(ManyAndTop, ATopNThatCanNeverBeAnsweredIs400AndADataDependentStopIs422) {
+TEST_F(ManyAndTopReads, ATopNThatCanNeverBeAnsweredIs400AndADataDependentStopIs422) {
   // limit 1000: a page of 1500 rows, so at most 133 buckets.
   const auto range = [](int days) {
     return "/v1/top/3?limit=1000&granularity=day&from=0&to=" + std::to_string(86400 * (days - 1));
@@ -245,7 +245,7 @@ TEST_F(ManyAndTop, ATopNThatCanNeverBeAnsweredIs400AndADataDependentStopIs422) {
 // counters[].top off (views): no top-N totals are kept, so there is none to read: a 404
 // naming the switch, whatever the parameters, and nothing asked of the backend; the
 // many-counter read needs no totals and works as for any counter.
-TEST_F(ManyAndTop, ATopReadOfACounterWithoutTopIs404NamingTheSwitch) {
+TEST_F(ManyAndTopReads, ATopReadOfACounterWithoutTopIs404NamingTheSwitch) {
   for (const std::string target : {"/v1/top/views", "/v1/top/4?limit=3", "/v1/top/4?limit=0"}) {
     const auto got = get(target);
     ASSERT_EQ(got.size(), 1u) << target;
