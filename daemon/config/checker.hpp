@@ -197,8 +197,6 @@ result<host_port> parse_host_port(const std::string& text,
 // mysql.hosts (postgresql.hosts): a list of distinct "host:port".
 void parse_mysql_hosts(checker& c, const YAML::Node& a, const std::string& ap,
                        std::vector<host_port>& hosts, std::uint16_t default_port);
-// The features not built on PostgreSQL yet, refused with a postgresql section.
-void check_postgresql_features(const daemon_config& cfg, checker& c);
 // mysql.hosts and mysql.socket together (once the mysql section is walked).
 void check_hosts_and_socket(const daemon_config& cfg, checker& c);
 // mysql.tls: consistent modes and files, and the files readable now.

@@ -179,7 +179,6 @@ daemon_config parse_config(const std::string& yaml_text, const std::string& orig
   // The tables named after the counters table (`<table>_hour`, `<table>_totals`, ...)
   // must fit 64 characters (config/table_names.cpp).
   detail::check_table_name_length(cfg, c);
-  detail::check_postgresql_features(cfg, c);
   if (!c.problems().empty()) throw config_error(c.problems());
   return cfg;
 }

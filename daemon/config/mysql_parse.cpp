@@ -105,17 +105,6 @@ void check_hosts_and_socket(const daemon_config& cfg, checker& c) {
                                     "postgresql.socket, several hosts in postgresql.hosts)");
 }
 
-// What the daemon does not do on PostgreSQL yet (docs/postgresql.md): refused at load,
-// so that no daemon starts that would fail at its first flush or read.
-void check_postgresql_features(const daemon_config& cfg, checker& c) {
-  if (cfg.mysql.engine != database_engine::postgresql) return;
-  const auto refuse = [&c](const std::string& key, const char* what) {
-    c.fail_plain(key,
-                 std::string(what) + " not supported with postgresql yet (docs/postgresql.md)");
-  };
-  if (!cfg.log_sources.empty()) refuse("log_sources", "counting from access logs is");
-}
-
 // The flusher holds flush.connections connections while it writes; reads (GET
 // /v1/counters) and the rollup need one more, or they wait for the whole flush.
 void check_flush_connections(const daemon_config& cfg, checker& c) {

@@ -118,6 +118,10 @@ class dialect {
                                    std::string_view order, std::size_t limit) const = 0;
   // A binary column as upper-case hex.
   virtual std::string hex(std::string_view column) const = 0;
+  // An unsigned 64-bit value (a hash, an inode) as its u64 column stores it: MariaDB's
+  // BIGINT UNSIGNED takes it as it is, PostgreSQL's bigint the same 64 bits as a signed
+  // number; std::stoull reads either text back to the value.
+  virtual std::string u64_bits(std::uint64_t value) const = 0;
 
   // Whether share_lock() may end a SELECT with GROUP BY (MariaDB) or not (PostgreSQL).
   virtual bool locks_beside_group_by() const = 0;

@@ -168,6 +168,7 @@ class mariadb final : public dialect {
   std::string hex(std::string_view column) const override {
     return "HEX(" + std::string(column) + ")";
   }
+  std::string u64_bits(std::uint64_t value) const override { return std::to_string(value); }
   // A LEFT JOIN: a marked counter without slot rows (reset) is set to 0, not skipped.
   std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,
                             std::string_view owner_table, std::string_view id_column,

@@ -226,6 +226,9 @@ class postgresql final : public dialect {
   std::string hex(std::string_view column) const override {
     return "UPPER(ENCODE(" + std::string(column) + ", 'hex'))";
   }
+  std::string u64_bits(std::uint64_t value) const override {
+    return std::to_string(static_cast<std::int64_t>(value));
+  }
   // A correlated sum per owning row (no UPDATE ... LEFT JOIN): through the slotted
   // table's primary key, 0 for a counter without slot rows.
   std::string rollup_update(std::string_view counters_table, std::uint32_t record_type,

@@ -49,14 +49,14 @@ std::string position_select(std::string_view instance, std::string_view path, bo
          table() + key_where(instance, path) + (for_update ? " FOR UPDATE" : "");
 }
 
-std::string position_insert(std::string_view instance, std::string_view path,
+std::string position_insert(const dialect& d, std::string_view instance, std::string_view path,
                             const log_position& p) {
   return "INSERT INTO " + table() +
          " (`instance_id`, `path`, `file_dev`, `file_ino`, `head_len`, `head_hash`, `offset`, "
          "`in_long_line`, `file_mtime_ns`) VALUES (" +
-         std::string(instance) + ", " + std::string(path) + ", " + std::to_string(p.file.dev) +
-         ", " + std::to_string(p.file.ino) + ", " + std::to_string(p.file.head_len) + ", " +
-         std::to_string(p.file.head_hash) + ", " + std::to_string(p.offset) + ", " +
+         std::string(instance) + ", " + std::string(path) + ", " + d.u64_bits(p.file.dev) + ", " +
+         d.u64_bits(p.file.ino) + ", " + std::to_string(p.file.head_len) + ", " +
+         d.u64_bits(p.file.head_hash) + ", " + std::to_string(p.offset) + ", " +
          (p.in_long_line ? "1" : "0") + ", " + std::to_string(p.file_mtime_ns) + ")";
 }
 
@@ -65,12 +65,12 @@ std::string positions_move_statement(std::string_view from, std::string_view to)
          "' WHERE instance_id = '" + std::string(from) + "'";
 }
 
-std::string position_update(std::string_view instance, std::string_view path,
+std::string position_update(const dialect& d, std::string_view instance, std::string_view path,
                             const log_position& p) {
-  return "UPDATE " + table() + " SET `file_dev` = " + std::to_string(p.file.dev) +
-         ", `file_ino` = " + std::to_string(p.file.ino) +
+  return "UPDATE " + table() + " SET `file_dev` = " + d.u64_bits(p.file.dev) +
+         ", `file_ino` = " + d.u64_bits(p.file.ino) +
          ", `head_len` = " + std::to_string(p.file.head_len) +
-         ", `head_hash` = " + std::to_string(p.file.head_hash) +
+         ", `head_hash` = " + d.u64_bits(p.file.head_hash) +
          ", `offset` = " + std::to_string(p.offset) +
          ", `in_long_line` = " + (p.in_long_line ? "1" : "0") +
          ", `file_mtime_ns` = " + std::to_string(p.file_mtime_ns) +
@@ -146,18 +146,19 @@ void verify_positions_table(db::connection& conn) {
 
 std::optional<log_position> read_position(db::connection& conn, std::string_view instance,
                                           std::string_view path) {
-  return position_of(conn.query(position_select(conn.quote(instance), conn.quote(path), false)));
+  return position_of(
+      conn.query(position_select(conn.quote(instance), conn.quote_bytes(path), false)));
 }
 
 std::vector<other_position> positions_of_others(db::connection& conn, std::string_view instance,
                                                 std::string_view path,
                                                 std::span<const file_inode> files) {
-  std::string named = "`path` = " + conn.quote(path);
+  std::string named = "`path` = " + conn.quote_bytes(path);
   if (!files.empty()) {
     named += " OR (`file_dev`, `file_ino`) IN (";
     for (std::size_t i = 0; i < files.size(); ++i) {
-      named += (i ? ",(" : "(") + std::to_string(files[i].dev) + "," +
-               std::to_string(files[i].ino) + ")";
+      named += (i ? ",(" : "(") + conn.sql().u64_bits(files[i].dev) + "," +
+               conn.sql().u64_bits(files[i].ino) + ")";
     }
     named += ")";
   }
@@ -174,18 +175,18 @@ std::vector<other_position> positions_of_others(db::connection& conn, std::strin
 bool claim_position(db::connection& conn, std::string_view instance_id, std::string_view path,
                     const std::optional<log_position>& from, const log_position& to) {
   const std::string instance = conn.quote(instance_id);
-  const std::string quoted_path = conn.quote(path);
+  const std::string quoted_path = conn.quote_bytes(path);
   // The row, locked: the compare of the compare-and-set.
   if (position_of(conn.query(position_select(instance, quoted_path, true))) != from) {
     conn.execute(db::rollback);
     return false;
   }
   if (from) {
-    conn.execute(position_update(instance, quoted_path, to));
+    conn.execute(position_update(conn.sql(), instance, quoted_path, to));
     return true;
   }
   try {
-    conn.execute(position_insert(instance, quoted_path, to));
+    conn.execute(position_insert(conn.sql(), instance, quoted_path, to));
   } catch (const db::db_error& e) {
     // Another writer inserted it first (no row to lock before).
     if (!e.duplicate_key()) throw;

@@ -52,14 +52,16 @@ struct other_position {
 // FNV-1a, 64 bits: stable across builds and versions (it is stored).
 std::uint64_t head_hash(std::string_view bytes);
 
-// Pure SQL builders. `quoted_*` are connection::quote literals.
+// Pure SQL builders. `quoted_instance` is a connection::quote literal, `quoted_path` a
+// connection::quote_bytes one (the path is a binary column); the device, inode and hash
+// are written as dialect::u64_bits.
 std::string create_positions_table(const dialect& d);
 std::string position_select(std::string_view quoted_instance, std::string_view quoted_path,
                             bool for_update);
-std::string position_insert(std::string_view quoted_instance, std::string_view quoted_path,
-                            const log_position& p);
-std::string position_update(std::string_view quoted_instance, std::string_view quoted_path,
-                            const log_position& p);
+std::string position_insert(const dialect& d, std::string_view quoted_instance,
+                            std::string_view quoted_path, const log_position& p);
+std::string position_update(const dialect& d, std::string_view quoted_instance,
+                            std::string_view quoted_path, const log_position& p);
 
 // The statement an operator runs, once instance `from` is stopped for good, to give its
 // positions to instance `to` (shown in an error message, never run by the daemon):

@@ -54,9 +54,13 @@ inline void nginx_append(const std::string& path, const std::string& text) {
 
 class log_fixture : public ::testing::Test {
  protected:
+  // MariaDB here; a suite on both engines overrides it (LogIngestOnEngines).
+  virtual db::engine engine() const { return db::engine::mariadb; }
+  db_server& server() const { return shared_server(engine()); }
+
   void SetUp() override {
-    db_ = migrated_database(shared_mariadb());
-    auto conn = shared_mariadb().connect(db_);
+    db_ = migrated_database(server());
+    auto conn = server().connect(db_);
     db::migrate_totals(conn, "slotted_counters", store::top_spec({7}, store::no_buckets()));
     dir_ = make_temp_dir("logs");
     log_ = dir_ + "/access.log";
@@ -68,7 +72,7 @@ class log_fixture : public ::testing::Test {
   // One source at log_ (with `source_extra` keys, each line indented as a source key),
   // counting /d/<id>/ for dl; `top_extra` keys follow at the top level.
   std::string yaml(const std::string& source_extra = "", const std::string& top_extra = "") const {
-    return daemon_yaml(shared_mariadb(), db_,
+    return daemon_yaml(server(), db_,
                        "counters: [{name: dl, record_type: 7, top: true}]\n"
                        "flush: {interval: 50ms}\n" +
                            top_extra +
@@ -89,14 +93,14 @@ class log_fixture : public ::testing::Test {
   std::map<std::uint64_t, std::int64_t> counts() const {
     std::map<std::uint64_t, std::int64_t> out;
     for (const auto& [id, n] : expected_) {
-      out[id] = shared_mariadb().query_int(
+      out[id] = server().query_int(
           db_,
           "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters WHERE record_type = 7 "
           "AND record_id = " +
               std::to_string(id));
     }
     const auto total =
-        shared_mariadb().query_int(db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
+        server().query_int(db_, "SELECT COALESCE(SUM(`count`), 0) FROM slotted_counters");
     std::int64_t want = 0;
     for (const auto& [id, n] : expected_) want += n;
     if (total != want) out[0] = total;  // the whole table: a count for an id no line had
@@ -136,20 +140,23 @@ class log_fixture : public ::testing::Test {
   // the reads it fails named by the control file `control`.
   static std::unique_ptr<daemon_process> with_io_fault(const std::string& control,
                                                        const std::string& config) {
-    const char* asan = std::getenv("ASAN_OPTIONS");
+    // Each variable as it was before, also for the suite's next test (one process).
     struct restore {
+      const char* name;
       bool had;
       std::string before;
-      ~restore() {
-        ::unsetenv("LD_PRELOAD");
-        ::unsetenv("SLOTTED_IO_FAULT");
-        if (had) ::setenv("ASAN_OPTIONS", before.c_str(), 1);
+      explicit restore(const char* n) : name(n) {
+        const char* v = std::getenv(n);
+        had = v != nullptr;
+        before = v ? v : "";
       }
-    } env{asan != nullptr, asan ? asan : ""};
+      ~restore() { had ? ::setenv(name, before.c_str(), 1) : ::unsetenv(name); }
+    };
+    const restore preload("LD_PRELOAD"), fault("SLOTTED_IO_FAULT"), asan("ASAN_OPTIONS");
     ::setenv("LD_PRELOAD", SLOTTED_IO_FAULT_LIB, 1);
     ::setenv("SLOTTED_IO_FAULT", control.c_str(), 1);
     // The library comes before the sanitizer's runtime in the preload order.
-    ::setenv("ASAN_OPTIONS", (env.before + ":verify_asan_link_order=0").c_str(), 1);
+    ::setenv("ASAN_OPTIONS", (asan.before + ":verify_asan_link_order=0").c_str(), 1);
     return std::make_unique<daemon_process>(config);
   }
 

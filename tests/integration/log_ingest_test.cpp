@@ -50,7 +50,15 @@ class LogIngest : public log_fixture {
   }
 };
 
-TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation) {
+// The tests of reading, rotations, kills and copies, on each engine: the positions table
+// (a bytea path and bigints holding the device, inode and hash's 64 bits on PostgreSQL)
+// written in the batch's transaction.
+class LogIngestOnEngines : public LogIngest, public ::testing::WithParamInterface<db::engine> {
+ protected:
+  db::engine engine() const override { return GetParam(); }
+};
+
+TEST_P(LogIngestOnEngines, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation) {
   auto d = std::make_unique<daemon_process>(yaml());
   // A log that is not there yet: no crash, counted once it appears.
   for (std::uint64_t id = 1; id <= 5; ++id) counted(id, log_);
@@ -105,22 +113,22 @@ TEST_F(LogIngest, EveryMatchingLineCountsOnceThroughRotationsKillsAndTruncation)
   std::this_thread::sleep_for(300ms);
   EXPECT_TRUE(exact());
   const auto positions =
-      shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
+      server().query_int(db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions");
   EXPECT_EQ(positions, 1);
   // The totals of top-N hold every counted line too (written in the same transaction):
   // one row per counter, equal to the sum of its slots.
-  EXPECT_EQ(shared_mariadb().query_int(
-                db_,
-                "SELECT COUNT(*) FROM (SELECT record_type, record_id, SUM(`count`) AS s "
-                "FROM slotted_counters GROUP BY record_type, record_id) c LEFT JOIN "
-                "slotted_counters_totals t USING (record_type, record_id) "
-                "WHERE t.`count` IS NULL OR t.`count` <> c.s"),
-            0);
-  EXPECT_EQ(shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_totals"),
+  EXPECT_EQ(
+      server().query_int(db_,
+                         "SELECT COUNT(*) FROM (SELECT record_type, record_id, SUM(`count`) AS s "
+                         "FROM slotted_counters GROUP BY record_type, record_id) c LEFT JOIN "
+                         "slotted_counters_totals t USING (record_type, record_id) "
+                         "WHERE t.`count` IS NULL OR t.`count` <> c.s"),
+      0);
+  EXPECT_EQ(server().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_totals"),
             static_cast<std::int64_t>(expected_.size()));
 }
 
-TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {
+TEST_P(LogIngestOnEngines, RotatedFileEndingInAPartialLineIsLeft) {
   daemon_process d(yaml());
   counted(1, log_);
   nginx_append(log_, log_line(2).substr(0, 30));  // a write cut short: no newline, ever
@@ -132,7 +140,7 @@ TEST_F(LogIngest, RotatedFileEndingInAPartialLineIsLeft) {
   ASSERT_TRUE(exact());
 }
 
-TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
+TEST_P(LogIngestOnEngines, RestartAfterTwoRotationsReadsPathDot1) {
   auto d = std::make_unique<daemon_process>(yaml());
   counted(1, log_);
   ASSERT_TRUE(exact());
@@ -150,7 +158,7 @@ TEST_F(LogIngest, RestartAfterTwoRotationsReadsPathDot1) {
 // copytruncate while the daemon is stopped: PATH keeps the committed inode, cut to 0, and
 // the lines up to the position are in the copy (another inode) at PATH.1. The copy is
 // found by its first bytes and read from the position, not from its start.
-TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
+TEST_P(LogIngestOnEngines, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
   auto d = std::make_unique<daemon_process>(yaml());
   counted(1, log_);
   counted(2, log_);
@@ -167,14 +175,13 @@ TEST_F(LogIngest, RestartAfterACopytruncateReadsTheCopyFromThePosition) {
 // copytruncate while the daemon is stopped: the position told the file by none of its
 // bytes, so the cut file passed for the same one read from 0 and the copy's lines were
 // never read (RealLogrotate.CopytruncateIsExactToTheFilesItLeaves, under load).
-TEST_F(LogIngest, ACopytruncateOfAFileCommittedAtOffsetZeroReadsTheCopy) {
+TEST_P(LogIngestOnEngines, ACopytruncateOfAFileCommittedAtOffsetZeroReadsTheCopy) {
   const std::string first = log_line(1);
   nginx_append(log_, first.substr(0, 70));  // no newline yet: the pass commits offset 0
   auto d = std::make_unique<daemon_process>(yaml());
   ASSERT_TRUE(eventually(
       [&] {
-        return shared_mariadb().query_int(
-                   db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions") == 1;
+        return server().query_int(db_, "SELECT COUNT(*) FROM slotted_counterd_log_positions") == 1;
       },
       20s));
   stop(d);
@@ -190,7 +197,7 @@ TEST_F(LogIngest, ACopytruncateOfAFileCommittedAtOffsetZeroReadsTheCopy) {
 // copytruncate with the copy taken before the last counted lines were written (they were
 // counted from the original, then the original was cut): the copy holds nothing left to
 // count, and PATH is read from its start.
-TEST_F(LogIngest, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
+TEST_P(LogIngestOnEngines, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
   auto d = std::make_unique<daemon_process>(yaml());
   for (const std::uint64_t id : {1, 2, 3, 6}) counted(id, log_);
   ASSERT_TRUE(exact());
@@ -205,7 +212,7 @@ TEST_F(LogIngest, RestartAfterACopyShorterThanThePositionReadsOnlyPath) {
 // A rename rotation while stopped, the committed file gone (compressed, say), and PATH.1
 // a new file that starts with the same lines: not a copy (PATH is another inode), so it
 // is read from its start, not from the old file's position.
-TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
+TEST_P(LogIngestOnEngines, ANewFileStartingWithTheSameLinesIsNoCopy) {
   auto d = std::make_unique<daemon_process>(yaml());
   counted(1, log_);
   counted(2, log_);
@@ -224,7 +231,7 @@ TEST_F(LogIngest, ANewFileStartingWithTheSameLinesIsNoCopy) {
 // PATH cut in place while stopped (`: > access.log`, an application that truncates its
 // log when it starts), with no copy of it, and an older rotated file at PATH.1 already
 // counted: PATH is read from its start, PATH.1 not again.
-TEST_F(LogIngest, AFileCutWhileStoppedIsReadFromItsStartNotAnOlderOne) {
+TEST_P(LogIngestOnEngines, AFileCutWhileStoppedIsReadFromItsStartNotAnOlderOne) {
   auto d = std::make_unique<daemon_process>(yaml());
   counted(1, log_);
   ASSERT_TRUE(exact());
@@ -489,16 +496,16 @@ std::string line_from(const std::string& client, std::uint64_t id, std::int64_t 
 // (id, address, day) counts once across lines, passes, two log files, a SIGKILL and the
 // HTTP items of the same client; lines without an address count as they are; a line of
 // a window past its keep is not counted.
-TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
+TEST_P(LogIngestOnEngines, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
   {
-    auto conn = shared_mariadb().connect(db_);
+    auto conn = server().connect(db_);
     store::dedupe_spec dedupe;
     dedupe.declare(7, store::granularity::day);
     db::migrate_uniques(conn, "slotted_counters", dedupe);
   }
   const std::string second = dir_ + "/other.log";
   const std::string config =
-      daemon_yaml(shared_mariadb(), db_,
+      daemon_yaml(server(), db_,
                   "counters: [{name: dl, record_type: 7, top: true, dedupe: day}]\n"
                   "flush: {interval: 50ms}\n"
                   "log_sources:\n"
@@ -556,14 +563,16 @@ TEST_F(LogIngest, ALinesRemoteAddressIsItsClientForACounterWithDedupe) {
   expected_ = {{1, 4}, {2, 2}, {3, 2}};
   ASSERT_TRUE(exact());
   // Each counted pair is one row of the uniques table.
-  EXPECT_EQ(shared_mariadb().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_uniques"), 5);
+  EXPECT_EQ(server().query_int(db_, "SELECT COUNT(*) FROM slotted_counters_uniques"), 5);
   // The totals of top-N agree.
-  EXPECT_EQ(shared_mariadb().query_int(
-                db_,
-                "SELECT `count` FROM slotted_counters_totals WHERE record_type = 7 AND "
-                "record_id = 1"),
-            4);
+  EXPECT_EQ(
+      server().query_int(db_,
+                         "SELECT `count` FROM slotted_counters_totals WHERE record_type = 7 AND "
+                         "record_id = 1"),
+      4);
 }
+
+INSTANTIATE_ENGINES(LogIngestOnEngines);
 
 // A backlog naming more records than one commit may write is committed in several
 // passes, each ending at the line that reaches the bound, every line counted once.

@@ -183,5 +183,20 @@ TEST(Dialect, LockedReadsWaitBoundedOnBothEngines) {
   EXPECT_EQ(pg.share_lock(), "FOR SHARE");
 }
 
+// A hash or inode past 2^63 - 1 in PostgreSQL's bigint: the same 64 bits, signed, which
+// std::stoull reads back to the value (db/log_positions.cpp writes and reads them so).
+TEST(Dialect, UnsignedBitsFitPostgresqlsBigintAndReadBack) {
+  for (const std::uint64_t v :
+       {std::uint64_t{0}, std::uint64_t{42}, std::uint64_t{INT64_MAX}, std::uint64_t{INT64_MAX} + 1,
+        std::uint64_t{0xcbf29ce484222325}, UINT64_MAX}) {
+    EXPECT_EQ(mariadb_dialect().u64_bits(v), std::to_string(v));
+    const std::string text = pg.u64_bits(v);
+    EXPECT_GE(std::stoll(text), INT64_MIN);  // a bigint literal: no out_of_range
+    EXPECT_EQ(std::stoull(text), v) << text;
+  }
+  EXPECT_EQ(pg.u64_bits(UINT64_MAX), "-1");
+  EXPECT_EQ(pg.u64_bits(std::uint64_t{INT64_MAX} + 1), "-9223372036854775808");
+}
+
 }  // namespace
 }  // namespace slotted::db
