@@ -80,13 +80,15 @@ void refill_totals(connection& conn, const std::string& totals, const std::strin
   in_transaction(conn, [&] {
     // What the totals hold of these types (what was counted since top was turned on)
     // goes; the sums of their rows, read under shared locks (a flush of them waits for
-    // the COMMIT), take its place. PostgreSQL takes no lock clause beside GROUP BY: the
-    // rows are locked first, by a count of them.
+    // the COMMIT), take its place. The rows are locked first, by a count of them, and
+    // the totals after: the order a flush takes them in (db/write_path.cpp: slot or
+    // bucket rows, then totals), so the two never wait for each other in a cycle.
+    // MariaDB's sum locks again beside its GROUP BY (a row a flush inserted since is
+    // waited for); PostgreSQL takes no lock clause there.
     const bool beside = conn.sql().locks_beside_group_by();
+    conn.query(cat("SELECT COUNT(*) FROM (SELECT 1 FROM ", quote_identifier(source), in, " ",
+                   conn.sql().share_lock(), ") AS locked"));
     conn.execute(cat("DELETE FROM ", quote_identifier(totals), in));
-    if (!beside)
-      conn.query(cat("SELECT COUNT(*) FROM (SELECT 1 FROM ", quote_identifier(source), in, " ",
-                     conn.sql().share_lock(), ") AS locked"));
     conn.execute(cat("INSERT INTO ", quote_identifier(totals), " (", columns, ", `count`) SELECT ",
                      columns, ", SUM(`count`) FROM ", quote_identifier(source), in, " GROUP BY ",
                      columns, beside ? " " : "", beside ? conn.sql().share_lock() : ""));

@@ -1,4 +1,5 @@
-// Top-N and many-counter reads at their edges, against a real MariaDB: the
+// Top-N and many-counter reads at their edges, against a real MariaDB (and, for the
+// totals filled by --migrate, PostgreSQL): the
 // longest accepted mysql.table migrates and starts; top turned on for a counter that
 // already has counts is refused until --migrate fills its totals, and a reset then
 // never drives them negative; the heavy reads' cap leaves the flush its connection; a
@@ -27,16 +28,22 @@ using namespace std::chrono_literals;
 
 class TopEdges : public ::testing::Test {
  protected:
-  void SetUp() override { database_ = shared_mariadb().create_database(); }
+  // MariaDB here; each engine in TopEdgesOnEngines.
+  virtual db::engine engine() const { return db::engine::mariadb; }
+  db_server& server() const { return shared_server(engine()); }
+  void SetUp() override { database_ = server().create_database(); }
   std::string yaml(const std::string& counters, const std::string& mysql_extra = "") const {
-    return daemon_yaml(shared_mariadb(), database_,
+    return daemon_yaml(server(), database_,
                        "instance_id: top-edges\ncounters:\n" + counters + "flush: {interval: 1h}\n",
                        mysql_extra);
   }
-  std::int64_t count(const std::string& sql) const {
-    return shared_mariadb().query_int(database_, sql);
-  }
+  std::int64_t count(const std::string& sql) const { return server().query_int(database_, sql); }
   std::string database_;
+};
+
+class TopEdgesOnEngines : public TopEdges, public ::testing::WithParamInterface<db::engine> {
+ protected:
+  db::engine engine() const override { return GetParam(); }
 };
 
 // At the longest mysql.table the config accepts with top and both granularities (52
@@ -81,7 +88,7 @@ TEST_F(TopEdges, TheLongestAcceptedTableNameMigratesAndStartsAndOneMoreIsRefused
 // (before, it started and ranked by what was counted since: here nothing); --migrate
 // fills its totals from its rows; top-N then equals the truth, total and per day, and a
 // reset leaves no negative total, even for a bucket whose totals row is gone.
-TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
+TEST_P(TopEdgesOnEngines, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
   const std::string off =
       "  - {name: downloads, record_type: 123, buckets: {day: 40d}}\n"
       "  - {name: stars, record_type: 124, buckets: {day: 40d}, top: true}\n";
@@ -130,10 +137,12 @@ TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
   EXPECT_EQ(day(today), (ranking{{2, 3}, {1, 1}}));
   // Yesterday's totals row of record 1 gone (as at the retention edge): the reset
   // lowers what is there and makes no row for it.
-  shared_mariadb().connect(database_).execute(
+  const std::string days = std::to_string(yesterday / 86400);
+  server().connect(database_).execute(
       "DELETE FROM slotted_counters_day_totals WHERE record_type = 123 AND record_id = 1 AND "
-      "bucket = '1970-01-01' + INTERVAL " +
-      std::to_string(yesterday / 86400) + " DAY");
+      "bucket = " +
+      (engine() == db::engine::postgresql ? "DATE '1970-01-01' + " + days
+                                          : "'1970-01-01' + INTERVAL " + days + " DAY"));
   ASSERT_EQ(c.request("DELETE", "/v1/counters/123/1").status, 200u);
   EXPECT_EQ(items_of(c.get("/v1/top/downloads").body), (ranking{{2, 3}}));
   EXPECT_EQ(day(today), (ranking{{2, 3}}));
@@ -144,6 +153,8 @@ TEST_F(TopEdges, TopTurnedOnForACounterWithCountsIsRefusedUntilMigrateFillsIt) {
                   "record_type = 123"),
             0);
 }
+
+INSTANTIATE_ENGINES(TopEdgesOnEngines);
 
 // Many-counter and top-N reads together hold at most mysql.pool_size less
 // flush.connections connections (here 2 - 1): with that many held (a read in flight
